@@ -1,0 +1,186 @@
+#include "cache/block_cache.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+
+namespace odafs::cache {
+
+BlockCache::BlockCache(Options options) : options_(options) {
+  uint32_t bs = options_.block_size;
+  if (bs < 4096 || bs > 65536 || (bs & (bs - 1)) != 0) {
+    throw std::invalid_argument("block size must be a power of two in 4096..65536");
+  }
+  size_t count = std::max<size_t>(options_.capacity_bytes / bs, 4);
+  arena_bytes_ = count * bs;
+  void* mem = mmap(nullptr, arena_bytes_, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (mem == MAP_FAILED) throw std::bad_alloc();
+  arena_ = static_cast<std::byte*>(mem);
+  blocks_ = std::vector<Block>(count);
+  size_t nbuckets = 1;
+  while (nbuckets < count) nbuckets <<= 1;
+  buckets_ = std::vector<Map::bucket_type>(nbuckets);
+  map_ = std::make_unique<Map>(Map::bucket_traits(buckets_.data(), buckets_.size()));
+  for (size_t i = 0; i < count; ++i) {
+    blocks_[i].data = arena_ + i * bs;
+    lru_.push_back(blocks_[i]);
+  }
+}
+
+BlockCache::~BlockCache() {
+  map_->clear();
+  lru_.clear();
+  munmap(arena_, arena_bytes_);
+}
+
+void BlockCache::set_evict_hook(EvictHook hook) {
+  std::lock_guard lock(mu_);
+  evict_hook_ = std::move(hook);
+}
+
+BlockCache::ReadPin::ReadPin(ReadPin&& other) noexcept : block_(other.block_) {
+  other.block_ = nullptr;
+}
+
+BlockCache::ReadPin& BlockCache::ReadPin::operator=(ReadPin&& other) noexcept {
+  if (this != &other) {
+    release();
+    block_ = other.block_;
+    other.block_ = nullptr;
+  }
+  return *this;
+}
+
+BlockCache::ReadPin::~ReadPin() { release(); }
+
+void BlockCache::ReadPin::release() {
+  if (block_ == nullptr) return;
+  block_->data_mu.unlock_shared();
+  block_->pins.fetch_sub(1, std::memory_order_release);
+  block_ = nullptr;
+}
+
+void BlockCache::drop_locked(Block* b) {
+  if (b->state == Block::State::kValid) {
+    if (evict_hook_) evict_hook_(*b);
+    map_->erase(map_->iterator_to(*b));
+    b->state = Block::State::kFree;
+  }
+}
+
+Block* BlockCache::take_victim_locked() {
+  for (Block& b : lru_) {
+    if (b.pins.load(std::memory_order_acquire) != 0) continue;
+    if (b.state == Block::State::kValid) stats_.evictions.fetch_add(1, std::memory_order_relaxed);
+    drop_locked(&b);
+    return &b;
+  }
+  return nullptr;
+}
+
+bool BlockCache::read(const BlockKey& key, uint32_t need, const FillFn& fill, ReadPin* pin,
+                      int* error) {
+  pin->release();
+  Block* b = nullptr;
+  bool hit = false;
+  {
+    std::lock_guard lock(mu_);
+    auto it = map_->find(key);
+    if (it != map_->end()) {
+      b = &*it;
+      hit = true;
+      stats_.hits.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      stats_.misses.fetch_add(1, std::memory_order_relaxed);
+      b = take_victim_locked();
+      if (b == nullptr) {
+        stats_.bypasses.fetch_add(1, std::memory_order_relaxed);
+        return true;  // every block pinned: pin->bypass()
+      }
+      b->key = key;
+      b->state = Block::State::kValid;
+      map_->insert(*b);
+      // Unpinned blocks have no holders, so this cannot block; taking it before the
+      // cache mutex drops makes later finders wait for the fill.
+      b->data_mu.lock();
+      b->valid = 0;
+    }
+    b->pins.fetch_add(1, std::memory_order_relaxed);
+    lru_.erase(lru_.iterator_to(*b));
+    lru_.push_back(*b);
+  }
+
+  if (hit) {
+    b->data_mu.lock_shared();
+    if (b->valid >= need) {
+      pin->block_ = b;
+      return true;
+    }
+    b->data_mu.unlock_shared();
+    b->data_mu.lock();  // short block: the file grew past it since the fill
+  }
+  if (b->valid < need) {
+    ssize_t n = fill(b->data, options_.block_size);
+    if (n < 0) {
+      *error = static_cast<int>(-n);
+      stats_.fill_errors.fetch_add(1, std::memory_order_relaxed);
+      b->valid = 0;
+      b->data_mu.unlock();
+      {
+        std::lock_guard lock(mu_);
+        if (b->key == key) drop_locked(b);
+      }
+      b->pins.fetch_sub(1, std::memory_order_release);
+      return false;
+    }
+    b->valid = static_cast<uint32_t>(n);
+  }
+  b->data_mu.unlock();
+  b->data_mu.lock_shared();
+  pin->block_ = b;
+  return true;
+}
+
+void BlockCache::update(const BlockKey& key, uint32_t offset, const void* src, size_t len) {
+  Block* b;
+  {
+    std::lock_guard lock(mu_);
+    auto it = map_->find(key);
+    if (it == map_->end()) return;
+    b = &*it;
+    b->pins.fetch_add(1, std::memory_order_relaxed);
+  }
+  b->data_mu.lock();
+  if (offset > b->valid) std::memset(b->data + b->valid, 0, offset - b->valid);
+  std::memcpy(b->data + offset, src, len);
+  b->valid = std::max<uint32_t>(b->valid, offset + static_cast<uint32_t>(len));
+  b->data_mu.unlock();
+  b->pins.fetch_sub(1, std::memory_order_release);
+}
+
+void BlockCache::invalidate(uint64_t file, uint64_t first, uint64_t last) {
+  std::lock_guard lock(mu_);
+  if (last - first >= blocks_.size()) {
+    for (Block& b : blocks_) {
+      if (b.state == Block::State::kValid && b.key.file == file && b.key.index >= first &&
+          b.key.index <= last) {
+        drop_locked(&b);
+      }
+    }
+    return;
+  }
+  for (uint64_t i = first; i <= last; ++i) {
+    auto it = map_->find(BlockKey{file, i});
+    if (it == map_->end()) continue;
+    Block* b = &*it;
+    drop_locked(b);
+    lru_.erase(lru_.iterator_to(*b));
+    lru_.push_front(*b);  // first to be reused
+  }
+}
+
+}  // namespace odafs::cache

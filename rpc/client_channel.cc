@@ -1,0 +1,344 @@
+#include "rpc/client_channel.h"
+
+#include <linux/futex.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "rpc/log.h"
+#include "rpc/record.h"
+#include "rpc/xdr_util.h"
+
+namespace odafs::rpc {
+namespace {
+
+// Waits while *word == expected, at most until deadline (CLOCK_MONOTONIC).
+void futex_wait_until(std::atomic<uint32_t>* word, uint32_t expected, const timespec& deadline) {
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_BITSET_PRIVATE, expected,
+          &deadline, nullptr, FUTEX_BITSET_MATCH_ANY);
+}
+
+void futex_wake_all(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr,
+          nullptr, 0);
+}
+
+uint32_t load_be32(const char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return ntohl(v);
+}
+
+size_t xdr_padding(size_t n) { return (4 - (n & 3)) & 3; }
+
+}  // namespace
+
+Channel::Channel(const net::Endpoint& server, Options options)
+    : options_(std::move(options)), next_xid_(std::random_device{}()) {
+  if (options_.auth) {
+    const AuthSysCred& a = *options_.auth;
+    std::vector<gid_t> gids(a.gids.begin(), a.gids.end());
+    authunix_parms parms{};
+    parms.aup_time = static_cast<u_long>(time(nullptr));
+    std::string machine = a.machine.substr(0, 255);
+    parms.aup_machname = machine.data();
+    parms.aup_uid = a.uid;
+    parms.aup_gid = a.gid;
+    parms.aup_len = static_cast<u_int>(std::min<size_t>(gids.size(), 16));
+    parms.aup_gids = gids.data();
+    cred_.resize(MAX_AUTH_BYTES);
+    XDR x;
+    xdrmem_create(&x, cred_.data(), static_cast<u_int>(cred_.size()), XDR_ENCODE);
+    if (!xdr_authunix_parms(&x, &parms)) {
+      throw RpcError(RpcError::Kind::kTransport, EINVAL, "AUTH_SYS credential too large");
+    }
+    cred_.resize(xdr_getpos(&x));
+    xdr_destroy(&x);
+  }
+  fd_ = net::connect_tcp(server);
+  receiver_ = std::thread([this] { receive_loop(); });
+}
+
+Channel::~Channel() {
+  broken_.store(true, std::memory_order_release);
+  shutdown(fd_, SHUT_RDWR);
+  receiver_.join();
+  close(fd_);
+}
+
+void Channel::start(Call& c, uint32_t proc, xdrproc_t xargs, const void* args) {
+  if (broken()) {
+    std::lock_guard lock(pending_mu_);
+    throw RpcError(RpcError::Kind::kTransport, ECONNRESET, "rpc channel broken: " + broken_reason_);
+  }
+  c.xid_ = next_xid_.fetch_add(1, std::memory_order_relaxed);
+  c.error_.clear();
+  c.posted_length_.reset();
+
+  rpc_msg msg{};
+  msg.rm_xid = c.xid_;
+  msg.rm_direction = CALL;
+  msg.rm_call.cb_rpcvers = RPC_MSG_VERSION;
+  msg.rm_call.cb_prog = options_.program;
+  msg.rm_call.cb_vers = options_.version;
+  msg.rm_call.cb_proc = proc;
+  if (cred_.empty()) {
+    msg.rm_call.cb_cred = _null_auth;
+  } else {
+    msg.rm_call.cb_cred.oa_flavor = AUTH_SYS;
+    msg.rm_call.cb_cred.oa_base = cred_.data();
+    msg.rm_call.cb_cred.oa_length = static_cast<u_int>(cred_.size());
+  }
+  msg.rm_call.cb_verf = _null_auth;
+
+  if (c.request_.size() < 8192) c.request_.resize(8192);
+  size_t body = 0;
+  for (;;) {
+    XDR x;
+    xdrmem_create(&x, c.request_.data() + 4, static_cast<u_int>(c.request_.size() - 4),
+                  XDR_ENCODE);
+    bool ok = xdr_callmsg(&x, &msg) && xargs(&x, const_cast<void*>(args), 0);
+    body = xdr_getpos(&x);
+    xdr_destroy(&x);
+    if (ok) break;
+    if (c.request_.size() >= options_.max_record + 4) {
+      throw RpcError(RpcError::Kind::kTransport, EMSGSIZE, "rpc call arguments too large");
+    }
+    c.request_.resize(std::min(c.request_.size() * 2, options_.max_record + 4));
+  }
+  put_record_mark(c.request_.data(), static_cast<uint32_t>(body), true);
+
+  c.state_.store(Call::kPending, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(pending_mu_);
+    pending_.push_back(&c);
+  }
+  try {
+    std::lock_guard lock(send_mu_);
+    iovec iov{c.request_.data(), body + 4};
+    net::write_all(fd_, &iov, 1, options_.timeout_ms);
+  } catch (const std::exception& e) {
+    take_pending(c.xid_);
+    c.state_.store(Call::kIdle, std::memory_order_relaxed);
+    c.posted_ = nullptr;
+    throw RpcError(RpcError::Kind::kTransport, ECONNRESET, std::string("rpc send: ") + e.what());
+  }
+}
+
+void Channel::wait(Call& c, XDR* results) {
+  timespec deadline;
+  clock_gettime(CLOCK_MONOTONIC, &deadline);
+  deadline.tv_sec += options_.timeout_ms / 1000;
+  deadline.tv_nsec += (options_.timeout_ms % 1000) * 1000000L;
+  if (deadline.tv_nsec >= 1000000000L) {
+    deadline.tv_sec += 1;
+    deadline.tv_nsec -= 1000000000L;
+  }
+  while (c.state_.load(std::memory_order_acquire) == Call::kPending) {
+    futex_wait_until(&c.state_, Call::kPending, deadline);
+    timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    bool expired = now.tv_sec > deadline.tv_sec ||
+                   (now.tv_sec == deadline.tv_sec && now.tv_nsec >= deadline.tv_nsec);
+    if (expired && c.state_.load(std::memory_order_acquire) == Call::kPending) {
+      if (take_pending(c.xid_) == &c) {
+        c.state_.store(Call::kIdle, std::memory_order_relaxed);
+        c.posted_ = nullptr;
+        throw RpcError(RpcError::Kind::kTransport, ETIMEDOUT, "rpc call timed out");
+      }
+      // The receiver owns the call right now and will complete it shortly.
+      deadline.tv_sec = now.tv_sec + 1;
+      deadline.tv_nsec = now.tv_nsec;
+    }
+  }
+  c.state_.store(Call::kIdle, std::memory_order_relaxed);
+  c.posted_ = nullptr;
+  if (!c.error_.empty()) throw RpcError(RpcError::Kind::kTransport, ECONNRESET, c.error_);
+
+  xdrmem_create(results, c.reply_.data(), static_cast<u_int>(c.reply_.size()), XDR_DECODE);
+  char verf_area[MAX_AUTH_BYTES];
+  rpc_msg reply{};
+  reply.acpted_rply.ar_verf.oa_base = verf_area;
+  reply.acpted_rply.ar_results.where = nullptr;
+  reply.acpted_rply.ar_results.proc = to_xdrproc(xdr_nothing);
+  if (!xdr_replymsg(results, &reply) || reply.rm_direction != REPLY) {
+    throw RpcError(RpcError::Kind::kTransport, EPROTO, "malformed rpc reply header");
+  }
+  if (reply.rm_reply.rp_stat == MSG_DENIED) {
+    throw RpcError(RpcError::Kind::kDenied, EACCES,
+                   reply.rjcted_rply.rj_stat == RPC_MISMATCH ? "rpc denied: RPC_MISMATCH"
+                                                             : "rpc denied: AUTH_ERROR");
+  }
+  switch (reply.acpted_rply.ar_stat) {
+    case SUCCESS:
+      return;
+    case PROG_UNAVAIL:
+      throw RpcError(RpcError::Kind::kProgUnavail, EPROTONOSUPPORT, "rpc: PROG_UNAVAIL");
+    case PROG_MISMATCH:
+      throw RpcError(RpcError::Kind::kProgMismatch, EPROTONOSUPPORT,
+                     "rpc: PROG_MISMATCH (server supports " +
+                         std::to_string(reply.acpted_rply.ar_vers.low) + ".." +
+                         std::to_string(reply.acpted_rply.ar_vers.high) + ")");
+    case PROC_UNAVAIL:
+      throw RpcError(RpcError::Kind::kProcUnavail, EOPNOTSUPP, "rpc: PROC_UNAVAIL");
+    case GARBAGE_ARGS:
+      throw RpcError(RpcError::Kind::kGarbageArgs, EINVAL, "rpc: GARBAGE_ARGS");
+    default:
+      throw RpcError(RpcError::Kind::kSystemErr, EIO, "rpc: SYSTEM_ERR");
+  }
+}
+
+void Channel::call(uint32_t proc, xdrproc_t xargs, const void* args, xdrproc_t xres,
+                   void* res) {
+  thread_local Call c;
+  start(c, proc, xargs, args);
+  XDR x;
+  wait(c, &x);
+  bool ok = xres(&x, res, 0);
+  xdr_destroy(&x);
+  if (!ok) throw RpcError(RpcError::Kind::kTransport, EPROTO, "malformed rpc results");
+}
+
+Call* Channel::take_pending(uint32_t xid) {
+  std::lock_guard lock(pending_mu_);
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    if (pending_[i]->xid_ == xid) {
+      Call* c = pending_[i];
+      pending_[i] = pending_.back();
+      pending_.pop_back();
+      return c;
+    }
+  }
+  return nullptr;
+}
+
+void Channel::complete(Call* c) {
+  c->state_.store(Call::kDone, std::memory_order_release);
+  futex_wake_all(&c->state_);
+}
+
+void Channel::fail_all(const std::string& why) {
+  std::vector<Call*> failed;
+  {
+    std::lock_guard lock(pending_mu_);
+    broken_.store(true, std::memory_order_release);
+    if (broken_reason_.empty()) broken_reason_ = why;
+    failed.swap(pending_);
+  }
+  for (Call* c : failed) {
+    c->error_ = "rpc connection lost: " + why;
+    complete(c);
+  }
+}
+
+void Channel::receive_loop() {
+  try {
+    for (;;) {
+      char head[8];
+      if (!net::read_full(fd_, head, sizeof head)) {
+        fail_all("server closed the connection");
+        return;
+      }
+      uint32_t mark = load_be32(head);
+      uint32_t xid = load_be32(head + 4);
+      size_t frag = mark & ~kLastFragment;
+      bool last = (mark & kLastFragment) != 0;
+      if (frag < 4 || frag > options_.max_record) {
+        fail_all("bad record mark from server");
+        return;
+      }
+      Call* c = take_pending(xid);
+      if (c == nullptr) {  // timed out and abandoned: skip its reply
+        discard(frag - 4, last);
+        continue;
+      }
+      c->reply_.resize(4);
+      std::memcpy(c->reply_.data(), head + 4, 4);
+      if (c->posted_ != nullptr && last && frag >= c->posted_header_ && c->posted_header_ >= 8) {
+        c->reply_.resize(c->posted_header_);
+        net::read_full(fd_, c->reply_.data() + 4, c->posted_header_ - 4);
+        size_t payload = load_be32(c->reply_.data() + c->posted_header_ - 4);
+        size_t rest = frag - c->posted_header_;
+        if (payload <= c->posted_capacity_ && rest == payload + xdr_padding(payload)) {
+          char pad[4];
+          iovec iov[2] = {{c->posted_, payload}, {pad, rest - payload}};
+          size_t want = rest;
+          while (want > 0) {
+            ssize_t n = readv(fd_, iov, iov[1].iov_len ? 2 : 1);
+            if (n <= 0) {
+              if (n < 0 && errno == EINTR) continue;
+              throw std::system_error(n == 0 ? ECONNRESET : errno, std::generic_category(),
+                                      "recv pre-posted payload");
+            }
+            want -= static_cast<size_t>(n);
+            size_t adv = static_cast<size_t>(n);
+            for (iovec& v : iov) {
+              size_t step = std::min(adv, v.iov_len);
+              v.iov_base = static_cast<char*>(v.iov_base) + step;
+              v.iov_len -= step;
+              adv -= step;
+            }
+            if (iov[0].iov_len == 0) {
+              iov[0] = iov[1];
+              iov[1].iov_len = 0;
+            }
+          }
+          c->posted_length_ = payload;
+          complete(c);
+          continue;
+        }
+        read_generic(c, rest, last);  // not the posted layout: keep it whole
+      } else {
+        read_generic(c, frag - 4, last);
+      }
+      complete(c);
+    }
+  } catch (const std::exception& e) {
+    if (!broken()) ODAFS_LOG_WARN("rpc channel: %s", e.what());
+    fail_all(e.what());
+  }
+}
+
+// Appends the rest of the current fragment, and any following fragments of the record,
+// to c's reply buffer.
+void Channel::read_generic(Call* c, size_t frag_left, bool last) {
+  for (;;) {
+    size_t at = c->reply_.size();
+    if (at + frag_left > options_.max_record) {
+      throw std::system_error(EMSGSIZE, std::generic_category(), "rpc reply too large");
+    }
+    c->reply_.resize(at + frag_left);
+    net::read_full(fd_, c->reply_.data() + at, frag_left);
+    if (last) return;
+    char head[4];
+    net::read_full(fd_, head, 4);
+    uint32_t mark = load_be32(head);
+    frag_left = mark & ~kLastFragment;
+    last = (mark & kLastFragment) != 0;
+  }
+}
+
+void Channel::discard(size_t frag_left, bool last) {
+  char sink[4096];
+  for (;;) {
+    while (frag_left > 0) {
+      size_t n = std::min(frag_left, sizeof sink);
+      net::read_full(fd_, sink, n);
+      frag_left -= n;
+    }
+    if (last) return;
+    char head[4];
+    net::read_full(fd_, head, 4);
+    uint32_t mark = load_be32(head);
+    frag_left = mark & ~kLastFragment;
+    last = (mark & kLastFragment) != 0;
+  }
+}
+
+}  // namespace odafs::rpc

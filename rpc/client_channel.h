@@ -1,0 +1,133 @@
+// The client side of ONC RPC over TCP: one connection, many calls in flight.
+//
+// A Channel sends each call as one record and matches replies to calls by XID, so any
+// number of threads may have calls outstanding on it at once (async and batch I/O).
+// A dedicated receiver thread reads replies and completes calls.
+//
+// Pre-posting (the paper's RDDP-RPC): before start(), a caller may post a buffer for a
+// call whose reply ends with an opaque<> (e.g. READ). When the reply has the expected
+// layout, the receiver reads the reply header into the call and the opaque's bytes
+// straight from the socket into the posted buffer, with no intermediate copy.
+#pragma once
+
+#include <rpc/rpc.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rpc/errors.h"
+#include "rpc/net.h"
+
+namespace odafs::rpc {
+
+struct AuthSysCred {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::string machine;
+  std::vector<uint32_t> gids;
+};
+
+// One RPC: request and reply buffers plus completion state. Owned by the caller and
+// reusable for any number of calls, one at a time; buffers keep their capacity, so a
+// steady stream of calls allocates nothing.
+class Call {
+ public:
+  Call() = default;
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
+  // Posts buf[0, capacity) for the reply's trailing opaque<>. header_bytes counts the
+  // reply record's bytes from the XID up to and including the opaque's length word when
+  // the call succeeds. REQUIRES: called before Channel::start; cleared by start's
+  // completion (post again for each call).
+  void post(void* buf, size_t capacity, size_t header_bytes) {
+    posted_ = static_cast<char*>(buf);
+    posted_capacity_ = capacity;
+    posted_header_ = header_bytes;
+  }
+
+  // After Channel::wait: the number of payload bytes placed in the posted buffer, or
+  // std::nullopt when the reply did not have the posted layout (an error status, say) and
+  // went whole into the reply buffer instead.
+  std::optional<size_t> posted_length() const { return posted_length_; }
+
+ private:
+  friend class Channel;
+  enum State : uint32_t { kIdle = 0, kPending = 1, kDone = 2 };
+
+  uint32_t xid_ = 0;
+  std::vector<char> request_;
+  std::vector<char> reply_;  // reply record from the XID on (header only when posted)
+  char* posted_ = nullptr;
+  size_t posted_capacity_ = 0;
+  size_t posted_header_ = 0;
+  std::optional<size_t> posted_length_;
+  std::atomic<uint32_t> state_{kIdle};
+  std::string error_;  // non-empty: the transport failed this call
+};
+
+class Channel {
+ public:
+  struct Options {
+    uint32_t program = 0;
+    uint32_t version = 0;
+    size_t max_record = 4u << 20;      // refuse replies larger than this
+    std::optional<AuthSysCred> auth;   // AUTH_NONE when empty
+    int timeout_ms = 60000;            // per call, from start to reply
+  };
+
+  // Connects; throws std::system_error when the server cannot be reached.
+  Channel(const net::Endpoint& server, Options options);
+  ~Channel();  // fails outstanding calls, joins the receiver
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+
+  // Encodes and sends a call. Throws RpcError(kTransport) if the channel is broken.
+  // REQUIRES: c is not in flight. Thread-safe.
+  void start(Call& c, uint32_t proc, xdrproc_t xargs, const void* args);
+
+  // Waits for c's reply and checks the RPC reply header. On success *results is an XDR
+  // decode stream over c's reply positioned at the procedure results (valid until c is
+  // reused). Throws RpcError on transport failure, timeout or an RPC-level rejection.
+  void wait(Call& c, XDR* results);
+
+  // start + wait + decode results with xres into res (free them with xdr_free).
+  void call(uint32_t proc, xdrproc_t xargs, const void* args, xdrproc_t xres, void* res);
+
+  // True once the connection has failed; every later call throws.
+  bool broken() const { return broken_.load(std::memory_order_acquire); }
+
+  // Bytes of an accepted, successful reply header with AUTH_NONE verifier (XID included).
+  static constexpr size_t kAcceptedReplyHeaderBytes = 24;
+
+ private:
+  void receive_loop();
+  void fail_all(const std::string& why);
+  Call* take_pending(uint32_t xid);
+  void complete(Call* c);
+  void read_generic(Call* c, size_t frag_left, bool last);
+  void discard(size_t frag_left, bool last);
+
+  Options options_;
+  int fd_ = -1;
+  std::vector<char> cred_;  // encoded AUTH_SYS body, empty for AUTH_NONE
+  std::atomic<uint32_t> next_xid_;
+  std::atomic<bool> broken_{false};
+
+  std::mutex send_mu_;  // one record on the wire at a time
+
+  std::mutex pending_mu_;
+  std::vector<Call*> pending_;  // few in flight: a linear scan beats hashing here
+  std::string broken_reason_;   // guarded by pending_mu_
+
+  std::thread receiver_;
+};
+
+}  // namespace odafs::rpc

@@ -1,0 +1,94 @@
+// ONC RPC record marking over TCP (RFC 5531, section 11).
+//
+// A record is one or more fragments; each fragment starts with a 4-byte big-endian mark
+// whose top bit says "last fragment" and whose low 31 bits give the fragment length.
+#pragma once
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace odafs::rpc {
+
+inline constexpr uint32_t kLastFragment = 0x80000000u;
+
+inline void put_record_mark(char* out, uint32_t length, bool last) {
+  uint32_t mark = htonl(length | (last ? kLastFragment : 0));
+  std::memcpy(out, &mark, 4);
+}
+
+// Reassembles records from a byte stream, refusing any record longer than max_record.
+//
+// Memory stays bounded by max_record per assembler whatever the peer sends: fragment
+// lengths are checked before a byte of the fragment is buffered.
+// Thread-safety: none; one assembler per connection, fed by one thread at a time.
+class RecordAssembler {
+ public:
+  explicit RecordAssembler(size_t max_record) : max_record_(max_record) {}
+
+  // Consumes all of data[0, len). For every record completed, calls on_record(record),
+  // where record is a std::vector<char>& the callback may swap out (to keep the bytes
+  // without copying); it is cleared afterwards. Returns false and sets *error when the
+  // stream breaks the limits; the stream is then unusable (close the connection).
+  template <class OnRecord>
+  bool feed(const char* data, size_t len, OnRecord&& on_record, std::string* error);
+
+  // True when no partial record or mark is buffered (a clean point to close).
+  bool idle() const { return header_have_ == 0 && fragment_left_ == 0 && record_.empty(); }
+
+ private:
+  size_t max_record_;
+  char header_[4] = {};
+  size_t header_have_ = 0;
+  size_t fragment_left_ = 0;
+  bool last_ = false;
+  bool in_fragment_ = false;
+  std::vector<char> record_;
+};
+
+template <class OnRecord>
+bool RecordAssembler::feed(const char* data, size_t len, OnRecord&& on_record,
+                           std::string* error) {
+  while (len > 0) {
+    if (!in_fragment_) {
+      size_t take = std::min(len, 4 - header_have_);
+      std::memcpy(header_ + header_have_, data, take);
+      header_have_ += take;
+      data += take;
+      len -= take;
+      if (header_have_ < 4) return true;
+      uint32_t mark;
+      std::memcpy(&mark, header_, 4);
+      mark = ntohl(mark);
+      header_have_ = 0;
+      last_ = (mark & kLastFragment) != 0;
+      fragment_left_ = mark & ~kLastFragment;
+      if (fragment_left_ > max_record_ - record_.size()) {
+        *error = "record fragment of " + std::to_string(fragment_left_) +
+                 " bytes exceeds the limit of " + std::to_string(max_record_);
+        return false;
+      }
+      record_.reserve(record_.size() + fragment_left_);
+      in_fragment_ = true;
+    }
+    size_t take = std::min(len, fragment_left_);
+    record_.insert(record_.end(), data, data + take);
+    data += take;
+    len -= take;
+    fragment_left_ -= take;
+    if (fragment_left_ == 0) {
+      in_fragment_ = false;
+      if (last_) {
+        on_record(record_);
+        record_.clear();
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace odafs::rpc

@@ -1,0 +1,163 @@
+// The server side of ONC RPC over TCP: many connections, a pool of threads, one program.
+//
+// Every pool thread waits on one shared epoll set. A connection is armed one-shot, so one
+// thread at a time reads it; that thread cuts the bytes into records (bounded by
+// max_record), re-arms the connection so others may read on, and then decodes and runs
+// the calls it cut. Replies go back in completion order, matched by XID at the client.
+//
+// libtirpc provides the XDR of message headers and credentials; its svc_run loop is
+// single-threaded and global, so the loop here is our own.
+#pragma once
+
+#include <rpc/rpc.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "rpc/net.h"
+
+namespace odafs::rpc {
+
+struct CallerCred {
+  bool auth_sys = false;  // false: AUTH_NONE
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint32_t ngids = 0;
+  uint32_t gids[16] = {};
+};
+
+// What a procedure handler may know about its call. Valid during the handler only.
+struct CallContext {
+  uint32_t xid = 0;
+  uint32_t proc = 0;
+  const CallerCred* cred = nullptr;
+  const std::string* peer = nullptr;  // "HOST:PORT" of the client
+};
+
+// Builds the reply of one call. A handler must call results() (then encode into the
+// stream) or send() exactly once; a handler that returns without replying produces
+// SYSTEM_ERR.
+class Reply {
+ public:
+  // Writes the accepted-SUCCESS reply header and returns the stream for the results.
+  XDR* results();
+  // results() + encode res with xres. Returns false if the reply buffer overflowed.
+  bool send(xdrproc_t xres, const void* res);
+  bool started() const { return started_; }
+
+ private:
+  friend class Server;
+  Reply(XDR* out, uint32_t xid) : out_(out), xid_(xid) {}
+  XDR* out_;
+  uint32_t xid_;
+  bool started_ = false;
+};
+
+// One procedure: decodes arguments, runs, encodes results. Returns false when the
+// arguments do not decode (the server then answers GARBAGE_ARGS).
+using ProcedureFn = std::function<bool(const CallContext&, XDR* args, Reply& reply)>;
+
+// Typed convenience: decodes Args with xargs into a zeroed struct, calls
+// handler(ctx, args, reply), and frees what decoding allocated.
+template <class Args, class Handler>
+ProcedureFn typed_procedure(xdrproc_t xargs, Handler handler) {
+  return [xargs, handler](const CallContext& ctx, XDR* in, Reply& reply) -> bool {
+    Args args{};
+    if (!xargs(in, &args, 0)) {
+      xdr_free(xargs, reinterpret_cast<char*>(&args));
+      return false;
+    }
+    try {
+      handler(ctx, args, reply);
+    } catch (...) {
+      xdr_free(xargs, reinterpret_cast<char*>(&args));
+      throw;
+    }
+    xdr_free(xargs, reinterpret_cast<char*>(&args));
+    return true;
+  };
+}
+
+class Server {
+ public:
+  struct Options {
+    net::Endpoint listen;
+    int threads = 4;
+    size_t max_record = 4u << 20;  // larger request records close the connection
+    size_t max_reply = 4u << 20;   // per-thread reply buffer
+    uint32_t program = 0;
+    uint32_t version = 0;
+    // Called on each pool thread as it starts and before it exits (e.g. CPU accounting).
+    std::function<void()> on_thread_start;
+    std::function<void()> on_thread_exit;
+  };
+
+  // Binds the listening socket (so bound() is known) but serves nothing until start().
+  explicit Server(Options options);
+  ~Server();  // stop() + join
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // REQUIRES: before start(). proc numbers are dense from 0; gaps answer PROC_UNAVAIL.
+  void add_procedure(uint32_t proc, const char* name, ProcedureFn fn);
+
+  void start();
+  // Stops accepting and serving, closes every connection, joins the pool. Idempotent.
+  void stop();
+
+  const net::Endpoint& bound() const { return bound_; }
+
+  // Counters, safe to read from any thread at any time.
+  struct Counters {
+    std::atomic<uint64_t> connections{0};
+    std::atomic<uint64_t> records{0};
+    std::atomic<uint64_t> garbage_records{0};   // undecodable call headers
+    std::atomic<uint64_t> garbage_args{0};
+    std::atomic<uint64_t> rejected{0};          // PROG/PROC/RPC/AUTH errors
+    std::atomic<uint64_t> oversized{0};         // connections closed for record size
+    std::atomic<uint64_t> bytes_in{0};
+    std::atomic<uint64_t> bytes_out{0};
+  };
+  const Counters& counters() const { return counters_; }
+  uint64_t calls(uint32_t proc) const;
+  const char* procedure_name(uint32_t proc) const;
+  size_t procedure_count() const { return procs_.size(); }
+
+ private:
+  struct Connection;
+  struct Worker;
+  struct Procedure {
+    const char* name = nullptr;
+    ProcedureFn fn;
+    std::unique_ptr<std::atomic<uint64_t>> calls;
+  };
+
+  void worker_loop();
+  void accept_all();
+  void on_readable(Connection* conn, Worker& w);
+  void close_connection(Connection* conn);
+  void dispatch(Connection& conn, std::vector<char>& record, Worker& w);
+  void send_reply(Connection& conn, Worker& w, size_t body_len);
+
+  Options options_;
+  net::Endpoint bound_;
+  int listen_fd_ = -1;
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  std::vector<Procedure> procs_;
+  std::vector<std::thread> threads_;
+  std::atomic<bool> stopping_{false};
+  Counters counters_;
+
+  std::mutex conns_mu_;
+  std::unordered_map<Connection*, std::shared_ptr<Connection>> conns_;
+};
+
+}  // namespace odafs::rpc

@@ -1,0 +1,84 @@
+// The odafs procedures: what odafsd does with each call, on top of the node table and the
+// block cache. One FileService serves one export.
+//
+// Thread-safety: every handler may run on any pool thread concurrently with others.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "cache/block_cache.h"
+#include "rpc/odafs_prot.h"
+#include "rpc/server.h"
+#include "server/cpu_accounting.h"
+#include "server/node_table.h"
+
+namespace odafs::server {
+
+class FileService {
+ public:
+  struct Options {
+    std::string export_root;
+    size_t cache_bytes = 64u << 20;
+    uint32_t block_size = 8192;
+    uint32_t max_io = 1u << 20;  // largest READ/WRITE payload
+    size_t max_nodes = 65536;
+    bool auth_sys = false;  // act as the AUTH_SYS caller (needs root)
+  };
+
+  // Throws std::system_error when the export cannot be opened.
+  FileService(Options options, CpuAccounting* cpu);
+
+  // Adds every procedure of ODAFS_V1 to server. REQUIRES: server not started; server
+  // outlives this service's use of it (STATS reads its counters).
+  void register_procedures(rpc::Server* server);
+
+  // Record size a server must accept / reply buffer it must have for these limits.
+  size_t max_request_record() const { return options_.max_io + 4096; }
+  size_t max_reply_record() const { return options_.max_io + 4096; }
+
+  cache::BlockCache& cache() { return cache_; }
+  NodeTable& nodes() { return nodes_; }
+  const std::array<unsigned char, 8>& write_verifier() const { return write_verf_; }
+
+ private:
+  // Resolves a wire handle; on failure encodes the error status into reply and returns
+  // nullptr. Stale covers removed files too.
+  NodeRef resolve_or_reply(const char* fh, rpc::Reply& reply, struct stat* st);
+
+  void do_mount(const rpc::CallContext& ctx, struct mount_args& a, rpc::Reply& r);
+  void do_getattr(const rpc::CallContext& ctx, struct getattr_args& a, rpc::Reply& r);
+  void do_setattr(const rpc::CallContext& ctx, struct setattr_args& a, rpc::Reply& r);
+  void do_lookup(const rpc::CallContext& ctx, struct diropargs& a, rpc::Reply& r);
+  void do_create(const rpc::CallContext& ctx, struct create_args& a, rpc::Reply& r);
+  void do_mkdir(const rpc::CallContext& ctx, struct mkdir_args& a, rpc::Reply& r);
+  void do_symlink(const rpc::CallContext& ctx, struct symlink_args& a, rpc::Reply& r);
+  void do_remove(const rpc::CallContext& ctx, struct diropargs& a, rpc::Reply& r, bool dir);
+  void do_rename(const rpc::CallContext& ctx, struct rename_args& a, rpc::Reply& r);
+  void do_readdir(const rpc::CallContext& ctx, struct readdir_args& a, rpc::Reply& r);
+  void do_readlink(const rpc::CallContext& ctx, struct getattr_args& a, rpc::Reply& r);
+  void do_read(const rpc::CallContext& ctx, struct read_args& a, rpc::Reply& r);
+  void do_write(const rpc::CallContext& ctx, struct write_args& a, rpc::Reply& r);
+  void do_commit(const rpc::CallContext& ctx, struct commit_args& a, rpc::Reply& r);
+  void do_fsstat(const rpc::CallContext& ctx, struct getattr_args& a, rpc::Reply& r);
+  void do_stats(rpc::Reply& r);
+
+  // Replies with a dirop_res for `name` in dir after a create-like call succeeded.
+  void reply_dirop(const Node& dir, const char* name, rpc::Reply& r);
+  // Forgets a removed object and drops its cached blocks.
+  void forget(const struct stat& st);
+
+  Options options_;
+  CpuAccounting* cpu_;
+  NodeTable nodes_;
+  cache::BlockCache cache_;
+  std::array<unsigned char, 8> write_verf_;
+  rpc::Server* server_ = nullptr;
+  std::atomic<uint64_t> bytes_read_{0};
+  std::atomic<uint64_t> bytes_written_{0};
+};
+
+}  // namespace odafs::server
