@@ -1,0 +1,162 @@
+// odafs-latency: round-trip latency of the RPC read paths on a warm file.
+//
+//   odafs-latency --url odafs://127.0.0.1:PORT/ [--iters N] [--file-mb M] [--block B]
+//                 [--json FILE]
+//
+// Measures, one after another over one connection, single-threaded:
+//   null       the NULL procedure (transport + dispatch, no file system)
+//   inline     READ of B bytes, reply copied out of the receive buffer
+//   preposted  READ of B bytes, payload received straight into the caller's buffer
+// For each: mean / p50 / p99 latency in microseconds and the server's CPU microseconds
+// per operation (from its per-thread accounting, STATS cpu_us.total). Prints a table, and
+// JSON (to stdout, or to --json FILE).
+#include <fcntl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+
+namespace {
+
+struct Result {
+  std::string mechanism;
+  double mean_us = 0, p50_us = 0, p99_us = 0, server_cpu_us_per_op = 0;
+  size_t ops = 0;
+};
+
+uint64_t server_cpu_us(odafs::Client& c) {
+  for (const auto& [name, value] : c.server_stats()) {
+    if (name == "cpu_us.total") return value;
+  }
+  return 0;
+}
+
+Result measure(odafs::Client& c, const std::string& name, size_t iters,
+               const std::function<void(size_t)>& op) {
+  std::vector<double> lat(iters);
+  for (size_t i = 0; i < std::min<size_t>(iters / 10 + 1, 1000); ++i) op(i);  // warm up
+  uint64_t cpu0 = server_cpu_us(c);
+  for (size_t i = 0; i < iters; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    op(i);
+    lat[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                 .count();
+  }
+  uint64_t cpu1 = server_cpu_us(c);
+  Result r;
+  r.mechanism = name;
+  r.ops = iters;
+  double sum = 0;
+  for (double v : lat) sum += v;
+  std::sort(lat.begin(), lat.end());
+  r.mean_us = sum / static_cast<double>(iters);
+  r.p50_us = lat[iters / 2];
+  r.p99_us = lat[std::min(iters - 1, iters * 99 / 100)];
+  // The STATS call itself costs a little server CPU; it is one call against `iters`.
+  r.server_cpu_us_per_op = static_cast<double>(cpu1 - cpu0) / static_cast<double>(iters);
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string url, json_path;
+  size_t iters = 20000, file_mb = 4, block = 4096;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--url") url = next();
+    else if (a == "--iters") iters = std::stoul(next());
+    else if (a == "--file-mb") file_mb = std::stoul(next());
+    else if (a == "--block") block = std::stoul(next());
+    else if (a == "--json") json_path = next();
+    else {
+      std::fprintf(stderr,
+                   "usage: odafs-latency --url URL [--iters N] [--file-mb M] [--block B] "
+                   "[--json FILE]\n");
+      return 2;
+    }
+  }
+  if (url.empty() || iters == 0 || block == 0) {
+    std::fprintf(stderr, "odafs-latency: --url is required\n");
+    return 2;
+  }
+  try {
+    auto client = odafs::Client::mount(url);
+    const std::string path = "/odafs-latency.dat";
+    const size_t file_bytes = file_mb << 20;
+    {
+      odafs::File f = client->open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+      std::vector<char> data(1 << 20);
+      std::mt19937_64 rng(42);
+      for (auto& ch : data) ch = static_cast<char>(rng());
+      for (size_t off = 0; off < file_bytes; off += data.size()) {
+        f.pwrite(data.data(), std::min(data.size(), file_bytes - off), off);
+      }
+      f.close();
+    }
+    odafs::File f = client->open(path, O_RDONLY);
+    std::vector<char> buf(block);
+    const size_t blocks = std::max<size_t>(file_bytes / block, 1);
+    for (size_t i = 0; i < blocks; ++i) f.pread(buf.data(), block, i * block);  // warm server
+
+    std::vector<Result> results;
+    results.push_back(measure(*client, "null", iters, [&](size_t) { client->ping(); }));
+    auto read_op = [&](size_t i) {
+      if (f.pread(buf.data(), block, (i % blocks) * block) != block) {
+        throw odafs::Error(EIO, "short read");
+      }
+    };
+    client->set_read_mode(odafs::ReadMode::kInline);
+    results.push_back(measure(*client, "rpc_inline", iters, read_op));
+    client->set_read_mode(odafs::ReadMode::kPrePosted);
+    results.push_back(measure(*client, "rpc_preposted", iters, read_op));
+    f.close();
+    client->unlink(path);
+
+    std::printf("%-14s %10s %10s %10s %18s\n", "mechanism", "mean_us", "p50_us", "p99_us",
+                "server_cpu_us/op");
+    for (const Result& r : results) {
+      std::printf("%-14s %10.1f %10.1f %10.1f %18.1f\n", r.mechanism.c_str(), r.mean_us, r.p50_us,
+                  r.p99_us, r.server_cpu_us_per_op);
+    }
+    std::string json = "[\n";
+    for (size_t i = 0; i < results.size(); ++i) {
+      const Result& r = results[i];
+      char line[512];
+      std::snprintf(line, sizeof line,
+                    "  {\"mechanism\": \"%s\", \"block_bytes\": %zu, \"ops\": %zu, "
+                    "\"mean_us\": %.2f, \"p50_us\": %.2f, \"p99_us\": %.2f, "
+                    "\"server_cpu_us_per_op\": %.2f}%s\n",
+                    r.mechanism.c_str(), r.mechanism == "null" ? size_t{0} : block, r.ops,
+                    r.mean_us, r.p50_us, r.p99_us, r.server_cpu_us_per_op,
+                    i + 1 < results.size() ? "," : "");
+      json += line;
+    }
+    json += "]\n";
+    if (json_path.empty()) {
+      std::printf("%s", json.c_str());
+    } else {
+      std::ofstream(json_path) << json;
+      std::printf("JSON written to %s\n", json_path.c_str());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "odafs-latency: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

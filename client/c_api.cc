@@ -1,0 +1,241 @@
+// The C API: a thin shell over odafs::Client that turns exceptions into errno.
+#include "client/odafs.h"
+
+#include <dirent.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "client/client.h"
+
+struct odafs_client {
+  std::unique_ptr<odafs::Client> impl;
+};
+struct odafs_file {
+  odafs::File impl;
+};
+
+namespace {
+
+// Runs fn, mapping any exception to -1 with errno; returns fn's value otherwise.
+template <class Fn>
+auto guarded(Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const odafs::Error& e) {
+    errno = e.errno_value();
+  } catch (const std::bad_alloc&) {
+    errno = ENOMEM;
+  } catch (const std::system_error& e) {
+    errno = e.code().value() ? e.code().value() : EIO;
+  } catch (...) {
+    errno = EIO;
+  }
+  return static_cast<decltype(fn())>(-1);
+}
+
+void to_stat(const odafs::Attr& a, struct stat* st) {
+  std::memset(st, 0, sizeof *st);
+  mode_t type = S_IFREG;
+  switch (a.type) {
+    case odafs::FileType::kDirectory: type = S_IFDIR; break;
+    case odafs::FileType::kSymlink: type = S_IFLNK; break;
+    case odafs::FileType::kBlock: type = S_IFBLK; break;
+    case odafs::FileType::kChar: type = S_IFCHR; break;
+    case odafs::FileType::kSocket: type = S_IFSOCK; break;
+    case odafs::FileType::kFifo: type = S_IFIFO; break;
+    default: break;
+  }
+  st->st_mode = type | a.mode;
+  st->st_nlink = a.nlink;
+  st->st_uid = a.uid;
+  st->st_gid = a.gid;
+  st->st_size = static_cast<off_t>(a.size);
+  st->st_blocks = static_cast<blkcnt_t>((a.used + 511) / 512);
+  st->st_blksize = 4096;
+  st->st_ino = a.fileid;
+  st->st_atim = a.atime;
+  st->st_mtim = a.mtime;
+  st->st_ctim = a.ctime;
+}
+
+unsigned char dtype(odafs::FileType t) {
+  switch (t) {
+    case odafs::FileType::kDirectory: return DT_DIR;
+    case odafs::FileType::kSymlink: return DT_LNK;
+    case odafs::FileType::kBlock: return DT_BLK;
+    case odafs::FileType::kChar: return DT_CHR;
+    case odafs::FileType::kSocket: return DT_SOCK;
+    case odafs::FileType::kFifo: return DT_FIFO;
+    default: return DT_REG;
+  }
+}
+
+bool null_arg(const void* p) {
+  if (p != nullptr) return false;
+  errno = EINVAL;
+  return true;
+}
+
+}  // namespace
+
+extern "C" {
+
+odafs_client* odafs_mount(const char* url) {
+  if (null_arg(url)) return nullptr;
+  odafs_client* c = nullptr;
+  guarded([&] {
+    c = new odafs_client{odafs::Client::mount(url)};
+    return 0;
+  });
+  return c;
+}
+
+void odafs_unmount(odafs_client* client) { delete client; }
+
+int odafs_set_read_mode(odafs_client* client, enum odafs_read_mode mode) {
+  if (null_arg(client)) return -1;
+  client->impl->set_read_mode(mode == ODAFS_READ_INLINE ? odafs::ReadMode::kInline
+                                                        : odafs::ReadMode::kPrePosted);
+  return 0;
+}
+
+odafs_file* odafs_open(odafs_client* client, const char* path, int flags, mode_t mode) {
+  if (null_arg(client) || null_arg(path)) return nullptr;
+  odafs_file* f = nullptr;
+  guarded([&] {
+    f = new odafs_file{client->impl->open(path, flags, mode)};
+    return 0;
+  });
+  return f;
+}
+
+int odafs_close(odafs_file* file) {
+  if (null_arg(file)) return -1;
+  int rc = guarded([&] {
+    file->impl.close();
+    return 0;
+  });
+  int saved = errno;
+  delete file;
+  errno = saved;
+  return rc;
+}
+
+ssize_t odafs_pread(odafs_file* file, void* buf, size_t len, off_t offset) {
+  if (null_arg(file) || (len > 0 && null_arg(buf))) return -1;
+  if (offset < 0) return errno = EINVAL, -1;
+  return guarded([&] {
+    return static_cast<ssize_t>(file->impl.pread(buf, len, static_cast<uint64_t>(offset)));
+  });
+}
+
+ssize_t odafs_pwrite(odafs_file* file, const void* buf, size_t len, off_t offset) {
+  if (null_arg(file) || (len > 0 && null_arg(buf))) return -1;
+  if (offset < 0) return errno = EINVAL, -1;
+  return guarded([&] {
+    return static_cast<ssize_t>(file->impl.pwrite(buf, len, static_cast<uint64_t>(offset)));
+  });
+}
+
+int odafs_fsync(odafs_file* file) {
+  if (null_arg(file)) return -1;
+  return guarded([&] {
+    file->impl.fsync();
+    return 0;
+  });
+}
+
+int odafs_ftruncate(odafs_file* file, off_t size) {
+  if (null_arg(file)) return -1;
+  if (size < 0) return errno = EINVAL, -1;
+  return guarded([&] {
+    file->impl.truncate(static_cast<uint64_t>(size));
+    return 0;
+  });
+}
+
+int odafs_fstat(odafs_file* file, struct stat* st) {
+  if (null_arg(file) || null_arg(st)) return -1;
+  return guarded([&] {
+    to_stat(file->impl.stat(), st);
+    return 0;
+  });
+}
+
+int odafs_stat(odafs_client* client, const char* path, struct stat* st) {
+  if (null_arg(client) || null_arg(path) || null_arg(st)) return -1;
+  return guarded([&] {
+    to_stat(client->impl->stat(path), st);
+    return 0;
+  });
+}
+
+int odafs_lstat(odafs_client* client, const char* path, struct stat* st) {
+  if (null_arg(client) || null_arg(path) || null_arg(st)) return -1;
+  return guarded([&] {
+    to_stat(client->impl->lstat(path), st);
+    return 0;
+  });
+}
+
+#define ODAFS_PATH_CALL(call)                           \
+  if (null_arg(client) || null_arg(path)) return -1;    \
+  return guarded([&] {                                  \
+    call;                                               \
+    return 0;                                           \
+  })
+
+int odafs_mkdir(odafs_client* client, const char* path, mode_t mode) {
+  ODAFS_PATH_CALL(client->impl->mkdir(path, mode));
+}
+int odafs_rmdir(odafs_client* client, const char* path) {
+  ODAFS_PATH_CALL(client->impl->rmdir(path));
+}
+int odafs_unlink(odafs_client* client, const char* path) {
+  ODAFS_PATH_CALL(client->impl->unlink(path));
+}
+int odafs_truncate(odafs_client* client, const char* path, off_t size) {
+  if (size < 0) return errno = EINVAL, -1;
+  ODAFS_PATH_CALL(client->impl->truncate(path, static_cast<uint64_t>(size)));
+}
+int odafs_chmod(odafs_client* client, const char* path, mode_t mode) {
+  ODAFS_PATH_CALL(client->impl->chmod(path, mode));
+}
+int odafs_symlink(odafs_client* client, const char* target, const char* path) {
+  if (null_arg(target)) return -1;
+  ODAFS_PATH_CALL(client->impl->symlink(target, path));
+}
+int odafs_rename(odafs_client* client, const char* from, const char* to) {
+  if (null_arg(client) || null_arg(from) || null_arg(to)) return -1;
+  return guarded([&] {
+    client->impl->rename(from, to);
+    return 0;
+  });
+}
+
+ssize_t odafs_readlink(odafs_client* client, const char* path, char* buf, size_t len) {
+  if (null_arg(client) || null_arg(path) || null_arg(buf)) return -1;
+  return guarded([&] {
+    std::string target = client->impl->readlink(path);
+    size_t n = std::min(len, target.size());
+    std::memcpy(buf, target.data(), n);
+    return static_cast<ssize_t>(n);
+  });
+}
+
+int odafs_readdir(odafs_client* client, const char* path, odafs_dir_fn fn, void* ctx) {
+  if (null_arg(client) || null_arg(path) || null_arg(reinterpret_cast<const void*>(fn))) {
+    return -1;
+  }
+  return guarded([&] {
+    for (const odafs::DirEntry& e : client->impl->readdir(path)) {
+      int rc = fn(ctx, e.name.c_str(), dtype(e.type), e.fileid);
+      if (rc != 0) return rc;
+    }
+    return 0;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,736 @@
+#include "client/client.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "client/url.h"
+#include "rpc/client_channel.h"
+#include "rpc/log.h"
+#include "rpc/odafs_prot.h"
+#include "rpc/status.h"
+#include "rpc/xdr_util.h"
+
+namespace odafs {
+namespace {
+
+using rpc::to_xdrproc;
+
+// READ reply bytes before the payload when the call succeeds: accepted reply header
+// (XID .. accept_stat), status, attributes (fixed size), eof, payload length.
+constexpr size_t kFattrWireBytes = 80;
+constexpr size_t kReadReplyHeaderBytes =
+    rpc::Channel::kAcceptedReplyHeaderBytes + 4 + kFattrWireBytes + 4 + 4;
+
+constexpr int kMaxSymlinkHops = 40;
+constexpr size_t kLargestRecord = (16u << 20) + 8192;  // odafsd's largest --max-io + slack
+
+[[noreturn]] void fail(int err, const std::string& what) {
+  throw Error(err, what + ": " + std::strerror(err));
+}
+
+void check(int status, const std::string& what) {
+  if (status != ODAFS_OK) fail(errno_from_status(status), what);
+}
+
+FileType file_type(odafs_ftype t) {
+  switch (t) {
+    case ODAFS_DIR: return FileType::kDirectory;
+    case ODAFS_LNK: return FileType::kSymlink;
+    case ODAFS_BLK: return FileType::kBlock;
+    case ODAFS_CHR: return FileType::kChar;
+    case ODAFS_SOCK: return FileType::kSocket;
+    case ODAFS_FIFO: return FileType::kFifo;
+    default: return FileType::kRegular;
+  }
+}
+
+Attr to_attr(const odafs_fattr& a) {
+  Attr out;
+  out.type = file_type(a.type);
+  out.mode = a.mode;
+  out.nlink = a.nlink;
+  out.uid = a.uid;
+  out.gid = a.gid;
+  out.size = a.size;
+  out.used = a.used;
+  out.fileid = a.fileid;
+  out.atime = {static_cast<time_t>(a.atime.seconds), static_cast<long>(a.atime.nseconds)};
+  out.mtime = {static_cast<time_t>(a.mtime.seconds), static_cast<long>(a.mtime.nseconds)};
+  out.ctime = {static_cast<time_t>(a.ctime.seconds), static_cast<long>(a.ctime.nseconds)};
+  return out;
+}
+
+void put_fh(char* dst, const Handle& h) { std::memcpy(dst, h.data(), h.size()); }
+Handle get_fh(const char* src) {
+  Handle h;
+  std::memcpy(h.data(), src, h.size());
+  return h;
+}
+
+// Frees what decoding a result allocated, whatever path leaves the scope.
+template <class T>
+struct XdrFree {
+  xdrproc_t proc;
+  T* obj;
+  ~XdrFree() { xdr_free(proc, reinterpret_cast<char*>(obj)); }
+};
+
+void check_name(const std::string& name) {
+  if (name.size() > ODAFS_MAXNAMLEN) fail(ENAMETOOLONG, name.substr(0, 32) + "...");
+}
+
+// Components of a symlink target, ".." kept (the server resolves it, clamped at root).
+std::vector<std::string> raw_components(const std::string& path) {
+  std::vector<std::string> parts;
+  size_t pos = 0;
+  while (pos <= path.size()) {
+    size_t end = path.find('/', pos);
+    if (end == std::string::npos) end = path.size();
+    std::string part = path.substr(pos, end - pos);
+    pos = end + 1;
+    if (!part.empty() && part != ".") parts.push_back(std::move(part));
+  }
+  return parts;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- Client: connection
+
+Client::Client(const std::string& url, MountOptions options)
+    : url_(url), options_(options) {}
+
+Client::~Client() = default;
+
+std::unique_ptr<Client> Client::mount(const std::string& url, MountOptions options) {
+  Url parsed;
+  try {
+    parsed = parse_url(url);
+  } catch (const std::invalid_argument& e) {
+    throw Error(EINVAL, e.what());
+  }
+  std::unique_ptr<Client> client(new Client(url, options));
+  client->mount_path_ = parsed.path;
+  client->channel();  // connects and mounts
+  return client;
+}
+
+std::shared_ptr<rpc::Channel> Client::channel() {
+  std::lock_guard lock(channel_mu_);
+  if (channel_ && !channel_->broken()) return channel_;
+  Url parsed = parse_url(url_);
+  rpc::Channel::Options o;
+  o.program = ODAFS_PROGRAM;
+  o.version = ODAFS_V1;
+  o.max_record = kLargestRecord;
+  o.timeout_ms = options_.timeout_ms;
+  if (options_.auth_sys) {
+    rpc::AuthSysCred cred;
+    cred.uid = getuid();
+    cred.gid = getgid();
+    char host[256] = "localhost";
+    gethostname(host, sizeof host - 1);
+    cred.machine = host;
+    gid_t groups[16];
+    int n = getgroups(16, groups);
+    for (int i = 0; i < n; ++i) cred.gids.push_back(groups[i]);
+    o.auth = cred;
+  }
+  std::shared_ptr<rpc::Channel> ch;
+  try {
+    ch = std::make_shared<rpc::Channel>(parsed.server, o);
+  } catch (const std::system_error& e) {
+    throw Error(e.code().value() ? e.code().value() : ECONNREFUSED, e.what());
+  }
+  // (Re)mount: after a server restart the old root handle is stale.
+  mount_args args{};
+  args.path = mount_path_.data();
+  mount_res res{};
+  XdrFree<mount_res> guard{to_xdrproc(xdr_mount_res), &res};
+  try {
+    ch->call(ODAFSPROC_MOUNT, to_xdrproc(xdr_mount_args), &args, to_xdrproc(xdr_mount_res),
+             &res);
+  } catch (const rpc::RpcError& e) {
+    throw Error(e.code().value(), std::string("mount ") + url_ + ": " + e.what());
+  }
+  check(res.status, "mount " + url_);
+  const mount_ok& ok = res.mount_res_u.ok;
+  root_ = get_fh(ok.root);
+  limits_.block_size = ok.block_size;
+  limits_.max_read = std::max<uint32_t>(ok.max_read, 4096);
+  limits_.max_write = std::max<uint32_t>(ok.max_write, 4096);
+  std::memcpy(limits_.write_verifier.data(), ok.write_verf, limits_.write_verifier.size());
+  channel_ = ch;
+  return channel_;
+}
+
+template <class Fn>
+auto Client::with_channel(bool idempotent, Fn&& fn)
+    -> decltype(fn(std::declval<rpc::Channel&>())) {
+  for (int attempt = 0;; ++attempt) {
+    std::shared_ptr<rpc::Channel> ch = channel();
+    try {
+      return fn(*ch);
+    } catch (const rpc::RpcError& e) {
+      bool lost = e.kind() == rpc::RpcError::Kind::kTransport && ch->broken();
+      if (lost && idempotent && attempt == 0) {
+        ODAFS_LOG_WARN("odafs: connection lost (%s); reconnecting", e.what());
+        continue;
+      }
+      throw Error(e.code().value(), e.what());
+    }
+  }
+}
+
+Handle Client::root() const {
+  std::lock_guard lock(const_cast<std::mutex&>(channel_mu_));
+  return root_;
+}
+
+// ---------------------------------------------------------------- Client: handle calls
+
+std::pair<Handle, Attr> Client::lookup(const Handle& dir, const std::string& name) {
+  check_name(name);
+  return with_channel(true, [&](rpc::Channel& ch) {
+    diropargs args{};
+    put_fh(args.dir, dir);
+    args.name = const_cast<char*>(name.c_str());
+    dirop_res res{};
+    ch.call(ODAFSPROC_LOOKUP, to_xdrproc(xdr_diropargs), &args, to_xdrproc(xdr_dirop_res), &res);
+    check(res.status, "lookup " + name);
+    return std::make_pair(get_fh(res.dirop_res_u.ok.fh), to_attr(res.dirop_res_u.ok.attr));
+  });
+}
+
+Attr Client::getattr(const Handle& fh) {
+  return with_channel(true, [&](rpc::Channel& ch) {
+    getattr_args args{};
+    put_fh(args.fh, fh);
+    attr_res res{};
+    ch.call(ODAFSPROC_GETATTR, to_xdrproc(xdr_getattr_args), &args, to_xdrproc(xdr_attr_res),
+            &res);
+    check(res.status, "getattr");
+    return to_attr(res.attr_res_u.attr);
+  });
+}
+
+size_t Client::read_chunk(rpc::Call& call, const Handle& fh, void* buf, size_t len,
+                          uint64_t offset, bool* eof) {
+  read_args args{};
+  put_fh(args.fh, fh);
+  args.offset = offset;
+  args.count = static_cast<u_int>(len);
+  return with_channel(true, [&](rpc::Channel& ch) -> size_t {
+    if (options_.read_mode == ReadMode::kPrePosted) call.post(buf, len, kReadReplyHeaderBytes);
+    ch.start(call, ODAFSPROC_READ, to_xdrproc(xdr_read_args), &args);
+    XDR x;
+    ch.wait(call, &x);
+    odafs_stat status;
+    odafs_fattr attr;
+    bool_t at_eof = FALSE;
+    u_int n = 0;
+    if (!xdr_odafs_stat(&x, &status)) fail(EPROTO, "read: malformed reply");
+    check(status, "read");
+    if (!xdr_odafs_fattr(&x, &attr) || !xdr_bool(&x, &at_eof) || !xdr_u_int(&x, &n) || n > len) {
+      fail(EPROTO, "read: malformed reply");
+    }
+    if (std::optional<size_t> posted = call.posted_length()) {
+      if (*posted != n) fail(EPROTO, "read: posted length mismatch");
+    } else if (!xdr_opaque(&x, static_cast<char*>(buf), n)) {
+      fail(EPROTO, "read: truncated reply");
+    }
+    *eof = at_eof;
+    return n;
+  });
+}
+
+size_t Client::read(const Handle& fh, void* buf, size_t len, uint64_t offset, bool* eof) {
+  thread_local rpc::Call call;
+  size_t done = 0;
+  *eof = false;
+  while (done < len && !*eof) {
+    size_t chunk = std::min<size_t>(len - done, limits_.max_read);
+    size_t n = read_chunk(call, fh, static_cast<char*>(buf) + done, chunk, offset + done, eof);
+    done += n;
+    if (n < chunk) break;
+  }
+  return done;
+}
+
+size_t Client::write(const Handle& fh, const void* buf, size_t len, uint64_t offset,
+                     Stability how, WriteVerifier* verf, int* committed) {
+  return with_channel(true, [&](rpc::Channel& ch) {
+    write_args args{};
+    put_fh(args.fh, fh);
+    args.offset = offset;
+    args.stable = static_cast<odafs_stable_how>(how);
+    args.data.data_len = static_cast<u_int>(len);
+    args.data.data_val = static_cast<char*>(const_cast<void*>(buf));
+    write_res res{};
+    ch.call(ODAFSPROC_WRITE, to_xdrproc(xdr_write_args), &args, to_xdrproc(xdr_write_res), &res);
+    check(res.status, "write");
+    std::memcpy(verf->data(), res.write_res_u.ok.verf, verf->size());
+    *committed = res.write_res_u.ok.committed;
+    if (res.write_res_u.ok.count == 0 && len > 0) fail(EIO, "write: server wrote nothing");
+    return static_cast<size_t>(res.write_res_u.ok.count);
+  });
+}
+
+WriteVerifier Client::commit(const Handle& fh) {
+  return with_channel(true, [&](rpc::Channel& ch) {
+    commit_args args{};
+    put_fh(args.fh, fh);
+    commit_res res{};
+    ch.call(ODAFSPROC_COMMIT, to_xdrproc(xdr_commit_args), &args, to_xdrproc(xdr_commit_res),
+            &res);
+    check(res.status, "commit");
+    WriteVerifier v;
+    std::memcpy(v.data(), res.commit_res_u.verf, v.size());
+    return v;
+  });
+}
+
+void Client::setattr_size(const Handle& fh, uint64_t size) {
+  with_channel(true, [&](rpc::Channel& ch) {
+    setattr_args args{};
+    put_fh(args.fh, fh);
+    args.size.set = TRUE;
+    args.size.odafs_set_u64_u.value = size;
+    attr_res res{};
+    ch.call(ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args, to_xdrproc(xdr_attr_res),
+            &res);
+    check(res.status, "truncate");
+  });
+}
+
+// ---------------------------------------------------------------- Client: paths
+
+std::pair<Handle, Attr> Client::resolve(const std::string& path, bool follow_last) {
+  std::vector<std::string> todo = split_path(path);
+  std::reverse(todo.begin(), todo.end());  // a stack: back() is the next component
+  Handle cur = root();
+  std::optional<Attr> attr;
+  int hops = 0;
+  while (!todo.empty()) {
+    std::string name = std::move(todo.back());
+    todo.pop_back();
+    auto [h, a] = lookup(cur, name);
+    if (a.type == FileType::kSymlink && (!todo.empty() || follow_last)) {
+      if (++hops > kMaxSymlinkHops) fail(ELOOP, path);
+      std::string target = readlink_handle(h);
+      std::vector<std::string> more = raw_components(target);
+      for (auto it = more.rbegin(); it != more.rend(); ++it) todo.push_back(*it);
+      if (!target.empty() && target[0] == '/') cur = root();
+      attr.reset();
+      continue;
+    }
+    cur = h;
+    attr = a;
+  }
+  if (!attr) attr = getattr(cur);
+  return {cur, *attr};
+}
+
+std::pair<Handle, std::string> Client::resolve_parent(const std::string& path) {
+  std::vector<std::string> parts = split_path(path);
+  if (parts.empty()) fail(EINVAL, "the mount root has no parent: " + path);
+  std::string name = parts.back();
+  parts.pop_back();
+  std::string dir_path;
+  for (const std::string& p : parts) dir_path += "/" + p;
+  auto [dir, attr] = resolve(dir_path, true);
+  if (attr.type != FileType::kDirectory) fail(ENOTDIR, dir_path);
+  check_name(name);
+  return {dir, name};
+}
+
+std::string Client::readlink_handle(const Handle& fh) {
+  return with_channel(true, [&](rpc::Channel& ch) {
+    getattr_args args{};
+    put_fh(args.fh, fh);
+    readlink_res res{};
+    XdrFree<readlink_res> guard{to_xdrproc(xdr_readlink_res), &res};
+    ch.call(ODAFSPROC_READLINK, to_xdrproc(xdr_getattr_args), &args,
+            to_xdrproc(xdr_readlink_res), &res);
+    check(res.status, "readlink");
+    return std::string(res.readlink_res_u.target);
+  });
+}
+
+File Client::open(const std::string& path, int flags, mode_t mode) {
+  Handle fh;
+  Attr attr;
+  bool created = false;
+  if (flags & O_CREAT) {
+    auto [dir, name] = resolve_parent(path);
+    try {
+      std::tie(fh, attr) = with_channel(false, [&](rpc::Channel& ch) {
+        create_args args{};
+        put_fh(args.dir, dir);
+        args.name = name.data();
+        args.mode = mode & 07777;
+        args.how = (flags & O_EXCL) ? ODAFS_CREATE_EXCLUSIVE : ODAFS_CREATE_UNCHECKED;
+        dirop_res res{};
+        ch.call(ODAFSPROC_CREATE, to_xdrproc(xdr_create_args), &args, to_xdrproc(xdr_dirop_res),
+                &res);
+        check(res.status, "create " + path);
+        return std::make_pair(get_fh(res.dirop_res_u.ok.fh), to_attr(res.dirop_res_u.ok.attr));
+      });
+      created = true;
+    } catch (const Error& e) {
+      // A symlink at the name: POSIX open(O_CREAT) without O_EXCL follows it.
+      if (e.errno_value() != EEXIST || (flags & O_EXCL)) throw;
+    }
+  }
+  if (!created) std::tie(fh, attr) = resolve(path, true);
+  int access = flags & O_ACCMODE;
+  if (attr.type == FileType::kDirectory && access != O_RDONLY) fail(EISDIR, path);
+  if ((flags & O_DIRECTORY) && attr.type != FileType::kDirectory) fail(ENOTDIR, path);
+  if ((flags & O_TRUNC) && access != O_RDONLY && attr.type == FileType::kRegular && attr.size) {
+    setattr_size(fh, 0);
+  }
+  return File(this, fh, path, flags);
+}
+
+Attr Client::stat(const std::string& path) { return resolve(path, true).second; }
+Attr Client::lstat(const std::string& path) { return resolve(path, false).second; }
+
+void Client::mkdir(const std::string& path, mode_t mode) {
+  auto [dir, name] = resolve_parent(path);
+  with_channel(false, [&](rpc::Channel& ch) {
+    mkdir_args args{};
+    put_fh(args.dir, dir);
+    args.name = name.data();
+    args.mode = mode & 07777;
+    dirop_res res{};
+    ch.call(ODAFSPROC_MKDIR, to_xdrproc(xdr_mkdir_args), &args, to_xdrproc(xdr_dirop_res), &res);
+    check(res.status, "mkdir " + path);
+  });
+}
+
+void Client::rmdir(const std::string& path) {
+  auto [dir, name] = resolve_parent(path);
+  with_channel(false, [&](rpc::Channel& ch) {
+    diropargs args{};
+    put_fh(args.dir, dir);
+    args.name = name.data();
+    stat_res res{};
+    ch.call(ODAFSPROC_RMDIR, to_xdrproc(xdr_diropargs), &args, to_xdrproc(xdr_stat_res), &res);
+    check(res.status, "rmdir " + path);
+  });
+}
+
+void Client::unlink(const std::string& path) {
+  auto [dir, name] = resolve_parent(path);
+  with_channel(false, [&](rpc::Channel& ch) {
+    diropargs args{};
+    put_fh(args.dir, dir);
+    args.name = name.data();
+    stat_res res{};
+    ch.call(ODAFSPROC_REMOVE, to_xdrproc(xdr_diropargs), &args, to_xdrproc(xdr_stat_res), &res);
+    check(res.status, "unlink " + path);
+  });
+}
+
+void Client::rename(const std::string& from, const std::string& to) {
+  auto [from_dir, from_name] = resolve_parent(from);
+  auto [to_dir, to_name] = resolve_parent(to);
+  with_channel(false, [&](rpc::Channel& ch) {
+    rename_args args{};
+    put_fh(args.from_dir, from_dir);
+    args.from_name = from_name.data();
+    put_fh(args.to_dir, to_dir);
+    args.to_name = to_name.data();
+    stat_res res{};
+    ch.call(ODAFSPROC_RENAME, to_xdrproc(xdr_rename_args), &args, to_xdrproc(xdr_stat_res), &res);
+    check(res.status, "rename " + from + " to " + to);
+  });
+}
+
+std::vector<DirEntry> Client::readdir(const std::string& path) {
+  auto [dir, attr] = resolve(path, true);
+  if (attr.type != FileType::kDirectory) fail(ENOTDIR, path);
+  std::vector<DirEntry> out;
+  uint64_t cookie = 0;
+  for (bool eof = false; !eof;) {
+    with_channel(true, [&](rpc::Channel& ch) {
+      readdir_args args{};
+      put_fh(args.dir, dir);
+      args.cookie = cookie;
+      args.max_bytes = 64 * 1024;
+      readdir_res res{};
+      XdrFree<readdir_res> guard{to_xdrproc(xdr_readdir_res), &res};
+      ch.call(ODAFSPROC_READDIR, to_xdrproc(xdr_readdir_args), &args,
+              to_xdrproc(xdr_readdir_res), &res);
+      check(res.status, "readdir " + path);
+      const readdir_ok& ok = res.readdir_res_u.ok;
+      for (u_int i = 0; i < ok.entries.entries_len; ++i) {
+        const odafs_dirent& e = ok.entries.entries_val[i];
+        out.push_back(DirEntry{e.name, file_type(e.type), e.fileid});
+        cookie = e.cookie;
+      }
+      eof = ok.eof || ok.entries.entries_len == 0;
+    });
+  }
+  return out;
+}
+
+void Client::truncate(const std::string& path, uint64_t size) {
+  auto [fh, attr] = resolve(path, true);
+  if (attr.type == FileType::kDirectory) fail(EISDIR, path);
+  setattr_size(fh, size);
+}
+
+void Client::chmod(const std::string& path, mode_t mode) {
+  auto [fh, attr] = resolve(path, true);
+  with_channel(true, [&](rpc::Channel& ch) {
+    setattr_args args{};
+    put_fh(args.fh, fh);
+    args.mode.set = TRUE;
+    args.mode.odafs_set_u32_u.value = mode & 07777;
+    attr_res res{};
+    ch.call(ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args, to_xdrproc(xdr_attr_res),
+            &res);
+    check(res.status, "chmod " + path);
+  });
+}
+
+void Client::symlink(const std::string& target, const std::string& path) {
+  auto [dir, name] = resolve_parent(path);
+  with_channel(false, [&](rpc::Channel& ch) {
+    symlink_args args{};
+    put_fh(args.dir, dir);
+    args.name = name.data();
+    args.target = const_cast<char*>(target.c_str());
+    dirop_res res{};
+    ch.call(ODAFSPROC_SYMLINK, to_xdrproc(xdr_symlink_args), &args, to_xdrproc(xdr_dirop_res),
+            &res);
+    check(res.status, "symlink " + path);
+  });
+}
+
+std::string Client::readlink(const std::string& path) {
+  auto [fh, attr] = resolve(path, false);
+  if (attr.type != FileType::kSymlink) fail(EINVAL, path);
+  return readlink_handle(fh);
+}
+
+FsStat Client::statfs() {
+  Handle r = root();
+  return with_channel(true, [&](rpc::Channel& ch) {
+    getattr_args args{};
+    put_fh(args.fh, r);
+    fsstat_res res{};
+    ch.call(ODAFSPROC_FSSTAT, to_xdrproc(xdr_getattr_args), &args, to_xdrproc(xdr_fsstat_res),
+            &res);
+    check(res.status, "statfs");
+    const fsstat_ok& ok = res.fsstat_res_u.ok;
+    return FsStat{ok.total_bytes, ok.free_bytes, ok.avail_bytes, ok.total_files,
+                  ok.free_files,  ok.block_size, ok.max_name};
+  });
+}
+
+void Client::ping() {
+  with_channel(true, [&](rpc::Channel& ch) {
+    ch.call(ODAFSPROC_NULL, to_xdrproc(rpc::xdr_nothing), nullptr, to_xdrproc(rpc::xdr_nothing),
+            nullptr);
+  });
+}
+
+std::vector<std::pair<std::string, uint64_t>> Client::server_stats() {
+  return with_channel(true, [&](rpc::Channel& ch) {
+    stats_res res{};
+    XdrFree<stats_res> guard{to_xdrproc(xdr_stats_res), &res};
+    ch.call(ODAFSPROC_STATS, to_xdrproc(rpc::xdr_nothing), nullptr, to_xdrproc(xdr_stats_res),
+            &res);
+    std::vector<std::pair<std::string, uint64_t>> out;
+    for (u_int i = 0; i < res.counters.counters_len; ++i) {
+      out.emplace_back(res.counters.counters_val[i].name, res.counters.counters_val[i].value);
+    }
+    return out;
+  });
+}
+
+void Client::read_batch(std::span<ReadRequest> requests) {
+  struct Piece {
+    ReadRequest* req;
+    char* buf;
+    size_t len;
+    uint64_t offset;
+  };
+  std::vector<Piece> pieces;
+  for (ReadRequest& r : requests) {
+    r.result = 0;
+    r.error = 0;
+    for (size_t done = 0; done < r.len;) {
+      size_t chunk = std::min<size_t>(r.len - done, limits_.max_read);
+      pieces.push_back({&r, static_cast<char*>(r.buf) + done, chunk, r.offset + done});
+      done += chunk;
+    }
+  }
+  constexpr size_t kWindow = 64;  // calls in flight at once
+  std::vector<std::unique_ptr<rpc::Call>> calls(std::min(kWindow, pieces.size()));
+  for (auto& c : calls) c = std::make_unique<rpc::Call>();
+  std::shared_ptr<rpc::Channel> ch = channel();
+  std::vector<read_args> args(pieces.size());
+  std::vector<bool> started(pieces.size(), false);
+  auto launch = [&](size_t i) {
+    Piece& p = pieces[i];
+    if (p.req->error != 0) return;
+    rpc::Call& call = *calls[i % calls.size()];
+    put_fh(args[i].fh, p.req->file->handle());
+    args[i].offset = p.offset;
+    args[i].count = static_cast<u_int>(p.len);
+    if (options_.read_mode == ReadMode::kPrePosted) call.post(p.buf, p.len, kReadReplyHeaderBytes);
+    try {
+      ch->start(call, ODAFSPROC_READ, to_xdrproc(xdr_read_args), &args[i]);
+      started[i] = true;
+    } catch (const rpc::RpcError& e) {
+      p.req->error = e.code().value();
+    }
+  };
+  for (size_t i = 0; i < calls.size(); ++i) launch(i);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    Piece& p = pieces[i];
+    if (started[i]) {
+      rpc::Call& call = *calls[i % calls.size()];
+      try {
+        XDR x;
+        ch->wait(call, &x);
+        odafs_stat status;
+        odafs_fattr attr;
+        bool_t eof;
+        u_int n = 0;
+        if (!xdr_odafs_stat(&x, &status)) fail(EPROTO, "read: malformed reply");
+        check(status, "read");
+        if (!xdr_odafs_fattr(&x, &attr) || !xdr_bool(&x, &eof) || !xdr_u_int(&x, &n) ||
+            n > p.len) {
+          fail(EPROTO, "read: malformed reply");
+        }
+        if (!call.posted_length() && !xdr_opaque(&x, p.buf, n)) fail(EPROTO, "read: truncated");
+        p.req->result += n;
+      } catch (const rpc::RpcError& e) {
+        p.req->error = e.code().value();
+      } catch (const Error& e) {
+        p.req->error = e.errno_value();
+      }
+    }
+    if (i + calls.size() < pieces.size()) launch(i + calls.size());
+  }
+}
+
+// ---------------------------------------------------------------- File
+
+File::File(Client* client, Handle fh, std::string path, int flags)
+    : client_(client), fh_(fh), path_(std::move(path)), flags_(flags) {}
+
+File::File(File&& other) noexcept { *this = std::move(other); }
+
+File& File::operator=(File&& other) noexcept {
+  if (this != &other) {
+    if (client_ != nullptr) {
+      try {
+        close();
+      } catch (const std::exception& e) {
+        ODAFS_LOG_WARN("odafs: closing %s: %s", path_.c_str(), e.what());
+      }
+    }
+    client_ = std::exchange(other.client_, nullptr);
+    fh_ = other.fh_;
+    path_ = std::move(other.path_);
+    flags_ = other.flags_;
+    unstable_ = other.unstable_;
+    verifier_ = other.verifier_;
+    verifier_changed_ = other.verifier_changed_;
+  }
+  return *this;
+}
+
+File::~File() {
+  if (client_ == nullptr) return;
+  try {
+    close();
+  } catch (const std::exception& e) {
+    ODAFS_LOG_WARN("odafs: closing %s: %s", path_.c_str(), e.what());
+  }
+}
+
+template <class Fn>
+auto File::retry_stale(Fn&& fn) -> decltype(fn()) {
+  if (client_ == nullptr) fail(EBADF, "file is closed");
+  try {
+    return fn();
+  } catch (const Error& e) {
+    if (e.errno_value() != ESTALE) throw;
+    // The server restarted or forgot the handle: find the file again by its path.
+    Handle fresh = client_->resolve(path_, true).first;
+    if (fresh == fh_) throw;
+    fh_ = fresh;
+    return fn();
+  }
+}
+
+size_t File::pread(void* buf, size_t len, uint64_t offset) {
+  if ((flags_ & O_ACCMODE) == O_WRONLY) fail(EBADF, "pread on a write-only file");
+  return retry_stale([&] {
+    bool eof = false;
+    return client_->read(fh_, buf, len, offset, &eof);
+  });
+}
+
+size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
+  if ((flags_ & O_ACCMODE) == O_RDONLY) fail(EBADF, "pwrite on a read-only file");
+  if (flags_ & O_APPEND) offset = stat().size;  // not atomic against other writers
+  return retry_stale([&] {
+    size_t done = 0;
+    while (done < len) {
+      size_t chunk = std::min<size_t>(len - done, client_->limits().max_write);
+      WriteVerifier verf;
+      int committed = 0;
+      size_t n = client_->write(fh_, static_cast<const char*>(buf) + done, chunk, offset + done,
+                                client_->options().stability, &verf, &committed);
+      if (committed == ODAFS_UNSTABLE) {
+        if (verifier_ && *verifier_ != verf) verifier_changed_ = true;
+        verifier_ = verf;
+        unstable_ = true;
+      }
+      done += n;
+    }
+    return done;
+  });
+}
+
+Attr File::stat() {
+  return retry_stale([&] { return client_->getattr(fh_); });
+}
+
+void File::truncate(uint64_t size) {
+  retry_stale([&] { client_->setattr_size(fh_, size); });
+}
+
+void File::fsync() {
+  if (!unstable_) return;
+  WriteVerifier v = retry_stale([&] { return client_->commit(fh_); });
+  bool lost = verifier_changed_ || (verifier_ && *verifier_ != v);
+  unstable_ = false;
+  verifier_changed_ = false;
+  verifier_.reset();
+  if (lost) {
+    fail(EIO, "commit " + path_ + ": the server restarted since an unstable write, which may be lost");
+  }
+}
+
+void File::close() {
+  if (client_ == nullptr) return;
+  try {
+    fsync();
+  } catch (...) {
+    client_ = nullptr;
+    throw;
+  }
+  client_ = nullptr;
+}
+
+}  // namespace odafs

@@ -1,0 +1,187 @@
+// odafs: command-line client.
+//
+//   odafs ls|stat|cat|mkdir|rm|rmdir URL
+//   odafs mv URL URL2            (same server)
+//   odafs put LOCAL URL          odafs get URL LOCAL
+//   odafs stats URL              (server counters)   odafs df URL     odafs ping URL
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+#include "client/url.h"
+
+namespace {
+
+[[noreturn]] void usage() {
+  std::fprintf(stderr,
+               "usage: odafs ls|stat|cat|mkdir|rm|rmdir|df|ping|stats URL\n"
+               "       odafs mv URL URL2\n"
+               "       odafs put LOCAL URL\n"
+               "       odafs get URL LOCAL\n"
+               "URL is odafs://HOST:PORT/PATH\n");
+  std::exit(2);
+}
+
+struct Target {
+  std::unique_ptr<odafs::Client> client;
+  std::string path;
+  std::string server;
+};
+
+Target open_target(const std::string& url) {
+  odafs::Url parsed;
+  try {
+    parsed = odafs::parse_url(url);
+  } catch (const std::exception& e) {
+    throw odafs::Error(EINVAL, e.what());
+  }
+  Target t;
+  t.server = parsed.server.to_string();
+  t.client = odafs::Client::mount("odafs://" + t.server + "/");
+  t.path = parsed.path;
+  return t;
+}
+
+const char* type_name(odafs::FileType t) {
+  switch (t) {
+    case odafs::FileType::kDirectory: return "directory";
+    case odafs::FileType::kSymlink: return "symlink";
+    case odafs::FileType::kRegular: return "file";
+    default: return "special";
+  }
+}
+
+void write_all(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    ssize_t k = ::write(fd, p, n);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      throw odafs::Error(errno, "write");
+    }
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+}
+
+int run(int argc, char** argv) {
+  if (argc < 3) usage();
+  std::string cmd = argv[1];
+  constexpr size_t kChunk = 1 << 20;
+  if (cmd == "ls") {
+    Target t = open_target(argv[2]);
+    odafs::Attr a = t.client->stat(t.path);
+    if (a.type != odafs::FileType::kDirectory) {
+      std::printf("%s\n", t.path.c_str());
+      return 0;
+    }
+    for (const odafs::DirEntry& e : t.client->readdir(t.path)) {
+      std::printf("%s%s\n", e.name.c_str(), e.type == odafs::FileType::kDirectory ? "/" : "");
+    }
+  } else if (cmd == "stat") {
+    Target t = open_target(argv[2]);
+    odafs::Attr a = t.client->lstat(t.path);
+    std::printf("path: %s\ntype: %s\nsize: %llu\nmode: %04o\nnlink: %u\nuid: %u\ngid: %u\n"
+                "fileid: %llu\nmtime: %lld.%09ld\n",
+                t.path.c_str(), type_name(a.type), static_cast<unsigned long long>(a.size),
+                a.mode, a.nlink, a.uid, a.gid, static_cast<unsigned long long>(a.fileid),
+                static_cast<long long>(a.mtime.tv_sec), a.mtime.tv_nsec);
+  } else if (cmd == "cat" || cmd == "get") {
+    if (cmd == "get" && argc < 4) usage();
+    Target t = open_target(argv[2]);
+    int out = 1;
+    if (cmd == "get") {
+      out = ::open(argv[3], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (out < 0) throw odafs::Error(errno, std::string("open ") + argv[3]);
+    }
+    odafs::File f = t.client->open(t.path, O_RDONLY);
+    std::vector<char> buf(kChunk);
+    uint64_t off = 0;
+    for (;;) {
+      size_t n = f.pread(buf.data(), buf.size(), off);
+      if (n == 0) break;
+      write_all(out, buf.data(), n);
+      off += n;
+    }
+    if (out != 1 && ::close(out) != 0) throw odafs::Error(errno, "close");
+  } else if (cmd == "put") {
+    if (argc < 4) usage();
+    int in = ::open(argv[2], O_RDONLY | O_CLOEXEC);
+    if (in < 0) throw odafs::Error(errno, std::string("open ") + argv[2]);
+    Target t = open_target(argv[3]);
+    odafs::File f = t.client->open(t.path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    std::vector<char> buf(kChunk);
+    uint64_t off = 0;
+    for (;;) {
+      ssize_t n = ::read(in, buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw odafs::Error(errno, "read");
+      if (n == 0) break;
+      f.pwrite(buf.data(), static_cast<size_t>(n), off);
+      off += static_cast<uint64_t>(n);
+    }
+    ::close(in);
+    f.close();
+  } else if (cmd == "mkdir") {
+    Target t = open_target(argv[2]);
+    t.client->mkdir(t.path);
+  } else if (cmd == "rm") {
+    Target t = open_target(argv[2]);
+    t.client->unlink(t.path);
+  } else if (cmd == "rmdir") {
+    Target t = open_target(argv[2]);
+    t.client->rmdir(t.path);
+  } else if (cmd == "mv") {
+    if (argc < 4) usage();
+    Target from = open_target(argv[2]);
+    odafs::Url to = odafs::parse_url(argv[3]);
+    if (to.server.to_string() != from.server) {
+      throw odafs::Error(EXDEV, "mv: both URLs must name the same server");
+    }
+    from.client->rename(from.path, to.path);
+  } else if (cmd == "df") {
+    Target t = open_target(argv[2]);
+    odafs::FsStat s = t.client->statfs();
+    std::printf("total_bytes: %llu\nfree_bytes: %llu\navail_bytes: %llu\nfiles: %llu\n"
+                "free_files: %llu\n",
+                static_cast<unsigned long long>(s.total_bytes),
+                static_cast<unsigned long long>(s.free_bytes),
+                static_cast<unsigned long long>(s.avail_bytes),
+                static_cast<unsigned long long>(s.total_files),
+                static_cast<unsigned long long>(s.free_files));
+  } else if (cmd == "ping") {
+    Target t = open_target(argv[2]);
+    auto start = std::chrono::steady_clock::now();
+    t.client->ping();
+    auto us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start);
+    std::printf("NULL round trip: %.1f us\n", us.count());
+  } else if (cmd == "stats") {
+    Target t = open_target(argv[2]);
+    for (const auto& [name, value] : t.client->server_stats()) {
+      std::printf("%-24s %llu\n", name.c_str(), static_cast<unsigned long long>(value));
+    }
+  } else {
+    usage();
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const odafs::Error& e) {
+    std::fprintf(stderr, "odafs: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "odafs: %s\n", e.what());
+    return 1;
+  }
+}

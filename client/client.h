@@ -1,0 +1,220 @@
+// libodafs: the odafs client library.
+//
+//   auto fs = odafs::Client::mount("odafs://127.0.0.1:7000/");
+//   odafs::File f = fs->open("/data/log", O_RDWR | O_CREAT, 0644);
+//   f.pwrite(buf, n, 0);
+//   f.close();  // commits unstable writes (close-to-open)
+//
+// Errors: every call throws odafs::Error (a std::system_error whose code() is the errno,
+// e.g. ENOENT, EACCES, ESTALE) on failure; nothing is reported through return values
+// except byte counts. The C API (odafs.h) turns these into -1/errno.
+//
+// Thread-safety: a Client may be shared by any number of threads; calls run concurrently
+// over one pipelined connection. A File is used by one thread at a time.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/types.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace odafs {
+
+namespace rpc {
+class Channel;
+class Call;
+}  // namespace rpc
+
+class Error : public std::system_error {
+ public:
+  Error(int err, const std::string& what) : std::system_error(err, std::generic_category(), what) {}
+  int errno_value() const { return code().value(); }
+};
+
+enum class FileType { kRegular, kDirectory, kSymlink, kBlock, kChar, kSocket, kFifo };
+
+struct Attr {
+  FileType type = FileType::kRegular;
+  uint32_t mode = 0;  // permission bits only
+  uint32_t nlink = 0;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  uint64_t size = 0;
+  uint64_t used = 0;
+  uint64_t fileid = 0;
+  struct timespec atime {};
+  struct timespec mtime {};
+  struct timespec ctime {};
+};
+
+struct DirEntry {
+  std::string name;
+  FileType type = FileType::kRegular;
+  uint64_t fileid = 0;
+};
+
+struct FsStat {
+  uint64_t total_bytes = 0, free_bytes = 0, avail_bytes = 0;
+  uint64_t total_files = 0, free_files = 0;
+  uint32_t block_size = 0, max_name = 0;
+};
+
+// How READ replies reach the caller's buffer (the paper's Table 1 / Table 3 mechanisms).
+enum class ReadMode {
+  kInline,     // reply received into the channel's buffer, payload copied out
+  kPrePosted,  // payload received straight into the caller's buffer, matched by XID
+};
+
+// Stability asked of each WRITE (NFSv3 semantics).
+enum class Stability { kUnstable, kDataSync, kFileSync };
+
+using Handle = std::array<unsigned char, 40>;
+using WriteVerifier = std::array<unsigned char, 8>;
+
+struct MountOptions {
+  ReadMode read_mode = ReadMode::kPrePosted;
+  Stability stability = Stability::kUnstable;
+  bool auth_sys = true;  // send the process's uid/gid (AUTH_SYS); false: AUTH_NONE
+  int timeout_ms = 60000;
+};
+
+struct ServerLimits {
+  uint32_t block_size = 0;
+  uint32_t max_read = 0;
+  uint32_t max_write = 0;
+  WriteVerifier write_verifier{};  // at mount time
+};
+
+class Client;
+
+// An open file. Moves, does not copy; the destructor closes (errors there are logged,
+// not thrown: call close() to see them).
+class File {
+ public:
+  File() = default;
+  File(File&& other) noexcept;
+  File& operator=(File&& other) noexcept;
+  ~File();
+
+  // Reads up to len bytes at offset; returns fewer only at end of file.
+  size_t pread(void* buf, size_t len, uint64_t offset);
+  // Writes all len bytes at offset (or at the end of file when opened O_APPEND).
+  size_t pwrite(const void* buf, size_t len, uint64_t offset);
+  Attr stat();
+  void truncate(uint64_t size);
+  // Makes every write so far durable (COMMIT). Throws EIO if the server restarted since
+  // an unstable write, because that write may be lost.
+  void fsync();
+  // fsync() if there are unstable writes, then forget the handle.
+  void close();
+
+  bool is_open() const { return client_ != nullptr; }
+  const Handle& handle() const { return fh_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  friend class Client;
+  File(Client* client, Handle fh, std::string path, int flags);
+  template <class Fn>
+  auto retry_stale(Fn&& fn) -> decltype(fn());
+
+  Client* client_ = nullptr;
+  Handle fh_{};
+  std::string path_;
+  int flags_ = 0;
+  bool unstable_ = false;  // writes not yet committed
+  std::optional<WriteVerifier> verifier_;
+  bool verifier_changed_ = false;
+};
+
+// One READ of a batch: filled in by Client::read_batch.
+struct ReadRequest {
+  File* file = nullptr;
+  void* buf = nullptr;
+  size_t len = 0;
+  uint64_t offset = 0;
+  size_t result = 0;  // bytes read
+  int error = 0;      // errno, 0 on success
+};
+
+class Client {
+ public:
+  // Connects and mounts the URL's path (a directory of the export). Throws Error.
+  static std::unique_ptr<Client> mount(const std::string& url, MountOptions options = {});
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Paths are relative to the mount; leading '/' optional. Symlinks are followed in the
+  // middle of a path and, for open/stat, at its end.
+  File open(const std::string& path, int flags = O_RDONLY, mode_t mode = 0644);
+  Attr stat(const std::string& path);
+  Attr lstat(const std::string& path);
+  void mkdir(const std::string& path, mode_t mode = 0755);
+  void rmdir(const std::string& path);
+  void unlink(const std::string& path);
+  void rename(const std::string& from, const std::string& to);
+  std::vector<DirEntry> readdir(const std::string& path);
+  void truncate(const std::string& path, uint64_t size);
+  void chmod(const std::string& path, mode_t mode);
+  void symlink(const std::string& target, const std::string& path);
+  std::string readlink(const std::string& path);
+  FsStat statfs();
+
+  // Issues every request at once (pipelined on the connection) and waits for all; each
+  // request's result/error is set independently. Requests larger than max_read are split.
+  void read_batch(std::span<ReadRequest> requests);
+
+  void ping();  // the NULL procedure: a round trip and nothing else
+  std::vector<std::pair<std::string, uint64_t>> server_stats();
+
+  const ServerLimits& limits() const { return limits_; }
+  const MountOptions& options() const { return options_; }
+  void set_read_mode(ReadMode mode) { options_.read_mode = mode; }
+
+  // Handle-level calls, for tools and tests that need the protocol's view.
+  Handle root() const;
+  std::pair<Handle, Attr> lookup(const Handle& dir, const std::string& name);
+  Attr getattr(const Handle& fh);
+  size_t read(const Handle& fh, void* buf, size_t len, uint64_t offset, bool* eof);
+  // Returns the bytes written; sets *verf and *committed (0 unstable .. 2 file sync).
+  size_t write(const Handle& fh, const void* buf, size_t len, uint64_t offset, Stability how,
+               WriteVerifier* verf, int* committed);
+  WriteVerifier commit(const Handle& fh);
+
+ private:
+  friend class File;
+  Client(const std::string& url, MountOptions options);
+  std::shared_ptr<rpc::Channel> channel();
+  // Runs one call; on a broken connection reconnects once and, if idempotent, retries.
+  template <class Fn>
+  auto with_channel(bool idempotent, Fn&& fn) -> decltype(fn(std::declval<rpc::Channel&>()));
+
+  // Resolves path to (handle, attributes). follow_last: follow a symlink at the end.
+  std::pair<Handle, Attr> resolve(const std::string& path, bool follow_last);
+  // Resolves the parent directory of path; returns its handle and the last name.
+  std::pair<Handle, std::string> resolve_parent(const std::string& path);
+  size_t read_chunk(rpc::Call& call, const Handle& fh, void* buf, size_t len, uint64_t offset,
+                    bool* eof);
+  void setattr_size(const Handle& fh, uint64_t size);
+  std::string readlink_handle(const Handle& fh);
+
+  std::string url_;
+  std::string mount_path_;
+  MountOptions options_;
+  ServerLimits limits_;
+  Handle root_{};
+  std::mutex channel_mu_;
+  std::shared_ptr<rpc::Channel> channel_;
+};
+
+}  // namespace odafs

@@ -1,0 +1,23 @@
+// odafs URLs: odafs://HOST:PORT/PATH (HOST may be [v6]; PATH defaults to "/").
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "rpc/net.h"
+
+namespace odafs {
+
+struct Url {
+  net::Endpoint server;
+  std::string path;  // always starts with '/'
+};
+
+// Throws std::invalid_argument with a readable message for anything else.
+Url parse_url(const std::string& text);
+
+// Splits a path into its components, dropping empty ones and "."; ".." removes the
+// previous component and stops at the root (paths never leave the mount).
+std::vector<std::string> split_path(const std::string& path);
+
+}  // namespace odafs
