@@ -97,21 +97,23 @@ void Channel::start(Call& c, uint32_t proc, xdrproc_t xargs, const void* args) {
   }
   msg.rm_call.cb_verf = _null_auth;
 
-  if (c.request_.size() < 8192) c.request_.resize(8192);
-  size_t body = 0;
-  for (;;) {
-    XDR x;
-    xdrmem_create(&x, c.request_.data() + 4, static_cast<u_int>(c.request_.size() - 4),
-                  XDR_ENCODE);
-    bool ok = xdr_callmsg(&x, &msg) && xargs(&x, const_cast<void*>(args), 0);
-    body = xdr_getpos(&x);
-    xdr_destroy(&x);
-    if (ok) break;
-    if (c.request_.size() >= options_.max_record + 4) {
-      throw RpcError(RpcError::Kind::kTransport, EMSGSIZE, "rpc call arguments too large");
-    }
-    c.request_.resize(std::min(c.request_.size() * 2, options_.max_record + 4));
+  // Size the buffer for this call once: header (with the largest credential) + arguments.
+  unsigned long arg_bytes = xdr_sizeof(xargs, const_cast<void*>(args));
+  if (arg_bytes == 0 && xargs != to_xdrproc(xdr_nothing)) {
+    throw RpcError(RpcError::Kind::kTransport, EINVAL, "rpc call arguments do not encode");
   }
+  size_t need = 4 + 40 + 2 * MAX_AUTH_BYTES + arg_bytes;
+  if (need > options_.max_record + 4) {
+    throw RpcError(RpcError::Kind::kTransport, EMSGSIZE, "rpc call arguments too large");
+  }
+  if (c.request_.size() < need) c.request_.resize(need);
+  XDR x;
+  xdrmem_create(&x, c.request_.data() + 4, static_cast<u_int>(c.request_.size() - 4),
+                XDR_ENCODE);
+  bool ok = xdr_callmsg(&x, &msg) && xargs(&x, const_cast<void*>(args), 0);
+  size_t body = xdr_getpos(&x);
+  xdr_destroy(&x);
+  if (!ok) throw RpcError(RpcError::Kind::kTransport, EINVAL, "rpc call arguments do not encode");
   put_record_mark(c.request_.data(), static_cast<uint32_t>(body), true);
 
   c.state_.store(Call::kPending, std::memory_order_relaxed);
@@ -124,9 +126,12 @@ void Channel::start(Call& c, uint32_t proc, xdrproc_t xargs, const void* args) {
     iovec iov{c.request_.data(), body + 4};
     net::write_all(fd_, &iov, 1, options_.timeout_ms);
   } catch (const std::exception& e) {
+    // Part of the record may be on the wire: the stream is unusable from here on.
     take_pending(c.xid_);
     c.state_.store(Call::kIdle, std::memory_order_relaxed);
     c.posted_ = nullptr;
+    shutdown(fd_, SHUT_RDWR);
+    fail_all(std::string("send failed: ") + e.what());
     throw RpcError(RpcError::Kind::kTransport, ECONNRESET, std::string("rpc send: ") + e.what());
   }
 }

@@ -1,0 +1,184 @@
+#include "tests/support/server_process.h"
+
+#include "client/client.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+extern char** environ;
+
+namespace odafs::test {
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/odafs-test-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = buf.data();
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  // Make everything writable first: tests chmod things away from us.
+  for (auto it = std::filesystem::recursive_directory_iterator(
+           path_, std::filesystem::directory_options::skip_permission_denied, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_directory(ec) && !it->is_symlink(ec)) {
+      std::filesystem::permissions(it->path(), std::filesystem::perms::owner_all,
+                                   std::filesystem::perm_options::add, ec);
+    }
+  }
+  std::filesystem::remove_all(path_, ec);
+}
+
+ServerProcess::ServerProcess(std::string export_dir, std::vector<std::string> args,
+                             uint16_t port)
+    : export_dir_(std::move(export_dir)), args_(std::move(args)), port_(port) {
+  start();
+}
+
+ServerProcess::~ServerProcess() {
+  if (pid_ > 0) stop();
+}
+
+void ServerProcess::start() {
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+  std::string listen = "127.0.0.1:" + std::to_string(port_);
+  std::vector<std::string> argv_s = {ODAFSD_PATH, "--export", export_dir_, "--listen", listen};
+  argv_s.insert(argv_s.end(), args_.begin(), args_.end());
+  std::vector<char*> argv;
+  for (auto& s : argv_s) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  // A restart may find the old port briefly held; retry a few times.
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    pid_t pid;
+    if (posix_spawn(&pid, ODAFSD_PATH, &fa, nullptr, argv.data(), environ) != 0) {
+      posix_spawn_file_actions_destroy(&fa);
+      close(out[0]);
+      close(out[1]);
+      throw std::runtime_error("cannot spawn " + std::string(ODAFSD_PATH));
+    }
+    std::string line;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+    bool exited = false;
+    while (line.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{out[0], POLLIN, 0};
+      if (poll(&p, 1, 100) > 0) {
+        char buf[256];
+        ssize_t n = read(out[0], buf, sizeof buf);
+        if (n > 0) line.append(buf, static_cast<size_t>(n));
+      }
+      int status;
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        exited = true;
+        break;
+      }
+    }
+    size_t at = line.find("rpc=");
+    if (!exited && at != std::string::npos) {
+      size_t colon = line.find(':', at);
+      port_ = static_cast<uint16_t>(std::stoi(line.substr(colon + 1)));
+      pid_ = pid;
+      posix_spawn_file_actions_destroy(&fa);
+      close(out[0]);
+      close(out[1]);
+      return;
+    }
+    if (!exited) {
+      ::kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  posix_spawn_file_actions_destroy(&fa);
+  close(out[0]);
+  close(out[1]);
+  throw std::runtime_error("odafsd did not become ready on " + listen);
+}
+
+int ServerProcess::stop() {
+  if (pid_ <= 0) return 0;
+  ::kill(pid_, SIGTERM);
+  int status = 0;
+  for (int i = 0; i < 1000; ++i) {
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return status;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::kill(pid_, SIGKILL);
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return status;
+}
+
+void ServerProcess::kill_hard() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+void ServerProcess::restart() {
+  stop();
+  start();
+}
+
+std::string ServerProcess::url(const std::string& path) const {
+  return "odafs://127.0.0.1:" + std::to_string(port_) + path;
+}
+
+std::string read_local(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_local(const std::string& path, const std::string& data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+int errno_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const odafs::Error& e) {
+    return e.errno_value();
+  }
+  return 0;
+}
+
+std::string pattern(size_t len, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string s(len, '\0');
+  for (size_t i = 0; i < len; i += 8) {
+    uint64_t v = rng();
+    std::memcpy(&s[i], &v, std::min<size_t>(8, len - i));
+  }
+  return s;
+}
+
+}  // namespace odafs::test

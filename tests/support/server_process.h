@@ -1,0 +1,66 @@
+// Test support: real odafsd processes on 127.0.0.1 with temporary exports.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace odafs::test {
+
+// A directory under $TMPDIR (or /tmp), removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// Starts `odafsd --export DIR --listen 127.0.0.1:PORT ARGS...` and waits for its ready line.
+// The destructor stops it (SIGTERM, then SIGKILL after 10 s). Throws std::runtime_error if
+// the server does not come up within 15 s.
+class ServerProcess {
+ public:
+  explicit ServerProcess(std::string export_dir, std::vector<std::string> args = {},
+                         uint16_t port = 0);
+  ~ServerProcess();
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  // Stops the server and starts a new instance on the same port and export.
+  void restart();
+  // Stops the server (SIGTERM and wait). Returns its exit status as from waitpid.
+  int stop();
+  // Kills the server with SIGKILL (a crash) and reaps it.
+  void kill_hard();
+  bool running() const { return pid_ > 0; }
+
+  std::string url(const std::string& path = "/") const;
+  uint16_t port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  const std::string& export_dir() const { return export_dir_; }
+
+ private:
+  void start();
+  std::string export_dir_;
+  std::vector<std::string> args_;
+  uint16_t port_;
+  pid_t pid_ = -1;
+};
+
+// Bytes of a local file (throws if unreadable).
+std::string read_local(const std::string& path);
+void write_local(const std::string& path, const std::string& data);
+// Runs fn; returns the errno of the odafs::Error it throws, or 0 if it throws nothing.
+int errno_of(const std::function<void()>& fn);
+// Deterministic pseudo-random bytes.
+std::string pattern(size_t len, uint64_t seed);
+
+}  // namespace odafs::test

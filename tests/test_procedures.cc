@@ -1,0 +1,408 @@
+// Integration: every procedure against a real odafsd on 127.0.0.1.
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <set>
+#include <thread>
+
+#include "client/client.h"
+#include "client/odafs.h"
+#include "tests/support/server_process.h"
+
+using odafs::Client;
+using odafs::Error;
+using odafs::File;
+using odafs::test::errno_of;
+using odafs::test::pattern;
+using odafs::test::read_local;
+using odafs::test::ServerProcess;
+using odafs::test::TempDir;
+using odafs::test::write_local;
+
+namespace {
+
+std::string read_all(File& f, size_t len, uint64_t off = 0) {
+  std::string s(len, '\0');
+  size_t n = f.pread(s.data(), len, off);
+  s.resize(n);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("mount, create, write, read, stat, readdir, remove") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  auto fs = Client::mount(server.url());
+  CHECK(fs->limits().max_read >= 4096);
+
+  std::string data = pattern(100000, 1);
+  {
+    File f = fs->open("/hello.bin", O_RDWR | O_CREAT | O_EXCL, 0640);
+    CHECK(f.pwrite(data.data(), data.size(), 0) == data.size());
+    CHECK(read_all(f, data.size()) == data);
+    f.close();
+  }
+  CHECK(read_local(dir / "hello.bin") == data);
+  odafs::Attr a = fs->stat("hello.bin");
+  CHECK(a.type == odafs::FileType::kRegular);
+  CHECK(a.size == data.size());
+  CHECK(a.mode == 0640);
+
+  fs->mkdir("/sub", 0750);
+  CHECK(fs->stat("/sub").type == odafs::FileType::kDirectory);
+  auto entries = fs->readdir("/");
+  std::set<std::string> names;
+  for (auto& e : entries) names.insert(e.name);
+  CHECK(names == std::set<std::string>{"hello.bin", "sub"});
+
+  fs->rename("/hello.bin", "/sub/moved.bin");
+  CHECK(errno_of([&] { fs->stat("/hello.bin"); }) == ENOENT);
+  CHECK(fs->stat("/sub/moved.bin").size == data.size());
+  fs->unlink("/sub/moved.bin");
+  fs->rmdir("/sub");
+  CHECK(fs->readdir("/").empty());
+  CHECK(::access((dir / "sub").c_str(), F_OK) != 0);
+}
+
+TEST_CASE("setattr: chmod, truncate down and up, times") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--block-size", "4096"});
+  auto fs = Client::mount(server.url());
+  std::string data = pattern(20000, 2);
+  File f = fs->open("f", O_RDWR | O_CREAT, 0644);
+  f.pwrite(data.data(), data.size(), 0);
+  CHECK(read_all(f, 20000) == data);  // now cached on the server
+  fs->chmod("f", 0600);
+  CHECK(fs->stat("f").mode == 0600);
+  f.truncate(5000);
+  CHECK(f.stat().size == 5000);
+  CHECK(read_all(f, 20000) == data.substr(0, 5000));
+  f.truncate(12000);  // grows with zeros, not with the stale cached bytes
+  std::string expect = data.substr(0, 5000) + std::string(7000, '\0');
+  CHECK(read_all(f, 20000) == expect);
+  CHECK(read_local(dir / "f") == expect);
+  fs->truncate("f", 0);
+  CHECK(fs->stat("f").size == 0);
+  CHECK(read_all(f, 100).empty());
+}
+
+TEST_CASE("reads across block boundaries, past EOF, and files larger than the cache") {
+  TempDir dir;
+  // 1 MiB cache of 4 KiB blocks, 3 MiB file: every pass evicts.
+  ServerProcess server(dir.path(), {"--cache-mb", "1", "--block-size", "4096"});
+  std::string data = pattern(3 * 1024 * 1024 + 123, 3);
+  write_local(dir / "big", data);
+  for (auto mode : {odafs::ReadMode::kInline, odafs::ReadMode::kPrePosted}) {
+    CAPTURE(static_cast<int>(mode));
+    odafs::MountOptions mo;
+    mo.read_mode = mode;
+    auto fs = Client::mount(server.url(), mo);
+    File f = fs->open("big");
+    CHECK(read_all(f, data.size() + 1000) == data);  // whole file, short at EOF
+    for (uint64_t off : {0ul, 4095ul, 4096ul, 4097ul, 8191ul, 123456ul, 3145727ul}) {
+      CAPTURE(off);
+      CHECK(read_all(f, 10000, off) == data.substr(off, 10000));
+    }
+    CHECK(read_all(f, 100, data.size() - 10) == data.substr(data.size() - 10));
+    CHECK(read_all(f, 100, data.size()).empty());
+    CHECK(read_all(f, 100, data.size() + 5000).empty());
+    // Random small reads.
+    for (int i = 0; i < 200; ++i) {
+      uint64_t off = (static_cast<uint64_t>(i) * 7919 * 4099) % data.size();
+      size_t len = 1 + (static_cast<size_t>(i) * 131) % 20000;
+      CHECK(read_all(f, len, off) == data.substr(off, len));
+    }
+  }
+}
+
+TEST_CASE("writes at odd offsets keep the server cache and the file coherent") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--block-size", "4096"});
+  auto fs = Client::mount(server.url());
+  File f = fs->open("w", O_RDWR | O_CREAT, 0644);
+  std::string model;
+  auto apply = [&](uint64_t off, const std::string& bytes) {
+    if (model.size() < off + bytes.size()) model.resize(off + bytes.size(), '\0');
+    model.replace(off, bytes.size(), bytes);
+    f.pwrite(bytes.data(), bytes.size(), off);
+  };
+  apply(0, pattern(5000, 10));
+  CHECK(read_all(f, 100000) == model);  // cache the blocks
+  apply(4090, pattern(20, 11));          // straddles a block boundary
+  apply(20000, pattern(100, 12));        // leaves a hole
+  apply(4096 * 3 + 5, pattern(9000, 13));
+  CHECK(read_all(f, 100000) == model);
+  CHECK(read_local(dir / "w") == model);
+}
+
+TEST_CASE("concurrent clients write disjoint ranges of one file; every byte checks") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--block-size", "4096", "--threads", "4"});
+  constexpr int kClients = 4;
+  constexpr size_t kSlice = 300000;  // not block aligned: neighbours share blocks
+  { auto fs = Client::mount(server.url()); fs->open("shared", O_RDWR | O_CREAT).close(); }
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&, c] {
+      try {
+        auto fs = Client::mount(server.url());
+        File f = fs->open("shared", O_RDWR);
+        std::string mine = pattern(kSlice, 100 + c);
+        // Write in uneven pieces, interleaving with the others.
+        for (size_t off = 0; off < kSlice;) {
+          size_t n = std::min<size_t>(kSlice - off, 1000 + 777 * (off % 5));
+          f.pwrite(mine.data() + off, n, c * kSlice + off);
+          off += n;
+        }
+        f.close();
+      } catch (const std::exception& e) {
+        ++failures;
+        MESSAGE(e.what());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  REQUIRE(failures == 0);
+  std::string expect;
+  for (int c = 0; c < kClients; ++c) expect += pattern(kSlice, 100 + c);
+  auto fs = Client::mount(server.url());
+  File f = fs->open("shared");
+  CHECK(read_all(f, expect.size() + 10) == expect);
+  CHECK(read_local(dir / "shared") == expect);
+}
+
+TEST_CASE("readdir with many entries resumes by cookie") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  auto fs = Client::mount(server.url());
+  fs->mkdir("many");
+  std::set<std::string> made;
+  for (int i = 0; i < 3000; ++i) {
+    std::string name = "file-with-a-longish-name-" + std::to_string(i);
+    write_local(dir / ("many/" + name), "");
+    made.insert(name);
+  }
+  std::set<std::string> seen;
+  for (auto& e : fs->readdir("many")) {
+    CHECK(seen.insert(e.name).second);  // no duplicates across pages
+  }
+  CHECK(seen == made);
+  auto before = fs->server_stats();
+  uint64_t calls = 0;
+  for (auto& [k, v] : before) if (k == "calls.READDIR") calls = v;
+  CHECK(calls >= 2);  // 3000 names do not fit one 64 KiB reply
+}
+
+TEST_CASE("symlinks: created, read, followed inside the export only") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  auto fs = Client::mount(server.url());
+  fs->mkdir("d");
+  write_local(dir / "d/target", "payload");
+  fs->symlink("d/target", "rel");
+  fs->symlink("/d/target", "abs");
+  fs->symlink("../../../../d/target", "up");
+  CHECK(fs->readlink("rel") == "d/target");
+  CHECK(fs->lstat("rel").type == odafs::FileType::kSymlink);
+  for (const char* link : {"rel", "abs", "up"}) {
+    CAPTURE(link);
+    File f = fs->open(link);
+    CHECK(read_all(f, 100) == "payload");
+  }
+  fs->symlink("loop2", "loop1");
+  fs->symlink("loop1", "loop2");
+  CHECK(errno_of([&] { fs->open("loop1"); }) == ELOOP);
+  fs->unlink("rel");
+  CHECK(read_local(dir / "d/target") == "payload");  // unlink removed the link only
+}
+
+TEST_CASE("write stability: FILE_SYNC, DATA_SYNC and UNSTABLE + COMMIT") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  auto fs = Client::mount(server.url());
+  File f = fs->open("s", O_RDWR | O_CREAT);
+  odafs::WriteVerifier v1{}, v2{};
+  int committed = -1;
+  std::string data = pattern(10000, 5);
+  CHECK(fs->write(f.handle(), data.data(), data.size(), 0, odafs::Stability::kFileSync, &v1,
+                  &committed) == data.size());
+  CHECK(committed == 2);
+  CHECK(read_local(dir / "s") == data);  // byte for byte in the backing file
+  fs->write(f.handle(), data.data(), 10, 0, odafs::Stability::kDataSync, &v2, &committed);
+  CHECK(committed == 1);
+  fs->write(f.handle(), data.data(), 10, 0, odafs::Stability::kUnstable, &v2, &committed);
+  CHECK(committed == 0);
+  CHECK(v1 == v2);
+  CHECK(fs->commit(f.handle()) == v1);
+  CHECK(v1 == fs->limits().write_verifier);
+}
+
+TEST_CASE("error codes reach the caller") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  auto fs = Client::mount(server.url());
+  fs->mkdir("d");
+  write_local(dir / "d/f", "x");
+  write_local(dir / "file", "x");
+  CHECK(errno_of([&] { fs->stat("nope"); }) == ENOENT);
+  CHECK(errno_of([&] { fs->open("nope/deeper"); }) == ENOENT);
+  CHECK(errno_of([&] { fs->open("file", O_CREAT | O_EXCL | O_RDWR); }) == EEXIST);
+  CHECK(errno_of([&] { fs->mkdir("d"); }) == EEXIST);
+  CHECK(errno_of([&] { fs->open("file/x"); }) == ENOTDIR);
+  CHECK(errno_of([&] { fs->readdir("file"); }) == ENOTDIR);
+  CHECK(errno_of([&] { fs->rmdir("file"); }) == ENOTDIR);
+  CHECK(errno_of([&] { fs->open("d", O_RDWR); }) == EISDIR);
+  CHECK(errno_of([&] { fs->unlink("d"); }) == EISDIR);
+  CHECK(errno_of([&] { fs->rmdir("d"); }) == ENOTEMPTY);
+  CHECK(errno_of([&] { fs->rename("d", "d/f/inside"); }) != 0);
+  CHECK(errno_of([&] { fs->open(std::string(300, 'n')); }) == ENAMETOOLONG);
+  CHECK(errno_of([&] { fs->readlink("file"); }) == EINVAL);
+  // ESTALE: a handle whose file is gone.
+  File f = fs->open("d/f");
+  odafs::Handle h = f.handle();
+  fs->unlink("d/f");
+  CHECK(errno_of([&] { fs->getattr(h); }) == ESTALE);
+  char buf[8];
+  bool eof;
+  CHECK(errno_of([&] { fs->read(h, buf, 8, 0, &eof); }) == ESTALE);
+  // A forged handle is refused, not resolved.
+  odafs::Handle forged = fs->root();
+  forged[20] ^= 0x40;
+  CHECK(errno_of([&] { fs->getattr(forged); }) == ESTALE);
+  odafs::Handle junk{};
+  CHECK(errno_of([&] { fs->getattr(junk); }) == ESTALE);
+}
+
+TEST_CASE("EACCES for a caller without permission (AUTH_SYS identity)") {
+  if (geteuid() != 0) {
+    MESSAGE("skipped: acting as another uid needs a root odafsd");
+    return;
+  }
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--auth-sys"});
+  write_local(dir / "secret", "top secret");
+  ::chmod((dir / "secret").c_str(), 0600);
+  ::mkdir((dir / "locked").c_str(), 0700);
+  ::chmod(dir.path().c_str(), 0777);
+  // This process's credentials are what the client sends; become nobody for the mount.
+  pid_t child = fork();
+  if (child == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(90);
+    try {
+      auto fs = Client::mount(server.url());
+      File f = fs->open("secret");
+      char b[4];
+      int e = errno_of([&] { f.pread(b, 4, 0); });
+      if (e != EACCES) _exit(91);
+      if (errno_of([&] { fs->open("locked/x", O_CREAT | O_RDWR); }) != EACCES) _exit(92);
+      File mine = fs->open("mine", O_CREAT | O_RDWR, 0644);
+      if (fs->stat("mine").uid != 65534) _exit(93);  // created as the caller
+      _exit(0);
+    } catch (...) {
+      _exit(94);
+    }
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("ENOSPC from a full file system reaches the writer, and the server keeps serving") {
+  if (geteuid() != 0) {
+    MESSAGE("skipped: mounting a small tmpfs needs root");
+    return;
+  }
+  TempDir dir;
+  std::string cmd = "mount -t tmpfs -o size=512k odafs-test " + dir.path() + " 2>/dev/null";
+  if (std::system(cmd.c_str()) != 0) {
+    MESSAGE("skipped: cannot mount tmpfs here");
+    return;
+  }
+  int failures = 0;
+  {
+    ServerProcess server(dir.path());
+    auto fs = Client::mount(server.url());
+    File f = fs->open("fill", O_RDWR | O_CREAT);
+    std::string chunk = pattern(64 * 1024, 7);
+    int err = 0;
+    for (int i = 0; i < 32 && err == 0; ++i) {
+      err = errno_of([&] { f.pwrite(chunk.data(), chunk.size(), i * chunk.size()); });
+    }
+    CHECK(err == ENOSPC);
+    failures += err == ENOSPC ? 0 : 1;
+    fs->ping();
+    CHECK(fs->stat("fill").size > 0);
+  }
+  std::system(("umount " + dir.path()).c_str());
+}
+
+TEST_CASE("read_batch pipelines many reads on one connection") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--block-size", "4096"});
+  std::string data = pattern(1 << 20, 9);
+  write_local(dir / "b", data);
+  for (auto mode : {odafs::ReadMode::kInline, odafs::ReadMode::kPrePosted}) {
+    odafs::MountOptions mo;
+    mo.read_mode = mode;
+    auto fs = Client::mount(server.url(), mo);
+    File f = fs->open("b");
+    std::vector<std::string> bufs(200, std::string(5000, '\0'));
+    std::vector<odafs::ReadRequest> reqs(200);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      reqs[i].file = &f;
+      reqs[i].buf = bufs[i].data();
+      reqs[i].len = 5000;
+      reqs[i].offset = i * 5231;
+    }
+    reqs.back().offset = data.size() - 100;  // short at EOF
+    fs->read_batch(reqs);
+    for (size_t i = 0; i + 1 < reqs.size(); ++i) {
+      CHECK(reqs[i].error == 0);
+      CHECK(reqs[i].result == 5000);
+      CHECK(bufs[i] == data.substr(reqs[i].offset, 5000));
+    }
+    CHECK(reqs.back().result == 100);
+  }
+}
+
+TEST_CASE("the C API") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  odafs_client* c = odafs_mount(server.url().c_str());
+  REQUIRE(c != nullptr);
+  CHECK(odafs_mkdir(c, "/cdir", 0755) == 0);
+  odafs_file* f = odafs_open(c, "/cdir/x", O_RDWR | O_CREAT, 0644);
+  REQUIRE(f != nullptr);
+  CHECK(odafs_pwrite(f, "hello", 5, 0) == 5);
+  char buf[16] = {};
+  CHECK(odafs_pread(f, buf, sizeof buf, 0) == 5);
+  CHECK(std::string(buf) == "hello");
+  struct stat st;
+  CHECK(odafs_fstat(f, &st) == 0);
+  CHECK(S_ISREG(st.st_mode));
+  CHECK(st.st_size == 5);
+  CHECK(odafs_close(f) == 0);
+  CHECK(odafs_stat(c, "/missing", &st) == -1);
+  CHECK(errno == ENOENT);
+  CHECK(odafs_open(c, "/cdir", O_RDWR, 0) == nullptr);
+  CHECK(errno == EISDIR);
+  int count = 0;
+  CHECK(odafs_readdir(c, "/cdir", [](void* ctx, const char*, unsigned char, uint64_t) {
+          ++*static_cast<int*>(ctx);
+          return 0;
+        }, &count) == 0);
+  CHECK(count == 1);
+  CHECK(odafs_unlink(c, "/cdir/x") == 0);
+  CHECK(odafs_rmdir(c, "/cdir") == 0);
+  odafs_unmount(c);
+  CHECK(odafs_mount("http://nope") == nullptr);
+  CHECK(errno == EINVAL);
+}
