@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs every test: once in the release build and
+# once under AddressSanitizer + UndefinedBehaviorSanitizer (ODAFS_SKIP_SANITIZE=1 skips it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+
+echo "== build (RelWithDebInfo)"
+bash scripts/build.sh build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+echo "== tests"
+ctest --test-dir build --output-on-failure --timeout 600
+
+if [ "${ODAFS_SKIP_SANITIZE:-0}" != 1 ]; then
+  echo "== build (ASan + UBSan)"
+  bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DODAFS_SANITIZE=ON
+  echo "== tests under ASan + UBSan"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan --output-on-failure --timeout 900
+fi
