@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-ninja -C build odafsd odafs_cli odafs-latency >/dev/null
+ninja -C build odafsd odafs_cli odafs-latency odafs-tcp-pingpong >/dev/null
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/odafs-demo-XXXXXX")
 server_pid=""
@@ -47,6 +47,9 @@ build/odafs cat "$url/docs/readme.txt" | head -3
 build/odafs rm "$url/docs/readme.txt"
 build/odafs rmdir "$url/docs"
 build/odafs ping "$url/"
+
+echo "== the machine's floor: a bare TCP ping-pong between two processes"
+build/odafs-tcp-pingpong --iters "${ODAFS_DEMO_ITERS:-5000}" | head -2
 
 echo "== 4 KiB read latency on a warm file (single thread)"
 build/odafs-latency --url "$url/" --iters "${ODAFS_DEMO_ITERS:-5000}" --json "$work/latency.json"
