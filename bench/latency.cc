@@ -47,8 +47,8 @@ Result measure(odafs::Client& c, const std::string& name, size_t iters,
   for (size_t i = 0; i < iters; ++i) {
     auto t0 = std::chrono::steady_clock::now();
     op(i);
-    lat[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                 .count();
+    lat[i] =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   }
   uint64_t cpu1 = server_cpu_us(c);
   Result r;
@@ -79,11 +79,16 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--url") url = next();
-    else if (a == "--iters") iters = std::stoul(next());
-    else if (a == "--file-mb") file_mb = std::stoul(next());
-    else if (a == "--block") block = std::stoul(next());
-    else if (a == "--json") json_path = next();
+    if (a == "--url")
+      url = next();
+    else if (a == "--iters")
+      iters = std::stoul(next());
+    else if (a == "--file-mb")
+      file_mb = std::stoul(next());
+    else if (a == "--block")
+      block = std::stoul(next());
+    else if (a == "--json")
+      json_path = next();
     else {
       std::fprintf(stderr,
                    "usage: odafs-latency --url URL [--iters N] [--file-mb M] [--block B] "

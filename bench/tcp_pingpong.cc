@@ -26,8 +26,10 @@ int main(int argc, char** argv) {
   size_t iters = 20000, bytes = 64;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
-    if (a == "--iters") iters = std::stoul(argv[i + 1]);
-    else if (a == "--bytes") bytes = std::stoul(argv[i + 1]);
+    if (a == "--iters")
+      iters = std::stoul(argv[i + 1]);
+    else if (a == "--bytes")
+      bytes = std::stoul(argv[i + 1]);
   }
   odafs::net::Endpoint bound;
   int listener = odafs::net::listen_tcp({"127.0.0.1", 0}, &bound);
@@ -64,8 +66,8 @@ int main(int argc, char** argv) {
     iovec iov{buf.data(), bytes};
     odafs::net::write_all(c, &iov, 1);
     odafs::net::read_full(c, buf.data(), bytes);
-    lat[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                 .count();
+    lat[i] =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   }
   close(c);
   double echo_cpu = 0;
@@ -76,10 +78,11 @@ int main(int argc, char** argv) {
   std::sort(lat.begin(), lat.end());
   std::printf("%-14s %10s %10s %10s %18s\n", "mechanism", "mean_us", "p50_us", "p99_us",
               "echo_cpu_us/op");
-  std::printf("%-14s %10.1f %10.1f %10.1f %18.1f\n", "tcp_pingpong", sum / iters,
-              lat[iters / 2], lat[iters * 99 / 100], echo_cpu);
-  std::printf("{\"mechanism\": \"tcp_pingpong\", \"bytes\": %zu, \"ops\": %zu, \"mean_us\": %.2f, "
-              "\"p50_us\": %.2f, \"p99_us\": %.2f, \"server_cpu_us_per_op\": %.2f}\n",
-              bytes, iters, sum / iters, lat[iters / 2], lat[iters * 99 / 100], echo_cpu);
+  std::printf("%-14s %10.1f %10.1f %10.1f %18.1f\n", "tcp_pingpong", sum / iters, lat[iters / 2],
+              lat[iters * 99 / 100], echo_cpu);
+  std::printf(
+      "{\"mechanism\": \"tcp_pingpong\", \"bytes\": %zu, \"ops\": %zu, \"mean_us\": %.2f, "
+      "\"p50_us\": %.2f, \"p99_us\": %.2f, \"server_cpu_us_per_op\": %.2f}\n",
+      bytes, iters, sum / iters, lat[iters / 2], lat[iters * 99 / 100], echo_cpu);
   return 0;
 }

@@ -9,10 +9,9 @@
 // data lock; the data lock is never held while waiting for the cache mutex.
 #pragma once
 
+#include <atomic>
 #include <boost/intrusive/list.hpp>
 #include <boost/intrusive/unordered_set.hpp>
-
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -34,12 +33,12 @@ class BlockCache;
 // A cache block header. Fields other than the hooks are guarded as noted.
 struct Block : boost::intrusive::list_base_hook<>, boost::intrusive::unordered_set_base_hook<> {
   enum class State : uint8_t { kFree, kValid };
-  BlockKey key;                  // guarded by the cache mutex
-  State state = State::kFree;    // guarded by the cache mutex
+  BlockKey key;                   // guarded by the cache mutex
+  State state = State::kFree;     // guarded by the cache mutex
   std::atomic<uint32_t> pins{0};  // raised under the cache mutex, lowered anywhere
-  uint32_t valid = 0;            // bytes of file data held; guarded by data_mu
-  std::byte* data = nullptr;     // fixed for the cache's life
-  std::shared_mutex data_mu;     // readers share, fill and update are exclusive
+  uint32_t valid = 0;             // bytes of file data held; guarded by data_mu
+  std::byte* data = nullptr;      // fixed for the cache's life
+  std::shared_mutex data_mu;      // readers share, fill and update are exclusive
 };
 
 class BlockCache {
@@ -120,9 +119,9 @@ class BlockCache {
     const BlockKey& operator()(const Block& b) const { return b.key; }
   };
   using LruList = boost::intrusive::list<Block>;
-  using Map = boost::intrusive::unordered_set<
-      Block, boost::intrusive::key_of_value<BlockKeyOf>, boost::intrusive::hash<KeyHash>,
-      boost::intrusive::power_2_buckets<true>>;
+  using Map = boost::intrusive::unordered_set<Block, boost::intrusive::key_of_value<BlockKeyOf>,
+                                              boost::intrusive::hash<KeyHash>,
+                                              boost::intrusive::power_2_buckets<true>>;
 
   Block* take_victim_locked();
   void drop_locked(Block* b);

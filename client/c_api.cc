@@ -1,6 +1,4 @@
 // The C API: a thin shell over odafs::Client that turns exceptions into errno.
-#include "client/odafs.h"
-
 #include <dirent.h>
 
 #include <cerrno>
@@ -8,6 +6,7 @@
 #include <new>
 
 #include "client/client.h"
+#include "client/odafs.h"
 
 struct odafs_client {
   std::unique_ptr<odafs::Client> impl;
@@ -39,13 +38,26 @@ void to_stat(const odafs::Attr& a, struct stat* st) {
   std::memset(st, 0, sizeof *st);
   mode_t type = S_IFREG;
   switch (a.type) {
-    case odafs::FileType::kDirectory: type = S_IFDIR; break;
-    case odafs::FileType::kSymlink: type = S_IFLNK; break;
-    case odafs::FileType::kBlock: type = S_IFBLK; break;
-    case odafs::FileType::kChar: type = S_IFCHR; break;
-    case odafs::FileType::kSocket: type = S_IFSOCK; break;
-    case odafs::FileType::kFifo: type = S_IFIFO; break;
-    default: break;
+    case odafs::FileType::kDirectory:
+      type = S_IFDIR;
+      break;
+    case odafs::FileType::kSymlink:
+      type = S_IFLNK;
+      break;
+    case odafs::FileType::kBlock:
+      type = S_IFBLK;
+      break;
+    case odafs::FileType::kChar:
+      type = S_IFCHR;
+      break;
+    case odafs::FileType::kSocket:
+      type = S_IFSOCK;
+      break;
+    case odafs::FileType::kFifo:
+      type = S_IFIFO;
+      break;
+    default:
+      break;
   }
   st->st_mode = type | a.mode;
   st->st_nlink = a.nlink;
@@ -62,13 +74,20 @@ void to_stat(const odafs::Attr& a, struct stat* st) {
 
 unsigned char dtype(odafs::FileType t) {
   switch (t) {
-    case odafs::FileType::kDirectory: return DT_DIR;
-    case odafs::FileType::kSymlink: return DT_LNK;
-    case odafs::FileType::kBlock: return DT_BLK;
-    case odafs::FileType::kChar: return DT_CHR;
-    case odafs::FileType::kSocket: return DT_SOCK;
-    case odafs::FileType::kFifo: return DT_FIFO;
-    default: return DT_REG;
+    case odafs::FileType::kDirectory:
+      return DT_DIR;
+    case odafs::FileType::kSymlink:
+      return DT_LNK;
+    case odafs::FileType::kBlock:
+      return DT_BLK;
+    case odafs::FileType::kChar:
+      return DT_CHR;
+    case odafs::FileType::kSocket:
+      return DT_SOCK;
+    case odafs::FileType::kFifo:
+      return DT_FIFO;
+    default:
+      return DT_REG;
   }
 }
 
@@ -180,11 +199,11 @@ int odafs_lstat(odafs_client* client, const char* path, struct stat* st) {
   });
 }
 
-#define ODAFS_PATH_CALL(call)                           \
-  if (null_arg(client) || null_arg(path)) return -1;    \
-  return guarded([&] {                                  \
-    call;                                               \
-    return 0;                                           \
+#define ODAFS_PATH_CALL(call)                        \
+  if (null_arg(client) || null_arg(path)) return -1; \
+  return guarded([&] {                               \
+    call;                                            \
+    return 0;                                        \
   })
 
 int odafs_mkdir(odafs_client* client, const char* path, mode_t mode) {

@@ -36,13 +36,20 @@ void check(int status, const std::string& what) {
 
 FileType file_type(odafs_ftype t) {
   switch (t) {
-    case ODAFS_DIR: return FileType::kDirectory;
-    case ODAFS_LNK: return FileType::kSymlink;
-    case ODAFS_BLK: return FileType::kBlock;
-    case ODAFS_CHR: return FileType::kChar;
-    case ODAFS_SOCK: return FileType::kSocket;
-    case ODAFS_FIFO: return FileType::kFifo;
-    default: return FileType::kRegular;
+    case ODAFS_DIR:
+      return FileType::kDirectory;
+    case ODAFS_LNK:
+      return FileType::kSymlink;
+    case ODAFS_BLK:
+      return FileType::kBlock;
+    case ODAFS_CHR:
+      return FileType::kChar;
+    case ODAFS_SOCK:
+      return FileType::kSocket;
+    case ODAFS_FIFO:
+      return FileType::kFifo;
+    default:
+      return FileType::kRegular;
   }
 }
 
@@ -99,8 +106,7 @@ std::vector<std::string> raw_components(const std::string& path) {
 
 // ---------------------------------------------------------------- Client: connection
 
-Client::Client(const std::string& url, MountOptions options)
-    : url_(url), options_(options) {}
+Client::Client(const std::string& url, MountOptions options) : url_(url), options_(options) {}
 
 Client::~Client() = default;
 
@@ -150,8 +156,7 @@ std::shared_ptr<rpc::Channel> Client::channel() {
   mount_res res{};
   XdrFree<mount_res> guard{to_xdrproc(xdr_mount_res), &res};
   try {
-    ch->call(ODAFSPROC_MOUNT, to_xdrproc(xdr_mount_args), &args, to_xdrproc(xdr_mount_res),
-             &res);
+    ch->call(ODAFSPROC_MOUNT, to_xdrproc(xdr_mount_args), &args, to_xdrproc(xdr_mount_res), &res);
   } catch (const rpc::RpcError& e) {
     throw Error(e.code().value(), std::string("mount ") + url_ + ": " + e.what());
   }
@@ -167,8 +172,7 @@ std::shared_ptr<rpc::Channel> Client::channel() {
 }
 
 template <class Fn>
-auto Client::with_channel(bool idempotent, Fn&& fn)
-    -> decltype(fn(std::declval<rpc::Channel&>())) {
+auto Client::with_channel(bool idempotent, Fn&& fn) -> decltype(fn(std::declval<rpc::Channel&>())) {
   for (int attempt = 0;; ++attempt) {
     std::shared_ptr<rpc::Channel> ch = channel();
     try {
@@ -209,15 +213,14 @@ Attr Client::getattr(const Handle& fh) {
     getattr_args args{};
     put_fh(args.fh, fh);
     attr_res res{};
-    ch.call(ODAFSPROC_GETATTR, to_xdrproc(xdr_getattr_args), &args, to_xdrproc(xdr_attr_res),
-            &res);
+    ch.call(ODAFSPROC_GETATTR, to_xdrproc(xdr_getattr_args), &args, to_xdrproc(xdr_attr_res), &res);
     check(res.status, "getattr");
     return to_attr(res.attr_res_u.attr);
   });
 }
 
-size_t Client::read_chunk(rpc::Call& call, const Handle& fh, void* buf, size_t len,
-                          uint64_t offset, bool* eof) {
+size_t Client::read_chunk(rpc::Call& call, const Handle& fh, void* buf, size_t len, uint64_t offset,
+                          bool* eof) {
   read_args args{};
   put_fh(args.fh, fh);
   args.offset = offset;
@@ -259,8 +262,8 @@ size_t Client::read(const Handle& fh, void* buf, size_t len, uint64_t offset, bo
   return done;
 }
 
-size_t Client::write(const Handle& fh, const void* buf, size_t len, uint64_t offset,
-                     Stability how, WriteVerifier* verf, int* committed) {
+size_t Client::write(const Handle& fh, const void* buf, size_t len, uint64_t offset, Stability how,
+                     WriteVerifier* verf, int* committed) {
   return with_channel(true, [&](rpc::Channel& ch) {
     write_args args{};
     put_fh(args.fh, fh);
@@ -283,8 +286,7 @@ WriteVerifier Client::commit(const Handle& fh) {
     commit_args args{};
     put_fh(args.fh, fh);
     commit_res res{};
-    ch.call(ODAFSPROC_COMMIT, to_xdrproc(xdr_commit_args), &args, to_xdrproc(xdr_commit_res),
-            &res);
+    ch.call(ODAFSPROC_COMMIT, to_xdrproc(xdr_commit_args), &args, to_xdrproc(xdr_commit_res), &res);
     check(res.status, "commit");
     WriteVerifier v;
     std::memcpy(v.data(), res.commit_res_u.verf, v.size());
@@ -299,8 +301,7 @@ void Client::setattr_size(const Handle& fh, uint64_t size) {
     args.size.set = TRUE;
     args.size.odafs_set_u64_u.value = size;
     attr_res res{};
-    ch.call(ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args, to_xdrproc(xdr_attr_res),
-            &res);
+    ch.call(ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args, to_xdrproc(xdr_attr_res), &res);
     check(res.status, "truncate");
   });
 }
@@ -352,8 +353,8 @@ std::string Client::readlink_handle(const Handle& fh) {
     put_fh(args.fh, fh);
     readlink_res res{};
     XdrFree<readlink_res> guard{to_xdrproc(xdr_readlink_res), &res};
-    ch.call(ODAFSPROC_READLINK, to_xdrproc(xdr_getattr_args), &args,
-            to_xdrproc(xdr_readlink_res), &res);
+    ch.call(ODAFSPROC_READLINK, to_xdrproc(xdr_getattr_args), &args, to_xdrproc(xdr_readlink_res),
+            &res);
     check(res.status, "readlink");
     return std::string(res.readlink_res_u.target);
   });
@@ -462,8 +463,8 @@ std::vector<DirEntry> Client::readdir(const std::string& path) {
       args.max_bytes = 64 * 1024;
       readdir_res res{};
       XdrFree<readdir_res> guard{to_xdrproc(xdr_readdir_res), &res};
-      ch.call(ODAFSPROC_READDIR, to_xdrproc(xdr_readdir_args), &args,
-              to_xdrproc(xdr_readdir_res), &res);
+      ch.call(ODAFSPROC_READDIR, to_xdrproc(xdr_readdir_args), &args, to_xdrproc(xdr_readdir_res),
+              &res);
       check(res.status, "readdir " + path);
       const readdir_ok& ok = res.readdir_res_u.ok;
       for (u_int i = 0; i < ok.entries.entries_len; ++i) {
@@ -491,8 +492,7 @@ void Client::chmod(const std::string& path, mode_t mode) {
     args.mode.set = TRUE;
     args.mode.odafs_set_u32_u.value = mode & 07777;
     attr_res res{};
-    ch.call(ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args, to_xdrproc(xdr_attr_res),
-            &res);
+    ch.call(ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args, to_xdrproc(xdr_attr_res), &res);
     check(res.status, "chmod " + path);
   });
 }
@@ -605,8 +605,7 @@ void Client::read_batch(std::span<ReadRequest> requests) {
         u_int n = 0;
         if (!xdr_odafs_stat(&x, &status)) fail(EPROTO, "read: malformed reply");
         check(status, "read");
-        if (!xdr_odafs_fattr(&x, &attr) || !xdr_bool(&x, &eof) || !xdr_u_int(&x, &n) ||
-            n > p.len) {
+        if (!xdr_odafs_fattr(&x, &attr) || !xdr_bool(&x, &eof) || !xdr_u_int(&x, &n) || n > p.len) {
           fail(EPROTO, "read: malformed reply");
         }
         if (!call.posted_length() && !xdr_opaque(&x, p.buf, n)) fail(EPROTO, "read: truncated");
@@ -718,7 +717,8 @@ void File::fsync() {
   verifier_changed_ = false;
   verifier_.reset();
   if (lost) {
-    fail(EIO, "commit " + path_ + ": the server restarted since an unstable write, which may be lost");
+    fail(EIO,
+         "commit " + path_ + ": the server restarted since an unstable write, which may be lost");
   }
 }
 

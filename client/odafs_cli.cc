@@ -51,10 +51,14 @@ Target open_target(const std::string& url) {
 
 const char* type_name(odafs::FileType t) {
   switch (t) {
-    case odafs::FileType::kDirectory: return "directory";
-    case odafs::FileType::kSymlink: return "symlink";
-    case odafs::FileType::kRegular: return "file";
-    default: return "special";
+    case odafs::FileType::kDirectory:
+      return "directory";
+    case odafs::FileType::kSymlink:
+      return "symlink";
+    case odafs::FileType::kRegular:
+      return "file";
+    default:
+      return "special";
   }
 }
 
@@ -87,11 +91,12 @@ int run(int argc, char** argv) {
   } else if (cmd == "stat") {
     Target t = open_target(argv[2]);
     odafs::Attr a = t.client->lstat(t.path);
-    std::printf("path: %s\ntype: %s\nsize: %llu\nmode: %04o\nnlink: %u\nuid: %u\ngid: %u\n"
-                "fileid: %llu\nmtime: %lld.%09ld\n",
-                t.path.c_str(), type_name(a.type), static_cast<unsigned long long>(a.size),
-                a.mode, a.nlink, a.uid, a.gid, static_cast<unsigned long long>(a.fileid),
-                static_cast<long long>(a.mtime.tv_sec), a.mtime.tv_nsec);
+    std::printf(
+        "path: %s\ntype: %s\nsize: %llu\nmode: %04o\nnlink: %u\nuid: %u\ngid: %u\n"
+        "fileid: %llu\nmtime: %lld.%09ld\n",
+        t.path.c_str(), type_name(a.type), static_cast<unsigned long long>(a.size), a.mode, a.nlink,
+        a.uid, a.gid, static_cast<unsigned long long>(a.fileid),
+        static_cast<long long>(a.mtime.tv_sec), a.mtime.tv_nsec);
   } else if (cmd == "cat" || cmd == "get") {
     if (cmd == "get" && argc < 4) usage();
     Target t = open_target(argv[2]);
@@ -148,13 +153,14 @@ int run(int argc, char** argv) {
   } else if (cmd == "df") {
     Target t = open_target(argv[2]);
     odafs::FsStat s = t.client->statfs();
-    std::printf("total_bytes: %llu\nfree_bytes: %llu\navail_bytes: %llu\nfiles: %llu\n"
-                "free_files: %llu\n",
-                static_cast<unsigned long long>(s.total_bytes),
-                static_cast<unsigned long long>(s.free_bytes),
-                static_cast<unsigned long long>(s.avail_bytes),
-                static_cast<unsigned long long>(s.total_files),
-                static_cast<unsigned long long>(s.free_files));
+    std::printf(
+        "total_bytes: %llu\nfree_bytes: %llu\navail_bytes: %llu\nfiles: %llu\n"
+        "free_files: %llu\n",
+        static_cast<unsigned long long>(s.total_bytes),
+        static_cast<unsigned long long>(s.free_bytes),
+        static_cast<unsigned long long>(s.avail_bytes),
+        static_cast<unsigned long long>(s.total_files),
+        static_cast<unsigned long long>(s.free_files));
   } else if (cmd == "ping") {
     Target t = open_target(argv[2]);
     auto start = std::chrono::steady_clock::now();

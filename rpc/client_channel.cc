@@ -108,8 +108,7 @@ void Channel::start(Call& c, uint32_t proc, xdrproc_t xargs, const void* args) {
   }
   if (c.request_.size() < need) c.request_.resize(need);
   XDR x;
-  xdrmem_create(&x, c.request_.data() + 4, static_cast<u_int>(c.request_.size() - 4),
-                XDR_ENCODE);
+  xdrmem_create(&x, c.request_.data() + 4, static_cast<u_int>(c.request_.size() - 4), XDR_ENCODE);
   bool ok = xdr_callmsg(&x, &msg) && xargs(&x, const_cast<void*>(args), 0);
   size_t body = xdr_getpos(&x);
   xdr_destroy(&x);
@@ -199,8 +198,7 @@ void Channel::wait(Call& c, XDR* results) {
   }
 }
 
-void Channel::call(uint32_t proc, xdrproc_t xargs, const void* args, xdrproc_t xres,
-                   void* res) {
+void Channel::call(uint32_t proc, xdrproc_t xargs, const void* args, xdrproc_t xres, void* res) {
   thread_local Call c;
   start(c, proc, xargs, args);
   XDR x;

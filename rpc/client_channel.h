@@ -78,9 +78,9 @@ class Channel {
   struct Options {
     uint32_t program = 0;
     uint32_t version = 0;
-    size_t max_record = 4u << 20;      // refuse replies larger than this
-    std::optional<AuthSysCred> auth;   // AUTH_NONE when empty
-    int timeout_ms = 60000;            // per call, from start to reply
+    size_t max_record = 4u << 20;     // refuse replies larger than this
+    std::optional<AuthSysCred> auth;  // AUTH_NONE when empty
+    int timeout_ms = 60000;           // per call, from start to reply
   };
 
   // Connects; throws std::system_error when the server cannot be reached.

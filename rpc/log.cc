@@ -35,9 +35,9 @@ void log_line(LogLevel level, const char* fmt, ...) {
   clock_gettime(CLOCK_REALTIME, &now);
   tm parts;
   gmtime_r(&now.tv_sec, &parts);
-  int n = std::snprintf(line, sizeof line, "%02d:%02d:%02d.%03ld %-5s ", parts.tm_hour,
-                        parts.tm_min, parts.tm_sec, now.tv_nsec / 1000000,
-                        kNames[static_cast<int>(level)]);
+  int n =
+      std::snprintf(line, sizeof line, "%02d:%02d:%02d.%03ld %-5s ", parts.tm_hour, parts.tm_min,
+                    parts.tm_sec, now.tv_nsec / 1000000, kNames[static_cast<int>(level)]);
   va_list args;
   va_start(args, fmt);
   int m = std::vsnprintf(line + n, sizeof line - n - 1, fmt, args);

@@ -51,8 +51,7 @@ class RecordAssembler {
 };
 
 template <class OnRecord>
-bool RecordAssembler::feed(const char* data, size_t len, OnRecord&& on_record,
-                           std::string* error) {
+bool RecordAssembler::feed(const char* data, size_t len, OnRecord&& on_record, std::string* error) {
   while (len > 0) {
     if (!in_fragment_) {
       size_t take = std::min(len, 4 - header_have_);

@@ -154,8 +154,8 @@ void Server::accept_all() {
   for (;;) {
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
-    int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len,
-                     SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd =
+        accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
@@ -175,8 +175,8 @@ void Server::accept_all() {
       inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
       port = ntohs(a->sin6_port);
     }
-    auto conn = std::make_shared<Connection>(
-        fd, net::Endpoint{host, port}.to_string(), options_.max_record);
+    auto conn = std::make_shared<Connection>(fd, net::Endpoint{host, port}.to_string(),
+                                             options_.max_record);
     {
       std::lock_guard lock(conns_mu_);
       conns_.emplace(conn.get(), conn);
@@ -381,8 +381,7 @@ void Server::dispatch(Connection& conn, std::vector<char>& record, Worker& w) {
     return;
   }
   if (!r.started()) {
-    ODAFS_LOG_ERROR("%s from %s: handler produced no reply", procs_[proc].name,
-                    conn.peer.c_str());
+    ODAFS_LOG_ERROR("%s from %s: handler produced no reply", procs_[proc].name, conn.peer.c_str());
     reject(accept_error(SYSTEM_ERR));
     return;
   }

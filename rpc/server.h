@@ -118,10 +118,10 @@ class Server {
   struct Counters {
     std::atomic<uint64_t> connections{0};
     std::atomic<uint64_t> records{0};
-    std::atomic<uint64_t> garbage_records{0};   // undecodable call headers
+    std::atomic<uint64_t> garbage_records{0};  // undecodable call headers
     std::atomic<uint64_t> garbage_args{0};
-    std::atomic<uint64_t> rejected{0};          // PROG/PROC/RPC/AUTH errors
-    std::atomic<uint64_t> oversized{0};         // connections closed for record size
+    std::atomic<uint64_t> rejected{0};   // PROG/PROC/RPC/AUTH errors
+    std::atomic<uint64_t> oversized{0};  // connections closed for record size
     std::atomic<uint64_t> bytes_in{0};
     std::atomic<uint64_t> bytes_out{0};
   };

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "rpc/log.h"
+#include "rpc/status.h"
 #include "rpc/xdr_util.h"
 #include "server/identity.h"
-#include "rpc/status.h"
 
 namespace odafs::server {
 namespace {
@@ -26,13 +26,27 @@ xdrproc_t xp(bool_t (*fn)(XDR*, T*)) {
 
 void fill_attr(const struct stat& st, odafs_fattr* a) {
   switch (st.st_mode & S_IFMT) {
-    case S_IFREG: a->type = ODAFS_REG; break;
-    case S_IFDIR: a->type = ODAFS_DIR; break;
-    case S_IFLNK: a->type = ODAFS_LNK; break;
-    case S_IFBLK: a->type = ODAFS_BLK; break;
-    case S_IFCHR: a->type = ODAFS_CHR; break;
-    case S_IFSOCK: a->type = ODAFS_SOCK; break;
-    default: a->type = ODAFS_FIFO; break;
+    case S_IFREG:
+      a->type = ODAFS_REG;
+      break;
+    case S_IFDIR:
+      a->type = ODAFS_DIR;
+      break;
+    case S_IFLNK:
+      a->type = ODAFS_LNK;
+      break;
+    case S_IFBLK:
+      a->type = ODAFS_BLK;
+      break;
+    case S_IFCHR:
+      a->type = ODAFS_CHR;
+      break;
+    case S_IFSOCK:
+      a->type = ODAFS_SOCK;
+      break;
+    default:
+      a->type = ODAFS_FIFO;
+      break;
   }
   a->mode = st.st_mode & 07777;
   a->nlink = static_cast<u_int>(st.st_nlink);
@@ -101,75 +115,68 @@ void FileService::register_procedures(rpc::Server* server) {
   });
   server->add_procedure(
       ODAFSPROC_MOUNT, "MOUNT",
-      rpc::typed_procedure<mount_args>(xp(xdr_mount_args), [this](auto& c, auto& a, auto& r) {
-        do_mount(c, a, r);
-      }));
-  server->add_procedure(ODAFSPROC_GETATTR, "GETATTR",
-                        rpc::typed_procedure<getattr_args>(
-                            xp(xdr_getattr_args),
-                            [this](auto& c, auto& a, auto& r) { do_getattr(c, a, r); }));
-  server->add_procedure(ODAFSPROC_SETATTR, "SETATTR",
-                        rpc::typed_procedure<setattr_args>(
-                            xp(xdr_setattr_args),
-                            [this](auto& c, auto& a, auto& r) { do_setattr(c, a, r); }));
+      rpc::typed_procedure<mount_args>(xp(xdr_mount_args),
+                                       [this](auto& c, auto& a, auto& r) { do_mount(c, a, r); }));
+  server->add_procedure(
+      ODAFSPROC_GETATTR, "GETATTR",
+      rpc::typed_procedure<getattr_args>(
+          xp(xdr_getattr_args), [this](auto& c, auto& a, auto& r) { do_getattr(c, a, r); }));
+  server->add_procedure(
+      ODAFSPROC_SETATTR, "SETATTR",
+      rpc::typed_procedure<setattr_args>(
+          xp(xdr_setattr_args), [this](auto& c, auto& a, auto& r) { do_setattr(c, a, r); }));
   server->add_procedure(
       ODAFSPROC_LOOKUP, "LOOKUP",
-      rpc::typed_procedure<diropargs>(xp(xdr_diropargs), [this](auto& c, auto& a, auto& r) {
-        do_lookup(c, a, r);
-      }));
-  server->add_procedure(ODAFSPROC_CREATE, "CREATE",
-                        rpc::typed_procedure<create_args>(
-                            xp(xdr_create_args),
-                            [this](auto& c, auto& a, auto& r) { do_create(c, a, r); }));
+      rpc::typed_procedure<diropargs>(xp(xdr_diropargs),
+                                      [this](auto& c, auto& a, auto& r) { do_lookup(c, a, r); }));
+  server->add_procedure(
+      ODAFSPROC_CREATE, "CREATE",
+      rpc::typed_procedure<create_args>(xp(xdr_create_args),
+                                        [this](auto& c, auto& a, auto& r) { do_create(c, a, r); }));
   server->add_procedure(
       ODAFSPROC_MKDIR, "MKDIR",
-      rpc::typed_procedure<mkdir_args>(xp(xdr_mkdir_args), [this](auto& c, auto& a, auto& r) {
-        do_mkdir(c, a, r);
-      }));
+      rpc::typed_procedure<mkdir_args>(xp(xdr_mkdir_args),
+                                       [this](auto& c, auto& a, auto& r) { do_mkdir(c, a, r); }));
   server->add_procedure(
       ODAFSPROC_REMOVE, "REMOVE",
-      rpc::typed_procedure<diropargs>(xp(xdr_diropargs), [this](auto& c, auto& a, auto& r) {
-        do_remove(c, a, r, false);
-      }));
+      rpc::typed_procedure<diropargs>(
+          xp(xdr_diropargs), [this](auto& c, auto& a, auto& r) { do_remove(c, a, r, false); }));
   server->add_procedure(
       ODAFSPROC_RMDIR, "RMDIR",
-      rpc::typed_procedure<diropargs>(xp(xdr_diropargs), [this](auto& c, auto& a, auto& r) {
-        do_remove(c, a, r, true);
-      }));
-  server->add_procedure(ODAFSPROC_RENAME, "RENAME",
-                        rpc::typed_procedure<rename_args>(
-                            xp(xdr_rename_args),
-                            [this](auto& c, auto& a, auto& r) { do_rename(c, a, r); }));
-  server->add_procedure(ODAFSPROC_READDIR, "READDIR",
-                        rpc::typed_procedure<readdir_args>(
-                            xp(xdr_readdir_args),
-                            [this](auto& c, auto& a, auto& r) { do_readdir(c, a, r); }));
-  server->add_procedure(ODAFSPROC_READLINK, "READLINK",
-                        rpc::typed_procedure<getattr_args>(
-                            xp(xdr_getattr_args),
-                            [this](auto& c, auto& a, auto& r) { do_readlink(c, a, r); }));
-  server->add_procedure(ODAFSPROC_SYMLINK, "SYMLINK",
-                        rpc::typed_procedure<symlink_args>(
-                            xp(xdr_symlink_args),
-                            [this](auto& c, auto& a, auto& r) { do_symlink(c, a, r); }));
+      rpc::typed_procedure<diropargs>(
+          xp(xdr_diropargs), [this](auto& c, auto& a, auto& r) { do_remove(c, a, r, true); }));
+  server->add_procedure(
+      ODAFSPROC_RENAME, "RENAME",
+      rpc::typed_procedure<rename_args>(xp(xdr_rename_args),
+                                        [this](auto& c, auto& a, auto& r) { do_rename(c, a, r); }));
+  server->add_procedure(
+      ODAFSPROC_READDIR, "READDIR",
+      rpc::typed_procedure<readdir_args>(
+          xp(xdr_readdir_args), [this](auto& c, auto& a, auto& r) { do_readdir(c, a, r); }));
+  server->add_procedure(
+      ODAFSPROC_READLINK, "READLINK",
+      rpc::typed_procedure<getattr_args>(
+          xp(xdr_getattr_args), [this](auto& c, auto& a, auto& r) { do_readlink(c, a, r); }));
+  server->add_procedure(
+      ODAFSPROC_SYMLINK, "SYMLINK",
+      rpc::typed_procedure<symlink_args>(
+          xp(xdr_symlink_args), [this](auto& c, auto& a, auto& r) { do_symlink(c, a, r); }));
   server->add_procedure(
       ODAFSPROC_READ, "READ",
-      rpc::typed_procedure<read_args>(xp(xdr_read_args), [this](auto& c, auto& a, auto& r) {
-        do_read(c, a, r);
-      }));
+      rpc::typed_procedure<read_args>(xp(xdr_read_args),
+                                      [this](auto& c, auto& a, auto& r) { do_read(c, a, r); }));
   server->add_procedure(
       ODAFSPROC_WRITE, "WRITE",
-      rpc::typed_procedure<write_args>(xp(xdr_write_args), [this](auto& c, auto& a, auto& r) {
-        do_write(c, a, r);
-      }));
-  server->add_procedure(ODAFSPROC_COMMIT, "COMMIT",
-                        rpc::typed_procedure<commit_args>(
-                            xp(xdr_commit_args),
-                            [this](auto& c, auto& a, auto& r) { do_commit(c, a, r); }));
-  server->add_procedure(ODAFSPROC_FSSTAT, "FSSTAT",
-                        rpc::typed_procedure<getattr_args>(
-                            xp(xdr_getattr_args),
-                            [this](auto& c, auto& a, auto& r) { do_fsstat(c, a, r); }));
+      rpc::typed_procedure<write_args>(xp(xdr_write_args),
+                                       [this](auto& c, auto& a, auto& r) { do_write(c, a, r); }));
+  server->add_procedure(
+      ODAFSPROC_COMMIT, "COMMIT",
+      rpc::typed_procedure<commit_args>(xp(xdr_commit_args),
+                                        [this](auto& c, auto& a, auto& r) { do_commit(c, a, r); }));
+  server->add_procedure(
+      ODAFSPROC_FSSTAT, "FSSTAT",
+      rpc::typed_procedure<getattr_args>(
+          xp(xdr_getattr_args), [this](auto& c, auto& a, auto& r) { do_fsstat(c, a, r); }));
   server->add_procedure(ODAFSPROC_STATS, "STATS", [this](const CallContext&, XDR*, Reply& r) {
     do_stats(r);
     return true;
@@ -503,13 +510,27 @@ void FileService::do_readdir(const rpc::CallContext& ctx, readdir_args& a, rpc::
       odafs_dirent e{};
       e.fileid = d->d_ino;
       switch (d->d_type) {
-        case DT_DIR: e.type = ODAFS_DIR; break;
-        case DT_LNK: e.type = ODAFS_LNK; break;
-        case DT_BLK: e.type = ODAFS_BLK; break;
-        case DT_CHR: e.type = ODAFS_CHR; break;
-        case DT_SOCK: e.type = ODAFS_SOCK; break;
-        case DT_FIFO: e.type = ODAFS_FIFO; break;
-        default: e.type = ODAFS_REG; break;
+        case DT_DIR:
+          e.type = ODAFS_DIR;
+          break;
+        case DT_LNK:
+          e.type = ODAFS_LNK;
+          break;
+        case DT_BLK:
+          e.type = ODAFS_BLK;
+          break;
+        case DT_CHR:
+          e.type = ODAFS_CHR;
+          break;
+        case DT_SOCK:
+          e.type = ODAFS_SOCK;
+          break;
+        case DT_FIFO:
+          e.type = ODAFS_FIFO;
+          break;
+        default:
+          e.type = ODAFS_REG;
+          break;
       }
       e.name = d->d_name;
       e.cookie = static_cast<u_quad_t>(d->d_off);
@@ -550,8 +571,8 @@ void FileService::do_read(const rpc::CallContext& ctx, read_args& a, rpc::Reply&
   NodeRef node = resolve_or_reply(a.fh, r, &st);
   if (!node) return;
   if (!S_ISREG(st.st_mode)) {
-    return reply_status<read_res>(
-        r, xp(xdr_read_res), S_ISDIR(st.st_mode) ? ODAFS_ERR_ISDIR : ODAFS_ERR_INVAL);
+    return reply_status<read_res>(r, xp(xdr_read_res),
+                                  S_ISDIR(st.st_mode) ? ODAFS_ERR_ISDIR : ODAFS_ERR_INVAL);
   }
   {
     IdentityScope as(ctx.cred, options_.auth_sys);
@@ -560,7 +581,8 @@ void FileService::do_read(const rpc::CallContext& ctx, read_args& a, rpc::Reply&
   uint64_t size = static_cast<uint64_t>(st.st_size);
   uint64_t offset = a.offset;
   uint32_t count = std::min(a.count, options_.max_io);
-  uint32_t len = offset >= size ? 0 : static_cast<uint32_t>(std::min<uint64_t>(count, size - offset));
+  uint32_t len =
+      offset >= size ? 0 : static_cast<uint32_t>(std::min<uint64_t>(count, size - offset));
   bool eof = offset + len >= size;
 
   // Encode status, attributes and eof, then copy the data from cache blocks straight into
@@ -631,8 +653,8 @@ void FileService::do_write(const rpc::CallContext& ctx, write_args& a, rpc::Repl
   NodeRef node = resolve_or_reply(a.fh, r, &st);
   if (!node) return;
   if (!S_ISREG(st.st_mode)) {
-    return reply_status<write_res>(
-        r, xp(xdr_write_res), S_ISDIR(st.st_mode) ? ODAFS_ERR_ISDIR : ODAFS_ERR_INVAL);
+    return reply_status<write_res>(r, xp(xdr_write_res),
+                                   S_ISDIR(st.st_mode) ? ODAFS_ERR_ISDIR : ODAFS_ERR_INVAL);
   }
   {
     IdentityScope as(ctx.cred, options_.auth_sys);

@@ -134,8 +134,8 @@ TEST_CASE("writes at odd offsets keep the server cache and the file coherent") {
   };
   apply(0, pattern(5000, 10));
   CHECK(read_all(f, 100000) == model);  // cache the blocks
-  apply(4090, pattern(20, 11));          // straddles a block boundary
-  apply(20000, pattern(100, 12));        // leaves a hole
+  apply(4090, pattern(20, 11));         // straddles a block boundary
+  apply(20000, pattern(100, 12));       // leaves a hole
   apply(4096 * 3 + 5, pattern(9000, 13));
   CHECK(read_all(f, 100000) == model);
   CHECK(read_local(dir / "w") == model);
@@ -146,7 +146,10 @@ TEST_CASE("concurrent clients write disjoint ranges of one file; every byte chec
   ServerProcess server(dir.path(), {"--block-size", "4096", "--threads", "4"});
   constexpr int kClients = 4;
   constexpr size_t kSlice = 300000;  // not block aligned: neighbours share blocks
-  { auto fs = Client::mount(server.url()); fs->open("shared", O_RDWR | O_CREAT).close(); }
+  {
+    auto fs = Client::mount(server.url());
+    fs->open("shared", O_RDWR | O_CREAT).close();
+  }
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
   for (int c = 0; c < kClients; ++c) {
@@ -196,7 +199,8 @@ TEST_CASE("readdir with many entries resumes by cookie") {
   CHECK(seen == made);
   auto before = fs->server_stats();
   uint64_t calls = 0;
-  for (auto& [k, v] : before) if (k == "calls.READDIR") calls = v;
+  for (auto& [k, v] : before)
+    if (k == "calls.READDIR") calls = v;
   CHECK(calls >= 2);  // 3000 names do not fit one 64 KiB reply
 }
 
@@ -395,10 +399,13 @@ TEST_CASE("the C API") {
   CHECK(odafs_open(c, "/cdir", O_RDWR, 0) == nullptr);
   CHECK(errno == EISDIR);
   int count = 0;
-  CHECK(odafs_readdir(c, "/cdir", [](void* ctx, const char*, unsigned char, uint64_t) {
-          ++*static_cast<int*>(ctx);
-          return 0;
-        }, &count) == 0);
+  CHECK(odafs_readdir(
+            c, "/cdir",
+            [](void* ctx, const char*, unsigned char, uint64_t) {
+              ++*static_cast<int*>(ctx);
+              return 0;
+            },
+            &count) == 0);
   CHECK(count == 1);
   CHECK(odafs_unlink(c, "/cdir/x") == 0);
   CHECK(odafs_rmdir(c, "/cdir") == 0);

@@ -117,7 +117,10 @@ TEST_CASE("garbage on one connection never disturbs another client") {
     for (uint64_t i = 0; !stop; ++i) {
       uint64_t off = (i * 4096) % (data.size() - 4096);
       size_t n = f.pread(buf.data(), buf.size(), off);
-      if (n == 4096 && buf == data.substr(off, 4096)) ++good_reads; else ++bad_reads;
+      if (n == 4096 && buf == data.substr(off, 4096))
+        ++good_reads;
+      else
+        ++bad_reads;
     }
   });
   std::mt19937 rng(7);
@@ -147,8 +150,16 @@ TEST_CASE("garbage on one connection never disturbs another client") {
       }
     } else {  // a valid CALL header with a random procedure and random arguments
       char hdr[40] = {};
-      uint32_t words[10] = {htonl(rng()), htonl(0), htonl(2), htonl(ODAFS_PROGRAM),
-                            htonl(ODAFS_V1), htonl(rng() % 20), 0, 0, 0, 0};
+      uint32_t words[10] = {htonl(rng()),
+                            htonl(0),
+                            htonl(2),
+                            htonl(ODAFS_PROGRAM),
+                            htonl(ODAFS_V1),
+                            htonl(rng() % 20),
+                            0,
+                            0,
+                            0,
+                            0};
       std::memcpy(hdr, words, sizeof hdr);
       mark(static_cast<uint32_t>(sizeof hdr + body), true);
       msg.append(hdr, sizeof hdr);

@@ -1,7 +1,5 @@
 #include "tests/support/server_process.h"
 
-#include "client/client.h"
-
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -18,6 +16,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+
+#include "client/client.h"
 
 extern char** environ;
 
@@ -46,8 +46,7 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
-ServerProcess::ServerProcess(std::string export_dir, std::vector<std::string> args,
-                             uint16_t port)
+ServerProcess::ServerProcess(std::string export_dir, std::vector<std::string> args, uint16_t port)
     : export_dir_(std::move(export_dir)), args_(std::move(args)), port_(port) {
   start();
 }
