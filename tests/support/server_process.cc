@@ -7,7 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -22,6 +24,19 @@
 extern char** environ;
 
 namespace odafs::test {
+namespace {
+std::atomic<int> g_abnormal_exits{0};
+
+void note_exit(pid_t pid, int status) {
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+  ++g_abnormal_exits;
+  std::fprintf(stderr, "odafsd pid %d did not exit cleanly on SIGTERM: %s %d\n", pid,
+               WIFEXITED(status) ? "exit status" : "signal",
+               WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+}
+}  // namespace
+
+int abnormal_server_exits() { return g_abnormal_exits.load(); }
 
 TempDir::TempDir() {
   const char* base = std::getenv("TMPDIR");
@@ -120,6 +135,7 @@ int ServerProcess::stop() {
   int status = 0;
   for (int i = 0; i < 1000; ++i) {
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      note_exit(pid_, status);
       pid_ = -1;
       return status;
     }
@@ -127,6 +143,7 @@ int ServerProcess::stop() {
   }
   ::kill(pid_, SIGKILL);
   waitpid(pid_, &status, 0);
+  note_exit(pid_, status);
   pid_ = -1;
   return status;
 }

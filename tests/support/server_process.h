@@ -55,6 +55,10 @@ class ServerProcess {
   pid_t pid_ = -1;
 };
 
+// How many servers stopped with SIGTERM did not exit cleanly (a crash, a sanitizer
+// report, a leak). test_main fails the run when it is not zero.
+int abnormal_server_exits();
+
 // Bytes of a local file (throws if unreadable).
 std::string read_local(const std::string& path);
 void write_local(const std::string& path, const std::string& data);
