@@ -1,12 +1,13 @@
 // odafs-latency: round-trip latency of the RPC read paths on a warm file.
 //
-//   odafs-latency --url odafs://127.0.0.1:PORT/ [--iters N] [--file-mb M] [--block B]
-//                 [--json FILE]
+//   odafs-latency --url odafs://127.0.0.1:PORT/ [--iters N] [--file-mb M]
+//                 [--blocks B1,B2,...] [--json FILE]
 //
 // Measures, one after another over one connection, single-threaded:
 //   null       the NULL procedure (transport + dispatch, no file system)
-//   inline     READ of B bytes, reply copied out of the receive buffer
-//   preposted  READ of B bytes, payload received straight into the caller's buffer
+//   rpc_inline     READ of B bytes, reply copied out of the receive buffer
+//   rpc_preposted  READ of B bytes, payload received straight into the caller's buffer
+// for each block size B (default 4096).
 // For each: mean / p50 / p99 latency in microseconds and the server's CPU microseconds
 // per operation (from its per-thread accounting, STATS cpu_us.total). Prints a table, and
 // JSON (to stdout, or to --json FILE).
@@ -28,6 +29,7 @@ namespace {
 
 struct Result {
   std::string mechanism;
+  size_t block = 0;
   double mean_us = 0, p50_us = 0, p99_us = 0, server_cpu_us_per_op = 0;
   size_t ops = 0;
 };
@@ -69,7 +71,8 @@ Result measure(odafs::Client& c, const std::string& name, size_t iters,
 
 int main(int argc, char** argv) {
   std::string url, json_path;
-  size_t iters = 20000, file_mb = 4, block = 4096;
+  size_t iters = 20000, file_mb = 4;
+  std::vector<size_t> block_sizes = {4096};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -85,18 +88,26 @@ int main(int argc, char** argv) {
       iters = std::stoul(next());
     else if (a == "--file-mb")
       file_mb = std::stoul(next());
-    else if (a == "--block")
-      block = std::stoul(next());
-    else if (a == "--json")
+    else if (a == "--blocks") {
+      block_sizes.clear();
+      std::string list = next();
+      for (size_t pos = 0; pos < list.size();) {
+        size_t comma = list.find(',', pos);
+        if (comma == std::string::npos) comma = list.size();
+        block_sizes.push_back(std::stoul(list.substr(pos, comma - pos)));
+        pos = comma + 1;
+      }
+    } else if (a == "--json")
       json_path = next();
     else {
       std::fprintf(stderr,
-                   "usage: odafs-latency --url URL [--iters N] [--file-mb M] [--block B] "
+                   "usage: odafs-latency --url URL [--iters N] [--file-mb M] [--blocks B,...] "
                    "[--json FILE]\n");
       return 2;
     }
   }
-  if (url.empty() || iters == 0 || block == 0) {
+  if (url.empty() || iters == 0 || block_sizes.empty() ||
+      std::count(block_sizes.begin(), block_sizes.end(), 0u) != 0) {
     std::fprintf(stderr, "odafs-latency: --url is required\n");
     return 2;
   }
@@ -115,29 +126,32 @@ int main(int argc, char** argv) {
       f.close();
     }
     odafs::File f = client->open(path, O_RDONLY);
-    std::vector<char> buf(block);
-    const size_t blocks = std::max<size_t>(file_bytes / block, 1);
-    for (size_t i = 0; i < blocks; ++i) f.pread(buf.data(), block, i * block);  // warm server
-
     std::vector<Result> results;
     results.push_back(measure(*client, "null", iters, [&](size_t) { client->ping(); }));
-    auto read_op = [&](size_t i) {
-      if (f.pread(buf.data(), block, (i % blocks) * block) != block) {
-        throw odafs::Error(EIO, "short read");
-      }
-    };
-    client->set_read_mode(odafs::ReadMode::kInline);
-    results.push_back(measure(*client, "rpc_inline", iters, read_op));
-    client->set_read_mode(odafs::ReadMode::kPrePosted);
-    results.push_back(measure(*client, "rpc_preposted", iters, read_op));
+    for (size_t block : block_sizes) {
+      std::vector<char> buf(block);
+      const size_t blocks = std::max<size_t>(file_bytes / block, 1);
+      for (size_t i = 0; i < blocks; ++i) f.pread(buf.data(), block, i * block);  // warm
+      auto read_op = [&](size_t i) {
+        if (f.pread(buf.data(), block, (i % blocks) * block) != block) {
+          throw odafs::Error(EIO, "short read: is the file smaller than the block?");
+        }
+      };
+      client->set_read_mode(odafs::ReadMode::kInline);
+      results.push_back(measure(*client, "rpc_inline", iters, read_op));
+      results.back().block = block;
+      client->set_read_mode(odafs::ReadMode::kPrePosted);
+      results.push_back(measure(*client, "rpc_preposted", iters, read_op));
+      results.back().block = block;
+    }
     f.close();
     client->unlink(path);
 
-    std::printf("%-14s %10s %10s %10s %18s\n", "mechanism", "mean_us", "p50_us", "p99_us",
-                "server_cpu_us/op");
+    std::printf("%-14s %8s %10s %10s %10s %18s\n", "mechanism", "bytes", "mean_us", "p50_us",
+                "p99_us", "server_cpu_us/op");
     for (const Result& r : results) {
-      std::printf("%-14s %10.1f %10.1f %10.1f %18.1f\n", r.mechanism.c_str(), r.mean_us, r.p50_us,
-                  r.p99_us, r.server_cpu_us_per_op);
+      std::printf("%-14s %8zu %10.1f %10.1f %10.1f %18.1f\n", r.mechanism.c_str(), r.block,
+                  r.mean_us, r.p50_us, r.p99_us, r.server_cpu_us_per_op);
     }
     std::string json = "[\n";
     for (size_t i = 0; i < results.size(); ++i) {
@@ -147,16 +161,17 @@ int main(int argc, char** argv) {
                     "  {\"mechanism\": \"%s\", \"block_bytes\": %zu, \"ops\": %zu, "
                     "\"mean_us\": %.2f, \"p50_us\": %.2f, \"p99_us\": %.2f, "
                     "\"server_cpu_us_per_op\": %.2f}%s\n",
-                    r.mechanism.c_str(), r.mechanism == "null" ? size_t{0} : block, r.ops,
-                    r.mean_us, r.p50_us, r.p99_us, r.server_cpu_us_per_op,
-                    i + 1 < results.size() ? "," : "");
+                    r.mechanism.c_str(), r.block, r.ops, r.mean_us, r.p50_us, r.p99_us,
+                    r.server_cpu_us_per_op, i + 1 < results.size() ? "," : "");
       json += line;
     }
     json += "]\n";
     if (json_path.empty()) {
       std::printf("%s", json.c_str());
     } else {
-      std::ofstream(json_path) << json;
+      std::ofstream out(json_path);
+      out << json;
+      if (!out.flush()) throw odafs::Error(errno ? errno : EIO, "cannot write " + json_path);
       std::printf("JSON written to %s\n", json_path.c_str());
     }
   } catch (const std::exception& e) {
