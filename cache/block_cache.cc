@@ -163,6 +163,7 @@ void BlockCache::update(const BlockKey& key, uint32_t offset, const void* src, s
 }
 
 void BlockCache::invalidate(uint64_t file, uint64_t first, uint64_t last) {
+  if (first > last) return;
   std::lock_guard lock(mu_);
   if (last - first >= blocks_.size()) {
     for (Block& b : blocks_) {
@@ -173,13 +174,16 @@ void BlockCache::invalidate(uint64_t file, uint64_t first, uint64_t last) {
     }
     return;
   }
-  for (uint64_t i = first; i <= last; ++i) {
+  // Counting up to `last` inclusive: written so that last == UINT64_MAX cannot wrap.
+  for (uint64_t i = first;; ++i) {
     auto it = map_->find(BlockKey{file, i});
-    if (it == map_->end()) continue;
-    Block* b = &*it;
-    drop_locked(b);
-    lru_.erase(lru_.iterator_to(*b));
-    lru_.push_front(*b);  // first to be reused
+    if (it != map_->end()) {
+      Block* b = &*it;
+      drop_locked(b);
+      lru_.erase(lru_.iterator_to(*b));
+      lru_.push_front(*b);  // first to be reused
+    }
+    if (i == last) break;
   }
 }
 
