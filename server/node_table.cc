@@ -1,9 +1,6 @@
 #include "server/node_table.h"
 
 #include <fcntl.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <unistd.h>
 
@@ -60,8 +57,7 @@ Node::~Node() {
 
 NodeTable::NodeTable(const std::string& export_root, size_t max_nodes)
     : max_nodes_(std::max<size_t>(max_nodes, 16)) {
-  if (RAND_bytes(key_.data(), static_cast<int>(key_.size())) != 1 ||
-      RAND_bytes(reinterpret_cast<unsigned char*>(&instance_), sizeof instance_) != 1) {
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(&instance_), sizeof instance_) != 1) {
     throw std::runtime_error("RAND_bytes failed: no entropy for the handle key");
   }
   int fd = open(export_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -79,13 +75,6 @@ NodeTable::NodeTable(const std::string& export_root, size_t max_nodes)
 
 NodeTable::~NodeTable() = default;
 
-void NodeTable::mac(const unsigned char* body, size_t len, unsigned char* out) const {
-  unsigned char full[EVP_MAX_MD_SIZE];
-  unsigned int full_len = 0;
-  HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()), body, len, full, &full_len);
-  std::memcpy(out, full, kHandleMac);
-}
-
 WireHandle NodeTable::handle_of(const Node& node) const {
   WireHandle h{};
   h[0] = kHandleVersion;
@@ -93,7 +82,7 @@ WireHandle NodeTable::handle_of(const Node& node) const {
   put32(&h[8], node.slot);
   put32(&h[12], node.generation);
   put64(&h[16], static_cast<uint64_t>(node.ino));
-  mac(h.data(), kHandleBody, &h[kHandleBody]);
+  mac_.compute(h.data(), kHandleBody, &h[kHandleBody], kHandleMac);
   return h;
 }
 
@@ -104,9 +93,7 @@ NodeRef NodeTable::resolve(const unsigned char* h, HandleError* error) const {
     *error = HandleError::kStale;  // minted by an earlier server instance
     return nullptr;
   }
-  unsigned char expect[kHandleMac];
-  mac(h, kHandleBody, expect);
-  if (CRYPTO_memcmp(expect, &h[kHandleBody], kHandleMac) != 0) return nullptr;
+  if (!mac_.verify(h, kHandleBody, &h[kHandleBody], kHandleMac)) return nullptr;
   uint32_t slot = get32(&h[8]);
   uint32_t generation = get32(&h[12]);
   std::lock_guard lock(mu_);
@@ -122,7 +109,10 @@ NodeRef NodeTable::resolve(const unsigned char* h, HandleError* error) const {
 }
 
 NodeRef NodeTable::insert_locked(int fd, const struct stat& st) {
-  if (live_ >= max_nodes_) evict_some_locked();
+  // Close unused nodes down to the bound: after a burst of in-use nodes pushed the table
+  // past it, one eviction per insert would keep it there for good.
+  while (live_ >= max_nodes_ && evict_some_locked()) {
+  }
   uint32_t slot;
   if (!free_slots_.empty()) {
     slot = free_slots_.back();
@@ -146,7 +136,7 @@ NodeRef NodeTable::insert_locked(int fd, const struct stat& st) {
   return node;
 }
 
-void NodeTable::evict_some_locked() {
+bool NodeTable::evict_some_locked() {
   // Clock sweep: skip the root, nodes in use by a call (shared elsewhere) and nodes used
   // since the last sweep. If nothing qualifies the table grows past max_nodes for now.
   size_t budget = 2 * slots_.size();
@@ -163,8 +153,9 @@ void NodeTable::evict_some_locked() {
     ++s.generation;
     free_slots_.push_back(static_cast<uint32_t>(clock_hand_));
     --live_;
-    return;
+    return true;
   }
+  return false;
 }
 
 NodeRef NodeTable::lookup(const Node& dir, const char* name, struct stat* st) {

@@ -19,6 +19,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ordma/keyed_mac.h"
+
 namespace odafs::server {
 
 inline constexpr size_t kHandleSize = 40;
@@ -95,10 +97,8 @@ class NodeTable {
   };
 
   NodeRef insert_locked(int fd, const struct stat& st);
-  void evict_some_locked();
-  void mac(const unsigned char* body, size_t len, unsigned char* out) const;
-
-  std::array<unsigned char, 32> key_;
+  bool evict_some_locked();  // false when no node can be evicted
+  ordma::KeyedMac mac_;
   uint32_t instance_;
   size_t max_nodes_;
   NodeRef root_;
