@@ -5,8 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 
-echo "== build (RelWithDebInfo)"
-bash scripts/build.sh build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+echo "== build (Release)"
+bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release
 echo "== tests"
 ctest --test-dir build --output-on-failure --timeout 600
 
