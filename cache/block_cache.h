@@ -84,6 +84,8 @@ class BlockCache {
 
   // Returns block `key` holding at least `need` valid bytes (or all the file has), filling
   // it with fill() on a miss. On fill failure returns false with *error = errno value.
+  // *pin is released first. REQUIRES: the caller holds no other pin on `key` (a short
+  // block's refill would wait for that pin's shared lock forever).
   bool read(const BlockKey& key, uint32_t need, const FillFn& fill, ReadPin* pin, int* error);
 
   // Write-through helper: if block `key` is cached, copies src into it at `offset`

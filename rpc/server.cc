@@ -65,7 +65,8 @@ XDR* Reply::results() {
 }
 
 bool Reply::send(xdrproc_t xres, const void* res) {
-  return xres(results(), const_cast<void*>(res), 0);
+  if (!xres(results(), const_cast<void*>(res), 0)) failed_ = true;
+  return !failed_;
 }
 
 Server::Server(Options options) : options_(std::move(options)) {
@@ -378,6 +379,12 @@ void Server::dispatch(Connection& conn, std::vector<char>& record, Worker& w) {
     counters_.garbage_args.fetch_add(1, std::memory_order_relaxed);
     ODAFS_LOG_WARN("%s from %s: undecodable arguments", procs_[proc].name, conn.peer.c_str());
     reject(accept_error(GARBAGE_ARGS));
+    return;
+  }
+  if (r.failed()) {
+    ODAFS_LOG_ERROR("%s from %s: results do not fit the %zu-byte reply buffer", procs_[proc].name,
+                    conn.peer.c_str(), options_.max_reply);
+    reject(accept_error(SYSTEM_ERR));
     return;
   }
   if (!r.started()) {

@@ -48,9 +48,11 @@ class Reply {
  public:
   // Writes the accepted-SUCCESS reply header and returns the stream for the results.
   XDR* results();
-  // results() + encode res with xres. Returns false if the reply buffer overflowed.
+  // results() + encode res with xres. Returns false if the results did not encode (the
+  // reply buffer overflowed); the server then answers SYSTEM_ERR instead.
   bool send(xdrproc_t xres, const void* res);
   bool started() const { return started_; }
+  bool failed() const { return failed_; }
 
  private:
   friend class Server;
@@ -58,6 +60,7 @@ class Reply {
   XDR* out_;
   uint32_t xid_;
   bool started_ = false;
+  bool failed_ = false;
 };
 
 // One procedure: decodes arguments, runs, encodes results. Returns false when the
