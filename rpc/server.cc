@@ -17,15 +17,36 @@
 namespace odafs::rpc {
 
 struct Server::Connection : std::enable_shared_from_this<Connection> {
-  Connection(int fd, std::string peer, size_t max_record)
-      : fd(fd), peer(std::move(peer)), assembler(max_record) {}
-  ~Connection() { close(fd); }
+  Connection(uint64_t id, int fd, std::string peer, size_t max_record)
+      : id(id), fd(fd), write_fd(dup(fd)), peer(std::move(peer)), assembler(max_record) {}
+  ~Connection() {
+    close(fd);
+    if (write_fd >= 0) close(write_fd);
+  }
 
+  const uint64_t id;
   const int fd;
+  // A second descriptor of the same socket, registered in the epoll set for EPOLLOUT only
+  // while replies are queued. Separate registrations keep the one-shot read arming (one
+  // reader at a time) independent of write readiness.
+  const int write_fd;
   const std::string peer;
-  RecordAssembler assembler;  // touched only by the thread holding the one-shot event
-  std::mutex write_mu;        // replies from several threads go out whole
+  RecordAssembler assembler;  // touched only by the thread holding the read event
   std::atomic<bool> closed{false};
+
+  std::mutex write_mu;  // replies from several threads go out whole and in order
+  // Reply bytes the socket did not take yet (a client slow to read). Guarded by write_mu.
+  std::vector<char> backlog;
+  size_t backlog_head = 0;
+  bool write_failed = false;  // guarded by write_mu; the socket is shut down, drop replies
+
+  // REQUIRES: write_mu held. Gives up on the socket; the reader then sees EOF and closes.
+  void fail_writes() {
+    write_failed = true;
+    backlog = {};
+    backlog_head = 0;
+    shutdown(fd, SHUT_RDWR);
+  }
 };
 
 // Per pool thread: reusable buffers, so serving a call allocates nothing in steady state.
@@ -41,7 +62,9 @@ namespace {
 
 constexpr uint32_t kListenTag = 1;
 constexpr uint32_t kWakeTag = 2;
-// Connection events carry the Connection* itself; tags above are never valid pointers.
+// Read events carry the Connection* itself, write events (id << 1) | kWriteTag; the tags
+// above are neither valid pointers nor odd.
+constexpr uint64_t kWriteTag = 1;
 
 // Keep reading one connection for at most this many recv calls per event, so one busy
 // client cannot hold a pool thread forever.
@@ -145,6 +168,10 @@ void Server::worker_loop() {
         accept_all();
         continue;
       }
+      if (tag & kWriteTag) {
+        on_writable(tag >> 1);
+        continue;
+      }
       on_readable(reinterpret_cast<Connection*>(events[i].data.ptr), w);
     }
   }
@@ -176,15 +203,20 @@ void Server::accept_all() {
       inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
       port = ntohs(a->sin6_port);
     }
-    auto conn = std::make_shared<Connection>(fd, net::Endpoint{host, port}.to_string(),
-                                             options_.max_record);
+    std::shared_ptr<Connection> conn;
     {
       std::lock_guard lock(conns_mu_);
-      conns_.emplace(conn.get(), conn);
+      uint64_t id = next_conn_id_++;
+      conn = std::make_shared<Connection>(id, fd, net::Endpoint{host, port}.to_string(),
+                                          options_.max_record);
+      conns_.emplace(id, conn);
     }
     counters_.connections.fetch_add(1, std::memory_order_relaxed);
     ODAFS_LOG_DEBUG("connection from %s", conn->peer.c_str());
     epoll_event ev{};
+    ev.events = EPOLLONESHOT;  // registered, disarmed until a reply has to wait
+    ev.data.u64 = (conn->id << 1) | kWriteTag;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, conn->write_fd, &ev);
     ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
     ev.data.ptr = conn.get();
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
@@ -198,10 +230,11 @@ void Server::accept_all() {
 void Server::close_connection(Connection* conn) {
   if (conn->closed.exchange(true)) return;
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, conn->fd, nullptr);
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, conn->write_fd, nullptr);
   shutdown(conn->fd, SHUT_RDWR);
   ODAFS_LOG_DEBUG("connection from %s closed", conn->peer.c_str());
   std::lock_guard lock(conns_mu_);
-  conns_.erase(conn);  // the fd closes when the last in-progress call lets go
+  conns_.erase(conn->id);  // the fd closes when the last in-progress call lets go
 }
 
 void Server::on_readable(Connection* raw, Worker& w) {
@@ -253,16 +286,77 @@ void Server::on_readable(Connection* raw, Worker& w) {
 
 void Server::send_reply(Connection& conn, Worker& w, size_t body_len) {
   put_record_mark(w.reply.data(), static_cast<uint32_t>(body_len), true);
-  iovec iov{w.reply.data(), body_len + 4};
+  const char* data = w.reply.data();
+  size_t len = body_len + 4;
+  counters_.bytes_out.fetch_add(len, std::memory_order_relaxed);
   std::lock_guard lock(conn.write_mu);
-  if (conn.closed.load(std::memory_order_relaxed)) return;
-  try {
-    net::write_all(conn.fd, &iov, 1);
-    counters_.bytes_out.fetch_add(body_len + 4, std::memory_order_relaxed);
-  } catch (const std::exception& e) {
-    ODAFS_LOG_WARN("reply to %s failed: %s", conn.peer.c_str(), e.what());
-    shutdown(conn.fd, SHUT_RDWR);  // the reader sees EOF and closes the connection
+  if (conn.closed.load(std::memory_order_relaxed) || conn.write_failed) return;
+  size_t sent = 0;
+  if (conn.backlog.size() == conn.backlog_head) {  // nothing queued: try the socket now
+    while (sent < len) {
+      ssize_t n = send(conn.fd, data + sent, len - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n > 0) {
+        sent += static_cast<size_t>(n);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        break;
+      } else {
+        ODAFS_LOG_DEBUG("reply to %s failed: %s", conn.peer.c_str(), strerror(errno));
+        conn.fail_writes();
+        return;
+      }
+    }
+    if (sent == len) return;
   }
+  // The client is not keeping up: queue the rest, bounded, and let EPOLLOUT drain it.
+  // Pool threads never block on a slow reader.
+  bool was_empty = conn.backlog.size() == conn.backlog_head;
+  if (conn.backlog.size() - conn.backlog_head + (len - sent) > options_.max_backlog) {
+    counters_.slow_readers.fetch_add(1, std::memory_order_relaxed);
+    ODAFS_LOG_WARN("closing connection from %s: %zu bytes of replies unread", conn.peer.c_str(),
+                   conn.backlog.size() - conn.backlog_head + (len - sent));
+    conn.fail_writes();
+    return;
+  }
+  conn.backlog.insert(conn.backlog.end(), data + sent, data + len);
+  if (was_empty) arm_writable(conn);
+}
+
+void Server::arm_writable(Connection& conn) {
+  epoll_event ev{};
+  ev.events = EPOLLOUT | EPOLLONESHOT;
+  ev.data.u64 = (conn.id << 1) | kWriteTag;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, conn.write_fd, &ev);
+}
+
+void Server::on_writable(uint64_t conn_id) {
+  std::shared_ptr<Connection> conn;
+  {
+    std::lock_guard lock(conns_mu_);
+    auto it = conns_.find(conn_id);
+    if (it == conns_.end()) return;  // closed while the event was on its way
+    conn = it->second;
+  }
+  std::lock_guard lock(conn->write_mu);
+  if (conn->closed.load(std::memory_order_relaxed) || conn->write_failed) return;
+  while (conn->backlog_head < conn->backlog.size()) {
+    ssize_t n = send(conn->fd, conn->backlog.data() + conn->backlog_head,
+                     conn->backlog.size() - conn->backlog_head, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      conn->backlog_head += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      arm_writable(*conn);
+      return;
+    } else {
+      conn->fail_writes();
+      return;
+    }
+  }
+  conn->backlog.clear();
+  conn->backlog_head = 0;
 }
 
 void Server::dispatch(Connection& conn, std::vector<char>& record, Worker& w) {

@@ -95,6 +95,9 @@ class Server {
     int threads = 4;
     size_t max_record = 4u << 20;  // larger request records close the connection
     size_t max_reply = 4u << 20;   // per-thread reply buffer
+    // Reply bytes queued for a client that does not read them; past this the connection
+    // is closed.
+    size_t max_backlog = 64u << 20;
     uint32_t program = 0;
     uint32_t version = 0;
     // Called on each pool thread as it starts and before it exits (e.g. CPU accounting).
@@ -123,8 +126,9 @@ class Server {
     std::atomic<uint64_t> records{0};
     std::atomic<uint64_t> garbage_records{0};  // undecodable call headers
     std::atomic<uint64_t> garbage_args{0};
-    std::atomic<uint64_t> rejected{0};   // PROG/PROC/RPC/AUTH errors
-    std::atomic<uint64_t> oversized{0};  // connections closed for record size
+    std::atomic<uint64_t> rejected{0};      // PROG/PROC/RPC/AUTH errors
+    std::atomic<uint64_t> oversized{0};     // connections closed for record size
+    std::atomic<uint64_t> slow_readers{0};  // connections closed for unread replies
     std::atomic<uint64_t> bytes_in{0};
     std::atomic<uint64_t> bytes_out{0};
   };
@@ -148,6 +152,8 @@ class Server {
   void close_connection(Connection* conn);
   void dispatch(Connection& conn, std::vector<char>& record, Worker& w);
   void send_reply(Connection& conn, Worker& w, size_t body_len);
+  void arm_writable(Connection& conn);
+  void on_writable(uint64_t conn_id);
 
   Options options_;
   net::Endpoint bound_;
@@ -159,8 +165,13 @@ class Server {
   std::atomic<bool> stopping_{false};
   Counters counters_;
 
+  // Owns every open connection, by id. Read events carry the Connection* (only the one
+  // thread holding a connection's one-shot read event may close it, so the pointer is live
+  // while that event is handled); write events carry the id, looked up here, because a
+  // write event can still be in flight when the reader closes the connection.
   std::mutex conns_mu_;
-  std::unordered_map<Connection*, std::shared_ptr<Connection>> conns_;
+  std::unordered_map<uint64_t, std::shared_ptr<Connection>> conns_;
+  uint64_t next_conn_id_ = 1;  // guarded by conns_mu_
 };
 
 }  // namespace odafs::rpc

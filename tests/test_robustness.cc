@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -288,4 +289,54 @@ TEST_CASE("a dropped client connection leaves the server serving") {
   auto fs = Client::mount(server.url());
   fs->ping();
   CHECK(server.running());
+}
+
+TEST_CASE("a client that never reads its replies cannot stall the server") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--threads", "2"});
+  write_local(dir / "data", pattern(1 << 20, 51));
+  auto fs = Client::mount(server.url());
+  File f = fs->open("data");
+
+  // Pipeline far more 1 MiB READs than the server will queue (64 MiB) and never read.
+  int fd = raw_connect(server.port());
+  std::vector<char> rec(512);
+  read_args ra{};
+  std::memcpy(ra.fh, f.handle().data(), f.handle().size());
+  ra.count = 1 << 20;
+  std::thread flood([&] {
+    for (uint32_t i = 0; i < 200; ++i) {
+      XDR x;
+      xdrmem_create(&x, rec.data() + 4, static_cast<u_int>(rec.size() - 4), XDR_ENCODE);
+      rpc_msg call{};
+      call.rm_xid = i;
+      call.rm_direction = CALL;
+      call.rm_call.cb_rpcvers = 2;
+      call.rm_call.cb_prog = ODAFS_PROGRAM;
+      call.rm_call.cb_vers = ODAFS_V1;
+      call.rm_call.cb_proc = ODAFSPROC_READ;
+      call.rm_call.cb_cred = _null_auth;
+      call.rm_call.cb_verf = _null_auth;
+      REQUIRE(xdr_callmsg(&x, &call));
+      REQUIRE(xdr_read_args(&x, &ra));
+      uint32_t len = xdr_getpos(&x);
+      uint32_t mark = htonl(len | 0x80000000u);
+      std::memcpy(rec.data(), &mark, 4);
+      if (send(fd, rec.data(), len + 4, MSG_NOSIGNAL) < 0) break;  // closed by the server
+    }
+  });
+  // Meanwhile another client is served promptly, again and again.
+  std::string buf(4096, '\0');
+  for (int i = 0; i < 200; ++i) CHECK(f.pread(buf.data(), buf.size(), 4096u * i) == 4096);
+  flood.join();
+  uint64_t slow = 0;
+  for (int i = 0; i < 500 && slow == 0; ++i) {
+    for (auto& [k, v] : fs->server_stats()) {
+      if (k == "rpc.slow_readers") slow = v;
+    }
+    if (slow == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(slow == 1);
+  close(fd);
+  fs->ping();
 }
