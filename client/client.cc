@@ -88,20 +88,6 @@ void check_name(const std::string& name) {
   if (name.size() > ODAFS_MAXNAMLEN) fail(ENAMETOOLONG, name.substr(0, 32) + "...");
 }
 
-// Components of a symlink target, ".." kept (the server resolves it, clamped at root).
-std::vector<std::string> raw_components(const std::string& path) {
-  std::vector<std::string> parts;
-  size_t pos = 0;
-  while (pos <= path.size()) {
-    size_t end = path.find('/', pos);
-    if (end == std::string::npos) end = path.size();
-    std::string part = path.substr(pos, end - pos);
-    pos = end + 1;
-    if (!part.empty() && part != ".") parts.push_back(std::move(part));
-  }
-  return parts;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------- Client: connection
@@ -321,7 +307,7 @@ std::pair<Handle, Attr> Client::resolve(const std::string& path, bool follow_las
     if (a.type == FileType::kSymlink && (!todo.empty() || follow_last)) {
       if (++hops > kMaxSymlinkHops) fail(ELOOP, path);
       std::string target = readlink_handle(h);
-      std::vector<std::string> more = raw_components(target);
+      std::vector<std::string> more = split_path(target, /*resolve_dotdot=*/false);
       for (auto it = more.rbegin(); it != more.rend(); ++it) todo.push_back(*it);
       if (!target.empty() && target[0] == '/') cur = root();
       attr.reset();
@@ -411,29 +397,20 @@ void Client::mkdir(const std::string& path, mode_t mode) {
   });
 }
 
-void Client::rmdir(const std::string& path) {
+void Client::remove_name(const std::string& path, uint32_t proc, const char* what) {
   auto [dir, name] = resolve_parent(path);
   with_channel(false, [&](rpc::Channel& ch) {
     diropargs args{};
     put_fh(args.dir, dir);
     args.name = name.data();
     stat_res res{};
-    ch.call(ODAFSPROC_RMDIR, to_xdrproc(xdr_diropargs), &args, to_xdrproc(xdr_stat_res), &res);
-    check(res.status, "rmdir " + path);
+    ch.call(proc, to_xdrproc(xdr_diropargs), &args, to_xdrproc(xdr_stat_res), &res);
+    check(res.status, std::string(what) + " " + path);
   });
 }
 
-void Client::unlink(const std::string& path) {
-  auto [dir, name] = resolve_parent(path);
-  with_channel(false, [&](rpc::Channel& ch) {
-    diropargs args{};
-    put_fh(args.dir, dir);
-    args.name = name.data();
-    stat_res res{};
-    ch.call(ODAFSPROC_REMOVE, to_xdrproc(xdr_diropargs), &args, to_xdrproc(xdr_stat_res), &res);
-    check(res.status, "unlink " + path);
-  });
-}
+void Client::rmdir(const std::string& path) { remove_name(path, ODAFSPROC_RMDIR, "rmdir"); }
+void Client::unlink(const std::string& path) { remove_name(path, ODAFSPROC_REMOVE, "unlink"); }
 
 void Client::rename(const std::string& from, const std::string& to) {
   auto [from_dir, from_name] = resolve_parent(from);

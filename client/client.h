@@ -207,6 +207,7 @@ class Client {
                     bool* eof);
   void setattr_size(const Handle& fh, uint64_t size);
   std::string readlink_handle(const Handle& fh);
+  void remove_name(const std::string& path, uint32_t proc, const char* what);
 
   std::string url_;
   std::string mount_path_;

@@ -23,7 +23,7 @@ Url parse_url(const std::string& text) {
   return url;
 }
 
-std::vector<std::string> split_path(const std::string& path) {
+std::vector<std::string> split_path(const std::string& path, bool resolve_dotdot) {
   std::vector<std::string> parts;
   size_t pos = 0;
   while (pos <= path.size()) {
@@ -32,7 +32,7 @@ std::vector<std::string> split_path(const std::string& path) {
     std::string part = path.substr(pos, end - pos);
     pos = end + 1;
     if (part.empty() || part == ".") continue;
-    if (part == "..") {
+    if (part == ".." && resolve_dotdot) {
       if (!parts.empty()) parts.pop_back();
       continue;
     }
