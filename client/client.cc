@@ -205,6 +205,27 @@ Attr Client::getattr(const Handle& fh) {
   });
 }
 
+// Decodes a READ reply whose RPC header `x` is past; the payload is already in buf when
+// the reply came pre-posted, else it is copied out of the reply here.
+static size_t decode_read_reply(const rpc::Call& call, XDR* x, void* buf, size_t len, bool* eof) {
+  odafs_stat status;
+  odafs_fattr attr;
+  bool_t at_eof = FALSE;
+  u_int n = 0;
+  if (!xdr_odafs_stat(x, &status)) fail(EPROTO, "read: malformed reply");
+  check(status, "read");
+  if (!xdr_odafs_fattr(x, &attr) || !xdr_bool(x, &at_eof) || !xdr_u_int(x, &n) || n > len) {
+    fail(EPROTO, "read: malformed reply");
+  }
+  if (std::optional<size_t> posted = call.posted_length()) {
+    if (*posted != n) fail(EPROTO, "read: posted length mismatch");
+  } else if (!xdr_opaque(x, static_cast<char*>(buf), n)) {
+    fail(EPROTO, "read: truncated reply");
+  }
+  if (eof != nullptr) *eof = at_eof;
+  return n;
+}
+
 size_t Client::read_chunk(rpc::Call& call, const Handle& fh, void* buf, size_t len, uint64_t offset,
                           bool* eof) {
   read_args args{};
@@ -216,23 +237,57 @@ size_t Client::read_chunk(rpc::Call& call, const Handle& fh, void* buf, size_t l
     ch.start(call, ODAFSPROC_READ, to_xdrproc(xdr_read_args), &args);
     XDR x;
     ch.wait(call, &x);
-    odafs_stat status;
-    odafs_fattr attr;
-    bool_t at_eof = FALSE;
-    u_int n = 0;
-    if (!xdr_odafs_stat(&x, &status)) fail(EPROTO, "read: malformed reply");
-    check(status, "read");
-    if (!xdr_odafs_fattr(&x, &attr) || !xdr_bool(&x, &at_eof) || !xdr_u_int(&x, &n) || n > len) {
-      fail(EPROTO, "read: malformed reply");
-    }
-    if (std::optional<size_t> posted = call.posted_length()) {
-      if (*posted != n) fail(EPROTO, "read: posted length mismatch");
-    } else if (!xdr_opaque(&x, static_cast<char*>(buf), n)) {
-      fail(EPROTO, "read: truncated reply");
-    }
-    *eof = at_eof;
-    return n;
+    return decode_read_reply(call, &x, buf, len, eof);
   });
+}
+
+AsyncRead::AsyncRead() : call_(std::make_unique<rpc::Call>()) {}
+AsyncRead::AsyncRead(AsyncRead&& other) noexcept
+    : call_(std::move(other.call_)),
+      channel_(std::move(other.channel_)),
+      buf_(other.buf_),
+      len_(other.len_),
+      in_flight_(std::exchange(other.in_flight_, false)) {}
+AsyncRead::~AsyncRead() {
+  if (in_flight_) {
+    // The reply would land in a buffer nobody waits for: collect it first.
+    try {
+      XDR x;
+      channel_->wait(*call_, &x);
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+void Client::start_read(AsyncRead& op, const Handle& fh, void* buf, size_t len, uint64_t offset) {
+  if (op.in_flight_) fail(EBUSY, "start_read: the AsyncRead is in flight");
+  if (len > limits_.max_read) fail(EINVAL, "start_read: longer than the server's max_read");
+  read_args args{};
+  put_fh(args.fh, fh);
+  args.offset = offset;
+  args.count = static_cast<u_int>(len);
+  op.channel_ = channel();
+  op.buf_ = buf;
+  op.len_ = len;
+  if (options_.read_mode == ReadMode::kPrePosted) op.call_->post(buf, len, kReadReplyHeaderBytes);
+  try {
+    op.channel_->start(*op.call_, ODAFSPROC_READ, to_xdrproc(xdr_read_args), &args);
+  } catch (const rpc::RpcError& e) {
+    throw Error(e.code().value(), e.what());
+  }
+  op.in_flight_ = true;
+}
+
+size_t Client::finish_read(AsyncRead& op, bool* eof) {
+  if (!op.in_flight_) fail(EINVAL, "finish_read: nothing in flight");
+  op.in_flight_ = false;
+  try {
+    XDR x;
+    op.channel_->wait(*op.call_, &x);
+    return decode_read_reply(*op.call_, &x, op.buf_, op.len_, eof);
+  } catch (const rpc::RpcError& e) {
+    throw Error(e.code().value(), e.what());
+  }
 }
 
 size_t Client::read(const Handle& fh, void* buf, size_t len, uint64_t offset, bool* eof) {
@@ -547,53 +602,28 @@ void Client::read_batch(std::span<ReadRequest> requests) {
       done += chunk;
     }
   }
-  constexpr size_t kWindow = 64;  // calls in flight at once
-  std::vector<std::unique_ptr<rpc::Call>> calls(std::min(kWindow, pieces.size()));
-  for (auto& c : calls) c = std::make_unique<rpc::Call>();
-  std::shared_ptr<rpc::Channel> ch = channel();
-  std::vector<read_args> args(pieces.size());
-  std::vector<bool> started(pieces.size(), false);
+  constexpr size_t kWindow = 64;  // reads in flight at once
+  std::vector<AsyncRead> ops(std::min(kWindow, pieces.size()));
   auto launch = [&](size_t i) {
     Piece& p = pieces[i];
     if (p.req->error != 0) return;
-    rpc::Call& call = *calls[i % calls.size()];
-    put_fh(args[i].fh, p.req->file->handle());
-    args[i].offset = p.offset;
-    args[i].count = static_cast<u_int>(p.len);
-    if (options_.read_mode == ReadMode::kPrePosted) call.post(p.buf, p.len, kReadReplyHeaderBytes);
     try {
-      ch->start(call, ODAFSPROC_READ, to_xdrproc(xdr_read_args), &args[i]);
-      started[i] = true;
-    } catch (const rpc::RpcError& e) {
-      p.req->error = e.code().value();
+      start_read(ops[i % ops.size()], p.req->file->handle(), p.buf, p.len, p.offset);
+    } catch (const Error& e) {
+      p.req->error = e.errno_value();
     }
   };
-  for (size_t i = 0; i < calls.size(); ++i) launch(i);
+  for (size_t i = 0; i < ops.size(); ++i) launch(i);
   for (size_t i = 0; i < pieces.size(); ++i) {
-    Piece& p = pieces[i];
-    if (started[i]) {
-      rpc::Call& call = *calls[i % calls.size()];
+    AsyncRead& op = ops[i % ops.size()];
+    if (op.in_flight()) {
       try {
-        XDR x;
-        ch->wait(call, &x);
-        odafs_stat status;
-        odafs_fattr attr;
-        bool_t eof;
-        u_int n = 0;
-        if (!xdr_odafs_stat(&x, &status)) fail(EPROTO, "read: malformed reply");
-        check(status, "read");
-        if (!xdr_odafs_fattr(&x, &attr) || !xdr_bool(&x, &eof) || !xdr_u_int(&x, &n) || n > p.len) {
-          fail(EPROTO, "read: malformed reply");
-        }
-        if (!call.posted_length() && !xdr_opaque(&x, p.buf, n)) fail(EPROTO, "read: truncated");
-        p.req->result += n;
-      } catch (const rpc::RpcError& e) {
-        p.req->error = e.code().value();
+        pieces[i].req->result += finish_read(op);
       } catch (const Error& e) {
-        p.req->error = e.errno_value();
+        pieces[i].req->error = e.errno_value();
       }
     }
-    if (i + calls.size() < pieces.size()) launch(i + calls.size());
+    if (i + ops.size() < pieces.size()) launch(i + ops.size());
   }
 }
 

@@ -136,6 +136,27 @@ class File {
   bool verifier_changed_ = false;
 };
 
+// One READ in flight: started by Client::start_read, collected by Client::finish_read.
+// Reusable for any number of reads, one at a time; it keeps its RPC buffers, so a steady
+// stream of reads allocates nothing. Destroying one in flight waits for its reply.
+class AsyncRead {
+ public:
+  AsyncRead();
+  ~AsyncRead();
+  AsyncRead(AsyncRead&& other) noexcept;  // the in-flight read moves along
+  AsyncRead(const AsyncRead&) = delete;
+  AsyncRead& operator=(const AsyncRead&) = delete;
+  bool in_flight() const { return in_flight_; }
+
+ private:
+  friend class Client;
+  std::unique_ptr<rpc::Call> call_;
+  std::shared_ptr<rpc::Channel> channel_;  // the connection it went out on
+  void* buf_ = nullptr;
+  size_t len_ = 0;
+  bool in_flight_ = false;
+};
+
 // One READ of a batch: filled in by Client::read_batch.
 struct ReadRequest {
   File* file = nullptr;
@@ -173,6 +194,13 @@ class Client {
   // Issues every request at once (pipelined on the connection) and waits for all; each
   // request's result/error is set independently. Requests larger than max_read are split.
   void read_batch(std::span<ReadRequest> requests);
+
+  // Asynchronous reads: any number may be in flight on the connection at once, from one
+  // thread or many. start_read sends the READ and returns; finish_read waits for it and
+  // returns the bytes read (fewer only at end of file, *eof then set). Both throw Error.
+  // REQUIRES: len <= limits().max_read; buf stays valid until finish_read returns.
+  void start_read(AsyncRead& op, const Handle& fh, void* buf, size_t len, uint64_t offset);
+  size_t finish_read(AsyncRead& op, bool* eof = nullptr);
 
   void ping();  // the NULL procedure: a round trip and nothing else
   std::vector<std::pair<std::string, uint64_t>> server_stats();
