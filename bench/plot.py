@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Draws a line plot (SVG, standard library only) from a benchmark's JSON rows.
+
+    plot.py IN.json OUT.svg --x inflight --y ops_per_s --series mechanism [--title T] [--logx]
+"""
+import argparse
+import json
+import math
+
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("input")
+    ap.add_argument("output")
+    ap.add_argument("--x", required=True)
+    ap.add_argument("--y", required=True)
+    ap.add_argument("--series", required=True)
+    ap.add_argument("--title", default="")
+    ap.add_argument("--logx", action="store_true")
+    a = ap.parse_args()
+    rows = json.load(open(a.input))
+    series = {}
+    for r in rows:
+        series.setdefault(r[a.series], []).append((r[a.x], r[a.y]))
+    xs = [x for pts in series.values() for x, _ in pts]
+    ys = [y for pts in series.values() for _, y in pts]
+    fx = (lambda v: math.log2(v)) if a.logx else (lambda v: v)
+    x0, x1 = fx(min(xs)), fx(max(xs))
+    y1 = max(ys) * 1.1 or 1
+    w, h, left, right, top, bottom = 660, 400, 95, 20, 40, 50
+    px = lambda v: left + (fx(v) - x0) / ((x1 - x0) or 1) * (w - left - right)
+    py = lambda v: h - bottom - v / y1 * (h - top - bottom)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
+           f'font-family="sans-serif" font-size="12">',
+           f'<rect width="{w}" height="{h}" fill="white"/>',
+           f'<text x="{w / 2}" y="20" text-anchor="middle" font-size="14">{a.title}</text>',
+           f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="black"/>',
+           f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="black"/>',
+           f'<text x="{w / 2}" y="{h - 10}" text-anchor="middle">{a.x}</text>',
+           f'<text x="15" y="{h / 2}" text-anchor="middle" '
+           f'transform="rotate(-90 15 {h / 2})">{a.y}</text>']
+    for x in sorted(set(xs)):
+        out.append(f'<text x="{px(x)}" y="{h - bottom + 16}" text-anchor="middle">{x:g}</text>')
+    for i in range(6):
+        v = y1 * i / 5
+        out.append(f'<text x="{left - 6}" y="{py(v) + 4}" text-anchor="end">{v:,.0f}</text>')
+        out.append(f'<line x1="{left}" y1="{py(v)}" x2="{w - right}" y2="{py(v)}" '
+                   f'stroke="#ddd"/>')
+    for k, (name, pts) in enumerate(sorted(series.items())):
+        c = COLORS[k % len(COLORS)]
+        pts.sort()
+        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
+        out.append(f'<polyline points="{path}" fill="none" stroke="{c}" stroke-width="2"/>')
+        for x, y in pts:
+            out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{c}"/>')
+        out.append(f'<text x="{left + 10}" y="{top + 16 * (k + 1)}" fill="{c}">{name}</text>')
+    out.append("</svg>")
+    open(a.output, "w").write("\n".join(out) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+// odafs-throughput: READ operations per second with N reads in flight on one connection.
+//
+//   odafs-throughput --url odafs://127.0.0.1:PORT/ [--seconds S] [--inflight 1,2,4,...]
+//                    [--block B] [--file-mb M] [--json FILE]
+//
+// For each RPC read mechanism (inline, pre-posted) and each N, keeps exactly N READs of B
+// bytes in flight (a ring of AsyncReads: collect the oldest, start the next) over a file
+// warm in the server's cache, for S seconds. Reports ops/s, mean latency (N / throughput,
+// Little's law) and server CPU microseconds per read (server's own STATS cpu_us.total).
+#include <fcntl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+
+namespace {
+
+std::vector<size_t> parse_list(const std::string& text) {
+  std::vector<size_t> out;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    out.push_back(std::stoul(text.substr(pos, comma - pos)));
+    pos = comma + 1;
+  }
+  return out;
+}
+
+uint64_t server_cpu_us(odafs::Client& c) {
+  for (const auto& [name, value] : c.server_stats()) {
+    if (name == "cpu_us.total") return value;
+  }
+  return 0;
+}
+
+struct Row {
+  std::string mechanism;
+  size_t inflight;
+  double ops_per_s, mean_us, server_cpu_us_per_op;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string url, json_path;
+  double seconds = 2;
+  size_t block = 4096, file_mb = 8;
+  std::vector<size_t> inflight = {1, 2, 4, 8, 16, 32, 64};
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr,
+                   "usage: odafs-throughput --url URL [--seconds S] [--inflight LIST] "
+                   "[--block B] [--file-mb M] [--json FILE]\n");
+      return 2;
+    }
+    std::string v = argv[++i];
+    if (a == "--url")
+      url = v;
+    else if (a == "--seconds")
+      seconds = std::stod(v);
+    else if (a == "--inflight")
+      inflight = parse_list(v);
+    else if (a == "--block")
+      block = std::stoul(v);
+    else if (a == "--file-mb")
+      file_mb = std::stoul(v);
+    else if (a == "--json")
+      json_path = v;
+  }
+  if (url.empty() || block == 0 || inflight.empty()) {
+    std::fprintf(stderr, "odafs-throughput: --url is required\n");
+    return 2;
+  }
+  try {
+    auto client = odafs::Client::mount(url);
+    const std::string path = "/odafs-throughput.dat";
+    const size_t file_bytes = file_mb << 20;
+    {
+      odafs::File f = client->open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+      std::vector<char> data(1 << 20);
+      std::mt19937_64 rng(7);
+      for (auto& ch : data) ch = static_cast<char>(rng());
+      for (size_t off = 0; off < file_bytes; off += data.size())
+        f.pwrite(data.data(), data.size(), off);
+      f.close();
+    }
+    odafs::File f = client->open(path, O_RDONLY);
+    const size_t blocks = file_bytes / block;
+    size_t max_n = *std::max_element(inflight.begin(), inflight.end());
+    std::vector<std::vector<char>> bufs(max_n, std::vector<char>(block));
+    std::vector<odafs::AsyncRead> ops(max_n);
+    for (size_t i = 0; i < blocks; ++i) f.pread(bufs[0].data(), block, i * block);  // warm
+
+    std::vector<Row> rows;
+    for (auto mode : {odafs::ReadMode::kInline, odafs::ReadMode::kPrePosted}) {
+      client->set_read_mode(mode);
+      const char* name = mode == odafs::ReadMode::kInline ? "rpc_inline" : "rpc_preposted";
+      for (size_t n : inflight) {
+        size_t next = 0, done = 0;
+        auto start = [&](size_t slot) {
+          client->start_read(ops[slot], f.handle(), bufs[slot].data(), block,
+                             (next++ % blocks) * block);
+        };
+        uint64_t cpu0 = server_cpu_us(*client);
+        auto t0 = std::chrono::steady_clock::now();
+        auto deadline = t0 + std::chrono::duration<double>(seconds);
+        for (size_t s = 0; s < n; ++s) start(s);
+        for (size_t slot = 0;; slot = (slot + 1) % n) {
+          if (client->finish_read(ops[slot]) != block) throw odafs::Error(EIO, "short read");
+          ++done;
+          if (std::chrono::steady_clock::now() < deadline) {
+            start(slot);
+          } else if (std::none_of(ops.begin(), ops.begin() + n,
+                                  [](const odafs::AsyncRead& o) { return o.in_flight(); })) {
+            break;
+          }
+        }
+        double elapsed =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        uint64_t cpu1 = server_cpu_us(*client);
+        Row r{name, n, done / elapsed, n / (done / elapsed) * 1e6,
+              static_cast<double>(cpu1 - cpu0) / done};
+        rows.push_back(r);
+        std::fprintf(stderr, "%s inflight=%zu: %.0f ops/s\n", name, n, r.ops_per_s);
+      }
+    }
+    f.close();
+    client->unlink(path);
+
+    std::printf("%-14s %9s %12s %10s %18s\n", "mechanism", "inflight", "ops_per_s", "mean_us",
+                "server_cpu_us/op");
+    std::string json = "[\n";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      std::printf("%-14s %9zu %12.0f %10.1f %18.1f\n", r.mechanism.c_str(), r.inflight, r.ops_per_s,
+                  r.mean_us, r.server_cpu_us_per_op);
+      char line[400];
+      std::snprintf(line, sizeof line,
+                    "  {\"mechanism\": \"%s\", \"block_bytes\": %zu, \"inflight\": %zu, "
+                    "\"ops_per_s\": %.1f, \"mean_us\": %.2f, \"server_cpu_us_per_op\": %.2f}%s\n",
+                    r.mechanism.c_str(), block, r.inflight, r.ops_per_s, r.mean_us,
+                    r.server_cpu_us_per_op, i + 1 < rows.size() ? "," : "");
+      json += line;
+    }
+    json += "]\n";
+    if (json_path.empty()) {
+      std::printf("%s", json.c_str());
+    } else {
+      std::ofstream out(json_path);
+      out << json;
+      if (!out.flush()) throw odafs::Error(EIO, "cannot write " + json_path);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "odafs-throughput: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
