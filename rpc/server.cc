@@ -191,6 +191,15 @@ void Server::accept_all() {
       }
       break;
     }
+    {
+      std::lock_guard lock(conns_mu_);
+      if (conns_.size() >= options_.max_connections) {
+        counters_.refused.fetch_add(1, std::memory_order_relaxed);
+        ODAFS_LOG_WARN("refusing a connection: %zu open (--max-connections)", conns_.size());
+        close(fd);
+        continue;
+      }
+    }
     net::set_nodelay(fd);
     char host[INET6_ADDRSTRLEN] = "?";
     uint16_t port = 0;

@@ -98,6 +98,9 @@ class Server {
     // Reply bytes queued for a client that does not read them; past this the connection
     // is closed.
     size_t max_backlog = 64u << 20;
+    // Connections beyond this are closed at accept: with max_record it bounds the memory
+    // that partial records can hold.
+    size_t max_connections = 1024;
     uint32_t program = 0;
     uint32_t version = 0;
     // Called on each pool thread as it starts and before it exits (e.g. CPU accounting).
@@ -129,6 +132,7 @@ class Server {
     std::atomic<uint64_t> rejected{0};      // PROG/PROC/RPC/AUTH errors
     std::atomic<uint64_t> oversized{0};     // connections closed for record size
     std::atomic<uint64_t> slow_readers{0};  // connections closed for unread replies
+    std::atomic<uint64_t> refused{0};       // connections over max_connections
     std::atomic<uint64_t> bytes_in{0};
     std::atomic<uint64_t> bytes_out{0};
   };

@@ -772,6 +772,7 @@ void FileService::do_stats(rpc::Reply& r) {
   values.emplace_back("rpc.rejected", rc.rejected.load());
   values.emplace_back("rpc.oversized", rc.oversized.load());
   values.emplace_back("rpc.slow_readers", rc.slow_readers.load());
+  values.emplace_back("rpc.refused", rc.refused.load());
   values.emplace_back("rpc.bytes_in", rc.bytes_in.load());
   values.emplace_back("rpc.bytes_out", rc.bytes_out.load());
   values.emplace_back("io.bytes_read", bytes_read_.load());

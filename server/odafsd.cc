@@ -1,7 +1,7 @@
 // odafsd: the odafs file server. Exports one directory over ONC RPC.
 //
 //   odafsd --export DIR --listen HOST:PORT [--cache-mb N] [--block-size N] [--threads N]
-//          [--max-io N] [--max-nodes N] [--auth-sys]
+//          [--max-io N] [--max-nodes N] [--max-connections N] [--auth-sys]
 //
 // Once ready it prints one line on stdout, "odafsd ready rpc=HOST:PORT export=DIR", which
 // scripts and tests wait for. SIGTERM or SIGINT shut it down cleanly.
@@ -25,7 +25,8 @@ namespace {
   if (why != nullptr) std::fprintf(stderr, "odafsd: %s\n", why);
   std::fprintf(stderr,
                "usage: odafsd --export DIR --listen HOST:PORT [--cache-mb N] [--block-size N]\n"
-               "              [--threads N] [--max-io BYTES] [--max-nodes N] [--auth-sys]\n"
+               "              [--threads N] [--max-io BYTES] [--max-nodes N]\n"
+               "              [--max-connections N] [--auth-sys]\n"
                "  --listen 127.0.0.1:0 picks a free port; the ready line names it.\n"
                "  --auth-sys acts as each caller's AUTH_SYS uid/gid (needs root).\n");
   std::exit(2);
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
   odafs::server::FileService::Options fs;
   std::string listen;
   int threads = 4;
+  size_t max_connections = 1024;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     auto value = [&]() -> const char* {
@@ -78,6 +80,8 @@ int main(int argc, char** argv) {
       fs.max_io = static_cast<uint32_t>(number("--max-io", value(), 4096, 16u << 20));
     } else if (flag == "--max-nodes") {
       fs.max_nodes = number("--max-nodes", value(), 16, 1u << 24);
+    } else if (flag == "--max-connections") {
+      max_connections = number("--max-connections", value(), 1, 1u << 20);
     } else if (flag == "--auth-sys") {
       fs.auth_sys = true;
     } else if (flag == "--help" || flag == "-h") {
@@ -105,6 +109,7 @@ int main(int argc, char** argv) {
     ro.threads = threads;
     ro.max_record = service.max_request_record();
     ro.max_reply = service.max_reply_record();
+    ro.max_connections = max_connections;
     ro.program = ODAFS_PROGRAM;
     ro.version = ODAFS_V1;
     ro.on_thread_start = [&cpu] { cpu.join("rpc"); };

@@ -340,3 +340,23 @@ TEST_CASE("a client that never reads its replies cannot stall the server") {
   close(fd);
   fs->ping();
 }
+
+TEST_CASE("connections over --max-connections are refused; the others keep working") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--max-connections", "3"});
+  auto fs = Client::mount(server.url());  // 1
+  int a = raw_connect(server.port());     // 2
+  int b = raw_connect(server.port());     // 3
+  int c = raw_connect(server.port());     // 4: refused, closed by the server
+  char byte;
+  CHECK(recv(c, &byte, 1, 0) == 0);  // EOF
+  fs->ping();
+  close(a);
+  close(b);
+  close(c);
+  uint64_t refused = 0;
+  for (auto& [k, v] : fs->server_stats()) {
+    if (k == "rpc.refused") refused = v;
+  }
+  CHECK(refused == 1);
+}
