@@ -222,6 +222,10 @@ int odafs_truncate(odafs_client* client, const char* path, off_t size) {
 int odafs_chmod(odafs_client* client, const char* path, mode_t mode) {
   ODAFS_PATH_CALL(client->impl->chmod(path, mode));
 }
+int odafs_utimens(odafs_client* client, const char* path, const struct timespec times[2]) {
+  if (null_arg(times)) return -1;
+  ODAFS_PATH_CALL(client->impl->utimens(path, times));
+}
 int odafs_symlink(odafs_client* client, const char* target, const char* path) {
   if (null_arg(target)) return -1;
   ODAFS_PATH_CALL(client->impl->symlink(target, path));

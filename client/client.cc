@@ -1,5 +1,6 @@
 #include "client/client.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -526,6 +527,30 @@ void Client::chmod(const std::string& path, mode_t mode) {
     attr_res res{};
     ch.call(ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args, to_xdrproc(xdr_attr_res), &res);
     check(res.status, "chmod " + path);
+  });
+}
+
+void Client::utimens(const std::string& path, const struct timespec times[2]) {
+  auto [fh, attr] = resolve(path, true);
+  with_channel(true, [&](rpc::Channel& ch) {
+    setattr_args args{};
+    put_fh(args.fh, fh);
+    odafs_set_time* out[2] = {&args.atime, &args.mtime};
+    for (int i = 0; i < 2; ++i) {
+      if (times[i].tv_nsec == UTIME_OMIT) {
+        out[i]->how = ODAFS_TIME_DONT_CHANGE;
+      } else if (times[i].tv_nsec == UTIME_NOW) {
+        out[i]->how = ODAFS_TIME_SERVER;
+      } else {
+        if (times[i].tv_nsec < 0 || times[i].tv_nsec >= 1000000000L) fail(EINVAL, "utimens");
+        out[i]->how = ODAFS_TIME_CLIENT;
+        out[i]->odafs_set_time_u.time.seconds = times[i].tv_sec;
+        out[i]->odafs_set_time_u.time.nseconds = static_cast<u_int>(times[i].tv_nsec);
+      }
+    }
+    attr_res res{};
+    ch.call(ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args, to_xdrproc(xdr_attr_res), &res);
+    check(res.status, "utimens " + path);
   });
 }
 

@@ -187,6 +187,9 @@ class Client {
   std::vector<DirEntry> readdir(const std::string& path);
   void truncate(const std::string& path, uint64_t size);
   void chmod(const std::string& path, mode_t mode);
+  // Sets access and modification times like utimensat(2): tv_nsec may be UTIME_NOW (the
+  // server's clock) or UTIME_OMIT (leave unchanged).
+  void utimens(const std::string& path, const struct timespec times[2]);
   void symlink(const std::string& target, const std::string& path);
   std::string readlink(const std::string& path);
   FsStat statfs();

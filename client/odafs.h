@@ -45,6 +45,8 @@ int odafs_unlink(odafs_client* client, const char* path);
 int odafs_rename(odafs_client* client, const char* from, const char* to);
 int odafs_truncate(odafs_client* client, const char* path, off_t size);
 int odafs_chmod(odafs_client* client, const char* path, mode_t mode);
+/* Like utimensat(2) (UTIME_NOW, UTIME_OMIT allowed). */
+int odafs_utimens(odafs_client* client, const char* path, const struct timespec times[2]);
 int odafs_symlink(odafs_client* client, const char* target, const char* path);
 /* Like readlink(2): no terminating NUL; returns the length. */
 ssize_t odafs_readlink(odafs_client* client, const char* path, char* buf, size_t len);

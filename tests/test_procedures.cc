@@ -1,6 +1,7 @@
 // Integration: every procedure against a real odafsd on 127.0.0.1.
 #include <doctest/doctest.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -90,6 +91,35 @@ TEST_CASE("setattr: chmod, truncate down and up, times") {
   fs->truncate("f", 0);
   CHECK(fs->stat("f").size == 0);
   CHECK(read_all(f, 100).empty());
+
+  struct timespec times[2] = {{1000000000, 5}, {1200000000, 123456789}};
+  fs->utimens("f", times);
+  odafs::Attr a = fs->stat("f");
+  CHECK(a.atime.tv_sec == 1000000000);
+  CHECK(a.mtime.tv_sec == 1200000000);
+  CHECK(a.mtime.tv_nsec == 123456789);
+  struct stat local;
+  REQUIRE(::stat((dir / "f").c_str(), &local) == 0);
+  CHECK(local.st_mtim.tv_sec == 1200000000);
+  struct timespec now_m[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
+  fs->utimens("f", now_m);
+  a = fs->stat("f");
+  CHECK(a.atime.tv_sec == 1000000000);  // omitted: unchanged
+  CHECK(a.mtime.tv_sec > 1700000000);   // the server's clock
+}
+
+TEST_CASE("FSSTAT reports the export's file system") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  auto fs = Client::mount(server.url());
+  odafs::FsStat s = fs->statfs();
+  struct statvfs local;
+  REQUIRE(::statvfs(dir.path().c_str(), &local) == 0);
+  CHECK(s.total_bytes == static_cast<uint64_t>(local.f_blocks) * local.f_frsize);
+  CHECK(s.total_bytes > 0);
+  CHECK(s.free_bytes <= s.total_bytes);
+  CHECK(s.avail_bytes <= s.free_bytes);
+  CHECK(s.max_name == local.f_namemax);
 }
 
 TEST_CASE("reads across block boundaries, past EOF, and files larger than the cache") {
