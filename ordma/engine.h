@@ -1,0 +1,87 @@
+// The one-sided access engine (the paper's NIC) behind one interface.
+//
+// Server side, an Engine serves client-initiated reads of exported memory: it checks the
+// capability and the export table entry of each request and copies the segment's bytes
+// out, without ever calling into the file server. Client side, an EngineClient issues
+// those reads and reports each outcome as a Fault.
+//
+// Backends live in engine_impl/: `soft` (TCP, dedicated engine threads; always built) now;
+// a verbs backend (memory windows as capabilities, invalidation as revocation,
+// IBV_WC_REM_ACCESS_ERR as the fault) slots in behind the same two interfaces.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "ordma/capability.h"
+#include "ordma/export_table.h"
+#include "ordma/fault.h"
+#include "ordma/session.h"
+#include "rpc/net.h"
+
+namespace odafs::ordma {
+
+// The memory an engine exports: `segments` segments of `segment_bytes` each, segment i at
+// base + i * segment_bytes. Segment i is governed by export table entry i.
+struct ExportedMemory {
+  const std::byte* base = nullptr;
+  size_t segment_bytes = 0;
+  size_t segments = 0;
+};
+
+struct EngineStats {
+  std::atomic<uint64_t> connections{0};
+  std::atomic<uint64_t> bad_handshakes{0};  // wrong proof or magic: connection closed
+  std::atomic<uint64_t> bad_frames{0};      // malformed request: connection closed
+  std::atomic<uint64_t> reads{0};           // served with data
+  std::atomic<uint64_t> bytes{0};
+  std::array<std::atomic<uint64_t>, kFaultKinds> faults{};  // by Fault value
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual void start() = 0;
+  // Stops serving and closes every connection. Idempotent.
+  virtual void stop() = 0;
+  // Where clients connect, "HOST:PORT".
+  virtual std::string endpoint() const = 0;
+  virtual const EngineStats& stats() const = 0;
+};
+
+struct SoftEngineOptions {
+  net::Endpoint listen;
+  int threads = 1;
+  size_t max_backlog = 8u << 20;          // response bytes queued per connection before it stalls
+  std::function<void()> on_thread_start;  // CPU accounting hooks
+  std::function<void()> on_thread_exit;
+};
+
+// REQUIRES: table, authority, sessions and the memory outlive the engine.
+std::unique_ptr<Engine> make_soft_engine(const SoftEngineOptions& options, ExportTable* table,
+                                         const CapabilityAuthority* authority,
+                                         const SessionAuthority* sessions, ExportedMemory memory);
+
+class EngineClient {
+ public:
+  virtual ~EngineClient() = default;
+  // Reads [offset, offset + length) of ref's segment into dst. Returns kNone with *got set
+  // (== length), or the fault; on a fault dst is untouched. Thread-safe: calls from many
+  // threads are in flight together on one connection.
+  virtual Fault read(const Reference& ref, uint32_t offset, uint32_t length, void* dst,
+                     uint32_t* got) = 0;
+  // True once the connection failed; every read then returns kTransport.
+  virtual bool broken() const = 0;
+};
+
+// Connects to a soft engine and authenticates as `session`. Throws std::system_error if
+// the engine cannot be reached or refuses the session.
+std::unique_ptr<EngineClient> connect_soft_engine(const net::Endpoint& engine,
+                                                  const Session& session);
+
+}  // namespace odafs::ordma

@@ -1,0 +1,332 @@
+// The soft engine: one-sided reads served over TCP by dedicated engine threads.
+//
+// Each engine thread owns an epoll set and the connections assigned to it, so a
+// connection's buffers are touched by one thread only and the read path takes no lock:
+// decode a frame, check the capability (HMAC) and the session, bounds-check, pin the export
+// table entry, copy the segment's bytes into the connection's output buffer, unpin. The
+// copy is the soft engine's DMA: it lets go of the pin before the bytes reach the socket,
+// so a slow client can never hold a segment pinned. The engine touches only the export
+// table and the exported memory — never the file system, the RPC layer or server locks.
+#include <openssl/rand.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "ordma/engine.h"
+#include "ordma/wire.h"
+#include "rpc/log.h"
+
+namespace odafs::ordma {
+namespace {
+
+constexpr uint64_t kListenTag = 1;
+constexpr uint64_t kWakeTag = 2;
+constexpr size_t kInBytes = 64 * 1024;
+
+struct Conn {
+  int fd = -1;
+  bool authed = false;
+  uint64_t session = 0;
+  Nonce nonce{};
+  std::vector<unsigned char> in = std::vector<unsigned char>(kInBytes);
+  size_t in_len = 0;
+  std::vector<unsigned char> out;
+  size_t out_head = 0;
+  uint32_t events = 0;  // what the epoll registration asks for now
+  size_t backlog() const { return out.size() - out_head; }
+};
+
+class SoftEngine final : public Engine {
+ public:
+  SoftEngine(const SoftEngineOptions& options, ExportTable* table,
+             const CapabilityAuthority* authority, const SessionAuthority* sessions,
+             ExportedMemory memory)
+      : options_(options),
+        table_(table),
+        authority_(authority),
+        sessions_(sessions),
+        memory_(memory) {
+    listen_fd_ = net::listen_tcp(options_.listen, &bound_);
+    int n = std::max(1, options_.threads);
+    for (int i = 0; i < n; ++i) {
+      int ep = epoll_create1(EPOLL_CLOEXEC);
+      if (ep < 0) throw std::system_error(errno, std::generic_category(), "epoll_create1");
+      epolls_.push_back(ep);
+    }
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    for (int ep : epolls_) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = kWakeTag;
+      epoll_ctl(ep, EPOLL_CTL_ADD, wake_fd_, &ev);
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kListenTag;
+    epoll_ctl(epolls_[0], EPOLL_CTL_ADD, listen_fd_, &ev);
+  }
+
+  ~SoftEngine() override {
+    stop();
+    for (int ep : epolls_) close(ep);
+    close(wake_fd_);
+    close(listen_fd_);
+  }
+
+  void start() override {
+    for (size_t i = 0; i < epolls_.size(); ++i) {
+      threads_.emplace_back([this, i] { loop(epolls_[i]); });
+    }
+  }
+
+  void stop() override {
+    if (stopping_.exchange(true)) return;
+    uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof one);
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+    std::lock_guard lock(conns_mu_);
+    for (Conn* c : conns_) {
+      close(c->fd);
+      delete c;
+    }
+    conns_.clear();
+  }
+
+  std::string endpoint() const override { return bound_.to_string(); }
+  const EngineStats& stats() const override { return stats_; }
+
+ private:
+  void loop(int ep) {
+    if (options_.on_thread_start) options_.on_thread_start();
+    epoll_event events[16];
+    while (!stopping_.load(std::memory_order_acquire)) {
+      int n = epoll_wait(ep, events, 16, -1);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        ODAFS_LOG_ERROR("engine epoll_wait: %s", strerror(errno));
+        break;
+      }
+      for (int i = 0; i < n && !stopping_.load(std::memory_order_relaxed); ++i) {
+        uint64_t tag = events[i].data.u64;
+        if (tag == kWakeTag) break;
+        if (tag == kListenTag) {
+          accept_all();
+          continue;
+        }
+        auto* c = static_cast<Conn*>(events[i].data.ptr);
+        if (!service(ep, c, events[i].events)) drop(ep, c);
+      }
+    }
+    if (options_.on_thread_exit) options_.on_thread_exit();
+  }
+
+  void accept_all() {
+    for (;;) {
+      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+          ODAFS_LOG_WARN("engine accept: %s", strerror(errno));
+        }
+        return;
+      }
+      net::set_nodelay(fd);
+      auto* c = new Conn;
+      c->fd = fd;
+      if (RAND_bytes(c->nonce.data(), static_cast<int>(c->nonce.size())) != 1) {
+        close(fd);
+        delete c;
+        continue;
+      }
+      unsigned char greeting[wire::kGreetingBytes] = {};
+      wire::put32(greeting, wire::kMagic);
+      wire::put16(greeting + 4, wire::kVersion);
+      std::memcpy(greeting + 8, c->nonce.data(), c->nonce.size());
+      c->out.assign(greeting, greeting + sizeof greeting);
+      {
+        std::lock_guard lock(conns_mu_);
+        conns_.insert(c);
+      }
+      stats_.connections.fetch_add(1, std::memory_order_relaxed);
+      int ep = epolls_[next_thread_++ % epolls_.size()];
+      c->events = EPOLLIN | EPOLLOUT;  // the greeting goes out on the first EPOLLOUT
+      epoll_event ev{};
+      ev.events = c->events;
+      ev.data.ptr = c;
+      // From here on only the owning thread touches c.
+      epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+    }
+  }
+
+  void drop(int ep, Conn* c) {
+    epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, nullptr);
+    close(c->fd);
+    std::lock_guard lock(conns_mu_);
+    conns_.erase(c);
+    delete c;
+  }
+
+  // Returns false when the connection is to be closed.
+  bool service(int ep, Conn* c, uint32_t events) {
+    if (events & (EPOLLERR | EPOLLHUP)) return false;
+    if ((events & EPOLLIN) && c->backlog() < options_.max_backlog) {
+      for (int round = 0; round < 8; ++round) {
+        ssize_t n = recv(c->fd, c->in.data() + c->in_len, c->in.size() - c->in_len, 0);
+        if (n == 0) return false;
+        if (n < 0) {
+          if (errno == EINTR) continue;
+          if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+          return false;
+        }
+        c->in_len += static_cast<size_t>(n);
+        if (!parse(c)) return false;
+        if (c->in_len < c->in.size() || c->backlog() >= options_.max_backlog) break;
+      }
+    }
+    if (!flush(c)) return false;
+    // Ask for EPOLLOUT while output waits; stop reading while too much of it waits.
+    uint32_t want = (c->backlog() < options_.max_backlog ? uint32_t{EPOLLIN} : 0u) |
+                    (c->backlog() > 0 ? uint32_t{EPOLLOUT} : 0u);
+    if (want != c->events) {
+      c->events = want;
+      epoll_event ev{};
+      ev.events = want;
+      ev.data.ptr = c;
+      epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+    }
+    // Input parked behind a full backlog is parsed once the backlog drains.
+    if (c->backlog() < options_.max_backlog && c->in_len >= wire::kReadRequestBytes && c->authed) {
+      return parse(c) && flush(c);
+    }
+    return true;
+  }
+
+  bool parse(Conn* c) {
+    size_t pos = 0;
+    if (!c->authed) {
+      if (c->in_len < wire::kHelloBytes) return true;
+      const unsigned char* h = c->in.data();
+      Proof proof;
+      std::memcpy(proof.data(), h + 16, proof.size());
+      uint64_t session = wire::get64(h + 8);
+      if (wire::get32(h) != wire::kMagic || wire::get16(h + 4) != wire::kVersion ||
+          !sessions_->verify(session, c->nonce, proof)) {
+        stats_.bad_handshakes.fetch_add(1, std::memory_order_relaxed);
+        ODAFS_LOG_WARN("engine: refused a connection (bad magic, version or session proof)");
+        return false;
+      }
+      c->authed = true;
+      c->session = session;
+      unsigned char welcome[wire::kWelcomeBytes] = {};
+      wire::put32(welcome, wire::kMagic);
+      c->out.insert(c->out.end(), welcome, welcome + sizeof welcome);
+      pos = wire::kHelloBytes;
+    }
+    while (c->in_len - pos >= wire::kReadRequestBytes && c->backlog() < options_.max_backlog) {
+      wire::ReadRequest req;
+      if (!wire::decode(c->in.data() + pos, &req)) {
+        stats_.bad_frames.fetch_add(1, std::memory_order_relaxed);
+        ODAFS_LOG_WARN("engine: closing a connection after a malformed frame");
+        return false;
+      }
+      pos += wire::kReadRequestBytes;
+      serve(c, req);
+    }
+    if (pos > 0) {
+      std::memmove(c->in.data(), c->in.data() + pos, c->in_len - pos);
+      c->in_len -= pos;
+    }
+    return true;
+  }
+
+  Fault admit(const Conn* c, const wire::ReadRequest& r) const {
+    if (r.ref.session != c->session) return Fault::kWrongSession;
+    if (Fault f = authority_->check(r.ref, c->session); f != Fault::kNone) return f;
+    if ((r.ref.rights & kRightRead) == 0) return Fault::kBadCapability;
+    if (r.ref.segment >= memory_.segments) return Fault::kUnknownSegment;
+    uint64_t ref_end = uint64_t{r.ref.offset} + r.ref.length;
+    uint64_t end = uint64_t{r.offset} + r.length;
+    if (ref_end > memory_.segment_bytes || r.offset < r.ref.offset || end > ref_end) {
+      return Fault::kOutOfBounds;
+    }
+    return Fault::kNone;
+  }
+
+  void serve(Conn* c, const wire::ReadRequest& r) {
+    wire::Response resp;
+    resp.tag = r.tag;
+    resp.fault = admit(c, r);
+    if (resp.fault == Fault::kNone) resp.fault = table_->pin(r.ref.segment, r.ref.generation);
+    size_t at = c->out.size();
+    if (resp.fault != Fault::kNone) {
+      stats_.faults[static_cast<size_t>(resp.fault)].fetch_add(1, std::memory_order_relaxed);
+      c->out.resize(at + wire::kResponseBytes);
+      wire::encode(resp, c->out.data() + at);
+      return;
+    }
+    resp.length = r.length;
+    c->out.resize(at + wire::kResponseBytes + r.length);
+    std::memcpy(c->out.data() + at + wire::kResponseBytes,
+                memory_.base + size_t{r.ref.segment} * memory_.segment_bytes + r.offset, r.length);
+    table_->unpin(r.ref.segment);
+    wire::encode(resp, c->out.data() + at);
+    stats_.reads.fetch_add(1, std::memory_order_relaxed);
+    stats_.bytes.fetch_add(r.length, std::memory_order_relaxed);
+  }
+
+  bool flush(Conn* c) {
+    while (c->backlog() > 0) {
+      ssize_t n =
+          send(c->fd, c->out.data() + c->out_head, c->backlog(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n > 0) {
+        c->out_head += static_cast<size_t>(n);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        break;
+      } else {
+        return false;
+      }
+    }
+    if (c->out_head == c->out.size()) {
+      c->out.clear();  // keeps its capacity: steady state allocates nothing
+      c->out_head = 0;
+    }
+    return true;
+  }
+
+  SoftEngineOptions options_;
+  ExportTable* table_;
+  const CapabilityAuthority* authority_;
+  const SessionAuthority* sessions_;
+  ExportedMemory memory_;
+  net::Endpoint bound_;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;
+  std::vector<int> epolls_;
+  std::vector<std::thread> threads_;
+  std::atomic<bool> stopping_{false};
+  size_t next_thread_ = 0;  // only the thread owning the listener (thread 0) uses it
+  std::mutex conns_mu_;
+  std::unordered_set<Conn*> conns_;  // ownership, for stop()
+  EngineStats stats_;
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> make_soft_engine(const SoftEngineOptions& options, ExportTable* table,
+                                         const CapabilityAuthority* authority,
+                                         const SessionAuthority* sessions, ExportedMemory memory) {
+  return std::make_unique<SoftEngine>(options, table, authority, sessions, memory);
+}
+
+}  // namespace odafs::ordma

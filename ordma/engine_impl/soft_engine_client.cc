@@ -1,0 +1,189 @@
+// The client side of the soft engine.
+//
+// No receiver thread: whichever caller is waiting reads the socket for everyone (leader /
+// follower). A lone caller thus reads its own response with no thread hand-off, which is
+// most of a one-sided read's latency; with many callers, the one holding the socket
+// places each response's bytes straight into its owner's buffer and wakes it.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <system_error>
+#include <vector>
+
+#include "ordma/engine.h"
+#include "ordma/wire.h"
+
+namespace odafs::ordma {
+namespace {
+
+class SoftEngineClient final : public EngineClient {
+ public:
+  SoftEngineClient(const net::Endpoint& engine, const Session& session)
+      : fd_(net::connect_tcp(engine)), next_tag_(std::random_device{}()) {
+    try {
+      unsigned char greeting[wire::kGreetingBytes];
+      if (!net::read_full(fd_, greeting, sizeof greeting) ||
+          wire::get32(greeting) != wire::kMagic || wire::get16(greeting + 4) != wire::kVersion) {
+        throw std::system_error(EPROTO, std::generic_category(), "engine: bad greeting");
+      }
+      Nonce nonce;
+      std::memcpy(nonce.data(), greeting + 8, nonce.size());
+      Proof proof = prove_session(session.secret, nonce);
+      unsigned char hello[wire::kHelloBytes] = {};
+      wire::put32(hello, wire::kMagic);
+      wire::put16(hello + 4, wire::kVersion);
+      wire::put64(hello + 8, session.id);
+      std::memcpy(hello + 16, proof.data(), proof.size());
+      iovec iov{hello, sizeof hello};
+      net::write_all(fd_, &iov, 1);
+      unsigned char welcome[wire::kWelcomeBytes];
+      if (!net::read_full(fd_, welcome, sizeof welcome) || wire::get32(welcome) != wire::kMagic) {
+        throw std::system_error(EACCES, std::generic_category(), "engine: session refused");
+      }
+    } catch (...) {
+      close(fd_);
+      throw;
+    }
+  }
+
+  ~SoftEngineClient() override {
+    shutdown(fd_, SHUT_RDWR);
+    close(fd_);
+  }
+
+  bool broken() const override { return broken_.load(std::memory_order_acquire); }
+
+  Fault read(const Reference& ref, uint32_t offset, uint32_t length, void* dst,
+             uint32_t* got) override {
+    if (broken()) return Fault::kTransport;
+    Pending p;
+    p.dst = static_cast<unsigned char*>(dst);
+    p.capacity = length;
+    wire::ReadRequest req;
+    req.ref = ref;
+    req.offset = offset;
+    req.length = length;
+    {
+      std::lock_guard lock(mu_);
+      p.tag = req.tag = next_tag_++;
+      pending_.push_back(&p);
+    }
+    unsigned char frame[wire::kReadRequestBytes];
+    wire::encode(req, frame);
+    try {
+      std::lock_guard lock(send_mu_);
+      iovec iov{frame, sizeof frame};
+      net::write_all(fd_, &iov, 1);
+    } catch (const std::exception&) {
+      fail_all();
+    }
+    std::unique_lock lock(mu_);
+    while (!p.done) {
+      if (reader_active_) {
+        cv_.wait(lock);
+        continue;
+      }
+      reader_active_ = true;
+      lock.unlock();
+      bool ok = read_one();
+      lock.lock();
+      reader_active_ = false;
+      cv_.notify_all();
+      if (!ok) {
+        lock.unlock();
+        fail_all();
+        lock.lock();
+      }
+    }
+    if (p.fault == Fault::kNone) *got = p.got;
+    return p.fault;
+  }
+
+ private:
+  struct Pending {
+    uint32_t tag = 0;
+    unsigned char* dst = nullptr;
+    uint32_t capacity = 0;
+    bool done = false;  // guarded by mu_
+    Fault fault = Fault::kTransport;
+    uint32_t got = 0;
+  };
+
+  // Reads one response and completes its owner. Runs with reader_active_ held, mu_ not.
+  bool read_one() {
+    try {
+      unsigned char head[wire::kResponseBytes];
+      if (!net::read_full(fd_, head, sizeof head)) return false;
+      wire::Response r;
+      wire::decode(head, &r);
+      Pending* p = nullptr;
+      {
+        std::lock_guard lock(mu_);
+        auto it = std::find_if(pending_.begin(), pending_.end(),
+                               [&](Pending* q) { return q->tag == r.tag; });
+        if (it != pending_.end()) {
+          p = *it;
+          *it = pending_.back();
+          pending_.pop_back();
+        }
+      }
+      bool sane =
+          p != nullptr && (r.fault == Fault::kNone ? r.length == p->capacity : r.length == 0);
+      if (!sane) {
+        if (p != nullptr) {  // put it back; the connection is about to fail everyone
+          std::lock_guard lock(mu_);
+          pending_.push_back(p);
+        }
+        return false;  // the engine broke the protocol: give up on the connection
+      }
+      // The owner waits for done, so its buffer is ours to fill until we set it.
+      if (r.length > 0 && !net::read_full(fd_, p->dst, r.length)) {
+        std::lock_guard lock(mu_);
+        pending_.push_back(p);
+        return false;
+      }
+      std::lock_guard lock(mu_);
+      p->fault = r.fault;
+      p->got = r.length;
+      p->done = true;
+      return true;
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+
+  void fail_all() {
+    broken_.store(true, std::memory_order_release);
+    shutdown(fd_, SHUT_RDWR);
+    std::lock_guard lock(mu_);
+    for (Pending* p : pending_) {
+      p->fault = Fault::kTransport;
+      p->done = true;
+    }
+    pending_.clear();
+    cv_.notify_all();
+  }
+
+  int fd_;
+  std::atomic<bool> broken_{false};
+  std::mutex send_mu_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Pending*> pending_;  // guarded by mu_
+  bool reader_active_ = false;     // guarded by mu_
+  uint32_t next_tag_;              // guarded by mu_
+};
+
+}  // namespace
+
+std::unique_ptr<EngineClient> connect_soft_engine(const net::Endpoint& engine,
+                                                  const Session& session) {
+  return std::make_unique<SoftEngineClient>(engine, session);
+}
+
+}  // namespace odafs::ordma

@@ -1,0 +1,108 @@
+// The soft engine's frames: fixed-size, big-endian, tagged so that many reads are in
+// flight on one connection (the stand-in for an RDMA read request/response).
+//
+//   engine → client, on connect   GREETING  24 bytes  magic "ODAE", version, 0, nonce[16]
+//   client → engine               HELLO     32 bytes  magic, version, 0, session u64, proof[16]
+//   engine → client               WELCOME    8 bytes  magic, status u8 (0), 0[3]
+//   client → engine               READ      64 bytes  see ReadRequest
+//   engine → client               RESPONSE  12 bytes  tag u32, fault u8, 0[3], length u32,
+//                                                      then `length` data bytes (0 on fault)
+// A wrong proof, a bad magic or a frame of unknown type closes the connection.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "ordma/capability.h"
+#include "ordma/session.h"
+
+namespace odafs::ordma::wire {
+
+inline constexpr uint32_t kMagic = 0x4f444145;  // "ODAE"
+inline constexpr uint16_t kVersion = 1;
+inline constexpr size_t kGreetingBytes = 24;
+inline constexpr size_t kHelloBytes = 32;
+inline constexpr size_t kWelcomeBytes = 8;
+inline constexpr size_t kReadRequestBytes = 64;
+inline constexpr size_t kResponseBytes = 12;
+inline constexpr uint8_t kTypeRead = 1;
+
+struct ReadRequest {
+  uint32_t tag = 0;
+  Reference ref;        // segment, generation, bounds, rights, session, capability
+  uint32_t offset = 0;  // within the segment
+  uint32_t length = 0;
+};
+
+struct Response {
+  uint32_t tag = 0;
+  Fault fault = Fault::kNone;
+  uint32_t length = 0;
+};
+
+inline void put16(unsigned char* p, uint16_t v) {
+  p[0] = static_cast<unsigned char>(v >> 8);
+  p[1] = static_cast<unsigned char>(v);
+}
+inline void put32(unsigned char* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>(v >> (24 - 8 * i));
+}
+inline void put64(unsigned char* p, uint64_t v) {
+  put32(p, static_cast<uint32_t>(v >> 32));
+  put32(p + 4, static_cast<uint32_t>(v));
+}
+inline uint16_t get16(const unsigned char* p) { return static_cast<uint16_t>((p[0] << 8) | p[1]); }
+inline uint32_t get32(const unsigned char* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
+}
+inline uint64_t get64(const unsigned char* p) { return (uint64_t{get32(p)} << 32) | get32(p + 4); }
+
+// Layout of READ: type u8, 0 u8, 0 u16, tag u32, segment u32, generation u32, ref offset
+// u32, ref length u32, rights u32, session u64, capability[16], offset u32, length u32.
+inline void encode(const ReadRequest& r, unsigned char* p) {
+  p[0] = kTypeRead;
+  p[1] = 0;
+  put16(p + 2, 0);
+  put32(p + 4, r.tag);
+  put32(p + 8, r.ref.segment);
+  put32(p + 12, r.ref.generation);
+  put32(p + 16, r.ref.offset);
+  put32(p + 20, r.ref.length);
+  put32(p + 24, r.ref.rights);
+  put64(p + 28, r.ref.session);
+  std::memcpy(p + 36, r.ref.capability.data(), kCapabilityBytes);
+  put32(p + 52, r.offset);
+  put32(p + 56, r.length);
+  put32(p + 60, 0);
+}
+
+// Returns false for an unknown type or non-zero reserved bytes.
+inline bool decode(const unsigned char* p, ReadRequest* r) {
+  if (p[0] != kTypeRead || p[1] != 0 || get16(p + 2) != 0 || get32(p + 60) != 0) return false;
+  r->tag = get32(p + 4);
+  r->ref.segment = get32(p + 8);
+  r->ref.generation = get32(p + 12);
+  r->ref.offset = get32(p + 16);
+  r->ref.length = get32(p + 20);
+  r->ref.rights = get32(p + 24);
+  r->ref.session = get64(p + 28);
+  std::memcpy(r->ref.capability.data(), p + 36, kCapabilityBytes);
+  r->offset = get32(p + 52);
+  r->length = get32(p + 56);
+  return true;
+}
+
+inline void encode(const Response& r, unsigned char* p) {
+  put32(p, r.tag);
+  p[4] = static_cast<unsigned char>(r.fault);
+  p[5] = p[6] = p[7] = 0;
+  put32(p + 8, r.length);
+}
+
+inline void decode(const unsigned char* p, Response* r) {
+  r->tag = get32(p);
+  r->fault = static_cast<Fault>(p[4]);
+  r->length = get32(p + 8);
+}
+
+}  // namespace odafs::ordma::wire
