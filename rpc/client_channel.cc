@@ -268,30 +268,18 @@ void Channel::receive_loop() {
         net::read_full(fd_, c->reply_.data() + 4, c->posted_header_ - 4);
         size_t payload = load_be32(c->reply_.data() + c->posted_header_ - 4);
         size_t rest = frag - c->posted_header_;
-        if (payload <= c->posted_capacity_ && rest == payload + xdr_padding(payload)) {
+        size_t padded = payload + xdr_padding(payload);
+        if (payload <= c->posted_capacity_ && rest >= padded) {
+          // Payload straight into the posted buffer; padding dropped; whatever follows the
+          // opaque (the trailer) lands right after the header, so the results decode as
+          // if the payload had been cut out of the record.
+          size_t trailer = rest - padded;
           char pad[4];
-          iovec iov[2] = {{c->posted_, payload}, {pad, rest - payload}};
-          size_t want = rest;
-          while (want > 0) {
-            ssize_t n = readv(fd_, iov, iov[1].iov_len ? 2 : 1);
-            if (n <= 0) {
-              if (n < 0 && errno == EINTR) continue;
-              throw std::system_error(n == 0 ? ECONNRESET : errno, std::generic_category(),
-                                      "recv pre-posted payload");
-            }
-            want -= static_cast<size_t>(n);
-            size_t adv = static_cast<size_t>(n);
-            for (iovec& v : iov) {
-              size_t step = std::min(adv, v.iov_len);
-              v.iov_base = static_cast<char*>(v.iov_base) + step;
-              v.iov_len -= step;
-              adv -= step;
-            }
-            if (iov[0].iov_len == 0) {
-              iov[0] = iov[1];
-              iov[1].iov_len = 0;
-            }
-          }
+          c->reply_.resize(c->posted_header_ + trailer);
+          iovec iov[3] = {{c->posted_, payload},
+                          {pad, padded - payload},
+                          {c->reply_.data() + c->posted_header_, trailer}};
+          net::readv_full(fd_, iov, 3);
           c->posted_length_ = payload;
           complete(c);
           continue;

@@ -5,9 +5,11 @@
 // A dedicated receiver thread reads replies and completes calls.
 //
 // Pre-posting (the paper's RDDP-RPC): before start(), a caller may post a buffer for a
-// call whose reply ends with an opaque<> (e.g. READ). When the reply has the expected
-// layout, the receiver reads the reply header into the call and the opaque's bytes
-// straight from the socket into the posted buffer, with no intermediate copy.
+// call whose reply has an opaque<> after a fixed-size header (e.g. READ). When the reply
+// has that layout, the receiver reads the header into the call and the opaque's bytes
+// straight from the socket into the posted buffer, with no intermediate copy; anything
+// after the opaque (a trailer, e.g. READ's references) follows the header in the call's
+// reply buffer.
 #pragma once
 
 #include <rpc/rpc.h>

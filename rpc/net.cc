@@ -158,6 +158,34 @@ bool read_full(int fd, void* buf, size_t len) {
   return true;
 }
 
+void readv_full(int fd, iovec* iov, int iovcnt) {
+  while (iovcnt > 0 && iov->iov_len == 0) {
+    ++iov;
+    --iovcnt;
+  }
+  while (iovcnt > 0) {
+    ssize_t n = readv(fd, iov, iovcnt);
+    if (n == 0) {
+      errno = ECONNRESET;
+      throw_errno("connection closed mid-record");
+    }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_errno("recv");
+    }
+    size_t left = static_cast<size_t>(n);
+    while (iovcnt > 0 && left >= iov->iov_len) {
+      left -= iov->iov_len;
+      ++iov;
+      --iovcnt;
+    }
+    if (iovcnt > 0) {
+      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+}
+
 void write_all(int fd, iovec* iov, int iovcnt, int timeout_ms) {
   while (iovcnt > 0) {
     msghdr msg{};

@@ -35,6 +35,10 @@ void set_nodelay(int fd);
 // byte; throws on error or on EOF in the middle.
 bool read_full(int fd, void* buf, size_t len);
 
+// Fills every iovec from a blocking fd (iovecs may be empty). Throws on error or EOF.
+// Modifies iov.
+void readv_full(int fd, iovec* iov, int iovcnt);
+
 // Writes all iovecs to fd. For a non-blocking fd it waits for POLLOUT up to timeout_ms per
 // stall. Throws std::system_error on error or timeout (ETIMEDOUT).
 void write_all(int fd, iovec* iov, int iovcnt, int timeout_ms = 30000);
