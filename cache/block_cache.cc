@@ -27,6 +27,7 @@ BlockCache::BlockCache(Options options) : options_(options) {
   map_ = std::make_unique<Map>(Map::bucket_traits(buckets_.data(), buckets_.size()));
   for (size_t i = 0; i < count; ++i) {
     blocks_[i].data = arena_ + i * bs;
+    blocks_[i].segment = static_cast<uint32_t>(i);
     lru_.push_back(blocks_[i]);
   }
 }
@@ -40,6 +41,11 @@ BlockCache::~BlockCache() {
 void BlockCache::set_evict_hook(EvictHook hook) {
   std::lock_guard lock(mu_);
   evict_hook_ = std::move(hook);
+}
+
+void BlockCache::set_modify_hooks(ModifyHook before, ModifyHook after) {
+  before_modify_ = std::move(before);
+  after_modify_ = std::move(after);
 }
 
 BlockCache::ReadPin::ReadPin(ReadPin&& other) noexcept : block_(other.block_) {
@@ -124,7 +130,11 @@ bool BlockCache::read(const BlockKey& key, uint32_t need, const FillFn& fill, Re
     b->data_mu.lock();  // short block: the file grew past it since the fill
   }
   if (b->valid < need) {
+    // A hit that refills changes a block others may hold references to.
+    bool exported_bytes = hit && before_modify_;
+    if (exported_bytes) before_modify_(*b);
     ssize_t n = fill(b->data, options_.block_size);
+    if (exported_bytes) after_modify_(*b);
     if (n < 0) {
       *error = static_cast<int>(-n);
       stats_.fill_errors.fetch_add(1, std::memory_order_relaxed);
@@ -155,9 +165,11 @@ void BlockCache::update(const BlockKey& key, uint32_t offset, const void* src, s
     b->pins.fetch_add(1, std::memory_order_relaxed);
   }
   b->data_mu.lock();
+  if (before_modify_) before_modify_(*b);
   if (offset > b->valid) std::memset(b->data + b->valid, 0, offset - b->valid);
   std::memcpy(b->data + offset, src, len);
   b->valid = std::max<uint32_t>(b->valid, offset + static_cast<uint32_t>(len));
+  if (after_modify_) after_modify_(*b);
   b->data_mu.unlock();
   b->pins.fetch_sub(1, std::memory_order_release);
 }

@@ -38,6 +38,7 @@ struct Block : boost::intrusive::list_base_hook<>, boost::intrusive::unordered_s
   std::atomic<uint32_t> pins{0};  // raised under the cache mutex, lowered anywhere
   uint32_t valid = 0;             // bytes of file data held; guarded by data_mu
   std::byte* data = nullptr;      // fixed for the cache's life
+  uint32_t segment = 0;           // position in the arena: the export table's segment number
   std::shared_mutex data_mu;      // readers share, fill and update are exclusive
 };
 
@@ -54,6 +55,10 @@ class BlockCache {
   // Runs before a block's identity is dropped (eviction, invalidation), with the cache
   // mutex held: keep it short and do not call back into the cache.
   using EvictHook = std::function<void(const Block&)>;
+  // Run around every change to the bytes of a block that already holds file data (write
+  // updates, refills), with the block's data lock held exclusively. The one-sided engine
+  // reads blocks without that lock, so the server locks the block's export entry here.
+  using ModifyHook = std::function<void(const Block&)>;
 
   // Throws std::invalid_argument for a bad block size, std::bad_alloc if the arena
   // cannot be mapped.
@@ -63,6 +68,8 @@ class BlockCache {
   BlockCache& operator=(const BlockCache&) = delete;
 
   void set_evict_hook(EvictHook hook);
+  // REQUIRES: before the cache is shared between threads.
+  void set_modify_hooks(ModifyHook before, ModifyHook after);
 
   // A shared hold on one block's bytes; the block stays put while the pin lives.
   class ReadPin {
@@ -75,6 +82,7 @@ class BlockCache {
     bool bypass() const { return block_ == nullptr; }
     const std::byte* data() const { return block_->data; }
     uint32_t valid() const { return block_->valid; }
+    uint32_t segment() const { return block_->segment; }
 
    private:
     friend class BlockCache;
@@ -138,6 +146,7 @@ class BlockCache {
   LruList lru_;  // front = least recently used; holds every block, free ones first
   std::unique_ptr<Map> map_;
   EvictHook evict_hook_;
+  ModifyHook before_modify_, after_modify_;
   Stats stats_;
 };
 

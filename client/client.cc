@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "client/reference_directory.h"
 #include "client/url.h"
+#include "ordma/engine.h"
 #include "rpc/client_channel.h"
 #include "rpc/log.h"
 #include "rpc/odafs_prot.h"
@@ -154,6 +156,14 @@ std::shared_ptr<rpc::Channel> Client::channel() {
   limits_.max_read = std::max<uint32_t>(ok.max_read, 4096);
   limits_.max_write = std::max<uint32_t>(ok.max_write, 4096);
   std::memcpy(limits_.write_verifier.data(), ok.write_verf, limits_.write_verifier.size());
+  limits_.engine = ok.engine != nullptr ? ok.engine : "";
+  // A new mount is a new engine session: references from the old one would all fault.
+  session_id_ = limits_.engine.empty() ? 0 : ok.session;
+  std::memcpy(session_secret_.data(), ok.session_secret, session_secret_.size());
+  engine_.reset();
+  engine_failed_ = false;
+  if (!directory_) directory_ = std::make_unique<ReferenceDirectory>(options_.directory_entries);
+  directory_->clear();
   channel_ = ch;
   return channel_;
 }
@@ -208,7 +218,11 @@ Attr Client::getattr(const Handle& fh) {
 
 // Decodes a READ reply whose RPC header `x` is past; the payload is already in buf when
 // the reply came pre-posted, else it is copied out of the reply here.
-static size_t decode_read_reply(const rpc::Call& call, XDR* x, void* buf, size_t len, bool* eof) {
+// Decodes a READ reply whose RPC header `x` is past; the payload is already in buf when
+// the reply came pre-posted, else it is copied out of the reply here. References in the
+// trailer go into the directory (when there is one).
+static size_t decode_read_reply(const rpc::Call& call, XDR* x, void* buf, size_t len, bool* eof,
+                                ReferenceDirectory* directory, ClientStats* stats) {
   odafs_stat status;
   odafs_fattr attr;
   bool_t at_eof = FALSE;
@@ -223,6 +237,23 @@ static size_t decode_read_reply(const rpc::Call& call, XDR* x, void* buf, size_t
   } else if (!xdr_opaque(x, static_cast<char*>(buf), n)) {
     fail(EPROTO, "read: truncated reply");
   }
+  u_int nrefs = 0;
+  if (!xdr_u_int(x, &nrefs) || nrefs > ODAFS_MAXREFS) fail(EPROTO, "read: malformed references");
+  for (u_int i = 0; i < nrefs; ++i) {
+    odafs_ref wire{};
+    if (!xdr_odafs_ref(x, &wire)) fail(EPROTO, "read: malformed references");
+    if (directory == nullptr) continue;
+    ordma::Reference ref;
+    ref.segment = wire.segment;
+    ref.generation = wire.generation;
+    ref.offset = wire.offset;
+    ref.length = wire.length;
+    ref.rights = wire.rights;
+    ref.session = wire.session;
+    std::memcpy(ref.capability.data(), wire.capability, ref.capability.size());
+    directory->insert(attr.fileid, wire.block, ref);
+    stats->refs_received.fetch_add(1, std::memory_order_relaxed);
+  }
   if (eof != nullptr) *eof = at_eof;
   return n;
 }
@@ -233,12 +264,14 @@ size_t Client::read_chunk(rpc::Call& call, const Handle& fh, void* buf, size_t l
   put_fh(args.fh, fh);
   args.offset = offset;
   args.count = static_cast<u_int>(len);
+  args.session = session_for_reads();
+  stats_.rpc_reads.fetch_add(1, std::memory_order_relaxed);
   return with_channel(true, [&](rpc::Channel& ch) -> size_t {
-    if (options_.read_mode == ReadMode::kPrePosted) call.post(buf, len, kReadReplyHeaderBytes);
+    if (options_.read_mode != ReadMode::kInline) call.post(buf, len, kReadReplyHeaderBytes);
     ch.start(call, ODAFSPROC_READ, to_xdrproc(xdr_read_args), &args);
     XDR x;
     ch.wait(call, &x);
-    return decode_read_reply(call, &x, buf, len, eof);
+    return decode_read_reply(call, &x, buf, len, eof, directory_.get(), &stats_);
   });
 }
 
@@ -267,10 +300,11 @@ void Client::start_read(AsyncRead& op, const Handle& fh, void* buf, size_t len, 
   put_fh(args.fh, fh);
   args.offset = offset;
   args.count = static_cast<u_int>(len);
+  args.session = session_for_reads();
   op.channel_ = channel();
   op.buf_ = buf;
   op.len_ = len;
-  if (options_.read_mode == ReadMode::kPrePosted) op.call_->post(buf, len, kReadReplyHeaderBytes);
+  if (options_.read_mode != ReadMode::kInline) op.call_->post(buf, len, kReadReplyHeaderBytes);
   try {
     op.channel_->start(*op.call_, ODAFSPROC_READ, to_xdrproc(xdr_read_args), &args);
   } catch (const rpc::RpcError& e) {
@@ -285,7 +319,7 @@ size_t Client::finish_read(AsyncRead& op, bool* eof) {
   try {
     XDR x;
     op.channel_->wait(*op.call_, &x);
-    return decode_read_reply(*op.call_, &x, op.buf_, op.len_, eof);
+    return decode_read_reply(*op.call_, &x, op.buf_, op.len_, eof, directory_.get(), &stats_);
   } catch (const rpc::RpcError& e) {
     throw Error(e.code().value(), e.what());
   }
@@ -346,6 +380,137 @@ void Client::setattr_size(const Handle& fh, uint64_t size) {
     ch.call(ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args, to_xdrproc(xdr_attr_res), &res);
     check(res.status, "truncate");
   });
+}
+
+// ---------------------------------------------------------------- Client: one-sided reads
+
+uint64_t Client::session_for_reads() const {
+  if (options_.read_mode != ReadMode::kOrdma) return 0;  // RPC-only measurement modes
+  std::lock_guard lock(const_cast<std::mutex&>(channel_mu_));
+  return session_id_;
+}
+
+std::shared_ptr<ordma::EngineClient> Client::engine() {
+  std::lock_guard lock(channel_mu_);
+  if (engine_ && !engine_->broken()) return engine_;
+  if (engine_failed_ || session_id_ == 0 || limits_.engine.empty()) return nullptr;
+  ordma::Session session;
+  session.id = session_id_;
+  std::memcpy(session.secret.data(), session_secret_.data(), session.secret.size());
+  try {
+    engine_ = ordma::connect_soft_engine(net::parse_endpoint(limits_.engine), session);
+  } catch (const std::exception& e) {
+    // Reads go by RPC for the rest of this mount; a re-mount tries again.
+    ODAFS_LOG_WARN("odafs: one-sided engine at %s unusable (%s); reading by RPC",
+                   limits_.engine.c_str(), e.what());
+    engine_.reset();
+    engine_failed_ = true;
+  }
+  return engine_;
+}
+
+bool Client::engine_connected() const {
+  std::lock_guard lock(const_cast<std::mutex&>(channel_mu_));
+  return engine_ && !engine_->broken();
+}
+
+size_t Client::directory_size() const { return directory_ ? directory_->size() : 0; }
+
+size_t Client::read_file(const Handle& fh, uint64_t fileid, void* buf, size_t len,
+                         uint64_t offset) {
+  bool eof = false;
+  if (options_.read_mode != ReadMode::kOrdma) return read(fh, buf, len, offset, &eof);
+  std::shared_ptr<ordma::EngineClient> eng = engine();
+  if (!eng) return read(fh, buf, len, offset, &eof);
+  const uint64_t bs = limits_.block_size;
+  auto* out = static_cast<char*>(buf);
+  size_t done = 0;
+  while (done < len) {
+    uint64_t pos = offset + done;
+    uint64_t block = pos / bs;
+    uint32_t in_block = static_cast<uint32_t>(pos % bs);
+    size_t chunk = std::min<size_t>(bs - in_block, len - done);
+    ordma::Reference ref;
+    if (directory_->find(fileid, block, &ref) && ref.length > in_block) {
+      uint32_t want = static_cast<uint32_t>(std::min<size_t>(chunk, ref.length - in_block));
+      uint32_t got = 0;
+      ordma::Fault f = eng->read(ref, ref.offset + in_block, want, out + done, &got);
+      if (f == ordma::Fault::kNone) {
+        stats_.ordma_reads.fetch_add(1, std::memory_order_relaxed);
+        stats_.ordma_bytes.fetch_add(got, std::memory_order_relaxed);
+        done += got;
+        if (got == chunk) continue;
+        // The reference covers the block only up to its valid bytes when it was issued:
+        // past them lies EOF or newer data, which the RPC below settles.
+      } else {
+        stats_.faults[static_cast<size_t>(f)].fetch_add(1, std::memory_order_relaxed);
+        stats_.fallbacks.fetch_add(1, std::memory_order_relaxed);
+        directory_->drop(fileid, block);
+        if (f == ordma::Fault::kTransport) eng.reset();
+      }
+    }
+    // RPC from here over the following blocks the directory does not map (one call
+    // instead of one per block); its reply brings their references.
+    uint64_t end_block = block + 1;
+    uint64_t last_block = (offset + len - 1) / bs;
+    while (end_block <= last_block && (end_block - block) * bs < limits_.max_read &&
+           !directory_->contains(fileid, end_block)) {
+      ++end_block;
+    }
+    size_t span = std::min<size_t>(
+        {len - done, end_block * bs - (offset + done), static_cast<size_t>(limits_.max_read)});
+    thread_local rpc::Call call;
+    size_t n = read_chunk(call, fh, out + done, span, offset + done, &eof);
+    stats_.rpc_bytes.fetch_add(n, std::memory_order_relaxed);
+    done += n;
+    if (n < span) break;  // end of file
+    if (!eng) {
+      eng = engine();
+      if (!eng) return done + read(fh, out + done, len - done, offset + done, &eof);
+    }
+  }
+  return done;
+}
+
+size_t Client::prefetch_references(const File& f, uint64_t offset, uint64_t len) {
+  uint64_t session = session_for_reads();
+  if (session == 0) return 0;
+  size_t total = 0;
+  for (uint64_t done = 0; done < len;) {
+    uint64_t span = std::min<uint64_t>(len - done, limits_.max_read);
+    size_t got = with_channel(true, [&](rpc::Channel& ch) -> size_t {
+      getrefs_args args{};
+      put_fh(args.fh, f.handle());
+      args.offset = offset + done;
+      args.count = static_cast<u_int>(span);
+      args.session = session;
+      getrefs_res res{};
+      XdrFree<getrefs_res> guard{to_xdrproc(xdr_getrefs_res), &res};
+      ch.call(ODAFSPROC_GETREFS, to_xdrproc(xdr_getrefs_args), &args, to_xdrproc(xdr_getrefs_res),
+              &res);
+      if (res.status == ODAFS_ERR_NOTSUPP) return 0;
+      check(res.status, "getrefs " + f.path());
+      const getrefs_ok& ok = res.getrefs_res_u.ok;
+      for (u_int i = 0; i < ok.refs.refs_len; ++i) {
+        const odafs_ref& w = ok.refs.refs_val[i];
+        ordma::Reference ref;
+        ref.segment = w.segment;
+        ref.generation = w.generation;
+        ref.offset = w.offset;
+        ref.length = w.length;
+        ref.rights = w.rights;
+        ref.session = w.session;
+        std::memcpy(ref.capability.data(), w.capability, ref.capability.size());
+        directory_->insert(f.fileid_, w.block, ref);
+      }
+      stats_.refs_received.fetch_add(ok.refs.refs_len, std::memory_order_relaxed);
+      return ok.refs.refs_len;
+    });
+    if (got == 0) break;
+    total += got;
+    done += span;
+  }
+  return total;
 }
 
 // ---------------------------------------------------------------- Client: paths
@@ -434,7 +599,7 @@ File Client::open(const std::string& path, int flags, mode_t mode) {
   if ((flags & O_TRUNC) && access != O_RDONLY && attr.type == FileType::kRegular && attr.size) {
     setattr_size(fh, 0);
   }
-  return File(this, fh, path, flags);
+  return File(this, fh, attr.fileid, path, flags);
 }
 
 Attr Client::stat(const std::string& path) { return resolve(path, true).second; }
@@ -654,8 +819,8 @@ void Client::read_batch(std::span<ReadRequest> requests) {
 
 // ---------------------------------------------------------------- File
 
-File::File(Client* client, Handle fh, std::string path, int flags)
-    : client_(client), fh_(fh), path_(std::move(path)), flags_(flags) {}
+File::File(Client* client, Handle fh, uint64_t fileid, std::string path, int flags)
+    : client_(client), fh_(fh), fileid_(fileid), path_(std::move(path)), flags_(flags) {}
 
 File::File(File&& other) noexcept { *this = std::move(other); }
 
@@ -670,6 +835,7 @@ File& File::operator=(File&& other) noexcept {
     }
     client_ = std::exchange(other.client_, nullptr);
     fh_ = other.fh_;
+    fileid_ = other.fileid_;
     path_ = std::move(other.path_);
     flags_ = other.flags_;
     unstable_ = other.unstable_;
@@ -705,10 +871,7 @@ auto File::retry_stale(Fn&& fn) -> decltype(fn()) {
 
 size_t File::pread(void* buf, size_t len, uint64_t offset) {
   if ((flags_ & O_ACCMODE) == O_WRONLY) fail(EBADF, "pread on a write-only file");
-  return retry_stale([&] {
-    bool eof = false;
-    return client_->read(fh_, buf, len, offset, &eof);
-  });
+  return retry_stale([&] { return client_->read_file(fh_, fileid_, buf, len, offset); });
 }
 
 size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {

@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -33,6 +34,10 @@ namespace rpc {
 class Channel;
 class Call;
 }  // namespace rpc
+namespace ordma {
+class EngineClient;
+}  // namespace ordma
+class ReferenceDirectory;
 
 class Error : public std::system_error {
  public:
@@ -70,8 +75,10 @@ struct FsStat {
 
 // How READ replies reach the caller's buffer (the paper's Table 1 / Table 3 mechanisms).
 enum class ReadMode {
-  kInline,     // reply received into the channel's buffer, payload copied out
-  kPrePosted,  // payload received straight into the caller's buffer, matched by XID
+  kInline,     // RPC: reply received into the channel's buffer, payload copied out
+  kPrePosted,  // RPC: payload received straight into the caller's buffer, matched by XID
+  kOrdma,      // one-sided read when the directory has a reference, else pre-posted RPC
+               // (which brings references); a fault falls back to the RPC
 };
 
 // Stability asked of each WRITE (NFSv3 semantics).
@@ -81,7 +88,8 @@ using Handle = std::array<unsigned char, 40>;
 using WriteVerifier = std::array<unsigned char, 8>;
 
 struct MountOptions {
-  ReadMode read_mode = ReadMode::kPrePosted;
+  ReadMode read_mode = ReadMode::kOrdma;
+  size_t directory_entries = 1u << 16;  // references the client remembers
   Stability stability = Stability::kUnstable;
   bool auth_sys = true;  // send the process's uid/gid (AUTH_SYS); false: AUTH_NONE
   int timeout_ms = 60000;
@@ -92,6 +100,18 @@ struct ServerLimits {
   uint32_t max_read = 0;
   uint32_t max_write = 0;
   WriteVerifier write_verifier{};  // at mount time
+  std::string engine;              // one-sided engine "HOST:PORT"; empty: RPC only
+};
+
+// What the read path did, by branch and by fault reason. Monotonic counters.
+struct ClientStats {
+  std::atomic<uint64_t> ordma_reads{0};  // blocks read one-sided
+  std::atomic<uint64_t> ordma_bytes{0};
+  std::atomic<uint64_t> rpc_reads{0};  // READ calls
+  std::atomic<uint64_t> rpc_bytes{0};
+  std::atomic<uint64_t> fallbacks{0};  // faults answered with an RPC
+  std::atomic<uint64_t> refs_received{0};
+  std::array<std::atomic<uint64_t>, 10> faults{};  // by ordma::Fault value
 };
 
 class Client;
@@ -123,12 +143,13 @@ class File {
 
  private:
   friend class Client;
-  File(Client* client, Handle fh, std::string path, int flags);
+  File(Client* client, Handle fh, uint64_t fileid, std::string path, int flags);
   template <class Fn>
   auto retry_stale(Fn&& fn) -> decltype(fn());
 
   Client* client_ = nullptr;
   Handle fh_{};
+  uint64_t fileid_ = 0;
   std::string path_;
   int flags_ = 0;
   bool unstable_ = false;  // writes not yet committed
@@ -208,6 +229,15 @@ class Client {
   void ping();  // the NULL procedure: a round trip and nothing else
   std::vector<std::pair<std::string, uint64_t>> server_stats();
 
+  // Asks the server for references to [offset, offset + len) of f and puts them in the
+  // directory (the paper's eager directory building). Returns how many came back; 0 when
+  // the server has no engine.
+  size_t prefetch_references(const File& f, uint64_t offset, uint64_t len);
+
+  const ClientStats& stats() const { return stats_; }
+  size_t directory_size() const;
+  bool engine_connected() const;
+
   const ServerLimits& limits() const { return limits_; }
   const MountOptions& options() const { return options_; }
   void set_read_mode(ReadMode mode) { options_.read_mode = mode; }
@@ -236,6 +266,10 @@ class Client {
   std::pair<Handle, std::string> resolve_parent(const std::string& path);
   size_t read_chunk(rpc::Call& call, const Handle& fh, void* buf, size_t len, uint64_t offset,
                     bool* eof);
+  // The read path of File::pread: per block, directory → one-sided read → RPC fallback.
+  size_t read_file(const Handle& fh, uint64_t fileid, void* buf, size_t len, uint64_t offset);
+  std::shared_ptr<ordma::EngineClient> engine();
+  uint64_t session_for_reads() const;
   void setattr_size(const Handle& fh, uint64_t size);
   std::string readlink_handle(const Handle& fh);
   void remove_name(const std::string& path, uint32_t proc, const char* what);
@@ -247,6 +281,14 @@ class Client {
   Handle root_{};
   std::mutex channel_mu_;
   std::shared_ptr<rpc::Channel> channel_;
+  // Engine session of the current mount (a re-mount after a server restart replaces it
+  // and empties the directory). Guarded by channel_mu_.
+  uint64_t session_id_ = 0;
+  std::array<unsigned char, 32> session_secret_{};
+  std::shared_ptr<ordma::EngineClient> engine_;
+  bool engine_failed_ = false;  // this mount's engine could not be reached: RPC only
+  std::unique_ptr<ReferenceDirectory> directory_;
+  ClientStats stats_;
 };
 
 }  // namespace odafs

@@ -81,10 +81,72 @@ FileService::FileService(Options options, CpuAccounting* cpu)
     : options_(std::move(options)),
       cpu_(cpu),
       nodes_(options_.export_root, options_.max_nodes),
-      cache_(cache::BlockCache::Options{options_.cache_bytes, options_.block_size}) {
+      cache_(cache::BlockCache::Options{options_.cache_bytes, options_.block_size}),
+      table_(cache_.block_count()) {
   if (RAND_bytes(write_verf_.data(), static_cast<int>(write_verf_.size())) != 1) {
     throw std::runtime_error("RAND_bytes failed: no write verifier");
   }
+  // Revoke before a block's memory is reused; lock it while its bytes change. Both hooks
+  // cost an atomic store or two when no one-sided read is copying the block.
+  cache_.set_evict_hook([this](const cache::Block& b) { table_.revoke(b.segment); });
+  cache_.set_modify_hooks([this](const cache::Block& b) { table_.lock(b.segment); },
+                          [this](const cache::Block& b) { table_.unlock(b.segment); });
+}
+
+void FileService::start_engine(const ordma::SoftEngineOptions& options) {
+  ordma::ExportedMemory memory{cache_.arena(), cache_.block_size(), cache_.block_count()};
+  engine_ = ordma::make_soft_engine(options, &table_, &capabilities_, &sessions_, memory);
+  engine_->start();
+}
+
+void FileService::stop_engine() {
+  if (engine_) engine_->stop();
+}
+
+odafs_ref FileService::make_ref(const cache::BlockCache::ReadPin& pin, uint64_t block,
+                                uint64_t session) {
+  uint32_t seg = pin.segment();
+  uint32_t gen = table_.state(seg) == ordma::ExportTable::State::kExported
+                     ? table_.generation(seg)
+                     : table_.export_segment(seg);
+  ordma::Reference r;
+  r.segment = seg;
+  r.generation = gen;
+  r.offset = 0;
+  r.length = pin.valid();
+  r.rights = ordma::kRightRead;
+  r.session = session;
+  capabilities_.seal(r);
+  odafs_ref out{};
+  out.segment = r.segment;
+  out.generation = r.generation;
+  out.offset = r.offset;
+  out.length = r.length;
+  out.rights = r.rights;
+  out.session = r.session;
+  std::memcpy(out.capability, r.capability.data(), r.capability.size());
+  out.block = block;
+  return out;
+}
+
+bool FileService::pin_block(const Node& node, uint64_t index, uint32_t need,
+                            cache::BlockCache::ReadPin* pin, int* err) {
+  const int fd = node.fd;
+  const off_t block_off = static_cast<off_t>(index * cache_.block_size());
+  return cache_.read(
+      cache::BlockKey{node.id, index}, need,
+      [fd, block_off](std::byte* buf, size_t n) -> ssize_t {
+        size_t got = 0;
+        while (got < n) {
+          ssize_t k = pread(fd, buf + got, n - got, block_off + static_cast<off_t>(got));
+          if (k < 0 && errno == EINTR) continue;
+          if (k < 0) return -errno;
+          if (k == 0) break;
+          got += static_cast<size_t>(k);
+        }
+        return static_cast<ssize_t>(got);
+      },
+      pin, err);
 }
 
 NodeRef FileService::resolve_or_reply(const char* fh, rpc::Reply& r, struct stat* st) {
@@ -177,6 +239,10 @@ void FileService::register_procedures(rpc::Server* server) {
       ODAFSPROC_FSSTAT, "FSSTAT",
       rpc::typed_procedure<getattr_args>(
           xp(xdr_getattr_args), [this](auto& c, auto& a, auto& r) { do_fsstat(c, a, r); }));
+  server->add_procedure(
+      ODAFSPROC_GETREFS, "GETREFS",
+      rpc::typed_procedure<getrefs_args>(
+          xp(xdr_getrefs_args), [this](auto& c, auto& a, auto& r) { do_getrefs(c, a, r); }));
   server->add_procedure(ODAFSPROC_STATS, "STATS", [this](const CallContext&, XDR*, Reply& r) {
     do_stats(r);
     return true;
@@ -221,6 +287,13 @@ void FileService::do_mount(const rpc::CallContext&, mount_args& a, rpc::Reply& r
   res.mount_res_u.ok.max_write = options_.max_io;
   res.mount_res_u.ok.max_record = static_cast<u_int>(max_request_record());
   std::memcpy(res.mount_res_u.ok.write_verf, write_verf_.data(), write_verf_.size());
+  std::string engine = engine_ ? engine_->endpoint() : std::string();
+  res.mount_res_u.ok.engine = engine.data();
+  if (engine_) {
+    ordma::Session session = sessions_.issue();
+    res.mount_res_u.ok.session = session.id;
+    std::memcpy(res.mount_res_u.ok.session_secret, session.secret.data(), session.secret.size());
+  }
   r.send(xp(xdr_mount_res), &res);
 }
 
@@ -606,6 +679,9 @@ void FileService::do_read(const rpc::CallContext& ctx, read_args& a, rpc::Reply&
   std::memset(dst + len, 0, padded - len);
   const uint64_t bs = cache_.block_size();
   const int fd = node->fd;
+  const bool want_refs = engine_ != nullptr && a.session != 0;
+  thread_local std::vector<odafs_ref> refs;
+  refs.clear();
   uint64_t pos = offset;
   uint32_t done = 0;
   cache::BlockCache::ReadPin pin;
@@ -615,22 +691,9 @@ void FileService::do_read(const rpc::CallContext& ctx, read_args& a, rpc::Reply&
     uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(bs - in_block, len - done));
     uint32_t need = static_cast<uint32_t>(std::min<uint64_t>(bs, size - index * bs));
     int err = 0;
-    off_t block_off = static_cast<off_t>(index * bs);
-    bool ok = cache_.read(
-        cache::BlockKey{node->id, index}, need,
-        [fd, block_off](std::byte* buf, size_t n) -> ssize_t {
-          size_t got = 0;
-          while (got < n) {
-            ssize_t k = pread(fd, buf + got, n - got, block_off + static_cast<off_t>(got));
-            if (k < 0 && errno == EINTR) continue;
-            if (k < 0) return -errno;
-            if (k == 0) break;
-            got += static_cast<size_t>(k);
-          }
-          return static_cast<ssize_t>(got);
-        },
-        &pin, &err);
-    if (!ok) return reply_status<read_res>(r, xp(xdr_read_res), status_from_errno(err));
+    if (!pin_block(*node, index, need, &pin, &err)) {
+      return reply_status<read_res>(r, xp(xdr_read_res), status_from_errno(err));
+    }
     if (pin.bypass()) {
       ssize_t k = pread(fd, dst + done, chunk, static_cast<off_t>(pos));
       if (k < 0) return reply_status<read_res>(r, xp(xdr_read_res), status_from_errno(errno));
@@ -641,11 +704,54 @@ void FileService::do_read(const rpc::CallContext& ctx, read_args& a, rpc::Reply&
       std::memcpy(dst + done, pin.data() + in_block, copy);
       // Bytes past the block's valid end are a hole the file grew over: zeros.
       if (copy < chunk) std::memset(dst + done + copy, 0, chunk - copy);
+      if (want_refs && pin.valid() > 0) refs.push_back(make_ref(pin, index, a.session));
     }
     done += chunk;
     pos += chunk;
   }
+  // The trailer: references to the blocks this read touched.
+  u_int nrefs = static_cast<u_int>(refs.size());
+  bool fits = xdr_u_int(x, &nrefs);
+  for (odafs_ref& ref : refs) fits = fits && xdr_odafs_ref(x, &ref);
+  if (!fits) {
+    ODAFS_LOG_ERROR("READ references do not fit the reply buffer");
+    return reply_status<read_res>(r, xp(xdr_read_res), ODAFS_ERR_SERVERFAULT);
+  }
   bytes_read_.fetch_add(len, std::memory_order_relaxed);
+}
+
+void FileService::do_getrefs(const rpc::CallContext&, getrefs_args& a, rpc::Reply& r) {
+  struct stat st;
+  NodeRef node = resolve_or_reply(a.fh, r, &st);
+  if (!node) return;
+  if (!S_ISREG(st.st_mode)) {
+    return reply_status<getrefs_res>(r, xp(xdr_getrefs_res),
+                                     S_ISDIR(st.st_mode) ? ODAFS_ERR_ISDIR : ODAFS_ERR_INVAL);
+  }
+  if (!engine_ || a.session == 0) {
+    return reply_status<getrefs_res>(r, xp(xdr_getrefs_res), ODAFS_ERR_NOTSUPP);
+  }
+  const uint64_t bs = cache_.block_size();
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  uint64_t end = std::min<uint64_t>(size, a.offset + std::min<uint64_t>(a.count, options_.max_io));
+  thread_local std::vector<odafs_ref> refs;
+  refs.clear();
+  cache::BlockCache::ReadPin pin;
+  for (uint64_t index = a.offset / bs; index * bs < end && refs.size() < ODAFS_MAXREFS; ++index) {
+    uint32_t need = static_cast<uint32_t>(std::min<uint64_t>(bs, size - index * bs));
+    int err = 0;
+    if (!pin_block(*node, index, need, &pin, &err)) {
+      return reply_status<getrefs_res>(r, xp(xdr_getrefs_res), status_from_errno(err));
+    }
+    if (pin.bypass()) break;  // the cache is saturated: no more blocks to hand out
+    if (pin.valid() > 0) refs.push_back(make_ref(pin, index, a.session));
+  }
+  pin = {};
+  getrefs_res res{};
+  res.status = ODAFS_OK;
+  res.getrefs_res_u.ok.refs.refs_len = static_cast<u_int>(refs.size());
+  res.getrefs_res_u.ok.refs.refs_val = refs.data();
+  r.send(xp(xdr_getrefs_res), &res);
 }
 
 void FileService::do_write(const rpc::CallContext& ctx, write_args& a, rpc::Reply& r) {
@@ -786,6 +892,19 @@ void FileService::do_stats(rpc::Reply& r) {
   values.emplace_back("cache.blocks", cache_.block_count());
   values.emplace_back("cache.block_size", cache_.block_size());
   values.emplace_back("nodes.live", nodes_.size());
+  if (engine_) {
+    const ordma::EngineStats& es = engine_->stats();
+    values.emplace_back("engine.connections", es.connections.load());
+    values.emplace_back("engine.reads", es.reads.load());
+    values.emplace_back("engine.bytes", es.bytes.load());
+    values.emplace_back("engine.bad_handshakes", es.bad_handshakes.load());
+    values.emplace_back("engine.bad_frames", es.bad_frames.load());
+    for (int f = 1; f < ordma::kFaultKinds; ++f) {
+      values.emplace_back(
+          std::string("engine.fault.") + ordma::fault_name(static_cast<ordma::Fault>(f)),
+          es.faults[static_cast<size_t>(f)].load());
+    }
+  }
   uint64_t total = 0;
   for (const auto& [group, us] : cpu_->usage_us()) {
     values.emplace_back("cpu_us." + group, us);

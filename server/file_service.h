@@ -11,6 +11,10 @@
 #include <string>
 
 #include "cache/block_cache.h"
+#include "ordma/capability.h"
+#include "ordma/engine.h"
+#include "ordma/export_table.h"
+#include "ordma/session.h"
 #include "rpc/odafs_prot.h"
 #include "rpc/server.h"
 #include "server/cpu_accounting.h"
@@ -27,6 +31,7 @@ class FileService {
     uint32_t max_io = 1u << 20;  // largest READ/WRITE payload
     size_t max_nodes = 65536;
     bool auth_sys = false;  // act as the AUTH_SYS caller (needs root)
+    bool ordma = true;      // false: RPC only, no references (the DAFS baseline)
   };
 
   // Throws std::system_error when the export cannot be opened.
@@ -38,7 +43,18 @@ class FileService {
 
   // Record size a server must accept / reply buffer it must have for these limits.
   size_t max_request_record() const { return options_.max_io + 4096; }
-  size_t max_reply_record() const { return options_.max_io + 4096; }
+  // A READ reply also carries one reference (<= 80 bytes) per block it touches.
+  size_t max_reply_record() const {
+    return options_.max_io + 4096 + (options_.max_io / options_.block_size + 2) * 80;
+  }
+
+  // Starts the one-sided engine over the cache arena. Without it (or with ordma off)
+  // READ replies carry no references and MOUNT names no engine.
+  // REQUIRES: options.ordma; called once, before serving.
+  void start_engine(const ordma::SoftEngineOptions& options);
+  // Stops the engine; call before the RPC server stops so no read races the shutdown.
+  void stop_engine();
+  const ordma::Engine* engine() const { return engine_.get(); }
 
   cache::BlockCache& cache() { return cache_; }
   NodeTable& nodes() { return nodes_; }
@@ -65,6 +81,14 @@ class FileService {
   void do_commit(const rpc::CallContext& ctx, struct commit_args& a, rpc::Reply& r);
   void do_fsstat(const rpc::CallContext& ctx, struct getattr_args& a, rpc::Reply& r);
   void do_stats(rpc::Reply& r);
+  void do_getrefs(const rpc::CallContext& ctx, struct getrefs_args& a, rpc::Reply& r);
+
+  // A sealed reference to the block `pin` holds, for session. Exports the block's segment
+  // if it is not exported yet. REQUIRES: engine running, pin holds file data.
+  odafs_ref make_ref(const cache::BlockCache::ReadPin& pin, uint64_t block, uint64_t session);
+  // Reads block `index` of node into the cache, filling from the file on a miss.
+  bool pin_block(const Node& node, uint64_t index, uint32_t need, cache::BlockCache::ReadPin* pin,
+                 int* err);
 
   // Replies with a dirop_res for `name` in dir after a create-like call succeeded.
   void reply_dirop(const Node& dir, const char* name, rpc::Reply& r);
@@ -75,6 +99,11 @@ class FileService {
   CpuAccounting* cpu_;
   NodeTable nodes_;
   cache::BlockCache cache_;
+  // One export table entry per cache block: segment i is block i of the arena.
+  ordma::ExportTable table_;
+  ordma::CapabilityAuthority capabilities_;
+  ordma::SessionAuthority sessions_;
+  std::unique_ptr<ordma::Engine> engine_;
   std::array<unsigned char, 8> write_verf_;
   rpc::Server* server_ = nullptr;
   std::atomic<uint64_t> bytes_read_{0};

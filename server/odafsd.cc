@@ -2,9 +2,11 @@
 //
 //   odafsd --export DIR --listen HOST:PORT [--cache-mb N] [--block-size N] [--threads N]
 //          [--max-io N] [--max-nodes N] [--max-connections N] [--auth-sys]
+//          [--engine-listen HOST:PORT] [--engine-threads N] [--no-ordma]
 //
-// Once ready it prints one line on stdout, "odafsd ready rpc=HOST:PORT export=DIR", which
-// scripts and tests wait for. SIGTERM or SIGINT shut it down cleanly.
+// Once ready it prints one line on stdout,
+//   "odafsd ready rpc=HOST:PORT engine=HOST:PORT|none export=DIR",
+// which scripts and tests wait for. SIGTERM or SIGINT shut it down cleanly.
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -27,6 +29,9 @@ namespace {
                "usage: odafsd --export DIR --listen HOST:PORT [--cache-mb N] [--block-size N]\n"
                "              [--threads N] [--max-io BYTES] [--max-nodes N]\n"
                "              [--max-connections N] [--auth-sys]\n"
+               "              [--engine-listen HOST:PORT] [--engine-threads N] [--no-ordma]\n"
+               "  --engine-listen defaults to the --listen host, port 0 (a free port).\n"
+               "  --no-ordma serves RPC only: no one-sided engine, no references.\n"
                "  --listen 127.0.0.1:0 picks a free port; the ready line names it.\n"
                "  --auth-sys acts as each caller's AUTH_SYS uid/gid (needs root).\n");
   std::exit(2);
@@ -59,6 +64,8 @@ int main(int argc, char** argv) {
   std::string listen;
   int threads = 4;
   size_t max_connections = 1024;
+  std::string engine_listen;
+  int engine_threads = 1;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     auto value = [&]() -> const char* {
@@ -82,6 +89,12 @@ int main(int argc, char** argv) {
       fs.max_nodes = number("--max-nodes", value(), 16, 1u << 24);
     } else if (flag == "--max-connections") {
       max_connections = number("--max-connections", value(), 1, 1u << 20);
+    } else if (flag == "--engine-listen") {
+      engine_listen = value();
+    } else if (flag == "--engine-threads") {
+      engine_threads = static_cast<int>(number("--engine-threads", value(), 1, 64));
+    } else if (flag == "--no-ordma") {
+      fs.ordma = false;
     } else if (flag == "--auth-sys") {
       fs.auth_sys = true;
     } else if (flag == "--help" || flag == "-h") {
@@ -116,16 +129,27 @@ int main(int argc, char** argv) {
     ro.on_thread_exit = [&cpu] { cpu.leave(); };
     odafs::rpc::Server server(ro);
     service.register_procedures(&server);
+    if (fs.ordma) {
+      odafs::ordma::SoftEngineOptions eo;
+      eo.listen = engine_listen.empty() ? odafs::net::Endpoint{ro.listen.host, 0}
+                                        : odafs::net::parse_endpoint(engine_listen);
+      eo.threads = engine_threads;
+      eo.on_thread_start = [&cpu] { cpu.join("engine"); };
+      eo.on_thread_exit = [&cpu] { cpu.leave(); };
+      service.start_engine(eo);
+    }
     server.start();
     ODAFS_LOG_INFO("serving %s on %s: %d threads, cache %zu MiB in %u-byte blocks",
                    fs.export_root.c_str(), server.bound().to_string().c_str(), threads,
                    fs.cache_bytes >> 20, fs.block_size);
-    std::printf("odafsd ready rpc=%s export=%s\n", server.bound().to_string().c_str(),
-                fs.export_root.c_str());
+    std::string engine = service.engine() ? service.engine()->endpoint() : "none";
+    std::printf("odafsd ready rpc=%s engine=%s export=%s\n", server.bound().to_string().c_str(),
+                engine.c_str(), fs.export_root.c_str());
     std::fflush(stdout);
     int sig = 0;
     sigwait(&stop_signals, &sig);
     ODAFS_LOG_INFO("signal %d: shutting down", sig);
+    service.stop_engine();
     server.stop();
   } catch (const std::exception& e) {
     ODAFS_LOG_ERROR("odafsd: %s", e.what());
