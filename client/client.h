@@ -236,6 +236,11 @@ class Client {
 
   const ClientStats& stats() const { return stats_; }
   size_t directory_size() const;
+  // The reference directory itself, for tools and tests that inspect or tamper with it.
+  // Null before the first mount completes.
+  ReferenceDirectory* directory() { return directory_.get(); }
+  // The file id the directory keys f's blocks by.
+  static uint64_t file_id(const File& f) { return f.fileid_; }
   bool engine_connected() const;
 
   const ServerLimits& limits() const { return limits_; }

@@ -152,8 +152,9 @@ TEST_CASE("read_args round trip") {
   fill_fh(in.fh, 3);
   in.offset = 0x1122334455667788ull;
   in.count = 65536;
+  in.session = 0xa1b2c3d4e5f60718ull;
   auto wire = encode(xdr_read_args, &in);
-  CHECK(wire.size() == ODAFS_FHSIZE + 8 + 4);
+  CHECK(wire.size() == ODAFS_FHSIZE + 8 + 4 + 8);
   read_args out;
   size_t used = 0;
   REQUIRE(decode(xdr_read_args, wire.data(), wire.size(), &out, &used));
@@ -161,6 +162,7 @@ TEST_CASE("read_args round trip") {
   CHECK(std::memcmp(in.fh, out.fh, ODAFS_FHSIZE) == 0);
   CHECK(out.offset == in.offset);
   CHECK(out.count == in.count);
+  CHECK(out.session == in.session);
   free_xdr(xdr_read_args, &out);
 
   // Every shorter prefix is refused.
@@ -273,8 +275,12 @@ TEST_CASE("mount_res round trip") {
   ok.max_write = 1 << 19;
   ok.max_record = (1 << 20) + 4096;
   std::memcpy(ok.write_verf, "\x01\x02\x03\x04\xf5\xf6\xf7\xf8", ODAFS_VERFSIZE);
+  std::string engine = "127.0.0.1:4000";  // 14 bytes, padded to 16
+  ok.engine = engine.data();
+  ok.session = 0x0102030405060708ull;
+  for (int i = 0; i < ODAFS_SECRETSIZE; ++i) ok.session_secret[i] = static_cast<char>(i * 7);
   auto wire = encode(xdr_mount_res, &in);
-  CHECK(wire.size() == 4 + ODAFS_FHSIZE + 4 * 4 + ODAFS_VERFSIZE);
+  CHECK(wire.size() == 4 + ODAFS_FHSIZE + 4 * 4 + ODAFS_VERFSIZE + 4 + 16 + 8 + ODAFS_SECRETSIZE);
 
   mount_res out;
   REQUIRE(decode(xdr_mount_res, wire.data(), wire.size(), &out));
@@ -286,6 +292,9 @@ TEST_CASE("mount_res round trip") {
   CHECK(o.max_write == ok.max_write);
   CHECK(o.max_record == ok.max_record);
   CHECK(std::memcmp(o.write_verf, ok.write_verf, ODAFS_VERFSIZE) == 0);
+  CHECK(std::string(o.engine) == engine);
+  CHECK(o.session == ok.session);
+  CHECK(std::memcmp(o.session_secret, ok.session_secret, ODAFS_SECRETSIZE) == 0);
   free_xdr(xdr_mount_res, &out);
 
   mount_res err{};
@@ -408,9 +417,20 @@ TEST_CASE("read_res: the payload starts right after a fixed-size header") {
   in.read_res_u.ok.eof = TRUE;
   in.read_res_u.ok.data.data_len = static_cast<u_int>(payload.size());
   in.read_res_u.ok.data.data_val = payload.data();
+  odafs_ref ref{};
+  ref.segment = 5;
+  ref.generation = 9;
+  ref.length = 4096;
+  ref.rights = 1;
+  ref.session = 77;
+  ref.block = 123;
+  in.read_res_u.ok.refs.refs_len = 1;
+  in.read_res_u.ok.refs.refs_val = &ref;
   auto wire = encode(xdr_read_res, &in);
   constexpr size_t kHeader = 4 + 80 + 4 + 4;
-  REQUIRE(wire.size() == kHeader + 16);
+  constexpr size_t kRefBytes = 5 * 4 + 8 + ODAFS_CAPSIZE + 8;
+  REQUIRE(wire.size() == kHeader + 16 + 4 + kRefBytes);  // the trailer follows the payload
+  CHECK(be32(wire.data() + kHeader + 16) == 1);
   CHECK(be32(wire.data()) == ODAFS_OK);
   CHECK(be32(wire.data() + 4 + 80) == TRUE);
   CHECK(be32(wire.data() + kHeader - 4) == payload.size());
@@ -422,6 +442,9 @@ TEST_CASE("read_res: the payload starts right after a fixed-size header") {
   check_attr_equal(out.read_res_u.ok.attr, in.read_res_u.ok.attr);
   CHECK(out.read_res_u.ok.eof == TRUE);
   CHECK(std::string(out.read_res_u.ok.data.data_val, out.read_res_u.ok.data.data_len) == payload);
+  REQUIRE(out.read_res_u.ok.refs.refs_len == 1);
+  CHECK(out.read_res_u.ok.refs.refs_val[0].block == 123);
+  CHECK(out.read_res_u.ok.refs.refs_val[0].session == 77);
   free_xdr(xdr_read_res, &out);
 }
 

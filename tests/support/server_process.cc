@@ -111,6 +111,11 @@ void ServerProcess::start() {
     if (!exited && at != std::string::npos) {
       size_t colon = line.find(':', at);
       port_ = static_cast<uint16_t>(std::stoi(line.substr(colon + 1)));
+      size_t eng = line.find("engine=");
+      engine_port_ = 0;
+      if (eng != std::string::npos && line.compare(eng + 7, 4, "none") != 0) {
+        engine_port_ = static_cast<uint16_t>(std::stoi(line.substr(line.find(':', eng) + 1)));
+      }
       pid_ = pid;
       posix_spawn_file_actions_destroy(&fa);
       close(out[0]);

@@ -44,6 +44,8 @@ class ServerProcess {
 
   std::string url(const std::string& path = "/") const;
   uint16_t port() const { return port_; }
+  // The one-sided engine's port, 0 when it runs without one (--no-ordma).
+  uint16_t engine_port() const { return engine_port_; }
   pid_t pid() const { return pid_; }
   const std::string& export_dir() const { return export_dir_; }
 
@@ -52,6 +54,7 @@ class ServerProcess {
   std::string export_dir_;
   std::vector<std::string> args_;
   uint16_t port_;
+  uint16_t engine_port_ = 0;
   pid_t pid_ = -1;
 };
 

@@ -1,0 +1,240 @@
+// Integration: optimistic RDMA through real odafsd processes — references on READ
+// replies, one-sided reads through the soft engine, faults and RPC fallback.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "client/client.h"
+#include "client/reference_directory.h"
+#include "ordma/engine.h"
+#include "tests/support/server_process.h"
+
+using odafs::Client;
+using odafs::File;
+using odafs::ordma::Fault;
+using odafs::test::pattern;
+using odafs::test::ServerProcess;
+using odafs::test::TempDir;
+using odafs::test::write_local;
+
+namespace {
+
+uint64_t server_stat(Client& c, const std::string& name) {
+  for (auto& [k, v] : c.server_stats()) {
+    if (k == name) return v;
+  }
+  return 0;
+}
+
+uint64_t faults(const Client& c, Fault f) {
+  return c.stats().faults[static_cast<size_t>(f)].load();
+}
+
+std::string read_all(File& f, size_t len, uint64_t off = 0) {
+  std::string s(len, '\0');
+  s.resize(f.pread(s.data(), len, off));
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("the second pass over a warm file goes one-sided, byte for byte") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--block-size", "4096"});
+  REQUIRE(server.engine_port() != 0);
+  std::string data = pattern(1 << 20, 71);
+  write_local(dir / "warm", data);
+  auto fs = Client::mount(server.url());
+  CHECK_FALSE(fs->limits().engine.empty());
+  File f = fs->open("warm");
+  CHECK(read_all(f, data.size()) == data);  // first pass: RPC, brings references
+  CHECK(fs->directory_size() == 256);
+  CHECK(fs->stats().ordma_reads.load() == 0);
+  uint64_t rpc_before = fs->stats().rpc_reads.load();
+  std::string back(4096, '\0');
+  for (size_t off = 0; off < data.size(); off += 4096) {
+    REQUIRE(f.pread(back.data(), 4096, off) == 4096);
+    REQUIRE(back == data.substr(off, 4096));
+  }
+  CHECK(fs->stats().ordma_reads.load() == 256);
+  CHECK(fs->stats().rpc_reads.load() == rpc_before);  // no RPC on the second pass
+  CHECK(server_stat(*fs, "engine.reads") == 256);
+  // Unaligned reads across blocks, and past EOF, are right too.
+  CHECK(read_all(f, 10000, 4090) == data.substr(4090, 10000));
+  CHECK(read_all(f, 100, data.size() - 50) == data.substr(data.size() - 50));
+  CHECK(read_all(f, 100, data.size() + 10).empty());
+}
+
+TEST_CASE("references fault after eviction and reuse; the fallback returns the right data") {
+  TempDir dir;
+  // 1 MiB of 4 KiB blocks: reading a 2 MiB file evicts everything read before.
+  ServerProcess server(dir.path(), {"--block-size", "4096", "--cache-mb", "1"});
+  std::string a = pattern(256 * 1024, 81), b = pattern(2 << 20, 82);
+  write_local(dir / "a", a);
+  write_local(dir / "b", b);
+  auto fs = Client::mount(server.url());
+  File fa = fs->open("a");
+  File fb = fs->open("b");
+  CHECK(read_all(fa, a.size()) == a);  // references to a's blocks
+  CHECK(read_all(fb, b.size()) == b);  // reuses every block of the cache
+  uint64_t fallbacks = fs->stats().fallbacks.load();
+  CHECK(read_all(fa, a.size()) == a);  // stale references: fault, fall back, still right
+  uint64_t stale = faults(*fs, Fault::kStaleGeneration) + faults(*fs, Fault::kRevoked);
+  CHECK(stale > 0);
+  CHECK(fs->stats().fallbacks.load() > fallbacks);
+  CHECK(server_stat(*fs, "engine.fault.stale_generation") +
+            server_stat(*fs, "engine.fault.revoked") ==
+        stale);
+  // The fallback brought fresh references: the next pass is one-sided again.
+  uint64_t ordma = fs->stats().ordma_reads.load();
+  CHECK(read_all(fa, a.size()) == a);
+  CHECK(fs->stats().ordma_reads.load() > ordma);
+}
+
+TEST_CASE("truncation and rewrite revoke references; readers see the new bytes") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--block-size", "4096"});
+  auto fs = Client::mount(server.url());
+  File f = fs->open("t", O_RDWR | O_CREAT);
+  std::string v1 = pattern(40000, 91), v2 = pattern(30000, 92);
+  f.pwrite(v1.data(), v1.size(), 0);
+  CHECK(read_all(f, 50000) == v1);
+  CHECK(read_all(f, 50000) == v1);  // one-sided
+  f.truncate(0);
+  f.pwrite(v2.data(), v2.size(), 0);
+  CHECK(read_all(f, 50000) == v2);
+  CHECK(read_all(f, 50000) == v2);
+}
+
+TEST_CASE("every forged reference faults with its reason and the fallback recovers") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--block-size", "4096"});
+  std::string data = pattern(64 * 1024, 101);
+  write_local(dir / "f", data);
+  auto fs = Client::mount(server.url());
+  File f = fs->open("f");
+  CHECK(read_all(f, data.size()) == data);
+  uint64_t id = Client::file_id(f);
+  odafs::ReferenceDirectory* d = fs->directory();
+  REQUIRE(d != nullptr);
+  struct Case {
+    const char* name;
+    Fault expect;
+    void (*tamper)(odafs::ordma::Reference&);
+  };
+  const Case cases[] = {
+      {"flipped capability", Fault::kBadCapability,
+       [](odafs::ordma::Reference& r) { r.capability[3] ^= 1; }},
+      {"altered segment", Fault::kBadCapability,
+       [](odafs::ordma::Reference& r) { r.segment += 1; }},
+      {"truncated capability", Fault::kBadCapability,
+       [](odafs::ordma::Reference& r) { std::memset(r.capability.data() + 8, 0, 8); }},
+      {"other session", Fault::kWrongSession, [](odafs::ordma::Reference& r) { r.session ^= 1; }},
+      {"old generation", Fault::kBadCapability,
+       [](odafs::ordma::Reference& r) { r.generation -= 1; }},
+  };
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    CAPTURE(cases[i].name);
+    uint64_t block = i;
+    odafs::ordma::Reference ref;
+    REQUIRE(d->find(id, block, &ref));
+    cases[i].tamper(ref);
+    d->insert(id, block, ref);
+    uint64_t before = faults(*fs, cases[i].expect);
+    CHECK(read_all(f, 4096, block * 4096) == data.substr(block * 4096, 4096));
+    CHECK(faults(*fs, cases[i].expect) == before + 1);
+  }
+}
+
+TEST_CASE("a block rewritten by RPC while others read it one-sided is never torn") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--block-size", "4096", "--threads", "2"});
+  write_local(dir / "hot", std::string(4096, 'a'));
+  std::atomic<bool> stop{false};
+  std::atomic<long> torn{0}, reads{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 2; ++t) {
+    readers.emplace_back([&] {
+      auto fs = Client::mount(server.url());
+      File f = fs->open("hot");
+      std::string buf(4096, '\0');
+      while (!stop) {
+        REQUIRE(f.pread(buf.data(), 4096, 0) == 4096);
+        bool uniform = buf.find_first_not_of(buf[0]) == std::string::npos;
+        if (!uniform) ++torn;
+        ++reads;
+      }
+      CHECK(fs->stats().ordma_reads.load() > 0);
+    });
+  }
+  auto writer = Client::mount(server.url());
+  File w = writer->open("hot", O_RDWR);
+  for (int v = 0; v < 400 || reads < 400; ++v) {
+    std::string block(4096, static_cast<char>('a' + v % 26));
+    w.pwrite(block.data(), block.size(), 0);
+  }
+  stop = true;
+  for (auto& t : readers) t.join();
+  CHECK(torn == 0);
+  CHECK(server_stat(*writer, "engine.fault.locked") + server_stat(*writer, "engine.reads") > 0);
+}
+
+TEST_CASE("--no-ordma serves RPC only, with the same results") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--no-ordma"});
+  CHECK(server.engine_port() == 0);
+  std::string data = pattern(100000, 111);
+  write_local(dir / "x", data);
+  auto fs = Client::mount(server.url());
+  CHECK(fs->limits().engine.empty());
+  File f = fs->open("x");
+  CHECK(read_all(f, data.size()) == data);
+  CHECK(read_all(f, data.size()) == data);
+  CHECK(fs->directory_size() == 0);
+  CHECK(fs->stats().ordma_reads.load() == 0);
+  CHECK(fs->prefetch_references(f, 0, data.size()) == 0);
+}
+
+TEST_CASE("GETREFS builds the directory eagerly; the first pass is then one-sided") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--block-size", "8192"});
+  std::string data = pattern(512 * 1024, 121);
+  write_local(dir / "e", data);
+  auto fs = Client::mount(server.url());
+  File f = fs->open("e");
+  CHECK(fs->prefetch_references(f, 0, data.size()) == 64);
+  CHECK(fs->directory_size() == 64);
+  uint64_t rpc = fs->stats().rpc_reads.load();
+  CHECK(read_all(f, data.size()) == data);
+  CHECK(fs->stats().rpc_reads.load() == rpc);
+  CHECK(fs->stats().ordma_reads.load() == 64);
+}
+
+TEST_CASE("after a server restart the client drops old references and recovers") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--block-size", "4096"});
+  std::string data = pattern(64 * 1024, 131);
+  write_local(dir / "r", data);
+  auto fs = Client::mount(server.url());
+  File f = fs->open("r");
+  CHECK(read_all(f, data.size()) == data);
+  odafs::ordma::Reference old;
+  REQUIRE(fs->directory()->find(Client::file_id(f), 0, &old));
+  uint64_t old_session = old.session;
+  server.restart();
+  CHECK(read_all(f, data.size()) == data);  // reconnects, re-mounts, new session
+  CHECK(read_all(f, data.size()) == data);
+  odafs::ordma::Reference fresh;
+  REQUIRE(fs->directory()->find(Client::file_id(f), 0, &fresh));
+  CHECK(fresh.session != old_session);
+  // And an old reference presented to the new engine faults.
+  auto fs2 = Client::mount(server.url());
+  odafs::ordma::Session s;  // a valid session for the new server is needed to connect:
+  (void)s;                  // the client's own connection does that; present the old ref
+  fs->directory()->insert(Client::file_id(f), 0, old);
+  uint64_t before = faults(*fs, Fault::kWrongSession) + faults(*fs, Fault::kBadCapability);
+  CHECK(read_all(f, 4096) == data.substr(0, 4096));
+  CHECK(faults(*fs, Fault::kWrongSession) + faults(*fs, Fault::kBadCapability) == before + 1);
+}
