@@ -1,0 +1,249 @@
+// odafs-micro: the paper's Table 3, side by side in one run.
+//
+//   odafs-micro --url odafs://127.0.0.1:PORT/ [--file-mb M] [--block B] [--passes-ms MS]
+//               [--inflight 1,2,4,...] [--json FILE]
+//
+// A file warm in the server cache is read sequentially in B-byte blocks (default 4 KiB),
+// twice, by each mechanism: RPC inline, RPC pre-posted, ORDMA. The client keeps no data
+// cache, so every read of the second pass misses in the client; its directory holds a
+// reference for every block (the first pass brought them), so ORDMA reads go one-sided.
+// The second pass is measured: mean / p50 / p99 latency and the server's CPU per read
+// (STATS cpu_us.*: all server threads, and split into the RPC pool and the engine).
+//
+// Then, for each N in --inflight, N client threads (one read in flight each, all on one
+// mount) read for a fixed time per mechanism: ops/s.
+//
+// Direct reads (server-initiated writes into client buffers) are not implemented yet and
+// are not reported.
+#include <fcntl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::map<std::string, uint64_t> cpu(odafs::Client& c) {
+  std::map<std::string, uint64_t> out;
+  for (const auto& [name, value] : c.server_stats()) {
+    if (name.rfind("cpu_us.", 0) == 0) out[name.substr(7)] = value;
+  }
+  return out;
+}
+
+struct Latency {
+  std::string mechanism;
+  double mean_us = 0, p50_us = 0, p99_us = 0;
+  double cpu_total = 0, cpu_rpc = 0, cpu_engine = 0;  // server µs per read
+  uint64_t ordma_reads = 0, rpc_reads = 0;
+};
+
+struct Rate {
+  std::string mechanism;
+  size_t inflight;
+  double ops_per_s, server_cpu_us_per_op;
+};
+
+odafs::ReadMode mode_of(const std::string& m) {
+  if (m == "rpc_inline") return odafs::ReadMode::kInline;
+  if (m == "rpc_preposted") return odafs::ReadMode::kPrePosted;
+  return odafs::ReadMode::kOrdma;
+}
+
+std::vector<size_t> parse_list(const std::string& text) {
+  std::vector<size_t> out;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    out.push_back(std::stoul(text.substr(pos, comma - pos)));
+    pos = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string url, json_path;
+  size_t file_mb = 8, block = 4096;
+  int rate_ms = 1500;
+  std::vector<size_t> inflight = {1, 2, 4, 8, 16, 32, 64};
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i], v = argv[i + 1];
+    if (a == "--url")
+      url = v;
+    else if (a == "--file-mb")
+      file_mb = std::stoul(v);
+    else if (a == "--block")
+      block = std::stoul(v);
+    else if (a == "--rate-ms")
+      rate_ms = std::stoi(v);
+    else if (a == "--inflight")
+      inflight = parse_list(v);
+    else if (a == "--json")
+      json_path = v;
+  }
+  if (url.empty() || block == 0) {
+    std::fprintf(stderr,
+                 "usage: odafs-micro --url URL [--file-mb M] [--block B] [--rate-ms MS] "
+                 "[--inflight LIST] [--json FILE]\n");
+    return 2;
+  }
+  const std::vector<std::string> mechanisms = {"rpc_inline", "rpc_preposted", "ordma"};
+  try {
+    const std::string path = "/odafs-micro.dat";
+    const size_t file_bytes = file_mb << 20, blocks = file_bytes / block;
+    {
+      auto c = odafs::Client::mount(url);
+      odafs::File f = c->open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+      std::vector<char> data(1 << 20);
+      std::mt19937_64 rng(3);
+      for (auto& ch : data) ch = static_cast<char>(rng());
+      for (size_t off = 0; off < file_bytes; off += data.size()) {
+        f.pwrite(data.data(), data.size(), off);
+      }
+      f.close();
+    }
+
+    std::vector<Latency> lat;
+    for (const std::string& m : mechanisms) {
+      odafs::MountOptions mo;
+      mo.read_mode = mode_of(m);
+      mo.directory_entries = blocks * 2;  // headers for the whole file
+      auto c = odafs::Client::mount(url, mo);
+      odafs::File f = c->open(path, O_RDONLY);
+      std::vector<char> buf(block);
+      for (size_t i = 0; i < blocks; ++i) f.pread(buf.data(), block, i * block);  // pass 1
+      std::vector<double> us(blocks);
+      uint64_t o0 = c->stats().ordma_reads, r0 = c->stats().rpc_reads;
+      auto cpu0 = cpu(*c);
+      for (size_t i = 0; i < blocks; ++i) {  // pass 2, measured
+        auto t0 = Clock::now();
+        if (f.pread(buf.data(), block, i * block) != block) throw odafs::Error(EIO, "short");
+        us[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+      }
+      auto cpu1 = cpu(*c);
+      Latency l;
+      l.mechanism = m;
+      double sum = 0;
+      for (double v : us) sum += v;
+      std::sort(us.begin(), us.end());
+      l.mean_us = sum / blocks;
+      l.p50_us = us[blocks / 2];
+      l.p99_us = us[std::min(blocks - 1, blocks * 99 / 100)];
+      l.cpu_total = double(cpu1["total"] - cpu0["total"]) / blocks;
+      l.cpu_rpc = double(cpu1["rpc"] - cpu0["rpc"]) / blocks;
+      l.cpu_engine = double(cpu1["engine"] - cpu0["engine"]) / blocks;
+      l.ordma_reads = c->stats().ordma_reads - o0;
+      l.rpc_reads = c->stats().rpc_reads - r0;
+      lat.push_back(l);
+      std::fprintf(stderr, "%s: second pass done\n", m.c_str());
+    }
+
+    std::vector<Rate> rates;
+    for (const std::string& m : mechanisms) {
+      odafs::MountOptions mo;
+      mo.read_mode = mode_of(m);
+      mo.directory_entries = blocks * 2;
+      auto c = odafs::Client::mount(url, mo);
+      odafs::File f = c->open(path, O_RDONLY);
+      std::vector<char> warm(block);
+      for (size_t i = 0; i < blocks; ++i) f.pread(warm.data(), block, i * block);
+      for (size_t n : inflight) {
+        std::atomic<uint64_t> ops{0};
+        std::atomic<bool> stop{false};
+        auto cpu0 = cpu(*c);
+        auto t0 = Clock::now();
+        std::vector<std::thread> threads;
+        for (size_t t = 0; t < n; ++t) {
+          threads.emplace_back([&, t] {
+            std::vector<char> buf(block);
+            for (size_t i = t * 7919; !stop.load(std::memory_order_relaxed); ++i) {
+              f.pread(buf.data(), block, (i % blocks) * block);
+              ops.fetch_add(1, std::memory_order_relaxed);
+            }
+          });
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(rate_ms));
+        stop = true;
+        for (auto& t : threads) t.join();
+        double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+        auto cpu1 = cpu(*c);
+        rates.push_back({m, n, ops / secs, double(cpu1["total"] - cpu0["total"]) / ops});
+        std::fprintf(stderr, "%s inflight=%zu: %.0f ops/s\n", m.c_str(), n, ops / secs);
+      }
+      f.close();
+    }
+    odafs::Client::mount(url)->unlink(path);
+
+    std::printf("second pass, %zu reads of %zu bytes, one thread\n", blocks, block);
+    std::printf("%-14s %9s %9s %9s %12s %10s %13s %8s %8s\n", "mechanism", "mean_us", "p50_us",
+                "p99_us", "srv_cpu_us", "rpc_cpu", "engine_cpu", "ordma", "rpc");
+    for (const Latency& l : lat) {
+      std::printf("%-14s %9.1f %9.1f %9.1f %12.2f %10.2f %13.2f %8llu %8llu\n", l.mechanism.c_str(),
+                  l.mean_us, l.p50_us, l.p99_us, l.cpu_total, l.cpu_rpc, l.cpu_engine,
+                  static_cast<unsigned long long>(l.ordma_reads),
+                  static_cast<unsigned long long>(l.rpc_reads));
+    }
+    const Latency& pre = lat[1];
+    const Latency& ord = lat[2];
+    std::printf("ORDMA vs pre-posted: latency %.2fx, server CPU per read %.2fx\n",
+                ord.mean_us / pre.mean_us, ord.cpu_total / pre.cpu_total);
+    std::printf("\n%-14s %9s %12s %14s\n", "mechanism", "inflight", "ops_per_s", "srv_cpu_us/op");
+    for (const Rate& r : rates) {
+      std::printf("%-14s %9zu %12.0f %14.2f\n", r.mechanism.c_str(), r.inflight, r.ops_per_s,
+                  r.server_cpu_us_per_op);
+    }
+
+    std::string json = "{\n  \"block_bytes\": " + std::to_string(block) +
+                       ",\n  \"reads_per_pass\": " + std::to_string(blocks) +
+                       ",\n  \"latency\": [\n";
+    for (size_t i = 0; i < lat.size(); ++i) {
+      const Latency& l = lat[i];
+      char line[512];
+      std::snprintf(line, sizeof line,
+                    "    {\"mechanism\": \"%s\", \"mean_us\": %.2f, \"p50_us\": %.2f, "
+                    "\"p99_us\": %.2f, \"server_cpu_us_per_op\": %.3f, "
+                    "\"server_cpu_us_per_op_rpc\": %.3f, \"server_cpu_us_per_op_engine\": %.3f, "
+                    "\"ordma_reads\": %llu, \"rpc_reads\": %llu}%s\n",
+                    l.mechanism.c_str(), l.mean_us, l.p50_us, l.p99_us, l.cpu_total, l.cpu_rpc,
+                    l.cpu_engine, static_cast<unsigned long long>(l.ordma_reads),
+                    static_cast<unsigned long long>(l.rpc_reads), i + 1 < lat.size() ? "," : "");
+      json += line;
+    }
+    json += "  ],\n  \"throughput\": [\n";
+    for (size_t i = 0; i < rates.size(); ++i) {
+      const Rate& r = rates[i];
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "    {\"mechanism\": \"%s\", \"inflight\": %zu, \"ops_per_s\": %.1f, "
+                    "\"server_cpu_us_per_op\": %.3f}%s\n",
+                    r.mechanism.c_str(), r.inflight, r.ops_per_s, r.server_cpu_us_per_op,
+                    i + 1 < rates.size() ? "," : "");
+      json += line;
+    }
+    json += "  ]\n}\n";
+    if (json_path.empty()) {
+      std::printf("%s", json.c_str());
+    } else {
+      std::ofstream out(json_path);
+      out << json;
+      if (!out.flush()) throw odafs::Error(EIO, "cannot write " + json_path);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "odafs-micro: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
