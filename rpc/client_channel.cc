@@ -10,24 +10,13 @@
 #include <cstring>
 #include <random>
 
+#include "rpc/futex.h"
 #include "rpc/log.h"
 #include "rpc/record.h"
 #include "rpc/xdr_util.h"
 
 namespace odafs::rpc {
 namespace {
-
-// Waits while *word == expected, at most until deadline (CLOCK_MONOTONIC).
-void futex_wait_until(std::atomic<uint32_t>* word, uint32_t expected, const timespec& deadline) {
-  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_BITSET_PRIVATE, expected,
-          &deadline, nullptr, FUTEX_BITSET_MATCH_ANY);
-}
-
-void futex_wake_all(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr,
-          nullptr, 0);
-}
 
 uint32_t load_be32(const char* p) {
   uint32_t v;
@@ -145,7 +134,7 @@ void Channel::wait(Call& c, XDR* results) {
     deadline.tv_nsec -= 1000000000L;
   }
   while (c.state_.load(std::memory_order_acquire) == Call::kPending) {
-    futex_wait_until(&c.state_, Call::kPending, deadline);
+    futex_wait(&c.state_, Call::kPending, &deadline);
     timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     bool expired = now.tv_sec > deadline.tv_sec ||
@@ -223,7 +212,7 @@ Call* Channel::take_pending(uint32_t xid) {
 
 void Channel::complete(Call* c) {
   c->state_.store(Call::kDone, std::memory_order_release);
-  futex_wake_all(&c->state_);
+  futex_wake(&c->state_);
 }
 
 void Channel::fail_all(const std::string& why) {

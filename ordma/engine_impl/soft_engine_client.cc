@@ -2,13 +2,13 @@
 //
 // No receiver thread: whichever caller is waiting reads the socket for everyone (leader /
 // follower). A lone caller thus reads its own response with no thread hand-off, which is
-// most of a one-sided read's latency; with many callers, the one holding the socket
-// places each response's bytes straight into its owner's buffer and wakes it.
+// most of a one-sided read's latency. With many callers, the leader places each response's
+// bytes straight into its owner's buffer and wakes that owner alone (a futex per request);
+// once its own response is in, it hands the socket to one waiting caller.
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <random>
@@ -17,6 +17,7 @@
 
 #include "ordma/engine.h"
 #include "ordma/wire.h"
+#include "rpc/futex.h"
 
 namespace odafs::ordma {
 namespace {
@@ -82,34 +83,49 @@ class SoftEngineClient final : public EngineClient {
     } catch (const std::exception&) {
       fail_all();
     }
-    std::unique_lock lock(mu_);
-    while (!p.done) {
-      if (reader_active_) {
-        cv_.wait(lock);
+    for (;;) {
+      bool lead = false;
+      {
+        std::lock_guard lock(mu_);
+        uint32_t st = p.state.load(std::memory_order_acquire);
+        if (st == kLead) p.state.compare_exchange_strong(st, kWaiting);  // take the offer
+        if (p.state.load(std::memory_order_acquire) == kDone) break;
+        if (!reader_active_) {
+          reader_active_ = true;
+          lead = true;
+        }
+      }
+      if (!lead) {
+        futex_wait(&p.state, kWaiting);  // until done, or offered the socket
         continue;
       }
-      reader_active_ = true;
-      lock.unlock();
-      bool ok = read_one();
-      lock.lock();
-      reader_active_ = false;
-      cv_.notify_all();
-      if (!ok) {
-        lock.unlock();
-        fail_all();
-        lock.lock();
+      while (p.state.load(std::memory_order_acquire) != kDone) {
+        if (!read_one()) {
+          fail_all();
+          break;
+        }
       }
+      std::lock_guard lock(mu_);
+      reader_active_ = false;
+      if (!pending_.empty()) {  // hand the socket to one caller still waiting
+        uint32_t expected = kWaiting;
+        if (pending_.front()->state.compare_exchange_strong(expected, kLead)) {
+          futex_wake(&pending_.front()->state, 1);
+        }
+      }
+      break;
     }
     if (p.fault == Fault::kNone) *got = p.got;
     return p.fault;
   }
 
  private:
+  enum : uint32_t { kWaiting = 0, kDone = 1, kLead = 2 };  // Pending::state
   struct Pending {
     uint32_t tag = 0;
     unsigned char* dst = nullptr;
     uint32_t capacity = 0;
-    bool done = false;  // guarded by mu_
+    std::atomic<uint32_t> state{kWaiting};  // futex word; kDone once fault/got are final
     Fault fault = Fault::kTransport;
     uint32_t got = 0;
   };
@@ -147,10 +163,10 @@ class SoftEngineClient final : public EngineClient {
         pending_.push_back(p);
         return false;
       }
-      std::lock_guard lock(mu_);
       p->fault = r.fault;
       p->got = r.length;
-      p->done = true;
+      p->state.store(kDone, std::memory_order_release);
+      futex_wake(&p->state);
       return true;
     } catch (const std::exception&) {
       return false;
@@ -163,17 +179,16 @@ class SoftEngineClient final : public EngineClient {
     std::lock_guard lock(mu_);
     for (Pending* p : pending_) {
       p->fault = Fault::kTransport;
-      p->done = true;
+      p->state.store(kDone, std::memory_order_release);
+      futex_wake(&p->state);
     }
     pending_.clear();
-    cv_.notify_all();
   }
 
   int fd_;
   std::atomic<bool> broken_{false};
   std::mutex send_mu_;
   std::mutex mu_;
-  std::condition_variable cv_;
   std::vector<Pending*> pending_;  // guarded by mu_
   bool reader_active_ = false;     // guarded by mu_
   uint32_t next_tag_;              // guarded by mu_

@@ -1,0 +1,28 @@
+// Waiting on one 32-bit word: the cheapest way to hand one specific thread a result.
+#pragma once
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+
+namespace odafs {
+
+// Sleeps while *word == expected (returns at once otherwise), at most until deadline
+// (CLOCK_MONOTONIC) when one is given. Spurious returns happen: re-check the word.
+inline void futex_wait(std::atomic<uint32_t>* word, uint32_t expected,
+                       const timespec* deadline = nullptr) {
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_BITSET_PRIVATE, expected,
+          deadline, nullptr, FUTEX_BITSET_MATCH_ANY);
+}
+
+inline void futex_wake(std::atomic<uint32_t>* word, int count = INT32_MAX) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, count, nullptr, nullptr,
+          0);
+}
+
+}  // namespace odafs
