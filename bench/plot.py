@@ -2,6 +2,7 @@
 """Draws a line plot (SVG, standard library only) from a benchmark's JSON rows.
 
     plot.py IN.json OUT.svg --x inflight --y ops_per_s --series mechanism [--title T] [--logx]
+            [--key throughput]   (rows under that key of a JSON object)
 """
 import argparse
 import json
@@ -19,8 +20,11 @@ def main():
     ap.add_argument("--series", required=True)
     ap.add_argument("--title", default="")
     ap.add_argument("--logx", action="store_true")
+    ap.add_argument("--key", default=None)
     a = ap.parse_args()
     rows = json.load(open(a.input))
+    if a.key:
+        rows = rows[a.key]
     series = {}
     for r in rows:
         series.setdefault(r[a.series], []).append((r[a.x], r[a.y]))

@@ -34,3 +34,8 @@ run() {  # name taskset-prefix...
 
 run same-core taskset -c 1
 run unpinned env
+for name in same-core unpinned; do
+  python3 bench/plot.py "$out/micro-$name.json" "$out/micro-$name.svg" --key throughput \
+    --x inflight --y ops_per_s --series mechanism --logx \
+    --title "4 KiB reads, N client threads, one mount ($name)"
+done

@@ -115,8 +115,20 @@ void odafs_unmount(odafs_client* client) { delete client; }
 
 int odafs_set_read_mode(odafs_client* client, enum odafs_read_mode mode) {
   if (null_arg(client)) return -1;
-  client->impl->set_read_mode(mode == ODAFS_READ_INLINE ? odafs::ReadMode::kInline
-                                                        : odafs::ReadMode::kPrePosted);
+  switch (mode) {
+    case ODAFS_READ_INLINE:
+      client->impl->set_read_mode(odafs::ReadMode::kInline);
+      break;
+    case ODAFS_READ_PREPOSTED:
+      client->impl->set_read_mode(odafs::ReadMode::kPrePosted);
+      break;
+    case ODAFS_READ_ORDMA:
+      client->impl->set_read_mode(odafs::ReadMode::kOrdma);
+      break;
+    default:
+      errno = EINVAL;
+      return -1;
+  }
   return 0;
 }
 

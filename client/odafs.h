@@ -21,7 +21,11 @@ typedef struct odafs_client odafs_client;
 typedef struct odafs_file odafs_file;
 
 /* Read mechanisms, for measurement (see docs/architecture.md). */
-enum odafs_read_mode { ODAFS_READ_INLINE = 0, ODAFS_READ_PREPOSTED = 1 };
+enum odafs_read_mode {
+  ODAFS_READ_INLINE = 0,    /* RPC, payload copied out of the reply */
+  ODAFS_READ_PREPOSTED = 1, /* RPC, payload received into the caller's buffer */
+  ODAFS_READ_ORDMA = 2      /* one-sided when a reference is held, else pre-posted (default) */
+};
 
 /* Mounts odafs://HOST:PORT/PATH. */
 odafs_client* odafs_mount(const char* url);
