@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-ninja -C build odafsd odafs_cli odafs-latency odafs-tcp-pingpong >/dev/null
+ninja -C build odafsd odafs_cli odafs-latency odafs-micro odafs-tcp-pingpong >/dev/null
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/odafs-demo-XXXXXX")
 server_pid=""
@@ -21,9 +21,10 @@ ODAFS_LOG=warn build/odafsd --export "$work/export" --listen 127.0.0.1:0 --cache
 server_pid=$!
 for _ in $(seq 100); do grep -q ready "$work/ready" 2>/dev/null && break; sleep 0.1; done
 addr=$(sed -n 's/.*rpc=\([^ ]*\).*/\1/p' "$work/ready")
+engine=$(sed -n 's/.*engine=\([^ ]*\).*/\1/p' "$work/ready")
 [ -n "$addr" ] || { echo "odafsd did not start:"; cat "$work/odafsd.log"; exit 1; }
 url="odafs://$addr"
-echo "== odafsd serving $work/export at $url"
+echo "== odafsd serving $work/export at $url (one-sided engine at $engine)"
 
 echo "== put / get a 10 MiB random file"
 head -c $((10 * 1024 * 1024)) /dev/urandom >"$work/random.bin"
@@ -54,6 +55,10 @@ build/odafs-tcp-pingpong --iters "${ODAFS_DEMO_ITERS:-5000}" | head -2
 echo "== 4 KiB read latency on a warm file (single thread)"
 build/odafs-latency --url "$url/" --iters "${ODAFS_DEMO_ITERS:-5000}" --json "$work/latency.json"
 cat "$work/latency.json"
+
+echo "== RPC vs optimistic RDMA: 4 KiB reads of a warm file, second pass (the paper's Table 3)"
+build/odafs-micro --url "$url/" --file-mb 4 --rate-ms 300 --inflight 1,8 \
+  --json "$work/micro.json" 2>/dev/null
 
 echo "== server counters"
 build/odafs stats "$url/"
