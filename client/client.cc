@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "client/reference_directory.h"
+#include "client/client_cache.h"
 #include "client/url.h"
 #include "ordma/engine.h"
 #include "rpc/client_channel.h"
@@ -162,8 +162,11 @@ std::shared_ptr<rpc::Channel> Client::channel() {
   std::memcpy(session_secret_.data(), ok.session_secret, session_secret_.size());
   engine_.reset();
   engine_failed_ = false;
-  if (!directory_) directory_ = std::make_unique<ReferenceDirectory>(options_.directory_entries);
-  directory_->clear();
+  if (!cache_ || cache_->block_size() != limits_.block_size) {
+    cache_ = std::make_unique<ClientCache>(options_.directory_entries, options_.cache_blocks,
+                                           limits_.block_size);
+  }
+  cache_->clear();
   channel_ = ch;
   return channel_;
 }
@@ -222,7 +225,7 @@ Attr Client::getattr(const Handle& fh) {
 // the reply came pre-posted, else it is copied out of the reply here. References in the
 // trailer go into the directory (when there is one).
 static size_t decode_read_reply(const rpc::Call& call, XDR* x, void* buf, size_t len, bool* eof,
-                                ReferenceDirectory* directory, ClientStats* stats) {
+                                ClientCache* directory, ClientStats* stats) {
   odafs_stat status;
   odafs_fattr attr;
   bool_t at_eof = FALSE;
@@ -271,7 +274,7 @@ size_t Client::read_chunk(rpc::Call& call, const Handle& fh, void* buf, size_t l
     ch.start(call, ODAFSPROC_READ, to_xdrproc(xdr_read_args), &args);
     XDR x;
     ch.wait(call, &x);
-    return decode_read_reply(call, &x, buf, len, eof, directory_.get(), &stats_);
+    return decode_read_reply(call, &x, buf, len, eof, cache_.get(), &stats_);
   });
 }
 
@@ -319,7 +322,7 @@ size_t Client::finish_read(AsyncRead& op, bool* eof) {
   try {
     XDR x;
     op.channel_->wait(*op.call_, &x);
-    return decode_read_reply(*op.call_, &x, op.buf_, op.len_, eof, directory_.get(), &stats_);
+    return decode_read_reply(*op.call_, &x, op.buf_, op.len_, eof, cache_.get(), &stats_);
   } catch (const rpc::RpcError& e) {
     throw Error(e.code().value(), e.what());
   }
@@ -414,10 +417,11 @@ bool Client::engine_connected() const {
   return engine_ && !engine_->broken();
 }
 
-size_t Client::directory_size() const { return directory_ ? directory_->size() : 0; }
+size_t Client::directory_size() const { return cache_ ? cache_->size() : 0; }
 
 size_t Client::read_file(const Handle& fh, uint64_t fileid, void* buf, size_t len,
                          uint64_t offset) {
+  if (cache_->data_capacity() > 0) return read_file_cached(fh, fileid, buf, len, offset);
   bool eof = false;
   if (options_.read_mode != ReadMode::kOrdma) return read(fh, buf, len, offset, &eof);
   std::shared_ptr<ordma::EngineClient> eng = engine();
@@ -431,7 +435,7 @@ size_t Client::read_file(const Handle& fh, uint64_t fileid, void* buf, size_t le
     uint32_t in_block = static_cast<uint32_t>(pos % bs);
     size_t chunk = std::min<size_t>(bs - in_block, len - done);
     ordma::Reference ref;
-    if (directory_->find(fileid, block, &ref) && ref.length > in_block) {
+    if (cache_->find(fileid, block, &ref) && ref.length > in_block) {
       uint32_t want = static_cast<uint32_t>(std::min<size_t>(chunk, ref.length - in_block));
       uint32_t got = 0;
       ordma::Fault f = eng->read(ref, ref.offset + in_block, want, out + done, &got);
@@ -445,7 +449,7 @@ size_t Client::read_file(const Handle& fh, uint64_t fileid, void* buf, size_t le
       } else {
         stats_.faults[static_cast<size_t>(f)].fetch_add(1, std::memory_order_relaxed);
         stats_.fallbacks.fetch_add(1, std::memory_order_relaxed);
-        directory_->drop(fileid, block);
+        cache_->drop(fileid, block);
         if (f == ordma::Fault::kTransport) eng.reset();
       }
     }
@@ -454,7 +458,7 @@ size_t Client::read_file(const Handle& fh, uint64_t fileid, void* buf, size_t le
     uint64_t end_block = block + 1;
     uint64_t last_block = (offset + len - 1) / bs;
     while (end_block <= last_block && (end_block - block) * bs < limits_.max_read &&
-           !directory_->contains(fileid, end_block)) {
+           !cache_->contains(fileid, end_block)) {
       ++end_block;
     }
     size_t span = std::min<size_t>(
@@ -468,6 +472,73 @@ size_t Client::read_file(const Handle& fh, uint64_t fileid, void* buf, size_t le
       eng = engine();
       if (!eng) return done + read(fh, out + done, len - done, offset + done, &eof);
     }
+  }
+  return done;
+}
+
+size_t Client::read_file_cached(const Handle& fh, uint64_t fileid, void* buf, size_t len,
+                                uint64_t offset) {
+  const uint64_t bs = limits_.block_size;
+  std::shared_ptr<ordma::EngineClient> eng =
+      options_.read_mode == ReadMode::kOrdma ? engine() : nullptr;
+  thread_local std::vector<char> scratch;
+  thread_local rpc::Call call;
+  auto* out = static_cast<char*>(buf);
+  size_t done = 0;
+  while (done < len) {
+    uint64_t pos = offset + done;
+    uint64_t block = pos / bs;
+    uint32_t in_block = static_cast<uint32_t>(pos % bs);
+    uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(bs - in_block, len - done));
+    if (cache_->read(fileid, block, in_block, chunk, out + done)) {
+      stats_.cache_hits.fetch_add(1, std::memory_order_relaxed);
+      done += chunk;
+      continue;
+    }
+    ordma::Reference ref;
+    if (eng && cache_->find(fileid, block, &ref) && ref.length > in_block) {
+      // The whole block travels one-sided and stays in the cache.
+      scratch.resize(bs);
+      uint32_t got = 0;
+      ordma::Fault f = eng->read(ref, ref.offset, ref.length, scratch.data(), &got);
+      if (f == ordma::Fault::kNone) {
+        stats_.ordma_reads.fetch_add(1, std::memory_order_relaxed);
+        stats_.ordma_bytes.fetch_add(got, std::memory_order_relaxed);
+        cache_->store(fileid, block, scratch.data(), got);
+        uint32_t n = std::min<uint32_t>(chunk, got - in_block);
+        std::memcpy(out + done, scratch.data() + in_block, n);
+        done += n;
+        continue;  // bytes past the reference's length: the next round goes by RPC
+      }
+      stats_.faults[static_cast<size_t>(f)].fetch_add(1, std::memory_order_relaxed);
+      stats_.fallbacks.fetch_add(1, std::memory_order_relaxed);
+      cache_->drop(fileid, block);
+      if (f == ordma::Fault::kTransport) eng.reset();
+    }
+    // RPC over this block and the following ones neither cached nor mapped, block-aligned,
+    // so whole blocks come back for the cache.
+    uint64_t last_block = (offset + len - 1) / bs;
+    uint64_t end_block = block + 1;
+    while (end_block <= last_block && (end_block + 1 - block) * bs <= limits_.max_read &&
+           !cache_->has_data(fileid, end_block) && !(eng && cache_->contains(fileid, end_block))) {
+      ++end_block;
+    }
+    size_t span = std::min<size_t>((end_block - block) * bs, limits_.max_read);
+    scratch.resize(std::max<size_t>(span, bs));
+    bool eof = false;
+    size_t n = read_chunk(call, fh, scratch.data(), span, block * bs, &eof);
+    stats_.rpc_bytes.fetch_add(n, std::memory_order_relaxed);
+    for (size_t b = 0; b * bs < n; ++b) {
+      size_t valid = std::min<size_t>(bs, n - b * bs);
+      if (valid == bs || n < span || eof) {
+        cache_->store(fileid, block + b, scratch.data() + b * bs, static_cast<uint32_t>(valid));
+      }
+    }
+    size_t take = n > in_block ? std::min<size_t>(n - in_block, len - done) : 0;
+    std::memcpy(out + done, scratch.data() + in_block, take);
+    done += take;
+    if (n < span || take == 0) break;  // end of file
+    if (!eng && options_.read_mode == ReadMode::kOrdma) eng = engine();
   }
   return done;
 }
@@ -501,7 +572,7 @@ size_t Client::prefetch_references(const File& f, uint64_t offset, uint64_t len)
         ref.rights = w.rights;
         ref.session = w.session;
         std::memcpy(ref.capability.data(), w.capability, ref.capability.size());
-        directory_->insert(f.fileid_, w.block, ref);
+        cache_->insert(f.fileid_, w.block, ref);
       }
       stats_.refs_received.fetch_add(ok.refs.refs_len, std::memory_order_relaxed);
       return ok.refs.refs_len;
@@ -593,11 +664,13 @@ File Client::open(const std::string& path, int flags, mode_t mode) {
     }
   }
   if (!created) std::tie(fh, attr) = resolve(path, true);
+  cache_->revalidate(attr.fileid, attr.mtime, attr.ctime, attr.size);  // close-to-open
   int access = flags & O_ACCMODE;
   if (attr.type == FileType::kDirectory && access != O_RDONLY) fail(EISDIR, path);
   if ((flags & O_DIRECTORY) && attr.type != FileType::kDirectory) fail(ENOTDIR, path);
   if ((flags & O_TRUNC) && access != O_RDONLY && attr.type == FileType::kRegular && attr.size) {
     setattr_size(fh, 0);
+    cache_->forget_file_data(attr.fileid);
   }
   return File(this, fh, attr.fileid, path, flags);
 }
@@ -680,6 +753,7 @@ void Client::truncate(const std::string& path, uint64_t size) {
   auto [fh, attr] = resolve(path, true);
   if (attr.type == FileType::kDirectory) fail(EISDIR, path);
   setattr_size(fh, size);
+  cache_->forget_file_data(attr.fileid);
 }
 
 void Client::chmod(const std::string& path, mode_t mode) {
@@ -892,6 +966,11 @@ size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
       }
       done += n;
     }
+    // The written blocks' cached copies are out of date now.
+    if (len > 0) {
+      uint64_t bs = client_->limits().block_size;
+      client_->cache_->forget_data(fileid_, offset / bs, (offset + len - 1) / bs);
+    }
     return done;
   });
 }
@@ -902,6 +981,7 @@ Attr File::stat() {
 
 void File::truncate(uint64_t size) {
   retry_stale([&] { client_->setattr_size(fh_, size); });
+  client_->cache_->forget_file_data(fileid_);
 }
 
 void File::fsync() {

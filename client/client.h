@@ -37,7 +37,7 @@ class Call;
 namespace ordma {
 class EngineClient;
 }  // namespace ordma
-class ReferenceDirectory;
+class ClientCache;
 
 class Error : public std::system_error {
  public:
@@ -89,7 +89,11 @@ using WriteVerifier = std::array<unsigned char, 8>;
 
 struct MountOptions {
   ReadMode read_mode = ReadMode::kOrdma;
-  size_t directory_entries = 1u << 16;  // references the client remembers
+  // Client cache: headers (each may hold a reference) and, fewer, data blocks of the
+  // server's block size. Headers outnumber data blocks: a header keeps its reference
+  // after its data is reclaimed. cache_blocks = 0 turns data caching off.
+  size_t directory_entries = 1u << 16;
+  size_t cache_blocks = 2048;
   Stability stability = Stability::kUnstable;
   bool auth_sys = true;  // send the process's uid/gid (AUTH_SYS); false: AUTH_NONE
   int timeout_ms = 60000;
@@ -105,6 +109,7 @@ struct ServerLimits {
 
 // What the read path did, by branch and by fault reason. Monotonic counters.
 struct ClientStats {
+  std::atomic<uint64_t> cache_hits{0};   // blocks served from the client cache
   std::atomic<uint64_t> ordma_reads{0};  // blocks read one-sided
   std::atomic<uint64_t> ordma_bytes{0};
   std::atomic<uint64_t> rpc_reads{0};  // READ calls
@@ -236,9 +241,9 @@ class Client {
 
   const ClientStats& stats() const { return stats_; }
   size_t directory_size() const;
-  // The reference directory itself, for tools and tests that inspect or tamper with it.
-  // Null before the first mount completes.
-  ReferenceDirectory* directory() { return directory_.get(); }
+  // The client cache (references and data), for tools and tests that inspect or tamper
+  // with it. Null before the first mount completes.
+  ClientCache* cache() { return cache_.get(); }
   // The file id the directory keys f's blocks by.
   static uint64_t file_id(const File& f) { return f.fileid_; }
   bool engine_connected() const;
@@ -273,6 +278,9 @@ class Client {
                     bool* eof);
   // The read path of File::pread: per block, directory → one-sided read → RPC fallback.
   size_t read_file(const Handle& fh, uint64_t fileid, void* buf, size_t len, uint64_t offset);
+  // The same with a data cache: whole blocks travel and are kept; hits never leave.
+  size_t read_file_cached(const Handle& fh, uint64_t fileid, void* buf, size_t len,
+                          uint64_t offset);
   std::shared_ptr<ordma::EngineClient> engine();
   uint64_t session_for_reads() const;
   void setattr_size(const Handle& fh, uint64_t size);
@@ -292,7 +300,7 @@ class Client {
   std::array<unsigned char, 32> session_secret_{};
   std::shared_ptr<ordma::EngineClient> engine_;
   bool engine_failed_ = false;  // this mount's engine could not be reached: RPC only
-  std::unique_ptr<ReferenceDirectory> directory_;
+  std::unique_ptr<ClientCache> cache_;
   ClientStats stats_;
 };
 

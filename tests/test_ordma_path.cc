@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "client/client.h"
-#include "client/reference_directory.h"
+#include "client/client_cache.h"
 #include "ordma/engine.h"
 #include "tests/support/server_process.h"
 
@@ -32,6 +32,13 @@ uint64_t faults(const Client& c, Fault f) {
   return c.stats().faults[static_cast<size_t>(f)].load();
 }
 
+// These tests watch reads reach the server: no client data cache.
+odafs::MountOptions remote_only() {
+  odafs::MountOptions mo;
+  mo.cache_blocks = 0;
+  return mo;
+}
+
 std::string read_all(File& f, size_t len, uint64_t off = 0) {
   std::string s(len, '\0');
   s.resize(f.pread(s.data(), len, off));
@@ -46,7 +53,7 @@ TEST_CASE("the second pass over a warm file goes one-sided, byte for byte") {
   REQUIRE(server.engine_port() != 0);
   std::string data = pattern(1 << 20, 71);
   write_local(dir / "warm", data);
-  auto fs = Client::mount(server.url());
+  auto fs = Client::mount(server.url(), remote_only());
   CHECK_FALSE(fs->limits().engine.empty());
   File f = fs->open("warm");
   CHECK(read_all(f, data.size()) == data);  // first pass: RPC, brings references
@@ -74,7 +81,7 @@ TEST_CASE("references fault after eviction and reuse; the fallback returns the r
   std::string a = pattern(256 * 1024, 81), b = pattern(2 << 20, 82);
   write_local(dir / "a", a);
   write_local(dir / "b", b);
-  auto fs = Client::mount(server.url());
+  auto fs = Client::mount(server.url(), remote_only());
   File fa = fs->open("a");
   File fb = fs->open("b");
   CHECK(read_all(fa, a.size()) == a);  // references to a's blocks
@@ -96,7 +103,7 @@ TEST_CASE("references fault after eviction and reuse; the fallback returns the r
 TEST_CASE("truncation and rewrite revoke references; readers see the new bytes") {
   TempDir dir;
   ServerProcess server(dir.path(), {"--block-size", "4096"});
-  auto fs = Client::mount(server.url());
+  auto fs = Client::mount(server.url(), remote_only());
   File f = fs->open("t", O_RDWR | O_CREAT);
   std::string v1 = pattern(40000, 91), v2 = pattern(30000, 92);
   f.pwrite(v1.data(), v1.size(), 0);
@@ -113,11 +120,11 @@ TEST_CASE("every forged reference faults with its reason and the fallback recove
   ServerProcess server(dir.path(), {"--block-size", "4096"});
   std::string data = pattern(64 * 1024, 101);
   write_local(dir / "f", data);
-  auto fs = Client::mount(server.url());
+  auto fs = Client::mount(server.url(), remote_only());
   File f = fs->open("f");
   CHECK(read_all(f, data.size()) == data);
   uint64_t id = Client::file_id(f);
-  odafs::ReferenceDirectory* d = fs->directory();
+  odafs::ClientCache* d = fs->cache();
   REQUIRE(d != nullptr);
   struct Case {
     const char* name;
@@ -157,7 +164,7 @@ TEST_CASE("a block rewritten by RPC while others read it one-sided is never torn
   std::vector<std::thread> readers;
   for (int t = 0; t < 2; ++t) {
     readers.emplace_back([&] {
-      auto fs = Client::mount(server.url());
+      auto fs = Client::mount(server.url(), remote_only());
       File f = fs->open("hot");
       std::string buf(4096, '\0');
       while (!stop) {
@@ -169,7 +176,7 @@ TEST_CASE("a block rewritten by RPC while others read it one-sided is never torn
       CHECK(fs->stats().ordma_reads.load() > 0);
     });
   }
-  auto writer = Client::mount(server.url());
+  auto writer = Client::mount(server.url(), remote_only());
   File w = writer->open("hot", O_RDWR);
   for (int v = 0; v < 400 || reads < 400; ++v) {
     std::string block(4096, static_cast<char>('a' + v % 26));
@@ -187,7 +194,7 @@ TEST_CASE("--no-ordma serves RPC only, with the same results") {
   CHECK(server.engine_port() == 0);
   std::string data = pattern(100000, 111);
   write_local(dir / "x", data);
-  auto fs = Client::mount(server.url());
+  auto fs = Client::mount(server.url(), remote_only());
   CHECK(fs->limits().engine.empty());
   File f = fs->open("x");
   CHECK(read_all(f, data.size()) == data);
@@ -202,7 +209,7 @@ TEST_CASE("GETREFS builds the directory eagerly; the first pass is then one-side
   ServerProcess server(dir.path(), {"--block-size", "8192"});
   std::string data = pattern(512 * 1024, 121);
   write_local(dir / "e", data);
-  auto fs = Client::mount(server.url());
+  auto fs = Client::mount(server.url(), remote_only());
   File f = fs->open("e");
   CHECK(fs->prefetch_references(f, 0, data.size()) == 64);
   CHECK(fs->directory_size() == 64);
@@ -217,24 +224,81 @@ TEST_CASE("after a server restart the client drops old references and recovers")
   ServerProcess server(dir.path(), {"--block-size", "4096"});
   std::string data = pattern(64 * 1024, 131);
   write_local(dir / "r", data);
-  auto fs = Client::mount(server.url());
+  auto fs = Client::mount(server.url(), remote_only());
   File f = fs->open("r");
   CHECK(read_all(f, data.size()) == data);
   odafs::ordma::Reference old;
-  REQUIRE(fs->directory()->find(Client::file_id(f), 0, &old));
+  REQUIRE(fs->cache()->find(Client::file_id(f), 0, &old));
   uint64_t old_session = old.session;
   server.restart();
   CHECK(read_all(f, data.size()) == data);  // reconnects, re-mounts, new session
   CHECK(read_all(f, data.size()) == data);
   odafs::ordma::Reference fresh;
-  REQUIRE(fs->directory()->find(Client::file_id(f), 0, &fresh));
+  REQUIRE(fs->cache()->find(Client::file_id(f), 0, &fresh));
   CHECK(fresh.session != old_session);
   // And an old reference presented to the new engine faults.
-  auto fs2 = Client::mount(server.url());
+  auto fs2 = Client::mount(server.url(), remote_only());
   odafs::ordma::Session s;  // a valid session for the new server is needed to connect:
   (void)s;                  // the client's own connection does that; present the old ref
-  fs->directory()->insert(Client::file_id(f), 0, old);
+  fs->cache()->insert(Client::file_id(f), 0, old);
   uint64_t before = faults(*fs, Fault::kWrongSession) + faults(*fs, Fault::kBadCapability);
   CHECK(read_all(f, 4096) == data.substr(0, 4096));
   CHECK(faults(*fs, Fault::kWrongSession) + faults(*fs, Fault::kBadCapability) == before + 1);
+}
+
+TEST_CASE("client cache: hits stay local; empty headers keep references for one-sided misses") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--block-size", "4096"});
+  std::string data = pattern(64 * 4096, 141);
+  write_local(dir / "c", data);
+  odafs::MountOptions mo;
+  mo.cache_blocks = 8;  // 8 data blocks, 1024 headers: headers outnumber data
+  mo.directory_entries = 1024;
+  auto fs = Client::mount(server.url(), mo);
+  File f = fs->open("c");
+  CHECK(read_all(f, data.size()) == data);
+  CHECK(fs->cache()->data_blocks_used() == 8);
+  CHECK(fs->directory_size() == 64);  // 56 empty headers still hold their references
+  // The last 8 blocks are cached: local hits, nothing leaves the client.
+  uint64_t ordma = fs->stats().ordma_reads, rpc = fs->stats().rpc_reads;
+  CHECK(read_all(f, 8 * 4096, 56 * 4096) == data.substr(56 * 4096));
+  CHECK(fs->stats().cache_hits.load() == 8);
+  CHECK(fs->stats().ordma_reads.load() == ordma);
+  CHECK(fs->stats().rpc_reads.load() == rpc);
+  // The first blocks lost their data but not their references: one-sided, no RPC.
+  CHECK(read_all(f, 8 * 4096) == data.substr(0, 8 * 4096));
+  CHECK(fs->stats().ordma_reads.load() == ordma + 8);
+  CHECK(fs->stats().rpc_reads.load() == rpc);
+}
+
+TEST_CASE("client cache: close-to-open sees other clients' writes; own writes invalidate") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--block-size", "4096"});
+  std::string v1 = pattern(20000, 151), v2 = pattern(20000, 152);
+  write_local(dir / "s", v1);
+  auto reader = Client::mount(server.url());
+  auto writer = Client::mount(server.url());
+  {
+    File f = reader->open("s");
+    CHECK(read_all(f, 20000) == v1);
+    CHECK(read_all(f, 20000) == v1);
+    CHECK(reader->stats().cache_hits.load() > 0);
+  }
+  {
+    File w = writer->open("s", O_RDWR);
+    w.pwrite(v2.data(), v2.size(), 0);
+    w.close();
+  }
+  {
+    File f = reader->open("s");  // revalidates: the attributes changed
+    CHECK(read_all(f, 20000) == v2);
+    std::string patch = "PATCHED";
+    File rw = reader->open("s", O_RDWR);
+    rw.pwrite(patch.data(), patch.size(), 5000);
+    std::string expect = v2;
+    expect.replace(5000, patch.size(), patch);
+    CHECK(read_all(f, 20000) == expect);  // own write dropped the cached block
+    rw.truncate(100);
+    CHECK(read_all(f, 20000) == expect.substr(0, 100));
+  }
 }
