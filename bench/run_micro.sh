@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Reproduces docs/benchmarks.md, "Table 3": odafs-micro against odafsd (--threads 2,
-# one engine thread), first with server and client sharing core 1, then unpinned.
+# Reproduces docs/benchmarks.md, "Table 3": odafsd (--threads 2, one engine thread,
+# 4 KiB cache blocks as in the paper) and odafs-micro reading 4 KiB blocks, first with
+# server and client sharing core 1, then unpinned.
 # Writes docs/results/micro-same-core.json and micro-unpinned.json (or to $OUT).
 #   bash bench/run_micro.sh [FILE_MB]
 set -euo pipefail
@@ -20,7 +21,7 @@ run() {  # name taskset-prefix...
   shift
   mkdir -p "$work/export-$name"
   ODAFS_LOG=warn "$@" build/odafsd --export "$work/export-$name" --listen 127.0.0.1:0 \
-    --threads 2 >"$work/ready-$name" &
+    --threads 2 --block-size 4096 >"$work/ready-$name" &
   pid=$!
   for _ in $(seq 100); do grep -q ready "$work/ready-$name" 2>/dev/null && break; sleep 0.1; done
   local addr
