@@ -48,7 +48,8 @@ void BlockCache::set_modify_hooks(ModifyHook before, ModifyHook after) {
   after_modify_ = std::move(after);
 }
 
-BlockCache::ReadPin::ReadPin(ReadPin&& other) noexcept : block_(other.block_) {
+BlockCache::ReadPin::ReadPin(ReadPin&& other) noexcept
+    : block_(other.block_), identity_(other.identity_) {
   other.block_ = nullptr;
 }
 
@@ -56,6 +57,7 @@ BlockCache::ReadPin& BlockCache::ReadPin::operator=(ReadPin&& other) noexcept {
   if (this != &other) {
     release();
     block_ = other.block_;
+    identity_ = other.identity_;
     other.block_ = nullptr;
   }
   return *this;
@@ -72,6 +74,10 @@ void BlockCache::ReadPin::release() {
 
 void BlockCache::drop_locked(Block* b) {
   if (b->state == Block::State::kValid) {
+    // Identity first, then the hook: a holder that checks the identity after publishing
+    // something about the block (an export) either sees the change or is overruled by
+    // the hook (a revocation) that follows it.
+    b->identity.fetch_add(1, std::memory_order_seq_cst);
     if (evict_hook_) evict_hook_(*b);
     map_->erase(map_->iterator_to(*b));
     b->state = Block::State::kFree;
@@ -93,6 +99,7 @@ bool BlockCache::read(const BlockKey& key, uint32_t need, const FillFn& fill, Re
   pin->release();
   Block* b = nullptr;
   bool hit = false;
+  uint64_t identity = 0;
   {
     std::lock_guard lock(mu_);
     auto it = map_->find(key);
@@ -116,6 +123,7 @@ bool BlockCache::read(const BlockKey& key, uint32_t need, const FillFn& fill, Re
       b->valid = 0;
     }
     b->pins.fetch_add(1, std::memory_order_relaxed);
+    identity = b->identity.load(std::memory_order_relaxed);
     lru_.erase(lru_.iterator_to(*b));
     lru_.push_back(*b);
   }
@@ -124,6 +132,7 @@ bool BlockCache::read(const BlockKey& key, uint32_t need, const FillFn& fill, Re
     b->data_mu.lock_shared();
     if (b->valid >= need) {
       pin->block_ = b;
+      pin->identity_ = identity;
       return true;
     }
     b->data_mu.unlock_shared();
@@ -152,6 +161,7 @@ bool BlockCache::read(const BlockKey& key, uint32_t need, const FillFn& fill, Re
   b->data_mu.unlock();
   b->data_mu.lock_shared();
   pin->block_ = b;
+  pin->identity_ = identity;
   return true;
 }
 

@@ -36,10 +36,14 @@ struct Block : boost::intrusive::list_base_hook<>, boost::intrusive::unordered_s
   BlockKey key;                   // guarded by the cache mutex
   State state = State::kFree;     // guarded by the cache mutex
   std::atomic<uint32_t> pins{0};  // raised under the cache mutex, lowered anywhere
-  uint32_t valid = 0;             // bytes of file data held; guarded by data_mu
-  std::byte* data = nullptr;      // fixed for the cache's life
-  uint32_t segment = 0;           // position in the arena: the export table's segment number
-  std::shared_mutex data_mu;      // readers share, fill and update are exclusive
+  // Bumped (under the cache mutex) each time the block loses its identity, just before
+  // the evict hook runs. A holder compares it across a step to learn whether the block was dropped
+  // meanwhile (an invalidation does not wait for pins).
+  std::atomic<uint64_t> identity{0};
+  uint32_t valid = 0;         // bytes of file data held; guarded by data_mu
+  std::byte* data = nullptr;  // fixed for the cache's life
+  uint32_t segment = 0;       // position in the arena: the export table's segment number
+  std::shared_mutex data_mu;  // readers share, fill and update are exclusive
 };
 
 class BlockCache {
@@ -83,11 +87,17 @@ class BlockCache {
     const std::byte* data() const { return block_->data; }
     uint32_t valid() const { return block_->valid; }
     uint32_t segment() const { return block_->segment; }
+    // False once the block was dropped from the cache (truncation, removal) while pinned:
+    // its bytes are still readable by this holder but no longer the file's.
+    bool still_mapped() const {
+      return block_->identity.load(std::memory_order_seq_cst) == identity_;
+    }
 
    private:
     friend class BlockCache;
     void release();
     Block* block_ = nullptr;
+    uint64_t identity_ = 0;
   };
 
   // Returns block `key` holding at least `need` valid bytes (or all the file has), filling

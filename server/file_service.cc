@@ -103,12 +103,19 @@ void FileService::stop_engine() {
   if (engine_) engine_->stop();
 }
 
-odafs_ref FileService::make_ref(const cache::BlockCache::ReadPin& pin, uint64_t block,
-                                uint64_t session) {
+bool FileService::make_ref(const cache::BlockCache::ReadPin& pin, uint64_t block, uint64_t session,
+                           odafs_ref* out) {
   uint32_t seg = pin.segment();
   uint32_t gen = table_.state(seg) == ordma::ExportTable::State::kExported
                      ? table_.generation(seg)
                      : table_.export_segment(seg);
+  // An invalidation (truncate, remove) may drop a pinned block: it bumps the block's
+  // identity, then revokes. Checking the identity after exporting catches a drop that our
+  // export could have undone; a later drop's revocation overrules the export anyway.
+  if (!pin.still_mapped()) {
+    table_.revoke(seg);
+    return false;
+  }
   ordma::Reference r;
   r.segment = seg;
   r.generation = gen;
@@ -117,16 +124,16 @@ odafs_ref FileService::make_ref(const cache::BlockCache::ReadPin& pin, uint64_t 
   r.rights = ordma::kRightRead;
   r.session = session;
   capabilities_.seal(r);
-  odafs_ref out{};
-  out.segment = r.segment;
-  out.generation = r.generation;
-  out.offset = r.offset;
-  out.length = r.length;
-  out.rights = r.rights;
-  out.session = r.session;
-  std::memcpy(out.capability, r.capability.data(), r.capability.size());
-  out.block = block;
-  return out;
+  *out = odafs_ref{};
+  out->segment = r.segment;
+  out->generation = r.generation;
+  out->offset = r.offset;
+  out->length = r.length;
+  out->rights = r.rights;
+  out->session = r.session;
+  std::memcpy(out->capability, r.capability.data(), r.capability.size());
+  out->block = block;
+  return true;
 }
 
 bool FileService::pin_block(const Node& node, uint64_t index, uint32_t need,
@@ -704,7 +711,10 @@ void FileService::do_read(const rpc::CallContext& ctx, read_args& a, rpc::Reply&
       std::memcpy(dst + done, pin.data() + in_block, copy);
       // Bytes past the block's valid end are a hole the file grew over: zeros.
       if (copy < chunk) std::memset(dst + done + copy, 0, chunk - copy);
-      if (want_refs && pin.valid() > 0) refs.push_back(make_ref(pin, index, a.session));
+      odafs_ref ref;
+      if (want_refs && pin.valid() > 0 && make_ref(pin, index, a.session, &ref)) {
+        refs.push_back(ref);
+      }
     }
     done += chunk;
     pos += chunk;
@@ -744,7 +754,8 @@ void FileService::do_getrefs(const rpc::CallContext&, getrefs_args& a, rpc::Repl
       return reply_status<getrefs_res>(r, xp(xdr_getrefs_res), status_from_errno(err));
     }
     if (pin.bypass()) break;  // the cache is saturated: no more blocks to hand out
-    if (pin.valid() > 0) refs.push_back(make_ref(pin, index, a.session));
+    odafs_ref ref;
+    if (pin.valid() > 0 && make_ref(pin, index, a.session, &ref)) refs.push_back(ref);
   }
   pin = {};
   getrefs_res res{};

@@ -83,9 +83,11 @@ class FileService {
   void do_stats(rpc::Reply& r);
   void do_getrefs(const rpc::CallContext& ctx, struct getrefs_args& a, rpc::Reply& r);
 
-  // A sealed reference to the block `pin` holds, for session. Exports the block's segment
-  // if it is not exported yet. REQUIRES: engine running, pin holds file data.
-  odafs_ref make_ref(const cache::BlockCache::ReadPin& pin, uint64_t block, uint64_t session);
+  // Fills *out with a sealed reference to the block `pin` holds, for session, exporting
+  // the block's segment if needed. False if the block was dropped from the cache meanwhile.
+  // REQUIRES: engine running, pin holds file data.
+  bool make_ref(const cache::BlockCache::ReadPin& pin, uint64_t block, uint64_t session,
+                odafs_ref* out);
   // Reads block `index` of node into the cache, filling from the file on a miss.
   bool pin_block(const Node& node, uint64_t index, uint32_t need, cache::BlockCache::ReadPin* pin,
                  int* err);

@@ -503,3 +503,27 @@ TEST_CASE("concurrent readers never see a torn block while whole blocks are upda
     CHECK(static_cast<unsigned>(pin.data()[kBlock - 1]) == kRounds);
   }
 }
+
+TEST_CASE("a pin notices when its block is dropped; the evict hook sees the drop first") {
+  BlockCache cache(BlockCache::Options{4 * 4096, 4096});
+  std::vector<uint32_t> revoked;
+  cache.set_evict_hook([&](const Block& b) { revoked.push_back(b.segment); });
+  auto fill = [](std::byte* dst, size_t len) -> ssize_t {
+    std::memset(dst, 7, len);
+    return static_cast<ssize_t>(len);
+  };
+  BlockCache::ReadPin pin;
+  int err = 0;
+  REQUIRE(cache.read(BlockKey{1, 0}, 4096, fill, &pin, &err));
+  CHECK(pin.still_mapped());
+  uint32_t seg = pin.segment();
+  cache.invalidate(1, 0, 0);  // truncation while a reader holds the block
+  CHECK_FALSE(pin.still_mapped());
+  REQUIRE(revoked.size() == 1);
+  CHECK(revoked[0] == seg);
+  CHECK(static_cast<int>(pin.data()[0]) == 7);  // the holder still reads its bytes
+  BlockCache::ReadPin again;
+  REQUIRE(cache.read(BlockKey{1, 0}, 4096, fill, &again, &err));
+  CHECK(again.still_mapped());
+  CHECK(again.segment() != seg);  // the dropped block stays pinned: another one is used
+}
