@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <sys/uio.h>
 
 #include "ordma/capability.h"
 #include "ordma/export_table.h"
@@ -40,6 +41,8 @@ struct EngineStats {
   std::atomic<uint64_t> bad_frames{0};      // malformed request: connection closed
   std::atomic<uint64_t> reads{0};           // served with data
   std::atomic<uint64_t> bytes{0};
+  std::atomic<uint64_t> pushes{0};  // server-initiated writes (direct reads)
+  std::atomic<uint64_t> push_bytes{0};
   std::array<std::atomic<uint64_t>, kFaultKinds> faults{};  // by Fault value
 };
 
@@ -52,6 +55,14 @@ class Engine {
   // Where clients connect, "HOST:PORT".
   virtual std::string endpoint() const = 0;
   virtual const EngineStats& stats() const = 0;
+
+  // Server-initiated write (DAFS direct read): queues the concatenated parts for
+  // `session`'s engine connection, to land at `offset` of the client's registered buffer
+  // `buffer`; `tag` names the client's call. The bytes are copied before return, so the
+  // caller may release its memory. kWrongSession when the session has no engine
+  // connection, kTransport when it cannot take more. Thread-safe.
+  virtual Fault push(uint64_t session, uint32_t buffer, uint32_t offset, uint32_t tag,
+                     const iovec* parts, int nparts) = 0;
 };
 
 struct SoftEngineOptions {
@@ -77,6 +88,15 @@ class EngineClient {
                      uint32_t* got) = 0;
   // True once the connection failed; every read then returns kTransport.
   virtual bool broken() const = 0;
+
+  // Direct transfers: the client registers a buffer; the server writes into it (PUT)
+  // while an RPC that names it runs. Registration is client-local bookkeeping.
+  virtual uint32_t register_buffer(void* base, size_t length) = 0;
+  virtual void unregister_buffer(uint32_t id) = 0;
+  // Runs call(tag) (the RPC naming the buffer and tag), then waits until the PUT for tag
+  // has landed; *got = its length. A PUT outside the registered buffer is refused
+  // (kOutOfBounds) and its bytes dropped. If call throws, nothing is waited for.
+  virtual Fault direct(const std::function<void(uint32_t tag)>& call, uint32_t* got) = 0;
 };
 
 // Connects to a soft engine and authenticates as `session`. Throws std::system_error if

@@ -5,8 +5,14 @@
 //   client → engine               HELLO     32 bytes  magic, version, 0, session u64, proof[16]
 //   engine → client               WELCOME    8 bytes  magic, status u8 (0), 0[3]
 //   client → engine               READ      64 bytes  see ReadRequest
-//   engine → client               RESPONSE  12 bytes  tag u32, fault u8, 0[3], length u32,
-//                                                      then `length` data bytes (0 on fault)
+//   engine → client               RESPONSE  12 bytes  tag u32, fault u8, kind u8 (0), 0[2],
+//                                                      length u32, then `length` data bytes
+//                                                      (0 on fault)
+//   engine → client               PUT       20 bytes  tag u32, 0 u8, kind u8 (1), 0[2], length
+//                                                      u32, buffer u32, offset u32, then the
+//                                                      data: a server-initiated write into a
+//                                                      buffer the client registered (direct
+//                                                      read); tag names the client's call
 // A wrong proof, a bad magic or a frame of unknown type closes the connection.
 #pragma once
 
@@ -26,6 +32,9 @@ inline constexpr size_t kWelcomeBytes = 8;
 inline constexpr size_t kReadRequestBytes = 64;
 inline constexpr size_t kResponseBytes = 12;
 inline constexpr uint8_t kTypeRead = 1;
+inline constexpr uint8_t kKindResponse = 0;
+inline constexpr uint8_t kKindPut = 1;
+inline constexpr size_t kPutExtraBytes = 8;  // buffer u32, offset u32
 
 struct ReadRequest {
   uint32_t tag = 0;
@@ -98,6 +107,8 @@ inline void encode(const Response& r, unsigned char* p) {
   p[5] = p[6] = p[7] = 0;
   put32(p + 8, r.length);
 }
+
+inline uint8_t kind_of(const unsigned char* response) { return response[5]; }
 
 inline void decode(const unsigned char* p, Response* r) {
   r->tag = get32(p);

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -33,11 +34,16 @@ constexpr size_t kInBytes = 64 * 1024;
 
 struct Conn {
   int fd = -1;
+  int ep = -1;  // the owning engine thread's epoll set
   bool authed = false;
+  bool registered = false;  // in the session map (for pushes); owner thread only
   uint64_t session = 0;
   Nonce nonce{};
   std::vector<unsigned char> in = std::vector<unsigned char>(kInBytes);
   size_t in_len = 0;
+  // Output is shared with push(): responses from the owning engine thread and
+  // server-initiated writes from RPC threads. Guarded by out_mu, and so is `events`.
+  std::mutex out_mu;
   std::vector<unsigned char> out;
   size_t out_head = 0;
   uint32_t events = 0;  // what the epoll registration asks for now
@@ -158,6 +164,7 @@ class SoftEngine final : public Engine {
       }
       stats_.connections.fetch_add(1, std::memory_order_relaxed);
       int ep = epolls_[next_thread_++ % epolls_.size()];
+      c->ep = ep;
       c->events = EPOLLIN | EPOLLOUT;  // the greeting goes out on the first EPOLLOUT
       epoll_event ev{};
       ev.events = c->events;
@@ -168,6 +175,11 @@ class SoftEngine final : public Engine {
   }
 
   void drop(int ep, Conn* c) {
+    {
+      std::lock_guard lock(sessions_mu_);  // no push is using c after this
+      auto it = by_session_.find(c->session);
+      if (it != by_session_.end() && it->second == c) by_session_.erase(it);
+    }
     epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, nullptr);
     close(c->fd);
     std::lock_guard lock(conns_mu_);
@@ -177,6 +189,18 @@ class SoftEngine final : public Engine {
 
   // Returns false when the connection is to be closed.
   bool service(int ep, Conn* c, uint32_t events) {
+    bool ok = service_locked(ep, c, events);
+    if (ok && c->authed && !c->registered) {
+      // Outside out_mu: push() takes sessions_mu_ then out_mu.
+      std::lock_guard lock(sessions_mu_);
+      by_session_[c->session] = c;
+      c->registered = true;
+    }
+    return ok;
+  }
+
+  bool service_locked(int ep, Conn* c, uint32_t events) {
+    std::lock_guard out_lock(c->out_mu);
     if (events & (EPOLLERR | EPOLLHUP)) return false;
     if ((events & EPOLLIN) && c->backlog() < options_.max_backlog) {
       for (int round = 0; round < 8; ++round) {
@@ -327,6 +351,44 @@ class SoftEngine final : public Engine {
     return true;
   }
 
+  Fault push(uint64_t session, uint32_t buffer, uint32_t offset, uint32_t tag,
+             const iovec* parts, int nparts) override {
+    size_t length = 0;
+    for (int i = 0; i < nparts; ++i) length += parts[i].iov_len;
+    std::lock_guard lock(sessions_mu_);
+    auto it = by_session_.find(session);
+    if (it == by_session_.end()) return Fault::kWrongSession;  // no engine connection
+    Conn* c = it->second;
+    std::lock_guard out_lock(c->out_mu);
+    if (c->backlog() + length > options_.max_backlog * 4) return Fault::kTransport;
+    wire::Response head;
+    head.tag = tag;
+    head.length = static_cast<uint32_t>(length);
+    size_t at = c->out.size();
+    c->out.resize(at + wire::kResponseBytes + wire::kPutExtraBytes + length);
+    unsigned char* p = c->out.data() + at;
+    wire::encode(head, p);
+    p[5] = wire::kKindPut;
+    wire::put32(p + wire::kResponseBytes, buffer);
+    wire::put32(p + wire::kResponseBytes + 4, offset);
+    p += wire::kResponseBytes + wire::kPutExtraBytes;
+    for (int i = 0; i < nparts; ++i) {
+      std::memcpy(p, parts[i].iov_base, parts[i].iov_len);
+      p += parts[i].iov_len;
+    }
+    stats_.pushes.fetch_add(1, std::memory_order_relaxed);
+    stats_.push_bytes.fetch_add(length, std::memory_order_relaxed);
+    if (!flush(c)) return Fault::kTransport;  // the owner thread sees the error and drops
+    if (c->backlog() > 0 && !(c->events & EPOLLOUT)) {
+      c->events |= EPOLLOUT;
+      epoll_event ev{};
+      ev.events = c->events;
+      ev.data.ptr = c;
+      epoll_ctl(c->ep, EPOLL_CTL_MOD, c->fd, &ev);
+    }
+    return Fault::kNone;
+  }
+
   SoftEngineOptions options_;
   ExportTable* table_;
   const CapabilityAuthority* authority_;
@@ -341,6 +403,8 @@ class SoftEngine final : public Engine {
   size_t next_thread_ = 0;  // only the thread owning the listener (thread 0) uses it
   std::mutex conns_mu_;
   std::unordered_set<Conn*> conns_;  // ownership, for stop()
+  std::mutex sessions_mu_;           // taken before any Conn::out_mu
+  std::unordered_map<uint64_t, Conn*> by_session_;  // authenticated connections, for push()
   EngineStats stats_;
 };
 

@@ -23,6 +23,17 @@ namespace odafs::ordma {
 namespace {
 
 class SoftEngineClient final : public EngineClient {
+  enum : uint32_t { kWaiting = 0, kDone = 1, kLead = 2 };  // Pending::state
+  struct Pending {
+    uint32_t tag = 0;
+    unsigned char* dst = nullptr;
+    uint32_t capacity = 0;
+    bool direct = false;                    // completed by a PUT into a registered buffer
+    std::atomic<uint32_t> state{kWaiting};  // futex word; kDone once fault/got are final
+    Fault fault = Fault::kTransport;
+    uint32_t got = 0;
+  };
+
  public:
   SoftEngineClient(const net::Endpoint& engine, const Session& session)
       : fd_(net::connect_tcp(engine)), next_tag_(std::random_device{}()) {
@@ -83,6 +94,59 @@ class SoftEngineClient final : public EngineClient {
     } catch (const std::exception&) {
       fail_all();
     }
+    await(p);
+    if (p.fault == Fault::kNone) *got = p.got;
+    return p.fault;
+  }
+
+  uint32_t register_buffer(void* base, size_t length) override {
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < buffers_.size(); ++i) {
+      if (buffers_[i].base == nullptr) {
+        buffers_[i] = {static_cast<unsigned char*>(base), length};
+        return static_cast<uint32_t>(i);
+      }
+    }
+    buffers_.push_back({static_cast<unsigned char*>(base), length});
+    return static_cast<uint32_t>(buffers_.size() - 1);
+  }
+
+  void unregister_buffer(uint32_t id) override {
+    std::lock_guard lock(mu_);
+    if (id < buffers_.size()) buffers_[id] = {};
+  }
+
+  Fault direct(const std::function<void(uint32_t tag)>& call, uint32_t* got) override {
+    if (broken()) return Fault::kTransport;
+    Pending p;
+    p.direct = true;
+    {
+      std::lock_guard lock(mu_);
+      p.tag = next_tag_++;
+      pending_.push_back(&p);
+    }
+    try {
+      call(p.tag);
+    } catch (...) {
+      std::lock_guard lock(mu_);
+      auto it = std::find(pending_.begin(), pending_.end(), &p);
+      if (it != pending_.end()) pending_.erase(it);
+      // A reader may be filling p right now: it completes p before anything else.
+      while (it == pending_.end() && p.state.load(std::memory_order_acquire) != kDone) {
+        mu_.unlock();
+        futex_wait(&p.state, kWaiting);
+        mu_.lock();
+      }
+      throw;
+    }
+    await(p);
+    if (p.fault == Fault::kNone) *got = p.got;
+    return p.fault;
+  }
+
+ private:
+  // Waits until p is done, reading the socket for everyone while no one else does.
+  void await(Pending& p) {
     for (;;) {
       bool lead = false;
       {
@@ -115,19 +179,11 @@ class SoftEngineClient final : public EngineClient {
       }
       break;
     }
-    if (p.fault == Fault::kNone) *got = p.got;
-    return p.fault;
   }
 
- private:
-  enum : uint32_t { kWaiting = 0, kDone = 1, kLead = 2 };  // Pending::state
-  struct Pending {
-    uint32_t tag = 0;
-    unsigned char* dst = nullptr;
-    uint32_t capacity = 0;
-    std::atomic<uint32_t> state{kWaiting};  // futex word; kDone once fault/got are final
-    Fault fault = Fault::kTransport;
-    uint32_t got = 0;
+  struct Buffer {
+    unsigned char* base = nullptr;
+    size_t length = 0;
   };
 
   // Reads one response and completes its owner. Runs with reader_active_ held, mu_ not.
@@ -137,6 +193,7 @@ class SoftEngineClient final : public EngineClient {
       if (!net::read_full(fd_, head, sizeof head)) return false;
       wire::Response r;
       wire::decode(head, &r);
+      if (wire::kind_of(head) == wire::kKindPut) return read_put(r);
       Pending* p = nullptr;
       {
         std::lock_guard lock(mu_);
@@ -173,6 +230,47 @@ class SoftEngineClient final : public EngineClient {
     }
   }
 
+  // A server-initiated write: lands in a registered buffer if it fits, and completes the
+  // direct call named by its tag. A bad PUT is dropped, not trusted.
+  bool read_put(const wire::Response& r) {
+    unsigned char extra[wire::kPutExtraBytes];
+    if (!net::read_full(fd_, extra, sizeof extra)) return false;
+    uint32_t buffer = wire::get32(extra), offset = wire::get32(extra + 4);
+    Pending* p = nullptr;
+    unsigned char* dst = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      auto it = std::find_if(pending_.begin(), pending_.end(),
+                             [&](Pending* q) { return q->tag == r.tag && q->direct; });
+      if (it != pending_.end()) {
+        p = *it;
+        *it = pending_.back();
+        pending_.pop_back();
+      }
+      if (buffer < buffers_.size() && buffers_[buffer].base != nullptr &&
+          uint64_t{offset} + r.length <= buffers_[buffer].length) {
+        dst = buffers_[buffer].base + offset;
+      }
+    }
+    if (dst != nullptr) {
+      if (!net::read_full(fd_, dst, r.length)) return false;
+    } else {
+      unsigned char sink[4096];
+      for (uint32_t left = r.length; left > 0;) {
+        uint32_t n = std::min<uint32_t>(left, sizeof sink);
+        if (!net::read_full(fd_, sink, n)) return false;
+        left -= n;
+      }
+    }
+    if (p != nullptr) {
+      p->fault = dst != nullptr ? Fault::kNone : Fault::kOutOfBounds;
+      p->got = r.length;
+      p->state.store(kDone, std::memory_order_release);
+      futex_wake(&p->state);
+    }
+    return true;
+  }
+
   void fail_all() {
     broken_.store(true, std::memory_order_release);
     shutdown(fd_, SHUT_RDWR);
@@ -190,6 +288,7 @@ class SoftEngineClient final : public EngineClient {
   std::mutex send_mu_;
   std::mutex mu_;
   std::vector<Pending*> pending_;  // guarded by mu_
+  std::vector<Buffer> buffers_;    // registered buffers by id; guarded by mu_
   bool reader_active_ = false;     // guarded by mu_
   uint32_t next_tag_;              // guarded by mu_
 };
