@@ -421,6 +421,7 @@ size_t Client::directory_size() const { return cache_ ? cache_->size() : 0; }
 
 size_t Client::read_file(const Handle& fh, uint64_t fileid, void* buf, size_t len,
                          uint64_t offset) {
+  if (options_.read_mode == ReadMode::kDirect) return read_direct(fh, buf, len, offset);
   if (cache_->data_capacity() > 0) return read_file_cached(fh, fileid, buf, len, offset);
   bool eof = false;
   if (options_.read_mode != ReadMode::kOrdma) return read(fh, buf, len, offset, &eof);
@@ -539,6 +540,56 @@ size_t Client::read_file_cached(const Handle& fh, uint64_t fileid, void* buf, si
     done += take;
     if (n < span || take == 0) break;  // end of file
     if (!eng && options_.read_mode == ReadMode::kOrdma) eng = engine();
+  }
+  return done;
+}
+
+size_t Client::read_direct(const Handle& fh, void* buf, size_t len, uint64_t offset) {
+  std::shared_ptr<ordma::EngineClient> eng = engine();
+  uint64_t session;
+  {
+    std::lock_guard lock(channel_mu_);
+    session = session_id_;
+  }
+  bool eof = false;
+  if (!eng || session == 0) return read(fh, buf, len, offset, &eof);  // no engine: RPC
+  // Registration is client-local: the id travels in the RPC, the server's engine writes.
+  struct Registration {
+    ordma::EngineClient* eng;
+    uint32_t id;
+    ~Registration() { eng->unregister_buffer(id); }
+  } reg{eng.get(), eng->register_buffer(buf, len)};
+  size_t done = 0;
+  while (done < len) {
+    size_t chunk = std::min<size_t>(len - done, limits_.max_read);
+    u_int count = 0;
+    uint32_t got = 0;
+    ordma::Fault f = eng->direct(
+        [&](uint32_t tag) {
+          with_channel(false, [&](rpc::Channel& ch) {
+            read_direct_args args{};
+            put_fh(args.fh, fh);
+            args.offset = offset + done;
+            args.count = static_cast<u_int>(chunk);
+            args.session = session;
+            args.buffer = reg.id;
+            args.buffer_offset = static_cast<u_int>(done);
+            args.tag = tag;
+            read_direct_res res{};
+            ch.call(ODAFSPROC_READ_DIRECT, to_xdrproc(xdr_read_direct_args), &args,
+                    to_xdrproc(xdr_read_direct_res), &res);
+            check(res.status, "read_direct");
+            count = res.read_direct_res_u.ok.count;
+            eof = res.read_direct_res_u.ok.eof;
+          });
+        },
+        &got);
+    if (f != ordma::Fault::kNone) fail(EIO, std::string("read_direct: ") + ordma::fault_name(f));
+    if (got != count || count > chunk) fail(EPROTO, "read_direct: transfer length mismatch");
+    stats_.direct_reads.fetch_add(1, std::memory_order_relaxed);
+    stats_.direct_bytes.fetch_add(count, std::memory_order_relaxed);
+    done += count;
+    if (count < chunk) break;  // end of file
   }
   return done;
 }

@@ -79,6 +79,8 @@ enum class ReadMode {
   kPrePosted,  // RPC: payload received straight into the caller's buffer, matched by XID
   kOrdma,      // one-sided read when the directory has a reference, else pre-posted RPC
                // (which brings references); a fault falls back to the RPC
+  kDirect,     // DAFS direct read: the server's engine writes into the caller's buffer,
+               // registered with the client's side of the engine; bypasses the cache
 };
 
 // Stability asked of each WRITE (NFSv3 semantics).
@@ -114,6 +116,8 @@ struct ClientStats {
   std::atomic<uint64_t> ordma_bytes{0};
   std::atomic<uint64_t> rpc_reads{0};  // READ calls
   std::atomic<uint64_t> rpc_bytes{0};
+  std::atomic<uint64_t> direct_reads{0};  // READ_DIRECT calls
+  std::atomic<uint64_t> direct_bytes{0};
   std::atomic<uint64_t> fallbacks{0};  // faults answered with an RPC
   std::atomic<uint64_t> refs_received{0};
   std::array<std::atomic<uint64_t>, 10> faults{};  // by ordma::Fault value
@@ -281,6 +285,7 @@ class Client {
   // The same with a data cache: whole blocks travel and are kept; hits never leave.
   size_t read_file_cached(const Handle& fh, uint64_t fileid, void* buf, size_t len,
                           uint64_t offset);
+  size_t read_direct(const Handle& fh, void* buf, size_t len, uint64_t offset);
   std::shared_ptr<ordma::EngineClient> engine();
   uint64_t session_for_reads() const;
   void setattr_size(const Handle& fh, uint64_t size);

@@ -24,7 +24,8 @@ typedef struct odafs_file odafs_file;
 enum odafs_read_mode {
   ODAFS_READ_INLINE = 0,    /* RPC, payload copied out of the reply */
   ODAFS_READ_PREPOSTED = 1, /* RPC, payload received into the caller's buffer */
-  ODAFS_READ_ORDMA = 2      /* one-sided when a reference is held, else pre-posted (default) */
+  ODAFS_READ_ORDMA = 2,     /* one-sided when a reference is held, else pre-posted (default) */
+  ODAFS_READ_DIRECT = 3     /* the server's engine writes into the caller's buffer */
 };
 
 /* Mounts odafs://HOST:PORT/PATH. */

@@ -250,6 +250,10 @@ void FileService::register_procedures(rpc::Server* server) {
       ODAFSPROC_GETREFS, "GETREFS",
       rpc::typed_procedure<getrefs_args>(
           xp(xdr_getrefs_args), [this](auto& c, auto& a, auto& r) { do_getrefs(c, a, r); }));
+  server->add_procedure(ODAFSPROC_READ_DIRECT, "READ_DIRECT",
+                        rpc::typed_procedure<read_direct_args>(
+                            xp(xdr_read_direct_args),
+                            [this](auto& c, auto& a, auto& r) { do_read_direct(c, a, r); }));
   server->add_procedure(ODAFSPROC_STATS, "STATS", [this](const CallContext&, XDR*, Reply& r) {
     do_stats(r);
     return true;
@@ -730,6 +734,78 @@ void FileService::do_read(const rpc::CallContext& ctx, read_args& a, rpc::Reply&
   bytes_read_.fetch_add(len, std::memory_order_relaxed);
 }
 
+void FileService::do_read_direct(const rpc::CallContext& ctx, read_direct_args& a, rpc::Reply& r) {
+  struct stat st;
+  NodeRef node = resolve_or_reply(a.fh, r, &st);
+  if (!node) return;
+  auto fail = [&](odafs_stat status) {
+    reply_status<read_direct_res>(r, xp(xdr_read_direct_res), status);
+  };
+  if (!S_ISREG(st.st_mode)) return fail(S_ISDIR(st.st_mode) ? ODAFS_ERR_ISDIR : ODAFS_ERR_INVAL);
+  {
+    IdentityScope as(ctx.cred, options_.auth_sys);
+    if (!as.permits(st, R_OK)) return fail(ODAFS_ERR_ACCES);
+  }
+  if (!engine_ || a.session == 0) return fail(ODAFS_ERR_NOTSUPP);
+  uint64_t size = static_cast<uint64_t>(st.st_size);
+  uint32_t count = std::min(a.count, options_.max_io);
+  uint32_t len =
+      a.offset >= size ? 0 : static_cast<uint32_t>(std::min<uint64_t>(count, size - a.offset));
+
+  // Gather the bytes as a list of pieces of pinned cache blocks (no copy yet); the
+  // engine copies them once, into the client's connection.
+  const uint64_t bs = cache_.block_size();
+  thread_local std::vector<cache::BlockCache::ReadPin> pins;
+  thread_local std::vector<iovec> parts;
+  thread_local std::vector<char> scratch;  // bypassed blocks and holes
+  pins.clear();
+  parts.clear();
+  scratch.assign(len, 0);  // sized up front: parts point into it
+  uint64_t pos = a.offset;
+  for (uint32_t done = 0; done < len;) {
+    uint64_t index = pos / bs;
+    uint64_t in_block = pos % bs;
+    uint32_t chunk = static_cast<uint32_t>(std::min<uint64_t>(bs - in_block, len - done));
+    uint32_t need = static_cast<uint32_t>(std::min<uint64_t>(bs, size - index * bs));
+    int err = 0;
+    pins.emplace_back();
+    if (!pin_block(*node, index, need, &pins.back(), &err)) {
+      pins.clear();
+      return fail(status_from_errno(err));
+    }
+    const cache::BlockCache::ReadPin& pin = pins.back();
+    if (pin.bypass()) {
+      ssize_t k = pread(node->fd, scratch.data() + done, chunk, static_cast<off_t>(pos));
+      if (k < 0) {
+        pins.clear();
+        return fail(status_from_errno(errno));
+      }
+      parts.push_back({scratch.data() + done, chunk});
+    } else {
+      uint32_t have = pin.valid() > in_block ? pin.valid() - static_cast<uint32_t>(in_block) : 0;
+      uint32_t copy = std::min(have, chunk);
+      if (copy > 0) {
+        parts.push_back({const_cast<std::byte*>(pin.data()) + in_block, copy});
+      }
+      if (copy < chunk) parts.push_back({scratch.data() + done + copy, chunk - copy});  // zeros
+    }
+    done += chunk;
+    pos += chunk;
+  }
+  ordma::Fault f = engine_->push(a.session, a.buffer, a.buffer_offset, a.tag, parts.data(),
+                                 static_cast<int>(parts.size()));
+  pins.clear();
+  if (f == ordma::Fault::kWrongSession) return fail(ODAFS_ERR_NOTSUPP);  // no engine link
+  if (f != ordma::Fault::kNone) return fail(ODAFS_ERR_IO);
+  bytes_read_.fetch_add(len, std::memory_order_relaxed);
+  read_direct_res res{};
+  res.status = ODAFS_OK;
+  fill_attr(st, &res.read_direct_res_u.ok.attr);
+  res.read_direct_res_u.ok.eof = a.offset + len >= size;
+  res.read_direct_res_u.ok.count = len;
+  r.send(xp(xdr_read_direct_res), &res);
+}
+
 void FileService::do_getrefs(const rpc::CallContext&, getrefs_args& a, rpc::Reply& r) {
   struct stat st;
   NodeRef node = resolve_or_reply(a.fh, r, &st);
@@ -908,6 +984,8 @@ void FileService::do_stats(rpc::Reply& r) {
     values.emplace_back("engine.connections", es.connections.load());
     values.emplace_back("engine.reads", es.reads.load());
     values.emplace_back("engine.bytes", es.bytes.load());
+    values.emplace_back("engine.pushes", es.pushes.load());
+    values.emplace_back("engine.push_bytes", es.push_bytes.load());
     values.emplace_back("engine.bad_handshakes", es.bad_handshakes.load());
     values.emplace_back("engine.bad_frames", es.bad_frames.load());
     for (int f = 1; f < ordma::kFaultKinds; ++f) {

@@ -82,6 +82,7 @@ class FileService {
   void do_fsstat(const rpc::CallContext& ctx, struct getattr_args& a, rpc::Reply& r);
   void do_stats(rpc::Reply& r);
   void do_getrefs(const rpc::CallContext& ctx, struct getrefs_args& a, rpc::Reply& r);
+  void do_read_direct(const rpc::CallContext& ctx, struct read_direct_args& a, rpc::Reply& r);
 
   // Fills *out with a sealed reference to the block `pin` holds, for session, exporting
   // the block's segment if needed. False if the block was dropped from the cache meanwhile.

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -241,7 +242,10 @@ TEST_CASE("a block rewritten under lock is read whole or faults, never torn") {
   auto own = connect_soft_engine(st.where(), s);
   std::thread t1(reader, shared.get()), t2(reader, shared.get()), t3(reader, own.get());
   std::byte* seg = st.memory.data() + 9 * kSegBytes;
-  for (int v = 0; v < 3000; ++v) {
+  // Keep rewriting until the readers have also seen unlocked stretches (bounded in time).
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (int v = 0; (v < 3000 || whole < 100) && std::chrono::steady_clock::now() < until; ++v) {
+    if (v % 64 == 0) std::this_thread::yield();
     st.table.lock(9);
     for (size_t k = 0; k < kSegBytes; ++k) {
       reinterpret_cast<volatile unsigned char*>(seg)[k] = static_cast<unsigned char>(v);
@@ -278,4 +282,47 @@ TEST_CASE("many threads share one engine connection; responses find their owners
   for (auto& t : threads) t.join();
   CHECK(wrong == 0);
   CHECK(st.engine->stats().reads.load() == 8 * 300);
+}
+
+TEST_CASE("server-initiated writes land in registered buffers, and only there") {
+  Stack st;
+  Session s = st.sessions.issue();
+  auto client = connect_soft_engine(st.where(), s);
+  std::vector<char> buf(100, '.');
+  uint32_t id = client->register_buffer(buf.data(), buf.size());
+  std::string payload = "direct!";
+  iovec part{payload.data(), payload.size()};
+  uint32_t got = 0;
+  // Before any connection of another session exists, pushing to it is refused.
+  CHECK(st.engine->push(s.id + 1, id, 0, 1, &part, 1) == Fault::kWrongSession);
+  Fault f = client->direct(
+      [&](uint32_t tag) { REQUIRE(st.engine->push(s.id, id, 10, tag, &part, 1) == Fault::kNone); },
+      &got);
+  CHECK(f == Fault::kNone);
+  CHECK(got == payload.size());
+  CHECK(std::string(buf.data() + 10, payload.size()) == payload);
+  CHECK(buf[9] == '.');
+  CHECK(buf[17] == '.');
+  // Outside the buffer: refused, nothing written.
+  f = client->direct(
+      [&](uint32_t tag) { REQUIRE(st.engine->push(s.id, id, 98, tag, &part, 1) == Fault::kNone); },
+      &got);
+  CHECK(f == Fault::kOutOfBounds);
+  CHECK(buf[98] == '.');
+  f = client->direct(
+      [&](uint32_t tag) {
+        REQUIRE(st.engine->push(s.id, id + 7, 0, tag, &part, 1) == Fault::kNone);
+      },
+      &got);
+  CHECK(f == Fault::kOutOfBounds);
+  // An unregistered buffer takes nothing either.
+  client->unregister_buffer(id);
+  f = client->direct(
+      [&](uint32_t tag) { REQUIRE(st.engine->push(s.id, id, 0, tag, &part, 1) == Fault::kNone); },
+      &got);
+  CHECK(f == Fault::kOutOfBounds);
+  // The connection still serves one-sided reads.
+  std::vector<char> seg(kSegBytes);
+  CHECK(client->read(st.ref(1, s), 0, kSegBytes, seg.data(), &got) == Fault::kNone);
+  CHECK(seg[0] == 'B');
 }

@@ -36,7 +36,6 @@ struct Conn {
   int fd = -1;
   int ep = -1;  // the owning engine thread's epoll set
   bool authed = false;
-  bool registered = false;  // in the session map (for pushes); owner thread only
   uint64_t session = 0;
   Nonce nonce{};
   std::vector<unsigned char> in = std::vector<unsigned char>(kInBytes);
@@ -47,7 +46,12 @@ struct Conn {
   std::vector<unsigned char> out;
   size_t out_head = 0;
   uint32_t events = 0;  // what the epoll registration asks for now
+  bool dead = false;    // dropped: pushes must not touch the socket; guarded by out_mu
   size_t backlog() const { return out.size() - out_head; }
+  // The fd closes with the last holder (an RPC thread pushing may outlive the drop).
+  ~Conn() {
+    if (fd >= 0) close(fd);
+  }
 };
 
 class SoftEngine final : public Engine {
@@ -99,10 +103,14 @@ class SoftEngine final : public Engine {
     [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof one);
     for (auto& t : threads_) t.join();
     threads_.clear();
+    {
+      std::lock_guard lock(sessions_mu_);
+      by_session_.clear();
+    }
     std::lock_guard lock(conns_mu_);
-    for (Conn* c : conns_) {
-      close(c->fd);
-      delete c;
+    for (auto& [raw, c] : conns_) {
+      std::lock_guard out_lock(c->out_mu);
+      c->dead = true;
     }
     conns_.clear();
   }
@@ -146,13 +154,10 @@ class SoftEngine final : public Engine {
         return;
       }
       net::set_nodelay(fd);
-      auto* c = new Conn;
+      auto owned = std::make_shared<Conn>();
+      Conn* c = owned.get();
       c->fd = fd;
-      if (RAND_bytes(c->nonce.data(), static_cast<int>(c->nonce.size())) != 1) {
-        close(fd);
-        delete c;
-        continue;
-      }
+      if (RAND_bytes(c->nonce.data(), static_cast<int>(c->nonce.size())) != 1) continue;
       unsigned char greeting[wire::kGreetingBytes] = {};
       wire::put32(greeting, wire::kMagic);
       wire::put16(greeting + 4, wire::kVersion);
@@ -160,7 +165,7 @@ class SoftEngine final : public Engine {
       c->out.assign(greeting, greeting + sizeof greeting);
       {
         std::lock_guard lock(conns_mu_);
-        conns_.insert(c);
+        conns_.emplace(c, std::move(owned));
       }
       stats_.connections.fetch_add(1, std::memory_order_relaxed);
       int ep = epolls_[next_thread_++ % epolls_.size()];
@@ -176,30 +181,22 @@ class SoftEngine final : public Engine {
 
   void drop(int ep, Conn* c) {
     {
-      std::lock_guard lock(sessions_mu_);  // no push is using c after this
-      auto it = by_session_.find(c->session);
-      if (it != by_session_.end() && it->second == c) by_session_.erase(it);
+      std::lock_guard out_lock(c->out_mu);
+      c->dead = true;
     }
     epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, nullptr);
-    close(c->fd);
+    shutdown(c->fd, SHUT_RDWR);
+    {
+      std::lock_guard lock(sessions_mu_);
+      auto it = by_session_.find(c->session);
+      if (it != by_session_.end() && it->second.get() == c) by_session_.erase(it);
+    }
     std::lock_guard lock(conns_mu_);
-    conns_.erase(c);
-    delete c;
+    conns_.erase(c);  // freed here, or by the last push still holding it
   }
 
   // Returns false when the connection is to be closed.
   bool service(int ep, Conn* c, uint32_t events) {
-    bool ok = service_locked(ep, c, events);
-    if (ok && c->authed && !c->registered) {
-      // Outside out_mu: push() takes sessions_mu_ then out_mu.
-      std::lock_guard lock(sessions_mu_);
-      by_session_[c->session] = c;
-      c->registered = true;
-    }
-    return ok;
-  }
-
-  bool service_locked(int ep, Conn* c, uint32_t events) {
     std::lock_guard out_lock(c->out_mu);
     if (events & (EPOLLERR | EPOLLHUP)) return false;
     if ((events & EPOLLIN) && c->backlog() < options_.max_backlog) {
@@ -250,6 +247,14 @@ class SoftEngine final : public Engine {
       }
       c->authed = true;
       c->session = session;
+      {
+        // Registered before WELCOME leaves, so a client may start direct I/O at once.
+        // Lock order: out_mu (held) then sessions_mu_; push() never holds both.
+        std::lock_guard lock(sessions_mu_);
+        std::lock_guard conns_lock(conns_mu_);
+        auto it = conns_.find(c);
+        if (it != conns_.end()) by_session_[session] = it->second;
+      }
       unsigned char welcome[wire::kWelcomeBytes] = {};
       wire::put32(welcome, wire::kMagic);
       c->out.insert(c->out.end(), welcome, welcome + sizeof welcome);
@@ -304,6 +309,9 @@ class SoftEngine final : public Engine {
       return;
     }
     resp.length = r.length;
+    // Counted before the bytes can reach the client: whoever sees the data sees the count.
+    stats_.reads.fetch_add(1, std::memory_order_relaxed);
+    stats_.bytes.fetch_add(r.length, std::memory_order_relaxed);
     const std::byte* bytes =
         memory_.base + size_t{r.ref.segment} * memory_.segment_bytes + r.offset;
     size_t sent = 0;
@@ -326,8 +334,6 @@ class SoftEngine final : public Engine {
       std::memcpy(c->out.data() + at + from_head, bytes + body_sent, r.length - body_sent);
     }
     table_->unpin(r.ref.segment);
-    stats_.reads.fetch_add(1, std::memory_order_relaxed);
-    stats_.bytes.fetch_add(r.length, std::memory_order_relaxed);
   }
 
   bool flush(Conn* c) {
@@ -351,15 +357,20 @@ class SoftEngine final : public Engine {
     return true;
   }
 
-  Fault push(uint64_t session, uint32_t buffer, uint32_t offset, uint32_t tag,
-             const iovec* parts, int nparts) override {
+  Fault push(uint64_t session, uint32_t buffer, uint32_t offset, uint32_t tag, const iovec* parts,
+             int nparts) override {
     size_t length = 0;
     for (int i = 0; i < nparts; ++i) length += parts[i].iov_len;
-    std::lock_guard lock(sessions_mu_);
-    auto it = by_session_.find(session);
-    if (it == by_session_.end()) return Fault::kWrongSession;  // no engine connection
-    Conn* c = it->second;
+    std::shared_ptr<Conn> held;
+    {
+      std::lock_guard lock(sessions_mu_);
+      auto it = by_session_.find(session);
+      if (it == by_session_.end()) return Fault::kWrongSession;  // no engine connection
+      held = it->second;
+    }
+    Conn* c = held.get();
     std::lock_guard out_lock(c->out_mu);
+    if (c->dead) return Fault::kTransport;
     if (c->backlog() + length > options_.max_backlog * 4) return Fault::kTransport;
     wire::Response head;
     head.tag = tag;
@@ -402,9 +413,9 @@ class SoftEngine final : public Engine {
   std::atomic<bool> stopping_{false};
   size_t next_thread_ = 0;  // only the thread owning the listener (thread 0) uses it
   std::mutex conns_mu_;
-  std::unordered_set<Conn*> conns_;  // ownership, for stop()
-  std::mutex sessions_mu_;           // taken before any Conn::out_mu
-  std::unordered_map<uint64_t, Conn*> by_session_;  // authenticated connections, for push()
+  std::unordered_map<Conn*, std::shared_ptr<Conn>> conns_;  // ownership
+  std::mutex sessions_mu_;  // never held while waiting for a Conn::out_mu
+  std::unordered_map<uint64_t, std::shared_ptr<Conn>> by_session_;  // for push()
   EngineStats stats_;
 };
 
