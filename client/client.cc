@@ -9,6 +9,7 @@
 #include "client/client_cache.h"
 #include "client/url.h"
 #include "ordma/engine.h"
+#include "ordma/ref_xdr.h"
 #include "rpc/client_channel.h"
 #include "rpc/log.h"
 #include "rpc/odafs_prot.h"
@@ -246,15 +247,7 @@ static size_t decode_read_reply(const rpc::Call& call, XDR* x, void* buf, size_t
     odafs_ref wire{};
     if (!xdr_odafs_ref(x, &wire)) fail(EPROTO, "read: malformed references");
     if (directory == nullptr) continue;
-    ordma::Reference ref;
-    ref.segment = wire.segment;
-    ref.generation = wire.generation;
-    ref.offset = wire.offset;
-    ref.length = wire.length;
-    ref.rights = wire.rights;
-    ref.session = wire.session;
-    std::memcpy(ref.capability.data(), wire.capability, ref.capability.size());
-    directory->insert(attr.fileid, wire.block, ref);
+    directory->insert(attr.fileid, wire.block, ordma::reference_from_wire(wire));
     stats->refs_received.fetch_add(1, std::memory_order_relaxed);
   }
   if (eof != nullptr) *eof = at_eof;
@@ -615,15 +608,7 @@ size_t Client::prefetch_references(const File& f, uint64_t offset, uint64_t len)
       const getrefs_ok& ok = res.getrefs_res_u.ok;
       for (u_int i = 0; i < ok.refs.refs_len; ++i) {
         const odafs_ref& w = ok.refs.refs_val[i];
-        ordma::Reference ref;
-        ref.segment = w.segment;
-        ref.generation = w.generation;
-        ref.offset = w.offset;
-        ref.length = w.length;
-        ref.rights = w.rights;
-        ref.session = w.session;
-        std::memcpy(ref.capability.data(), w.capability, ref.capability.size());
-        cache_->insert(f.fileid_, w.block, ref);
+        cache_->insert(f.fileid_, w.block, ordma::reference_from_wire(w));
       }
       stats_.refs_received.fetch_add(ok.refs.refs_len, std::memory_order_relaxed);
       return ok.refs.refs_len;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "ordma/ref_xdr.h"
 #include "rpc/log.h"
 #include "rpc/status.h"
 #include "rpc/xdr_util.h"
@@ -124,15 +125,7 @@ bool FileService::make_ref(const cache::BlockCache::ReadPin& pin, uint64_t block
   r.rights = ordma::kRightRead;
   r.session = session;
   capabilities_.seal(r);
-  *out = odafs_ref{};
-  out->segment = r.segment;
-  out->generation = r.generation;
-  out->offset = r.offset;
-  out->length = r.length;
-  out->rights = r.rights;
-  out->session = r.session;
-  std::memcpy(out->capability, r.capability.data(), r.capability.size());
-  out->block = block;
+  *out = ordma::reference_to_wire(r, block);
   return true;
 }
 
