@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "client/client.h"
 
 namespace {
@@ -34,25 +35,18 @@ struct Result {
   size_t ops = 0;
 };
 
-uint64_t server_cpu_us(odafs::Client& c) {
-  for (const auto& [name, value] : c.server_stats()) {
-    if (name == "cpu_us.total") return value;
-  }
-  return 0;
-}
-
 Result measure(odafs::Client& c, const std::string& name, size_t iters,
                const std::function<void(size_t)>& op) {
   std::vector<double> lat(iters);
   for (size_t i = 0; i < std::min<size_t>(iters / 10 + 1, 1000); ++i) op(i);  // warm up
-  uint64_t cpu0 = server_cpu_us(c);
+  uint64_t cpu0 = odafs::bench::server_cpu_us(c)["total"];
   for (size_t i = 0; i < iters; ++i) {
     auto t0 = std::chrono::steady_clock::now();
     op(i);
     lat[i] =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   }
-  uint64_t cpu1 = server_cpu_us(c);
+  uint64_t cpu1 = odafs::bench::server_cpu_us(c)["total"];
   Result r;
   r.mechanism = name;
   r.ops = iters;
@@ -89,14 +83,7 @@ int main(int argc, char** argv) {
     else if (a == "--file-mb")
       file_mb = std::stoul(next());
     else if (a == "--blocks") {
-      block_sizes.clear();
-      std::string list = next();
-      for (size_t pos = 0; pos < list.size();) {
-        size_t comma = list.find(',', pos);
-        if (comma == std::string::npos) comma = list.size();
-        block_sizes.push_back(std::stoul(list.substr(pos, comma - pos)));
-        pos = comma + 1;
-      }
+      block_sizes = odafs::bench::parse_list(next());
     } else if (a == "--json")
       json_path = next();
     else {
@@ -112,7 +99,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    auto client = odafs::Client::mount(url);
+    odafs::MountOptions mo;
+    mo.cache_blocks = 0;  // every read goes to the server: this measures the RPC paths
+    auto client = odafs::Client::mount(url, mo);
     const std::string path = "/odafs-latency.dat";
     const size_t file_bytes = file_mb << 20;
     {
@@ -166,14 +155,7 @@ int main(int argc, char** argv) {
       json += line;
     }
     json += "]\n";
-    if (json_path.empty()) {
-      std::printf("%s", json.c_str());
-    } else {
-      std::ofstream out(json_path);
-      out << json;
-      if (!out.flush()) throw odafs::Error(errno ? errno : EIO, "cannot write " + json_path);
-      std::printf("JSON written to %s\n", json_path.c_str());
-    }
+    odafs::bench::emit_json(json, json_path);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "odafs-latency: %s\n", e.what());
     return 1;

@@ -27,19 +27,12 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "client/client.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::map<std::string, uint64_t> cpu(odafs::Client& c) {
-  std::map<std::string, uint64_t> out;
-  for (const auto& [name, value] : c.server_stats()) {
-    if (name.rfind("cpu_us.", 0) == 0) out[name.substr(7)] = value;
-  }
-  return out;
-}
 
 struct Latency {
   std::string mechanism;
@@ -61,17 +54,6 @@ odafs::ReadMode mode_of(const std::string& m) {
   return odafs::ReadMode::kOrdma;
 }
 
-std::vector<size_t> parse_list(const std::string& text) {
-  std::vector<size_t> out;
-  for (size_t pos = 0; pos < text.size();) {
-    size_t comma = text.find(',', pos);
-    if (comma == std::string::npos) comma = text.size();
-    out.push_back(std::stoul(text.substr(pos, comma - pos)));
-    pos = comma + 1;
-  }
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -90,7 +72,7 @@ int main(int argc, char** argv) {
     else if (a == "--rate-ms")
       rate_ms = std::stoi(v);
     else if (a == "--inflight")
-      inflight = parse_list(v);
+      inflight = odafs::bench::parse_list(v);
     else if (a == "--json")
       json_path = v;
   }
@@ -129,13 +111,13 @@ int main(int argc, char** argv) {
       std::vector<double> us(blocks);
       uint64_t o0 = c->stats().ordma_reads, r0 = c->stats().rpc_reads;
       uint64_t d0 = c->stats().direct_reads;
-      auto cpu0 = cpu(*c);
+      auto cpu0 = odafs::bench::server_cpu_us(*c);
       for (size_t i = 0; i < blocks; ++i) {  // pass 2, measured
         auto t0 = Clock::now();
         if (f.pread(buf.data(), block, i * block) != block) throw odafs::Error(EIO, "short");
         us[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
       }
-      auto cpu1 = cpu(*c);
+      auto cpu1 = odafs::bench::server_cpu_us(*c);
       Latency l;
       l.mechanism = m;
       double sum = 0;
@@ -166,7 +148,7 @@ int main(int argc, char** argv) {
       for (size_t n : inflight) {
         std::atomic<uint64_t> ops{0};
         std::atomic<bool> stop{false};
-        auto cpu0 = cpu(*c);
+        auto cpu0 = odafs::bench::server_cpu_us(*c);
         auto t0 = Clock::now();
         std::vector<std::thread> threads;
         for (size_t t = 0; t < n; ++t) {
@@ -182,7 +164,7 @@ int main(int argc, char** argv) {
         stop = true;
         for (auto& t : threads) t.join();
         double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-        auto cpu1 = cpu(*c);
+        auto cpu1 = odafs::bench::server_cpu_us(*c);
         rates.push_back({m, n, ops / secs, double(cpu1["total"] - cpu0["total"]) / ops});
         std::fprintf(stderr, "%s inflight=%zu: %.0f ops/s\n", m.c_str(), n, ops / secs);
       }
@@ -237,13 +219,7 @@ int main(int argc, char** argv) {
       json += line;
     }
     json += "  ]\n}\n";
-    if (json_path.empty()) {
-      std::printf("%s", json.c_str());
-    } else {
-      std::ofstream out(json_path);
-      out << json;
-      if (!out.flush()) throw odafs::Error(EIO, "cannot write " + json_path);
-    }
+    odafs::bench::emit_json(json, json_path);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "odafs-micro: %s\n", e.what());
     return 1;

@@ -17,27 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "client/client.h"
 
 namespace {
-
-std::vector<size_t> parse_list(const std::string& text) {
-  std::vector<size_t> out;
-  for (size_t pos = 0; pos < text.size();) {
-    size_t comma = text.find(',', pos);
-    if (comma == std::string::npos) comma = text.size();
-    out.push_back(std::stoul(text.substr(pos, comma - pos)));
-    pos = comma + 1;
-  }
-  return out;
-}
-
-uint64_t server_cpu_us(odafs::Client& c) {
-  for (const auto& [name, value] : c.server_stats()) {
-    if (name == "cpu_us.total") return value;
-  }
-  return 0;
-}
 
 struct Row {
   std::string mechanism;
@@ -66,7 +49,7 @@ int main(int argc, char** argv) {
     else if (a == "--seconds")
       seconds = std::stod(v);
     else if (a == "--inflight")
-      inflight = parse_list(v);
+      inflight = odafs::bench::parse_list(v);
     else if (a == "--block")
       block = std::stoul(v);
     else if (a == "--file-mb")
@@ -108,7 +91,7 @@ int main(int argc, char** argv) {
           client->start_read(ops[slot], f.handle(), bufs[slot].data(), block,
                              (next++ % blocks) * block);
         };
-        uint64_t cpu0 = server_cpu_us(*client);
+        uint64_t cpu0 = odafs::bench::server_cpu_us(*client)["total"];
         auto t0 = std::chrono::steady_clock::now();
         auto deadline = t0 + std::chrono::duration<double>(seconds);
         for (size_t s = 0; s < n; ++s) start(s);
@@ -124,7 +107,7 @@ int main(int argc, char** argv) {
         }
         double elapsed =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        uint64_t cpu1 = server_cpu_us(*client);
+        uint64_t cpu1 = odafs::bench::server_cpu_us(*client)["total"];
         Row r{name, n, done / elapsed, n / (done / elapsed) * 1e6,
               static_cast<double>(cpu1 - cpu0) / done};
         rows.push_back(r);
@@ -150,13 +133,7 @@ int main(int argc, char** argv) {
       json += line;
     }
     json += "]\n";
-    if (json_path.empty()) {
-      std::printf("%s", json.c_str());
-    } else {
-      std::ofstream out(json_path);
-      out << json;
-      if (!out.flush()) throw odafs::Error(EIO, "cannot write " + json_path);
-    }
+    odafs::bench::emit_json(json, json_path);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "odafs-throughput: %s\n", e.what());
     return 1;
