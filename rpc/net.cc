@@ -37,6 +37,19 @@ addrinfo* resolve(const Endpoint& where, bool passive) {
   return result;
 }
 
+// Drops the first n bytes of the iovec list (after a partial readv/sendmsg).
+void advance(iovec*& iov, int& iovcnt, size_t n) {
+  while (iovcnt > 0 && n >= iov->iov_len) {
+    n -= iov->iov_len;
+    ++iov;
+    --iovcnt;
+  }
+  if (iovcnt > 0) {
+    iov->iov_base = static_cast<char*>(iov->iov_base) + n;
+    iov->iov_len -= n;
+  }
+}
+
 }  // namespace
 
 std::string Endpoint::to_string() const {
@@ -173,16 +186,7 @@ void readv_full(int fd, iovec* iov, int iovcnt) {
       if (errno == EINTR) continue;
       throw_errno("recv");
     }
-    size_t left = static_cast<size_t>(n);
-    while (iovcnt > 0 && left >= iov->iov_len) {
-      left -= iov->iov_len;
-      ++iov;
-      --iovcnt;
-    }
-    if (iovcnt > 0) {
-      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
-      iov->iov_len -= left;
-    }
+    advance(iov, iovcnt, static_cast<size_t>(n));
   }
 }
 
@@ -206,16 +210,7 @@ void write_all(int fd, iovec* iov, int iovcnt, int timeout_ms) {
       }
       throw_errno("send");
     }
-    size_t left = static_cast<size_t>(n);
-    while (iovcnt > 0 && left >= iov->iov_len) {
-      left -= iov->iov_len;
-      ++iov;
-      --iovcnt;
-    }
-    if (iovcnt > 0) {
-      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
-      iov->iov_len -= left;
-    }
+    advance(iov, iovcnt, static_cast<size_t>(n));
   }
 }
 
