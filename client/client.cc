@@ -587,6 +587,55 @@ size_t Client::read_direct(const Handle& fh, void* buf, size_t len, uint64_t off
   return done;
 }
 
+size_t Client::write_direct(const Handle& fh, const void* buf, size_t len, uint64_t offset,
+                            Stability how, WriteVerifier* verf, int* committed) {
+  std::shared_ptr<ordma::EngineClient> eng = engine();
+  uint64_t session;
+  {
+    std::lock_guard lock(channel_mu_);
+    session = session_id_;
+  }
+  if (!eng || session == 0) return write(fh, buf, len, offset, how, verf, committed);
+  struct Registration {
+    ordma::EngineClient* eng;
+    uint32_t id;
+    ~Registration() { eng->unregister_buffer(id); }
+  } reg{eng.get(), eng->register_buffer(const_cast<void*>(buf), len)};
+  std::shared_ptr<rpc::Channel> ch = channel();
+  thread_local rpc::Call call;
+  write_direct_args args{};
+  put_fh(args.fh, fh);
+  args.offset = offset;
+  args.stable = static_cast<odafs_stable_how>(how);
+  args.count = static_cast<u_int>(len);
+  args.session = session;
+  args.buffer = reg.id;
+  uint32_t got = 0;
+  ordma::Fault f;
+  try {
+    // Start the call, then serve the server's pull while its reply is outstanding.
+    f = eng->direct(
+        [&](uint32_t tag) {
+          args.tag = tag;
+          ch->start(call, ODAFSPROC_WRITE_DIRECT, to_xdrproc(xdr_write_direct_args), &args);
+        },
+        &got);
+    XDR x;
+    ch->wait(call, &x);
+    write_res res{};
+    if (!xdr_write_res(&x, &res)) fail(EPROTO, "write_direct: malformed reply");
+    check(res.status, "write_direct");
+    if (f != ordma::Fault::kNone) fail(EIO, std::string("write_direct: ") + ordma::fault_name(f));
+    std::memcpy(verf->data(), res.write_res_u.ok.verf, verf->size());
+    *committed = res.write_res_u.ok.committed;
+    stats_.direct_writes.fetch_add(1, std::memory_order_relaxed);
+    if (res.write_res_u.ok.count == 0 && len > 0) fail(EIO, "write_direct: server wrote nothing");
+    return res.write_res_u.ok.count;
+  } catch (const rpc::RpcError& e) {
+    throw Error(e.code().value(), e.what());
+  }
+}
+
 size_t Client::prefetch_references(const File& f, uint64_t offset, uint64_t len) {
   uint64_t session = session_for_reads();
   if (session == 0) return 0;
@@ -993,8 +1042,12 @@ size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
       size_t chunk = std::min<size_t>(len - done, client_->limits().max_write);
       WriteVerifier verf;
       int committed = 0;
-      size_t n = client_->write(fh_, static_cast<const char*>(buf) + done, chunk, offset + done,
-                                client_->options().stability, &verf, &committed);
+      const char* src = static_cast<const char*>(buf) + done;
+      size_t n = client_->options().direct_writes
+                     ? client_->write_direct(fh_, src, chunk, offset + done,
+                                             client_->options().stability, &verf, &committed)
+                     : client_->write(fh_, src, chunk, offset + done, client_->options().stability,
+                                      &verf, &committed);
       if (committed == ODAFS_UNSTABLE) {
         if (verifier_ && *verifier_ != verf) verifier_changed_ = true;
         verifier_ = verf;

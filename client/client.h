@@ -96,6 +96,9 @@ struct MountOptions {
   // after its data is reclaimed. cache_blocks = 0 turns data caching off.
   size_t directory_entries = 1u << 16;
   size_t cache_blocks = 2048;
+  // DAFS direct writes: the server's engine pulls the data from the caller's buffer
+  // (WRITE_DIRECT) instead of it travelling inside the RPC. Needs the server's engine.
+  bool direct_writes = false;
   Stability stability = Stability::kUnstable;
   bool auth_sys = true;  // send the process's uid/gid (AUTH_SYS); false: AUTH_NONE
   int timeout_ms = 60000;
@@ -118,7 +121,8 @@ struct ClientStats {
   std::atomic<uint64_t> rpc_bytes{0};
   std::atomic<uint64_t> direct_reads{0};  // READ_DIRECT calls
   std::atomic<uint64_t> direct_bytes{0};
-  std::atomic<uint64_t> fallbacks{0};  // faults answered with an RPC
+  std::atomic<uint64_t> direct_writes{0};  // WRITE_DIRECT calls
+  std::atomic<uint64_t> fallbacks{0};      // faults answered with an RPC
   std::atomic<uint64_t> refs_received{0};
   std::array<std::atomic<uint64_t>, 10> faults{};  // by ordma::Fault value
 };
@@ -286,6 +290,8 @@ class Client {
   size_t read_file_cached(const Handle& fh, uint64_t fileid, void* buf, size_t len,
                           uint64_t offset);
   size_t read_direct(const Handle& fh, void* buf, size_t len, uint64_t offset);
+  size_t write_direct(const Handle& fh, const void* buf, size_t len, uint64_t offset, Stability how,
+                      WriteVerifier* verf, int* committed);
   std::shared_ptr<ordma::EngineClient> engine();
   uint64_t session_for_reads() const;
   void setattr_size(const Handle& fh, uint64_t size);

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 #include <sys/uio.h>
 
 #include "ordma/capability.h"
@@ -43,6 +44,8 @@ struct EngineStats {
   std::atomic<uint64_t> bytes{0};
   std::atomic<uint64_t> pushes{0};  // server-initiated writes (direct reads)
   std::atomic<uint64_t> push_bytes{0};
+  std::atomic<uint64_t> pulls{0};  // server-initiated reads (direct writes)
+  std::atomic<uint64_t> pull_bytes{0};
   std::array<std::atomic<uint64_t>, kFaultKinds> faults{};  // by Fault value
 };
 
@@ -63,6 +66,18 @@ class Engine {
   // connection, kTransport when it cannot take more. Thread-safe.
   virtual Fault push(uint64_t session, uint32_t buffer, uint32_t offset, uint32_t tag,
                      const iovec* parts, int nparts) = 0;
+
+  // Server-initiated read (DAFS direct write): asks `session`'s client for `length` bytes
+  // at `offset` of its registered buffer `buffer` and waits up to timeout_ms for them.
+  // On kNone *data holds exactly `length` bytes. kWrongSession: no engine connection;
+  // kTransport: timeout or connection lost; a client-side refusal comes back as its fault.
+  // Thread-safe; blocks the calling thread.
+  virtual Fault pull(uint64_t session, uint32_t buffer, uint32_t offset, uint32_t tag,
+                     uint32_t length, int timeout_ms, std::vector<char>* data) = 0;
+
+  // Tells the client its direct call `tag` failed (a PUT with `fault` and no data), so it
+  // stops waiting for a transfer. Thread-safe.
+  virtual void cancel(uint64_t session, uint32_t tag, Fault fault) = 0;
 };
 
 struct SoftEngineOptions {
@@ -93,10 +108,13 @@ class EngineClient {
   // while an RPC that names it runs. Registration is client-local bookkeeping.
   virtual uint32_t register_buffer(void* base, size_t length) = 0;
   virtual void unregister_buffer(uint32_t id) = 0;
-  // Runs call(tag) (the RPC naming the buffer and tag), then waits until the PUT for tag
-  // has landed; *got = its length. A PUT outside the registered buffer is refused
-  // (kOutOfBounds) and its bytes dropped. If call throws, nothing is waited for.
-  virtual Fault direct(const std::function<void(uint32_t tag)>& call, uint32_t* got) = 0;
+  // Runs call(tag) (the RPC naming the buffer and tag, or just its start), then waits up
+  // to timeout_ms until the server's transfer for tag is done: a PUT landed (*got = its
+  // length) or a GET was answered from the buffer (*got = bytes sent). A transfer outside
+  // the registered buffer is refused (kOutOfBounds); a cancel returns the server's fault.
+  // If call throws, nothing is waited for.
+  virtual Fault direct(const std::function<void(uint32_t tag)>& call, uint32_t* got,
+                       int timeout_ms = 30000) = 0;
 };
 
 // Connects to a soft engine and authenticates as `session`. Throws std::system_error if

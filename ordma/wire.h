@@ -12,7 +12,16 @@
 //                                                      u32, buffer u32, offset u32, then the
 //                                                      data: a server-initiated write into a
 //                                                      buffer the client registered (direct
-//                                                      read); tag names the client's call
+//                                                      read); tag names the client's call.
+//                                                      A PUT with a fault and no data
+//                                                      cancels the call (the RPC failed).
+//   engine → client               GET       20 bytes  like PUT with kind u8 (2) and no data:
+//                                                      the server asks for `length` bytes at
+//                                                      `offset` of registered `buffer`
+//                                                      (direct write)
+//   client → engine               DATA      16 bytes  type u8 (3), fault u8, 0 u16, tag u32,
+//                                                      length u32, 0 u32, then the bytes: the
+//                                                      answer to a GET
 // A wrong proof, a bad magic or a frame of unknown type closes the connection.
 #pragma once
 
@@ -34,6 +43,9 @@ inline constexpr size_t kResponseBytes = 12;
 inline constexpr uint8_t kTypeRead = 1;
 inline constexpr uint8_t kKindResponse = 0;
 inline constexpr uint8_t kKindPut = 1;
+inline constexpr uint8_t kKindGet = 2;
+inline constexpr uint8_t kTypeData = 3;
+inline constexpr size_t kDataHeaderBytes = 16;
 inline constexpr size_t kPutExtraBytes = 8;  // buffer u32, offset u32
 
 struct ReadRequest {

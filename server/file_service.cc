@@ -247,6 +247,10 @@ void FileService::register_procedures(rpc::Server* server) {
                         rpc::typed_procedure<read_direct_args>(
                             xp(xdr_read_direct_args),
                             [this](auto& c, auto& a, auto& r) { do_read_direct(c, a, r); }));
+  server->add_procedure(ODAFSPROC_WRITE_DIRECT, "WRITE_DIRECT",
+                        rpc::typed_procedure<write_direct_args>(
+                            xp(xdr_write_direct_args),
+                            [this](auto& c, auto& a, auto& r) { do_write_direct(c, a, r); }));
   server->add_procedure(ODAFSPROC_STATS, "STATS", [this](const CallContext&, XDR*, Reply& r) {
     do_stats(r);
     return true;
@@ -834,34 +838,60 @@ void FileService::do_getrefs(const rpc::CallContext&, getrefs_args& a, rpc::Repl
   r.send(xp(xdr_getrefs_res), &res);
 }
 
+odafs_stat FileService::check_write(const rpc::CallContext& ctx, Node& node, const struct stat& st,
+                                    uint64_t offset, size_t len) {
+  if (!S_ISREG(st.st_mode)) return S_ISDIR(st.st_mode) ? ODAFS_ERR_ISDIR : ODAFS_ERR_INVAL;
+  {
+    IdentityScope as(ctx.cred, options_.auth_sys);
+    if (!as.permits(st, W_OK)) return ODAFS_ERR_ACCES;
+  }
+  if (len > options_.max_io) return ODAFS_ERR_FBIG;
+  if (offset > static_cast<u_quad_t>(INT64_MAX) - len) return ODAFS_ERR_FBIG;
+  if (!nodes_.make_writable(node)) return ODAFS_ERR_ACCES;
+  return ODAFS_OK;
+}
+
 void FileService::do_write(const rpc::CallContext& ctx, write_args& a, rpc::Reply& r) {
   struct stat st;
   NodeRef node = resolve_or_reply(a.fh, r, &st);
   if (!node) return;
-  if (!S_ISREG(st.st_mode)) {
-    return reply_status<write_res>(r, xp(xdr_write_res),
-                                   S_ISDIR(st.st_mode) ? ODAFS_ERR_ISDIR : ODAFS_ERR_INVAL);
+  odafs_stat status = check_write(ctx, *node, st, a.offset, a.data.data_len);
+  if (status != ODAFS_OK) return reply_status<write_res>(r, xp(xdr_write_res), status);
+  write_through(*node, a.offset, a.stable, a.data.data_val, a.data.data_len, r);
+}
+
+void FileService::do_write_direct(const rpc::CallContext& ctx, write_direct_args& a,
+                                  rpc::Reply& r) {
+  struct stat st;
+  NodeRef node = resolve_or_reply(a.fh, r, &st);
+  // Every failure before the transfer cancels the client's wait on the engine.
+  auto cancel = [&] {
+    if (engine_ && a.session != 0) engine_->cancel(a.session, a.tag, ordma::Fault::kBadRequest);
+  };
+  if (!node) return cancel();
+  odafs_stat status = check_write(ctx, *node, st, a.offset, a.count);
+  if (status == ODAFS_OK && (!engine_ || a.session == 0)) status = ODAFS_ERR_NOTSUPP;
+  if (status != ODAFS_OK) {
+    cancel();
+    return reply_status<write_res>(r, xp(xdr_write_res), status);
   }
-  {
-    IdentityScope as(ctx.cred, options_.auth_sys);
-    if (!as.permits(st, W_OK)) {
-      return reply_status<write_res>(r, xp(xdr_write_res), ODAFS_ERR_ACCES);
-    }
+  thread_local std::vector<char> data;
+  ordma::Fault f =
+      engine_->pull(a.session, a.buffer, a.buffer_offset, a.tag, a.count, kPullTimeoutMs, &data);
+  if (f != ordma::Fault::kNone) {
+    if (f == ordma::Fault::kTransport) cancel();  // timed out: the client may still wait
+    ODAFS_LOG_WARN("WRITE_DIRECT: pulling from the client failed: %s", ordma::fault_name(f));
+    return reply_status<write_res>(
+        r, xp(xdr_write_res), f == ordma::Fault::kWrongSession ? ODAFS_ERR_NOTSUPP : ODAFS_ERR_IO);
   }
-  if (a.data.data_len > options_.max_io) {
-    return reply_status<write_res>(r, xp(xdr_write_res), ODAFS_ERR_FBIG);
-  }
-  if (a.offset > static_cast<u_quad_t>(INT64_MAX) - a.data.data_len) {
-    return reply_status<write_res>(r, xp(xdr_write_res), ODAFS_ERR_FBIG);
-  }
-  if (!nodes_.make_writable(*node)) {
-    return reply_status<write_res>(r, xp(xdr_write_res), ODAFS_ERR_ACCES);
-  }
-  const char* src = a.data.data_val;
-  size_t len = a.data.data_len;
+  write_through(*node, a.offset, a.stable, data.data(), a.count, r);
+}
+
+void FileService::write_through(Node& node, uint64_t offset, odafs_stable_how stable,
+                                const char* src, size_t len, rpc::Reply& r) {
   size_t done = 0;
   while (done < len) {
-    ssize_t n = pwrite(node->fd, src + done, len - done, static_cast<off_t>(a.offset + done));
+    ssize_t n = pwrite(node.fd, src + done, len - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       // A short write (ENOSPC half-way) still reaches the cache below for what landed;
@@ -876,21 +906,21 @@ void FileService::do_write(const rpc::CallContext& ctx, write_args& a, rpc::Repl
   // Write-through done; now bring cached blocks up to date.
   const uint64_t bs = cache_.block_size();
   for (size_t pos = 0; pos < len;) {
-    uint64_t abs = a.offset + pos;
+    uint64_t abs = offset + pos;
     uint64_t in_block = abs % bs;
     size_t chunk = std::min<size_t>(bs - in_block, len - pos);
-    cache_.update(cache::BlockKey{node->id, abs / bs}, static_cast<uint32_t>(in_block), src + pos,
+    cache_.update(cache::BlockKey{node.id, abs / bs}, static_cast<uint32_t>(in_block), src + pos,
                   chunk);
     pos += chunk;
   }
   odafs_stable_how committed = ODAFS_UNSTABLE;
-  if (a.stable == ODAFS_FILE_SYNC) {
-    if (fsync(node->fd) != 0) {
+  if (stable == ODAFS_FILE_SYNC) {
+    if (fsync(node.fd) != 0) {
       return reply_status<write_res>(r, xp(xdr_write_res), status_from_errno(errno));
     }
     committed = ODAFS_FILE_SYNC;
-  } else if (a.stable == ODAFS_DATA_SYNC) {
-    if (fdatasync(node->fd) != 0) {
+  } else if (stable == ODAFS_DATA_SYNC) {
+    if (fdatasync(node.fd) != 0) {
       return reply_status<write_res>(r, xp(xdr_write_res), status_from_errno(errno));
     }
     committed = ODAFS_DATA_SYNC;
@@ -901,7 +931,8 @@ void FileService::do_write(const rpc::CallContext& ctx, write_args& a, rpc::Repl
   res.write_res_u.ok.count = static_cast<u_int>(len);
   res.write_res_u.ok.committed = committed;
   std::memcpy(res.write_res_u.ok.verf, write_verf_.data(), write_verf_.size());
-  fstat(node->fd, &st);
+  struct stat st;
+  fstat(node.fd, &st);
   fill_attr(st, &res.write_res_u.ok.attr);
   r.send(xp(xdr_write_res), &res);
 }
@@ -979,6 +1010,8 @@ void FileService::do_stats(rpc::Reply& r) {
     values.emplace_back("engine.bytes", es.bytes.load());
     values.emplace_back("engine.pushes", es.pushes.load());
     values.emplace_back("engine.push_bytes", es.push_bytes.load());
+    values.emplace_back("engine.pulls", es.pulls.load());
+    values.emplace_back("engine.pull_bytes", es.pull_bytes.load());
     values.emplace_back("engine.bad_handshakes", es.bad_handshakes.load());
     values.emplace_back("engine.bad_frames", es.bad_frames.load());
     for (int f = 1; f < ordma::kFaultKinds; ++f) {

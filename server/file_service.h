@@ -83,6 +83,15 @@ class FileService {
   void do_stats(rpc::Reply& r);
   void do_getrefs(const rpc::CallContext& ctx, struct getrefs_args& a, rpc::Reply& r);
   void do_read_direct(const rpc::CallContext& ctx, struct read_direct_args& a, rpc::Reply& r);
+  void do_write_direct(const rpc::CallContext& ctx, struct write_direct_args& a, rpc::Reply& r);
+  // ODAFS_OK if the caller may write len bytes at offset of node (a regular file).
+  odafs_stat check_write(const rpc::CallContext& ctx, Node& node, const struct stat& st,
+                         uint64_t offset, size_t len);
+  // Writes through to the file and the cache, honours `stable`, replies with write_res.
+  void write_through(Node& node, uint64_t offset, odafs_stable_how stable, const char* src,
+                     size_t len, rpc::Reply& r);
+  // How long a direct write waits for the client's bytes.
+  static constexpr int kPullTimeoutMs = 10000;
 
   // Fills *out with a sealed reference to the block `pin` holds, for session, exporting
   // the block's segment if needed. False if the block was dropped from the cache meanwhile.

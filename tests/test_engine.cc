@@ -326,3 +326,37 @@ TEST_CASE("server-initiated writes land in registered buffers, and only there") 
   CHECK(client->read(st.ref(1, s), 0, kSegBytes, seg.data(), &got) == Fault::kNone);
   CHECK(seg[0] == 'B');
 }
+
+TEST_CASE("server-initiated reads take bytes from registered buffers, and only from them") {
+  Stack st;
+  Session s = st.sessions.issue();
+  auto client = connect_soft_engine(st.where(), s);
+  std::string source = "0123456789abcdefghij";
+  uint32_t id = client->register_buffer(source.data(), source.size());
+  auto pull_during_direct = [&](uint32_t buffer, uint32_t offset, uint32_t len,
+                                std::vector<char>* out) {
+    Fault pulled = Fault::kTransport;
+    std::thread server_side;
+    uint32_t got = 0;
+    Fault f = client->direct(
+        [&](uint32_t tag) {
+          server_side = std::thread(
+              [&, tag] { pulled = st.engine->pull(s.id, buffer, offset, tag, len, 5000, out); });
+        },
+        &got);
+    server_side.join();
+    CHECK(f == pulled);
+    return pulled;
+  };
+  std::vector<char> out;
+  CHECK(pull_during_direct(id, 5, 10, &out) == Fault::kNone);
+  CHECK(std::string(out.begin(), out.end()) == "56789abcde");
+  CHECK(pull_during_direct(id, 15, 10, &out) == Fault::kOutOfBounds);    // past the end
+  CHECK(pull_during_direct(id + 3, 0, 1, &out) == Fault::kOutOfBounds);  // no such buffer
+  // Nobody waiting on the client side: the pull times out instead of hanging.
+  CHECK(st.engine->pull(s.id, id, 0, 424242, 4, 200, &out) == Fault::kTransport);
+  CHECK(st.engine->pull(s.id + 1, id, 0, 1, 4, 200, &out) == Fault::kWrongSession);
+  std::vector<char> seg(kSegBytes);
+  uint32_t got = 0;
+  CHECK(client->read(st.ref(2, s), 0, kSegBytes, seg.data(), &got) == Fault::kNone);
+}

@@ -337,3 +337,46 @@ TEST_CASE("direct reads fall back to RPC when the server has no engine") {
   CHECK(fs->stats().direct_reads.load() == 0);
   CHECK(fs->stats().rpc_reads.load() > 0);
 }
+
+TEST_CASE("direct writes: the server's engine pulls from the caller's buffer") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--block-size", "4096", "--max-io", "65536"});
+  odafs::MountOptions mo = remote_only();
+  mo.direct_writes = true;
+  auto fs = Client::mount(server.url(), mo);
+  std::string data = pattern(200000, 181);
+  {
+    File f = fs->open("w", O_RDWR | O_CREAT);
+    CHECK(f.pwrite(data.data(), data.size(), 0) == data.size());  // 4 WRITE_DIRECT calls
+    std::string patch = pattern(5000, 182);
+    CHECK(f.pwrite(patch.data(), patch.size(), 4093) == patch.size());
+    data.replace(4093, patch.size(), patch);
+    f.close();
+  }
+  CHECK(odafs::test::read_local(dir / "w") == data);
+  CHECK(fs->stats().direct_writes.load() == 5);
+  CHECK(server_stat(*fs, "engine.pulls") == 5);
+  CHECK(server_stat(*fs, "calls.WRITE") == 0);
+  File f = fs->open("w");
+  CHECK(read_all(f, data.size()) == data);  // the server cache saw the writes too
+  // A failure on the server's side cancels the transfer; the caller gets the error.
+  File gone = fs->open("w", O_RDWR);
+  fs->unlink("w");
+  char b[16] = {};
+  CHECK(odafs::test::errno_of([&] { gone.pwrite(b, sizeof b, 0); }) == ENOENT);
+  CHECK(fs->stats().direct_writes.load() == 5);
+}
+
+TEST_CASE("direct writes fall back to RPC without an engine") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--no-ordma"});
+  odafs::MountOptions mo = remote_only();
+  mo.direct_writes = true;
+  auto fs = Client::mount(server.url(), mo);
+  std::string data = pattern(30000, 191);
+  File f = fs->open("x", O_RDWR | O_CREAT);
+  f.pwrite(data.data(), data.size(), 0);
+  f.close();
+  CHECK(odafs::test::read_local(dir / "x") == data);
+  CHECK(fs->stats().direct_writes.load() == 0);
+}

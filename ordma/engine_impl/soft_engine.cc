@@ -23,6 +23,7 @@
 
 #include "ordma/engine.h"
 #include "ordma/wire.h"
+#include "rpc/futex.h"
 #include "rpc/log.h"
 
 namespace odafs::ordma {
@@ -31,6 +32,13 @@ namespace {
 constexpr uint64_t kListenTag = 1;
 constexpr uint64_t kWakeTag = 2;
 constexpr size_t kInBytes = 64 * 1024;
+
+// An RPC thread waiting for a client's DATA (direct write).
+struct PullWaiter {
+  std::vector<char> data;
+  std::atomic<uint32_t> state{0};  // futex word: 1 once fault/data are final
+  Fault fault = Fault::kTransport;
+};
 
 struct Conn {
   int fd = -1;
@@ -47,6 +55,11 @@ struct Conn {
   size_t out_head = 0;
   uint32_t events = 0;  // what the epoll registration asks for now
   bool dead = false;    // dropped: pushes must not touch the socket; guarded by out_mu
+  // A DATA frame's bytes being received (direct write): where they go, how many are left.
+  // Owner thread only.
+  std::shared_ptr<struct PullWaiter> sink;
+  uint32_t sink_left = 0;
+  uint32_t sink_at = 0;
   size_t backlog() const { return out.size() - out_head; }
   // The fd closes with the last holder (an RPC thread pushing may outlive the drop).
   ~Conn() {
@@ -260,7 +273,35 @@ class SoftEngine final : public Engine {
       c->out.insert(c->out.end(), welcome, welcome + sizeof welcome);
       pos = wire::kHelloBytes;
     }
-    while (c->in_len - pos >= wire::kReadRequestBytes && c->backlog() < options_.max_backlog) {
+    while (pos < c->in_len) {
+      if (c->sink_left > 0) {  // streaming a DATA frame's bytes to its waiter
+        uint32_t n = static_cast<uint32_t>(std::min<size_t>(c->sink_left, c->in_len - pos));
+        if (c->sink) std::memcpy(c->sink->data.data() + c->sink_at, c->in.data() + pos, n);
+        c->sink_at += n;
+        c->sink_left -= n;
+        pos += n;
+        if (c->sink_left == 0) finish_sink(c);
+        continue;
+      }
+      if (c->in[pos] == wire::kTypeData) {
+        if (c->in_len - pos < wire::kDataHeaderBytes) break;
+        const unsigned char* h = c->in.data() + pos;
+        auto fault = static_cast<Fault>(h[1]);
+        uint32_t tag = wire::get32(h + 4), length = wire::get32(h + 8);
+        pos += wire::kDataHeaderBytes;
+        std::shared_ptr<PullWaiter> w = take_pull(c->session, tag);
+        c->sink.reset();
+        if (w && fault == Fault::kNone && length == w->data.size()) {
+          c->sink = w;
+        } else if (w) {
+          complete_pull(*w, fault != Fault::kNone ? fault : Fault::kBadRequest);
+        }
+        c->sink_left = length;  // an unexpected frame's bytes are read and dropped
+        c->sink_at = 0;
+        if (length == 0) finish_sink(c);
+        continue;
+      }
+      if (c->in_len - pos < wire::kReadRequestBytes || c->backlog() >= options_.max_backlog) break;
       wire::ReadRequest req;
       if (!wire::decode(c->in.data() + pos, &req)) {
         stats_.bad_frames.fetch_add(1, std::memory_order_relaxed);
@@ -361,6 +402,64 @@ class SoftEngine final : public Engine {
              int nparts) override {
     size_t length = 0;
     for (int i = 0; i < nparts; ++i) length += parts[i].iov_len;
+    Fault f = send_to(session, wire::kKindPut, Fault::kNone, tag, buffer, offset,
+                      static_cast<uint32_t>(length), parts, nparts);
+    if (f == Fault::kNone) {
+      stats_.pushes.fetch_add(1, std::memory_order_relaxed);
+      stats_.push_bytes.fetch_add(length, std::memory_order_relaxed);
+    }
+    return f;
+  }
+
+  void cancel(uint64_t session, uint32_t tag, Fault fault) override {
+    send_to(session, wire::kKindPut, fault, tag, 0, 0, 0, nullptr, 0);
+  }
+
+  Fault pull(uint64_t session, uint32_t buffer, uint32_t offset, uint32_t tag, uint32_t length,
+             int timeout_ms, std::vector<char>* data) override {
+    auto w = std::make_shared<PullWaiter>();
+    w->data.resize(length);
+    {
+      std::lock_guard lock(pulls_mu_);
+      pulls_[{session, tag}] = w;
+    }
+    Fault f =
+        send_to(session, wire::kKindGet, Fault::kNone, tag, buffer, offset, length, nullptr, 0);
+    if (f == Fault::kNone) {
+      timespec deadline;
+      clock_gettime(CLOCK_MONOTONIC, &deadline);
+      deadline.tv_sec += timeout_ms / 1000;
+      deadline.tv_nsec += (timeout_ms % 1000) * 1000000L;
+      if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec += 1;
+        deadline.tv_nsec -= 1000000000L;
+      }
+      while (w->state.load(std::memory_order_acquire) == 0) {
+        futex_wait(&w->state, 0, &deadline);
+        timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec > deadline.tv_sec ||
+            (now.tv_sec == deadline.tv_sec && now.tv_nsec >= deadline.tv_nsec)) {
+          break;
+        }
+      }
+    }
+    take_pull(session, tag);  // gone if answered; removed here on failure or timeout
+    if (w->state.load(std::memory_order_acquire) == 0)
+      return f == Fault::kNone ? Fault::kTransport : f;
+    if (w->fault == Fault::kNone) {
+      data->swap(w->data);
+      stats_.pulls.fetch_add(1, std::memory_order_relaxed);
+      stats_.pull_bytes.fetch_add(length, std::memory_order_relaxed);
+    }
+    return w->fault;
+  }
+
+ private:
+  // Queues a PUT/GET header (plus the parts' bytes) on `session`'s connection and tries to
+  // send. Lock order: sessions_mu_ alone, then the connection's out_mu.
+  Fault send_to(uint64_t session, uint8_t kind, Fault fault, uint32_t tag, uint32_t buffer,
+                uint32_t offset, uint32_t length, const iovec* parts, int nparts) {
     std::shared_ptr<Conn> held;
     {
       std::lock_guard lock(sessions_mu_);
@@ -369,17 +468,19 @@ class SoftEngine final : public Engine {
       held = it->second;
     }
     Conn* c = held.get();
+    size_t body = kind == wire::kKindPut ? length : 0;
     std::lock_guard out_lock(c->out_mu);
     if (c->dead) return Fault::kTransport;
-    if (c->backlog() + length > options_.max_backlog * 4) return Fault::kTransport;
+    if (c->backlog() + body > options_.max_backlog * 4) return Fault::kTransport;
     wire::Response head;
     head.tag = tag;
-    head.length = static_cast<uint32_t>(length);
+    head.fault = fault;
+    head.length = length;
     size_t at = c->out.size();
-    c->out.resize(at + wire::kResponseBytes + wire::kPutExtraBytes + length);
+    c->out.resize(at + wire::kResponseBytes + wire::kPutExtraBytes + body);
     unsigned char* p = c->out.data() + at;
     wire::encode(head, p);
-    p[5] = wire::kKindPut;
+    p[5] = kind;
     wire::put32(p + wire::kResponseBytes, buffer);
     wire::put32(p + wire::kResponseBytes + 4, offset);
     p += wire::kResponseBytes + wire::kPutExtraBytes;
@@ -387,8 +488,6 @@ class SoftEngine final : public Engine {
       std::memcpy(p, parts[i].iov_base, parts[i].iov_len);
       p += parts[i].iov_len;
     }
-    stats_.pushes.fetch_add(1, std::memory_order_relaxed);
-    stats_.push_bytes.fetch_add(length, std::memory_order_relaxed);
     if (!flush(c)) return Fault::kTransport;  // the owner thread sees the error and drops
     if (c->backlog() > 0 && !(c->events & EPOLLOUT)) {
       c->events |= EPOLLOUT;
@@ -398,6 +497,26 @@ class SoftEngine final : public Engine {
       epoll_ctl(c->ep, EPOLL_CTL_MOD, c->fd, &ev);
     }
     return Fault::kNone;
+  }
+
+  std::shared_ptr<PullWaiter> take_pull(uint64_t session, uint32_t tag) {
+    std::lock_guard lock(pulls_mu_);
+    auto it = pulls_.find({session, tag});
+    if (it == pulls_.end()) return nullptr;
+    std::shared_ptr<PullWaiter> w = std::move(it->second);
+    pulls_.erase(it);
+    return w;
+  }
+
+  static void complete_pull(PullWaiter& w, Fault fault) {
+    w.fault = fault;
+    w.state.store(1, std::memory_order_release);
+    futex_wake(&w.state);
+  }
+
+  void finish_sink(Conn* c) {
+    if (c->sink) complete_pull(*c->sink, Fault::kNone);
+    c->sink.reset();
   }
 
   SoftEngineOptions options_;
@@ -416,6 +535,16 @@ class SoftEngine final : public Engine {
   std::unordered_map<Conn*, std::shared_ptr<Conn>> conns_;  // ownership
   std::mutex sessions_mu_;  // never held while waiting for a Conn::out_mu
   std::unordered_map<uint64_t, std::shared_ptr<Conn>> by_session_;  // for push()
+  struct PullKey {
+    uint64_t session;
+    uint32_t tag;
+    bool operator==(const PullKey&) const = default;
+  };
+  struct PullKeyHash {
+    size_t operator()(const PullKey& k) const { return std::hash<uint64_t>()(k.session ^ k.tag); }
+  };
+  std::mutex pulls_mu_;
+  std::unordered_map<PullKey, std::shared_ptr<PullWaiter>, PullKeyHash> pulls_;
   EngineStats stats_;
 };
 

@@ -5,6 +5,7 @@
 // most of a one-sided read's latency. With many callers, the leader places each response's
 // bytes straight into its owner's buffer and wakes that owner alone (a futex per request);
 // once its own response is in, it hands the socket to one waiting caller.
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -116,7 +117,8 @@ class SoftEngineClient final : public EngineClient {
     if (id < buffers_.size()) buffers_[id] = {};
   }
 
-  Fault direct(const std::function<void(uint32_t tag)>& call, uint32_t* got) override {
+  Fault direct(const std::function<void(uint32_t tag)>& call, uint32_t* got,
+               int timeout_ms) override {
     if (broken()) return Fault::kTransport;
     Pending p;
     p.direct = true;
@@ -128,42 +130,85 @@ class SoftEngineClient final : public EngineClient {
     try {
       call(p.tag);
     } catch (...) {
-      std::lock_guard lock(mu_);
-      auto it = std::find(pending_.begin(), pending_.end(), &p);
-      if (it != pending_.end()) pending_.erase(it);
-      // A reader may be filling p right now: it completes p before anything else.
-      while (it == pending_.end() && p.state.load(std::memory_order_acquire) != kDone) {
-        mu_.unlock();
-        futex_wait(&p.state, kWaiting);
-        mu_.lock();
-      }
+      withdraw(p);
       throw;
     }
-    await(p);
+    timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += timeout_ms / 1000;
+    deadline.tv_nsec += (timeout_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+      deadline.tv_sec += 1;
+      deadline.tv_nsec -= 1000000000L;
+    }
+    if (!await(p, &deadline)) {
+      withdraw(p);
+      if (p.state.load(std::memory_order_acquire) != kDone) return Fault::kTransport;
+    }
     if (p.fault == Fault::kNone) *got = p.got;
     return p.fault;
   }
 
  private:
+  // Takes p out of the pending list; if a reader already took it, waits until that reader
+  // has finished with it (p lives on the caller's stack).
+  void withdraw(Pending& p) {
+    std::unique_lock lock(mu_);
+    auto it = std::find(pending_.begin(), pending_.end(), &p);
+    if (it != pending_.end()) {
+      pending_.erase(it);
+      return;
+    }
+    while (p.state.load(std::memory_order_acquire) != kDone) {
+      lock.unlock();
+      futex_wait(&p.state, p.state.load(std::memory_order_acquire));
+      lock.lock();
+    }
+  }
+
+  static bool expired(const timespec* deadline, int* remaining_ms) {
+    if (deadline == nullptr) {
+      *remaining_ms = -1;
+      return false;
+    }
+    timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long ms = (deadline->tv_sec - now.tv_sec) * 1000 + (deadline->tv_nsec - now.tv_nsec) / 1000000;
+    *remaining_ms = ms > 0 ? static_cast<int>(ms) : 0;
+    return ms <= 0;
+  }
+
   // Waits until p is done, reading the socket for everyone while no one else does.
-  void await(Pending& p) {
+  // Returns false if the deadline (when given) passed first.
+  bool await(Pending& p, const timespec* deadline = nullptr) {
     for (;;) {
       bool lead = false;
       {
         std::lock_guard lock(mu_);
         uint32_t st = p.state.load(std::memory_order_acquire);
         if (st == kLead) p.state.compare_exchange_strong(st, kWaiting);  // take the offer
-        if (p.state.load(std::memory_order_acquire) == kDone) break;
+        if (p.state.load(std::memory_order_acquire) == kDone) return true;
         if (!reader_active_) {
           reader_active_ = true;
           lead = true;
         }
       }
+      int remaining = -1;
       if (!lead) {
-        futex_wait(&p.state, kWaiting);  // until done, or offered the socket
+        if (expired(deadline, &remaining)) return false;
+        futex_wait(&p.state, kWaiting, deadline);  // until done, or offered the socket
         continue;
       }
+      bool timed_out = false;
       while (p.state.load(std::memory_order_acquire) != kDone) {
+        if (deadline != nullptr) {
+          if (expired(deadline, &remaining)) {
+            timed_out = true;
+            break;
+          }
+          pollfd pfd{fd_, POLLIN, 0};
+          if (poll(&pfd, 1, remaining) == 0) continue;  // re-check the deadline
+        }
         if (!read_one()) {
           fail_all();
           break;
@@ -177,7 +222,7 @@ class SoftEngineClient final : public EngineClient {
           futex_wake(&pending_.front()->state, 1);
         }
       }
-      break;
+      return !timed_out || p.state.load(std::memory_order_acquire) == kDone;
     }
   }
 
@@ -194,6 +239,7 @@ class SoftEngineClient final : public EngineClient {
       wire::Response r;
       wire::decode(head, &r);
       if (wire::kind_of(head) == wire::kKindPut) return read_put(r);
+      if (wire::kind_of(head) == wire::kKindGet) return answer_get(r);
       Pending* p = nullptr;
       {
         std::lock_guard lock(mu_);
@@ -235,6 +281,11 @@ class SoftEngineClient final : public EngineClient {
   bool read_put(const wire::Response& r) {
     unsigned char extra[wire::kPutExtraBytes];
     if (!net::read_full(fd_, extra, sizeof extra)) return false;
+    if (r.fault != Fault::kNone) {  // a cancel: the server's side of the call failed
+      if (r.length != 0) return false;
+      complete_direct(r.tag, r.fault, 0);
+      return true;
+    }
     uint32_t buffer = wire::get32(extra), offset = wire::get32(extra + 4);
     Pending* p = nullptr;
     unsigned char* dst = nullptr;
@@ -268,6 +319,59 @@ class SoftEngineClient final : public EngineClient {
       p->state.store(kDone, std::memory_order_release);
       futex_wake(&p->state);
     }
+    return true;
+  }
+
+  // Completes the direct call `tag`, if it is still waiting.
+  void complete_direct(uint32_t tag, Fault fault, uint32_t got) {
+    Pending* p = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      auto it = std::find_if(pending_.begin(), pending_.end(),
+                             [&](Pending* q) { return q->tag == tag && q->direct; });
+      if (it == pending_.end()) return;
+      p = *it;
+      *it = pending_.back();
+      pending_.pop_back();
+    }
+    p->fault = fault;
+    p->got = got;
+    p->state.store(kDone, std::memory_order_release);
+    futex_wake(&p->state);
+  }
+
+  // A server-initiated read (direct write): answers from a registered buffer, or refuses.
+  bool answer_get(const wire::Response& r) {
+    unsigned char extra[wire::kPutExtraBytes];
+    if (!net::read_full(fd_, extra, sizeof extra)) return false;
+    uint32_t buffer = wire::get32(extra), offset = wire::get32(extra + 4);
+    const unsigned char* src = nullptr;
+    bool expected = false;
+    {
+      std::lock_guard lock(mu_);
+      expected = std::any_of(pending_.begin(), pending_.end(),
+                             [&](Pending* q) { return q->tag == r.tag && q->direct; });
+      if (expected && buffer < buffers_.size() && buffers_[buffer].base != nullptr &&
+          uint64_t{offset} + r.length <= buffers_[buffer].length) {
+        src = buffers_[buffer].base + offset;
+      }
+    }
+    Fault fault =
+        src != nullptr ? Fault::kNone : (expected ? Fault::kOutOfBounds : Fault::kBadRequest);
+    unsigned char head[wire::kDataHeaderBytes] = {};
+    head[0] = wire::kTypeData;
+    head[1] = static_cast<unsigned char>(fault);
+    wire::put32(head + 4, r.tag);
+    wire::put32(head + 8, src != nullptr ? r.length : 0);
+    try {
+      std::lock_guard lock(send_mu_);
+      iovec iov[2] = {{head, sizeof head},
+                      {const_cast<unsigned char*>(src), src != nullptr ? r.length : 0}};
+      net::write_all(fd_, iov, 2);
+    } catch (const std::exception&) {
+      return false;
+    }
+    complete_direct(r.tag, fault, src != nullptr ? r.length : 0);
     return true;
   }
 
