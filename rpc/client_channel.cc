@@ -125,20 +125,10 @@ void Channel::start(Call& c, uint32_t proc, xdrproc_t xargs, const void* args) {
 }
 
 void Channel::wait(Call& c, XDR* results) {
-  timespec deadline;
-  clock_gettime(CLOCK_MONOTONIC, &deadline);
-  deadline.tv_sec += options_.timeout_ms / 1000;
-  deadline.tv_nsec += (options_.timeout_ms % 1000) * 1000000L;
-  if (deadline.tv_nsec >= 1000000000L) {
-    deadline.tv_sec += 1;
-    deadline.tv_nsec -= 1000000000L;
-  }
+  timespec deadline = deadline_after_ms(options_.timeout_ms);
   while (c.state_.load(std::memory_order_acquire) == Call::kPending) {
     futex_wait(&c.state_, Call::kPending, &deadline);
-    timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    bool expired = now.tv_sec > deadline.tv_sec ||
-                   (now.tv_sec == deadline.tv_sec && now.tv_nsec >= deadline.tv_nsec);
+    bool expired = deadline_passed(deadline);
     if (expired && c.state_.load(std::memory_order_acquire) == Call::kPending) {
       if (take_pending(c.xid_) == &c) {
         c.state_.store(Call::kIdle, std::memory_order_relaxed);
@@ -146,8 +136,7 @@ void Channel::wait(Call& c, XDR* results) {
         throw RpcError(RpcError::Kind::kTransport, ETIMEDOUT, "rpc call timed out");
       }
       // The receiver owns the call right now and will complete it shortly.
-      deadline.tv_sec = now.tv_sec + 1;
-      deadline.tv_nsec = now.tv_nsec;
+      deadline = deadline_after_ms(1000);
     }
   }
   c.state_.store(Call::kIdle, std::memory_order_relaxed);

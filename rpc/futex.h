@@ -20,6 +20,25 @@ inline void futex_wait(std::atomic<uint32_t>* word, uint32_t expected,
           deadline, nullptr, FUTEX_BITSET_MATCH_ANY);
 }
 
+// CLOCK_MONOTONIC deadlines for futex_wait.
+inline timespec deadline_after_ms(int ms) {
+  timespec d;
+  clock_gettime(CLOCK_MONOTONIC, &d);
+  d.tv_sec += ms / 1000;
+  d.tv_nsec += (ms % 1000) * 1000000L;
+  if (d.tv_nsec >= 1000000000L) {
+    d.tv_sec += 1;
+    d.tv_nsec -= 1000000000L;
+  }
+  return d;
+}
+
+inline bool deadline_passed(const timespec& d) {
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return now.tv_sec > d.tv_sec || (now.tv_sec == d.tv_sec && now.tv_nsec >= d.tv_nsec);
+}
+
 inline void futex_wake(std::atomic<uint32_t>* word, int count = INT32_MAX) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, count, nullptr, nullptr,
           0);

@@ -426,22 +426,9 @@ class SoftEngine final : public Engine {
     Fault f =
         send_to(session, wire::kKindGet, Fault::kNone, tag, buffer, offset, length, nullptr, 0);
     if (f == Fault::kNone) {
-      timespec deadline;
-      clock_gettime(CLOCK_MONOTONIC, &deadline);
-      deadline.tv_sec += timeout_ms / 1000;
-      deadline.tv_nsec += (timeout_ms % 1000) * 1000000L;
-      if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec += 1;
-        deadline.tv_nsec -= 1000000000L;
-      }
-      while (w->state.load(std::memory_order_acquire) == 0) {
+      timespec deadline = deadline_after_ms(timeout_ms);
+      while (w->state.load(std::memory_order_acquire) == 0 && !deadline_passed(deadline)) {
         futex_wait(&w->state, 0, &deadline);
-        timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (now.tv_sec > deadline.tv_sec ||
-            (now.tv_sec == deadline.tv_sec && now.tv_nsec >= deadline.tv_nsec)) {
-          break;
-        }
       }
     }
     take_pull(session, tag);  // gone if answered; removed here on failure or timeout

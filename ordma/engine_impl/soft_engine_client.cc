@@ -133,14 +133,7 @@ class SoftEngineClient final : public EngineClient {
       withdraw(p);
       throw;
     }
-    timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += timeout_ms / 1000;
-    deadline.tv_nsec += (timeout_ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-      deadline.tv_sec += 1;
-      deadline.tv_nsec -= 1000000000L;
-    }
+    timespec deadline = deadline_after_ms(timeout_ms);
     if (!await(p, &deadline)) {
       withdraw(p);
       if (p.state.load(std::memory_order_acquire) != kDone) return Fault::kTransport;
