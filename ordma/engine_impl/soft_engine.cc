@@ -120,6 +120,12 @@ class SoftEngine final : public Engine {
       std::lock_guard lock(sessions_mu_);
       by_session_.clear();
     }
+    {
+      // RPC threads waiting for a client's bytes give up now, not at their timeout.
+      std::lock_guard lock(pulls_mu_);
+      for (auto& [key, w] : pulls_) complete_pull(*w, Fault::kTransport);
+      pulls_.clear();
+    }
     std::lock_guard lock(conns_mu_);
     for (auto& [raw, c] : conns_) {
       std::lock_guard out_lock(c->out_mu);
