@@ -78,6 +78,22 @@ inline uint32_t get32(const unsigned char* p) {
 }
 inline uint64_t get64(const unsigned char* p) { return (uint64_t{get32(p)} << 32) | get32(p + 4); }
 
+// GREETING carries the engine's nonce at bytes 8..23.
+inline Nonce greeting_nonce(const unsigned char* greeting) {
+  Nonce n;
+  std::memcpy(n.data(), greeting + 8, n.size());
+  return n;
+}
+
+// HELLO: magic, version, 0, session u64, proof[16].
+inline void encode_hello(uint64_t session, const Proof& proof, unsigned char* out) {
+  std::memset(out, 0, kHelloBytes);
+  put32(out, kMagic);
+  put16(out + 4, kVersion);
+  put64(out + 8, session);
+  std::memcpy(out + 16, proof.data(), proof.size());
+}
+
 // Layout of READ: type u8, 0 u8, 0 u16, tag u32, segment u32, generation u32, ref offset
 // u32, ref length u32, rights u32, session u64, capability[16], offset u32, length u32.
 inline void encode(const ReadRequest& r, unsigned char* p) {

@@ -166,14 +166,8 @@ TEST_CASE("random and truncated frames never crash the engine nor leak data") {
     std::vector<unsigned char> junk(1 + rng() % 300);
     for (auto& b : junk) b = static_cast<unsigned char>(rng());
     if (round % 2 == 0) {  // authenticate properly, then send frames
-      Nonce nonce;
-      std::memcpy(nonce.data(), greeting + 8, nonce.size());
-      Proof proof = prove_session(s.secret, nonce);
-      unsigned char hello[wire::kHelloBytes] = {};
-      wire::put32(hello, wire::kMagic);
-      wire::put16(hello + 4, wire::kVersion);
-      wire::put64(hello + 8, s.id);
-      std::memcpy(hello + 16, proof.data(), proof.size());
+      unsigned char hello[wire::kHelloBytes];
+      wire::encode_hello(s.id, prove_session(s.secret, wire::greeting_nonce(greeting)), hello);
       REQUIRE(send(fd, hello, sizeof hello, MSG_NOSIGNAL) == sizeof hello);
       if (round % 4 == 0) {  // well-typed READ frames with random fields
         for (int k = 0; k < 5; ++k) {

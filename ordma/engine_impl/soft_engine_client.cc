@@ -44,14 +44,9 @@ class SoftEngineClient final : public EngineClient {
           wire::get32(greeting) != wire::kMagic || wire::get16(greeting + 4) != wire::kVersion) {
         throw std::system_error(EPROTO, std::generic_category(), "engine: bad greeting");
       }
-      Nonce nonce;
-      std::memcpy(nonce.data(), greeting + 8, nonce.size());
-      Proof proof = prove_session(session.secret, nonce);
-      unsigned char hello[wire::kHelloBytes] = {};
-      wire::put32(hello, wire::kMagic);
-      wire::put16(hello + 4, wire::kVersion);
-      wire::put64(hello + 8, session.id);
-      std::memcpy(hello + 16, proof.data(), proof.size());
+      unsigned char hello[wire::kHelloBytes];
+      wire::encode_hello(session.id, prove_session(session.secret, wire::greeting_nonce(greeting)),
+                         hello);
       iovec iov{hello, sizeof hello};
       net::write_all(fd_, &iov, 1);
       unsigned char welcome[wire::kWelcomeBytes];
