@@ -36,6 +36,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Latency {
   std::string mechanism;
+  std::string transport;  // how one-sided reads travelled: ring, tcp or none
   double mean_us = 0, p50_us = 0, p99_us = 0;
   double cpu_total = 0, cpu_rpc = 0, cpu_engine = 0;  // server µs per read
   uint64_t ordma_reads = 0, rpc_reads = 0;            // direct reads count as rpc_reads here
@@ -82,7 +83,10 @@ int main(int argc, char** argv) {
                  "[--inflight LIST] [--json FILE]\n");
     return 2;
   }
-  const std::vector<std::string> mechanisms = {"rpc_inline", "rpc_preposted", "direct", "ordma"};
+  // ordma reaches the engine the way a client on its host does by default (local rings);
+  // ordma_tcp forces the engine's TCP transport, as a client on another host would use.
+  const std::vector<std::string> mechanisms = {"rpc_inline", "rpc_preposted", "direct",
+                                               "ordma_tcp", "ordma"};
   try {
     const std::string path = "/odafs-micro.dat";
     const size_t file_bytes = file_mb << 20, blocks = file_bytes / block;
@@ -102,6 +106,7 @@ int main(int argc, char** argv) {
     for (const std::string& m : mechanisms) {
       odafs::MountOptions mo;
       mo.read_mode = mode_of(m);
+      mo.local_rings = m != "ordma_tcp";
       mo.directory_entries = blocks * 2;  // headers for the whole file
       mo.cache_blocks = blocks / 4;       // data for a quarter of it
       auto c = odafs::Client::mount(url, mo);
@@ -120,6 +125,7 @@ int main(int argc, char** argv) {
       auto cpu1 = odafs::bench::server_cpu_us(*c);
       Latency l;
       l.mechanism = m;
+      l.transport = c->engine_transport();
       double sum = 0;
       for (double v : us) sum += v;
       std::sort(us.begin(), us.end());
@@ -139,6 +145,7 @@ int main(int argc, char** argv) {
     for (const std::string& m : mechanisms) {
       odafs::MountOptions mo;
       mo.read_mode = mode_of(m);
+      mo.local_rings = m != "ordma_tcp";
       mo.directory_entries = blocks * 2;
       mo.cache_blocks = 0;  // every read leaves the client: the sweep measures mechanisms
       auto c = odafs::Client::mount(url, mo);
@@ -173,18 +180,21 @@ int main(int argc, char** argv) {
     odafs::Client::mount(url)->unlink(path);
 
     std::printf("second pass, %zu reads of %zu bytes, one thread\n", blocks, block);
-    std::printf("%-14s %9s %9s %9s %12s %10s %13s %8s %8s\n", "mechanism", "mean_us", "p50_us",
-                "p99_us", "srv_cpu_us", "rpc_cpu", "engine_cpu", "ordma", "rpc");
+    std::printf("%-14s %9s %9s %9s %12s %10s %13s %8s %8s  %s\n", "mechanism", "mean_us",
+                "p50_us", "p99_us", "srv_cpu_us", "rpc_cpu", "engine_cpu", "ordma", "rpc",
+                "engine_via");
     for (const Latency& l : lat) {
-      std::printf("%-14s %9.1f %9.1f %9.1f %12.2f %10.2f %13.2f %8llu %8llu\n", l.mechanism.c_str(),
-                  l.mean_us, l.p50_us, l.p99_us, l.cpu_total, l.cpu_rpc, l.cpu_engine,
-                  static_cast<unsigned long long>(l.ordma_reads),
-                  static_cast<unsigned long long>(l.rpc_reads));
+      std::printf("%-14s %9.1f %9.1f %9.1f %12.2f %10.2f %13.2f %8llu %8llu  %s\n",
+                  l.mechanism.c_str(), l.mean_us, l.p50_us, l.p99_us, l.cpu_total, l.cpu_rpc,
+                  l.cpu_engine, static_cast<unsigned long long>(l.ordma_reads),
+                  static_cast<unsigned long long>(l.rpc_reads), l.transport.c_str());
     }
     const Latency& pre = lat[1];
-    const Latency& ord = lat[3];
-    std::printf("ORDMA vs pre-posted: latency %.2fx, server CPU per read %.2fx\n",
-                ord.mean_us / pre.mean_us, ord.cpu_total / pre.cpu_total);
+    for (size_t i = 3; i < lat.size(); ++i) {
+      std::printf("%s vs rpc_preposted: latency %.2fx, server CPU per read %.2fx\n",
+                  lat[i].mechanism.c_str(), lat[i].mean_us / pre.mean_us,
+                  lat[i].cpu_total / pre.cpu_total);
+    }
     std::printf("\n%-14s %9s %12s %14s\n", "mechanism", "inflight", "ops_per_s", "srv_cpu_us/op");
     for (const Rate& r : rates) {
       std::printf("%-14s %9zu %12.0f %14.2f\n", r.mechanism.c_str(), r.inflight, r.ops_per_s,
@@ -198,11 +208,13 @@ int main(int argc, char** argv) {
       const Latency& l = lat[i];
       char line[512];
       std::snprintf(line, sizeof line,
-                    "    {\"mechanism\": \"%s\", \"mean_us\": %.2f, \"p50_us\": %.2f, "
+                    "    {\"mechanism\": \"%s\", \"engine_via\": \"%s\", \"mean_us\": %.2f, "
+                    "\"p50_us\": %.2f, "
                     "\"p99_us\": %.2f, \"server_cpu_us_per_op\": %.3f, "
                     "\"server_cpu_us_per_op_rpc\": %.3f, \"server_cpu_us_per_op_engine\": %.3f, "
                     "\"ordma_reads\": %llu, \"rpc_reads\": %llu}%s\n",
-                    l.mechanism.c_str(), l.mean_us, l.p50_us, l.p99_us, l.cpu_total, l.cpu_rpc,
+                    l.mechanism.c_str(), l.transport.c_str(), l.mean_us, l.p50_us, l.p99_us,
+                    l.cpu_total, l.cpu_rpc,
                     l.cpu_engine, static_cast<unsigned long long>(l.ordma_reads),
                     static_cast<unsigned long long>(l.rpc_reads), i + 1 < lat.size() ? "," : "");
       json += line;

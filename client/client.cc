@@ -394,7 +394,9 @@ std::shared_ptr<ordma::EngineClient> Client::engine() {
   session.id = session_id_;
   std::memcpy(session.secret.data(), session_secret_.data(), session.secret.size());
   try {
-    engine_ = ordma::connect_soft_engine(net::parse_endpoint(limits_.engine), session);
+    ordma::EngineClientOptions eo;
+    eo.local_rings = options_.local_rings;
+    engine_ = ordma::connect_soft_engine(net::parse_endpoint(limits_.engine), session, eo);
   } catch (const std::exception& e) {
     // Reads go by RPC for the rest of this mount; a re-mount tries again.
     ODAFS_LOG_WARN("odafs: one-sided engine at %s unusable (%s); reading by RPC",
@@ -403,6 +405,11 @@ std::shared_ptr<ordma::EngineClient> Client::engine() {
     engine_failed_ = true;
   }
   return engine_;
+}
+
+std::string Client::engine_transport() const {
+  std::lock_guard lock(const_cast<std::mutex&>(channel_mu_));
+  return engine_ && !engine_->broken() ? engine_->transport() : "none";
 }
 
 bool Client::engine_connected() const {

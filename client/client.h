@@ -100,6 +100,9 @@ struct MountOptions {
   // (WRITE_DIRECT) instead of it travelling inside the RPC. Needs the server's engine.
   bool direct_writes = false;
   Stability stability = Stability::kUnstable;
+  // On the server's own host, reach its engine through shared-memory rings rather than
+  // TCP (the engine offers them; a client elsewhere falls back to TCP by itself).
+  bool local_rings = true;
   bool auth_sys = true;  // send the process's uid/gid (AUTH_SYS); false: AUTH_NONE
   int timeout_ms = 60000;
 };
@@ -255,6 +258,9 @@ class Client {
   // The file id the directory keys f's blocks by.
   static uint64_t file_id(const File& f) { return f.fileid_; }
   bool engine_connected() const;
+  // How one-sided reads travel now: "ring", "tcp", or "none" (not connected yet, or no
+  // engine).
+  std::string engine_transport() const;
 
   const ServerLimits& limits() const { return limits_; }
   const MountOptions& options() const { return options_; }

@@ -5,7 +5,8 @@
 // out, without ever calling into the file server. Client side, an EngineClient issues
 // those reads and reports each outcome as a Fault.
 //
-// Backends live in engine_impl/: `soft` (TCP, dedicated engine threads; always built) now;
+// Backends live in engine_impl/: `soft` (dedicated engine threads, reached over TCP or, from
+// the same host, through shared-memory rings; always built) now;
 // a verbs backend (memory windows as capabilities, invalidation as revocation,
 // IBV_WC_REM_ACCESS_ERR as the fault) slots in behind the same two interfaces.
 #pragma once
@@ -38,6 +39,7 @@ struct ExportedMemory {
 
 struct EngineStats {
   std::atomic<uint64_t> connections{0};
+  std::atomic<uint64_t> rings{0};  // local rings set up (same-host clients)
   std::atomic<uint64_t> bad_handshakes{0};  // wrong proof or magic: connection closed
   std::atomic<uint64_t> bad_frames{0};      // malformed request: connection closed
   std::atomic<uint64_t> reads{0};           // served with data
@@ -83,7 +85,11 @@ class Engine {
 struct SoftEngineOptions {
   net::Endpoint listen;
   int threads = 1;
-  size_t max_backlog = 8u << 20;          // response bytes queued per connection before it stalls
+  size_t max_backlog = 8u << 20;  // response bytes queued per connection before it stalls
+  // Offer same-host clients shared-memory rings (engine_impl/local_ring.h), at most
+  // max_rings at once; each costs 64 segments of memory.
+  bool local_rings = true;
+  size_t max_rings = 256;
   std::function<void()> on_thread_start;  // CPU accounting hooks
   std::function<void()> on_thread_exit;
 };
@@ -103,6 +109,8 @@ class EngineClient {
                      uint32_t* got) = 0;
   // True once the connection failed; every read then returns kTransport.
   virtual bool broken() const = 0;
+  // How reads travel now: "ring" (same-host shared memory) or "tcp".
+  virtual const char* transport() const = 0;
 
   // Direct transfers: the client registers a buffer; the server writes into it (PUT)
   // while an RPC that names it runs. Registration is client-local bookkeeping.
@@ -117,9 +125,15 @@ class EngineClient {
                        int timeout_ms = 30000) = 0;
 };
 
-// Connects to a soft engine and authenticates as `session`. Throws std::system_error if
-// the engine cannot be reached or refuses the session.
+struct EngineClientOptions {
+  bool local_rings = true;  // use the engine's shared-memory rings when it offers them
+};
+
+// Connects to a soft engine and authenticates as `session`; also sets up a local ring when
+// the engine offers one and it can be reached (same host), else reads go over TCP. Throws
+// std::system_error if the engine cannot be reached or refuses the session.
 std::unique_ptr<EngineClient> connect_soft_engine(const net::Endpoint& engine,
-                                                  const Session& session);
+                                                  const Session& session,
+                                                  const EngineClientOptions& options = {});
 
 }  // namespace odafs::ordma

@@ -3,7 +3,10 @@
 //
 //   engine → client, on connect   GREETING  24 bytes  magic "ODAE", version, 0, nonce[16]
 //   client → engine               HELLO     32 bytes  magic, version, 0, session u64, proof[16]
-//   engine → client               WELCOME    8 bytes  magic, status u8 (0), 0[3]
+//   engine → client               WELCOME   24 bytes  magic, status u8 (0), flags u8, 0[2],
+//                                                      ring token[16]: with flag 1 the engine
+//                                                      offers local rings (local_ring.h) at
+//                                                      the abstract socket the token names
 //   client → engine               READ      64 bytes  see ReadRequest
 //   engine → client               RESPONSE  12 bytes  tag u32, fault u8, kind u8 (0), 0[2],
 //                                                      length u32, then `length` data bytes
@@ -34,10 +37,11 @@
 namespace odafs::ordma::wire {
 
 inline constexpr uint32_t kMagic = 0x4f444145;  // "ODAE"
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;
 inline constexpr size_t kGreetingBytes = 24;
 inline constexpr size_t kHelloBytes = 32;
-inline constexpr size_t kWelcomeBytes = 8;
+inline constexpr size_t kWelcomeBytes = 24;
+inline constexpr uint8_t kWelcomeOffersRings = 1;  // WELCOME flags
 inline constexpr size_t kReadRequestBytes = 64;
 inline constexpr size_t kResponseBytes = 12;
 inline constexpr uint8_t kTypeRead = 1;
@@ -92,6 +96,14 @@ inline void encode_hello(uint64_t session, const Proof& proof, unsigned char* ou
   put16(out + 4, kVersion);
   put64(out + 8, session);
   std::memcpy(out + 16, proof.data(), proof.size());
+}
+
+// WELCOME: magic, status 0, flags, 0[2], token[16] (zeros without rings).
+inline void encode_welcome(uint8_t flags, const unsigned char* token16, unsigned char* out) {
+  std::memset(out, 0, kWelcomeBytes);
+  put32(out, kMagic);
+  out[5] = flags;
+  if (token16 != nullptr) std::memcpy(out + 8, token16, 16);
 }
 
 // Layout of READ: type u8, 0 u8, 0 u16, tag u32, segment u32, generation u32, ref offset

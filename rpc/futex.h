@@ -44,4 +44,16 @@ inline void futex_wake(std::atomic<uint32_t>* word, int count = INT32_MAX) {
           0);
 }
 
+// The same on a word in memory shared between processes (MAP_SHARED): the kernel keys the
+// wait by the backing page rather than this process's address space.
+inline void futex_wait_shared(std::atomic<uint32_t>* word, uint32_t expected,
+                              const timespec* deadline = nullptr) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_BITSET, expected, deadline,
+          nullptr, FUTEX_BITSET_MATCH_ANY);
+}
+
+inline void futex_wake_shared(std::atomic<uint32_t>* word, int count = INT32_MAX) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, count, nullptr, nullptr, 0);
+}
+
 }  // namespace odafs

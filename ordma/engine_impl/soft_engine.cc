@@ -7,10 +7,16 @@
 // copy is the soft engine's DMA: it lets go of the pin before the bytes reach the socket,
 // so a slow client can never hold a segment pinned. The engine touches only the export
 // table and the exported memory — never the file system, the RPC layer or server locks.
+//
+// Clients on the engine's host may also use local rings (local_ring.h): the same reads,
+// posted in shared memory, answered with a copy into the client's slot.
+#include <fcntl.h>
 #include <openssl/rand.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -22,6 +28,7 @@
 #include <vector>
 
 #include "ordma/engine.h"
+#include "ordma/engine_impl/local_ring.h"
 #include "ordma/wire.h"
 #include "rpc/futex.h"
 #include "rpc/log.h"
@@ -29,9 +36,29 @@
 namespace odafs::ordma {
 namespace {
 
+// epoll tags: these small values, a Conn* (its socket), or a Conn* | 1 (its ring's doorbell;
+// a Conn is aligned, so bit 0 is free).
 constexpr uint64_t kListenTag = 1;
 constexpr uint64_t kWakeTag = 2;
+constexpr uint64_t kLocalListenTag = 3;
+constexpr uint64_t kDoorbellBit = 1;
 constexpr size_t kInBytes = 64 * 1024;
+// Batches one wake-up serves from a ring before the engine turns to its other connections
+// (it rings the doorbell itself to come back).
+constexpr int kRingRoundsPerWake = 16;
+
+// A local ring's server side: the shared mapping and the doorbell. The geometry is the
+// engine's own copy; the header in shared memory is the client's to scribble on.
+struct Ring {
+  void* base = MAP_FAILED;
+  size_t bytes = 0;
+  uint32_t slot_bytes = 0;
+  int doorbell = -1;
+  ~Ring() {
+    if (base != MAP_FAILED) munmap(base, bytes);
+    if (doorbell >= 0) close(doorbell);
+  }
+};
 
 // An RPC thread waiting for a client's DATA (direct write).
 struct PullWaiter {
@@ -42,7 +69,9 @@ struct PullWaiter {
 
 struct Conn {
   int fd = -1;
-  int ep = -1;  // the owning engine thread's epoll set
+  int ep = -1;         // the owning engine thread's epoll set
+  bool local = false;  // came in on the Unix socket: sets up a ring, then only idles
+  std::unique_ptr<Ring> ring;
   bool authed = false;
   uint64_t session = 0;
   Nonce nonce{};
@@ -95,6 +124,7 @@ class SoftEngine final : public Engine {
     ev.events = EPOLLIN;
     ev.data.u64 = kListenTag;
     epoll_ctl(epolls_[0], EPOLL_CTL_ADD, listen_fd_, &ev);
+    if (options_.local_rings) open_local_listener();
   }
 
   ~SoftEngine() override {
@@ -102,6 +132,7 @@ class SoftEngine final : public Engine {
     for (int ep : epolls_) close(ep);
     close(wake_fd_);
     close(listen_fd_);
+    if (local_fd_ >= 0) close(local_fd_);
   }
 
   void start() override {
@@ -138,9 +169,35 @@ class SoftEngine final : public Engine {
   const EngineStats& stats() const override { return stats_; }
 
  private:
+  // Binds the abstract Unix socket that local rings are set up through. Without it the
+  // engine simply offers no rings.
+  void open_local_listener() {
+    if (RAND_bytes(ring_token_.data(), static_cast<int>(ring_token_.size())) != 1) return;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return;
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::string name = ring::socket_name(ring_token_);
+    std::memcpy(addr.sun_path, name.data(), name.size());
+    auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size());
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(fd, 128) != 0) {
+      ODAFS_LOG_WARN("engine: no local rings (%s)", strerror(errno));
+      close(fd);
+      return;
+    }
+    local_fd_ = fd;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kLocalListenTag;
+    epoll_ctl(epolls_[0], EPOLL_CTL_ADD, local_fd_, &ev);
+  }
+
   void loop(int ep) {
     if (options_.on_thread_start) options_.on_thread_start();
     epoll_event events[16];
+    // Connections dropped during a batch die after it: a later event of the same batch
+    // (a ring's doorbell) may still name them.
+    std::vector<std::shared_ptr<Conn>> dropped;
     while (!stopping_.load(std::memory_order_acquire)) {
       int n = epoll_wait(ep, events, 16, -1);
       if (n < 0) {
@@ -151,20 +208,26 @@ class SoftEngine final : public Engine {
       for (int i = 0; i < n && !stopping_.load(std::memory_order_relaxed); ++i) {
         uint64_t tag = events[i].data.u64;
         if (tag == kWakeTag) break;
-        if (tag == kListenTag) {
-          accept_all();
+        if (tag == kListenTag || tag == kLocalListenTag) {
+          accept_all(tag == kLocalListenTag);
+          continue;
+        }
+        if (tag & kDoorbellBit) {
+          serve_ring(reinterpret_cast<Conn*>(tag & ~kDoorbellBit));
           continue;
         }
         auto* c = static_cast<Conn*>(events[i].data.ptr);
-        if (!service(ep, c, events[i].events)) drop(ep, c);
+        if (!service(ep, c, events[i].events)) dropped.push_back(drop(ep, c));
       }
+      dropped.clear();
     }
     if (options_.on_thread_exit) options_.on_thread_exit();
   }
 
-  void accept_all() {
+  void accept_all(bool local) {
+    int listener = local ? local_fd_ : listen_fd_;
     for (;;) {
-      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      int fd = accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR) continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
@@ -172,10 +235,11 @@ class SoftEngine final : public Engine {
         }
         return;
       }
-      net::set_nodelay(fd);
+      if (!local) net::set_nodelay(fd);
       auto owned = std::make_shared<Conn>();
       Conn* c = owned.get();
       c->fd = fd;
+      c->local = local;
       if (RAND_bytes(c->nonce.data(), static_cast<int>(c->nonce.size())) != 1) continue;
       unsigned char greeting[wire::kGreetingBytes] = {};
       wire::put32(greeting, wire::kMagic);
@@ -198,12 +262,18 @@ class SoftEngine final : public Engine {
     }
   }
 
-  void drop(int ep, Conn* c) {
+  // Unregisters c and returns the last reference to it, for the caller to release once no
+  // event of the current batch can name it.
+  std::shared_ptr<Conn> drop(int ep, Conn* c) {
     {
       std::lock_guard out_lock(c->out_mu);
       c->dead = true;
     }
     epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, nullptr);
+    if (c->ring) {
+      epoll_ctl(ep, EPOLL_CTL_DEL, c->ring->doorbell, nullptr);
+      rings_.fetch_sub(1, std::memory_order_relaxed);
+    }
     shutdown(c->fd, SHUT_RDWR);
     {
       std::lock_guard lock(sessions_mu_);
@@ -211,7 +281,11 @@ class SoftEngine final : public Engine {
       if (it != by_session_.end() && it->second.get() == c) by_session_.erase(it);
     }
     std::lock_guard lock(conns_mu_);
-    conns_.erase(c);  // freed here, or by the last push still holding it
+    auto it = conns_.find(c);
+    if (it == conns_.end()) return nullptr;
+    std::shared_ptr<Conn> last = std::move(it->second);
+    conns_.erase(it);
+    return last;  // freed by the caller, or by the last push still holding it
   }
 
   // Returns false when the connection is to be closed.
@@ -252,6 +326,7 @@ class SoftEngine final : public Engine {
 
   bool parse(Conn* c) {
     size_t pos = 0;
+    if (c->authed && c->local) return false;  // a ring's socket carries nothing after setup
     if (!c->authed) {
       if (c->in_len < wire::kHelloBytes) return true;
       const unsigned char* h = c->in.data();
@@ -266,6 +341,7 @@ class SoftEngine final : public Engine {
       }
       c->authed = true;
       c->session = session;
+      if (c->local) return c->in_len == wire::kHelloBytes && open_ring(c);
       {
         // Registered before WELCOME leaves, so a client may start direct I/O at once.
         // Lock order: out_mu (held) then sessions_mu_; push() never holds both.
@@ -274,8 +350,9 @@ class SoftEngine final : public Engine {
         auto it = conns_.find(c);
         if (it != conns_.end()) by_session_[session] = it->second;
       }
-      unsigned char welcome[wire::kWelcomeBytes] = {};
-      wire::put32(welcome, wire::kMagic);
+      unsigned char welcome[wire::kWelcomeBytes];
+      wire::encode_welcome(local_fd_ >= 0 ? wire::kWelcomeOffersRings : 0,
+                           local_fd_ >= 0 ? ring_token_.data() : nullptr, welcome);
       c->out.insert(c->out.end(), welcome, welcome + sizeof welcome);
       pos = wire::kHelloBytes;
     }
@@ -325,6 +402,132 @@ class SoftEngine final : public Engine {
       c->in_len -= pos;
     }
     return true;
+  }
+
+  // Builds c's ring and sends WELCOME with its memfd and doorbell. Owner thread, out_mu
+  // held. False closes the connection.
+  bool open_ring(Conn* c) {
+    if (!flush(c) || c->backlog() > 0) return false;  // the greeting left long ago
+    if (rings_.load(std::memory_order_relaxed) >= options_.max_rings) {
+      ODAFS_LOG_WARN("engine: refused a local ring (%zu open)", options_.max_rings);
+      return false;
+    }
+    auto r = std::make_unique<Ring>();
+    r->slot_bytes = static_cast<uint32_t>(memory_.segment_bytes);
+    r->bytes = ring::ring_bytes(r->slot_bytes);
+    int mfd = memfd_create("odafs-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (mfd < 0) {
+      ODAFS_LOG_WARN("engine: local ring: memfd_create: %s", strerror(errno));
+      return false;
+    }
+    // Sealed: the client cannot shrink the file under the engine's mapping (SIGBUS).
+    bool ok = ftruncate(mfd, static_cast<off_t>(r->bytes)) == 0 &&
+              fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0;
+    if (ok) r->base = mmap(nullptr, r->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    if (ok) r->doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (!ok || r->base == MAP_FAILED || r->doorbell < 0) {
+      ODAFS_LOG_WARN("engine: local ring setup failed: %s", strerror(errno));
+      close(mfd);
+      return false;
+    }
+    ring::Header* h = ring::header(r->base);  // the file starts zeroed: every slot kFree
+    h->magic = ring::kMagic;
+    h->version = ring::kVersion;
+    h->slots = ring::kSlots;
+    h->slot_bytes = r->slot_bytes;
+
+    unsigned char welcome[wire::kWelcomeBytes];
+    wire::encode_welcome(0, nullptr, welcome);
+    int fds[2] = {mfd, r->doorbell};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)] = {};
+    iovec iov{welcome, sizeof welcome};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof fds);
+    std::memcpy(CMSG_DATA(cm), fds, sizeof fds);
+    ssize_t sent = sendmsg(c->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    close(mfd);  // the mapping and the client's copy keep the memory
+    if (sent != static_cast<ssize_t>(sizeof welcome)) return false;
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLET;  // every doorbell write is an edge; the count is never read
+    ev.data.u64 = reinterpret_cast<uintptr_t>(c) | kDoorbellBit;
+    if (epoll_ctl(c->ep, EPOLL_CTL_ADD, r->doorbell, &ev) != 0) return false;
+    c->ring = std::move(r);
+    c->in_len = 0;
+    rings_.fetch_add(1, std::memory_order_relaxed);
+    stats_.rings.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
+  // Serves the posted slots of c's ring until none are left (or the round budget is
+  // spent). Owner thread only. engine_awake tells clients they need not ring: the store of
+  // 0 and the re-check of `posted` pair with the client's fetch_or and load (seq_cst), so a
+  // post is never left unseen.
+  void serve_ring(Conn* c) {
+    std::lock_guard out_lock(c->out_mu);
+    if (c->dead || !c->ring) return;
+    Ring& r = *c->ring;
+    ring::Header* h = ring::header(r.base);
+    h->engine_awake.store(1, std::memory_order_seq_cst);
+    for (int round = 0;; ++round) {
+      uint64_t pending = h->posted.exchange(0, std::memory_order_acq_rel);
+      if (pending == 0) {
+        h->engine_awake.store(0, std::memory_order_seq_cst);
+        if (h->posted.load(std::memory_order_seq_cst) == 0) return;
+        h->engine_awake.store(1, std::memory_order_seq_cst);
+        continue;
+      }
+      while (pending != 0) {
+        serve_slot(c, r, static_cast<uint32_t>(__builtin_ctzll(pending)));
+        pending &= pending - 1;
+      }
+      if (round + 1 == kRingRoundsPerWake) {  // come back after the others had a turn
+        uint64_t one = 1;
+        [[maybe_unused]] ssize_t n = write(r.doorbell, &one, sizeof one);
+        return;
+      }
+    }
+  }
+
+  void serve_slot(const Conn* c, Ring& r, uint32_t i) {
+    ring::Slot& s = *ring::slot(r.base, i);
+    uint32_t state = s.state.load(std::memory_order_acquire);
+    if (state != ring::kPosted && state != ring::kPostedWaiting) return;  // a stray bit
+    unsigned char frame[wire::kReadRequestBytes];
+    std::memcpy(frame, s.request, sizeof frame);  // checked and used from our copy only
+    wire::ReadRequest req;
+    Fault f = Fault::kNone;
+    if (!wire::decode(frame, &req)) {
+      f = Fault::kBadRequest;
+    } else if (req.length > r.slot_bytes) {
+      f = Fault::kOutOfBounds;
+    } else {
+      f = admit(c, req);
+    }
+    if (f == Fault::kNone) f = table_->pin(req.ref.segment, req.ref.generation);
+    uint32_t length = 0;
+    if (f == Fault::kNone) {
+      stats_.reads.fetch_add(1, std::memory_order_relaxed);
+      stats_.bytes.fetch_add(req.length, std::memory_order_relaxed);
+      std::memcpy(ring::slot_data(r.base, r.slot_bytes, i),
+                  memory_.base + size_t{req.ref.segment} * memory_.segment_bytes + req.offset,
+                  req.length);
+      table_->unpin(req.ref.segment);
+      length = req.length;
+    } else {
+      stats_.faults[static_cast<size_t>(f)].fetch_add(1, std::memory_order_relaxed);
+    }
+    s.fault.store(static_cast<uint32_t>(f), std::memory_order_relaxed);
+    s.length.store(length, std::memory_order_relaxed);
+    if (s.state.exchange(ring::kDone, std::memory_order_acq_rel) == ring::kPostedWaiting) {
+      futex_wake_shared(&s.state, 1);
+    }
   }
 
   Fault admit(const Conn* c, const wire::ReadRequest& r) const {
@@ -520,6 +723,9 @@ class SoftEngine final : public Engine {
   net::Endpoint bound_;
   int listen_fd_ = -1;
   int wake_fd_ = -1;
+  int local_fd_ = -1;  // the Unix socket rings are set up through; -1: no rings
+  ring::Token ring_token_{};
+  std::atomic<size_t> rings_{0};
   std::vector<int> epolls_;
   std::vector<std::thread> threads_;
   std::atomic<bool> stopping_{false};

@@ -5,6 +5,9 @@
 // most of a one-sided read's latency. With many callers, the leader places each response's
 // bytes straight into its owner's buffer and wakes that owner alone (a futex per request);
 // once its own response is in, it hands the socket to one waiting caller.
+//
+// When the engine offers a local ring and it can be reached, reads go through the ring
+// instead; TCP then carries only direct I/O, and reads again if the ring breaks.
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -17,7 +20,9 @@
 #include <vector>
 
 #include "ordma/engine.h"
+#include "ordma/engine_impl/local_ring.h"
 #include "ordma/wire.h"
+#include "rpc/log.h"
 #include "rpc/futex.h"
 
 namespace odafs::ordma {
@@ -36,7 +41,8 @@ class SoftEngineClient final : public EngineClient {
   };
 
  public:
-  SoftEngineClient(const net::Endpoint& engine, const Session& session)
+  SoftEngineClient(const net::Endpoint& engine, const Session& session,
+                   const EngineClientOptions& options)
       : fd_(net::connect_tcp(engine)), next_tag_(std::random_device{}()) {
     try {
       unsigned char greeting[wire::kGreetingBytes];
@@ -53,6 +59,15 @@ class SoftEngineClient final : public EngineClient {
       if (!net::read_full(fd_, welcome, sizeof welcome) || wire::get32(welcome) != wire::kMagic) {
         throw std::system_error(EACCES, std::generic_category(), "engine: session refused");
       }
+      if (options.local_rings && (welcome[5] & wire::kWelcomeOffersRings)) {
+        ring::Token token;
+        std::memcpy(token.data(), welcome + 8, token.size());
+        try {
+          ring_ = ring::RingClient::connect(token, session);
+        } catch (const std::exception& e) {  // not on the engine's host, most likely
+          ODAFS_LOG_DEBUG("engine: no local ring (%s); reading over TCP", e.what());
+        }
+      }
     } catch (...) {
       close(fd_);
       throw;
@@ -66,9 +81,18 @@ class SoftEngineClient final : public EngineClient {
 
   bool broken() const override { return broken_.load(std::memory_order_acquire); }
 
+  const char* transport() const override {
+    return ring_ && !ring_->broken() ? "ring" : "tcp";
+  }
+
   Fault read(const Reference& ref, uint32_t offset, uint32_t length, void* dst,
              uint32_t* got) override {
     if (broken()) return Fault::kTransport;
+    if (ring_ && !ring_->broken()) {
+      Fault f;
+      if (ring_->read(ref, offset, length, dst, got, &f) && !ring_->broken()) return f;
+      // Ring full, or it just broke: this read goes over TCP.
+    }
     Pending p;
     p.dst = static_cast<unsigned char*>(dst);
     p.capacity = length;
@@ -376,6 +400,7 @@ class SoftEngineClient final : public EngineClient {
   }
 
   int fd_;
+  std::unique_ptr<ring::RingClient> ring_;  // set once, before any read
   std::atomic<bool> broken_{false};
   std::mutex send_mu_;
   std::mutex mu_;
@@ -388,8 +413,9 @@ class SoftEngineClient final : public EngineClient {
 }  // namespace
 
 std::unique_ptr<EngineClient> connect_soft_engine(const net::Endpoint& engine,
-                                                  const Session& session) {
-  return std::make_unique<SoftEngineClient>(engine, session);
+                                                  const Session& session,
+                                                  const EngineClientOptions& options) {
+  return std::make_unique<SoftEngineClient>(engine, session, options);
 }
 
 }  // namespace odafs::ordma
