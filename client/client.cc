@@ -190,7 +190,7 @@ auto Client::with_channel(bool idempotent, Fn&& fn) -> decltype(fn(std::declval<
 }
 
 Handle Client::root() const {
-  std::lock_guard lock(const_cast<std::mutex&>(channel_mu_));
+  std::lock_guard lock(channel_mu_);
   return root_;
 }
 
@@ -382,7 +382,7 @@ void Client::setattr_size(const Handle& fh, uint64_t size) {
 
 uint64_t Client::session_for_reads() const {
   if (options_.read_mode != ReadMode::kOrdma) return 0;  // RPC-only measurement modes
-  std::lock_guard lock(const_cast<std::mutex&>(channel_mu_));
+  std::lock_guard lock(channel_mu_);
   return session_id_;
 }
 
@@ -408,12 +408,12 @@ std::shared_ptr<ordma::EngineClient> Client::engine() {
 }
 
 std::string Client::engine_transport() const {
-  std::lock_guard lock(const_cast<std::mutex&>(channel_mu_));
+  std::lock_guard lock(channel_mu_);
   return engine_ && !engine_->broken() ? engine_->transport() : "none";
 }
 
 bool Client::engine_connected() const {
-  std::lock_guard lock(const_cast<std::mutex&>(channel_mu_));
+  std::lock_guard lock(channel_mu_);
   return engine_ && !engine_->broken();
 }
 

@@ -309,7 +309,7 @@ class Client {
   MountOptions options_;
   ServerLimits limits_;
   Handle root_{};
-  std::mutex channel_mu_;
+  mutable std::mutex channel_mu_;
   std::shared_ptr<rpc::Channel> channel_;
   // Engine session of the current mount (a re-mount after a server restart replaces it
   // and empties the directory). Guarded by channel_mu_.

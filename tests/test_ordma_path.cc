@@ -53,7 +53,17 @@ TEST_CASE("the second pass over a warm file goes one-sided, byte for byte") {
   REQUIRE(server.engine_port() != 0);
   std::string data = pattern(1 << 20, 71);
   write_local(dir / "warm", data);
-  auto fs = Client::mount(server.url(), remote_only());
+  odafs::MountOptions mo = remote_only();
+  std::string transport;
+  SUBCASE("over the local ring") {
+    mo.local_rings = true;
+    transport = "ring";
+  }
+  SUBCASE("over TCP") {
+    mo.local_rings = false;
+    transport = "tcp";
+  }
+  auto fs = Client::mount(server.url(), mo);
   CHECK_FALSE(fs->limits().engine.empty());
   File f = fs->open("warm");
   CHECK(read_all(f, data.size()) == data);  // first pass: RPC, brings references
@@ -67,6 +77,7 @@ TEST_CASE("the second pass over a warm file goes one-sided, byte for byte") {
   }
   CHECK(fs->stats().ordma_reads.load() == 256);
   CHECK(fs->stats().rpc_reads.load() == rpc_before);  // no RPC on the second pass
+  CHECK(fs->engine_transport() == transport);
   CHECK(server_stat(*fs, "engine.reads") == 256);
   // Unaligned reads across blocks, and past EOF, are right too.
   CHECK(read_all(f, 10000, 4090) == data.substr(4090, 10000));
@@ -236,10 +247,7 @@ TEST_CASE("after a server restart the client drops old references and recovers")
   odafs::ordma::Reference fresh;
   REQUIRE(fs->cache()->find(Client::file_id(f), 0, &fresh));
   CHECK(fresh.session != old_session);
-  // And an old reference presented to the new engine faults.
-  auto fs2 = Client::mount(server.url(), remote_only());
-  odafs::ordma::Session s;  // a valid session for the new server is needed to connect:
-  (void)s;                  // the client's own connection does that; present the old ref
+  // And an old reference presented to the new engine (on the client's new session) faults.
   fs->cache()->insert(Client::file_id(f), 0, old);
   uint64_t before = faults(*fs, Fault::kWrongSession) + faults(*fs, Fault::kBadCapability);
   CHECK(read_all(f, 4096) == data.substr(0, 4096));

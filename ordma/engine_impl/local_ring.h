@@ -90,6 +90,25 @@ inline std::byte* slot_data(void* base, uint32_t slot_bytes, uint32_t i) {
 // The abstract Unix socket name for a token, leading NUL included.
 std::string socket_name(const Token& token);
 
+// A ring's setup, client side: the connected Unix socket (its closing tells the engine the
+// client is gone) and the two descriptors WELCOME carried. Owns all three.
+struct Setup {
+  int sock = -1;
+  int memfd = -1;     // the ring: map it whole, MAP_SHARED
+  int doorbell = -1;  // an eventfd: write 1 to wake the engine
+  Setup() = default;
+  Setup(Setup&& o) noexcept : sock(o.sock), memfd(o.memfd), doorbell(o.doorbell) {
+    o.sock = o.memfd = o.doorbell = -1;
+  }
+  Setup& operator=(Setup&&) = delete;
+  ~Setup();
+};
+
+// Connects to the engine's rings named by token and authenticates as session. Throws
+// std::system_error when the rings cannot be reached or the engine refuses. RingClient is
+// built on it; tests use it alone to play a client that does not follow the protocol.
+Setup set_up(const Token& token, const Session& session);
+
 // The client's end of one ring. Thread-safe: up to kSlots reads are in flight together.
 class RingClient {
  public:

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <system_error>
 
+#include "ordma/engine_impl/handshake.h"
 #include "ordma/engine_impl/local_ring.h"
 #include "rpc/futex.h"
 #include "rpc/net.h"
@@ -38,7 +39,7 @@ long nanos_since(const timespec& t0) {
 }
 
 // Receives the WELCOME and the two descriptors that ride on it.
-void receive_welcome(int sock, unsigned char* welcome, int fds[2]) {
+void receive_welcome(Setup* s, unsigned char* welcome) {
   alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
   iovec iov{welcome, wire::kWelcomeBytes};
   msghdr msg{};
@@ -46,16 +47,19 @@ void receive_welcome(int sock, unsigned char* welcome, int fds[2]) {
   msg.msg_iovlen = 1;
   msg.msg_control = control;
   msg.msg_controllen = sizeof control;
-  ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+  ssize_t n = recvmsg(s->sock, &msg, MSG_CMSG_CLOEXEC);
   if (n <= 0) fail(n == 0 ? ECONNRESET : errno, "local ring: no welcome");
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
         c->cmsg_len == CMSG_LEN(2 * sizeof(int))) {
-      std::memcpy(fds, CMSG_DATA(c), 2 * sizeof(int));
+      int fds[2];
+      std::memcpy(fds, CMSG_DATA(c), sizeof fds);
+      s->memfd = fds[0];
+      s->doorbell = fds[1];
     }
   }
   if (static_cast<size_t>(n) < wire::kWelcomeBytes &&
-      !net::read_full(sock, welcome + n, wire::kWelcomeBytes - static_cast<size_t>(n))) {
+      !net::read_full(s->sock, welcome + n, wire::kWelcomeBytes - static_cast<size_t>(n))) {
     fail(ECONNRESET, "local ring: short welcome");
   }
 }
@@ -73,62 +77,54 @@ std::string socket_name(const Token& token) {
   return name;
 }
 
-std::unique_ptr<RingClient> RingClient::connect(const Token& token, const Session& session) {
-  int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (sock < 0) fail(errno, "local ring: socket");
-  int fds[2] = {-1, -1};
-  void* base = MAP_FAILED;
-  size_t bytes = 0;
-  try {
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::string name = socket_name(token);
-    std::memcpy(addr.sun_path, name.data(), name.size());
-    auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size());
-    if (::connect(sock, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
-      fail(errno, "local ring: connect");  // another host or namespace: TCP it is
-    }
-    timeval tv{5, 0};  // a handshake that stalls is abandoned, not waited on forever
-    setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    unsigned char greeting[wire::kGreetingBytes];
-    if (!net::read_full(sock, greeting, sizeof greeting) ||
-        wire::get32(greeting) != wire::kMagic || wire::get16(greeting + 4) != wire::kVersion) {
-      fail(EPROTO, "local ring: bad greeting");
-    }
-    unsigned char hello[wire::kHelloBytes];
-    wire::encode_hello(session.id, prove_session(session.secret, wire::greeting_nonce(greeting)),
-                       hello);
-    iovec iov{hello, sizeof hello};
-    net::write_all(sock, &iov, 1);
-    unsigned char welcome[wire::kWelcomeBytes];
-    receive_welcome(sock, welcome, fds);
-    if (wire::get32(welcome) != wire::kMagic || fds[0] < 0 || fds[1] < 0) {
-      fail(EACCES, "local ring: refused");
-    }
-    struct stat st;
-    if (fstat(fds[0], &st) != 0) fail(errno, "local ring: fstat");
-    bytes = static_cast<size_t>(st.st_size);
-    if (bytes < data_offset()) fail(EPROTO, "local ring: too small");
-    base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
-    if (base == MAP_FAILED) fail(errno, "local ring: mmap");
-    close(fds[0]);
-    fds[0] = -1;
-    const Header* h = header(base);
-    if (h->magic != kMagic || h->version != kVersion || h->slots != kSlots ||
-        h->slot_bytes == 0 || ring_bytes(h->slot_bytes) > bytes) {
-      fail(EPROTO, "local ring: bad geometry");
-    }
-    timeval none{0, 0};
-    setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
-    return std::unique_ptr<RingClient>(new RingClient(sock, fds[1], base, bytes));
-  } catch (...) {
-    if (base != MAP_FAILED) munmap(base, bytes);
-    for (int fd : fds) {
-      if (fd >= 0) close(fd);
-    }
-    close(sock);
-    throw;
+Setup::~Setup() {
+  for (int fd : {sock, memfd, doorbell}) {
+    if (fd >= 0) close(fd);
   }
+}
+
+Setup set_up(const Token& token, const Session& session) {
+  Setup s;
+  s.sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s.sock < 0) fail(errno, "local ring: socket");
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::string name = socket_name(token);
+  std::memcpy(addr.sun_path, name.data(), name.size());
+  auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size());
+  if (::connect(s.sock, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    fail(errno, "local ring: connect");  // another host or namespace: TCP it is
+  }
+  timeval tv{5, 0};  // a handshake that stalls is abandoned, not waited on forever
+  setsockopt(s.sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  answer_greeting(s.sock, session);
+  unsigned char welcome[wire::kWelcomeBytes];
+  receive_welcome(&s, welcome);
+  if (wire::get32(welcome) != wire::kMagic || s.memfd < 0 || s.doorbell < 0) {
+    fail(EACCES, "local ring: refused");
+  }
+  timeval none{0, 0};
+  setsockopt(s.sock, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+  return s;
+}
+
+std::unique_ptr<RingClient> RingClient::connect(const Token& token, const Session& session) {
+  Setup s = set_up(token, session);
+  struct stat st;
+  if (fstat(s.memfd, &st) != 0) fail(errno, "local ring: fstat");
+  auto bytes = static_cast<size_t>(st.st_size);
+  if (bytes < data_offset()) fail(EPROTO, "local ring: too small");
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s.memfd, 0);
+  if (base == MAP_FAILED) fail(errno, "local ring: mmap");
+  const Header* h = header(base);
+  if (h->magic != kMagic || h->version != kVersion || h->slots != kSlots || h->slot_bytes == 0 ||
+      ring_bytes(h->slot_bytes) > bytes) {
+    munmap(base, bytes);
+    fail(EPROTO, "local ring: bad geometry");
+  }
+  auto client = std::unique_ptr<RingClient>(new RingClient(s.sock, s.doorbell, base, bytes));
+  s.sock = s.doorbell = -1;  // the client owns them now
+  return client;
 }
 
 RingClient::RingClient(int sock, int doorbell, void* base, size_t bytes)

@@ -408,10 +408,21 @@ class SoftEngine final : public Engine {
   // held. False closes the connection.
   bool open_ring(Conn* c) {
     if (!flush(c) || c->backlog() > 0) return false;  // the greeting left long ago
-    if (rings_.load(std::memory_order_relaxed) >= options_.max_rings) {
+    // Reserve the ring's place under the cap; the reservation passes to c->ring below (and
+    // is returned when c drops) or back here on failure.
+    if (rings_.fetch_add(1, std::memory_order_relaxed) >= options_.max_rings) {
+      rings_.fetch_sub(1, std::memory_order_relaxed);
       ODAFS_LOG_WARN("engine: refused a local ring (%zu open)", options_.max_rings);
       return false;
     }
+    bool reserved = true;
+    struct Release {
+      std::atomic<size_t>& count;
+      bool& held;
+      ~Release() {
+        if (held) count.fetch_sub(1, std::memory_order_relaxed);
+      }
+    } release{rings_, reserved};
     auto r = std::make_unique<Ring>();
     r->slot_bytes = static_cast<uint32_t>(memory_.segment_bytes);
     r->bytes = ring::ring_bytes(r->slot_bytes);
@@ -436,9 +447,21 @@ class SoftEngine final : public Engine {
     h->slots = ring::kSlots;
     h->slot_bytes = r->slot_bytes;
 
+    // Registered and counted before WELCOME: once the client has it, the ring is live.
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLET;  // every doorbell write is an edge; the count is never read
+    ev.data.u64 = reinterpret_cast<uintptr_t>(c) | kDoorbellBit;
+    if (epoll_ctl(c->ep, EPOLL_CTL_ADD, r->doorbell, &ev) != 0) {
+      close(mfd);
+      return false;
+    }
+    int fds[2] = {mfd, r->doorbell};
+    c->ring = std::move(r);
+    reserved = false;  // c->ring holds it now
+    stats_.rings.fetch_add(1, std::memory_order_relaxed);
+
     unsigned char welcome[wire::kWelcomeBytes];
     wire::encode_welcome(0, nullptr, welcome);
-    int fds[2] = {mfd, r->doorbell};
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)] = {};
     iovec iov{welcome, sizeof welcome};
     msghdr msg{};
@@ -453,15 +476,8 @@ class SoftEngine final : public Engine {
     std::memcpy(CMSG_DATA(cm), fds, sizeof fds);
     ssize_t sent = sendmsg(c->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
     close(mfd);  // the mapping and the client's copy keep the memory
-    if (sent != static_cast<ssize_t>(sizeof welcome)) return false;
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLET;  // every doorbell write is an edge; the count is never read
-    ev.data.u64 = reinterpret_cast<uintptr_t>(c) | kDoorbellBit;
-    if (epoll_ctl(c->ep, EPOLL_CTL_ADD, r->doorbell, &ev) != 0) return false;
-    c->ring = std::move(r);
+    if (sent != static_cast<ssize_t>(sizeof welcome)) return false;  // the drop undoes it all
     c->in_len = 0;
-    rings_.fetch_add(1, std::memory_order_relaxed);
-    stats_.rings.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
 

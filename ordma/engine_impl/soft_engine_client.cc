@@ -20,10 +20,11 @@
 #include <vector>
 
 #include "ordma/engine.h"
+#include "ordma/engine_impl/handshake.h"
 #include "ordma/engine_impl/local_ring.h"
 #include "ordma/wire.h"
-#include "rpc/log.h"
 #include "rpc/futex.h"
+#include "rpc/log.h"
 
 namespace odafs::ordma {
 namespace {
@@ -45,16 +46,7 @@ class SoftEngineClient final : public EngineClient {
                    const EngineClientOptions& options)
       : fd_(net::connect_tcp(engine)), next_tag_(std::random_device{}()) {
     try {
-      unsigned char greeting[wire::kGreetingBytes];
-      if (!net::read_full(fd_, greeting, sizeof greeting) ||
-          wire::get32(greeting) != wire::kMagic || wire::get16(greeting + 4) != wire::kVersion) {
-        throw std::system_error(EPROTO, std::generic_category(), "engine: bad greeting");
-      }
-      unsigned char hello[wire::kHelloBytes];
-      wire::encode_hello(session.id, prove_session(session.secret, wire::greeting_nonce(greeting)),
-                         hello);
-      iovec iov{hello, sizeof hello};
-      net::write_all(fd_, &iov, 1);
+      answer_greeting(fd_, session);
       unsigned char welcome[wire::kWelcomeBytes];
       if (!net::read_full(fd_, welcome, sizeof welcome) || wire::get32(welcome) != wire::kMagic) {
         throw std::system_error(EACCES, std::generic_category(), "engine: session refused");
@@ -81,9 +73,7 @@ class SoftEngineClient final : public EngineClient {
 
   bool broken() const override { return broken_.load(std::memory_order_acquire); }
 
-  const char* transport() const override {
-    return ring_ && !ring_->broken() ? "ring" : "tcp";
-  }
+  const char* transport() const override { return ring_ && !ring_->broken() ? "ring" : "tcp"; }
 
   Fault read(const Reference& ref, uint32_t offset, uint32_t length, void* dst,
              uint32_t* got) override {
