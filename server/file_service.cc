@@ -1006,6 +1006,7 @@ void FileService::do_stats(rpc::Reply& r) {
   if (engine_) {
     const ordma::EngineStats& es = engine_->stats();
     values.emplace_back("engine.connections", es.connections.load());
+    values.emplace_back("engine.rings", es.rings.load());
     values.emplace_back("engine.reads", es.reads.load());
     values.emplace_back("engine.bytes", es.bytes.load());
     values.emplace_back("engine.pushes", es.pushes.load());

@@ -3,6 +3,7 @@
 //   odafsd --export DIR --listen HOST:PORT [--cache-mb N] [--block-size N] [--threads N]
 //          [--max-io N] [--max-nodes N] [--max-connections N] [--auth-sys]
 //          [--engine-listen HOST:PORT] [--engine-threads N] [--no-ordma]
+//          [--max-rings N] [--no-local-rings]
 //
 // Once ready it prints one line on stdout,
 //   "odafsd ready rpc=HOST:PORT engine=HOST:PORT|none export=DIR",
@@ -30,7 +31,10 @@ namespace {
                "              [--threads N] [--max-io BYTES] [--max-nodes N]\n"
                "              [--max-connections N] [--auth-sys]\n"
                "              [--engine-listen HOST:PORT] [--engine-threads N] [--no-ordma]\n"
+               "              [--max-rings N] [--no-local-rings]\n"
                "  --engine-listen defaults to the --listen host, port 0 (a free port).\n"
+               "  --max-rings caps the shared-memory rings offered to same-host clients;\n"
+               "  --no-local-rings offers none (those clients then read over TCP).\n"
                "  --no-ordma serves RPC only: no one-sided engine, no references.\n"
                "  --listen 127.0.0.1:0 picks a free port; the ready line names it.\n"
                "  --auth-sys acts as each caller's AUTH_SYS uid/gid (needs root).\n");
@@ -66,6 +70,7 @@ int main(int argc, char** argv) {
   size_t max_connections = 1024;
   std::string engine_listen;
   int engine_threads = 1;
+  odafs::ordma::SoftEngineOptions engine_options;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     auto value = [&]() -> const char* {
@@ -93,6 +98,10 @@ int main(int argc, char** argv) {
       engine_listen = value();
     } else if (flag == "--engine-threads") {
       engine_threads = static_cast<int>(number("--engine-threads", value(), 1, 64));
+    } else if (flag == "--max-rings") {
+      engine_options.max_rings = number("--max-rings", value(), 1, 1u << 16);
+    } else if (flag == "--no-local-rings") {
+      engine_options.local_rings = false;
     } else if (flag == "--no-ordma") {
       fs.ordma = false;
     } else if (flag == "--auth-sys") {
@@ -130,7 +139,7 @@ int main(int argc, char** argv) {
     odafs::rpc::Server server(ro);
     service.register_procedures(&server);
     if (fs.ordma) {
-      odafs::ordma::SoftEngineOptions eo;
+      odafs::ordma::SoftEngineOptions eo = engine_options;
       eo.listen = engine_listen.empty() ? odafs::net::Endpoint{ro.listen.host, 0}
                                         : odafs::net::parse_endpoint(engine_listen);
       eo.threads = engine_threads;
