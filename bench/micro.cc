@@ -85,8 +85,8 @@ int main(int argc, char** argv) {
   }
   // ordma reaches the engine the way a client on its host does by default (local rings);
   // ordma_tcp forces the engine's TCP transport, as a client on another host would use.
-  const std::vector<std::string> mechanisms = {"rpc_inline", "rpc_preposted", "direct",
-                                               "ordma_tcp", "ordma"};
+  const std::vector<std::string> mechanisms = {"rpc_inline", "rpc_preposted", "direct", "ordma_tcp",
+                                               "ordma"};
   try {
     const std::string path = "/odafs-micro.dat";
     const size_t file_bytes = file_mb << 20, blocks = file_bytes / block;
@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
     for (const std::string& m : mechanisms) {
       odafs::MountOptions mo;
       mo.read_mode = mode_of(m);
-      mo.local_rings = m == "ordma";  // direct I/O moves its data over TCP either way
+      mo.local_rings = m == "ordma";      // direct I/O moves its data over TCP either way
       mo.directory_entries = blocks * 2;  // headers for the whole file
       mo.cache_blocks = blocks / 4;       // data for a quarter of it
       auto c = odafs::Client::mount(url, mo);
@@ -180,9 +180,8 @@ int main(int argc, char** argv) {
     odafs::Client::mount(url)->unlink(path);
 
     std::printf("second pass, %zu reads of %zu bytes, one thread\n", blocks, block);
-    std::printf("%-14s %9s %9s %9s %12s %10s %13s %8s %8s  %s\n", "mechanism", "mean_us",
-                "p50_us", "p99_us", "srv_cpu_us", "rpc_cpu", "engine_cpu", "ordma", "rpc",
-                "engine_via");
+    std::printf("%-14s %9s %9s %9s %12s %10s %13s %8s %8s  %s\n", "mechanism", "mean_us", "p50_us",
+                "p99_us", "srv_cpu_us", "rpc_cpu", "engine_cpu", "ordma", "rpc", "engine_via");
     for (const Latency& l : lat) {
       std::printf("%-14s %9.1f %9.1f %9.1f %12.2f %10.2f %13.2f %8llu %8llu  %s\n",
                   l.mechanism.c_str(), l.mean_us, l.p50_us, l.p99_us, l.cpu_total, l.cpu_rpc,
@@ -214,8 +213,8 @@ int main(int argc, char** argv) {
                     "\"server_cpu_us_per_op_rpc\": %.3f, \"server_cpu_us_per_op_engine\": %.3f, "
                     "\"ordma_reads\": %llu, \"rpc_reads\": %llu}%s\n",
                     l.mechanism.c_str(), l.transport.c_str(), l.mean_us, l.p50_us, l.p99_us,
-                    l.cpu_total, l.cpu_rpc,
-                    l.cpu_engine, static_cast<unsigned long long>(l.ordma_reads),
+                    l.cpu_total, l.cpu_rpc, l.cpu_engine,
+                    static_cast<unsigned long long>(l.ordma_reads),
                     static_cast<unsigned long long>(l.rpc_reads), i + 1 < lat.size() ? "," : "");
       json += line;
     }
