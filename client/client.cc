@@ -96,7 +96,8 @@ void check_name(const std::string& name) {
 
 // ---------------------------------------------------------------- Client: connection
 
-Client::Client(const std::string& url, MountOptions options) : url_(url), options_(options) {}
+Client::Client(const std::string& url, MountOptions options)
+    : url_(url), options_(options), read_mode_(options.read_mode) {}
 
 Client::~Client() = default;
 
@@ -263,7 +264,7 @@ size_t Client::read_chunk(rpc::Call& call, const Handle& fh, void* buf, size_t l
   args.session = session_for_reads();
   stats_.rpc_reads.fetch_add(1, std::memory_order_relaxed);
   return with_channel(true, [&](rpc::Channel& ch) -> size_t {
-    if (options_.read_mode != ReadMode::kInline) call.post(buf, len, kReadReplyHeaderBytes);
+    if (read_mode() != ReadMode::kInline) call.post(buf, len, kReadReplyHeaderBytes);
     ch.start(call, ODAFSPROC_READ, to_xdrproc(xdr_read_args), &args);
     XDR x;
     ch.wait(call, &x);
@@ -300,7 +301,7 @@ void Client::start_read(AsyncRead& op, const Handle& fh, void* buf, size_t len, 
   op.channel_ = channel();
   op.buf_ = buf;
   op.len_ = len;
-  if (options_.read_mode != ReadMode::kInline) op.call_->post(buf, len, kReadReplyHeaderBytes);
+  if (read_mode() != ReadMode::kInline) op.call_->post(buf, len, kReadReplyHeaderBytes);
   try {
     op.channel_->start(*op.call_, ODAFSPROC_READ, to_xdrproc(xdr_read_args), &args);
   } catch (const rpc::RpcError& e) {
@@ -381,7 +382,7 @@ void Client::setattr_size(const Handle& fh, uint64_t size) {
 // ---------------------------------------------------------------- Client: one-sided reads
 
 uint64_t Client::session_for_reads() const {
-  if (options_.read_mode != ReadMode::kOrdma) return 0;  // RPC-only measurement modes
+  if (read_mode() != ReadMode::kOrdma) return 0;  // RPC-only measurement modes
   std::lock_guard lock(channel_mu_);
   return session_id_;
 }
@@ -421,10 +422,10 @@ size_t Client::directory_size() const { return cache_ ? cache_->size() : 0; }
 
 size_t Client::read_file(const Handle& fh, uint64_t fileid, void* buf, size_t len,
                          uint64_t offset) {
-  if (options_.read_mode == ReadMode::kDirect) return read_direct(fh, buf, len, offset);
+  if (read_mode() == ReadMode::kDirect) return read_direct(fh, buf, len, offset);
   if (cache_->data_capacity() > 0) return read_file_cached(fh, fileid, buf, len, offset);
   bool eof = false;
-  if (options_.read_mode != ReadMode::kOrdma) return read(fh, buf, len, offset, &eof);
+  if (read_mode() != ReadMode::kOrdma) return read(fh, buf, len, offset, &eof);
   std::shared_ptr<ordma::EngineClient> eng = engine();
   if (!eng) return read(fh, buf, len, offset, &eof);
   const uint64_t bs = limits_.block_size;
@@ -480,8 +481,7 @@ size_t Client::read_file(const Handle& fh, uint64_t fileid, void* buf, size_t le
 size_t Client::read_file_cached(const Handle& fh, uint64_t fileid, void* buf, size_t len,
                                 uint64_t offset) {
   const uint64_t bs = limits_.block_size;
-  std::shared_ptr<ordma::EngineClient> eng =
-      options_.read_mode == ReadMode::kOrdma ? engine() : nullptr;
+  std::shared_ptr<ordma::EngineClient> eng = read_mode() == ReadMode::kOrdma ? engine() : nullptr;
   thread_local std::vector<char> scratch;
   thread_local rpc::Call call;
   auto* out = static_cast<char*>(buf);
@@ -539,7 +539,7 @@ size_t Client::read_file_cached(const Handle& fh, uint64_t fileid, void* buf, si
     std::memcpy(out + done, scratch.data() + in_block, take);
     done += take;
     if (n < span || take == 0) break;  // end of file
-    if (!eng && options_.read_mode == ReadMode::kOrdma) eng = engine();
+    if (!eng && read_mode() == ReadMode::kOrdma) eng = engine();
   }
   return done;
 }

@@ -263,8 +263,13 @@ class Client {
   std::string engine_transport() const;
 
   const ServerLimits& limits() const { return limits_; }
+  // The options as mounted; options().read_mode is the mount-time mode, read_mode() the
+  // current one.
   const MountOptions& options() const { return options_; }
-  void set_read_mode(ReadMode mode) { options_.read_mode = mode; }
+  // Switches how later reads travel (for measurement). Thread-safe; reads under way finish
+  // the way they started.
+  void set_read_mode(ReadMode mode) { read_mode_.store(mode, std::memory_order_relaxed); }
+  ReadMode read_mode() const { return read_mode_.load(std::memory_order_relaxed); }
 
   // Handle-level calls, for tools and tests that need the protocol's view.
   Handle root() const;
@@ -307,6 +312,7 @@ class Client {
   std::string url_;
   std::string mount_path_;
   MountOptions options_;
+  std::atomic<ReadMode> read_mode_;
   ServerLimits limits_;
   Handle root_{};
   mutable std::mutex channel_mu_;
