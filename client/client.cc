@@ -496,6 +496,7 @@ size_t Client::read_file_cached(const Handle& fh, uint64_t fileid, void* buf, si
       done += chunk;
       continue;
     }
+    uint64_t ticket = cache_->data_ticket();  // before the fetch: see ClientCache::store
     ordma::Reference ref;
     if (eng && cache_->find(fileid, block, &ref) && ref.length > in_block) {
       // The whole block travels one-sided and stays in the cache.
@@ -505,7 +506,7 @@ size_t Client::read_file_cached(const Handle& fh, uint64_t fileid, void* buf, si
       if (f == ordma::Fault::kNone) {
         stats_.ordma_reads.fetch_add(1, std::memory_order_relaxed);
         stats_.ordma_bytes.fetch_add(got, std::memory_order_relaxed);
-        cache_->store(fileid, block, scratch.data(), got);
+        cache_->store(fileid, block, scratch.data(), got, ticket);
         uint32_t n = std::min<uint32_t>(chunk, got - in_block);
         std::memcpy(out + done, scratch.data() + in_block, n);
         done += n;
@@ -532,7 +533,8 @@ size_t Client::read_file_cached(const Handle& fh, uint64_t fileid, void* buf, si
     for (size_t b = 0; b * bs < n; ++b) {
       size_t valid = std::min<size_t>(bs, n - b * bs);
       if (valid == bs || n < span || eof) {
-        cache_->store(fileid, block + b, scratch.data() + b * bs, static_cast<uint32_t>(valid));
+        cache_->store(fileid, block + b, scratch.data() + b * bs, static_cast<uint32_t>(valid),
+                      ticket);
       }
     }
     size_t take = n > in_block ? std::min<size_t>(n - in_block, len - done) : 0;

@@ -123,9 +123,11 @@ bool ClientCache::has_data(uint64_t file, uint64_t block) {
   return h != nullptr && h->slot >= 0;
 }
 
-void ClientCache::store(uint64_t file, uint64_t block, const void* data, uint32_t valid) {
+void ClientCache::store(uint64_t file, uint64_t block, const void* data, uint32_t valid,
+                        uint64_t ticket) {
   if (data_blocks_ == 0) return;
   std::lock_guard lock(mu_);
+  if (data_epoch_.load(std::memory_order_relaxed) != ticket) return;  // changed meanwhile
   Header& h = claim_locked(file, block);
   if (h.slot < 0) {
     if (free_slots_.empty()) {
@@ -146,6 +148,7 @@ void ClientCache::store(uint64_t file, uint64_t block, const void* data, uint32_
 
 void ClientCache::forget_data(uint64_t file, uint64_t first_block, uint64_t last_block) {
   std::lock_guard lock(mu_);
+  data_epoch_.fetch_add(1, std::memory_order_release);
   if (last_block - first_block >= data_blocks_) {
     for (auto it = data_lru_.begin(); it != data_lru_.end();) {
       Header& h = *it++;

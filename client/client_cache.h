@@ -53,9 +53,15 @@ class ClientCache {
   // Copies [offset, offset + len) of the block to dst when the cache holds those bytes.
   bool read(uint64_t file, uint64_t block, uint32_t offset, uint32_t len, void* dst);
   bool has_data(uint64_t file, uint64_t block);
-  // Keeps the block's first `valid` bytes (REQUIRES valid <= block size). No-op without
-  // data blocks.
-  void store(uint64_t file, uint64_t block, const void* data, uint32_t valid);
+  // A reader takes a ticket before it fetches a block from the server and hands it to
+  // store(). Any forget_* in between (a write or truncation by this client, or a change
+  // seen at open) voids the ticket, so bytes fetched before that change are never cached
+  // after it. One counter for the whole cache: a write to one file makes reads of others
+  // under way skip caching once, which costs a later miss, never correctness.
+  uint64_t data_ticket() const { return data_epoch_.load(std::memory_order_acquire); }
+  // Keeps the block's first `valid` bytes (REQUIRES valid <= block size), unless the ticket
+  // is void. No-op without data blocks.
+  void store(uint64_t file, uint64_t block, const void* data, uint32_t valid, uint64_t ticket);
   void forget_data(uint64_t file, uint64_t first_block, uint64_t last_block);
   void forget_file_data(uint64_t file);
   // Close-to-open: records the file's change stamp; drops its data if it differs from the
@@ -128,6 +134,7 @@ class ClientCache {
   std::unordered_map<uint64_t, Stamp> stamps_;  // per file, at its last open
   size_t mapped_ = 0;
   std::atomic<uint64_t> evictions_{0};
+  std::atomic<uint64_t> data_epoch_{0};  // bumped under mu_ by every forget_*
 };
 
 }  // namespace odafs

@@ -311,6 +311,39 @@ TEST_CASE("client cache: close-to-open sees other clients' writes; own writes in
   }
 }
 
+TEST_CASE("client cache: bytes fetched before this client's write are never cached after it") {
+  odafs::ClientCache cache(8, 4, 4096);
+  std::string old_bytes(4096, 'o');
+  uint64_t ticket = cache.data_ticket();  // a reader starts fetching block 0 of file 7
+  cache.forget_data(7, 0, 0);             // meanwhile this client's write to it completes
+  cache.store(7, 0, old_bytes.data(), 4096, ticket);
+  CHECK_FALSE(cache.has_data(7, 0));
+  cache.forget_data(9, 0, 0);  // the ticket is cache-wide: other files' changes void it too
+  cache.store(7, 0, old_bytes.data(), 4096, cache.data_ticket());
+  CHECK(cache.has_data(7, 0));
+
+  // The same through a real server: a writer and a reader sharing one mount. Once the
+  // writer stops, the reader must see its last write, whatever it cached on the way.
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--block-size", "4096"});
+  write_local(dir / "race", std::string(4096, 'a'));
+  auto fs = Client::mount(server.url());
+  File w = fs->open("race", O_RDWR);
+  File r = fs->open("race");
+  std::atomic<bool> stop{false};
+  std::thread reader([&] {
+    while (!stop) read_all(r, 4096);
+  });
+  std::string last;
+  for (int v = 0; v < 400; ++v) {
+    last.assign(4096, static_cast<char>('a' + v % 26));
+    w.pwrite(last.data(), last.size(), 0);
+  }
+  stop = true;
+  reader.join();
+  CHECK(read_all(r, 4096) == last);
+}
+
 TEST_CASE("direct reads: the server's engine writes into the caller's buffer") {
   TempDir dir;
   ServerProcess server(dir.path(), {"--block-size", "4096", "--max-io", "65536"});
