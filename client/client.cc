@@ -633,6 +633,8 @@ size_t Client::write_direct(const Handle& fh, const void* buf, size_t len, uint6
     ch->wait(call, &x);
     write_res res{};
     if (!xdr_write_res(&x, &res)) fail(EPROTO, "write_direct: malformed reply");
+    // No engine, or every direct-write place taken: nothing was written; write by RPC.
+    if (res.status == ODAFS_ERR_NOTSUPP) return write(fh, buf, len, offset, how, verf, committed);
     check(res.status, "write_direct");
     if (f != ordma::Fault::kNone) fail(EIO, std::string("write_direct: ") + ordma::fault_name(f));
     std::memcpy(verf->data(), res.write_res_u.ok.verf, verf->size());

@@ -871,6 +871,17 @@ void FileService::do_write_direct(const rpc::CallContext& ctx, write_direct_args
   if (!node) return cancel();
   odafs_stat status = check_write(ctx, *node, st, a.offset, a.count);
   if (status == ODAFS_OK && (!engine_ || a.session == 0)) status = ODAFS_ERR_NOTSUPP;
+  // Take a place among the writes that may wait on their clients (see Options).
+  bool placed = false;
+  if (status == ODAFS_OK) {
+    placed =
+        direct_writes_waiting_.fetch_add(1, std::memory_order_acq_rel) < options_.max_direct_writes;
+    if (!placed) {
+      direct_writes_waiting_.fetch_sub(1, std::memory_order_acq_rel);
+      direct_writes_refused_.fetch_add(1, std::memory_order_relaxed);
+      status = ODAFS_ERR_NOTSUPP;  // the client writes by RPC instead
+    }
+  }
   if (status != ODAFS_OK) {
     cancel();
     return reply_status<write_res>(r, xp(xdr_write_res), status);
@@ -878,6 +889,7 @@ void FileService::do_write_direct(const rpc::CallContext& ctx, write_direct_args
   thread_local std::vector<char> data;
   ordma::Fault f =
       engine_->pull(a.session, a.buffer, a.buffer_offset, a.tag, a.count, kPullTimeoutMs, &data);
+  direct_writes_waiting_.fetch_sub(1, std::memory_order_acq_rel);
   if (f != ordma::Fault::kNone) {
     if (f == ordma::Fault::kTransport) cancel();  // timed out: the client may still wait
     ODAFS_LOG_WARN("WRITE_DIRECT: pulling from the client failed: %s", ordma::fault_name(f));
@@ -1003,6 +1015,7 @@ void FileService::do_stats(rpc::Reply& r) {
   values.emplace_back("cache.blocks", cache_.block_count());
   values.emplace_back("cache.block_size", cache_.block_size());
   values.emplace_back("nodes.live", nodes_.size());
+  values.emplace_back("direct_writes.refused_busy", direct_writes_refused_.load());
   if (engine_) {
     const ordma::EngineStats& es = engine_->stats();
     values.emplace_back("engine.connections", es.connections.load());

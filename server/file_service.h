@@ -32,6 +32,11 @@ class FileService {
     size_t max_nodes = 65536;
     bool auth_sys = false;  // act as the AUTH_SYS caller (needs root)
     bool ordma = true;      // false: RPC only, no references (the DAFS baseline)
+    // Direct writes waiting on their client's bytes at once. Each holds an RPC thread until
+    // the client answers (or kPullTimeoutMs), so keep this below the RPC thread count: a
+    // client that never answers must not stall everyone. Past it, WRITE_DIRECT replies
+    // NOTSUPP and the client writes by plain RPC. 0 turns direct writes off.
+    size_t max_direct_writes = 3;
   };
 
   // Throws std::system_error when the export cannot be opened.
@@ -120,6 +125,8 @@ class FileService {
   rpc::Server* server_ = nullptr;
   std::atomic<uint64_t> bytes_read_{0};
   std::atomic<uint64_t> bytes_written_{0};
+  std::atomic<size_t> direct_writes_waiting_{0};
+  std::atomic<uint64_t> direct_writes_refused_{0};  // over max_direct_writes
 };
 
 }  // namespace odafs::server

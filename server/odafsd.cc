@@ -3,7 +3,7 @@
 //   odafsd --export DIR --listen HOST:PORT [--cache-mb N] [--block-size N] [--threads N]
 //          [--max-io N] [--max-nodes N] [--max-connections N] [--auth-sys]
 //          [--engine-listen HOST:PORT] [--engine-threads N] [--no-ordma]
-//          [--max-rings N] [--no-local-rings]
+//          [--max-rings N] [--no-local-rings] [--max-direct-writes N]
 //
 // Once ready it prints one line on stdout,
 //   "odafsd ready rpc=HOST:PORT engine=HOST:PORT|none export=DIR",
@@ -31,10 +31,12 @@ namespace {
                "              [--threads N] [--max-io BYTES] [--max-nodes N]\n"
                "              [--max-connections N] [--auth-sys]\n"
                "              [--engine-listen HOST:PORT] [--engine-threads N] [--no-ordma]\n"
-               "              [--max-rings N] [--no-local-rings]\n"
+               "              [--max-rings N] [--no-local-rings] [--max-direct-writes N]\n"
                "  --engine-listen defaults to the --listen host, port 0 (a free port).\n"
                "  --max-rings caps the shared-memory rings offered to same-host clients;\n"
                "  --no-local-rings offers none (those clients then read over TCP).\n"
+               "  --max-direct-writes caps direct writes waiting on clients (default:\n"
+               "  --threads - 1; 0 turns them off); past it clients write by RPC.\n"
                "  --no-ordma serves RPC only: no one-sided engine, no references.\n"
                "  --listen 127.0.0.1:0 picks a free port; the ready line names it.\n"
                "  --auth-sys acts as each caller's AUTH_SYS uid/gid (needs root).\n");
@@ -71,6 +73,7 @@ int main(int argc, char** argv) {
   std::string engine_listen;
   int engine_threads = 1;
   odafs::ordma::SoftEngineOptions engine_options;
+  long max_direct_writes = -1;  // -1: --threads - 1
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     auto value = [&]() -> const char* {
@@ -100,6 +103,8 @@ int main(int argc, char** argv) {
       engine_threads = static_cast<int>(number("--engine-threads", value(), 1, 64));
     } else if (flag == "--max-rings") {
       engine_options.max_rings = number("--max-rings", value(), 1, 1u << 16);
+    } else if (flag == "--max-direct-writes") {
+      max_direct_writes = static_cast<long>(number("--max-direct-writes", value(), 0, 1024));
     } else if (flag == "--no-local-rings") {
       engine_options.local_rings = false;
     } else if (flag == "--no-ordma") {
@@ -113,6 +118,9 @@ int main(int argc, char** argv) {
     }
   }
   if (fs.export_root.empty() || listen.empty()) usage("--export and --listen are required");
+  // One RPC thread always stays free of direct writes waiting on clients.
+  fs.max_direct_writes = max_direct_writes >= 0 ? static_cast<size_t>(max_direct_writes)
+                                                : static_cast<size_t>(threads - 1);
 
   // Signals go to the main thread's sigwait only; pool threads inherit the mask.
   sigset_t stop_signals;

@@ -408,6 +408,51 @@ TEST_CASE("direct writes: the server's engine pulls from the caller's buffer") {
   CHECK(fs->stats().direct_writes.load() == 5);
 }
 
+TEST_CASE("direct writes past the server's cap go by RPC; the data is the same") {
+  TempDir dir;
+  std::vector<std::string> flags = {"--block-size", "4096", "--threads", "2"};
+  size_t cap = 1;  // odafsd's default with 2 RPC threads: one always stays free
+  SUBCASE("direct writes turned off") {
+    flags.insert(flags.end(), {"--max-direct-writes", "0"});
+    cap = 0;
+  }
+  SUBCASE("many writers, one place") {}
+  ServerProcess server(dir.path(), flags);
+  odafs::MountOptions mo = remote_only();
+  mo.direct_writes = true;
+  auto fs = Client::mount(server.url(), mo);
+  constexpr int kWriters = 6, kRounds = 30;
+  {
+    File f = fs->open("many", O_RDWR | O_CREAT);
+    std::vector<std::thread> writers;
+    for (int t = 0; t < kWriters; ++t) {
+      writers.emplace_back([&, t] {
+        for (int round = 0; round < kRounds; ++round) {
+          std::string block = pattern(4096, static_cast<uint64_t>(1000 * t + round));
+          CHECK(f.pwrite(block.data(), block.size(), uint64_t(t) * 4096) == 4096);
+        }
+      });
+    }
+    for (auto& w : writers) w.join();
+    f.close();
+  }
+  std::string expect;
+  for (int t = 0; t < kWriters; ++t) {
+    expect += pattern(4096, static_cast<uint64_t>(1000 * t + kRounds - 1));
+  }
+  CHECK(odafs::test::read_local(dir / "many") == expect);
+  uint64_t direct = fs->stats().direct_writes.load();
+  uint64_t refused = server_stat(*fs, "direct_writes.refused_busy");
+  CHECK(direct + refused == kWriters * kRounds);
+  CHECK(server_stat(*fs, "calls.WRITE") == refused);
+  CHECK(server_stat(*fs, "engine.pulls") == direct);
+  if (cap == 0) {
+    CHECK(direct == 0);
+  } else {
+    CHECK(direct > 0);
+  }
+}
+
 TEST_CASE("direct writes fall back to RPC without an engine") {
   TempDir dir;
   ServerProcess server(dir.path(), {"--no-ordma"});
