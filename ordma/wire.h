@@ -106,6 +106,13 @@ inline void encode_welcome(uint8_t flags, const unsigned char* token16, unsigned
   if (token16 != nullptr) std::memcpy(out + 8, token16, 16);
 }
 
+// True when a WELCOME offers local rings; their token is then copied to token16.
+inline bool welcome_offers_rings(const unsigned char* in, unsigned char* token16) {
+  if ((in[5] & kWelcomeOffersRings) == 0) return false;
+  std::memcpy(token16, in + 8, 16);
+  return true;
+}
+
 // Layout of READ: type u8, 0 u8, 0 u16, tag u32, segment u32, generation u32, ref offset
 // u32, ref length u32, rights u32, session u64, capability[16], offset u32, length u32.
 inline void encode(const ReadRequest& r, unsigned char* p) {

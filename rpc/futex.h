@@ -11,13 +11,20 @@
 
 namespace odafs {
 
+// Who may wait on or wake a word: threads of this process only (the cheaper default), or
+// any process mapping the word's page (MAP_SHARED memory; the kernel then keys the wait by
+// the backing page). Waiter and waker must agree.
+enum class FutexScope { kProcess, kShared };
+
 // Sleeps while *word == expected (returns at once otherwise), at most until deadline
 // (CLOCK_MONOTONIC) when one is given. Spurious returns happen: re-check the word.
 inline void futex_wait(std::atomic<uint32_t>* word, uint32_t expected,
-                       const timespec* deadline = nullptr) {
+                       const timespec* deadline = nullptr,
+                       FutexScope scope = FutexScope::kProcess) {
   static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_BITSET_PRIVATE, expected,
-          deadline, nullptr, FUTEX_BITSET_MATCH_ANY);
+  int op = scope == FutexScope::kProcess ? FUTEX_WAIT_BITSET_PRIVATE : FUTEX_WAIT_BITSET;
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, expected, deadline, nullptr,
+          FUTEX_BITSET_MATCH_ANY);
 }
 
 // CLOCK_MONOTONIC deadlines for futex_wait.
@@ -39,21 +46,10 @@ inline bool deadline_passed(const timespec& d) {
   return now.tv_sec > d.tv_sec || (now.tv_sec == d.tv_sec && now.tv_nsec >= d.tv_nsec);
 }
 
-inline void futex_wake(std::atomic<uint32_t>* word, int count = INT32_MAX) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, count, nullptr, nullptr,
-          0);
-}
-
-// The same on a word in memory shared between processes (MAP_SHARED): the kernel keys the
-// wait by the backing page rather than this process's address space.
-inline void futex_wait_shared(std::atomic<uint32_t>* word, uint32_t expected,
-                              const timespec* deadline = nullptr) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_BITSET, expected, deadline,
-          nullptr, FUTEX_BITSET_MATCH_ANY);
-}
-
-inline void futex_wake_shared(std::atomic<uint32_t>* word, int count = INT32_MAX) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, count, nullptr, nullptr, 0);
+inline void futex_wake(std::atomic<uint32_t>* word, int count = INT32_MAX,
+                       FutexScope scope = FutexScope::kProcess) {
+  int op = scope == FutexScope::kProcess ? FUTEX_WAKE_PRIVATE : FUTEX_WAKE;
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, count, nullptr, nullptr, 0);
 }
 
 }  // namespace odafs

@@ -871,16 +871,13 @@ void FileService::do_write_direct(const rpc::CallContext& ctx, write_direct_args
   if (!node) return cancel();
   odafs_stat status = check_write(ctx, *node, st, a.offset, a.count);
   if (status == ODAFS_OK && (!engine_ || a.session == 0)) status = ODAFS_ERR_NOTSUPP;
-  // Take a place among the writes that may wait on their clients (see Options).
-  bool placed = false;
-  if (status == ODAFS_OK) {
-    placed =
-        direct_writes_waiting_.fetch_add(1, std::memory_order_acq_rel) < options_.max_direct_writes;
-    if (!placed) {
-      direct_writes_waiting_.fetch_sub(1, std::memory_order_acq_rel);
-      direct_writes_refused_.fetch_add(1, std::memory_order_relaxed);
-      status = ODAFS_ERR_NOTSUPP;  // the client writes by RPC instead
-    }
+  // Take a place among the writes that may wait on their clients (see Options); without
+  // one the client writes by RPC instead.
+  if (status == ODAFS_OK && direct_writes_waiting_.fetch_add(1, std::memory_order_acq_rel) >=
+                                options_.max_direct_writes) {
+    direct_writes_waiting_.fetch_sub(1, std::memory_order_acq_rel);
+    direct_writes_refused_.fetch_add(1, std::memory_order_relaxed);
+    status = ODAFS_ERR_NOTSUPP;
   }
   if (status != ODAFS_OK) {
     cancel();

@@ -77,16 +77,15 @@ const char* expected_transport(const EngineClientOptions& o) {
   return o.local_rings ? "ring" : "tcp";
 }
 
-// The ring token the engine offers `s` in its TCP WELCOME (all zero when it offers none).
+// The ring token the engine offers `s` in its TCP WELCOME (it must offer one).
 ring::Token offered_token(const Stack& st, const Session& s) {
   int fd = raw_connect(st.where());
   answer_greeting(fd, s);
   unsigned char welcome[wire::kWelcomeBytes];
   REQUIRE(odafs::net::read_full(fd, welcome, sizeof welcome));
   close(fd);
-  REQUIRE((welcome[5] & wire::kWelcomeOffersRings) != 0);
-  ring::Token token;
-  std::memcpy(token.data(), welcome + 8, token.size());
+  ring::Token token{};
+  REQUIRE(wire::welcome_offers_rings(welcome, token.data()));
   return token;
 }
 

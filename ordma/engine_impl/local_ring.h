@@ -45,7 +45,7 @@ namespace odafs::ordma::ring {
 
 inline constexpr uint32_t kMagic = 0x4f44524e;  // "ODRN"
 inline constexpr uint32_t kVersion = 1;
-inline constexpr uint32_t kSlots = 64;  // one bit each in Header::posted
+inline constexpr uint32_t kSlots = 64;  // one bit each in Header::posted (a u64)
 enum SlotState : uint32_t { kFree = 0, kPosted = 1, kPostedWaiting = 2, kDone = 3 };
 
 using Token = std::array<unsigned char, 16>;
@@ -121,7 +121,7 @@ class RingClient {
 
   // Reads like EngineClient::read. Returns false, doing nothing, when every slot is busy or
   // the request does not fit a slot (the caller then reads over TCP); otherwise *fault is
-  // the outcome (kTransport once the engine is gone).
+  // the outcome (kTransport once the engine is gone, or the ring broke meanwhile).
   bool read(const Reference& ref, uint32_t offset, uint32_t length, void* dst, uint32_t* got,
             Fault* fault);
   bool broken() const { return broken_.load(std::memory_order_acquire); }

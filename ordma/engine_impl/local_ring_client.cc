@@ -133,7 +133,7 @@ RingClient::RingClient(int sock, int doorbell, void* base, size_t bytes)
       base_(base),
       bytes_(bytes),
       slot_bytes_(header(base)->slot_bytes),
-      free_(kSlots == 64 ? ~uint64_t{0} : (uint64_t{1} << kSlots) - 1) {}
+      free_(~uint64_t{0}) {}
 
 RingClient::~RingClient() {
   // Reads in flight are the owner's to have finished: EngineClient's contract.
@@ -149,7 +149,7 @@ void RingClient::ring_doorbell() {
 
 bool RingClient::read(const Reference& ref, uint32_t offset, uint32_t length, void* dst,
                       uint32_t* got, Fault* fault) {
-  if (length > slot_bytes_ || broken()) return false;
+  if (length > slot_bytes_) return false;
   uint64_t mask = free_.load(std::memory_order_acquire);
   uint64_t bit;
   do {
@@ -203,7 +203,7 @@ Fault RingClient::await(Slot& s) {
     s.state.compare_exchange_strong(st, kPostedWaiting, std::memory_order_acq_rel);
     if (s.state.load(std::memory_order_acquire) == kDone) return Fault::kNone;
     timespec deadline = deadline_after_ms(kAliveCheckMs);
-    futex_wait_shared(&s.state, kPostedWaiting, &deadline);
+    futex_wait(&s.state, kPostedWaiting, &deadline, FutexScope::kShared);
     if (s.state.load(std::memory_order_acquire) == kDone) return Fault::kNone;
     // The engine never writes to this socket after WELCOME: anything on it means it closed.
     pollfd pfd{sock_, POLLIN | POLLRDHUP, 0};

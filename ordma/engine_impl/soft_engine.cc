@@ -47,12 +47,12 @@ constexpr size_t kInBytes = 64 * 1024;
 // (it rings the doorbell itself to come back).
 constexpr int kRingRoundsPerWake = 16;
 
-// A local ring's server side: the shared mapping and the doorbell. The geometry is the
-// engine's own copy; the header in shared memory is the client's to scribble on.
+// A local ring's server side: the shared mapping and the doorbell. The engine takes the
+// geometry from its own memory (slot_bytes()), never from the header in shared memory,
+// which is the client's to scribble on.
 struct Ring {
   void* base = MAP_FAILED;
   size_t bytes = 0;
-  uint32_t slot_bytes = 0;
   int doorbell = -1;
   ~Ring() {
     if (base != MAP_FAILED) munmap(base, bytes);
@@ -408,57 +408,47 @@ class SoftEngine final : public Engine {
   // held. False closes the connection.
   bool open_ring(Conn* c) {
     if (!flush(c) || c->backlog() > 0) return false;  // the greeting left long ago
-    // Reserve the ring's place under the cap; the reservation passes to c->ring below (and
-    // is returned when c drops) or back here on failure.
+    // The ring's place under the cap is taken here and held by c->ring from now on: every
+    // failure below closes c, and the drop gives the place back.
     if (rings_.fetch_add(1, std::memory_order_relaxed) >= options_.max_rings) {
       rings_.fetch_sub(1, std::memory_order_relaxed);
       ODAFS_LOG_WARN("engine: refused a local ring (%zu open)", options_.max_rings);
       return false;
     }
-    bool reserved = true;
-    struct Release {
-      std::atomic<size_t>& count;
-      bool& held;
-      ~Release() {
-        if (held) count.fetch_sub(1, std::memory_order_relaxed);
-      }
-    } release{rings_, reserved};
-    auto r = std::make_unique<Ring>();
-    r->slot_bytes = static_cast<uint32_t>(memory_.segment_bytes);
-    r->bytes = ring::ring_bytes(r->slot_bytes);
+    c->ring = std::make_unique<Ring>();
+    Ring& r = *c->ring;
+    r.bytes = ring::ring_bytes(slot_bytes());
     int mfd = memfd_create("odafs-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (mfd < 0) {
       ODAFS_LOG_WARN("engine: local ring: memfd_create: %s", strerror(errno));
       return false;
     }
     // Sealed: the client cannot shrink the file under the engine's mapping (SIGBUS).
-    bool ok = ftruncate(mfd, static_cast<off_t>(r->bytes)) == 0 &&
+    bool ok = ftruncate(mfd, static_cast<off_t>(r.bytes)) == 0 &&
               fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0;
-    if (ok) r->base = mmap(nullptr, r->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
-    if (ok) r->doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (!ok || r->base == MAP_FAILED || r->doorbell < 0) {
+    if (ok) r.base = mmap(nullptr, r.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    if (ok) r.doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (!ok || r.base == MAP_FAILED || r.doorbell < 0) {
       ODAFS_LOG_WARN("engine: local ring setup failed: %s", strerror(errno));
       close(mfd);
       return false;
     }
-    ring::Header* h = ring::header(r->base);  // the file starts zeroed: every slot kFree
+    ring::Header* h = ring::header(r.base);  // the file starts zeroed: every slot kFree
     h->magic = ring::kMagic;
     h->version = ring::kVersion;
     h->slots = ring::kSlots;
-    h->slot_bytes = r->slot_bytes;
+    h->slot_bytes = slot_bytes();
 
     // Registered and counted before WELCOME: once the client has it, the ring is live.
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLET;  // every doorbell write is an edge; the count is never read
     ev.data.u64 = reinterpret_cast<uintptr_t>(c) | kDoorbellBit;
-    if (epoll_ctl(c->ep, EPOLL_CTL_ADD, r->doorbell, &ev) != 0) {
+    if (epoll_ctl(c->ep, EPOLL_CTL_ADD, r.doorbell, &ev) != 0) {
       close(mfd);
       return false;
     }
-    int fds[2] = {mfd, r->doorbell};
-    c->ring = std::move(r);
-    reserved = false;  // c->ring holds it now
     stats_.rings.fetch_add(1, std::memory_order_relaxed);
+    int fds[2] = {mfd, r.doorbell};
 
     unsigned char welcome[wire::kWelcomeBytes];
     wire::encode_welcome(0, nullptr, welcome);
@@ -480,6 +470,9 @@ class SoftEngine final : public Engine {
     c->in_len = 0;
     return true;
   }
+
+  // A slot's data area holds one segment.
+  uint32_t slot_bytes() const { return static_cast<uint32_t>(memory_.segment_bytes); }
 
   // Serves the posted slots of c's ring until none are left (or the round budget is
   // spent). Owner thread only. engine_awake tells clients they need not ring: the store of
@@ -518,32 +511,41 @@ class SoftEngine final : public Engine {
     unsigned char frame[wire::kReadRequestBytes];
     std::memcpy(frame, s.request, sizeof frame);  // checked and used from our copy only
     wire::ReadRequest req;
-    Fault f = Fault::kNone;
-    if (!wire::decode(frame, &req)) {
-      f = Fault::kBadRequest;
-    } else if (req.length > r.slot_bytes) {
-      f = Fault::kOutOfBounds;
-    } else {
-      f = admit(c, req);
-    }
-    if (f == Fault::kNone) f = table_->pin(req.ref.segment, req.ref.generation);
-    uint32_t length = 0;
-    if (f == Fault::kNone) {
-      stats_.reads.fetch_add(1, std::memory_order_relaxed);
-      stats_.bytes.fetch_add(req.length, std::memory_order_relaxed);
-      std::memcpy(ring::slot_data(r.base, r.slot_bytes, i),
-                  memory_.base + size_t{req.ref.segment} * memory_.segment_bytes + req.offset,
-                  req.length);
-      table_->unpin(req.ref.segment);
-      length = req.length;
+    Fault f = Fault::kBadRequest;
+    const std::byte* bytes = nullptr;
+    if (wire::decode(frame, &req)) {
+      f = admit_and_pin(c, req, &bytes);
     } else {
       stats_.faults[static_cast<size_t>(f)].fetch_add(1, std::memory_order_relaxed);
+    }
+    uint32_t length = 0;
+    if (f == Fault::kNone) {
+      // admit() kept the range inside one segment, and a slot holds a segment.
+      std::memcpy(ring::slot_data(r.base, slot_bytes(), i), bytes, req.length);
+      table_->unpin(req.ref.segment);
+      length = req.length;
     }
     s.fault.store(static_cast<uint32_t>(f), std::memory_order_relaxed);
     s.length.store(length, std::memory_order_relaxed);
     if (s.state.exchange(ring::kDone, std::memory_order_acq_rel) == ring::kPostedWaiting) {
-      futex_wake_shared(&s.state, 1);
+      futex_wake(&s.state, 1, FutexScope::kShared);
     }
+  }
+
+  // Admits r and pins its segment; counts the outcome either way. On kNone, *bytes is the
+  // requested range and the caller unpins once the bytes are copied or sent. The read is
+  // counted before its bytes can reach the client: whoever sees the data sees the count.
+  Fault admit_and_pin(const Conn* c, const wire::ReadRequest& r, const std::byte** bytes) {
+    Fault f = admit(c, r);
+    if (f == Fault::kNone) f = table_->pin(r.ref.segment, r.ref.generation);
+    if (f != Fault::kNone) {
+      stats_.faults[static_cast<size_t>(f)].fetch_add(1, std::memory_order_relaxed);
+      return f;
+    }
+    stats_.reads.fetch_add(1, std::memory_order_relaxed);
+    stats_.bytes.fetch_add(r.length, std::memory_order_relaxed);
+    *bytes = memory_.base + size_t{r.ref.segment} * memory_.segment_bytes + r.offset;
+    return Fault::kNone;
   }
 
   Fault admit(const Conn* c, const wire::ReadRequest& r) const {
@@ -565,21 +567,15 @@ class SoftEngine final : public Engine {
   void serve(Conn* c, const wire::ReadRequest& r, bool send_now) {
     wire::Response resp;
     resp.tag = r.tag;
-    resp.fault = admit(c, r);
-    if (resp.fault == Fault::kNone) resp.fault = table_->pin(r.ref.segment, r.ref.generation);
+    const std::byte* bytes = nullptr;
+    resp.fault = admit_and_pin(c, r, &bytes);
     size_t at = c->out.size();
     if (resp.fault != Fault::kNone) {
-      stats_.faults[static_cast<size_t>(resp.fault)].fetch_add(1, std::memory_order_relaxed);
       c->out.resize(at + wire::kResponseBytes);
       wire::encode(resp, c->out.data() + at);
       return;
     }
     resp.length = r.length;
-    // Counted before the bytes can reach the client: whoever sees the data sees the count.
-    stats_.reads.fetch_add(1, std::memory_order_relaxed);
-    stats_.bytes.fetch_add(r.length, std::memory_order_relaxed);
-    const std::byte* bytes =
-        memory_.base + size_t{r.ref.segment} * memory_.segment_bytes + r.offset;
     size_t sent = 0;
     unsigned char head[wire::kResponseBytes];
     wire::encode(resp, head);

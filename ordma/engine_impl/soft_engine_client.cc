@@ -51,9 +51,8 @@ class SoftEngineClient final : public EngineClient {
       if (!net::read_full(fd_, welcome, sizeof welcome) || wire::get32(welcome) != wire::kMagic) {
         throw std::system_error(EACCES, std::generic_category(), "engine: session refused");
       }
-      if (options.local_rings && (welcome[5] & wire::kWelcomeOffersRings)) {
-        ring::Token token;
-        std::memcpy(token.data(), welcome + 8, token.size());
+      ring::Token token{};
+      if (options.local_rings && wire::welcome_offers_rings(welcome, token.data())) {
         try {
           ring_ = ring::RingClient::connect(token, session);
         } catch (const std::exception& e) {  // not on the engine's host, most likely
