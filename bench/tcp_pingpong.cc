@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "rpc/net.h"
+#include "base/net.h"
 
 int main(int argc, char** argv) {
   size_t iters = 20000, bytes = 64;

@@ -6,14 +6,14 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/log.h"
 #include "client/client_cache.h"
 #include "client/url.h"
 #include "ordma/engine.h"
-#include "ordma/ref_xdr.h"
+#include "proto/odafs_prot.h"
+#include "proto/ref_xdr.h"
+#include "proto/status.h"
 #include "rpc/client_channel.h"
-#include "rpc/log.h"
-#include "rpc/odafs_prot.h"
-#include "rpc/status.h"
 #include "rpc/xdr_util.h"
 
 namespace odafs {
@@ -159,6 +159,7 @@ std::shared_ptr<rpc::Channel> Client::channel() {
   limits_.max_write = std::max<uint32_t>(ok.max_write, 4096);
   std::memcpy(limits_.write_verifier.data(), ok.write_verf, limits_.write_verifier.size());
   limits_.engine = ok.engine != nullptr ? ok.engine : "";
+  limits_.engine_kind = ok.engine_kind != nullptr ? ok.engine_kind : "";
   // A new mount is a new engine session: references from the old one would all fault.
   session_id_ = limits_.engine.empty() ? 0 : ok.session;
   std::memcpy(session_secret_.data(), ok.session_secret, session_secret_.size());
@@ -397,7 +398,8 @@ std::shared_ptr<ordma::EngineClient> Client::engine() {
   try {
     ordma::EngineClientOptions eo;
     eo.local_rings = options_.local_rings;
-    engine_ = ordma::connect_soft_engine(net::parse_endpoint(limits_.engine), session, eo);
+    engine_ = ordma::connect_engine(limits_.engine_kind, net::parse_endpoint(limits_.engine),
+                                    session, eo);
   } catch (const std::exception& e) {
     // Reads go by RPC for the rest of this mount; a re-mount tries again.
     ODAFS_LOG_WARN("odafs: one-sided engine at %s unusable (%s); reading by RPC",
@@ -683,9 +685,23 @@ size_t Client::prefetch_references(const File& f, uint64_t offset, uint64_t len)
 // ---------------------------------------------------------------- Client: paths
 
 std::pair<Handle, Attr> Client::resolve(const std::string& path, bool follow_last) {
+  // A server restart makes every handle stale, the mount root's too. The client re-mounts
+  // on its next call, so a walk that started before it meets ESTALE from an old handle:
+  // it then starts over, once, from the new root.
+  Handle start = root();
+  try {
+    return walk(path, follow_last, start);
+  } catch (const Error& e) {
+    if (e.errno_value() != ESTALE || root() == start) throw;
+  }
+  return walk(path, follow_last, root());
+}
+
+std::pair<Handle, Attr> Client::walk(const std::string& path, bool follow_last,
+                                     const Handle& start) {
   std::vector<std::string> todo = split_path(path);
   std::reverse(todo.begin(), todo.end());  // a stack: back() is the next component
-  Handle cur = root();
+  Handle cur = start;
   std::optional<Attr> attr;
   int hops = 0;
   while (!todo.empty()) {
@@ -741,7 +757,7 @@ File Client::open(const std::string& path, int flags, mode_t mode) {
   if (flags & O_CREAT) {
     auto [dir, name] = resolve_parent(path);
     try {
-      std::tie(fh, attr) = with_channel(false, [&](rpc::Channel& ch) {
+      std::tie(fh, attr) = with_channel(false, [&, &dir = dir, &name = name](rpc::Channel& ch) {
         create_args args{};
         put_fh(args.dir, dir);
         args.name = name.data();
@@ -776,7 +792,7 @@ Attr Client::lstat(const std::string& path) { return resolve(path, false).second
 
 void Client::mkdir(const std::string& path, mode_t mode) {
   auto [dir, name] = resolve_parent(path);
-  with_channel(false, [&](rpc::Channel& ch) {
+  with_channel(false, [&, &dir = dir, &name = name](rpc::Channel& ch) {
     mkdir_args args{};
     put_fh(args.dir, dir);
     args.name = name.data();
@@ -789,7 +805,7 @@ void Client::mkdir(const std::string& path, mode_t mode) {
 
 void Client::remove_name(const std::string& path, uint32_t proc, const char* what) {
   auto [dir, name] = resolve_parent(path);
-  with_channel(false, [&](rpc::Channel& ch) {
+  with_channel(false, [&, &dir = dir, &name = name](rpc::Channel& ch) {
     diropargs args{};
     put_fh(args.dir, dir);
     args.name = name.data();
@@ -805,7 +821,8 @@ void Client::unlink(const std::string& path) { remove_name(path, ODAFSPROC_REMOV
 void Client::rename(const std::string& from, const std::string& to) {
   auto [from_dir, from_name] = resolve_parent(from);
   auto [to_dir, to_name] = resolve_parent(to);
-  with_channel(false, [&](rpc::Channel& ch) {
+  with_channel(false, [&, &from_dir = from_dir, &from_name = from_name, &to_dir = to_dir,
+                       &to_name = to_name](rpc::Channel& ch) {
     rename_args args{};
     put_fh(args.from_dir, from_dir);
     args.from_name = from_name.data();
@@ -823,7 +840,7 @@ std::vector<DirEntry> Client::readdir(const std::string& path) {
   std::vector<DirEntry> out;
   uint64_t cookie = 0;
   for (bool eof = false; !eof;) {
-    with_channel(true, [&](rpc::Channel& ch) {
+    with_channel(true, [&, &dir = dir](rpc::Channel& ch) {
       readdir_args args{};
       put_fh(args.dir, dir);
       args.cookie = cookie;
@@ -854,7 +871,7 @@ void Client::truncate(const std::string& path, uint64_t size) {
 
 void Client::chmod(const std::string& path, mode_t mode) {
   auto [fh, attr] = resolve(path, true);
-  with_channel(true, [&](rpc::Channel& ch) {
+  with_channel(true, [&, &fh = fh](rpc::Channel& ch) {
     setattr_args args{};
     put_fh(args.fh, fh);
     args.mode.set = TRUE;
@@ -867,7 +884,7 @@ void Client::chmod(const std::string& path, mode_t mode) {
 
 void Client::utimens(const std::string& path, const struct timespec times[2]) {
   auto [fh, attr] = resolve(path, true);
-  with_channel(true, [&](rpc::Channel& ch) {
+  with_channel(true, [&, &fh = fh](rpc::Channel& ch) {
     setattr_args args{};
     put_fh(args.fh, fh);
     odafs_set_time* out[2] = {&args.atime, &args.mtime};
@@ -891,7 +908,7 @@ void Client::utimens(const std::string& path, const struct timespec times[2]) {
 
 void Client::symlink(const std::string& target, const std::string& path) {
   auto [dir, name] = resolve_parent(path);
-  with_channel(false, [&](rpc::Channel& ch) {
+  with_channel(false, [&, &dir = dir, &name = name](rpc::Channel& ch) {
     symlink_args args{};
     put_fh(args.dir, dir);
     args.name = name.data();

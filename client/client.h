@@ -113,6 +113,7 @@ struct ServerLimits {
   uint32_t max_write = 0;
   WriteVerifier write_verifier{};  // at mount time
   std::string engine;              // one-sided engine "HOST:PORT"; empty: RPC only
+  std::string engine_kind;         // its backend ("soft")
 };
 
 // What the read path did, by branch and by fault reason. Monotonic counters.
@@ -291,6 +292,8 @@ class Client {
 
   // Resolves path to (handle, attributes). follow_last: follow a symlink at the end.
   std::pair<Handle, Attr> resolve(const std::string& path, bool follow_last);
+  // resolve()'s walk from `start`, without the retry after a re-mount.
+  std::pair<Handle, Attr> walk(const std::string& path, bool follow_last, const Handle& start);
   // Resolves the parent directory of path; returns its handle and the last name.
   std::pair<Handle, std::string> resolve_parent(const std::string& path);
   size_t read_chunk(rpc::Call& call, const Handle& fh, void* buf, size_t len, uint64_t offset,

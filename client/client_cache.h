@@ -26,7 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ordma/capability.h"
+#include "ordma/reference.h"
 
 namespace odafs {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "rpc/net.h"
+#include "base/net.h"
 
 namespace odafs {
 

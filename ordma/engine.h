@@ -1,15 +1,22 @@
 // The one-sided access engine (the paper's NIC) behind one interface.
 //
-// Server side, an Engine serves client-initiated reads of exported memory: it checks the
-// capability and the export table entry of each request and copies the segment's bytes
-// out, without ever calling into the file server. Client side, an EngineClient issues
-// those reads and reports each outcome as a Fault.
+// Server side, an Engine owns every ORDMA decision about the memory the file server gives
+// it (its cache arena, one segment per block): which segments are exported, how a
+// reference is protected and revoked, which sessions exist. The file server only says
+// "give this session a reference to segment s", "s is about to be reused" and "s is being
+// written". The engine serves client-initiated reads of exported segments without ever
+// calling into the file server. Client side, an EngineClient issues those reads and reports
+// each outcome as a Fault.
 //
-// Backends live in engine_impl/: `soft` (dedicated engine threads, reached over TCP or, from
-// the same host, through shared-memory rings; always built) now;
-// a verbs backend (memory windows as capabilities, invalidation as revocation,
-// IBV_WC_REM_ACCESS_ERR as the fault) slots in behind the same two interfaces.
+// Backends live in engine_impl/<kind>/ and are chosen by kind through make_engine() and
+// connect_engine(): `soft` (dedicated engine threads, reached over TCP or, from the same
+// host, through shared-memory rings; a keyed MAC as the capability, a generation bump as
+// revocation) now; a verbs backend (memory windows as capabilities, invalidation as
+// revocation, IBV_WC_REM_ACCESS_ERR as the fault) slots in behind the same interfaces,
+// without changes to server/ or client/.
 #pragma once
+
+#include <sys/uio.h>
 
 #include <array>
 #include <atomic>
@@ -19,13 +26,11 @@
 #include <memory>
 #include <string>
 #include <vector>
-#include <sys/uio.h>
 
-#include "ordma/capability.h"
-#include "ordma/export_table.h"
+#include "base/net.h"
 #include "ordma/fault.h"
+#include "ordma/reference.h"
 #include "ordma/session.h"
-#include "rpc/net.h"
 
 namespace odafs::ordma {
 
@@ -39,10 +44,12 @@ struct ExportedMemory {
 
 struct EngineStats {
   std::atomic<uint64_t> connections{0};
-  std::atomic<uint64_t> rings{0};  // local rings set up (same-host clients)
-  std::atomic<uint64_t> bad_handshakes{0};  // wrong proof or magic: connection closed
-  std::atomic<uint64_t> bad_frames{0};      // malformed request: connection closed
-  std::atomic<uint64_t> reads{0};           // served with data
+  std::atomic<uint64_t> rings{0};               // local rings set up (same-host clients)
+  std::atomic<uint64_t> bad_handshakes{0};      // wrong proof or magic: connection closed
+  std::atomic<uint64_t> bad_frames{0};          // malformed request: connection closed
+  std::atomic<uint64_t> refused{0};             // connections over max_connections
+  std::atomic<uint64_t> handshake_timeouts{0};  // closed before authenticating in time
+  std::atomic<uint64_t> reads{0};               // served with data
   std::atomic<uint64_t> bytes{0};
   std::atomic<uint64_t> pushes{0};  // server-initiated writes (direct reads)
   std::atomic<uint64_t> push_bytes{0};
@@ -54,6 +61,28 @@ struct EngineStats {
 class Engine {
  public:
   virtual ~Engine() = default;
+
+  // --- ORDMA policy: what the file server asks. Thread-safe; cheap (hot paths call them).
+
+  // The backend's name ("soft"); MOUNT tells clients, who connect with connect_engine().
+  virtual const char* kind() const = 0;
+  // A new client session (one per mount): its id and the secret the client proves.
+  virtual Session open_session() = 0;
+  // Exports segment `segment` if it is not exported and fills *ref with a reference to its
+  // first `length` bytes (the block's valid bytes), readable by `session`. False for a
+  // segment the engine does not have.
+  virtual bool export_segment(uint32_t segment, uint32_t length, uint64_t session,
+                              Reference* ref) = 0;
+  // Every reference to `segment` stops working before this returns (the memory is about to
+  // hold another block); a later export_segment issues new ones.
+  virtual void revoke(uint32_t segment) = 0;
+  // An RPC write changes the segment's bytes between these two calls: a one-sided read
+  // meanwhile faults (kLocked) rather than return a mix of old and new bytes.
+  virtual void begin_write(uint32_t segment) = 0;
+  virtual void end_write(uint32_t segment) = 0;
+
+  // --- Serving
+
   virtual void start() = 0;
   // Stops serving and closes every connection. Idempotent.
   virtual void stop() = 0;
@@ -82,22 +111,28 @@ class Engine {
   virtual void cancel(uint64_t session, uint32_t tag, Fault fault) = 0;
 };
 
-struct SoftEngineOptions {
+struct EngineOptions {
+  std::string kind = "soft";  // the backend; make_engine() throws for an unknown one
   net::Endpoint listen;
   int threads = 1;
   size_t max_backlog = 8u << 20;  // response bytes queued per connection before it stalls
-  // Offer same-host clients shared-memory rings (engine_impl/local_ring.h), at most
+  // Offer same-host clients shared-memory rings (engine_impl/soft/local_ring.h), at most
   // max_rings at once; each costs 64 segments of memory.
   bool local_rings = true;
   size_t max_rings = 256;
+  // Connections (TCP and ring setup) beyond this are closed at accept; a connection that
+  // has not authenticated within handshake_timeout_ms is closed. Until it authenticates a
+  // connection holds a few dozen bytes, so unfinished handshakes cost almost nothing.
+  size_t max_connections = 1024;
+  int handshake_timeout_ms = 5000;
   std::function<void()> on_thread_start;  // CPU accounting hooks
   std::function<void()> on_thread_exit;
 };
 
-// REQUIRES: table, authority, sessions and the memory outlive the engine.
-std::unique_ptr<Engine> make_soft_engine(const SoftEngineOptions& options, ExportTable* table,
-                                         const CapabilityAuthority* authority,
-                                         const SessionAuthority* sessions, ExportedMemory memory);
+// Builds the engine options.kind names over `memory` (binds its listening sockets; serves
+// from start()). Throws std::invalid_argument for an unknown kind, std::system_error when
+// it cannot listen. REQUIRES: memory outlives the engine.
+std::unique_ptr<Engine> make_engine(const EngineOptions& options, ExportedMemory memory);
 
 class EngineClient {
  public:
@@ -129,11 +164,12 @@ struct EngineClientOptions {
   bool local_rings = true;  // use the engine's shared-memory rings when it offers them
 };
 
-// Connects to a soft engine and authenticates as `session`; also sets up a local ring when
-// the engine offers one and it can be reached (same host), else reads go over TCP. Throws
-// std::system_error if the engine cannot be reached or refuses the session.
-std::unique_ptr<EngineClient> connect_soft_engine(const net::Endpoint& engine,
-                                                  const Session& session,
-                                                  const EngineClientOptions& options = {});
+// Connects to the engine of backend `kind` (as MOUNT named it; empty means "soft", what
+// servers before backends had names ran) and authenticates as `session`. Throws
+// std::system_error if the engine cannot be reached, refuses the session, or the backend is
+// not built into this client.
+std::unique_ptr<EngineClient> connect_engine(const std::string& kind, const net::Endpoint& engine,
+                                             const Session& session,
+                                             const EngineClientOptions& options = {});
 
 }  // namespace odafs::ordma

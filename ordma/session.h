@@ -10,7 +10,7 @@
 #include <array>
 #include <cstdint>
 
-#include "ordma/keyed_mac.h"
+#include "base/keyed_mac.h"
 
 namespace odafs::ordma {
 

@@ -10,8 +10,8 @@
 #include <cstring>
 #include <random>
 
-#include "rpc/futex.h"
-#include "rpc/log.h"
+#include "base/futex.h"
+#include "base/log.h"
 #include "rpc/record.h"
 #include "rpc/xdr_util.h"
 

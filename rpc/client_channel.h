@@ -24,8 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/net.h"
 #include "rpc/errors.h"
-#include "rpc/net.h"
 
 namespace odafs::rpc {
 

@@ -67,8 +67,15 @@ bool RecordAssembler::feed(const char* data, size_t len, OnRecord&& on_record, s
       last_ = (mark & kLastFragment) != 0;
       fragment_left_ = mark & ~kLastFragment;
       if (fragment_left_ > max_record_ - record_.size()) {
-        *error = "record fragment of " + std::to_string(fragment_left_) +
-                 " bytes exceeds the limit of " + std::to_string(max_record_);
+        *error = "a record of at least " + std::to_string(record_.size() + fragment_left_) +
+                 " bytes exceeds the limit of " + std::to_string(max_record_) + " bytes";
+        return false;
+      }
+      // An empty fragment that is not the last carries nothing and ends nothing: a stream of
+      // them would keep a connection busy forever without a record. (An empty last
+      // fragment ends a record and is legal.)
+      if (fragment_left_ == 0 && !last_) {
+        *error = "an empty fragment that is not the last of its record";
         return false;
       }
       record_.reserve(record_.size() + fragment_left_);

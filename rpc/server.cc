@@ -5,20 +5,30 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
-#include "rpc/log.h"
+#include "base/log.h"
+#include "rpc/call_header.h"
 #include "rpc/record.h"
 #include "rpc/xdr_util.h"
 
 namespace odafs::rpc {
 
 struct Server::Connection : std::enable_shared_from_this<Connection> {
-  Connection(uint64_t id, int fd, std::string peer, size_t max_record)
-      : id(id), fd(fd), write_fd(dup(fd)), peer(std::move(peer)), assembler(max_record) {}
+  Connection(uint64_t id, int fd, std::string host, std::string peer, size_t max_record,
+             int64_t now_ms)
+      : id(id),
+        fd(fd),
+        write_fd(dup(fd)),
+        host(std::move(host)),
+        peer(std::move(peer)),
+        assembler(max_record),
+        last_active_ms(now_ms) {}
   ~Connection() {
     close(fd);
     if (write_fd >= 0) close(write_fd);
@@ -30,9 +40,15 @@ struct Server::Connection : std::enable_shared_from_this<Connection> {
   // while replies are queued. Separate registrations keep the one-shot read arming (one
   // reader at a time) independent of write readiness.
   const int write_fd;
+  const std::string host;  // the peer's address: the per-address limit counts by it
   const std::string peer;
   RecordAssembler assembler;  // touched only by the thread holding the read event
   std::atomic<bool> closed{false};
+  // When the connection last completed a record or a reply, and how many of its calls run
+  // now: a connection is idle when nothing runs and nothing completed for idle_timeout.
+  std::atomic<int64_t> last_active_ms;
+  std::atomic<int> calls_running{0};
+  bool idle_closed = false;  // guarded by Server::conns_mu_; the sweep shut it down
 
   std::mutex write_mu;  // replies from several threads go out whole and in order
   // Reply bytes the socket did not take yet (a client slow to read). Guarded by write_mu.
@@ -62,6 +78,7 @@ namespace {
 
 constexpr uint32_t kListenTag = 1;
 constexpr uint32_t kWakeTag = 2;
+constexpr uint32_t kSweepTag = 4;
 // Read events carry the Connection* itself, write events (id << 1) | kWriteTag; the tags
 // above are neither valid pointers nor odd.
 constexpr uint64_t kWriteTag = 1;
@@ -69,6 +86,12 @@ constexpr uint64_t kWriteTag = 1;
 // Keep reading one connection for at most this many recv calls per event, so one busy
 // client cannot hold a pool thread forever.
 constexpr int kReadsPerEvent = 16;
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace
 
@@ -92,12 +115,13 @@ bool Reply::send(xdrproc_t xres, const void* res) {
   return !failed_;
 }
 
-Server::Server(Options options) : options_(std::move(options)) {
+Server::Server(Options options) : options_(std::move(options)), acceptor_("rpc") {
   listen_fd_ = net::listen_tcp(options_.listen, &bound_);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (epoll_fd_ < 0 || wake_fd_ < 0) {
-    throw std::system_error(errno, std::generic_category(), "epoll/eventfd");
+  sweep_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (epoll_fd_ < 0 || wake_fd_ < 0 || sweep_fd_ < 0) {
+    throw std::system_error(errno, std::generic_category(), "epoll/eventfd/timerfd");
   }
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLONESHOT;
@@ -106,6 +130,18 @@ Server::Server(Options options) : options_(std::move(options)) {
   ev.events = EPOLLIN;  // level-triggered: wakes every thread at stop
   ev.data.u64 = kWakeTag;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+  if (options_.idle_timeout_ms > 0) {
+    // Sweep a few times per timeout, so a connection lives at most ~1.25x the timeout.
+    int64_t period = std::clamp<int64_t>(options_.idle_timeout_ms / 4, 50, 1000);
+    itimerspec spec{};
+    spec.it_interval.tv_sec = period / 1000;
+    spec.it_interval.tv_nsec = (period % 1000) * 1000000;
+    spec.it_value = spec.it_interval;
+    timerfd_settime(sweep_fd_, 0, &spec, nullptr);
+    ev.events = EPOLLIN | EPOLLONESHOT;  // one thread sweeps at a time
+    ev.data.u64 = kSweepTag;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, sweep_fd_, &ev);
+  }
 }
 
 Server::~Server() {
@@ -113,6 +149,7 @@ Server::~Server() {
   close(listen_fd_);
   close(epoll_fd_);
   close(wake_fd_);
+  close(sweep_fd_);
 }
 
 void Server::add_procedure(uint32_t proc, const char* name, ProcedureFn fn) {
@@ -168,6 +205,10 @@ void Server::worker_loop() {
         accept_all();
         continue;
       }
+      if (tag == kSweepTag) {
+        sweep_idle();
+        continue;
+      }
       if (tag & kWriteTag) {
         on_writable(tag >> 1);
         continue;
@@ -181,45 +222,40 @@ void Server::worker_loop() {
 void Server::accept_all() {
   for (;;) {
     sockaddr_storage addr{};
-    socklen_t len = sizeof addr;
-    int fd =
-        accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        ODAFS_LOG_WARN("accept: %s", strerror(errno));
-      }
-      break;
+    int fd = acceptor_.accept(listen_fd_, &addr);
+    if (fd == net::Acceptor::kShed) {
+      counters_.shed.fetch_add(1, std::memory_order_relaxed);
+      continue;
     }
-    {
-      std::lock_guard lock(conns_mu_);
-      if (conns_.size() >= options_.max_connections) {
-        counters_.refused.fetch_add(1, std::memory_order_relaxed);
-        ODAFS_LOG_WARN("refusing a connection: %zu open (--max-connections)", conns_.size());
-        close(fd);
-        continue;
-      }
-    }
-    net::set_nodelay(fd);
-    char host[INET6_ADDRSTRLEN] = "?";
-    uint16_t port = 0;
-    if (addr.ss_family == AF_INET) {
-      auto* a = reinterpret_cast<sockaddr_in*>(&addr);
-      inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
-      port = ntohs(a->sin_port);
-    } else if (addr.ss_family == AF_INET6) {
-      auto* a = reinterpret_cast<sockaddr_in6*>(&addr);
-      inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
-      port = ntohs(a->sin6_port);
-    }
+    if (fd < 0) break;
+    net::Endpoint from = net::endpoint_of(addr);
+    const char* host = from.host.c_str();
     std::shared_ptr<Connection> conn;
     {
       std::lock_guard lock(conns_mu_);
+      const char* refusal = nullptr;
+      size_t& from_host = per_address_[host];
+      if (conns_.size() >= options_.max_connections) {
+        refusal = "--max-connections";
+      } else if (options_.max_connections_per_address > 0 &&
+                 from_host >= options_.max_connections_per_address) {
+        refusal = "--max-connections-per-address";
+      }
+      if (refusal != nullptr) {
+        if (from_host == 0) per_address_.erase(host);
+        counters_.refused.fetch_add(1, std::memory_order_relaxed);
+        ODAFS_LOG_WARN_THROTTLED("refusing connections from %s: %zu open in all, %zu from it (%s)",
+                                 host, conns_.size(), from_host, refusal);
+        close(fd);
+        continue;
+      }
+      ++from_host;
       uint64_t id = next_conn_id_++;
-      conn = std::make_shared<Connection>(id, fd, net::Endpoint{host, port}.to_string(),
-                                          options_.max_record);
+      conn = std::make_shared<Connection>(id, fd, from.host, from.to_string(), options_.max_record,
+                                          now_ms());
       conns_.emplace(id, conn);
     }
+    net::set_nodelay(fd);
     counters_.connections.fetch_add(1, std::memory_order_relaxed);
     ODAFS_LOG_DEBUG("connection from %s", conn->peer.c_str());
     epoll_event ev{};
@@ -236,6 +272,30 @@ void Server::accept_all() {
   epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
 }
 
+void Server::sweep_idle() {
+  uint64_t expirations;
+  [[maybe_unused]] ssize_t n = read(sweep_fd_, &expirations, sizeof expirations);
+  int64_t cutoff = now_ms() - options_.idle_timeout_ms;
+  {
+    std::lock_guard lock(conns_mu_);
+    for (auto& [id, conn] : conns_) {
+      if (conn->idle_closed || conn->calls_running.load(std::memory_order_acquire) > 0) continue;
+      if (conn->last_active_ms.load(std::memory_order_relaxed) > cutoff) continue;
+      // Only the thread holding the read event may close a connection: shut the socket
+      // down so that its reader sees EOF and closes it.
+      conn->idle_closed = true;
+      counters_.idle_closed.fetch_add(1, std::memory_order_relaxed);
+      ODAFS_LOG_INFO("closing connection from %s: idle for %lld ms", conn->peer.c_str(),
+                     static_cast<long long>(options_.idle_timeout_ms));
+      shutdown(conn->fd, SHUT_RDWR);
+    }
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLONESHOT;
+  ev.data.u64 = kSweepTag;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, sweep_fd_, &ev);
+}
+
 void Server::close_connection(Connection* conn) {
   if (conn->closed.exchange(true)) return;
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, conn->fd, nullptr);
@@ -243,11 +303,19 @@ void Server::close_connection(Connection* conn) {
   shutdown(conn->fd, SHUT_RDWR);
   ODAFS_LOG_DEBUG("connection from %s closed", conn->peer.c_str());
   std::lock_guard lock(conns_mu_);
+  auto host = per_address_.find(conn->host);
+  if (host != per_address_.end() && --host->second == 0) per_address_.erase(host);
   conns_.erase(conn->id);  // the fd closes when the last in-progress call lets go
 }
 
 void Server::on_readable(Connection* raw, Worker& w) {
   std::shared_ptr<Connection> conn = raw->shared_from_this();
+  // The idle sweep leaves a connection alone while one of its events is being handled.
+  conn->calls_running.fetch_add(1, std::memory_order_acq_rel);
+  struct Running {
+    Connection& c;
+    ~Running() { c.calls_running.fetch_sub(1, std::memory_order_acq_rel); }
+  } running{*conn};
   w.batch_used = 0;
   bool open = true;
   std::string error;
@@ -264,7 +332,8 @@ void Server::on_readable(Connection* raw, Worker& w) {
           &error);
       if (!ok) {
         counters_.oversized.fetch_add(1, std::memory_order_relaxed);
-        ODAFS_LOG_WARN("closing connection from %s: %s", conn->peer.c_str(), error.c_str());
+        ODAFS_LOG_WARN_THROTTLED("closing connection from %s: %s", conn->peer.c_str(),
+                                 error.c_str());
         open = false;
         break;
       }
@@ -286,11 +355,13 @@ void Server::on_readable(Connection* raw, Worker& w) {
     close_connection(raw);
     return;  // calls of a closing connection would have nowhere to reply
   }
+  if (w.batch_used == 0) return;
   for (size_t i = 0; i < w.batch_used; ++i) {
     counters_.records.fetch_add(1, std::memory_order_relaxed);
     dispatch(*conn, w.batch[i], w);
     w.batch[i].clear();
   }
+  conn->last_active_ms.store(now_ms(), std::memory_order_relaxed);
 }
 
 void Server::send_reply(Connection& conn, Worker& w, size_t body_len) {
@@ -323,8 +394,9 @@ void Server::send_reply(Connection& conn, Worker& w, size_t body_len) {
   bool was_empty = conn.backlog.size() == conn.backlog_head;
   if (conn.backlog.size() - conn.backlog_head + (len - sent) > options_.max_backlog) {
     counters_.slow_readers.fetch_add(1, std::memory_order_relaxed);
-    ODAFS_LOG_WARN("closing connection from %s: %zu bytes of replies unread", conn.peer.c_str(),
-                   conn.backlog.size() - conn.backlog_head + (len - sent));
+    ODAFS_LOG_WARN_THROTTLED("closing connection from %s: %zu bytes of replies unread",
+                             conn.peer.c_str(),
+                             conn.backlog.size() - conn.backlog_head + (len - sent));
     conn.fail_writes();
     return;
   }
@@ -369,23 +441,20 @@ void Server::on_writable(uint64_t conn_id) {
 }
 
 void Server::dispatch(Connection& conn, std::vector<char>& record, Worker& w) {
-  XDR in;
-  xdrmem_create(&in, record.data(), static_cast<u_int>(record.size()), XDR_DECODE);
-  char cred_area[2 * MAX_AUTH_BYTES];
-  rpc_msg call{};
-  call.rm_call.cb_cred.oa_base = cred_area;
-  call.rm_call.cb_verf.oa_base = cred_area + MAX_AUTH_BYTES;
-  if (!xdr_callmsg(&in, &call) || call.rm_direction != CALL) {
+  CallHeader call;
+  size_t args_offset = 0;
+  CallHeaderStatus header = decode_call_header(record.data(), record.size(), &call, &args_offset);
+  if (header == CallHeaderStatus::kGarbage) {
     counters_.garbage_records.fetch_add(1, std::memory_order_relaxed);
-    ODAFS_LOG_WARN("dropping undecodable rpc record (%zu bytes) from %s", record.size(),
-                   conn.peer.c_str());
+    ODAFS_LOG_WARN_THROTTLED("dropping a %zu-byte rpc record from %s: not a call", record.size(),
+                             conn.peer.c_str());
     return;
   }
 
   XDR out;
   xdrmem_create(&out, w.reply.data() + 4, static_cast<u_int>(w.reply.size() - 4), XDR_ENCODE);
   rpc_msg reply{};
-  reply.rm_xid = call.rm_xid;
+  reply.rm_xid = call.xid;
   reply.rm_direction = REPLY;
   auto reject = [&](auto fill) {
     counters_.rejected.fetch_add(1, std::memory_order_relaxed);
@@ -403,51 +472,57 @@ void Server::dispatch(Connection& conn, std::vector<char>& record, Worker& w) {
       reply.acpted_rply.ar_results.proc = to_xdrproc(xdr_nothing);
     };
   };
-
-  if (call.rm_call.cb_rpcvers != RPC_MSG_VERSION) {
-    reject([&] {
+  auto auth_error = [&](auth_stat why) {
+    return [&reply, why] {
       reply.rm_reply.rp_stat = MSG_DENIED;
-      reply.rjcted_rply.rj_stat = RPC_MISMATCH;
-      reply.rjcted_rply.rj_vers.low = RPC_MSG_VERSION;
-      reply.rjcted_rply.rj_vers.high = RPC_MSG_VERSION;
-    });
-    return;
+      reply.rjcted_rply.rj_stat = AUTH_ERROR;
+      reply.rjcted_rply.rj_why = why;
+    };
+  };
+
+  switch (header) {
+    case CallHeaderStatus::kOk:
+      break;
+    case CallHeaderStatus::kGarbage:
+    case CallHeaderStatus::kTruncated:
+      counters_.garbage_records.fetch_add(1, std::memory_order_relaxed);
+      ODAFS_LOG_WARN_THROTTLED("rpc call from %s: header truncated (%zu-byte record)",
+                               conn.peer.c_str(), record.size());
+      reject(accept_error(GARBAGE_ARGS));
+      return;
+    case CallHeaderStatus::kRpcMismatch:
+      ODAFS_LOG_WARN_THROTTLED("rpc call from %s: RPC version %u, not 2", conn.peer.c_str(),
+                               call.rpcvers);
+      reject([&] {
+        reply.rm_reply.rp_stat = MSG_DENIED;
+        reply.rjcted_rply.rj_stat = RPC_MISMATCH;
+        reply.rjcted_rply.rj_vers.low = RPC_MSG_VERSION;
+        reply.rjcted_rply.rj_vers.high = RPC_MSG_VERSION;
+      });
+      return;
+    case CallHeaderStatus::kBadCredential:
+      ODAFS_LOG_WARN_THROTTLED("rpc call from %s: %u-byte credential (limit %u)", conn.peer.c_str(),
+                               call.cred_length, kMaxAuthBytes);
+      reject(auth_error(AUTH_BADCRED));
+      return;
+    case CallHeaderStatus::kBadVerifier:
+      ODAFS_LOG_WARN_THROTTLED("rpc call from %s: %u-byte verifier (limit %u)", conn.peer.c_str(),
+                               call.verf_length, kMaxAuthBytes);
+      reject(auth_error(AUTH_BADVERF));
+      return;
   }
 
   CallerCred& cred = w.cred;
-  cred = CallerCred{};
-  const opaque_auth& oa = call.rm_call.cb_cred;
-  bool cred_ok = oa.oa_flavor == AUTH_NONE;
-  if (oa.oa_flavor == AUTH_SYS) {
-    char machine[256];
-    gid_t gids[16];
-    authunix_parms parms{};
-    parms.aup_machname = machine;
-    parms.aup_gids = gids;
-    XDR cx;
-    xdrmem_create(&cx, oa.oa_base, oa.oa_length, XDR_DECODE);
-    if (xdr_authunix_parms(&cx, &parms)) {
-      cred_ok = true;
-      cred.auth_sys = true;
-      cred.uid = parms.aup_uid;
-      cred.gid = parms.aup_gid;
-      cred.ngids = std::min<u_int>(parms.aup_len, 16);
-      for (uint32_t i = 0; i < cred.ngids; ++i) cred.gids[i] = gids[i];
-    }
-  }
+  bool cred_ok = decode_credential(call, &cred);
   if (!cred_ok) {
-    reject([&] {
-      reply.rm_reply.rp_stat = MSG_DENIED;
-      reply.rjcted_rply.rj_stat = AUTH_ERROR;
-      reply.rjcted_rply.rj_why = AUTH_BADCRED;
-    });
+    reject(auth_error(AUTH_BADCRED));
     return;
   }
-  if (call.rm_call.cb_prog != options_.program) {
+  if (call.prog != options_.program) {
     reject(accept_error(PROG_UNAVAIL));
     return;
   }
-  if (call.rm_call.cb_vers != options_.version) {
+  if (call.vers != options_.version) {
     reject([&] {
       reply.rm_reply.rp_stat = MSG_ACCEPTED;
       reply.acpted_rply.ar_verf = _null_auth;
@@ -457,7 +532,7 @@ void Server::dispatch(Connection& conn, std::vector<char>& record, Worker& w) {
     });
     return;
   }
-  uint32_t proc = call.rm_call.cb_proc;
+  uint32_t proc = call.proc;
   if (proc >= procs_.size() || !procs_[proc].fn) {
     reject(accept_error(PROC_UNAVAIL));
     return;
@@ -465,11 +540,14 @@ void Server::dispatch(Connection& conn, std::vector<char>& record, Worker& w) {
   procs_[proc].calls->fetch_add(1, std::memory_order_relaxed);
 
   CallContext ctx;
-  ctx.xid = call.rm_xid;
+  ctx.xid = call.xid;
   ctx.proc = proc;
   ctx.cred = &cred;
   ctx.peer = &conn.peer;
-  Reply r(&out, call.rm_xid);
+  XDR in;
+  xdrmem_create(&in, record.data() + args_offset, static_cast<u_int>(record.size() - args_offset),
+                XDR_DECODE);
+  Reply r(&out, call.xid);
   bool decoded = false;
   try {
     decoded = procs_[proc].fn(ctx, &in, r);
@@ -480,7 +558,8 @@ void Server::dispatch(Connection& conn, std::vector<char>& record, Worker& w) {
   }
   if (!decoded) {
     counters_.garbage_args.fetch_add(1, std::memory_order_relaxed);
-    ODAFS_LOG_WARN("%s from %s: undecodable arguments", procs_[proc].name, conn.peer.c_str());
+    ODAFS_LOG_WARN_THROTTLED("%s from %s: undecodable arguments", procs_[proc].name,
+                             conn.peer.c_str());
     reject(accept_error(GARBAGE_ARGS));
     return;
   }

@@ -21,17 +21,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "rpc/net.h"
+#include "base/acceptor.h"
+#include "base/net.h"
+#include "rpc/call_header.h"
 
 namespace odafs::rpc {
-
-struct CallerCred {
-  bool auth_sys = false;  // false: AUTH_NONE
-  uint32_t uid = 0;
-  uint32_t gid = 0;
-  uint32_t ngids = 0;
-  uint32_t gids[16] = {};
-};
 
 // What a procedure handler may know about its call. Valid during the handler only.
 struct CallContext {
@@ -101,6 +95,12 @@ class Server {
     // Connections beyond this are closed at accept: with max_record it bounds the memory
     // that partial records can hold.
     size_t max_connections = 1024;
+    // Connections from one address beyond this are closed at accept (0: no limit), so one
+    // host cannot take every slot.
+    size_t max_connections_per_address = 256;
+    // A connection that completes no call for this long is closed (0: never). Partial
+    // records do not count as activity, so a client dribbling bytes is closed too.
+    int64_t idle_timeout_ms = 300000;
     uint32_t program = 0;
     uint32_t version = 0;
     // Called on each pool thread as it starts and before it exits (e.g. CPU accounting).
@@ -132,7 +132,9 @@ class Server {
     std::atomic<uint64_t> rejected{0};      // PROG/PROC/RPC/AUTH errors
     std::atomic<uint64_t> oversized{0};     // connections closed for record size
     std::atomic<uint64_t> slow_readers{0};  // connections closed for unread replies
-    std::atomic<uint64_t> refused{0};       // connections over max_connections
+    std::atomic<uint64_t> refused{0};       // connections over a connection limit
+    std::atomic<uint64_t> idle_closed{0};   // connections closed by the idle timeout
+    std::atomic<uint64_t> shed{0};          // accepted and closed: out of descriptors
     std::atomic<uint64_t> bytes_in{0};
     std::atomic<uint64_t> bytes_out{0};
   };
@@ -152,6 +154,7 @@ class Server {
 
   void worker_loop();
   void accept_all();
+  void sweep_idle();
   void on_readable(Connection* conn, Worker& w);
   void close_connection(Connection* conn);
   void dispatch(Connection& conn, std::vector<char>& record, Worker& w);
@@ -164,6 +167,8 @@ class Server {
   int listen_fd_ = -1;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
+  int sweep_fd_ = -1;  // timerfd of the idle sweep
+  net::Acceptor acceptor_;
   std::vector<Procedure> procs_;
   std::vector<std::thread> threads_;
   std::atomic<bool> stopping_{false};
@@ -175,7 +180,8 @@ class Server {
   // write event can still be in flight when the reader closes the connection.
   std::mutex conns_mu_;
   std::unordered_map<uint64_t, std::shared_ptr<Connection>> conns_;
-  uint64_t next_conn_id_ = 1;  // guarded by conns_mu_
+  uint64_t next_conn_id_ = 1;                            // guarded by conns_mu_
+  std::unordered_map<std::string, size_t> per_address_;  // open connections by host; conns_mu_
 };
 
 }  // namespace odafs::rpc

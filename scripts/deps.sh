@@ -4,6 +4,10 @@ set -euo pipefail
 
 packages=(cmake ninja-build g++ pkg-config libtirpc-dev rpcsvc-proto libssl-dev libboost-dev
           doctest-dev)
+# The fuzz targets need clang's libFuzzer (scripts/fuzz.sh sets ODAFS_WITH_CLANG=1).
+if [ "${ODAFS_WITH_CLANG:-0}" = 1 ]; then
+  packages+=(clang libclang-rt-14-dev)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

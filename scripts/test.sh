@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test: once in the release build and
-# once under AddressSanitizer + UndefinedBehaviorSanitizer (ODAFS_SKIP_SANITIZE=1 skips it).
+# once under AddressSanitizer + UndefinedBehaviorSanitizer (ODAFS_SKIP_SANITIZE=1 skips it),
+# then each fuzz target for a few seconds (ODAFS_SKIP_FUZZ=1 skips that).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
+
+echo "== layers"
+bash scripts/check-layers.sh
 
 echo "== build (Release)"
 bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release
@@ -16,4 +20,9 @@ if [ "${ODAFS_SKIP_SANITIZE:-0}" != 1 ]; then
   echo "== tests under ASan + UBSan"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure --timeout 900
+fi
+
+if [ "${ODAFS_SKIP_FUZZ:-0}" != 1 ]; then
+  echo "== fuzz smoke (each target a few seconds; scripts/fuzz.sh runs longer)"
+  bash scripts/fuzz.sh "${ODAFS_FUZZ_SECONDS:-5}"
 fi

@@ -1,6 +1,10 @@
 // The odafs procedures: what odafsd does with each call, on top of the node table and the
 // block cache. One FileService serves one export.
 //
+// One class owns the state; its code is split by job: file_service.cc (construction, the
+// procedure table, STATS, the engine glue), namespace_ops.cc (names, handles, attributes)
+// and data_ops.cc (file bytes through the cache; block_span.h cuts ranges into blocks).
+//
 // Thread-safety: every handler may run on any pool thread concurrently with others.
 #pragma once
 
@@ -11,13 +15,12 @@
 #include <string>
 
 #include "cache/block_cache.h"
-#include "ordma/capability.h"
 #include "ordma/engine.h"
-#include "ordma/export_table.h"
 #include "ordma/session.h"
-#include "rpc/odafs_prot.h"
+#include "proto/odafs_prot.h"
 #include "rpc/server.h"
 #include "server/cpu_accounting.h"
+#include "server/file_env.h"
 #include "server/node_table.h"
 
 namespace odafs::server {
@@ -30,6 +33,8 @@ class FileService {
     uint32_t block_size = 8192;
     uint32_t max_io = 1u << 20;  // largest READ/WRITE payload
     size_t max_nodes = 65536;
+    // Descriptors the node table keeps open, at most half of RLIMIT_NOFILE (see NodeTable).
+    size_t max_open_files = kDefaultMaxOpenFiles;
     bool auth_sys = false;  // act as the AUTH_SYS caller (needs root)
     bool ordma = true;      // false: RPC only, no references (the DAFS baseline)
     // Direct writes waiting on their client's bytes at once. Each holds an RPC thread until
@@ -37,6 +42,9 @@ class FileService {
     // client that never answers must not stall everyone. Past it, WRITE_DIRECT replies
     // NOTSUPP and the client writes by plain RPC. 0 turns direct writes off.
     size_t max_direct_writes = 3;
+    // File data I/O; null: the real system calls. Tests pass a CrashSimulatingEnv.
+    // REQUIRES: outlives the service.
+    FileEnv* env = nullptr;
   };
 
   // Throws std::system_error when the export cannot be opened.
@@ -56,7 +64,7 @@ class FileService {
   // Starts the one-sided engine over the cache arena. Without it (or with ordma off)
   // READ replies carry no references and MOUNT names no engine.
   // REQUIRES: options.ordma; called once, before serving.
-  void start_engine(const ordma::SoftEngineOptions& options);
+  void start_engine(const ordma::EngineOptions& options);
   // Stops the engine; call before the RPC server stops so no read races the shutdown.
   void stop_engine();
   const ordma::Engine* engine() const { return engine_.get(); }
@@ -66,9 +74,20 @@ class FileService {
   const std::array<unsigned char, 8>& write_verifier() const { return write_verf_; }
 
  private:
+  // ---- file_service.cc: construction, the procedure table, STATS, engine glue ----
+
   // Resolves a wire handle; on failure encodes the error status into reply and returns
   // nullptr. Stale covers removed files too.
-  NodeRef resolve_or_reply(const char* fh, rpc::Reply& reply, struct stat* st);
+  // The node comes back pinned open (see NodeTable::open).
+  OpenNode resolve_or_reply(const char* fh, rpc::Reply& reply, struct stat* st);
+  void do_stats(rpc::Reply& r);
+  // Fills *out with a sealed reference to the block `pin` holds, for session, exporting
+  // the block's segment if needed. False if the block was dropped from the cache meanwhile.
+  // REQUIRES: engine running, pin holds file data.
+  bool make_ref(const cache::BlockCache::ReadPin& pin, uint64_t block, uint64_t session,
+                odafs_ref* out);
+
+  // ---- namespace_ops.cc: names, handles, attributes ----
 
   void do_mount(const rpc::CallContext& ctx, struct mount_args& a, rpc::Reply& r);
   void do_getattr(const rpc::CallContext& ctx, struct getattr_args& a, rpc::Reply& r);
@@ -77,49 +96,61 @@ class FileService {
   void do_create(const rpc::CallContext& ctx, struct create_args& a, rpc::Reply& r);
   void do_mkdir(const rpc::CallContext& ctx, struct mkdir_args& a, rpc::Reply& r);
   void do_symlink(const rpc::CallContext& ctx, struct symlink_args& a, rpc::Reply& r);
-  void do_remove(const rpc::CallContext& ctx, struct diropargs& a, rpc::Reply& r, bool dir);
+  void do_remove(const rpc::CallContext& ctx, struct diropargs& a, rpc::Reply& r);
+  void do_rmdir(const rpc::CallContext& ctx, struct diropargs& a, rpc::Reply& r);
+  // REMOVE (dir_wanted false) and RMDIR.
+  void remove_entry(const rpc::CallContext& ctx, struct diropargs& a, rpc::Reply& r,
+                    bool dir_wanted);
   void do_rename(const rpc::CallContext& ctx, struct rename_args& a, rpc::Reply& r);
   void do_readdir(const rpc::CallContext& ctx, struct readdir_args& a, rpc::Reply& r);
   void do_readlink(const rpc::CallContext& ctx, struct getattr_args& a, rpc::Reply& r);
+  void do_fsstat(const rpc::CallContext& ctx, struct getattr_args& a, rpc::Reply& r);
+  // Resolves the directory handle of a call on entry `name` in it, like resolve_or_reply;
+  // also replies NOTDIR or INVAL and returns nullptr when it is not a directory or name
+  // is not a valid entry name.
+  OpenNode resolve_dir_or_reply(const char* fh, const char* name, rpc::Reply& r);
+  // Replies with a dirop_res for `name` in dir after a create-like call succeeded.
+  void reply_dirop(const OpenNode& dir, const char* name, rpc::Reply& r);
+  // Replies ODAFS_OK with node's handle and attributes st (a dirop_res).
+  void reply_node(const Node& node, const struct stat& st, rpc::Reply& r);
+  // Forgets a removed object and drops its cached blocks.
+  void forget(const struct stat& st);
+  // Drops the cached blocks of file `id` from the one holding byte `from` through the last
+  // block of a file old_size bytes long (block 0 if it was empty): after a size change to
+  // `from` (growing within the last block makes that block stale too), or a removal
+  // (from = 0).
+  void drop_cached_blocks(uint64_t id, uint64_t from, uint64_t old_size);
+
+  // ---- data_ops.cc: file bytes, through the block cache ----
+
+  // resolve_or_reply for a call on a file's bytes: also replies ISDIR or INVAL and returns
+  // nullptr when the handle is not a regular file's.
+  OpenNode resolve_file_or_reply(const char* fh, rpc::Reply& r, struct stat* st);
   void do_read(const rpc::CallContext& ctx, struct read_args& a, rpc::Reply& r);
   void do_write(const rpc::CallContext& ctx, struct write_args& a, rpc::Reply& r);
   void do_commit(const rpc::CallContext& ctx, struct commit_args& a, rpc::Reply& r);
-  void do_fsstat(const rpc::CallContext& ctx, struct getattr_args& a, rpc::Reply& r);
-  void do_stats(rpc::Reply& r);
   void do_getrefs(const rpc::CallContext& ctx, struct getrefs_args& a, rpc::Reply& r);
   void do_read_direct(const rpc::CallContext& ctx, struct read_direct_args& a, rpc::Reply& r);
   void do_write_direct(const rpc::CallContext& ctx, struct write_direct_args& a, rpc::Reply& r);
   // ODAFS_OK if the caller may write len bytes at offset of node (a regular file).
-  odafs_stat check_write(const rpc::CallContext& ctx, Node& node, const struct stat& st,
+  odafs_stat check_write(const rpc::CallContext& ctx, const OpenNode& node, const struct stat& st,
                          uint64_t offset, size_t len);
   // Writes through to the file and the cache, honours `stable`, replies with write_res.
-  void write_through(Node& node, uint64_t offset, odafs_stable_how stable, const char* src,
-                     size_t len, rpc::Reply& r);
+  void write_through(const OpenNode& node, uint64_t offset, odafs_stable_how stable,
+                     const char* src, size_t len, rpc::Reply& r);
   // How long a direct write waits for the client's bytes.
   static constexpr int kPullTimeoutMs = 10000;
-
-  // Fills *out with a sealed reference to the block `pin` holds, for session, exporting
-  // the block's segment if needed. False if the block was dropped from the cache meanwhile.
-  // REQUIRES: engine running, pin holds file data.
-  bool make_ref(const cache::BlockCache::ReadPin& pin, uint64_t block, uint64_t session,
-                odafs_ref* out);
   // Reads block `index` of node into the cache, filling from the file on a miss.
-  bool pin_block(const Node& node, uint64_t index, uint32_t need, cache::BlockCache::ReadPin* pin,
-                 int* err);
-
-  // Replies with a dirop_res for `name` in dir after a create-like call succeeded.
-  void reply_dirop(const Node& dir, const char* name, rpc::Reply& r);
-  // Forgets a removed object and drops its cached blocks.
-  void forget(const struct stat& st);
+  bool pin_block(const OpenNode& node, uint64_t index, uint32_t need,
+                 cache::BlockCache::ReadPin* pin, int* err);
 
   Options options_;
   CpuAccounting* cpu_;
+  FileEnv* env_;
   NodeTable nodes_;
   cache::BlockCache cache_;
-  // One export table entry per cache block: segment i is block i of the arena.
-  ordma::ExportTable table_;
-  ordma::CapabilityAuthority capabilities_;
-  ordma::SessionAuthority sessions_;
+  // The one-sided engine over the cache arena (segment i is block i); null without ORDMA.
+  // Set by start_engine() before serving, then never changed.
   std::unique_ptr<ordma::Engine> engine_;
   std::array<unsigned char, 8> write_verf_;
   rpc::Server* server_ = nullptr;

@@ -2,9 +2,12 @@
 
 #include <fcntl.h>
 #include <openssl/rand.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <system_error>
 
@@ -49,28 +52,63 @@ int open_object(int dirfd, const char* name, mode_t type, bool* writable) {
   return openat(dirfd, name, O_PATH | common);
 }
 
-}  // namespace
-
-Node::~Node() {
-  if (fd >= 0) close(fd);
+// The kernel's file handle of fd's object (handle type, then its bytes): unlike the inode
+// number it is not reused when the object is deleted and another created (it carries the
+// inode's generation). Empty if the file system has none. name_to_handle_at needs no
+// privilege (open_by_handle_at does, and is not used).
+std::string kernel_handle(int fd) {
+  alignas(file_handle) unsigned char buf[sizeof(file_handle) + MAX_HANDLE_SZ];
+  auto* h = reinterpret_cast<file_handle*>(buf);
+  h->handle_bytes = MAX_HANDLE_SZ;
+  int mount_id;
+  if (name_to_handle_at(fd, "", h, &mount_id, AT_EMPTY_PATH) != 0) return {};
+  std::string out(sizeof h->handle_type + h->handle_bytes, '\0');
+  std::memcpy(out.data(), &h->handle_type, sizeof h->handle_type);
+  std::memcpy(out.data() + sizeof h->handle_type, h->f_handle, h->handle_bytes);
+  return out;
 }
 
-NodeTable::NodeTable(const std::string& export_root, size_t max_nodes)
-    : max_nodes_(std::max<size_t>(max_nodes, 16)) {
+// Whether two kernel handles name the same object; without them (dev, ino) must do.
+bool same_object(const std::string& a, const std::string& b) {
+  return a.empty() || b.empty() || a == b;
+}
+
+size_t effective_max_open_files(size_t wanted) {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+    wanted = std::min<size_t>(wanted, static_cast<size_t>(lim.rlim_cur / 2));
+  }
+  return std::max<size_t>(wanted, 2);  // the root and one more
+}
+
+}  // namespace
+
+OpenFile::OpenFile(int fd_in, bool writable_in, std::atomic<size_t>* count)
+    : fd(fd_in), writable(writable_in), open_count(count) {
+  open_count->fetch_add(1, std::memory_order_relaxed);
+}
+
+OpenFile::~OpenFile() {
+  close(fd);
+  open_count->fetch_sub(1, std::memory_order_relaxed);
+}
+
+NodeTable::NodeTable(const std::string& export_root, size_t max_nodes, size_t max_open_files)
+    : max_nodes_(std::max<size_t>(max_nodes, 16)),
+      max_open_files_(effective_max_open_files(max_open_files)) {
   if (RAND_bytes(reinterpret_cast<unsigned char*>(&instance_), sizeof instance_) != 1) {
     throw std::runtime_error("RAND_bytes failed: no entropy for the handle key");
   }
-  int fd = open(export_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int fd = ::open(export_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) throw std::system_error(errno, std::generic_category(), "open export " + export_root);
+  auto file = std::make_shared<OpenFile>(fd, false, &open_files_);
   struct stat st;
   if (fstat(fd, &st) != 0) {
-    int err = errno;
-    close(fd);
-    throw std::system_error(err, std::generic_category(), "stat export " + export_root);
+    throw std::system_error(errno, std::generic_category(), "stat export " + export_root);
   }
   std::lock_guard lock(mu_);
-  root_ = insert_locked(fd, st);
-  root_->writable = true;
+  root_ = insert_locked(st, kernel_handle(fd));
+  root_->file = std::move(file);  // never in the LRU list: the root stays open
 }
 
 NodeTable::~NodeTable() = default;
@@ -86,30 +124,138 @@ WireHandle NodeTable::handle_of(const Node& node) const {
   return h;
 }
 
-NodeRef NodeTable::resolve(const unsigned char* h, HandleError* error) const {
+bool NodeTable::parse_handle(const unsigned char* h, HandleError* error, uint32_t* slot,
+                             uint32_t* generation, ino_t* ino) const {
   *error = HandleError::kBad;
-  if (h[0] != kHandleVersion || h[1] != 0 || h[2] != 0 || h[3] != 0) return nullptr;
+  if (h[0] != kHandleVersion || h[1] != 0 || h[2] != 0 || h[3] != 0) return false;
   if (get32(&h[4]) != instance_) {
     *error = HandleError::kStale;  // minted by an earlier server instance
-    return nullptr;
+    return false;
   }
-  if (!mac_.verify(h, kHandleBody, &h[kHandleBody], kHandleMac)) return nullptr;
-  uint32_t slot = get32(&h[8]);
-  uint32_t generation = get32(&h[12]);
-  std::lock_guard lock(mu_);
-  if (slot >= slots_.size()) return nullptr;
-  const Slot& s = slots_[slot];
-  if (s.generation != generation || !s.node || s.node->ino != static_cast<ino_t>(get64(&h[16]))) {
+  if (!mac_.verify(h, kHandleBody, &h[kHandleBody], kHandleMac)) return false;
+  *slot = get32(&h[8]);
+  *generation = get32(&h[12]);
+  *ino = static_cast<ino_t>(get64(&h[16]));
+  return true;
+}
+
+NodeTable::Slot* NodeTable::slot_locked(uint32_t slot, uint32_t generation, ino_t ino,
+                                        HandleError* error) const {
+  if (slot >= slots_.size()) return nullptr;  // *error is still kBad
+  auto& s = const_cast<Slot&>(slots_[slot]);
+  if (s.generation != generation || !s.node || s.node->ino != ino) {
     *error = HandleError::kStale;
     return nullptr;
   }
-  const_cast<Slot&>(s).referenced = true;
+  s.referenced = true;
   *error = HandleError::kNone;
-  return s.node;
+  return &s;
 }
 
-NodeRef NodeTable::insert_locked(int fd, const struct stat& st) {
-  // Close unused nodes down to the bound: after a burst of in-use nodes pushed the table
+NodeRef NodeTable::resolve(const unsigned char* h, HandleError* error) const {
+  uint32_t slot, generation;
+  ino_t ino;
+  if (!parse_handle(h, error, &slot, &generation, &ino)) return nullptr;
+  std::lock_guard lock(mu_);
+  Slot* s = slot_locked(slot, generation, ino, error);
+  return s != nullptr ? s->node : nullptr;
+}
+
+OpenNode NodeTable::open(const unsigned char* h, HandleError* error) {
+  uint32_t slot, generation;
+  ino_t ino;
+  if (!parse_handle(h, error, &slot, &generation, &ino)) return {};
+  NodeRef node;
+  {
+    std::lock_guard lock(mu_);
+    Slot* s = slot_locked(slot, generation, ino, error);
+    if (s == nullptr) return {};
+    if (s->node->file) return OpenNode(s->node, touch_locked(*s->node));  // the hot path
+    node = s->node;
+  }
+  OpenNode pinned = reopen(node);
+  if (!pinned) *error = errno == ESTALE ? HandleError::kStale : HandleError::kOpen;
+  return pinned;
+}
+
+OpenNode NodeTable::open(const NodeRef& node) {
+  {
+    std::lock_guard lock(mu_);
+    if (node->file) return OpenNode(node, touch_locked(*node));
+  }
+  return reopen(node);
+}
+
+OpenNode NodeTable::reopen(const NodeRef& node) {
+  // What to open below the nearest open ancestor, innermost first. Copies: once the mutex
+  // is released the parent chain may change.
+  struct Step {
+    dev_t dev;
+    ino_t ino;
+    mode_t type;
+    std::string fh;
+    std::string name;
+  };
+  std::vector<Step> steps;
+  std::shared_ptr<OpenFile> base;
+  {
+    std::lock_guard lock(mu_);
+    if (node->file) return OpenNode(node, touch_locked(*node));
+    if (!in_table_locked(*node)) {
+      errno = ESTALE;  // forgotten or evicted: its handles are stale
+      return {};
+    }
+    for (Node* p = node.get(); !base; p = p->parent.get()) {
+      if (p->file) {
+        base = touch_locked(*p);  // pinned: stays open while we walk from it
+      } else if (!p->parent) {
+        errno = ESTALE;  // an ancestor was dropped: no way back
+        return {};
+      } else {
+        steps.push_back(Step{p->dev, p->ino, p->type, p->fh, p->name});
+      }
+    }
+  }
+  // Walk down one component at a time, never following a symlink, checking that every
+  // step reaches the object the table knows by that name.
+  int dirfd = base->fd;
+  int owned = -1;
+  bool writable = false;
+  for (size_t i = steps.size(); i-- > 0;) {
+    const Step& s = steps[i];
+    int fd = i == 0 ? open_object(dirfd, s.name.c_str(), s.type, &writable)
+                    : openat(dirfd, s.name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int err = errno;
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || st.st_dev != s.dev || st.st_ino != s.ino ||
+                    !same_object(s.fh, kernel_handle(fd)))) {
+      close(fd);  // removed and replaced behind our back: never hand out the newcomer
+      fd = -1;
+      err = ESTALE;
+    }
+    if (owned >= 0) close(owned);
+    if (fd < 0) {
+      errno = err == ENOENT || err == ENOTDIR || err == ELOOP ? ESTALE : err;
+      return {};
+    }
+    owned = dirfd = fd;
+  }
+  auto file = std::make_shared<OpenFile>(owned, writable, &open_files_);
+  reopens_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard lock(mu_);  // released before `file` is destroyed if unused
+  if (node->file) return OpenNode(node, touch_locked(*node));  // another call won the race
+  if (!in_table_locked(*node)) {
+    errno = ESTALE;  // forgotten while we walked
+    return {};
+  }
+  install_locked(*node, std::move(file));
+  OpenNode pinned(node, touch_locked(*node));
+  evict_files_locked();
+  return pinned;
+}
+
+NodeRef NodeTable::insert_locked(const struct stat& st, std::string fh) {
+  // Drop unused nodes down to the bound: after a burst of in-use nodes pushed the table
   // past it, one eviction per insert would keep it there for good.
   while (live_ >= max_nodes_ && evict_some_locked()) {
   }
@@ -128,7 +274,7 @@ NodeRef NodeTable::insert_locked(int fd, const struct stat& st) {
   node->dev = st.st_dev;
   node->ino = st.st_ino;
   node->type = st.st_mode & S_IFMT;
-  node->fd = fd;
+  node->fh = std::move(fh);
   slots_[slot].node = node;
   slots_[slot].referenced = true;
   by_inode_[Key{st.st_dev, st.st_ino}] = slot;
@@ -137,8 +283,9 @@ NodeRef NodeTable::insert_locked(int fd, const struct stat& st) {
 }
 
 bool NodeTable::evict_some_locked() {
-  // Clock sweep: skip the root, nodes in use by a call (shared elsewhere) and nodes used
-  // since the last sweep. If nothing qualifies the table grows past max_nodes for now.
+  // Clock sweep: skip the root, nodes in use by a call or by a child's path (shared
+  // elsewhere) and nodes used since the last sweep. If nothing qualifies the table grows
+  // past max_nodes for now.
   size_t budget = 2 * slots_.size();
   while (budget-- > 0 && !slots_.empty()) {
     clock_hand_ = (clock_hand_ + 1) % slots_.size();
@@ -148,39 +295,118 @@ bool NodeTable::evict_some_locked() {
       s.referenced = false;
       continue;
     }
-    by_inode_.erase(Key{s.node->dev, s.node->ino});
-    s.node.reset();
-    ++s.generation;
-    free_slots_.push_back(static_cast<uint32_t>(clock_hand_));
-    --live_;
+    drop_locked(s);
     return true;
   }
   return false;
 }
 
-NodeRef NodeTable::lookup(const Node& dir, const char* name, struct stat* st) {
+void NodeTable::drop_locked(Slot& s) {
+  Node& n = *s.node;
+  by_inode_.erase(Key{n.dev, n.ino});
+  if (n.in_lru) lru_unlink_locked(n);
+  n.file.reset();  // closes now, or when the last call using it lets go
+  n.parent.reset();
+  n.name.clear();
+  free_slots_.push_back(n.slot);
+  s.node.reset();
+  ++s.generation;
+  --live_;
+}
+
+bool NodeTable::in_table_locked(const Node& node) const {
+  return node.slot < slots_.size() && slots_[node.slot].node.get() == &node;
+}
+
+std::shared_ptr<OpenFile> NodeTable::touch_locked(Node& node) {
+  if (node.in_lru && lru_head_ != &node) {
+    lru_unlink_locked(node);
+    lru_push_front_locked(node);
+  }
+  return node.file;
+}
+
+void NodeTable::install_locked(Node& node, std::shared_ptr<OpenFile> file) {
+  node.file = std::move(file);
+  if (&node != root_.get()) lru_push_front_locked(node);
+}
+
+void NodeTable::lru_unlink_locked(Node& node) {
+  (node.lru_prev != nullptr ? node.lru_prev->lru_next : lru_head_) = node.lru_next;
+  (node.lru_next != nullptr ? node.lru_next->lru_prev : lru_tail_) = node.lru_prev;
+  node.lru_prev = node.lru_next = nullptr;
+  node.in_lru = false;
+  --lru_size_;
+}
+
+void NodeTable::lru_push_front_locked(Node& node) {
+  node.lru_prev = nullptr;
+  node.lru_next = lru_head_;
+  (lru_head_ != nullptr ? lru_head_->lru_prev : lru_tail_) = &node;
+  lru_head_ = &node;
+  node.in_lru = true;
+  ++lru_size_;
+}
+
+void NodeTable::evict_files_locked() {
+  // From the least recently used end, close descriptors no call has pinned. Pins are only
+  // taken under mu_ (OpenNode is move-only), so a use count of 1 (the node's own) cannot
+  // rise while we hold it. The root's descriptor is the one outside the list.
+  for (Node* n = lru_tail_; n != nullptr && lru_size_ + 1 > max_open_files_;) {
+    Node* prev = n->lru_prev;
+    if (n->file.use_count() == 1) {
+      lru_unlink_locked(*n);
+      n->file.reset();
+    }
+    n = prev;
+  }
+}
+
+void NodeTable::set_path_locked(Node& node, const NodeRef& parent, const char* name) {
+  if (&node == root_.get() || !parent || !in_table_locked(*parent)) return;
+  if (node.parent == parent && node.name == name) return;
+  // A directory moved behind our back can make a recorded chain disagree with the tree;
+  // never let the chain loop (the walk would not end, nor would the nodes be freed).
+  for (const Node* p = parent.get(); p != nullptr; p = p->parent.get()) {
+    if (p == &node) return;
+  }
+  node.parent = parent;
+  node.name = name;
+}
+
+NodeRef NodeTable::lookup(const OpenNode& dir, const char* name, struct stat* st) {
+  const NodeRef& d = dir.node();
   bool dotdot = std::strcmp(name, "..") == 0;
-  if (std::strcmp(name, ".") == 0 || (dotdot && dir.dev == root_->dev && dir.ino == root_->ino)) {
-    if (fstat(dir.fd, st) != 0) return nullptr;
+  if (std::strcmp(name, ".") == 0 || (dotdot && d == root_)) {
+    if (fstat(dir.fd(), st) != 0) return nullptr;
     std::lock_guard lock(mu_);
-    auto it = by_inode_.find(Key{dir.dev, dir.ino});
-    if (it == by_inode_.end()) {
+    if (!in_table_locked(*d)) {
       errno = ESTALE;
       return nullptr;
     }
-    return slots_[it->second].node;
+    return d;
   }
-  if (fstatat(dir.fd, name, st, AT_SYMLINK_NOFOLLOW) != 0) return nullptr;
+  if (fstatat(dir.fd(), name, st, AT_SYMLINK_NOFOLLOW) != 0) return nullptr;
   {
+    // A node whose descriptor is open is certainly this object: its inode number cannot
+    // have been reused. Without one, open the object below to tell (admit()).
     std::lock_guard lock(mu_);
     auto it = by_inode_.find(Key{st->st_dev, st->st_ino});
-    if (it != by_inode_.end()) {
-      slots_[it->second].referenced = true;
-      return slots_[it->second].node;
+    if (it != by_inode_.end() && slots_[it->second].node->file) {
+      Slot& s = slots_[it->second];
+      s.referenced = true;
+      if (!dotdot) set_path_locked(*s.node, d, name);
+      return s.node;
+    }
+    if (it == by_inode_.end() && dotdot) {
+      // Every directory's parent node stays in the table while it has child nodes, so
+      // this one moved behind our back (perhaps out of the export): do not follow it.
+      errno = ESTALE;
+      return nullptr;
     }
   }
   bool writable = false;
-  int fd = open_object(dir.fd, name, st->st_mode & S_IFMT, &writable);
+  int fd = open_object(dir.fd(), name, st->st_mode & S_IFMT, &writable);
   if (fd < 0) return nullptr;
   struct stat opened;
   if (fstat(fd, &opened) != 0 || opened.st_ino != st->st_ino || opened.st_dev != st->st_dev) {
@@ -189,65 +415,95 @@ NodeRef NodeTable::lookup(const Node& dir, const char* name, struct stat* st) {
     return nullptr;
   }
   *st = opened;
-  return adopt(fd, opened, writable);
+  return admit(dir, dotdot ? nullptr : name, fd, opened, writable);
 }
 
-NodeRef NodeTable::adopt(int fd, const struct stat& st, bool writable) {
-  std::lock_guard lock(mu_);
+NodeRef NodeTable::adopt(const OpenNode& dir, const char* name, int fd, const struct stat& st,
+                         bool writable) {
+  return admit(dir, name, fd, st, writable);
+}
+
+NodeRef NodeTable::admit(const OpenNode& dir, const char* name, int fd, const struct stat& st,
+                         bool writable) {
+  std::string fh = kernel_handle(fd);
+  auto file = std::make_shared<OpenFile>(fd, writable, &open_files_);
+  std::lock_guard lock(mu_);  // released before `file` is destroyed if unused
+  NodeRef node;
   auto it = by_inode_.find(Key{st.st_dev, st.st_ino});
   if (it != by_inode_.end()) {  // known already (or another thread won a race)
-    close(fd);
-    slots_[it->second].referenced = true;
-    return slots_[it->second].node;
+    Slot& s = slots_[it->second];
+    if (s.node->file || same_object(s.node->fh, fh)) {
+      s.referenced = true;
+      node = s.node;
+    } else {
+      drop_locked(s);  // its object is gone and its inode number reused: handles STALE
+    }
   }
-  NodeRef node = insert_locked(fd, st);
-  node->writable = writable;
+  if (!node) {
+    if (name == nullptr) {
+      errno = ESTALE;  // ".." must lead to a node we have (see lookup)
+      return nullptr;
+    }
+    node = insert_locked(st, std::move(fh));
+  }
+  if (name != nullptr) set_path_locked(*node, dir.node(), name);
+  if (!node->file) {
+    install_locked(*node, std::move(file));
+    evict_files_locked();
+  }
   return node;
 }
 
-bool NodeTable::make_writable(Node& node) {
+void NodeTable::renamed(const OpenNode& dir, const char* name, dev_t dev, ino_t ino) {
   std::lock_guard lock(mu_);
-  if (node.writable) return true;
-  if (!S_ISREG(node.type)) {
+  auto it = by_inode_.find(Key{dev, ino});
+  if (it != by_inode_.end()) set_path_locked(*slots_[it->second].node, dir.node(), name);
+}
+
+bool NodeTable::make_writable(const OpenNode& node) {
+  std::lock_guard lock(mu_);
+  OpenFile& f = *node.file_;
+  if (f.writable.load(std::memory_order_relaxed)) return true;
+  if (!S_ISREG(node->type)) {
     errno = EISDIR;
     return false;
   }
   char path[64];
-  std::snprintf(path, sizeof path, "/proc/self/fd/%d", node.fd);
-  int fd = open(path, O_RDWR | O_CLOEXEC);
+  std::snprintf(path, sizeof path, "/proc/self/fd/%d", f.fd);
+  int fd = ::open(path, O_RDWR | O_CLOEXEC);
   if (fd < 0) return false;
   struct stat st;
-  if (fstat(fd, &st) != 0 || st.st_ino != node.ino) {
+  if (fstat(fd, &st) != 0 || st.st_ino != node->ino) {
     close(fd);
     errno = ESTALE;
     return false;
   }
   // dup3 swaps the descriptor under the same number, so concurrent users never see a
   // closed fd.
-  if (dup3(fd, node.fd, O_CLOEXEC) < 0) {
+  if (dup3(fd, f.fd, O_CLOEXEC) < 0) {
     int err = errno;
     close(fd);
     errno = err;
     return false;
   }
   close(fd);
-  node.writable = true;
+  f.writable.store(true, std::memory_order_relaxed);
   return true;
 }
 
-uint64_t NodeTable::forget_if_unlinked(dev_t dev, ino_t ino) {
+uint64_t NodeTable::forget_if_unlinked(dev_t dev, ino_t ino, nlink_t links_left) {
   std::lock_guard lock(mu_);
   auto it = by_inode_.find(Key{dev, ino});
   if (it == by_inode_.end()) return 0;
   Slot& s = slots_[it->second];
-  struct stat st;
-  if (fstat(s.node->fd, &st) != 0 || st.st_nlink > 0) return 0;
+  if (s.node->file) {
+    struct stat st;
+    if (fstat(s.node->file->fd, &st) != 0) return 0;
+    links_left = st.st_nlink;
+  }
+  if (links_left > 0) return 0;
   uint64_t id = s.node->id;
-  free_slots_.push_back(it->second);
-  by_inode_.erase(it);
-  s.node.reset();
-  ++s.generation;
-  --live_;
+  drop_locked(s);
   return id;
 }
 

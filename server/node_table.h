@@ -1,10 +1,48 @@
 // The server's table of exported file system objects and the file handles that name them.
 //
-// Every object a client has reached (by MOUNT, LOOKUP, CREATE, ...) gets a node holding an
-// open descriptor of it, so later calls never walk paths again: renames do not break
-// handles, and nothing a client sends can name an object outside the export root. A
-// handle is the node's slot and generation plus a MAC under a key drawn at server start,
-// so handles cannot be forged, and handles from an earlier server instance are STALE.
+// Every object a client has reached (by MOUNT, LOOKUP, CREATE, ...) gets a node, deduplicated
+// by (device, inode). A handle is the node's slot and generation plus a MAC under a key
+// drawn at server start, so handles cannot be forged, and handles from an earlier server
+// instance are STALE. Nodes are bounded by max_nodes: a clock sweep drops unused nodes,
+// whose handles then turn STALE (clients look the object up again).
+//
+// Why descriptors are a cache: a node used to own an open descriptor for as long as it
+// lived, so every handle ever issued held one, and ordinary creates ran the server out of
+// RLIMIT_NOFILE for good (EIO on every call, `ls /` included). Now a node may or may not
+// hold a descriptor; the table keeps at most max_open_files of them (the export root's,
+// which never closes, included) and closes the least recently used beyond that.
+//
+// Reopening: a node whose descriptor was closed is reopened on demand from how the table
+// last reached it: its parent node and its name there (never "." or ".."), recorded by
+// LOOKUP, CREATE and RENAME, which all pass through the table. A directory's children name
+// their parent node, so renaming a directory keeps every path below it right. The walk
+// starts at the nearest ancestor still open (the root always is) and opens one component
+// at a time with openat(O_NOFOLLOW), so it never follows a symlink and never leaves the
+// export. Every step must reach the very object its node names: same (device, inode) and
+// the same kernel file handle (name_to_handle_at, which needs no privilege and, unlike the
+// inode number, is not reused when a file is deleted and another created). Otherwise
+// (removed or replaced behind the table's back) the handle is STALE, never another file.
+// open_by_handle_at is not used: it needs CAP_DAC_READ_SEARCH; the walk does not.
+//
+// Limits of that: an object whose recorded name was removed while it keeps another hard
+// link (made behind the server's back: the protocol has no LINK) cannot be reopened until
+// a LOOKUP reaches it by its other name; reopening needs search permission on the
+// directories walked, which holding a descriptor did not; on a file system without
+// kernel file handles a reused inode number is not told apart from the original.
+//
+// Using a descriptor: open() returns an OpenNode, a pin that keeps the node's descriptor
+// open (and its number unchanged) for as long as it lives; eviction only closes
+// descriptors nobody has pinned, so the bound can be exceeded by what calls in progress
+// have pinned at once. Unlinked-but-open objects keep today's rule: forget_if_unlinked
+// drops the node (its handles turn STALE), and a pinned descriptor closes when its last
+// pin goes.
+//
+// Thread-safety: every member function is thread-safe. One mutex guards the slots, the
+// (device, inode) index, each node's path and descriptor, and the LRU list; it is held for
+// table bookkeeping and a few cheap system calls (closing an evicted descriptor,
+// make_writable's reopen), never across a path walk. open() of a node whose descriptor is
+// cached (the READ/WRITE hot path) takes the mutex once, allocates nothing and moves the
+// node to the front of the LRU list.
 #pragma once
 
 #include <sys/stat.h>
@@ -19,64 +57,155 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ordma/keyed_mac.h"
+#include "base/keyed_mac.h"
 
 namespace odafs::server {
 
 inline constexpr size_t kHandleSize = 40;
 using WireHandle = std::array<unsigned char, kHandleSize>;
 
-// One exported object. Immutable after creation except `writable_fd` upgrades, which are
-// guarded by the table. Holders keep the descriptor open by holding the shared_ptr.
+// The default bound on the descriptors the table keeps open (see NodeTable()).
+inline constexpr size_t kDefaultMaxOpenFiles = 1024;
+
+struct Node;
+using NodeRef = std::shared_ptr<Node>;
+
+// An open descriptor of a node's object: O_RDWR or O_RDONLY for files, O_RDONLY |
+// O_DIRECTORY for directories, O_PATH otherwise. Closed when the last holder lets go.
+struct OpenFile {
+  OpenFile(int fd, bool writable, std::atomic<size_t>* open_count);
+  ~OpenFile();
+  OpenFile(const OpenFile&) = delete;
+  OpenFile& operator=(const OpenFile&) = delete;
+
+  const int fd;
+  std::atomic<bool> writable;  // fd is O_RDWR; only make_writable changes it (in place)
+  std::atomic<size_t>* const open_count;
+};
+
+// One exported object. The public fields never change after creation; the rest belongs to
+// the table and is guarded by its mutex.
 struct Node {
-  ~Node();
   uint64_t id = 0;  // unique for the server's lifetime: the block cache's file key
   uint32_t slot = 0;
   uint32_t generation = 0;
   dev_t dev = 0;
   ino_t ino = 0;
   mode_t type = 0;  // S_IFREG, S_IFDIR, ...
-  int fd = -1;      // O_RDWR or O_RDONLY for files, O_DIRECTORY for dirs, O_PATH otherwise
-  bool writable = false;
-};
-using NodeRef = std::shared_ptr<Node>;
 
-// Why a handle did not resolve.
-enum class HandleError { kNone, kBad, kStale };
+ private:
+  friend class NodeTable;
+  std::string fh;    // kernel file handle (see kernel_handle()); immutable; may be empty
+  NodeRef parent;    // where the table last reached it; null for the root
+  std::string name;  // its name in parent
+  std::shared_ptr<OpenFile> file;  // the cached descriptor, if any
+  Node* lru_prev = nullptr;        // in the LRU list iff in_lru
+  Node* lru_next = nullptr;
+  bool in_lru = false;
+};
+
+// A node with its descriptor pinned open: eviction cannot close fd() while this lives.
+// Move-only; empty (false) when opening failed. REQUIRES: dies before its NodeTable.
+class OpenNode {
+ public:
+  OpenNode() = default;
+  OpenNode(OpenNode&&) noexcept = default;
+  OpenNode& operator=(OpenNode&&) noexcept = default;
+  OpenNode(const OpenNode&) = delete;
+  OpenNode& operator=(const OpenNode&) = delete;
+
+  explicit operator bool() const { return file_ != nullptr; }
+  Node* operator->() const { return node_.get(); }
+  Node& operator*() const { return *node_; }
+  const NodeRef& node() const { return node_; }
+  int fd() const { return file_->fd; }
+  // Whether fd() is open read-write (make_writable may turn it so, in place).
+  bool writable() const { return file_->writable.load(std::memory_order_relaxed); }
+  void reset() {
+    file_.reset();
+    node_.reset();
+  }
+
+ private:
+  friend class NodeTable;
+  OpenNode(NodeRef node, std::shared_ptr<OpenFile> file)
+      : node_(std::move(node)), file_(std::move(file)) {}
+  NodeRef node_;
+  std::shared_ptr<OpenFile> file_;
+};
+
+// Why a handle did not resolve or open.
+enum class HandleError {
+  kNone,
+  kBad,
+  kStale,
+  kOpen,  // the node exists but its object could not be reopened; errno says why
+};
 
 class NodeTable {
  public:
   // Opens the export root. Throws std::system_error if it is not a readable directory.
-  // max_nodes bounds open descriptors; unused nodes beyond it are closed (their handles
-  // turn STALE and clients look the object up again).
-  NodeTable(const std::string& export_root, size_t max_nodes);
+  // max_nodes bounds the nodes (and so the valid handles). The table keeps at most
+  // min(max_open_files, RLIMIT_NOFILE soft limit / 2) descriptors open (at least 2),
+  // the limit measured here: the other half stays free for connections, the engine's
+  // sockets and the transient descriptors calls open (READDIR, a reopen walk).
+  NodeTable(const std::string& export_root, size_t max_nodes,
+            size_t max_open_files = kDefaultMaxOpenFiles);
   ~NodeTable();
+  NodeTable(const NodeTable&) = delete;
+  NodeTable& operator=(const NodeTable&) = delete;
 
+  // The root's descriptor is always open.
   NodeRef root() const { return root_; }
   uint32_t instance() const { return instance_; }
 
   WireHandle handle_of(const Node& node) const;
 
-  // REQUIRES: handle points at kHandleSize bytes. Thread-safe.
+  // The node a handle names, without opening anything. REQUIRES: handle points at
+  // kHandleSize bytes.
   NodeRef resolve(const unsigned char* handle, HandleError* error) const;
 
-  // Finds or creates the node of `name` in directory `dir`. Returns nullptr and sets
-  // errno on failure. Never follows a symlink in the last component; ".." of the root is
-  // the root. REQUIRES: name passed valid_name() or is "." / "..". Thread-safe.
-  NodeRef lookup(const Node& dir, const char* name, struct stat* st);
+  // Resolves a handle and pins its node's descriptor open, reopening it if it was
+  // evicted. Failure: empty, *error says why (kStale also when the object is gone or was
+  // replaced; kOpen with errno for other reopen failures, EACCES say).
+  OpenNode open(const unsigned char* handle, HandleError* error);
+  // Pins node's descriptor open, reopening it if needed. Failure: empty, errno set
+  // (ESTALE when the node was dropped or its object is gone or replaced).
+  OpenNode open(const NodeRef& node);
 
-  // Takes ownership of fd, an object just created in the export (CREATE), and returns
-  // its node; if the inode already has a node, closes fd and returns that one.
-  NodeRef adopt(int fd, const struct stat& st, bool writable);
+  // Finds or creates the node of `name` in directory `dir` and records that name as the
+  // way to reach it. Returns nullptr and sets errno on failure. Never follows a symlink in
+  // the last component; ".." of the root is the root; ".." elsewhere must lead to a node
+  // the table has (ESTALE otherwise). REQUIRES: name passed valid_name() or is "." / "..".
+  NodeRef lookup(const OpenNode& dir, const char* name, struct stat* st);
 
-  // Reopens a regular file read-write (after a chmod, say). Returns false, errno set.
-  bool make_writable(Node& node);
+  // Takes ownership of fd, the object `name` just created in `dir` (CREATE), and returns
+  // its node; if the inode already has a node, returns that one (keeping fd as its
+  // descriptor if it had none, closing it otherwise).
+  NodeRef adopt(const OpenNode& dir, const char* name, int fd, const struct stat& st,
+                bool writable);
+
+  // Records that the object (dev, ino) is now `name` in `dir` (after a RENAME moved it
+  // there). Unknown objects are ignored.
+  void renamed(const OpenNode& dir, const char* name, dev_t dev, ino_t ino);
+
+  // Reopens a regular file read-write (after a chmod, say), in place: fd() keeps its
+  // number. Returns false, errno set.
+  bool make_writable(const OpenNode& node);
 
   // Drops the node of (dev, ino), if present and no longer linked anywhere: its handles
-  // turn STALE. Returns the dropped node's id (0 if none) so caches can forget it.
-  uint64_t forget_if_unlinked(dev_t dev, ino_t ino);
+  // turn STALE. The link count comes from the node's descriptor if it is open, otherwise
+  // links_left is believed (the caller's count from just before it unlinked, minus one).
+  // Returns the dropped node's id (0 if none) so caches can forget it.
+  uint64_t forget_if_unlinked(dev_t dev, ino_t ino, nlink_t links_left = 0);
 
   size_t size() const;
+  // Descriptors of nodes open right now, pinned or cached, the root's included.
+  size_t open_files() const { return open_files_.load(std::memory_order_relaxed); }
+  // The effective bound on cached descriptors (see the constructor).
+  size_t max_open_files() const { return max_open_files_; }
+  // Times a node's descriptor was reopened after eviction.
+  uint64_t reopens() const { return reopens_.load(std::memory_order_relaxed); }
 
   // A single path component: not empty, no '/', no NUL, not "." or "..", <= 255 bytes.
   static bool valid_name(const char* name);
@@ -96,11 +225,37 @@ class NodeTable {
     size_t operator()(const Key& k) const { return std::hash<uint64_t>()(k.ino * 31 + k.dev); }
   };
 
-  NodeRef insert_locked(int fd, const struct stat& st);
-  bool evict_some_locked();  // false when no node can be evicted
-  ordma::KeyedMac mac_;
+  bool parse_handle(const unsigned char* handle, HandleError* error, uint32_t* slot,
+                    uint32_t* generation, ino_t* ino) const;
+  // The live slot a parsed handle names (marked referenced), or nullptr with *error set.
+  Slot* slot_locked(uint32_t slot, uint32_t generation, ino_t ino, HandleError* error) const;
+  NodeRef insert_locked(const struct stat& st, std::string fh);  // no descriptor yet
+  bool evict_some_locked();   // false when no node can be evicted
+  void drop_locked(Slot& s);  // the slot's node leaves the table
+  bool in_table_locked(const Node& node) const;
+  // Moves node to the front of the LRU list and returns its descriptor (a new pin).
+  std::shared_ptr<OpenFile> touch_locked(Node& node);
+  // Caches file as node's descriptor. Callers pin what they need, then evict_files_locked.
+  void install_locked(Node& node, std::shared_ptr<OpenFile> file);
+  void lru_unlink_locked(Node& node);
+  void lru_push_front_locked(Node& node);
+  void evict_files_locked();  // closes unpinned descriptors beyond the bound
+  // Records (parent, name) as node's path unless that would make the parent chain a loop.
+  void set_path_locked(Node& node, const NodeRef& parent, const char* name);
+  // lookup and adopt: fd is name's object in dir (name null for "..": never a new node
+  // nor a new path). A node of the same inode number whose object is another (the kernel
+  // handles differ) is dropped first.
+  NodeRef admit(const OpenNode& dir, const char* name, int fd, const struct stat& st,
+                bool writable);
+  // Opens node's object by walking from its nearest open ancestor. Empty + errno on failure.
+  OpenNode reopen(const NodeRef& node);
+
+  KeyedMac mac_;
   uint32_t instance_;
   size_t max_nodes_;
+  size_t max_open_files_;
+  std::atomic<size_t> open_files_{0};  // before every member holding an OpenFile
+  std::atomic<uint64_t> reopens_{0};
   NodeRef root_;
 
   mutable std::mutex mu_;
@@ -109,6 +264,9 @@ class NodeTable {
   std::unordered_map<Key, uint32_t, KeyHash> by_inode_;
   size_t live_ = 0;
   size_t clock_hand_ = 0;
+  Node* lru_head_ = nullptr;  // most recently used
+  Node* lru_tail_ = nullptr;
+  size_t lru_size_ = 0;  // nodes in the list: every cached descriptor but the root's
   std::atomic<uint64_t> next_id_{1};
 };
 

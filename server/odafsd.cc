@@ -1,7 +1,9 @@
 // odafsd: the odafs file server. Exports one directory over ONC RPC.
 //
 //   odafsd --export DIR --listen HOST:PORT [--cache-mb N] [--block-size N] [--threads N]
-//          [--max-io N] [--max-nodes N] [--max-connections N] [--auth-sys]
+//          [--max-io N] [--max-nodes N] [--max-open-files N] [--max-connections N] [--auth-sys]
+//          [--max-connections-per-address N] [--idle-timeout SECONDS]
+//          [--engine-max-connections N] [--engine-handshake-timeout MS]
 //          [--engine-listen HOST:PORT] [--engine-threads N] [--no-ordma]
 //          [--max-rings N] [--no-local-rings] [--max-direct-writes N]
 //
@@ -10,16 +12,18 @@
 // which scripts and tests wait for. SIGTERM or SIGINT shut it down cleanly.
 #include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
-#include "rpc/log.h"
-#include "rpc/odafs_prot.h"
+#include "base/log.h"
+#include "proto/odafs_prot.h"
 #include "rpc/server.h"
 #include "server/cpu_accounting.h"
+#include "server/file_env.h"
 #include "server/file_service.h"
 
 namespace {
@@ -29,7 +33,9 @@ namespace {
   std::fprintf(stderr,
                "usage: odafsd --export DIR --listen HOST:PORT [--cache-mb N] [--block-size N]\n"
                "              [--threads N] [--max-io BYTES] [--max-nodes N]\n"
-               "              [--max-connections N] [--auth-sys]\n"
+               "              [--max-open-files N] [--max-connections N] [--auth-sys]\n"
+               "              [--max-connections-per-address N] [--idle-timeout SECONDS]\n"
+               "              [--engine-max-connections N] [--engine-handshake-timeout MS]\n"
                "              [--engine-listen HOST:PORT] [--engine-threads N] [--no-ordma]\n"
                "              [--max-rings N] [--no-local-rings] [--max-direct-writes N]\n"
                "  --engine-listen defaults to the --listen host, port 0 (a free port).\n"
@@ -38,8 +44,18 @@ namespace {
                "  --max-direct-writes caps direct writes waiting on clients (default:\n"
                "  --threads - 1; 0 turns them off); past it clients write by RPC.\n"
                "  --no-ordma serves RPC only: no one-sided engine, no references.\n"
+               "  --max-nodes bounds the objects with valid handles (default 65536);\n"
+               "  --max-open-files the descriptors kept open for them (default 1024,\n"
+               "  never more than half of RLIMIT_NOFILE); others are reopened on use.\n"
                "  --listen 127.0.0.1:0 picks a free port; the ready line names it.\n"
-               "  --auth-sys acts as each caller's AUTH_SYS uid/gid (needs root).\n");
+               "  --auth-sys acts as each caller's AUTH_SYS uid/gid (needs root).\n"
+               "  --simulate-crashes (testing only): SIGUSR1 drops every change not yet\n"
+               "  synced, as a power loss would, and exits at once (status 86).\n"
+               "  --max-connections-per-address (default 256; 0: none) keeps one host from\n"
+               "  taking every connection; --idle-timeout (default 300; 0: never) closes RPC\n"
+               "  connections that complete no call for that long.\n"
+               "  --engine-max-connections (default 1024) caps engine connections; one that\n"
+               "  does not authenticate within --engine-handshake-timeout (5000) is closed.\n");
   std::exit(2);
 }
 
@@ -70,10 +86,13 @@ int main(int argc, char** argv) {
   std::string listen;
   int threads = 4;
   size_t max_connections = 1024;
+  size_t max_per_address = 256;
+  int64_t idle_timeout_s = 300;
   std::string engine_listen;
   int engine_threads = 1;
-  odafs::ordma::SoftEngineOptions engine_options;
+  odafs::ordma::EngineOptions engine_options;
   long max_direct_writes = -1;  // -1: --threads - 1
+  bool simulate_crashes = false;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     auto value = [&]() -> const char* {
@@ -95,8 +114,19 @@ int main(int argc, char** argv) {
       fs.max_io = static_cast<uint32_t>(number("--max-io", value(), 4096, 16u << 20));
     } else if (flag == "--max-nodes") {
       fs.max_nodes = number("--max-nodes", value(), 16, 1u << 24);
+    } else if (flag == "--max-open-files") {
+      fs.max_open_files = number("--max-open-files", value(), 2, 1u << 24);
     } else if (flag == "--max-connections") {
       max_connections = number("--max-connections", value(), 1, 1u << 20);
+    } else if (flag == "--max-connections-per-address") {
+      max_per_address = number("--max-connections-per-address", value(), 0, 1u << 20);
+    } else if (flag == "--idle-timeout") {
+      idle_timeout_s = static_cast<int64_t>(number("--idle-timeout", value(), 0, 1u << 24));
+    } else if (flag == "--engine-max-connections") {
+      engine_options.max_connections = number("--engine-max-connections", value(), 1, 1u << 20);
+    } else if (flag == "--engine-handshake-timeout") {
+      engine_options.handshake_timeout_ms =
+          static_cast<int>(number("--engine-handshake-timeout", value(), 10, 600000));
     } else if (flag == "--engine-listen") {
       engine_listen = value();
     } else if (flag == "--engine-threads") {
@@ -109,6 +139,8 @@ int main(int argc, char** argv) {
       engine_options.local_rings = false;
     } else if (flag == "--no-ordma") {
       fs.ordma = false;
+    } else if (flag == "--simulate-crashes") {
+      simulate_crashes = true;
     } else if (flag == "--auth-sys") {
       fs.auth_sys = true;
     } else if (flag == "--help" || flag == "-h") {
@@ -127,9 +159,15 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  if (simulate_crashes) sigaddset(&stop_signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
   raise_fd_limit();
+
+  // With --simulate-crashes file data goes through an environment that can undo every
+  // unsynced change: a SIGKILL keeps the page cache, so only this shows a missing fsync.
+  odafs::server::CrashSimulatingEnv crash_env;
+  if (simulate_crashes) fs.env = &crash_env;
 
   try {
     odafs::server::CpuAccounting cpu;
@@ -140,6 +178,8 @@ int main(int argc, char** argv) {
     ro.max_record = service.max_request_record();
     ro.max_reply = service.max_reply_record();
     ro.max_connections = max_connections;
+    ro.max_connections_per_address = max_per_address;
+    ro.idle_timeout_ms = idle_timeout_s * 1000;
     ro.program = ODAFS_PROGRAM;
     ro.version = ODAFS_V1;
     ro.on_thread_start = [&cpu] { cpu.join("rpc"); };
@@ -147,7 +187,7 @@ int main(int argc, char** argv) {
     odafs::rpc::Server server(ro);
     service.register_procedures(&server);
     if (fs.ordma) {
-      odafs::ordma::SoftEngineOptions eo = engine_options;
+      odafs::ordma::EngineOptions eo = engine_options;
       eo.listen = engine_listen.empty() ? odafs::net::Endpoint{ro.listen.host, 0}
                                         : odafs::net::parse_endpoint(engine_listen);
       eo.threads = engine_threads;
@@ -156,15 +196,22 @@ int main(int argc, char** argv) {
       service.start_engine(eo);
     }
     server.start();
-    ODAFS_LOG_INFO("serving %s on %s: %d threads, cache %zu MiB in %u-byte blocks",
+    ODAFS_LOG_INFO("serving %s on %s: %d threads, cache %zu MiB in %u-byte blocks, %zu open files",
                    fs.export_root.c_str(), server.bound().to_string().c_str(), threads,
-                   fs.cache_bytes >> 20, fs.block_size);
+                   fs.cache_bytes >> 20, fs.block_size, service.nodes().max_open_files());
     std::string engine = service.engine() ? service.engine()->endpoint() : "none";
     std::printf("odafsd ready rpc=%s engine=%s export=%s\n", server.bound().to_string().c_str(),
                 engine.c_str(), fs.export_root.c_str());
     std::fflush(stdout);
     int sig = 0;
     sigwait(&stop_signals, &sig);
+    if (sig == SIGUSR1) {
+      ODAFS_LOG_WARN("simulated crash: dropping %zu file(s) of unsynced changes",
+                     crash_env.unsynced_files());
+      crash_env.crash();
+      std::fflush(stderr);
+      _exit(86);  // no cleanup: a crash
+    }
     ODAFS_LOG_INFO("signal %d: shutting down", sig);
     service.stop_engine();
     server.stop();

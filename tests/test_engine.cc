@@ -15,10 +15,11 @@
 #include <thread>
 #include <vector>
 
-#include "ordma/engine.h"
-#include "ordma/engine_impl/handshake.h"
-#include "ordma/engine_impl/local_ring.h"
-#include "ordma/wire.h"
+#include "ordma/engine_impl/soft/handshake.h"
+#include "ordma/engine_impl/soft/local_ring.h"
+#include "ordma/engine_impl/soft/soft_engine.h"
+#include "ordma/engine_impl/soft/wire.h"
+#include "tests/support/server_process.h"
 
 using namespace odafs::ordma;
 
@@ -30,23 +31,30 @@ constexpr size_t kSegments = 16;
 // One server side: memory, export table, authorities and a running soft engine.
 struct Stack {
   std::vector<std::byte> memory = std::vector<std::byte>(kSegBytes * kSegments);
-  ExportTable table{kSegments};
-  CapabilityAuthority caps;
-  SessionAuthority sessions;
-  std::unique_ptr<Engine> engine;
+  std::unique_ptr<SoftEngine> engine;
+  // The engine's own state, which these tests age, lock and forge against.
+  ExportTable& table;
+  const CapabilityAuthority& caps;
+  const SessionAuthority& sessions;
 
-  explicit Stack(int threads = 2, size_t max_rings = 256) {
+  explicit Stack(int threads = 2, size_t max_rings = 256)
+      : engine(make(memory, threads, max_rings)),
+        table(engine->table()),
+        caps(engine->capabilities()),
+        sessions(engine->sessions()) {
     for (size_t s = 0; s < kSegments; ++s) {
       std::memset(memory.data() + s * kSegBytes, static_cast<int>('A' + s), kSegBytes);
       table.export_segment(static_cast<uint32_t>(s));
     }
-    SoftEngineOptions o;
+    engine->start();
+  }
+  static std::unique_ptr<SoftEngine> make(std::vector<std::byte>& memory, int threads,
+                                          size_t max_rings) {
+    EngineOptions o;
     o.listen = {"127.0.0.1", 0};
     o.threads = threads;
     o.max_rings = max_rings;
-    engine = make_soft_engine(o, &table, &caps, &sessions,
-                              ExportedMemory{memory.data(), kSegBytes, kSegments});
-    engine->start();
+    return make_soft_engine(o, ExportedMemory{memory.data(), kSegBytes, kSegments});
   }
   odafs::net::Endpoint where() const { return odafs::net::parse_endpoint(engine->endpoint()); }
   Reference ref(uint32_t seg, const Session& s, uint32_t length = kSegBytes) const {
@@ -463,8 +471,7 @@ TEST_CASE("a client that scribbles over its ring harms only its own reads") {
   };
 
   // The ring is sealed: the client can neither shrink it under the engine nor grow it.
-  CHECK(ftruncate(raw.setup.memfd, 0) == -1);
-  CHECK(errno == EPERM);
+  CHECK(odafs::test::failed_with(ftruncate(raw.setup.memfd, 0) == -1) == EPERM);
   CHECK(ftruncate(raw.setup.memfd, static_cast<off_t>(raw.bytes * 2)) == -1);
 
   // A proper request through the hand-made ring works (so what follows tests the engine's

@@ -4,9 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <filesystem>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -17,6 +20,7 @@ using odafs::server::HandleError;
 using odafs::server::kHandleSize;
 using odafs::server::NodeRef;
 using odafs::server::NodeTable;
+using odafs::server::OpenNode;
 using odafs::server::WireHandle;
 using odafs::test::read_local;
 using odafs::test::TempDir;
@@ -26,6 +30,13 @@ namespace {
 
 NodeRef resolve(const NodeTable& t, const WireHandle& h, HandleError* err) {
   return t.resolve(h.data(), err);
+}
+
+// Looks name up in dir, with dir pinned open for the call as the server does.
+NodeRef lookup(NodeTable& t, const NodeRef& dir, const char* name, struct stat* st) {
+  OpenNode d = t.open(dir);
+  REQUIRE(d);
+  return t.lookup(d, name, st);
 }
 
 struct stat lstat_of(const std::string& path) {
@@ -42,6 +53,8 @@ const char* error_name(HandleError e) {
       return "kBad";
     case HandleError::kStale:
       return "kStale";
+    case HandleError::kOpen:
+      return "kOpen";
   }
   return "?";
 }
@@ -84,19 +97,19 @@ TEST_CASE("handle_of and resolve round trip for looked-up objects") {
   NodeTable t(dir.path(), 64);
 
   struct stat st {};
-  NodeRef file = t.lookup(*t.root(), "file", &st);
+  NodeRef file = lookup(t, t.root(), "file", &st);
   REQUIRE(file != nullptr);
   CHECK(S_ISREG(file->type));
   CHECK(S_ISREG(st.st_mode));
   CHECK(st.st_size == 8);
   CHECK(file->ino == lstat_of(dir / "file").st_ino);
-  CHECK(file->writable);  // a file we own opens read-write
+  CHECK(t.open(file).writable());  // a file we own opens read-write
   CHECK(file->id != t.root()->id);
 
-  NodeRef sub = t.lookup(*t.root(), "sub", &st);
+  NodeRef sub = lookup(t, t.root(), "sub", &st);
   REQUIRE(sub != nullptr);
   CHECK(S_ISDIR(sub->type));
-  NodeRef inner = t.lookup(*sub, "inner", &st);
+  NodeRef inner = lookup(t, sub, "inner", &st);
   REQUIRE(inner != nullptr);
   CHECK(inner->ino == lstat_of(dir / "sub/inner").st_ino);
 
@@ -108,23 +121,25 @@ TEST_CASE("handle_of and resolve round trip for looked-up objects") {
   }
   // Distinct objects, distinct handles; a second lookup finds the same node.
   CHECK(t.handle_of(*file) != t.handle_of(*inner));
-  CHECK(t.lookup(*t.root(), "file", &st) == file);
-  CHECK(t.lookup(*t.root(), ".", &st) == t.root());
-  CHECK(t.lookup(*sub, "..", &st) == t.root());
-  CHECK(t.lookup(*sub, ".", &st) == sub);
+  CHECK(lookup(t, t.root(), "file", &st) == file);
+  CHECK(lookup(t, t.root(), ".", &st) == t.root());
+  CHECK(lookup(t, sub, "..", &st) == t.root());
+  CHECK(lookup(t, sub, ".", &st) == sub);
   CHECK(t.size() == 4);
 
-  // The node's descriptor is the object itself, whatever happens to its name.
+  // While its descriptor is open, the node is the object itself, whatever happens to its
+  // name.
   REQUIRE(::rename((dir / "file").c_str(), (dir / "renamed").c_str()) == 0);
   HandleError err = HandleError::kBad;
-  NodeRef again = resolve(t, t.handle_of(*file), &err);
-  REQUIRE(again == file);
+  OpenNode again = t.open(t.handle_of(*file).data(), &err);
+  REQUIRE(again);
+  CHECK(again.node() == file);
   char buf[16] = {};
-  CHECK(::pread(again->fd, buf, sizeof buf, 0) == 8);
+  CHECK(::pread(again.fd(), buf, sizeof buf, 0) == 8);
   CHECK(std::string(buf) == "contents");
 
   errno = 0;
-  CHECK(t.lookup(*t.root(), "missing", &st) == nullptr);
+  CHECK(lookup(t, t.root(), "missing", &st) == nullptr);
   CHECK(errno == ENOENT);
 }
 
@@ -133,7 +148,7 @@ TEST_CASE("flipping any single byte of a valid handle makes it fail") {
   write_local(dir / "file", "x");
   NodeTable t(dir.path(), 64);
   struct stat st {};
-  NodeRef file = t.lookup(*t.root(), "file", &st);
+  NodeRef file = lookup(t, t.root(), "file", &st);
   REQUIRE(file != nullptr);
 
   for (const NodeRef& n : {t.root(), file}) {
@@ -165,8 +180,8 @@ TEST_CASE("a handle from another node table instance does not resolve") {
   NodeTable a(dir.path(), 64);
   NodeTable b(dir.path(), 64);
   struct stat st {};
-  NodeRef fa = a.lookup(*a.root(), "file", &st);
-  NodeRef fb = b.lookup(*b.root(), "file", &st);
+  NodeRef fa = lookup(a, a.root(), "file", &st);
+  NodeRef fb = lookup(b, b.root(), "file", &st);
   REQUIRE(fa != nullptr);
   REQUIRE(fb != nullptr);
 
@@ -194,7 +209,7 @@ TEST_CASE("lookup of .. at the root stays at the root") {
   TempDir dir;
   NodeTable t(dir.path(), 64);
   struct stat st {};
-  NodeRef up = t.lookup(*t.root(), "..", &st);
+  NodeRef up = lookup(t, t.root(), "..", &st);
   CHECK(up == t.root());
   CHECK(st.st_ino == t.root()->ino);
   CHECK(t.size() == 1);
@@ -212,14 +227,16 @@ TEST_CASE("lookup of a symlink returns the link itself, never its target") {
   for (const char* name : {"etc_link", "file_link", "dangling"}) {
     CAPTURE(name);
     struct stat st {};
-    NodeRef link = t.lookup(*t.root(), name, &st);
+    NodeRef link = lookup(t, t.root(), name, &st);
     REQUIRE(link != nullptr);
     CHECK(link->type == S_IFLNK);
     CHECK(S_ISLNK(st.st_mode));
     CHECK(link->ino == lstat_of(dir / name).st_ino);
-    CHECK_FALSE(link->writable);
+    OpenNode pinned = t.open(link);
+    REQUIRE(pinned);
+    CHECK_FALSE(pinned.writable());
     struct stat by_fd {};
-    REQUIRE(::fstat(link->fd, &by_fd) == 0);
+    REQUIRE(::fstat(pinned.fd(), &by_fd) == 0);
     CHECK(S_ISLNK(by_fd.st_mode));
     HandleError err = HandleError::kBad;
     CHECK(resolve(t, t.handle_of(*link), &err) == link);
@@ -227,11 +244,11 @@ TEST_CASE("lookup of a symlink returns the link itself, never its target") {
 
   // Nothing can be looked up "inside" the link: it does not lead to /etc.
   struct stat st {};
-  NodeRef link = t.lookup(*t.root(), "etc_link", &st);
+  NodeRef link = lookup(t, t.root(), "etc_link", &st);
   REQUIRE(link != nullptr);
   CHECK(link->ino != etc.st_ino);
   errno = 0;
-  CHECK(t.lookup(*link, "passwd", &st) == nullptr);
+  CHECK(lookup(t, link, "passwd", &st) == nullptr);
   CHECK(errno == ENOTDIR);
 }
 
@@ -260,7 +277,7 @@ TEST_CASE("forget_if_unlinked") {
   write_local(dir / "f", "data");
   NodeTable t(dir.path(), 64);
   struct stat st {};
-  NodeRef f = t.lookup(*t.root(), "f", &st);
+  NodeRef f = lookup(t, t.root(), "f", &st);
   REQUIRE(f != nullptr);
   const WireHandle h = t.handle_of(*f);
   HandleError err = HandleError::kBad;
@@ -285,7 +302,7 @@ TEST_CASE("forget_if_unlinked") {
 
   // The slot is reused by the next object; the old handle stays stale.
   write_local(dir / "new", "n");
-  NodeRef n = t.lookup(*t.root(), "new", &st);
+  NodeRef n = lookup(t, t.root(), "new", &st);
   REQUIRE(n != nullptr);
   CHECK(n->id != f->id);
   CHECK(resolve(t, h, &err) == nullptr);
@@ -307,7 +324,7 @@ TEST_CASE("the table stays bounded and evicted handles are stale") {
   std::vector<ino_t> inodes;
   for (int i = 0; i < kFiles; ++i) {
     struct stat st {};
-    NodeRef n = t.lookup(*t.root(), ("f" + std::to_string(i)).c_str(), &st);
+    NodeRef n = lookup(t, t.root(), ("f" + std::to_string(i)).c_str(), &st);
     REQUIRE(n != nullptr);
     handles.push_back(t.handle_of(*n));
     inodes.push_back(n->ino);
@@ -337,14 +354,14 @@ TEST_CASE("the table stays bounded and evicted handles are stale") {
 
   // An evicted object can be looked up again and gets a fresh, working handle.
   struct stat st {};
-  NodeRef again = t.lookup(*t.root(), "f0", &st);
+  NodeRef again = lookup(t, t.root(), "f0", &st);
   REQUIRE(again != nullptr);
   CHECK(resolve(t, t.handle_of(*again), &err) == again);
 
   SUBCASE("nodes in use are not evicted") {
     std::vector<NodeRef> held;
     for (int i = 0; i < 30; ++i) {
-      NodeRef n = t.lookup(*t.root(), ("f" + std::to_string(i)).c_str(), &st);
+      NodeRef n = lookup(t, t.root(), ("f" + std::to_string(i)).c_str(), &st);
       REQUIRE(n != nullptr);
       held.push_back(n);
     }
@@ -356,7 +373,7 @@ TEST_CASE("the table stays bounded and evicted handles are stale") {
     again.reset();
     // Once released, unused nodes beyond the bound are closed again.
     for (int i = 30; i < kFiles; ++i) {
-      REQUIRE(t.lookup(*t.root(), ("f" + std::to_string(i)).c_str(), &st) != nullptr);
+      REQUIRE(lookup(t, t.root(), ("f" + std::to_string(i)).c_str(), &st) != nullptr);
     }
     CHECK(t.size() <= 17);
   }
@@ -369,45 +386,345 @@ TEST_CASE("make_writable on a file opened read-only") {
   REQUIRE(::mkdir((dir / "sub").c_str(), 0755) == 0);
   NodeTable t(dir.path(), 64);
   struct stat st {};
-  NodeRef node = t.lookup(*t.root(), "ro", &st);
-  REQUIRE(node != nullptr);
-  const int fd_number = node->fd;
+  NodeRef node_ref = lookup(t, t.root(), "ro", &st);
+  REQUIRE(node_ref != nullptr);
+  OpenNode node = t.open(node_ref);
+  REQUIRE(node);
+  const int fd_number = node.fd();
   const WireHandle h = t.handle_of(*node);
   // Root may open a 0444 file read-write; others get it read-only.
-  CHECK(node->writable == ((::fcntl(node->fd, F_GETFL) & O_ACCMODE) == O_RDWR));
+  CHECK(node.writable() == ((::fcntl(node.fd(), F_GETFL) & O_ACCMODE) == O_RDWR));
 
   errno = 0;
-  bool ok = t.make_writable(*node);
+  bool ok = t.make_writable(node);
   int saved = errno;
-  CHECK(node->writable == ok);
-  int mode = ::fcntl(node->fd, F_GETFL) & O_ACCMODE;
+  CHECK(node.writable() == ok);
+  int mode = ::fcntl(node.fd(), F_GETFL) & O_ACCMODE;
   if (ok) {
     CHECK(mode == O_RDWR);
   } else {
     CHECK(saved == EACCES);
     CHECK(mode == O_RDONLY);
   }
-  CHECK(node->fd == fd_number);
+  CHECK(node.fd() == fd_number);
   char buf[8];
-  CHECK(::pread(node->fd, buf, sizeof buf, 0) == 8);  // readable either way
+  CHECK(::pread(node.fd(), buf, sizeof buf, 0) == 8);  // readable either way
 
   // Once the mode allows it, make_writable succeeds for anyone, in place.
   REQUIRE(::chmod((dir / "ro").c_str(), 0644) == 0);
-  REQUIRE(t.make_writable(*node));
-  CHECK(node->writable);
-  CHECK(node->fd == fd_number);
-  CHECK((::fcntl(node->fd, F_GETFL) & O_ACCMODE) == O_RDWR);
-  CHECK(::pwrite(node->fd, "CHANGED!", 8, 0) == 8);
+  REQUIRE(t.make_writable(node));
+  CHECK(node.writable());
+  CHECK(node.fd() == fd_number);
+  CHECK((::fcntl(node.fd(), F_GETFL) & O_ACCMODE) == O_RDWR);
+  CHECK(::pwrite(node.fd(), "CHANGED!", 8, 0) == 8);
   CHECK(read_local(dir / "ro") == "CHANGED!");
   HandleError err = HandleError::kBad;
-  CHECK(resolve(t, h, &err) == node);
-  CHECK(t.make_writable(*node));  // idempotent
+  CHECK(resolve(t, h, &err) == node.node());
+  CHECK(t.make_writable(node));  // idempotent
 
   // Directories are never made writable.
-  NodeRef sub = t.lookup(*t.root(), "sub", &st);
-  REQUIRE(sub != nullptr);
+  NodeRef sub_ref = lookup(t, t.root(), "sub", &st);
+  REQUIRE(sub_ref != nullptr);
+  OpenNode sub = t.open(sub_ref);
+  REQUIRE(sub);
   errno = 0;
-  CHECK_FALSE(t.make_writable(*sub));
+  CHECK_FALSE(t.make_writable(sub));
   CHECK(errno == EISDIR);
-  CHECK_FALSE(sub->writable);
+  CHECK_FALSE(sub.writable());
+}
+
+namespace {
+
+// Descriptors this process has open right now (the listing's own included, every time).
+size_t fds_in_process() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+// Pins each handle in turn: touches nodes so that older descriptors get evicted.
+void churn(NodeTable& t, const std::vector<WireHandle>& handles) {
+  for (const WireHandle& h : handles) {
+    HandleError err = HandleError::kBad;
+    REQUIRE(t.open(h.data(), &err));
+  }
+}
+
+std::vector<WireHandle> make_fillers(NodeTable& t, const TempDir& dir, int count) {
+  std::vector<WireHandle> out;
+  for (int i = 0; i < count; ++i) {
+    std::string name = "filler" + std::to_string(i);
+    write_local(dir / name, "");
+    struct stat st {};
+    NodeRef n = lookup(t, t.root(), name.c_str(), &st);
+    REQUIRE(n != nullptr);
+    out.push_back(t.handle_of(*n));
+  }
+  return out;
+}
+
+std::string pread_all(int fd) {
+  char buf[256];
+  ssize_t n = ::pread(fd, buf, sizeof buf, 0);
+  REQUIRE(n >= 0);
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+}  // namespace
+
+TEST_CASE("descriptors are a bounded cache: 200 handles work with 8 open files") {
+  TempDir dir;
+  REQUIRE(::mkdir((dir / "d").c_str(), 0755) == 0);
+  REQUIRE(::mkdir((dir / "d/e").c_str(), 0755) == 0);
+  NodeTable t(dir.path(), 65536, 8);
+  REQUIRE(t.max_open_files() == 8);
+  REQUIRE(t.open_files() == 1);              // the root
+  const size_t baseline = fds_in_process();  // the root's descriptor included
+  auto check_bounded = [&] {
+    CHECK(t.open_files() <= 8);
+    CHECK(fds_in_process() - baseline + 1 <= 8);
+  };
+
+  struct stat st {};
+  NodeRef d = lookup(t, t.root(), "d", &st);
+  REQUIRE(d != nullptr);
+  NodeRef e = lookup(t, d, "e", &st);
+  REQUIRE(e != nullptr);
+
+  // Half the files made as CREATE does (adopt), half found as LOOKUP does, at three depths.
+  constexpr int kFiles = 200;
+  std::vector<WireHandle> handles;
+  std::vector<std::string> paths;
+  for (int i = 0; i < kFiles; ++i) {
+    CAPTURE(i);
+    const NodeRef& parent = i % 3 == 0 ? t.root() : i % 3 == 1 ? d : e;
+    std::string name = "f" + std::to_string(i);
+    std::string path = (i % 3 == 0   ? dir.path()
+                        : i % 3 == 1 ? dir / "d"
+                                     : dir / "d/e") +
+                       "/" + name;
+    NodeRef n;
+    if (i % 2 == 0) {
+      OpenNode p = t.open(parent);
+      REQUIRE(p);
+      int fd = ::openat(p.fd(), name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0644);
+      REQUIRE(fd >= 0);
+      struct stat created {};
+      REQUIRE(::fstat(fd, &created) == 0);
+      n = t.adopt(p, name.c_str(), fd, created, true);
+    } else {
+      write_local(path, "");
+      n = lookup(t, parent, name.c_str(), &st);
+    }
+    REQUIRE(n != nullptr);
+    handles.push_back(t.handle_of(*n));
+    paths.push_back(path);
+    check_bounded();
+  }
+  CHECK(t.size() == kFiles + 3);  // every node stays: root, d, e and the files
+
+  // Every handle still reaches its own file, for writing and for reading.
+  for (int i = 0; i < kFiles; ++i) {
+    CAPTURE(i);
+    HandleError err = HandleError::kBad;
+    OpenNode n = t.open(handles[i].data(), &err);
+    REQUIRE(n);
+    CHECK(err == HandleError::kNone);
+    std::string text = "file " + std::to_string(i);
+    REQUIRE(::pwrite(n.fd(), text.data(), text.size(), 0) == static_cast<ssize_t>(text.size()));
+    n.reset();
+    check_bounded();
+  }
+  for (int i = kFiles - 1; i >= 0; --i) {
+    CAPTURE(i);
+    CHECK(read_local(paths[i]) == "file " + std::to_string(i));
+    HandleError err = HandleError::kBad;
+    OpenNode n = t.open(handles[i].data(), &err);
+    REQUIRE(n);
+    CHECK(pread_all(n.fd()) == "file " + std::to_string(i));
+    n.reset();
+    check_bounded();
+  }
+  CHECK(t.reopens() >= kFiles);
+
+  // ".." of a directory whose parent's descriptor was evicted.
+  CHECK(lookup(t, e, "..", &st) == d);
+  check_bounded();
+
+  SUBCASE("pinned descriptors are never closed; the bound returns once they go") {
+    std::vector<OpenNode> held;
+    for (int i = 0; i < 12; ++i) {
+      HandleError err = HandleError::kBad;
+      held.push_back(t.open(handles[i].data(), &err));
+      REQUIRE(held.back());
+    }
+    CHECK(t.open_files() >= 13);
+    churn(t, std::vector<WireHandle>(handles.begin() + 50, handles.end()));
+    for (int i = 0; i < 12; ++i) {
+      CAPTURE(i);
+      struct stat by_fd {};
+      REQUIRE(::fstat(held[i].fd(), &by_fd) == 0);  // still open, still this file
+      CHECK(by_fd.st_ino == lstat_of(paths[i]).st_ino);
+      CHECK(pread_all(held[i].fd()) == "file " + std::to_string(i));
+    }
+    held.clear();
+    churn(t, std::vector<WireHandle>(handles.begin() + 100, handles.begin() + 101));
+    check_bounded();
+  }
+}
+
+TEST_CASE("a handle whose descriptor was evicted follows renames made through the table") {
+  TempDir dir;
+  REQUIRE(::mkdir((dir / "a").c_str(), 0755) == 0);
+  REQUIRE(::mkdir((dir / "b").c_str(), 0755) == 0);
+  write_local(dir / "a/x", "payload");
+  NodeTable t(dir.path(), 65536, 4);
+  struct stat st {};
+  NodeRef a = lookup(t, t.root(), "a", &st);
+  NodeRef b = lookup(t, t.root(), "b", &st);
+  REQUIRE(a != nullptr);
+  REQUIRE(b != nullptr);
+  NodeRef x = lookup(t, a, "x", &st);
+  REQUIRE(x != nullptr);
+  const WireHandle hx = t.handle_of(*x);
+  const std::vector<WireHandle> fillers = make_fillers(t, dir, 8);
+
+  // As RENAME does: rename in the pinned directories, then tell the table.
+  auto rename_through_table = [&](const NodeRef& from, const char* from_name, const NodeRef& to,
+                                  const char* to_name) {
+    OpenNode f = t.open(from);
+    OpenNode d = t.open(to);
+    REQUIRE(f);
+    REQUIRE(d);
+    REQUIRE(::renameat(f.fd(), from_name, d.fd(), to_name) == 0);
+    struct stat moved {};
+    REQUIRE(::fstatat(d.fd(), to_name, &moved, AT_SYMLINK_NOFOLLOW) == 0);
+    t.renamed(d, to_name, moved.st_dev, moved.st_ino);
+  };
+  // Opens hx after evicting every other descriptor; checks it had to be reopened.
+  auto open_x_evicted = [&](HandleError* err) {
+    churn(t, fillers);
+    uint64_t before = t.reopens();
+    OpenNode n = t.open(hx.data(), err);
+    if (n) CHECK(t.reopens() == before + 1);
+    return n;
+  };
+
+  rename_through_table(a, "x", b, "y");
+  HandleError err = HandleError::kBad;
+  OpenNode n = open_x_evicted(&err);
+  REQUIRE(n);
+  CHECK(n.node() == x);
+  CHECK(pread_all(n.fd()) == "payload");
+  CHECK(lstat_of(dir / "b/y").st_ino == x->ino);
+  n.reset();
+
+  // Renaming the directory keeps the path below it: the file is found under the new name
+  // with both descriptors evicted.
+  rename_through_table(t.root(), "b", t.root(), "c");
+  n = open_x_evicted(&err);
+  REQUIRE(n);
+  CHECK(pread_all(n.fd()) == "payload");
+  REQUIRE(::pwrite(n.fd(), "PAY", 3, 0) == 3);
+  CHECK(read_local(dir / "c/y") == "PAYload");
+  n.reset();
+
+  // Renamed behind the table's back: the recorded name leads nowhere, so STALE; a lookup
+  // by the new name brings the same handle back.
+  REQUIRE(::rename((dir / "c/y").c_str(), (dir / "c/z").c_str()) == 0);
+  n = open_x_evicted(&err);
+  CHECK_FALSE(n);
+  CHECK(err == HandleError::kStale);
+  CHECK(lookup(t, b, "z", &st) == x);
+  n = t.open(hx.data(), &err);
+  REQUIRE(n);
+  CHECK(pread_all(n.fd()) == "PAYload");
+}
+
+TEST_CASE("an object removed and replaced behind the table's back is STALE, not the newcomer") {
+  TempDir dir;
+  write_local(dir / "victim", "old");
+  NodeTable t(dir.path(), 65536, 4);
+  struct stat st {};
+  NodeRef v = lookup(t, t.root(), "victim", &st);
+  REQUIRE(v != nullptr);
+  const WireHandle hv = t.handle_of(*v);
+  const std::vector<WireHandle> fillers = make_fillers(t, dir, 8);
+  churn(t, fillers);  // v's descriptor is evicted
+
+  // On ext4 the new file usually gets the old inode number back: only the kernel file
+  // handle (the inode's generation) tells them apart.
+  REQUIRE(::unlink((dir / "victim").c_str()) == 0);
+  write_local(dir / "victim", "new");
+  INFO("inode number reused: ", lstat_of(dir / "victim").st_ino == v->ino);
+  HandleError err = HandleError::kBad;
+  OpenNode o = t.open(hv.data(), &err);
+  CHECK_FALSE(o);
+  CHECK(err == HandleError::kStale);
+  CHECK(read_local(dir / "victim") == "new");
+
+  // Looking the name up finds the newcomer as a new node with its own handle; the old
+  // handle stays stale.
+  NodeRef n = lookup(t, t.root(), "victim", &st);
+  REQUIRE(n != nullptr);
+  CHECK(n != v);
+  CHECK(t.handle_of(*n) != hv);
+  o = t.open(hv.data(), &err);
+  CHECK_FALSE(o);
+  CHECK(err == HandleError::kStale);
+  o = t.open(t.handle_of(*n).data(), &err);
+  REQUIRE(o);
+  CHECK(pread_all(o.fd()) == "new");
+  o.reset();
+
+  // Removed by the server (REMOVE) while its descriptor is evicted: forget_if_unlinked
+  // believes the caller's link count.
+  churn(t, fillers);
+  REQUIRE(::unlink((dir / "victim").c_str()) == 0);
+  CHECK(t.forget_if_unlinked(n->dev, n->ino, 0) == n->id);
+  o = t.open(t.handle_of(*n).data(), &err);
+  CHECK_FALSE(o);
+  CHECK(err == HandleError::kStale);
+}
+
+TEST_CASE("threads opening handles at once never see another file's descriptor") {
+  // Eviction must never close a descriptor a thread has pinned: the kernel would reuse its
+  // number for the next open, and the thread would read another file's bytes.
+  TempDir dir;
+  constexpr int kFiles = 64;
+  for (int i = 0; i < kFiles; ++i) write_local(dir / ("f" + std::to_string(i)), std::to_string(i));
+  NodeTable t(dir.path(), 65536, 6);
+  std::vector<WireHandle> handles;
+  for (int i = 0; i < kFiles; ++i) {
+    struct stat st {};
+    NodeRef n = lookup(t, t.root(), ("f" + std::to_string(i)).c_str(), &st);
+    REQUIRE(n != nullptr);
+    handles.push_back(t.handle_of(*n));
+  }
+  std::atomic<int> wrong{0};
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      uint32_t x = 12345u + static_cast<uint32_t>(k);
+      for (int round = 0; round < 2000; ++round) {
+        x = x * 1103515245u + 12345u;
+        int i = static_cast<int>((x >> 8) % kFiles);
+        HandleError err = HandleError::kBad;
+        OpenNode n = t.open(handles[i].data(), &err);
+        if (!n) {
+          ++failed;
+          continue;
+        }
+        char buf[16];
+        ssize_t got = ::pread(n.fd(), buf, sizeof buf, 0);
+        if (got < 0 || std::string(buf, static_cast<size_t>(got)) != std::to_string(i)) ++wrong;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(failed.load() == 0);
+  CHECK(wrong.load() == 0);
+  CHECK(t.open_files() <= 6);
+  CHECK(t.reopens() > 0);
 }

@@ -7,8 +7,8 @@
 #include <thread>
 #include <vector>
 
-#include "ordma/capability.h"
-#include "ordma/export_table.h"
+#include "ordma/engine_impl/soft/capability.h"
+#include "ordma/engine_impl/soft/export_table.h"
 
 using odafs::ordma::CapabilityAuthority;
 using odafs::ordma::ExportTable;

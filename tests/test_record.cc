@@ -252,7 +252,9 @@ TEST_CASE("a record whose fragments sum over max_record is refused") {
   CHECK_FALSE(a.feed(
       stream.data(), stream.size(), [&](std::vector<char>&) { ++delivered; }, &error));
   CHECK(delivered == 0);
-  CHECK_FALSE(error.empty());
+  // The message names the record's size so far, not the last fragment's.
+  CHECK_MESSAGE(error.find("at least 65 bytes") != std::string::npos, error);
+  CHECK_MESSAGE(error.find("limit of 64") != std::string::npos, error);
 
   SUBCASE("also when the fragments arrive in separate feeds") {
     RecordAssembler b(64);
@@ -273,4 +275,18 @@ TEST_CASE("the limit applies per record: many records each under the limit pass"
     add_fragment(&stream, bytes(16, static_cast<char>('a' + i % 20)), true);
   auto records = feed_in_chunks(a, stream, 13);
   CHECK(records.size() == 50);
+}
+
+TEST_CASE(
+    "empty fragments that are not the last are refused: they would hold a connection "
+    "forever without a record") {
+  RecordAssembler a(1024);
+  std::string stream;
+  for (int i = 0; i < 3; ++i) add_fragment(&stream, "", false);
+  std::string error;
+  int delivered = 0;
+  CHECK_FALSE(a.feed(
+      stream.data(), stream.size(), [&](std::vector<char>&) { ++delivered; }, &error));
+  CHECK(delivered == 0);
+  CHECK_MESSAGE(error.find("empty fragment") != std::string::npos, error);
 }

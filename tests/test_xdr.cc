@@ -7,8 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "proto/odafs_prot.h"
+#include "proto/ref_xdr.h"
 #include "rpc/client_channel.h"
-#include "rpc/odafs_prot.h"
 #include "rpc/xdr_util.h"
 
 using odafs::rpc::to_xdrproc;
@@ -277,10 +278,13 @@ TEST_CASE("mount_res round trip") {
   std::memcpy(ok.write_verf, "\x01\x02\x03\x04\xf5\xf6\xf7\xf8", ODAFS_VERFSIZE);
   std::string engine = "127.0.0.1:4000";  // 14 bytes, padded to 16
   ok.engine = engine.data();
+  std::string kind = "soft";  // 4 bytes, no padding
+  ok.engine_kind = kind.data();
   ok.session = 0x0102030405060708ull;
   for (int i = 0; i < ODAFS_SECRETSIZE; ++i) ok.session_secret[i] = static_cast<char>(i * 7);
   auto wire = encode(xdr_mount_res, &in);
-  CHECK(wire.size() == 4 + ODAFS_FHSIZE + 4 * 4 + ODAFS_VERFSIZE + 4 + 16 + 8 + ODAFS_SECRETSIZE);
+  CHECK(wire.size() ==
+        4 + ODAFS_FHSIZE + 4 * 4 + ODAFS_VERFSIZE + 4 + 16 + 4 + 4 + 8 + ODAFS_SECRETSIZE);
 
   mount_res out;
   REQUIRE(decode(xdr_mount_res, wire.data(), wire.size(), &out));
@@ -293,6 +297,7 @@ TEST_CASE("mount_res round trip") {
   CHECK(o.max_record == ok.max_record);
   CHECK(std::memcmp(o.write_verf, ok.write_verf, ODAFS_VERFSIZE) == 0);
   CHECK(std::string(o.engine) == engine);
+  CHECK(std::string(o.engine_kind) == kind);
   CHECK(o.session == ok.session);
   CHECK(std::memcmp(o.session_secret, ok.session_secret, ODAFS_SECRETSIZE) == 0);
   free_xdr(xdr_mount_res, &out);
@@ -428,7 +433,7 @@ TEST_CASE("read_res: the payload starts right after a fixed-size header") {
   in.read_res_u.ok.refs.refs_val = &ref;
   auto wire = encode(xdr_read_res, &in);
   constexpr size_t kHeader = 4 + 80 + 4 + 4;
-  constexpr size_t kRefBytes = 5 * 4 + 8 + ODAFS_CAPSIZE + 8;
+  constexpr size_t kRefBytes = 5 * 4 + 8 + ODAFS_CAPSIZE + ODAFS_TOKENSIZE + 8;
   REQUIRE(wire.size() == kHeader + 16 + 4 + kRefBytes);  // the trailer follows the payload
   CHECK(be32(wire.data() + kHeader + 16) == 1);
   CHECK(be32(wire.data()) == ODAFS_OK);
@@ -575,4 +580,30 @@ TEST_CASE("RPC call header with an AUTH_SYS credential round trip") {
     CHECK_FALSE(xdr_callmsg(&x, &part));
     xdr_destroy(&x);
   }
+}
+
+TEST_CASE("a reference crosses the wire whole, the backend's token included") {
+  odafs::ordma::Reference r;
+  r.segment = 7;
+  r.generation = 9;
+  r.offset = 100;
+  r.length = 4000;
+  r.rights = odafs::ordma::kRightRead;
+  r.session = 0x1122334455667788ull;
+  for (size_t i = 0; i < r.capability.size(); ++i) r.capability[i] = static_cast<unsigned char>(i);
+  for (size_t i = 0; i < r.token.size(); ++i) r.token[i] = static_cast<unsigned char>(0xa0 + i);
+  odafs_ref w = odafs::ordma::reference_to_wire(r, 12345);
+  auto bytes = encode(xdr_odafs_ref, &w);
+  odafs_ref back_wire;
+  REQUIRE(decode(xdr_odafs_ref, bytes.data(), bytes.size(), &back_wire));
+  CHECK(back_wire.block == 12345);
+  odafs::ordma::Reference back = odafs::ordma::reference_from_wire(back_wire);
+  CHECK(back.segment == r.segment);
+  CHECK(back.generation == r.generation);
+  CHECK(back.offset == r.offset);
+  CHECK(back.length == r.length);
+  CHECK(back.rights == r.rights);
+  CHECK(back.session == r.session);
+  CHECK(back.capability == r.capability);
+  CHECK(back.token == r.token);
 }

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -61,8 +62,9 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
-ServerProcess::ServerProcess(std::string export_dir, std::vector<std::string> args, uint16_t port)
-    : export_dir_(std::move(export_dir)), args_(std::move(args)), port_(port) {
+ServerProcess::ServerProcess(std::string export_dir, std::vector<std::string> args, uint16_t port,
+                             unsigned long nofile)
+    : export_dir_(std::move(export_dir)), args_(std::move(args)), port_(port), nofile_(nofile) {
   start();
 }
 
@@ -84,8 +86,20 @@ void ServerProcess::start() {
   posix_spawn_file_actions_adddup2(&fa, out[1], 1);
   // A restart may find the old port briefly held; retry a few times.
   for (int attempt = 0; attempt < 50; ++attempt) {
-    pid_t pid;
-    if (posix_spawn(&pid, ODAFSD_PATH, &fa, nullptr, argv.data(), environ) != 0) {
+    pid_t pid = -1;
+    if (nofile_ > 0) {
+      // posix_spawn cannot set a resource limit: fork, and only async-signal-safe calls
+      // before exec (the test process may have threads).
+      pid = fork();
+      if (pid == 0) {
+        rlimit lim{nofile_, nofile_};
+        if (setrlimit(RLIMIT_NOFILE, &lim) != 0 || dup2(out[1], 1) < 0) _exit(127);
+        execve(ODAFSD_PATH, argv.data(), environ);
+        _exit(127);
+      }
+    }
+    if (nofile_ > 0 ? pid < 0
+                    : posix_spawn(&pid, ODAFSD_PATH, &fa, nullptr, argv.data(), environ) != 0) {
       posix_spawn_file_actions_destroy(&fa);
       close(out[0]);
       close(out[1]);
@@ -158,6 +172,15 @@ void ServerProcess::kill_hard() {
   ::kill(pid_, SIGKILL);
   waitpid(pid_, nullptr, 0);
   pid_ = -1;
+}
+
+int ServerProcess::signal_and_reap(int sig) {
+  if (pid_ <= 0) return 0;
+  ::kill(pid_, sig);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return status;
 }
 
 void ServerProcess::restart() {

@@ -3,6 +3,7 @@
 
 #include <sys/types.h>
 
+#include <cerrno>
 #include <functional>
 #include <string>
 #include <vector>
@@ -25,11 +26,12 @@ class TempDir {
 
 // Starts `odafsd --export DIR --listen 127.0.0.1:PORT ARGS...` and waits for its ready line.
 // The destructor stops it (SIGTERM, then SIGKILL after 10 s). Throws std::runtime_error if
-// the server does not come up within 15 s.
+// the server does not come up within 15 s. nofile > 0 runs the server with RLIMIT_NOFILE
+// (soft and hard) set to it, like `prlimit --nofile=N:N odafsd ...`.
 class ServerProcess {
  public:
   explicit ServerProcess(std::string export_dir, std::vector<std::string> args = {},
-                         uint16_t port = 0);
+                         uint16_t port = 0, unsigned long nofile = 0);
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
@@ -40,6 +42,11 @@ class ServerProcess {
   int stop();
   // Kills the server with SIGKILL (a crash) and reaps it.
   void kill_hard();
+  // Sends sig and reaps the server; returns its wait status (for --simulate-crashes,
+  // SIGUSR1: a simulated power loss).
+  int signal_and_reap(int sig);
+  // Starts the server again (same port and export) after it stopped or crashed.
+  void start_again() { start(); }
   bool running() const { return pid_ > 0; }
 
   std::string url(const std::string& path = "/") const;
@@ -54,6 +61,7 @@ class ServerProcess {
   std::string export_dir_;
   std::vector<std::string> args_;
   uint16_t port_;
+  unsigned long nofile_;
   uint16_t engine_port_ = 0;
   pid_t pid_ = -1;
 };
@@ -67,6 +75,10 @@ std::string read_local(const std::string& path);
 void write_local(const std::string& path, const std::string& data);
 // Runs fn; returns the errno of the odafs::Error it throws, or 0 if it throws nothing.
 int errno_of(const std::function<void()>& fn);
+// errno if `failed`, else 0. Write the call inside the argument, CHECK(failed_with(f() == -1)
+// == ENOENT): errno is then read in the same expression as the call, before doctest's
+// reporting (which may change errno, e.g. under -s) runs.
+inline int failed_with(bool failed) { return failed ? errno : 0; }
 // Deterministic pseudo-random bytes.
 std::string pattern(size_t len, uint64_t seed);
 

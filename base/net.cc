@@ -1,0 +1,223 @@
+#include "base/net.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <system_error>
+
+namespace odafs::net {
+namespace {
+
+[[noreturn]] void throw_errno(const char* what) {
+  throw std::system_error(errno, std::generic_category(), what);
+}
+
+addrinfo* resolve(const Endpoint& where, bool passive) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
+  addrinfo* result = nullptr;
+  std::string port = std::to_string(where.port);
+  const char* host = where.host.empty() ? nullptr : where.host.c_str();
+  int rc = getaddrinfo(host, port.c_str(), &hints, &result);
+  if (rc != 0) {
+    throw std::system_error(std::make_error_code(std::errc::host_unreachable),
+                            "resolve " + where.to_string() + ": " + gai_strerror(rc));
+  }
+  return result;
+}
+
+// Drops the first n bytes of the iovec list (after a partial readv/sendmsg).
+void advance(iovec*& iov, int& iovcnt, size_t n) {
+  while (iovcnt > 0 && n >= iov->iov_len) {
+    n -= iov->iov_len;
+    ++iov;
+    --iovcnt;
+  }
+  if (iovcnt > 0) {
+    iov->iov_base = static_cast<char*>(iov->iov_base) + n;
+    iov->iov_len -= n;
+  }
+}
+
+}  // namespace
+
+std::string Endpoint::to_string() const {
+  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
+  return host + ":" + std::to_string(port);
+}
+
+Endpoint parse_endpoint(const std::string& text) {
+  size_t colon = text.rfind(':');
+  if (colon == std::string::npos) throw std::invalid_argument("expected HOST:PORT, got " + text);
+  Endpoint e;
+  e.host = text.substr(0, colon);
+  if (e.host.size() >= 2 && e.host.front() == '[' && e.host.back() == ']') {
+    e.host = e.host.substr(1, e.host.size() - 2);
+  }
+  std::string port = text.substr(colon + 1);
+  char* end = nullptr;
+  errno = 0;
+  unsigned long value = std::strtoul(port.c_str(), &end, 10);
+  if (port.empty() || *end != '\0' || errno != 0 || value > 65535) {
+    throw std::invalid_argument("bad port in " + text);
+  }
+  e.port = static_cast<uint16_t>(value);
+  return e;
+}
+
+int listen_tcp(const Endpoint& where, Endpoint* bound, int backlog) {
+  addrinfo* list = resolve(where, true);
+  int fd = -1;
+  int saved_errno = 0;
+  for (addrinfo* ai = list; ai != nullptr; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) {
+      saved_errno = errno;
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, backlog) == 0) break;
+    saved_errno = errno;
+    close(fd);
+    fd = -1;
+  }
+  freeaddrinfo(list);
+  if (fd < 0) {
+    errno = saved_errno;
+    throw_errno(("listen on " + where.to_string()).c_str());
+  }
+  if (bound != nullptr) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    *bound = endpoint_of(addr);
+  }
+  return fd;
+}
+
+Endpoint endpoint_of(const sockaddr_storage& addr) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  Endpoint e;
+  if (addr.ss_family == AF_INET6) {
+    auto* a6 = reinterpret_cast<const sockaddr_in6*>(&addr);
+    inet_ntop(AF_INET6, &a6->sin6_addr, host, sizeof host);
+    e.port = ntohs(a6->sin6_port);
+  } else if (addr.ss_family == AF_INET) {
+    auto* a4 = reinterpret_cast<const sockaddr_in*>(&addr);
+    inet_ntop(AF_INET, &a4->sin_addr, host, sizeof host);
+    e.port = ntohs(a4->sin_port);
+  }
+  e.host = host;
+  return e;
+}
+
+int connect_tcp(const Endpoint& where) {
+  addrinfo* list = resolve(where, false);
+  int fd = -1;
+  int saved_errno = 0;
+  for (addrinfo* ai = list; ai != nullptr; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) {
+      saved_errno = errno;
+      continue;
+    }
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) break;
+    saved_errno = errno;
+    close(fd);
+    fd = -1;
+  }
+  freeaddrinfo(list);
+  if (fd < 0) {
+    errno = saved_errno;
+    throw_errno(("connect to " + where.to_string()).c_str());
+  }
+  set_nodelay(fd);
+  return fd;
+}
+
+void set_nonblocking(int fd, bool on) {
+  int flags = fcntl(fd, F_GETFL);
+  if (flags < 0) throw_errno("fcntl(F_GETFL)");
+  flags = on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK);
+  if (fcntl(fd, F_SETFL, flags) < 0) throw_errno("fcntl(F_SETFL)");
+}
+
+void set_nodelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+bool read_full(int fd, void* buf, size_t len) {
+  auto* p = static_cast<char*>(buf);
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = recv(fd, p + done, len - done, MSG_WAITALL);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+    } else if (n == 0) {
+      if (done == 0) return false;
+      errno = ECONNRESET;
+      throw_errno("connection closed mid-record");
+    } else if (errno != EINTR) {
+      throw_errno("recv");
+    }
+  }
+  return true;
+}
+
+void readv_full(int fd, iovec* iov, int iovcnt) {
+  while (iovcnt > 0 && iov->iov_len == 0) {
+    ++iov;
+    --iovcnt;
+  }
+  while (iovcnt > 0) {
+    ssize_t n = readv(fd, iov, iovcnt);
+    if (n == 0) {
+      errno = ECONNRESET;
+      throw_errno("connection closed mid-record");
+    }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_errno("recv");
+    }
+    advance(iov, iovcnt, static_cast<size_t>(n));
+  }
+}
+
+void write_all(int fd, iovec* iov, int iovcnt, int timeout_ms) {
+  while (iovcnt > 0) {
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(iovcnt);
+    ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        pollfd pfd{fd, POLLOUT, 0};
+        int rc = poll(&pfd, 1, timeout_ms);
+        if (rc == 0) {
+          errno = ETIMEDOUT;
+          throw_errno("send stalled");
+        }
+        if (rc < 0 && errno != EINTR) throw_errno("poll");
+        continue;
+      }
+      throw_errno("send");
+    }
+    advance(iov, iovcnt, static_cast<size_t>(n));
+  }
+}
+
+}  // namespace odafs::net

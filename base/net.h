@@ -1,0 +1,50 @@
+// Small socket helpers shared by the RPC transport (and later the one-sided engine).
+//
+// All functions report failure by throwing std::system_error with the errno, except where
+// a return value says otherwise.
+#pragma once
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace odafs::net {
+
+struct Endpoint {
+  std::string host;
+  uint16_t port = 0;
+  std::string to_string() const;
+};
+
+// Parses "HOST:PORT" (HOST may be empty for 0.0.0.0, or [v6]). Throws std::invalid_argument.
+Endpoint parse_endpoint(const std::string& text);
+
+// Binds and listens; port 0 picks a free port. Returns the listening fd (non-blocking,
+// close-on-exec) and stores the bound endpoint in *bound.
+int listen_tcp(const Endpoint& where, Endpoint* bound, int backlog = 128);
+
+// The address and port of a socket address (IPv4 or IPv6; host "?" for another family).
+Endpoint endpoint_of(const sockaddr_storage& addr);
+
+// Connects a blocking TCP socket with TCP_NODELAY set.
+int connect_tcp(const Endpoint& where);
+
+void set_nonblocking(int fd, bool on);
+void set_nodelay(int fd);
+
+// Reads exactly len bytes from a blocking fd. Returns false on orderly EOF before the first
+// byte; throws on error or on EOF in the middle.
+bool read_full(int fd, void* buf, size_t len);
+
+// Fills every iovec from a blocking fd (iovecs may be empty). Throws on error or EOF.
+// Modifies iov.
+void readv_full(int fd, iovec* iov, int iovcnt);
+
+// Writes all iovecs to fd. For a non-blocking fd it waits for POLLOUT up to timeout_ms per
+// stall. Throws std::system_error on error or timeout (ETIMEDOUT).
+void write_all(int fd, iovec* iov, int iovcnt, int timeout_ms = 30000);
+
+}  // namespace odafs::net

@@ -1,0 +1,217 @@
+// The client's end of a local ring (see local_ring.h for the protocol).
+#include <poll.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <system_error>
+
+#include "base/futex.h"
+#include "base/net.h"
+#include "ordma/engine_impl/soft/handshake.h"
+#include "ordma/engine_impl/soft/local_ring.h"
+
+namespace odafs::ordma::ring {
+namespace {
+
+// How long a reader polls its completion before it sleeps. Polling is what a verbs client
+// does with its completion queue; sleeping makes the engine pay for a wake-up. The poll
+// yields the CPU on every turn, so a client sharing a core with the engine lets it run.
+constexpr long kPollNanos = 100'000;
+// While sleeping, how often a reader checks that the engine is still there.
+constexpr int kAliveCheckMs = 200;
+
+long nanos_since(const timespec& t0) {
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (now.tv_sec - t0.tv_sec) * 1'000'000'000L + (now.tv_nsec - t0.tv_nsec);
+}
+
+[[noreturn]] void fail(int err, const char* what) {
+  throw std::system_error(err, std::generic_category(), what);
+}
+
+// Receives the WELCOME and the two descriptors that ride on it.
+void receive_welcome(Setup* s, unsigned char* welcome) {
+  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
+  iovec iov{welcome, wire::kWelcomeBytes};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n = recvmsg(s->sock, &msg, MSG_CMSG_CLOEXEC);
+  if (n <= 0) fail(n == 0 ? ECONNRESET : errno, "local ring: no welcome");
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+        c->cmsg_len == CMSG_LEN(2 * sizeof(int))) {
+      int fds[2];
+      std::memcpy(fds, CMSG_DATA(c), sizeof fds);
+      s->memfd = fds[0];
+      s->doorbell = fds[1];
+    }
+  }
+  if (static_cast<size_t>(n) < wire::kWelcomeBytes &&
+      !net::read_full(s->sock, welcome + n, wire::kWelcomeBytes - static_cast<size_t>(n))) {
+    fail(ECONNRESET, "local ring: short welcome");
+  }
+}
+
+}  // namespace
+
+std::string socket_name(const Token& token) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string name(1, '\0');
+  name += "odafs-engine-";
+  for (unsigned char b : token) {
+    name += kHex[b >> 4];
+    name += kHex[b & 15];
+  }
+  return name;
+}
+
+Setup::~Setup() {
+  for (int fd : {sock, memfd, doorbell}) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+Setup set_up(const Token& token, const Session& session) {
+  Setup s;
+  s.sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s.sock < 0) fail(errno, "local ring: socket");
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::string name = socket_name(token);
+  std::memcpy(addr.sun_path, name.data(), name.size());
+  auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size());
+  if (::connect(s.sock, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    fail(errno, "local ring: connect");  // another host or namespace: TCP it is
+  }
+  timeval tv{5, 0};  // a handshake that stalls is abandoned, not waited on forever
+  setsockopt(s.sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  answer_greeting(s.sock, session);
+  unsigned char welcome[wire::kWelcomeBytes];
+  receive_welcome(&s, welcome);
+  if (!wire::welcome_valid(welcome) || s.memfd < 0 || s.doorbell < 0) {
+    fail(EACCES, "local ring: refused");
+  }
+  timeval none{0, 0};
+  setsockopt(s.sock, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+  return s;
+}
+
+std::unique_ptr<RingClient> RingClient::connect(const Token& token, const Session& session) {
+  Setup s = set_up(token, session);
+  struct stat st;
+  if (fstat(s.memfd, &st) != 0) fail(errno, "local ring: fstat");
+  auto bytes = static_cast<size_t>(st.st_size);
+  if (bytes < data_offset()) fail(EPROTO, "local ring: too small");
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s.memfd, 0);
+  if (base == MAP_FAILED) fail(errno, "local ring: mmap");
+  const Header* h = header(base);
+  if (h->magic != kMagic || h->version != kVersion || h->slots != kSlots || h->slot_bytes == 0 ||
+      ring_bytes(h->slot_bytes) > bytes) {
+    munmap(base, bytes);
+    fail(EPROTO, "local ring: bad geometry");
+  }
+  auto client = std::unique_ptr<RingClient>(new RingClient(s.sock, s.doorbell, base, bytes));
+  s.sock = s.doorbell = -1;  // the client owns them now
+  return client;
+}
+
+RingClient::RingClient(int sock, int doorbell, void* base, size_t bytes)
+    : sock_(sock),
+      doorbell_(doorbell),
+      base_(base),
+      bytes_(bytes),
+      slot_bytes_(header(base)->slot_bytes),
+      free_(~uint64_t{0}) {}
+
+RingClient::~RingClient() {
+  // Reads in flight are the owner's to have finished: EngineClient's contract.
+  close(sock_);
+  close(doorbell_);
+  munmap(base_, bytes_);
+}
+
+void RingClient::ring_doorbell() {
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(doorbell_, &one, sizeof one);
+}
+
+bool RingClient::read(const Reference& ref, uint32_t offset, uint32_t length, void* dst,
+                      uint32_t* got, Fault* fault) {
+  if (length > slot_bytes_) return false;
+  uint64_t mask = free_.load(std::memory_order_acquire);
+  uint64_t bit;
+  do {
+    if (mask == 0) return false;  // kSlots reads in flight already
+    bit = mask & (~mask + 1);
+  } while (!free_.compare_exchange_weak(mask, mask & ~bit, std::memory_order_acquire));
+  auto i = static_cast<uint32_t>(std::countr_zero(bit));
+  Slot& s = *slot(base_, i);
+  wire::ReadRequest req;
+  req.tag = i;
+  req.ref = ref;
+  req.offset = offset;
+  req.length = length;
+  wire::encode(req, s.request);
+  s.state.store(kPosted, std::memory_order_release);
+  Header* h = header(base_);
+  h->posted.fetch_or(bit, std::memory_order_seq_cst);
+  if (h->engine_awake.load(std::memory_order_seq_cst) == 0) ring_doorbell();
+
+  Fault f = await(s);
+  if (f == Fault::kTransport) {  // the engine is gone; the slot stays taken
+    *fault = f;
+    return true;
+  }
+  uint32_t raw = s.fault.load(std::memory_order_relaxed);
+  uint32_t n = s.length.load(std::memory_order_relaxed);
+  f = raw < kFaultKinds ? static_cast<Fault>(raw) : Fault::kTransport;
+  if (f == Fault::kNone && n != length) f = Fault::kTransport;
+  if (f == Fault::kNone) {
+    std::memcpy(dst, slot_data(base_, slot_bytes_, i), length);
+    *got = length;
+  } else if (f == Fault::kTransport) {
+    broken_.store(true, std::memory_order_release);  // the engine broke the protocol
+  }
+  s.state.store(kFree, std::memory_order_relaxed);
+  free_.fetch_or(bit, std::memory_order_release);
+  *fault = f;
+  return true;
+}
+
+// Polls, then sleeps, until the slot is done. kTransport if the engine went away.
+Fault RingClient::await(Slot& s) {
+  timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  while (s.state.load(std::memory_order_acquire) != kDone) {
+    if (nanos_since(t0) > kPollNanos) break;
+    sched_yield();
+  }
+  for (;;) {
+    uint32_t st = kPosted;
+    s.state.compare_exchange_strong(st, kPostedWaiting, std::memory_order_acq_rel);
+    if (s.state.load(std::memory_order_acquire) == kDone) return Fault::kNone;
+    timespec deadline = deadline_after_ms(kAliveCheckMs);
+    futex_wait(&s.state, kPostedWaiting, &deadline, FutexScope::kShared);
+    if (s.state.load(std::memory_order_acquire) == kDone) return Fault::kNone;
+    // The engine never writes to this socket after WELCOME: anything on it means it closed.
+    pollfd pfd{sock_, POLLIN | POLLRDHUP, 0};
+    if (broken() || poll(&pfd, 1, 0) != 0) {
+      broken_.store(true, std::memory_order_release);
+      return Fault::kTransport;
+    }
+  }
+}
+
+}  // namespace odafs::ordma::ring

@@ -1,0 +1,88 @@
+#include "rpc/call_header.h"
+
+#include <arpa/inet.h>
+#include <rpc/rpc.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace odafs::rpc {
+namespace {
+
+// A cursor over big-endian XDR words that refuses to run past the end.
+class WordReader {
+ public:
+  WordReader(const char* data, size_t length) : data_(data), length_(length) {}
+  bool word(uint32_t* out) {
+    if (length_ - pos_ < 4) return false;
+    uint32_t v;
+    std::memcpy(&v, data_ + pos_, 4);
+    *out = ntohl(v);
+    pos_ += 4;
+    return true;
+  }
+  // Skips an opaque body of n bytes plus its XDR padding; returns its start.
+  const char* opaque(uint32_t n) {
+    size_t padded = (static_cast<size_t>(n) + 3) & ~size_t{3};
+    if (length_ - pos_ < padded) return nullptr;
+    const char* at = data_ + pos_;
+    pos_ += padded;
+    return at;
+  }
+  size_t pos() const { return pos_; }
+
+ private:
+  const char* data_;
+  size_t length_;
+  size_t pos_ = 0;
+};
+
+constexpr uint32_t kCall = 0;
+constexpr uint32_t kRpcVersion = 2;
+
+}  // namespace
+
+CallHeaderStatus decode_call_header(const char* record, size_t length, CallHeader* h,
+                                    size_t* args_offset) {
+  WordReader r(record, length);
+  uint32_t direction = 0;
+  if (!r.word(&h->xid) || !r.word(&direction) || direction != kCall) {
+    return CallHeaderStatus::kGarbage;
+  }
+  if (!r.word(&h->rpcvers)) return CallHeaderStatus::kTruncated;
+  if (h->rpcvers != kRpcVersion) return CallHeaderStatus::kRpcMismatch;
+  if (!r.word(&h->prog) || !r.word(&h->vers) || !r.word(&h->proc)) {
+    return CallHeaderStatus::kTruncated;
+  }
+  if (!r.word(&h->cred_flavor) || !r.word(&h->cred_length)) return CallHeaderStatus::kTruncated;
+  if (h->cred_length > kMaxAuthBytes) return CallHeaderStatus::kBadCredential;
+  h->cred_body = r.opaque(h->cred_length);
+  if (h->cred_body == nullptr) return CallHeaderStatus::kTruncated;
+  if (!r.word(&h->verf_flavor) || !r.word(&h->verf_length)) return CallHeaderStatus::kTruncated;
+  if (h->verf_length > kMaxAuthBytes) return CallHeaderStatus::kBadVerifier;
+  if (r.opaque(h->verf_length) == nullptr) return CallHeaderStatus::kTruncated;
+  *args_offset = r.pos();
+  return CallHeaderStatus::kOk;
+}
+
+bool decode_credential(const CallHeader& h, CallerCred* cred) {
+  *cred = CallerCred{};
+  if (h.cred_flavor == AUTH_NONE) return true;
+  if (h.cred_flavor != AUTH_SYS) return false;
+  char machine[256];
+  gid_t gids[16];
+  authunix_parms parms{};
+  parms.aup_machname = machine;
+  parms.aup_gids = gids;
+  XDR x;
+  xdrmem_create(&x, const_cast<char*>(h.cred_body), h.cred_length, XDR_DECODE);
+  if (!xdr_authunix_parms(&x, &parms)) return false;
+  cred->auth_sys = true;
+  cred->uid = parms.aup_uid;
+  cred->gid = parms.aup_gid;
+  cred->ngids = std::min<u_int>(parms.aup_len, 16);
+  for (uint32_t i = 0; i < cred->ngids; ++i) cred->gids[i] = gids[i];
+  return true;
+}
+
+}  // namespace odafs::rpc

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Checks that every #include of a project header respects the layers of
+# docs/architecture.md. Prints each violation as FILE:LINE: the include and the rule it
+# breaks, and exits 1 if there is any. Run by scripts/test.sh; cheap enough to run always.
+#
+#   base/    uses nothing of ours          (sockets, futexes, logging, keyed MAC)
+#   proto/   base/ and ordma/ value types  (the odafs protocol and its conversions)
+#   rpc/     base/                         (ONC RPC only: never server/, client/, ordma/)
+#   cache/   base/                         (never server/ or client/; ORDMA reaches it by hooks)
+#   ordma/   base/, proto/                 (the engines: never rpc/, server/, client/, cache/)
+#   server/  base/ proto/ rpc/ cache/ ordma/
+#   client/  base/ proto/ rpc/ ordma/      (never server/)
+# tests/ and bench/ may use every layer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+declare -A allowed=(
+  [base]="base"
+  [proto]="base proto ordma"
+  [rpc]="base rpc"
+  [cache]="base cache"
+  [ordma]="base proto ordma"
+  [server]="base proto rpc cache ordma server"
+  [client]="base proto rpc ordma client"
+)
+
+status=0
+for layer in "${!allowed[@]}"; do
+  [ -d "$layer" ] || continue
+  while IFS= read -r hit; do
+    # hit: path:line:#include "dir/file.h"
+    file=${hit%%:*}
+    rest=${hit#*:}
+    line=${rest%%:*}
+    target=$(sed -E 's/.*#include "([^"]+)".*/\1/' <<<"$rest")
+    dir=${target%%/*}
+    [ "$dir" = "$target" ] && continue  # a same-folder include without a path
+    ok=0
+    for a in ${allowed[$layer]}; do [ "$dir" = "$a" ] && ok=1; done
+    if [ $ok = 0 ]; then
+      echo "$file:$line: includes \"$target\": $layer/ may use only ${allowed[$layer]// //}" \
+           "(scripts/check-layers.sh)" >&2
+      status=1
+    fi
+  done < <(grep -rnE '^\s*#\s*include\s+"' "$layer" --include='*.h' --include='*.cc' || true)
+done
+
+# Files over ~600 lines are a sign that one unit does several jobs (generated code aside).
+while IFS= read -r f; do
+  n=$(wc -l <"$f")
+  if [ "$n" -gt "${ODAFS_MAX_LINES:-600}" ]; then
+    echo "note: $f has $n lines (over ${ODAFS_MAX_LINES:-600}); consider splitting it" >&2
+  fi
+done < <(find base proto rpc cache ordma server client -name '*.h' -o -name '*.cc' | sort)
+
+[ $status = 0 ] && echo "layers: ok"
+exit $status

@@ -1,0 +1,363 @@
+// The data procedures of FileService: READ, WRITE, COMMIT, READ_DIRECT, WRITE_DIRECT
+// and GETREFS, over the block cache. Every byte range is cut into blocks by BlockSpan
+// (block_span.h); file bytes move through env_ (FileEnv) only. Nothing here allocates
+// per READ: the reply is encoded in place, scratch vectors are thread_local, and the
+// cache fill is a closure small enough for std::function to hold in place.
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "base/log.h"
+#include "proto/enums.h"
+#include "proto/ref_xdr.h"
+#include "proto/status.h"
+#include "server/block_span.h"
+#include "server/file_service.h"
+#include "server/identity.h"
+#include "server/reply_util.h"
+
+namespace odafs::server {
+namespace {
+
+// Bytes of piece p that pinned block holds (the rest of p is a hole: zeros).
+uint32_t cached_bytes(const cache::BlockCache::ReadPin& pin, const BlockPiece& p) {
+  uint32_t have = pin.valid() > p.in_block ? pin.valid() - p.in_block : 0;
+  return std::min(have, p.length);
+}
+
+// What a data procedure answers for a file that is not a regular one.
+odafs_stat not_regular(const struct stat& st) {
+  return S_ISDIR(st.st_mode) ? ODAFS_ERR_ISDIR : ODAFS_ERR_INVAL;
+}
+
+}  // namespace
+
+bool FileService::pin_block(const OpenNode& node, uint64_t index, uint32_t need,
+                            cache::BlockCache::ReadPin* pin, int* err) {
+  // The fill captures one pointer, so the FillFn holds it in place: a closure larger than
+  // two pointers would make std::function allocate on every call.
+  const struct {
+    FileEnv* env;
+    int fd;
+    off_t block_off;
+  } from{env_, node.fd(), static_cast<off_t>(index * cache_.block_size())};
+  return cache_.read(
+      cache::BlockKey{node->id, index}, need,
+      [&from](std::byte* buf, size_t n) -> ssize_t {
+        size_t got = 0;
+        while (got < n) {
+          ssize_t k = from.env->pread(from.fd, buf + got, n - got,
+                                      from.block_off + static_cast<off_t>(got));
+          if (k < 0 && errno == EINTR) continue;
+          if (k < 0) return -errno;
+          if (k == 0) break;
+          got += static_cast<size_t>(k);
+        }
+        return static_cast<ssize_t>(got);
+      },
+      pin, err);
+}
+
+OpenNode FileService::resolve_file_or_reply(const char* fh, rpc::Reply& r, struct stat* st) {
+  OpenNode node = resolve_or_reply(fh, r, st);
+  if (node && !S_ISREG(st->st_mode)) {
+    // A bare status: stat_res encodes like the error arm of every result type.
+    reply_status<stat_res>(r, xp(xdr_stat_res), not_regular(*st));
+    return {};
+  }
+  return node;
+}
+
+void FileService::do_read(const rpc::CallContext& ctx, read_args& a, rpc::Reply& r) {
+  struct stat st;
+  OpenNode node = resolve_file_or_reply(a.fh, r, &st);
+  if (!node) return;
+  {
+    IdentityScope as(ctx.cred, options_.auth_sys);
+    if (!as.permits(st, R_OK)) return reply_status<read_res>(r, xp(xdr_read_res), ODAFS_ERR_ACCES);
+  }
+  uint64_t size = static_cast<uint64_t>(st.st_size);
+  uint64_t offset = a.offset;
+  uint32_t count = std::min(a.count, options_.max_io);
+  uint32_t len =
+      offset >= size ? 0 : static_cast<uint32_t>(std::min<uint64_t>(count, size - offset));
+  bool eof = offset + len >= size;
+
+  // Encode status, attributes and eof, then copy the data from cache blocks straight into
+  // the reply buffer (the one copy the RPC path needs).
+  XDR* x = r.results();
+  odafs_stat status = ODAFS_OK;
+  odafs_fattr attr;
+  fill_attr(st, &attr);
+  bool_t eof_flag = eof;
+  u_int data_len = len;
+  xdr_odafs_stat(x, &status);
+  xdr_odafs_fattr(x, &attr);
+  xdr_bool(x, &eof_flag);
+  xdr_u_int(x, &data_len);
+  uint32_t padded = (len + 3) & ~3u;
+  auto* dst = reinterpret_cast<char*>(xdr_inline(x, static_cast<int>(padded)));
+  if (dst == nullptr) {
+    ODAFS_LOG_ERROR("READ reply of %u bytes does not fit the reply buffer", len);
+    return reply_status<read_res>(r, xp(xdr_read_res), ODAFS_ERR_SERVERFAULT);
+  }
+  std::memset(dst + len, 0, padded - len);
+  const int fd = node.fd();
+  const bool want_refs = engine_ != nullptr && a.session != 0;
+  thread_local std::vector<odafs_ref> refs;
+  refs.clear();
+  cache::BlockCache::ReadPin pin;
+  const BlockSpan span(offset, len, cache_.block_size());
+  for (const BlockPiece& p : span) {
+    int err = 0;
+    if (!pin_block(node, p.index, span.file_bytes(p.index, size), &pin, &err)) {
+      return reply_status<read_res>(r, xp(xdr_read_res), status_from_errno(err));
+    }
+    char* to = dst + p.done;
+    if (pin.bypass()) {
+      ssize_t k = env_->pread(fd, to, p.length, static_cast<off_t>(p.pos));
+      if (k < 0) return reply_status<read_res>(r, xp(xdr_read_res), status_from_errno(errno));
+      if (static_cast<uint32_t>(k) < p.length) std::memset(to + k, 0, p.length - k);
+    } else {
+      uint32_t copy = cached_bytes(pin, p);
+      std::memcpy(to, pin.data() + p.in_block, copy);
+      // Bytes past the block's valid end are a hole the file grew over: zeros.
+      if (copy < p.length) std::memset(to + copy, 0, p.length - copy);
+      odafs_ref ref;
+      if (want_refs && pin.valid() > 0 && make_ref(pin, p.index, a.session, &ref)) {
+        refs.push_back(ref);
+      }
+    }
+  }
+  // The trailer: references to the blocks this read touched.
+  u_int nrefs = static_cast<u_int>(refs.size());
+  bool fits = xdr_u_int(x, &nrefs);
+  for (odafs_ref& ref : refs) fits = fits && xdr_odafs_ref(x, &ref);
+  if (!fits) {
+    ODAFS_LOG_ERROR("READ references do not fit the reply buffer");
+    return reply_status<read_res>(r, xp(xdr_read_res), ODAFS_ERR_SERVERFAULT);
+  }
+  bytes_read_.fetch_add(len, std::memory_order_relaxed);
+}
+
+void FileService::do_read_direct(const rpc::CallContext& ctx, read_direct_args& a, rpc::Reply& r) {
+  struct stat st;
+  OpenNode node = resolve_file_or_reply(a.fh, r, &st);
+  if (!node) return;
+  auto fail = [&](odafs_stat status) {
+    reply_status<read_direct_res>(r, xp(xdr_read_direct_res), status);
+  };
+  {
+    IdentityScope as(ctx.cred, options_.auth_sys);
+    if (!as.permits(st, R_OK)) return fail(ODAFS_ERR_ACCES);
+  }
+  if (!engine_ || a.session == 0) return fail(ODAFS_ERR_NOTSUPP);
+  uint64_t size = static_cast<uint64_t>(st.st_size);
+  uint32_t count = std::min(a.count, options_.max_io);
+  uint32_t len =
+      a.offset >= size ? 0 : static_cast<uint32_t>(std::min<uint64_t>(count, size - a.offset));
+
+  // Gather the bytes as a list of pieces of pinned cache blocks (no copy yet); the
+  // engine copies them once, into the client's connection.
+  thread_local std::vector<cache::BlockCache::ReadPin> pins;
+  thread_local std::vector<iovec> parts;
+  thread_local std::vector<char> scratch;  // bypassed blocks and holes
+  pins.clear();
+  parts.clear();
+  scratch.assign(len, 0);  // sized up front: parts point into it
+  const BlockSpan span(a.offset, len, cache_.block_size());
+  for (const BlockPiece& p : span) {
+    int err = 0;
+    pins.emplace_back();
+    if (!pin_block(node, p.index, span.file_bytes(p.index, size), &pins.back(), &err)) {
+      pins.clear();
+      return fail(status_from_errno(err));
+    }
+    const cache::BlockCache::ReadPin& pin = pins.back();
+    char* zeros = scratch.data() + p.done;
+    if (pin.bypass()) {
+      ssize_t k = env_->pread(node.fd(), zeros, p.length, static_cast<off_t>(p.pos));
+      if (k < 0) {
+        pins.clear();
+        return fail(status_from_errno(errno));
+      }
+      parts.push_back({zeros, p.length});
+    } else {
+      uint32_t copy = cached_bytes(pin, p);
+      if (copy > 0) {
+        parts.push_back({const_cast<std::byte*>(pin.data()) + p.in_block, copy});
+      }
+      if (copy < p.length) parts.push_back({zeros + copy, p.length - copy});
+    }
+  }
+  ordma::Fault f = engine_->push(a.session, a.buffer, a.buffer_offset, a.tag, parts.data(),
+                                 static_cast<int>(parts.size()));
+  pins.clear();
+  if (f == ordma::Fault::kWrongSession) return fail(ODAFS_ERR_NOTSUPP);  // no engine link
+  if (f != ordma::Fault::kNone) return fail(ODAFS_ERR_IO);
+  bytes_read_.fetch_add(len, std::memory_order_relaxed);
+  read_direct_res res{};
+  res.status = ODAFS_OK;
+  fill_attr(st, &res.read_direct_res_u.ok.attr);
+  res.read_direct_res_u.ok.eof = a.offset + len >= size;
+  res.read_direct_res_u.ok.count = len;
+  r.send(xp(xdr_read_direct_res), &res);
+}
+
+void FileService::do_getrefs(const rpc::CallContext&, getrefs_args& a, rpc::Reply& r) {
+  struct stat st;
+  OpenNode node = resolve_file_or_reply(a.fh, r, &st);
+  if (!node) return;
+  if (!engine_ || a.session == 0) {
+    return reply_status<getrefs_res>(r, xp(xdr_getrefs_res), ODAFS_ERR_NOTSUPP);
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  uint64_t end = std::min<uint64_t>(size, a.offset + std::min<uint64_t>(a.count, options_.max_io));
+  thread_local std::vector<odafs_ref> refs;
+  refs.clear();
+  cache::BlockCache::ReadPin pin;
+  // References are to whole blocks: the one holding offset (even when offset is at or
+  // past end, if that block starts before it) and each after it that starts before end.
+  const BlockSpan span = BlockSpan::whole_blocks(a.offset, end, cache_.block_size());
+  for (const BlockPiece& p : span) {
+    if (refs.size() >= ODAFS_MAXREFS) break;
+    int err = 0;
+    if (!pin_block(node, p.index, span.file_bytes(p.index, size), &pin, &err)) {
+      return reply_status<getrefs_res>(r, xp(xdr_getrefs_res), status_from_errno(err));
+    }
+    if (pin.bypass()) break;  // the cache is saturated: no more blocks to hand out
+    odafs_ref ref;
+    if (pin.valid() > 0 && make_ref(pin, p.index, a.session, &ref)) refs.push_back(ref);
+  }
+  pin = {};
+  getrefs_res res{};
+  res.status = ODAFS_OK;
+  res.getrefs_res_u.ok.refs.refs_len = static_cast<u_int>(refs.size());
+  res.getrefs_res_u.ok.refs.refs_val = refs.data();
+  r.send(xp(xdr_getrefs_res), &res);
+}
+
+odafs_stat FileService::check_write(const rpc::CallContext& ctx, const OpenNode& node,
+                                    const struct stat& st, uint64_t offset, size_t len) {
+  if (!S_ISREG(st.st_mode)) return not_regular(st);
+  {
+    IdentityScope as(ctx.cred, options_.auth_sys);
+    if (!as.permits(st, W_OK)) return ODAFS_ERR_ACCES;
+  }
+  if (len > options_.max_io) return ODAFS_ERR_FBIG;
+  if (offset > static_cast<u_quad_t>(INT64_MAX) - len) return ODAFS_ERR_FBIG;
+  if (!nodes_.make_writable(node)) return ODAFS_ERR_ACCES;
+  return ODAFS_OK;
+}
+
+void FileService::do_write(const rpc::CallContext& ctx, write_args& a, rpc::Reply& r) {
+  if (!valid(a.stable)) return reply_status<write_res>(r, xp(xdr_write_res), ODAFS_ERR_INVAL);
+  struct stat st;
+  OpenNode node = resolve_or_reply(a.fh, r, &st);
+  if (!node) return;
+  odafs_stat status = check_write(ctx, node, st, a.offset, a.data.data_len);
+  if (status != ODAFS_OK) return reply_status<write_res>(r, xp(xdr_write_res), status);
+  write_through(node, a.offset, a.stable, a.data.data_val, a.data.data_len, r);
+}
+
+void FileService::do_write_direct(const rpc::CallContext& ctx, write_direct_args& a,
+                                  rpc::Reply& r) {
+  struct stat st;
+  OpenNode node = resolve_or_reply(a.fh, r, &st);
+  // Every failure before the transfer cancels the client's wait on the engine.
+  auto cancel = [&] {
+    if (engine_ && a.session != 0) engine_->cancel(a.session, a.tag, ordma::Fault::kBadRequest);
+  };
+  if (!node) return cancel();
+  odafs_stat status =
+      valid(a.stable) ? check_write(ctx, node, st, a.offset, a.count) : ODAFS_ERR_INVAL;
+  if (status == ODAFS_OK && (!engine_ || a.session == 0)) status = ODAFS_ERR_NOTSUPP;
+  // Take a place among the writes that may wait on their clients (see Options); without
+  // one the client writes by RPC instead.
+  if (status == ODAFS_OK && direct_writes_waiting_.fetch_add(1, std::memory_order_acq_rel) >=
+                                options_.max_direct_writes) {
+    direct_writes_waiting_.fetch_sub(1, std::memory_order_acq_rel);
+    direct_writes_refused_.fetch_add(1, std::memory_order_relaxed);
+    status = ODAFS_ERR_NOTSUPP;
+  }
+  if (status != ODAFS_OK) {
+    cancel();
+    return reply_status<write_res>(r, xp(xdr_write_res), status);
+  }
+  thread_local std::vector<char> data;
+  ordma::Fault f =
+      engine_->pull(a.session, a.buffer, a.buffer_offset, a.tag, a.count, kPullTimeoutMs, &data);
+  direct_writes_waiting_.fetch_sub(1, std::memory_order_acq_rel);
+  if (f != ordma::Fault::kNone) {
+    if (f == ordma::Fault::kTransport) cancel();  // timed out: the client may still wait
+    ODAFS_LOG_WARN("WRITE_DIRECT: pulling from the client failed: %s", ordma::fault_name(f));
+    return reply_status<write_res>(
+        r, xp(xdr_write_res), f == ordma::Fault::kWrongSession ? ODAFS_ERR_NOTSUPP : ODAFS_ERR_IO);
+  }
+  write_through(node, a.offset, a.stable, data.data(), a.count, r);
+}
+
+void FileService::write_through(const OpenNode& node, uint64_t offset, odafs_stable_how stable,
+                                const char* src, size_t len, rpc::Reply& r) {
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = env_->pwrite(node.fd(), src + done, len - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      // A short write (ENOSPC half-way) still reaches the cache below for what landed;
+      // report the error so the client knows the write did not complete.
+      int err = n < 0 ? errno : EIO;
+      if (done == 0) return reply_status<write_res>(r, xp(xdr_write_res), status_from_errno(err));
+      len = done;
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  // Write-through done; now bring cached blocks up to date.
+  for (const BlockPiece& p : BlockSpan(offset, len, cache_.block_size())) {
+    cache_.update(cache::BlockKey{node->id, p.index}, p.in_block, src + p.done, p.length);
+  }
+  odafs_stable_how committed = ODAFS_UNSTABLE;
+  if (stable == ODAFS_FILE_SYNC) {
+    if (env_->fsync(node.fd()) != 0) {
+      return reply_status<write_res>(r, xp(xdr_write_res), status_from_errno(errno));
+    }
+    committed = ODAFS_FILE_SYNC;
+  } else if (stable == ODAFS_DATA_SYNC) {
+    if (env_->fdatasync(node.fd()) != 0) {
+      return reply_status<write_res>(r, xp(xdr_write_res), status_from_errno(errno));
+    }
+    committed = ODAFS_DATA_SYNC;
+  }
+  bytes_written_.fetch_add(len, std::memory_order_relaxed);
+  write_res res{};
+  res.status = ODAFS_OK;
+  res.write_res_u.ok.count = static_cast<u_int>(len);
+  res.write_res_u.ok.committed = committed;
+  std::memcpy(res.write_res_u.ok.verf, write_verf_.data(), write_verf_.size());
+  struct stat st;
+  fstat(node.fd(), &st);
+  fill_attr(st, &res.write_res_u.ok.attr);
+  r.send(xp(xdr_write_res), &res);
+}
+
+void FileService::do_commit(const rpc::CallContext&, commit_args& a, rpc::Reply& r) {
+  struct stat st;
+  OpenNode node = resolve_or_reply(a.fh, r, &st);
+  if (!node) return;
+  if (!S_ISREG(st.st_mode)) {
+    return reply_status<commit_res>(r, xp(xdr_commit_res), ODAFS_ERR_INVAL);
+  }
+  if (env_->fsync(node.fd()) != 0) {
+    return reply_status<commit_res>(r, xp(xdr_commit_res), status_from_errno(errno));
+  }
+  commit_res res{};
+  res.status = ODAFS_OK;
+  std::memcpy(res.commit_res_u.verf, write_verf_.data(), write_verf_.size());
+  r.send(xp(xdr_commit_res), &res);
+}
+}  // namespace odafs::server

@@ -1,0 +1,472 @@
+// The namespace procedures of FileService: MOUNT, GETATTR, SETATTR, LOOKUP, CREATE,
+// MKDIR, SYMLINK, REMOVE, RMDIR, RENAME, READDIR, READLINK, FSSTAT. They work on names,
+// handles and attributes through the node table; file bytes are the data path's
+// (data_ops.cc), which they touch only to drop cached blocks a truncation or removal
+// makes stale.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "proto/enums.h"
+#include "proto/status.h"
+#include "server/file_service.h"
+#include "server/identity.h"
+#include "server/reply_util.h"
+
+namespace odafs::server {
+namespace {
+
+// Path of an open descriptor, for the calls that have no fd form for O_PATH descriptors.
+struct ProcPath {
+  explicit ProcPath(int fd) { std::snprintf(text, sizeof text, "/proc/self/fd/%d", fd); }
+  char text[40];
+};
+
+bool is_dir(const Node& n) { return S_ISDIR(n.type); }
+
+}  // namespace
+
+void FileService::do_mount(const rpc::CallContext&, mount_args& a, rpc::Reply& r) {
+  mount_res res{};
+  OpenNode node = nodes_.open(nodes_.root());  // the root is always open
+  struct stat st;
+  // Walk the requested path one component at a time, like LOOKUP would.
+  std::string path = a.path ? a.path : "/";
+  size_t pos = 0;
+  while (pos < path.size()) {
+    size_t end = path.find('/', pos);
+    if (end == std::string::npos) end = path.size();
+    std::string part = path.substr(pos, end - pos);
+    pos = end + 1;
+    if (part.empty() || part == ".") continue;
+    if (part == ".." || !NodeTable::valid_name(part.c_str()) || !is_dir(*node)) {
+      res.status = part == ".." ? ODAFS_ERR_INVAL : ODAFS_ERR_NOTDIR;
+      r.send(xp(xdr_mount_res), &res);
+      return;
+    }
+    NodeRef next = nodes_.lookup(node, part.c_str(), &st);
+    if (next) node = nodes_.open(next);
+    if (!next || !node) {
+      res.status = status_from_errno(errno);
+      r.send(xp(xdr_mount_res), &res);
+      return;
+    }
+  }
+  if (!is_dir(*node)) {
+    res.status = ODAFS_ERR_NOTDIR;
+    r.send(xp(xdr_mount_res), &res);
+    return;
+  }
+  res.status = ODAFS_OK;
+  WireHandle h = nodes_.handle_of(*node);
+  std::memcpy(res.mount_res_u.ok.root, h.data(), h.size());
+  res.mount_res_u.ok.block_size = cache_.block_size();
+  res.mount_res_u.ok.max_read = options_.max_io;
+  res.mount_res_u.ok.max_write = options_.max_io;
+  res.mount_res_u.ok.max_record = static_cast<u_int>(max_request_record());
+  std::memcpy(res.mount_res_u.ok.write_verf, write_verf_.data(), write_verf_.size());
+  std::string engine = engine_ ? engine_->endpoint() : std::string();
+  res.mount_res_u.ok.engine = engine.data();
+  res.mount_res_u.ok.engine_kind = const_cast<char*>(engine_ ? engine_->kind() : "");
+  if (engine_) {
+    ordma::Session session = engine_->open_session();
+    res.mount_res_u.ok.session = session.id;
+    std::memcpy(res.mount_res_u.ok.session_secret, session.secret.data(), session.secret.size());
+  }
+  r.send(xp(xdr_mount_res), &res);
+}
+
+void FileService::do_getattr(const rpc::CallContext&, getattr_args& a, rpc::Reply& r) {
+  struct stat st;
+  OpenNode node = resolve_or_reply(a.fh, r, &st);
+  if (!node) return;
+  attr_res res{};
+  res.status = ODAFS_OK;
+  fill_attr(st, &res.attr_res_u.attr);
+  r.send(xp(xdr_attr_res), &res);
+}
+
+void FileService::do_setattr(const rpc::CallContext& ctx, setattr_args& a, rpc::Reply& r) {
+  if (!valid(a.atime.how) || !valid(a.mtime.how)) {
+    return reply_status<attr_res>(r, xp(xdr_attr_res), ODAFS_ERR_INVAL);
+  }
+  struct stat st;
+  OpenNode node = resolve_or_reply(a.fh, r, &st);
+  if (!node) return;
+  IdentityScope as(ctx.cred, options_.auth_sys);
+  int err = 0;
+  if (a.mode.set && err == 0) {
+    if (as.active() && as.permits(st, 0) && st.st_uid != ctx.cred->uid && ctx.cred->uid != 0) {
+      err = EPERM;
+    } else if (S_ISLNK(st.st_mode)) {
+      err = EOPNOTSUPP;
+    } else if (fchmod(node.fd(), a.mode.odafs_set_u32_u.value & 07777) != 0) {
+      if (errno != EBADF || chmod(ProcPath(node.fd()).text, a.mode.odafs_set_u32_u.value & 07777))
+        err = errno;
+    }
+  }
+  if (a.size.set && err == 0) {
+    u_quad_t size = a.size.odafs_set_u64_u.value;
+    if (!S_ISREG(st.st_mode)) {
+      err = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+    } else if (!as.permits(st, W_OK)) {
+      err = EACCES;
+    } else if (size > static_cast<u_quad_t>(INT64_MAX)) {
+      err = EFBIG;
+    } else if (!nodes_.make_writable(node)) {
+      err = errno == EBADF ? EACCES : errno;
+    } else if (env_->ftruncate(node.fd(), static_cast<off_t>(size)) != 0 ||
+               env_->fsync(node.fd()) != 0) {
+      // A size change is stable when SETATTR answers, as NFS asks of every SETATTR.
+      err = errno;
+    } else {
+      drop_cached_blocks(node->id, size, static_cast<uint64_t>(st.st_size));
+    }
+  }
+  if ((a.atime.how != ODAFS_TIME_DONT_CHANGE || a.mtime.how != ODAFS_TIME_DONT_CHANGE) &&
+      err == 0) {
+    timespec times[2];
+    const odafs_set_time* in[2] = {&a.atime, &a.mtime};
+    for (int i = 0; i < 2; ++i) {
+      if (in[i]->how == ODAFS_TIME_DONT_CHANGE) {
+        times[i] = {0, UTIME_OMIT};
+      } else if (in[i]->how == ODAFS_TIME_SERVER) {
+        times[i] = {0, UTIME_NOW};
+      } else {
+        times[i] = {static_cast<time_t>(in[i]->odafs_set_time_u.time.seconds),
+                    static_cast<long>(in[i]->odafs_set_time_u.time.nseconds % 1000000000u)};
+      }
+    }
+    if (utimensat(AT_FDCWD, ProcPath(node.fd()).text, times, 0) != 0) err = errno;
+  }
+  attr_res res{};
+  if (err != 0 || fstat(node.fd(), &st) != 0) {
+    res.status = status_from_errno(err != 0 ? err : errno);
+  } else {
+    res.status = ODAFS_OK;
+    fill_attr(st, &res.attr_res_u.attr);
+  }
+  r.send(xp(xdr_attr_res), &res);
+}
+
+OpenNode FileService::resolve_dir_or_reply(const char* fh, const char* name, rpc::Reply& r) {
+  struct stat st;
+  OpenNode dir = resolve_or_reply(fh, r, &st);
+  if (!dir) return {};
+  // A bare status: stat_res encodes like the error arm of every result type.
+  if (!is_dir(*dir)) {
+    reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_ERR_NOTDIR);
+    return {};
+  }
+  if (!NodeTable::valid_name(name)) {
+    reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_ERR_INVAL);
+    return {};
+  }
+  return dir;
+}
+
+void FileService::reply_node(const Node& node, const struct stat& st, rpc::Reply& r) {
+  dirop_res res{};
+  res.status = ODAFS_OK;
+  WireHandle h = nodes_.handle_of(node);
+  std::memcpy(res.dirop_res_u.ok.fh, h.data(), h.size());
+  fill_attr(st, &res.dirop_res_u.ok.attr);
+  r.send(xp(xdr_dirop_res), &res);
+}
+
+void FileService::reply_dirop(const OpenNode& dir, const char* name, rpc::Reply& r) {
+  struct stat st;
+  NodeRef node = nodes_.lookup(dir, name, &st);
+  if (!node) return reply_status<dirop_res>(r, xp(xdr_dirop_res), status_from_errno(errno));
+  reply_node(*node, st, r);
+}
+
+void FileService::do_lookup(const rpc::CallContext& ctx, diropargs& a, rpc::Reply& r) {
+  struct stat st;
+  OpenNode dir = resolve_or_reply(a.dir, r, &st);
+  if (!dir) return;
+  IdentityScope as(ctx.cred, options_.auth_sys);
+  odafs_stat status = ODAFS_OK;
+  if (!is_dir(*dir)) {
+    status = ODAFS_ERR_NOTDIR;
+  } else if (!as.permits(st, X_OK)) {
+    status = ODAFS_ERR_ACCES;
+  } else if (!NodeTable::valid_name(a.name) && std::strcmp(a.name, ".") != 0 &&
+             std::strcmp(a.name, "..") != 0) {
+    status = ODAFS_ERR_INVAL;
+  }
+  if (status != ODAFS_OK) return reply_status<dirop_res>(r, xp(xdr_dirop_res), status);
+  reply_dirop(dir, a.name, r);
+}
+
+void FileService::do_create(const rpc::CallContext& ctx, create_args& a, rpc::Reply& r) {
+  if (!valid(a.how)) return reply_status<dirop_res>(r, xp(xdr_dirop_res), ODAFS_ERR_INVAL);
+  OpenNode dir = resolve_dir_or_reply(a.dir, a.name, r);
+  if (!dir) return;
+  IdentityScope as(ctx.cred, options_.auth_sys);
+  int flags = O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_RDWR;
+  if (a.how != ODAFS_CREATE_UNCHECKED) flags |= O_EXCL;
+  int fd = openat(dir.fd(), a.name, flags, a.mode & 07777);
+  bool writable = true;
+  if (fd < 0 && errno == EACCES && a.how == ODAFS_CREATE_UNCHECKED) {
+    writable = false;  // exists, but not writable by us: open read-only like LOOKUP would
+    fd = openat(dir.fd(), a.name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  }
+  struct stat created;
+  if (fd < 0 || fstat(fd, &created) != 0) {
+    int err = errno;
+    if (fd >= 0) close(fd);
+    if (err == ELOOP) err = EEXIST;  // a symlink sits at the name
+    return reply_status<dirop_res>(r, xp(xdr_dirop_res), status_from_errno(err));
+  }
+  NodeRef node = nodes_.adopt(dir, a.name, fd, created, writable);
+  reply_node(*node, created, r);
+}
+
+void FileService::do_mkdir(const rpc::CallContext& ctx, mkdir_args& a, rpc::Reply& r) {
+  OpenNode dir = resolve_dir_or_reply(a.dir, a.name, r);
+  if (!dir) return;
+  IdentityScope as(ctx.cred, options_.auth_sys);
+  if (mkdirat(dir.fd(), a.name, a.mode & 07777) != 0) {
+    return reply_status<dirop_res>(r, xp(xdr_dirop_res), status_from_errno(errno));
+  }
+  reply_dirop(dir, a.name, r);
+}
+
+void FileService::do_symlink(const rpc::CallContext& ctx, symlink_args& a, rpc::Reply& r) {
+  OpenNode dir = resolve_dir_or_reply(a.dir, a.name, r);
+  if (!dir) return;
+  if (a.target == nullptr || a.target[0] == '\0') {
+    return reply_status<dirop_res>(r, xp(xdr_dirop_res), ODAFS_ERR_INVAL);
+  }
+  IdentityScope as(ctx.cred, options_.auth_sys);
+  // The target is stored as given: it is never followed by the server (every open uses
+  // O_NOFOLLOW and walks by handle), so an absolute or ".." target cannot escape.
+  if (symlinkat(a.target, dir.fd(), a.name) != 0) {
+    return reply_status<dirop_res>(r, xp(xdr_dirop_res), status_from_errno(errno));
+  }
+  reply_dirop(dir, a.name, r);
+}
+
+void FileService::forget(const struct stat& st) {
+  // st is from just before the unlink: a directory is gone, a file has one link less
+  // (what the table believes when the node has no descriptor open to ask).
+  nlink_t links_left = S_ISDIR(st.st_mode) || st.st_nlink == 0 ? 0 : st.st_nlink - 1;
+  uint64_t id = nodes_.forget_if_unlinked(st.st_dev, st.st_ino, links_left);
+  if (id != 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+    drop_cached_blocks(id, 0, static_cast<uint64_t>(st.st_size));
+  }
+}
+
+void FileService::drop_cached_blocks(uint64_t id, uint64_t from, uint64_t old_size) {
+  uint64_t bs = cache_.block_size();
+  uint64_t old_last = old_size > 0 ? (old_size - 1) / bs : 0;
+  uint64_t first = from / bs;
+  if (first <= old_last) cache_.invalidate(id, first, old_last);
+}
+
+void FileService::do_remove(const rpc::CallContext& ctx, diropargs& a, rpc::Reply& r) {
+  remove_entry(ctx, a, r, false);
+}
+
+void FileService::do_rmdir(const rpc::CallContext& ctx, diropargs& a, rpc::Reply& r) {
+  remove_entry(ctx, a, r, true);
+}
+
+void FileService::remove_entry(const rpc::CallContext& ctx, diropargs& a, rpc::Reply& r,
+                               bool dir_wanted) {
+  OpenNode dir = resolve_dir_or_reply(a.dir, a.name, r);
+  if (!dir) return;
+  IdentityScope as(ctx.cred, options_.auth_sys);
+  struct stat victim;
+  if (fstatat(dir.fd(), a.name, &victim, AT_SYMLINK_NOFOLLOW) != 0) {
+    return reply_status<stat_res>(r, xp(xdr_stat_res), status_from_errno(errno));
+  }
+  if (dir_wanted != S_ISDIR(victim.st_mode)) {
+    return reply_status<stat_res>(r, xp(xdr_stat_res),
+                                  dir_wanted ? ODAFS_ERR_NOTDIR : ODAFS_ERR_ISDIR);
+  }
+  if (unlinkat(dir.fd(), a.name, dir_wanted ? AT_REMOVEDIR : 0) != 0) {
+    int err = errno == EEXIST ? ENOTEMPTY : errno;
+    return reply_status<stat_res>(r, xp(xdr_stat_res), status_from_errno(err));
+  }
+  forget(victim);
+  reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_OK);
+}
+
+void FileService::do_rename(const rpc::CallContext& ctx, rename_args& a, rpc::Reply& r) {
+  struct stat st;
+  OpenNode from = resolve_or_reply(a.from_dir, r, &st);
+  if (!from) return;
+  OpenNode to = resolve_or_reply(a.to_dir, r, &st);
+  if (!to) return;
+  if (!is_dir(*from) || !is_dir(*to)) {
+    return reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_ERR_NOTDIR);
+  }
+  if (!NodeTable::valid_name(a.from_name) || !NodeTable::valid_name(a.to_name)) {
+    return reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_ERR_INVAL);
+  }
+  IdentityScope as(ctx.cred, options_.auth_sys);
+  struct stat replaced;
+  bool had_target = fstatat(to.fd(), a.to_name, &replaced, AT_SYMLINK_NOFOLLOW) == 0;
+  if (renameat(from.fd(), a.from_name, to.fd(), a.to_name) != 0) {
+    int err = errno == EEXIST ? ENOTEMPTY : errno;
+    return reply_status<stat_res>(r, xp(xdr_stat_res), status_from_errno(err));
+  }
+  if (had_target) forget(replaced);
+  // Whatever now sits at the new name is reached by it from now on (a node reopens by it).
+  struct stat moved;
+  if (fstatat(to.fd(), a.to_name, &moved, AT_SYMLINK_NOFOLLOW) == 0) {
+    nodes_.renamed(to, a.to_name, moved.st_dev, moved.st_ino);
+  }
+  reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_OK);
+}
+
+void FileService::do_readdir(const rpc::CallContext& ctx, readdir_args& a, rpc::Reply& r) {
+  struct stat st;
+  OpenNode dir = resolve_or_reply(a.dir, r, &st);
+  if (!dir) return;
+  if (!is_dir(*dir)) return reply_status<readdir_res>(r, xp(xdr_readdir_res), ODAFS_ERR_NOTDIR);
+  IdentityScope as(ctx.cred, options_.auth_sys);
+  if (!as.permits(st, R_OK)) {
+    return reply_status<readdir_res>(r, xp(xdr_readdir_res), ODAFS_ERR_ACCES);
+  }
+  // A private descriptor: the node's own is shared by every thread, and so is its offset.
+  int fd = openat(dir.fd(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return reply_status<readdir_res>(r, xp(xdr_readdir_res), status_from_errno(errno));
+  if (a.cookie != 0 && lseek(fd, static_cast<off_t>(a.cookie), SEEK_SET) < 0) {
+    close(fd);
+    return reply_status<readdir_res>(r, xp(xdr_readdir_res), ODAFS_ERR_BADCOOKIE);
+  }
+  thread_local std::vector<char> buf(64 * 1024);
+  thread_local std::vector<odafs_dirent> entries;
+  entries.clear();
+  size_t budget = std::clamp<size_t>(a.max_bytes, 512, options_.max_io);
+  size_t used = 64;  // reply header, status, eof, array length
+  bool eof = false;
+  bool full = false;
+  size_t buf_used = 0;
+  // getdents64 entries stay in buf until the reply is encoded, so names need no copies;
+  // each round appends to buf so earlier names stay valid.
+  while (!full) {
+    if (buf.size() - buf_used < 4096) break;  // enough for one reply
+    long n = syscall(SYS_getdents64, fd, buf.data() + buf_used, buf.size() - buf_used);
+    if (n < 0) {
+      int err = errno;
+      close(fd);
+      return reply_status<readdir_res>(r, xp(xdr_readdir_res), status_from_errno(err));
+    }
+    if (n == 0) {
+      eof = true;
+      break;
+    }
+    size_t off = buf_used;
+    buf_used += static_cast<size_t>(n);
+    while (off < buf_used) {
+      struct linux_dirent64 {
+        ino64_t d_ino;
+        off64_t d_off;
+        unsigned short d_reclen;
+        unsigned char d_type;
+        char d_name[];
+      };
+      auto* d = reinterpret_cast<linux_dirent64*>(buf.data() + off);
+      off += d->d_reclen;
+      if (std::strcmp(d->d_name, ".") == 0 || std::strcmp(d->d_name, "..") == 0) continue;
+      size_t len = std::strlen(d->d_name);
+      size_t cost = 8 + 4 + 4 + ((len + 3) & ~size_t{3}) + 8 + 4;
+      if (used + cost > budget) {
+        full = true;
+        break;
+      }
+      used += cost;
+      odafs_dirent e{};
+      e.fileid = d->d_ino;
+      switch (d->d_type) {
+        case DT_DIR:
+          e.type = ODAFS_DIR;
+          break;
+        case DT_LNK:
+          e.type = ODAFS_LNK;
+          break;
+        case DT_BLK:
+          e.type = ODAFS_BLK;
+          break;
+        case DT_CHR:
+          e.type = ODAFS_CHR;
+          break;
+        case DT_SOCK:
+          e.type = ODAFS_SOCK;
+          break;
+        case DT_FIFO:
+          e.type = ODAFS_FIFO;
+          break;
+        default:
+          e.type = ODAFS_REG;
+          break;
+      }
+      e.name = d->d_name;
+      e.cookie = static_cast<u_quad_t>(d->d_off);
+      entries.push_back(e);
+    }
+  }
+  close(fd);
+  if (entries.empty() && !eof) {
+    return reply_status<readdir_res>(r, xp(xdr_readdir_res), ODAFS_ERR_INVAL);  // budget too small
+  }
+  readdir_res res{};
+  res.status = ODAFS_OK;
+  res.readdir_res_u.ok.entries.entries_len = static_cast<u_int>(entries.size());
+  res.readdir_res_u.ok.entries.entries_val = entries.data();
+  res.readdir_res_u.ok.eof = eof && !full;
+  r.send(xp(xdr_readdir_res), &res);
+}
+
+void FileService::do_readlink(const rpc::CallContext&, getattr_args& a, rpc::Reply& r) {
+  struct stat st;
+  OpenNode node = resolve_or_reply(a.fh, r, &st);
+  if (!node) return;
+  if (!S_ISLNK(st.st_mode)) {
+    return reply_status<readlink_res>(r, xp(xdr_readlink_res), ODAFS_ERR_INVAL);
+  }
+  char target[ODAFS_MAXPATHLEN + 1];
+  ssize_t n = readlinkat(node.fd(), "", target, ODAFS_MAXPATHLEN);
+  if (n < 0) return reply_status<readlink_res>(r, xp(xdr_readlink_res), status_from_errno(errno));
+  target[n] = '\0';
+  readlink_res res{};
+  res.status = ODAFS_OK;
+  res.readlink_res_u.target = target;
+  r.send(xp(xdr_readlink_res), &res);
+}
+
+void FileService::do_fsstat(const rpc::CallContext&, getattr_args& a, rpc::Reply& r) {
+  struct stat st;
+  OpenNode node = resolve_or_reply(a.fh, r, &st);
+  if (!node) return;
+  struct statvfs vfs;
+  if (fstatvfs(node.fd(), &vfs) != 0) {
+    return reply_status<fsstat_res>(r, xp(xdr_fsstat_res), status_from_errno(errno));
+  }
+  fsstat_res res{};
+  res.status = ODAFS_OK;
+  fsstat_ok& ok = res.fsstat_res_u.ok;
+  ok.total_bytes = static_cast<u_quad_t>(vfs.f_blocks) * vfs.f_frsize;
+  ok.free_bytes = static_cast<u_quad_t>(vfs.f_bfree) * vfs.f_frsize;
+  ok.avail_bytes = static_cast<u_quad_t>(vfs.f_bavail) * vfs.f_frsize;
+  ok.total_files = vfs.f_files;
+  ok.free_files = vfs.f_ffree;
+  ok.block_size = static_cast<u_int>(vfs.f_bsize);
+  ok.max_name = static_cast<u_int>(vfs.f_namemax);
+  r.send(xp(xdr_fsstat_res), &res);
+}
+
+}  // namespace odafs::server

@@ -1,0 +1,31 @@
+// What every procedure file of FileService (file_service.cc, namespace_ops.cc,
+// data_ops.cc) needs to encode its replies: the XDR function cast, the status-only
+// reply, and a file's attributes in wire form. Internal to server/.
+#pragma once
+
+#include <sys/stat.h>
+
+#include "proto/odafs_prot.h"
+#include "rpc/server.h"
+#include "rpc/xdr_util.h"
+
+namespace odafs::server {
+
+// An rpcgen XDR function as the xdrproc_t that rpc::Reply::send takes.
+template <class T>
+xdrproc_t xp(bool_t (*fn)(XDR*, T*)) {
+  return rpc::to_xdrproc(fn);
+}
+
+// Replies with a Res holding nothing but `status` (every result type starts with it).
+template <class Res>
+void reply_status(rpc::Reply& r, xdrproc_t xres, odafs_stat status) {
+  Res res{};
+  res.status = status;
+  r.send(xres, &res);
+}
+
+// Fills the wire attributes of a file from its stat.
+void fill_attr(const struct stat& st, odafs_fattr* a);
+
+}  // namespace odafs::server

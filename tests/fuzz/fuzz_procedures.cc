@@ -1,0 +1,157 @@
+// Fuzz target: every procedure's argument decoding and handling, against a real
+// FileService over a temporary export, through a real rpc::Server on 127.0.0.1 (in this
+// process, over one kept-open connection).
+//
+// Input layout: byte 0 picks the procedure (mod 21); byte 1 says whether to splice valid
+// file handles into the arguments (random handles are rejected by their MAC at once, so
+// without this little past the handle check would be reached): bit 0 puts handle
+// #(byte 2 % 4) at offset 0, bit 1 puts handle #(byte 3 % 4) at offset byte 4 (rename's
+// second handle, say). The rest are the XDR arguments. Handles: the root, a file, a
+// directory, a symlink.
+// Every well-formed call must get a reply with its XID; the server must never crash, and
+// nothing may appear outside the export (checked every 256 inputs).
+#include <arpa/inet.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/net.h"
+#include "proto/odafs_prot.h"
+#include "rpc/server.h"
+#include "server/cpu_accounting.h"
+#include "server/file_service.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using odafs::server::FileService;
+using odafs::server::WireHandle;
+
+struct Harness {
+  std::string parent;  // holds the export and a sibling that must stay untouched
+  std::string export_dir;
+  odafs::server::CpuAccounting cpu;
+  std::unique_ptr<FileService> service;
+  std::unique_ptr<odafs::rpc::Server> server;
+  std::vector<WireHandle> handles;
+  int fd = -1;
+  uint32_t xid = 1;
+
+  Harness() {
+    char tmpl[] = "/tmp/odafs-fuzz-XXXXXX";
+    parent = mkdtemp(tmpl);
+    export_dir = parent + "/export";
+    fs::create_directories(export_dir + "/d");
+    std::FILE* f = std::fopen((export_dir + "/f").c_str(), "w");
+    std::fputs("some file data", f);
+    std::fclose(f);
+    symlink("f", (export_dir + "/l").c_str());
+    std::FILE* o = std::fopen((parent + "/outside").c_str(), "w");
+    std::fclose(o);
+
+    FileService::Options so;
+    so.export_root = export_dir;
+    so.cache_bytes = 4u << 20;
+    so.block_size = 4096;
+    so.max_io = 65536;
+    so.max_direct_writes = 0;  // a pull would wait for a client that is not there
+    service = std::make_unique<FileService>(so, &cpu);
+    odafs::rpc::Server::Options ro;
+    ro.listen = {"127.0.0.1", 0};
+    ro.threads = 1;
+    ro.max_record = service->max_request_record();
+    ro.max_reply = service->max_reply_record();
+    ro.program = ODAFS_PROGRAM;
+    ro.version = ODAFS_V1;
+    server = std::make_unique<odafs::rpc::Server>(ro);
+    service->register_procedures(server.get());
+    odafs::ordma::EngineOptions eo;
+    eo.listen = {"127.0.0.1", 0};
+    eo.local_rings = false;
+    service->start_engine(eo);
+    server->start();
+    fd = odafs::net::connect_tcp(server->bound());
+
+    odafs::server::NodeTable& nodes = service->nodes();
+    handles.push_back(nodes.handle_of(*nodes.root()));
+    for (const char* name : {"f", "d", "l"}) {
+      struct stat st;
+      odafs::server::NodeRef n = nodes.lookup(nodes.open(nodes.root()), name, &st);
+      if (!n) __builtin_trap();
+      handles.push_back(nodes.handle_of(*n));
+    }
+  }
+
+  // Sends one call and waits for its reply. False if the connection broke.
+  bool call(uint32_t proc, const std::vector<unsigned char>& args) {
+    uint32_t id = xid++;
+    uint32_t words[] = {
+        htonl(id), 0, htonl(2), htonl(ODAFS_PROGRAM), htonl(ODAFS_V1), htonl(proc), 0, 0, 0, 0};
+    uint32_t body = static_cast<uint32_t>(sizeof words + args.size());
+    uint32_t mark = htonl(0x80000000u | body);
+    std::vector<unsigned char> msg(4 + body);
+    std::memcpy(msg.data(), &mark, 4);
+    std::memcpy(msg.data() + 4, words, sizeof words);
+    if (!args.empty()) std::memcpy(msg.data() + 4 + sizeof words, args.data(), args.size());
+    if (send(fd, msg.data(), msg.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(msg.size())) {
+      return false;
+    }
+    // Read one reply record; its XID must be ours.
+    unsigned char head[8];
+    if (!odafs::net::read_full(fd, head, sizeof head)) return false;
+    uint32_t len, got;
+    std::memcpy(&len, head, 4);
+    std::memcpy(&got, head + 4, 4);
+    len = ntohl(len) & 0x7fffffffu;
+    if (ntohl(got) != id || len < 4) __builtin_trap();
+    std::vector<char> rest(len - 4);
+    odafs::net::read_full(fd, rest.data(), rest.size());
+    return true;
+  }
+
+  void check_confined() {
+    for (const auto& e : fs::directory_iterator(parent)) {
+      std::string name = e.path().filename();
+      if (name != "export" && name != "outside") __builtin_trap();
+    }
+    if (fs::file_size(parent + "/outside") != 0) __builtin_trap();
+  }
+};
+
+Harness& harness() {
+  static Harness* h = new Harness();
+  return *h;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 5) return 0;
+  Harness& h = harness();
+  uint32_t proc = data[0] % 21;
+  std::vector<unsigned char> args(data + 5, data + size);
+  auto splice = [&](size_t at, const WireHandle& handle) {
+    if (args.size() < at + handle.size()) args.resize(at + handle.size());
+    std::memcpy(args.data() + at, handle.data(), handle.size());
+  };
+  if (data[1] & 1) splice(0, h.handles[data[2] % 4]);
+  if (data[1] & 2) splice(data[4], h.handles[data[3] % 4]);
+  if (!h.call(proc, args)) {
+    // The server closed the connection (an oversized record, say): reconnect.
+    close(h.fd);
+    h.fd = odafs::net::connect_tcp(h.server->bound());
+  }
+  static unsigned runs = 0;
+  if (++runs % 256 == 0) h.check_confined();
+  return 0;
+}

@@ -1,0 +1,371 @@
+// Integration: resource limits under hostile or merely large loads. Descriptor exhaustion,
+// idle and per-address connection limits, engine handshake limits, and the ONC RPC
+// protocol deviations a server must answer rather than drop.
+#include <arpa/inet.h>
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <rpc/rpc.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+#include "proto/odafs_prot.h"
+#include "rpc/xdr_util.h"
+#include "tests/support/server_process.h"
+
+using odafs::Client;
+using odafs::File;
+using odafs::test::pattern;
+using odafs::test::ServerProcess;
+using odafs::test::TempDir;
+using odafs::test::write_local;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// A TCP connection to 127.0.0.1:port from the local address `from` (any 127.x.y.z works
+// on Linux loopback, so one machine can play several hosts). Returns -1 if it fails.
+int connect_from(const char* from, uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  inet_pton(AF_INET, from, &a.sin_addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  a.sin_port = htons(port);
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// True once the peer has closed fd (EOF or reset), waiting up to timeout_ms. Whatever
+// the peer sent before (a greeting) is read and dropped.
+bool closed_by_peer(int fd, int timeout_ms) {
+  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, std::max<int>(0, static_cast<int>(left.count()))) <= 0) return false;
+    char buf[256];
+    ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      return true;
+    }
+  }
+}
+
+// How many of fds the peer closed, waiting up to timeout_ms in all.
+size_t count_closed(const std::vector<int>& fds, int timeout_ms) {
+  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  size_t closed = 0;
+  for (int fd : fds) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (closed_by_peer(fd, std::max<int>(0, static_cast<int>(left.count())))) ++closed;
+  }
+  return closed;
+}
+
+void close_all(std::vector<int>& fds) {
+  for (int fd : fds) close(fd);
+  fds.clear();
+}
+
+uint64_t stat_of(Client& fs, const std::string& key) {
+  for (auto& [k, v] : fs.server_stats()) {
+    if (k == key) return v;
+  }
+  FAIL("no server stat " << key);
+  return 0;
+}
+
+// CPU seconds (user + system) the process has used so far.
+double cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+size_t rss_kib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoul(line.substr(6));
+  }
+  return 0;
+}
+
+size_t open_fds(pid_t pid) {
+  size_t n = 0;
+  std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  for (auto it = std::filesystem::directory_iterator(dir);
+       it != std::filesystem::directory_iterator(); ++it) {
+    ++n;
+  }
+  return n;
+}
+
+// Raises this process's descriptor limit to at least n (tests open many sockets).
+bool ensure_fd_limit(rlim_t n) {
+  rlimit lim{};
+  getrlimit(RLIMIT_NOFILE, &lim);
+  if (lim.rlim_cur >= n) return true;
+  if (lim.rlim_max < n) return false;
+  lim.rlim_cur = n;
+  return setrlimit(RLIMIT_NOFILE, &lim) == 0;
+}
+
+// Sends one RPC record built from big-endian words (one fragment) and returns the reply
+// record, or an empty string if the connection closed or nothing came within 5 s.
+std::string rpc_exchange(int fd, const std::vector<uint32_t>& words) {
+  std::string msg(4, '\0');
+  uint32_t mark = htonl(0x80000000u | static_cast<uint32_t>(words.size() * 4));
+  std::memcpy(msg.data(), &mark, 4);
+  for (uint32_t w : words) {
+    uint32_t be = htonl(w);
+    msg.append(reinterpret_cast<char*>(&be), 4);
+  }
+  if (send(fd, msg.data(), msg.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(msg.size())) {
+    return {};
+  }
+  std::string reply;
+  size_t want = 4;
+  while (reply.size() < want) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 5000) <= 0) return {};
+    char buf[4096];
+    ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return {};
+    reply.append(buf, static_cast<size_t>(n));
+    if (reply.size() >= 4) {
+      uint32_t m;
+      std::memcpy(&m, reply.data(), 4);
+      want = 4 + (ntohl(m) & 0x7fffffffu);
+    }
+  }
+  return reply.substr(4, want - 4);
+}
+
+// Decodes a reply record with libtirpc (the client's view of what the server said).
+rpc_msg decode_reply(std::string& record) {
+  rpc_msg msg{};
+  msg.acpted_rply.ar_results.where = nullptr;
+  msg.acpted_rply.ar_results.proc = odafs::rpc::to_xdrproc(odafs::rpc::xdr_nothing);
+  XDR x;
+  xdrmem_create(&x, record.data(), static_cast<u_int>(record.size()), XDR_DECODE);
+  REQUIRE(xdr_replymsg(&x, &msg));
+  return msg;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "out of descriptors: new connections are shed at once, the server does not spin, "
+    "existing clients keep working") {
+  REQUIRE(ensure_fd_limit(4096));
+  TempDir dir;
+  std::string data = pattern(64 * 1024, 5);
+  write_local(dir / "data", data);
+  ServerProcess server(dir.path(), {"--no-ordma", "--threads", "2"});
+  auto fs = Client::mount(server.url());
+  File f = fs->open("data");
+  std::string buf(4096, '\0');
+  CHECK(f.pread(buf.data(), buf.size(), 0) == buf.size());
+
+  // Leave the server a handful of descriptors beyond what it holds now.
+  rlimit lim{};
+  REQUIRE(prlimit(server.pid(), RLIMIT_NOFILE, nullptr, &lim) == 0);
+  rlim_t soft = lim.rlim_cur;
+  lim.rlim_cur = open_fds(server.pid()) + 6;
+  REQUIRE(prlimit(server.pid(), RLIMIT_NOFILE, &lim, nullptr) == 0);
+
+  std::vector<int> flood;
+  for (int i = 0; i < 60; ++i) {
+    int fd = connect_from("127.0.0.1", server.port());
+    if (fd >= 0) flood.push_back(fd);
+  }
+  double cpu_before = cpu_seconds(server.pid());
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  double cpu_used = cpu_seconds(server.pid()) - cpu_before;
+  // The old accept loop retried EMFILE at once, forever: more than a core while flooded.
+  CHECK(cpu_used < 0.5);
+  // Connections past the limit were closed, not left hanging in the backlog.
+  CHECK(count_closed(flood, 2000) >= 40);
+  // The client that was already connected is served throughout.
+  for (int i = 0; i < 20; ++i) {
+    CHECK(f.pread(buf.data(), buf.size(), static_cast<uint64_t>(i) * 1000) == buf.size());
+  }
+  CHECK(buf == data.substr(19000, 4096));
+  CHECK(stat_of(*fs, "rpc.shed") > 0);
+  close_all(flood);
+
+  // Descriptors back: new clients get in again.
+  lim.rlim_cur = soft;
+  REQUIRE(prlimit(server.pid(), RLIMIT_NOFILE, &lim, nullptr) == 0);
+  auto again = Client::mount(server.url());
+  CHECK(again->stat("data").size == data.size());
+}
+
+TEST_CASE(
+    "one address cannot take every connection; idle connections and slow senders are "
+    "closed; clients whose idle connection closed reconnect") {
+  REQUIRE(ensure_fd_limit(4096));
+  TempDir dir;
+  std::string data = pattern(20000, 6);
+  write_local(dir / "data", data);
+  ServerProcess server(dir.path(), {"--max-connections", "40", "--max-connections-per-address",
+                                    "10", "--idle-timeout", "1"});
+  // A host (127.0.0.2) opens more connections than the server takes in all.
+  std::vector<int> hog;
+  for (int i = 0; i < 60; ++i) {
+    int fd = connect_from("127.0.0.2", server.port());
+    if (fd >= 0) hog.push_back(fd);
+  }
+  REQUIRE(hog.size() == 60);
+  // Everyone else is still served.
+  auto fs = Client::mount(server.url());
+  File f = fs->open("data");
+  std::string buf(data.size(), '\0');
+  CHECK(f.pread(buf.data(), buf.size(), 0) == data.size());
+  CHECK(buf == data);
+  CHECK(stat_of(*fs, "rpc.refused") >= 50);
+
+  // A slow sender dribbles a record that never completes: not activity.
+  int slow = connect_from("127.0.0.3", server.port());
+  REQUIRE(slow >= 0);
+  const char dribble[] = "\x80\x00\x01\x00xxxxxxxxxxxxxxxxxxxxxxx";
+  auto start = Clock::now();
+  bool slow_closed = false;
+  for (size_t i = 0; i < sizeof dribble - 1 && !slow_closed; ++i) {
+    send(slow, dribble + i, 1, MSG_NOSIGNAL);
+    slow_closed = closed_by_peer(slow, 250);
+  }
+  if (!slow_closed) slow_closed = closed_by_peer(slow, 3000);
+  CHECK(slow_closed);
+  CHECK(Clock::now() - start < std::chrono::seconds(5));
+  close(slow);
+
+  // The idle ones are closed after about the timeout.
+  CHECK(count_closed(hog, 4000) == hog.size());
+  close_all(hog);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // This client's connection went idle and was closed too: its next calls reconnect.
+  CHECK(f.pread(buf.data(), 100, 0) == 100);
+  File w = fs->open("new", O_RDWR | O_CREAT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  CHECK(w.pwrite("hello", 5, 0) == 5);
+  CHECK(fs->stat("new").size == 5);
+  CHECK(stat_of(*fs, "rpc.idle_closed") >= 12);
+}
+
+TEST_CASE(
+    "engine: connections that never authenticate cost little and are closed; the cap "
+    "refuses the rest; honest clients still read one-sided") {
+  REQUIRE(ensure_fd_limit(8192));
+  TempDir dir;
+  std::string data = pattern(256 * 1024, 7);
+  write_local(dir / "data", data);
+  ServerProcess server(dir.path(), {"--engine-max-connections", "100", "--engine-handshake-timeout",
+                                    "500", "--threads", "2"});
+  REQUIRE(server.engine_port() != 0);
+  size_t rss_before = rss_kib(server.pid());
+  std::vector<int> silent;
+  for (int i = 0; i < 2000; ++i) {
+    int fd = connect_from("127.0.0.1", server.engine_port());
+    if (fd >= 0) silent.push_back(fd);
+  }
+  CHECK(silent.size() > 1500);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  size_t rss_during = rss_kib(server.pid());
+  // 2000 connections with a 64 KiB buffer each would be 125 MiB.
+  CHECK(rss_during < rss_before + 16 * 1024);
+  // Every silent connection is closed: refused at once, or at the handshake timeout.
+  CHECK(count_closed(silent, 3000) == silent.size());
+  close_all(silent);
+
+  odafs::MountOptions no_data_cache;
+  no_data_cache.cache_blocks = 0;  // the second pass must read through the engine
+  auto fs = Client::mount(server.url(), no_data_cache);
+  File f = fs->open("data");
+  std::string buf(data.size(), '\0');
+  CHECK(f.pread(buf.data(), buf.size(), 0) == data.size());
+  CHECK(f.pread(buf.data(), buf.size(), 0) == data.size());
+  CHECK(buf == data);
+  CHECK(fs->stats().ordma_reads.load() > 0);
+  CHECK(stat_of(*fs, "engine.refused") > 0);
+  CHECK(stat_of(*fs, "engine.handshake_timeouts") > 0);
+}
+
+TEST_CASE(
+    "RPC version 3 gets RPC_MISMATCH, an oversized credential AUTH_BADCRED, and empty "
+    "fragments close the connection") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--no-ordma"});
+  int fd = connect_from("127.0.0.1", server.port());
+  REQUIRE(fd >= 0);
+
+  // xid, CALL, rpcvers 3, prog, vers, proc NULL, AUTH_NONE cred and verifier.
+  std::string reply = rpc_exchange(fd, {0x1234, 0, 3, ODAFS_PROGRAM, ODAFS_V1, 0, 0, 0, 0, 0});
+  REQUIRE_FALSE(reply.empty());
+  rpc_msg msg = decode_reply(reply);
+  CHECK(msg.rm_xid == 0x1234);
+  CHECK(msg.rm_reply.rp_stat == MSG_DENIED);
+  CHECK(msg.rjcted_rply.rj_stat == RPC_MISMATCH);
+  CHECK(msg.rjcted_rply.rj_vers.low == 2);
+  CHECK(msg.rjcted_rply.rj_vers.high == 2);
+
+  // A 500-byte AUTH_SYS credential (the limit is 400).
+  std::vector<uint32_t> call = {0x5678, 0, 2, ODAFS_PROGRAM, ODAFS_V1, 0, AUTH_SYS, 500};
+  call.resize(call.size() + 125, 0);
+  call.push_back(0);  // verifier
+  call.push_back(0);
+  reply = rpc_exchange(fd, call);
+  REQUIRE_FALSE(reply.empty());
+  msg = decode_reply(reply);
+  CHECK(msg.rm_xid == 0x5678);
+  CHECK(msg.rm_reply.rp_stat == MSG_DENIED);
+  CHECK(msg.rjcted_rply.rj_stat == AUTH_ERROR);
+  CHECK(msg.rjcted_rply.rj_why == AUTH_BADCRED);
+
+  // The connection still serves a good call.
+  reply = rpc_exchange(fd, {0x9abc, 0, 2, ODAFS_PROGRAM, ODAFS_V1, 0, 0, 0, 0, 0});
+  REQUIRE_FALSE(reply.empty());
+  msg = decode_reply(reply);
+  CHECK(msg.rm_xid == 0x9abc);
+  CHECK(msg.rm_reply.rp_stat == MSG_ACCEPTED);
+  CHECK(msg.acpted_rply.ar_stat == SUCCESS);
+
+  // Empty fragments that are not the last: closed, not kept open forever.
+  std::string zeros(4 * 1000, '\0');
+  bool closed = false;
+  for (int i = 0; i < 100 && !closed; ++i) {
+    if (send(fd, zeros.data(), zeros.size(), MSG_NOSIGNAL) < 0) closed = true;
+    if (!closed) closed = closed_by_peer(fd, 10);
+  }
+  CHECK((closed || closed_by_peer(fd, 2000)));
+  close(fd);
+}
