@@ -10,6 +10,7 @@
 #include "client/client_cache.h"
 #include "client/url.h"
 #include "ordma/engine.h"
+#include "proto/enums.h"
 #include "proto/odafs_prot.h"
 #include "proto/ref_xdr.h"
 #include "proto/status.h"
@@ -34,12 +35,15 @@ constexpr size_t kLargestRecord = (16u << 20) + 8192;  // odafsd's largest --max
   throw Error(err, what + ": " + std::strerror(err));
 }
 
-void check(int status, const std::string& what) {
-  if (status != ODAFS_OK) fail(errno_from_status(status), what);
+// Takes the enum by reference and reads its raw bits: a hostile reply may carry any
+// 32-bit status, and loading one outside odafs_stat's enumerators is undefined behaviour.
+void check(const odafs_stat& status, const std::string& what) {
+  const auto raw = static_cast<int>(raw_enum(status));
+  if (raw != ODAFS_OK) fail(errno_from_status(raw), what);
 }
 
-FileType file_type(odafs_ftype t) {
-  switch (t) {
+FileType file_type(const odafs_ftype& t) {
+  switch (raw_enum(t)) {
     case ODAFS_DIR:
       return FileType::kDirectory;
     case ODAFS_LNK:
@@ -154,9 +158,16 @@ std::shared_ptr<rpc::Channel> Client::channel() {
   check(res.status, "mount " + url_);
   const mount_ok& ok = res.mount_res_u.ok;
   root_ = get_fh(ok.root);
+  // The client sizes its cache and its requests from these: a server's word is not
+  // enough to make it allocate gigabytes.
+  if (ok.block_size < ODAFS_MINBLOCK || ok.block_size > ODAFS_MAXBLOCK ||
+      (ok.block_size & (ok.block_size - 1)) != 0) {
+    fail(EPROTO, "mount " + url_ + ": server block size " + std::to_string(ok.block_size) +
+                     " is not a power of two in [4096, 65536]");
+  }
   limits_.block_size = ok.block_size;
-  limits_.max_read = std::max<uint32_t>(ok.max_read, 4096);
-  limits_.max_write = std::max<uint32_t>(ok.max_write, 4096);
+  limits_.max_read = std::clamp<uint32_t>(ok.max_read, 4096, ODAFS_MAXDATA);
+  limits_.max_write = std::clamp<uint32_t>(ok.max_write, 4096, ODAFS_MAXDATA);
   std::memcpy(limits_.write_verifier.data(), ok.write_verf, limits_.write_verifier.size());
   limits_.engine = ok.engine != nullptr ? ok.engine : "";
   limits_.engine_kind = ok.engine_kind != nullptr ? ok.engine_kind : "";
@@ -222,8 +233,6 @@ Attr Client::getattr(const Handle& fh) {
   });
 }
 
-// Decodes a READ reply whose RPC header `x` is past; the payload is already in buf when
-// the reply came pre-posted, else it is copied out of the reply here.
 // Decodes a READ reply whose RPC header `x` is past; the payload is already in buf when
 // the reply came pre-posted, else it is copied out of the reply here. References in the
 // trailer go into the directory (when there is one).
@@ -349,7 +358,7 @@ size_t Client::write(const Handle& fh, const void* buf, size_t len, uint64_t off
     ch.call(ODAFSPROC_WRITE, to_xdrproc(xdr_write_args), &args, to_xdrproc(xdr_write_res), &res);
     check(res.status, "write");
     std::memcpy(verf->data(), res.write_res_u.ok.verf, verf->size());
-    *committed = res.write_res_u.ok.committed;
+    *committed = static_cast<int>(raw_enum(res.write_res_u.ok.committed));
     if (res.write_res_u.ok.count == 0 && len > 0) fail(EIO, "write: server wrote nothing");
     return static_cast<size_t>(res.write_res_u.ok.count);
   });
@@ -636,11 +645,11 @@ size_t Client::write_direct(const Handle& fh, const void* buf, size_t len, uint6
     write_res res{};
     if (!xdr_write_res(&x, &res)) fail(EPROTO, "write_direct: malformed reply");
     // No engine, or every direct-write place taken: nothing was written; write by RPC.
-    if (res.status == ODAFS_ERR_NOTSUPP) return write(fh, buf, len, offset, how, verf, committed);
+    if (raw_enum(res.status) == ODAFS_ERR_NOTSUPP) return write(fh, buf, len, offset, how, verf, committed);
     check(res.status, "write_direct");
     if (f != ordma::Fault::kNone) fail(EIO, std::string("write_direct: ") + ordma::fault_name(f));
     std::memcpy(verf->data(), res.write_res_u.ok.verf, verf->size());
-    *committed = res.write_res_u.ok.committed;
+    *committed = static_cast<int>(raw_enum(res.write_res_u.ok.committed));
     stats_.direct_writes.fetch_add(1, std::memory_order_relaxed);
     if (res.write_res_u.ok.count == 0 && len > 0) fail(EIO, "write_direct: server wrote nothing");
     return res.write_res_u.ok.count;
@@ -665,7 +674,7 @@ size_t Client::prefetch_references(const File& f, uint64_t offset, uint64_t len)
       XdrFree<getrefs_res> guard{to_xdrproc(xdr_getrefs_res), &res};
       ch.call(ODAFSPROC_GETREFS, to_xdrproc(xdr_getrefs_args), &args, to_xdrproc(xdr_getrefs_res),
               &res);
-      if (res.status == ODAFS_ERR_NOTSUPP) return 0;
+      if (raw_enum(res.status) == ODAFS_ERR_NOTSUPP) return 0;
       check(res.status, "getrefs " + f.path());
       const getrefs_ok& ok = res.getrefs_res_u.ok;
       for (u_int i = 0; i < ok.refs.refs_len; ++i) {

@@ -12,6 +12,7 @@
 
 #include "base/futex.h"
 #include "base/log.h"
+#include "rpc/message_header.h"
 #include "rpc/record.h"
 #include "rpc/xdr_util.h"
 
@@ -143,30 +144,27 @@ void Channel::wait(Call& c, XDR* results) {
   c.posted_ = nullptr;
   if (!c.error_.empty()) throw RpcError(RpcError::Kind::kTransport, ECONNRESET, c.error_);
 
-  xdrmem_create(results, c.reply_.data(), static_cast<u_int>(c.reply_.size()), XDR_DECODE);
-  char verf_area[MAX_AUTH_BYTES];
-  rpc_msg reply{};
-  reply.acpted_rply.ar_verf.oa_base = verf_area;
-  reply.acpted_rply.ar_results.where = nullptr;
-  reply.acpted_rply.ar_results.proc = to_xdrproc(xdr_nothing);
-  if (!xdr_replymsg(results, &reply) || reply.rm_direction != REPLY) {
+  ReplyHeader h;
+  size_t results_offset = 0;
+  if (!decode_reply_header(c.reply_.data(), c.reply_.size(), &h, &results_offset)) {
     throw RpcError(RpcError::Kind::kTransport, EPROTO, "malformed rpc reply header");
   }
-  if (reply.rm_reply.rp_stat == MSG_DENIED) {
+  if (h.reply_stat == MSG_DENIED) {
     throw RpcError(RpcError::Kind::kDenied, EACCES,
-                   reply.rjcted_rply.rj_stat == RPC_MISMATCH ? "rpc denied: RPC_MISMATCH"
-                                                             : "rpc denied: AUTH_ERROR");
+                   h.reject_stat == RPC_MISMATCH ? "rpc denied: RPC_MISMATCH"
+                                                 : "rpc denied: AUTH_ERROR");
   }
-  switch (reply.acpted_rply.ar_stat) {
+  switch (h.accept_stat) {
     case SUCCESS:
+      xdrmem_create(results, c.reply_.data() + results_offset,
+                    static_cast<u_int>(c.reply_.size() - results_offset), XDR_DECODE);
       return;
     case PROG_UNAVAIL:
       throw RpcError(RpcError::Kind::kProgUnavail, EPROTONOSUPPORT, "rpc: PROG_UNAVAIL");
     case PROG_MISMATCH:
       throw RpcError(RpcError::Kind::kProgMismatch, EPROTONOSUPPORT,
-                     "rpc: PROG_MISMATCH (server supports " +
-                         std::to_string(reply.acpted_rply.ar_vers.low) + ".." +
-                         std::to_string(reply.acpted_rply.ar_vers.high) + ")");
+                     "rpc: PROG_MISMATCH (server supports " + std::to_string(h.mismatch_low) +
+                         ".." + std::to_string(h.mismatch_high) + ")");
     case PROC_UNAVAIL:
       throw RpcError(RpcError::Kind::kProcUnavail, EOPNOTSUPP, "rpc: PROC_UNAVAIL");
     case GARBAGE_ARGS:

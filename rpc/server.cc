@@ -13,7 +13,7 @@
 #include <cstring>
 
 #include "base/log.h"
-#include "rpc/call_header.h"
+#include "rpc/message_header.h"
 #include "rpc/record.h"
 #include "rpc/xdr_util.h"
 

@@ -23,7 +23,7 @@
 
 #include "base/acceptor.h"
 #include "base/net.h"
-#include "rpc/call_header.h"
+#include "rpc/message_header.h"
 
 namespace odafs::rpc {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "rpc/call_header.h"
+#include "rpc/message_header.h"
 #include "rpc/record.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,9 +1,13 @@
-// Decoding an ONC RPC call header (RFC 5531, section 9) where the server can answer.
+// Decoding ONC RPC message headers (RFC 5531, section 9) straight from a record.
 //
-// libtirpc's xdr_callmsg fails on an RPC version other than 2 and on credentials over
-// MAX_AUTH_BYTES without saying which, so a server built on it can only drop such calls.
-// This decoder reads the header straight from the record and says what was wrong, so the
-// server replies RPC_MISMATCH or AUTH_ERROR as the RFC asks (the XID is known by then).
+// Calls: libtirpc's xdr_callmsg fails on an RPC version other than 2 and on credentials
+// over MAX_AUTH_BYTES without saying which, so a server built on it can only drop such
+// calls. decode_call_header says what was wrong, so the server replies RPC_MISMATCH or
+// AUTH_ERROR as the RFC asks (the XID is known by then).
+//
+// Replies: xdr_replymsg stores the peer's reply_stat/accept_stat words into C enums, and
+// reading an enum that holds a value outside its enumerators is undefined behaviour in
+// C++. decode_reply_header keeps every status as the plain word it arrived as.
 #pragma once
 
 #include <cstddef>
@@ -54,5 +58,23 @@ CallHeaderStatus decode_call_header(const char* record, size_t length, CallHeade
 // parses (RFC 5531 appendix A; a machine name up to 255 bytes, up to 16 groups). Returns
 // false for any other flavor or a body that does not parse: answer AUTH_BADCRED.
 bool decode_credential(const CallHeader& header, CallerCred* cred);
+
+// The parts of a reply header (RFC 5531 rpc_msg with mtype REPLY) a caller acts on.
+struct ReplyHeader {
+  uint32_t xid = 0;
+  uint32_t reply_stat = 0;   // 0 MSG_ACCEPTED, 1 MSG_DENIED
+  uint32_t accept_stat = 0;  // when accepted: SUCCESS, PROG_MISMATCH, ... (any word)
+  uint32_t reject_stat = 0;  // when denied: 0 RPC_MISMATCH, 1 AUTH_ERROR (any word)
+  uint32_t auth_stat = 0;    // when denied with AUTH_ERROR
+  uint32_t mismatch_low = 0;  // PROG_MISMATCH or RPC_MISMATCH: the versions supported
+  uint32_t mismatch_high = 0;
+};
+
+// Decodes the reply header at the start of record[0, length). Returns false if the record
+// is not a well-formed REPLY (short, wrong direction, unknown reply_stat, verifier over 400
+// bytes). On true, *results_offset is where the results begin (meaningful for SUCCESS).
+// Never reads outside the record.
+bool decode_reply_header(const char* record, size_t length, ReplyHeader* header,
+                         size_t* results_offset);
 
 }  // namespace odafs::rpc

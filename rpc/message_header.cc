@@ -1,4 +1,4 @@
-#include "rpc/call_header.h"
+#include "rpc/message_header.h"
 
 #include <arpa/inet.h>
 #include <rpc/rpc.h>
@@ -38,6 +38,7 @@ class WordReader {
 };
 
 constexpr uint32_t kCall = 0;
+constexpr uint32_t kReply = 1;
 constexpr uint32_t kRpcVersion = 2;
 
 }  // namespace
@@ -63,6 +64,36 @@ CallHeaderStatus decode_call_header(const char* record, size_t length, CallHeade
   if (r.opaque(h->verf_length) == nullptr) return CallHeaderStatus::kTruncated;
   *args_offset = r.pos();
   return CallHeaderStatus::kOk;
+}
+
+bool decode_reply_header(const char* record, size_t length, ReplyHeader* h,
+                         size_t* results_offset) {
+  WordReader r(record, length);
+  uint32_t direction = 0;
+  if (!r.word(&h->xid) || !r.word(&direction) || direction != kReply) return false;
+  if (!r.word(&h->reply_stat)) return false;
+  if (h->reply_stat == MSG_ACCEPTED) {
+    uint32_t verf_flavor = 0, verf_length = 0;
+    if (!r.word(&verf_flavor) || !r.word(&verf_length) || verf_length > kMaxAuthBytes) {
+      return false;
+    }
+    if (r.opaque(verf_length) == nullptr || !r.word(&h->accept_stat)) return false;
+    if (h->accept_stat == PROG_MISMATCH &&
+        (!r.word(&h->mismatch_low) || !r.word(&h->mismatch_high))) {
+      return false;
+    }
+  } else if (h->reply_stat == MSG_DENIED) {
+    if (!r.word(&h->reject_stat)) return false;
+    if (h->reject_stat == RPC_MISMATCH) {
+      if (!r.word(&h->mismatch_low) || !r.word(&h->mismatch_high)) return false;
+    } else if (!r.word(&h->auth_stat)) {
+      return false;
+    }
+  } else {
+    return false;
+  }
+  *results_offset = r.pos();
+  return true;
 }
 
 bool decode_credential(const CallHeader& h, CallerCred* cred) {
