@@ -38,6 +38,7 @@ namespace ordma {
 class EngineClient;
 }  // namespace ordma
 class ClientCache;
+struct MountState;
 
 class Error : public std::system_error {
  public:
@@ -157,16 +158,18 @@ class File {
   bool is_open() const { return client_ != nullptr; }
   const Handle& handle() const { return fh_; }
   const std::string& path() const { return path_; }
+  // The key this file's blocks have in the client cache (see Client::cache()).
+  uint64_t cache_key() const { return key_; }
 
  private:
   friend class Client;
-  File(Client* client, Handle fh, uint64_t fileid, std::string path, int flags);
+  File(Client* client, Handle fh, std::string path, int flags);
   template <class Fn>
   auto retry_stale(Fn&& fn) -> decltype(fn());
 
   Client* client_ = nullptr;
   Handle fh_{};
-  uint64_t fileid_ = 0;
+  uint64_t key_ = 0;  // cache_key(fh_)
   std::string path_;
   int flags_ = 0;
   bool unstable_ = false;  // writes not yet committed
@@ -189,7 +192,8 @@ class AsyncRead {
  private:
   friend class Client;
   std::unique_ptr<rpc::Call> call_;
-  std::shared_ptr<rpc::Channel> channel_;  // the connection it went out on
+  std::shared_ptr<const MountState> mount_;  // the mount (and connection) it went out on
+  uint64_t key_ = 0;                         // where its references go in that mount's cache
   void* buf_ = nullptr;
   size_t len_ = 0;
   bool in_flight_ = false;
@@ -253,17 +257,16 @@ class Client {
 
   const ClientStats& stats() const { return stats_; }
   size_t directory_size() const;
-  // The client cache (references and data), for tools and tests that inspect or tamper
-  // with it. Null before the first mount completes.
-  ClientCache* cache() { return cache_.get(); }
-  // The file id the directory keys f's blocks by.
-  static uint64_t file_id(const File& f) { return f.fileid_; }
+  // The current mount's cache (references and data; blocks keyed by File::cache_key()),
+  // for tools and tests that inspect or tamper with it. Valid until the next re-mount.
+  ClientCache* cache();
   bool engine_connected() const;
   // How one-sided reads travel now: "ring", "tcp", or "none" (not connected yet, or no
   // engine).
   std::string engine_transport() const;
 
-  const ServerLimits& limits() const { return limits_; }
+  // The current mount's limits (a re-mount may change them).
+  ServerLimits limits() const;
   // The options as mounted; options().read_mode is the mount-time mode, read_mode() the
   // current one.
   const MountOptions& options() const { return options_; }
@@ -284,11 +287,24 @@ class Client {
 
  private:
   friend class File;
+  friend class BlockReader;
   Client(const std::string& url, MountOptions options);
-  std::shared_ptr<rpc::Channel> channel();
-  // Runs one call; on a broken connection reconnects once and, if idempotent, retries.
+
+  // The current mount; re-mounts first when there is none or its connection broke.
+  // Throws Error.
+  std::shared_ptr<const MountState> mount_state();
+  // Connects and mounts afresh. REQUIRES: remount_mu_ held.
+  std::shared_ptr<const MountState> remount();
+  // Runs fn(mount) on the current mount; on a lost connection re-mounts and, if
+  // idempotent, runs it once more on the new mount. rpc::RpcError becomes Error here.
+  template <class Fn>
+  auto with_mount(bool idempotent, Fn&& fn) -> decltype(fn(std::declval<const MountState&>()));
   template <class Fn>
   auto with_channel(bool idempotent, Fn&& fn) -> decltype(fn(std::declval<rpc::Channel&>()));
+  // The mount's engine (see EngineSlot::get); engine_for_reads: only in read mode kOrdma.
+  std::shared_ptr<ordma::EngineClient> engine(const MountState& m);
+  std::shared_ptr<ordma::EngineClient> engine_for_reads(const MountState& m);
+  uint64_t session_for_reads(const MountState& m) const;
 
   // Resolves path to (handle, attributes). follow_last: follow a symlink at the end.
   std::pair<Handle, Attr> resolve(const std::string& path, bool follow_last);
@@ -296,37 +312,30 @@ class Client {
   std::pair<Handle, Attr> walk(const std::string& path, bool follow_last, const Handle& start);
   // Resolves the parent directory of path; returns its handle and the last name.
   std::pair<Handle, std::string> resolve_parent(const std::string& path);
-  size_t read_chunk(rpc::Call& call, const Handle& fh, void* buf, size_t len, uint64_t offset,
-                    bool* eof);
-  // The read path of File::pread: per block, directory → one-sided read → RPC fallback.
-  size_t read_file(const Handle& fh, uint64_t fileid, void* buf, size_t len, uint64_t offset);
-  // The same with a data cache: whole blocks travel and are kept; hits never leave.
-  size_t read_file_cached(const Handle& fh, uint64_t fileid, void* buf, size_t len,
-                          uint64_t offset);
+
+  // One READ by RPC of [offset, offset + len) into buf (len <= max_read) on m's channel;
+  // the reply's references go into m's directory under `key`. Throws rpc::RpcError (the
+  // caller decides about retrying) or Error.
+  size_t rpc_read(const MountState& m, rpc::Call& call, const Handle& fh, uint64_t key, void* buf,
+                  size_t len, uint64_t offset, bool* eof);
+  // The read path of File::pread (read_path.cc): per block, cache → one-sided read with a
+  // reference → RPC, whatever the read mode; kDirect goes to read_direct.
+  size_t read_file(const Handle& fh, uint64_t key, void* buf, size_t len, uint64_t offset);
   size_t read_direct(const Handle& fh, void* buf, size_t len, uint64_t offset);
   size_t write_direct(const Handle& fh, const void* buf, size_t len, uint64_t offset, Stability how,
                       WriteVerifier* verf, int* committed);
-  std::shared_ptr<ordma::EngineClient> engine();
-  uint64_t session_for_reads() const;
   void setattr_size(const Handle& fh, uint64_t size);
   std::string readlink_handle(const Handle& fh);
   void remove_name(const std::string& path, uint32_t proc, const char* what);
+  // Drops what the current mount caches of the file's data (after this client changed it).
+  void forget_data(uint64_t key, uint64_t offset, uint64_t len);
 
-  std::string url_;
+  const std::string url_;
   std::string mount_path_;
-  MountOptions options_;
+  const MountOptions options_;
   std::atomic<ReadMode> read_mode_;
-  ServerLimits limits_;
-  Handle root_{};
-  mutable std::mutex channel_mu_;
-  std::shared_ptr<rpc::Channel> channel_;
-  // Engine session of the current mount (a re-mount after a server restart replaces it
-  // and empties the directory). Guarded by channel_mu_.
-  uint64_t session_id_ = 0;
-  std::array<unsigned char, 32> session_secret_{};
-  std::shared_ptr<ordma::EngineClient> engine_;
-  bool engine_failed_ = false;  // this mount's engine could not be reached: RPC only
-  std::unique_ptr<ClientCache> cache_;
+  std::mutex remount_mu_;  // serialises re-mounts; nothing else takes it
+  std::atomic<std::shared_ptr<const MountState>> mount_;
   ClientStats stats_;
 };
 

@@ -150,9 +150,9 @@ void Channel::wait(Call& c, XDR* results) {
     throw RpcError(RpcError::Kind::kTransport, EPROTO, "malformed rpc reply header");
   }
   if (h.reply_stat == MSG_DENIED) {
-    throw RpcError(RpcError::Kind::kDenied, EACCES,
-                   h.reject_stat == RPC_MISMATCH ? "rpc denied: RPC_MISMATCH"
-                                                 : "rpc denied: AUTH_ERROR");
+    throw RpcError(
+        RpcError::Kind::kDenied, EACCES,
+        h.reject_stat == RPC_MISMATCH ? "rpc denied: RPC_MISMATCH" : "rpc denied: AUTH_ERROR");
   }
   switch (h.accept_stat) {
     case SUCCESS:

@@ -62,10 +62,10 @@ bool decode_credential(const CallHeader& header, CallerCred* cred);
 // The parts of a reply header (RFC 5531 rpc_msg with mtype REPLY) a caller acts on.
 struct ReplyHeader {
   uint32_t xid = 0;
-  uint32_t reply_stat = 0;   // 0 MSG_ACCEPTED, 1 MSG_DENIED
-  uint32_t accept_stat = 0;  // when accepted: SUCCESS, PROG_MISMATCH, ... (any word)
-  uint32_t reject_stat = 0;  // when denied: 0 RPC_MISMATCH, 1 AUTH_ERROR (any word)
-  uint32_t auth_stat = 0;    // when denied with AUTH_ERROR
+  uint32_t reply_stat = 0;    // 0 MSG_ACCEPTED, 1 MSG_DENIED
+  uint32_t accept_stat = 0;   // when accepted: SUCCESS, PROG_MISMATCH, ... (any word)
+  uint32_t reject_stat = 0;   // when denied: 0 RPC_MISMATCH, 1 AUTH_ERROR (any word)
+  uint32_t auth_stat = 0;     // when denied with AUTH_ERROR
   uint32_t mismatch_low = 0;  // PROG_MISMATCH or RPC_MISMATCH: the versions supported
   uint32_t mismatch_high = 0;
 };

@@ -18,6 +18,7 @@
 #include "ordma/engine.h"
 #include "ordma/session.h"
 #include "proto/odafs_prot.h"
+#include "proto/wire_layout.h"
 #include "rpc/server.h"
 #include "server/cpu_accounting.h"
 #include "server/file_env.h"
@@ -56,9 +57,9 @@ class FileService {
 
   // Record size a server must accept / reply buffer it must have for these limits.
   size_t max_request_record() const { return options_.max_io + 4096; }
-  // A READ reply also carries one reference (<= 80 bytes) per block it touches.
+  // A READ reply also carries one reference per block it touches.
   size_t max_reply_record() const {
-    return options_.max_io + 4096 + (options_.max_io / options_.block_size + 2) * 80;
+    return options_.max_io + 4096 + (options_.max_io / options_.block_size + 2) * sizeof(wire::Ref);
   }
 
   // Starts the one-sided engine over the cache arena. Without it (or with ordma off)

@@ -117,8 +117,8 @@ TEST_CASE("malformed replies are refused without reading past the record") {
   size_t results = 0;
   CHECK_FALSE(decode_reply(words({9, 0, 0, 0, 0, 0}), &h, &results));  // a CALL
   CHECK_FALSE(decode_reply(words({9, 1, 7}), &h, &results));           // reply_stat 7
-  CHECK_FALSE(decode_reply(words({9, 1, 0, 0, 401}) + std::string(404, '\0') + words({0}),
-                           &h, &results));  // verifier over 400 bytes
+  CHECK_FALSE(decode_reply(words({9, 1, 0, 0, 401}) + std::string(404, '\0') + words({0}), &h,
+                           &results));  // verifier over 400 bytes
   std::string prog_mismatch = words({9, 1, 0, 0, 0, 2, 3, 5});
   for (size_t len = 0; len < prog_mismatch.size(); ++len) {
     CHECK_FALSE(decode_reply(prog_mismatch.substr(0, len), &h, &results));

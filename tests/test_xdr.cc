@@ -9,6 +9,7 @@
 
 #include "proto/odafs_prot.h"
 #include "proto/ref_xdr.h"
+#include "proto/wire_layout.h"
 #include "rpc/client_channel.h"
 #include "rpc/xdr_util.h"
 
@@ -131,11 +132,11 @@ void check_attr_equal(const odafs_fattr& a, const odafs_fattr& b) {
 
 }  // namespace
 
-TEST_CASE("odafs_fattr is exactly 80 bytes on the wire") {
+TEST_CASE("odafs_fattr is exactly sizeof(wire::Fattr) bytes on the wire") {
   odafs_fattr a = sample_attr();
-  CHECK(xdr_sizeof(to_xdrproc(xdr_odafs_fattr), &a) == 80);
+  CHECK(xdr_sizeof(to_xdrproc(xdr_odafs_fattr), &a) == sizeof(odafs::wire::Fattr));
   auto wire = encode(xdr_odafs_fattr, &a);
-  CHECK(wire.size() == 80);
+  CHECK(wire.size() == sizeof(odafs::wire::Fattr));
   // Also for a zeroed one: no part of it is optional.
   odafs_fattr zero{};
   zero.type = ODAFS_DIR;
@@ -413,8 +414,9 @@ TEST_CASE("odafs_name is string<255>: longer names are refused") {
 }
 
 TEST_CASE("read_res: the payload starts right after a fixed-size header") {
-  // client.cc pre-posts READ buffers assuming: accepted reply header, status, fattr (80),
-  // eof, payload length, then the payload.
+  // The client pre-posts READ buffers assuming wire::ReadReplyPrefix (status, fattr, eof,
+  // payload length) right after the accepted reply header, then the payload; the server
+  // sizes its reply buffer with sizeof(wire::Ref) per reference.
   std::string payload = "0123456789abc";
   read_res in{};
   in.status = ODAFS_OK;
@@ -432,8 +434,8 @@ TEST_CASE("read_res: the payload starts right after a fixed-size header") {
   in.read_res_u.ok.refs.refs_len = 1;
   in.read_res_u.ok.refs.refs_val = &ref;
   auto wire = encode(xdr_read_res, &in);
-  constexpr size_t kHeader = 4 + 80 + 4 + 4;
-  constexpr size_t kRefBytes = 5 * 4 + 8 + ODAFS_CAPSIZE + ODAFS_TOKENSIZE + 8;
+  constexpr size_t kHeader = sizeof(odafs::wire::ReadReplyPrefix);
+  constexpr size_t kRefBytes = sizeof(odafs::wire::Ref);
   REQUIRE(wire.size() == kHeader + 16 + 4 + kRefBytes);  // the trailer follows the payload
   CHECK(be32(wire.data() + kHeader + 16) == 1);
   CHECK(be32(wire.data()) == ODAFS_OK);

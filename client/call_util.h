@@ -1,0 +1,109 @@
+// Helpers every part of the client uses to build calls and read replies. Internal to
+// client/: not installed, not part of the API.
+#pragma once
+
+#include <cstring>
+#include <string>
+
+#include "base/log.h"
+#include "client/client.h"
+#include "client/mount_state.h"
+#include "proto/enums.h"
+#include "proto/odafs_prot.h"
+#include "proto/status.h"
+#include "rpc/client_channel.h"
+#include "rpc/xdr_util.h"
+
+namespace odafs {
+
+using rpc::to_xdrproc;
+
+[[noreturn]] inline void fail(int err, const std::string& what) {
+  throw Error(err, what + ": " + std::strerror(err));
+}
+
+// Takes the enum by reference and reads its raw bits: a hostile reply may carry any
+// 32-bit status, and loading one outside odafs_stat's enumerators is undefined behaviour.
+inline void check(const odafs_stat& status, const std::string& what) {
+  const auto raw = static_cast<int>(raw_enum(status));
+  if (raw != ODAFS_OK) fail(errno_from_status(raw), what);
+}
+
+inline FileType file_type(const odafs_ftype& t) {
+  switch (raw_enum(t)) {
+    case ODAFS_DIR:
+      return FileType::kDirectory;
+    case ODAFS_LNK:
+      return FileType::kSymlink;
+    case ODAFS_BLK:
+      return FileType::kBlock;
+    case ODAFS_CHR:
+      return FileType::kChar;
+    case ODAFS_SOCK:
+      return FileType::kSocket;
+    case ODAFS_FIFO:
+      return FileType::kFifo;
+    default:
+      return FileType::kRegular;
+  }
+}
+
+inline Attr to_attr(const odafs_fattr& a) {
+  Attr out;
+  out.type = file_type(a.type);
+  out.mode = a.mode;
+  out.nlink = a.nlink;
+  out.uid = a.uid;
+  out.gid = a.gid;
+  out.size = a.size;
+  out.used = a.used;
+  out.fileid = a.fileid;
+  out.atime = {static_cast<time_t>(a.atime.seconds), static_cast<long>(a.atime.nseconds)};
+  out.mtime = {static_cast<time_t>(a.mtime.seconds), static_cast<long>(a.mtime.nseconds)};
+  out.ctime = {static_cast<time_t>(a.ctime.seconds), static_cast<long>(a.ctime.nseconds)};
+  return out;
+}
+
+inline void put_fh(char* dst, const Handle& h) { std::memcpy(dst, h.data(), h.size()); }
+inline Handle get_fh(const char* src) {
+  Handle h;
+  std::memcpy(h.data(), src, h.size());
+  return h;
+}
+
+// Frees what decoding a result allocated, whatever path leaves the scope.
+template <class T>
+struct XdrFree {
+  xdrproc_t proc;
+  T* obj;
+  ~XdrFree() { xdr_free(proc, reinterpret_cast<char*>(obj)); }
+};
+
+inline void check_name(const std::string& name) {
+  if (name.size() > ODAFS_MAXNAMLEN) fail(ENAMETOOLONG, name.substr(0, 32) + "...");
+}
+
+template <class Fn>
+auto Client::with_mount(bool idempotent, Fn&& fn)
+    -> decltype(fn(std::declval<const MountState&>())) {
+  for (int attempt = 0;; ++attempt) {
+    std::shared_ptr<const MountState> m = mount_state();
+    try {
+      return fn(*m);
+    } catch (const rpc::RpcError& e) {
+      bool lost = e.kind() == rpc::RpcError::Kind::kTransport && m->channel->broken();
+      if (lost && idempotent && attempt == 0) {
+        ODAFS_LOG_WARN("odafs: connection lost (%s); reconnecting", e.what());
+        continue;
+      }
+      throw Error(e.code().value(), e.what());
+    }
+  }
+}
+
+template <class Fn>
+auto Client::with_channel(bool idempotent, Fn&& fn) -> decltype(fn(std::declval<rpc::Channel&>())) {
+  return with_mount(idempotent, [&](const MountState& m) { return fn(*m.channel); });
+}
+
+}  // namespace odafs

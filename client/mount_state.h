@@ -1,0 +1,61 @@
+// One mount's view of the server, published as an immutable snapshot.
+//
+// A Client swaps in a new MountState when it (re)mounts; every operation loads the current
+// one once and uses it to the end, so a re-mount after a server restart never pulls the
+// channel, root, limits, session or cache out from under a call in flight: the call
+// finishes with the mount it started on, and the old state is freed with its last user.
+//
+// The engine connection is the one mutable part, and it is made without any lock: the
+// first read that wants the engine connects, while reads racing it go by RPC.
+#pragma once
+
+#include <atomic>
+#include <memory>
+
+#include "client/client.h"
+#include "client/client_cache.h"
+#include "ordma/engine.h"
+#include "ordma/session.h"
+
+namespace odafs {
+
+namespace rpc {
+class Channel;
+}
+
+// The mount's connection to its one-sided engine, made lazily.
+// Thread-safety: all members are thread-safe and never block on another thread.
+class EngineSlot {
+ public:
+  // The connected engine, connecting first if nobody has and nobody is; null while another
+  // thread connects, when the mount has no engine, or after connecting failed (the mount
+  // then reads by RPC; a re-mount tries again). A broken engine is replaced the same way.
+  std::shared_ptr<ordma::EngineClient> get(const ServerLimits& limits,
+                                           const ordma::Session& session,
+                                           const ordma::EngineClientOptions& options);
+  // The engine as it is now; never connects.
+  std::shared_ptr<ordma::EngineClient> current() const { return client_.load(); }
+
+ private:
+  enum State : int { kIdle, kConnecting, kFailed };
+  std::atomic<int> state_{kIdle};
+  std::atomic<std::shared_ptr<ordma::EngineClient>> client_;
+};
+
+struct MountState {
+  std::shared_ptr<rpc::Channel> channel;
+  Handle root{};
+  ServerLimits limits;
+  ordma::Session session;  // id 0: the server has no engine
+  // This mount's directory and data cache. A new mount starts empty: the old instance's
+  // references would all fault, and its data may be stale.
+  std::unique_ptr<ClientCache> cache;
+  mutable EngineSlot engine;
+};
+
+// The key a file's blocks have in the client cache: a hash of its handle. Not the file id:
+// an inode number comes back for the next file created after a remove, while the server
+// never reissues a handle, so a reused inode can never find the old file's blocks.
+uint64_t cache_key(const Handle& fh);
+
+}  // namespace odafs

@@ -1,0 +1,279 @@
+// Client: path resolution and the namespace operations (open, mkdir, rename, readdir...).
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "client/call_util.h"
+#include "client/client.h"
+#include "client/client_cache.h"
+#include "client/mount_state.h"
+#include "client/url.h"
+
+namespace odafs {
+namespace {
+
+constexpr int kMaxSymlinkHops = 40;
+
+}  // namespace
+
+std::pair<Handle, Attr> Client::resolve(const std::string& path, bool follow_last) {
+  // A server restart makes every handle stale, the mount root's too. The client re-mounts
+  // on its next call, so a walk that started before it meets ESTALE from an old handle:
+  // it then starts over, once, from the new root.
+  Handle start = root();
+  try {
+    return walk(path, follow_last, start);
+  } catch (const Error& e) {
+    if (e.errno_value() != ESTALE || root() == start) throw;
+  }
+  return walk(path, follow_last, root());
+}
+
+std::pair<Handle, Attr> Client::walk(const std::string& path, bool follow_last,
+                                     const Handle& start) {
+  std::vector<std::string> todo = split_path(path);
+  std::reverse(todo.begin(), todo.end());  // a stack: back() is the next component
+  Handle cur = start;
+  std::optional<Attr> attr;
+  int hops = 0;
+  while (!todo.empty()) {
+    std::string name = std::move(todo.back());
+    todo.pop_back();
+    auto [h, a] = lookup(cur, name);
+    if (a.type == FileType::kSymlink && (!todo.empty() || follow_last)) {
+      if (++hops > kMaxSymlinkHops) fail(ELOOP, path);
+      std::string target = readlink_handle(h);
+      std::vector<std::string> more = split_path(target, /*resolve_dotdot=*/false);
+      for (auto it = more.rbegin(); it != more.rend(); ++it) todo.push_back(*it);
+      if (!target.empty() && target[0] == '/') cur = root();
+      attr.reset();
+      continue;
+    }
+    cur = h;
+    attr = a;
+  }
+  if (!attr) attr = getattr(cur);
+  return {cur, *attr};
+}
+
+std::pair<Handle, std::string> Client::resolve_parent(const std::string& path) {
+  std::vector<std::string> parts = split_path(path);
+  if (parts.empty()) fail(EINVAL, "the mount root has no parent: " + path);
+  std::string name = parts.back();
+  parts.pop_back();
+  std::string dir_path;
+  for (const std::string& p : parts) dir_path += "/" + p;
+  auto [dir, attr] = resolve(dir_path, true);
+  if (attr.type != FileType::kDirectory) fail(ENOTDIR, dir_path);
+  check_name(name);
+  return {dir, name};
+}
+
+std::string Client::readlink_handle(const Handle& fh) {
+  return with_channel(true, [&](rpc::Channel& ch) {
+    getattr_args args{};
+    put_fh(args.fh, fh);
+    readlink_res res{};
+    XdrFree<readlink_res> guard{to_xdrproc(xdr_readlink_res), &res};
+    ch.call(ODAFSPROC_READLINK, to_xdrproc(xdr_getattr_args), &args, to_xdrproc(xdr_readlink_res),
+            &res);
+    check(res.status, "readlink");
+    return std::string(res.readlink_res_u.target);
+  });
+}
+
+File Client::open(const std::string& path, int flags, mode_t mode) {
+  Handle fh;
+  Attr attr;
+  bool created = false;
+  if (flags & O_CREAT) {
+    auto [dir, name] = resolve_parent(path);
+    try {
+      std::tie(fh, attr) = with_channel(false, [&, &dir = dir, &name = name](rpc::Channel& ch) {
+        create_args args{};
+        put_fh(args.dir, dir);
+        args.name = name.data();
+        args.mode = mode & 07777;
+        args.how = (flags & O_EXCL) ? ODAFS_CREATE_EXCLUSIVE : ODAFS_CREATE_UNCHECKED;
+        dirop_res res{};
+        ch.call(ODAFSPROC_CREATE, to_xdrproc(xdr_create_args), &args, to_xdrproc(xdr_dirop_res),
+                &res);
+        check(res.status, "create " + path);
+        return std::make_pair(get_fh(res.dirop_res_u.ok.fh), to_attr(res.dirop_res_u.ok.attr));
+      });
+      created = true;
+    } catch (const Error& e) {
+      // A symlink at the name: POSIX open(O_CREAT) without O_EXCL follows it.
+      if (e.errno_value() != EEXIST || (flags & O_EXCL)) throw;
+    }
+  }
+  if (!created) std::tie(fh, attr) = resolve(path, true);
+  const uint64_t key = cache_key(fh);
+  ClientCache& cache = *mount_state()->cache;
+  cache.revalidate(key, attr.mtime, attr.ctime, attr.size);  // close-to-open
+  int access = flags & O_ACCMODE;
+  if (attr.type == FileType::kDirectory && access != O_RDONLY) fail(EISDIR, path);
+  if ((flags & O_DIRECTORY) && attr.type != FileType::kDirectory) fail(ENOTDIR, path);
+  if ((flags & O_TRUNC) && access != O_RDONLY && attr.type == FileType::kRegular && attr.size) {
+    setattr_size(fh, 0);
+    cache.forget_file_data(key);
+  }
+  return File(this, fh, path, flags);
+}
+
+Attr Client::stat(const std::string& path) { return resolve(path, true).second; }
+Attr Client::lstat(const std::string& path) { return resolve(path, false).second; }
+
+void Client::mkdir(const std::string& path, mode_t mode) {
+  auto [dir, name] = resolve_parent(path);
+  with_channel(false, [&, &dir = dir, &name = name](rpc::Channel& ch) {
+    mkdir_args args{};
+    put_fh(args.dir, dir);
+    args.name = name.data();
+    args.mode = mode & 07777;
+    dirop_res res{};
+    ch.call(ODAFSPROC_MKDIR, to_xdrproc(xdr_mkdir_args), &args, to_xdrproc(xdr_dirop_res), &res);
+    check(res.status, "mkdir " + path);
+  });
+}
+
+void Client::remove_name(const std::string& path, uint32_t proc, const char* what) {
+  auto [dir, name] = resolve_parent(path);
+  with_channel(false, [&, &dir = dir, &name = name](rpc::Channel& ch) {
+    diropargs args{};
+    put_fh(args.dir, dir);
+    args.name = name.data();
+    stat_res res{};
+    ch.call(proc, to_xdrproc(xdr_diropargs), &args, to_xdrproc(xdr_stat_res), &res);
+    check(res.status, std::string(what) + " " + path);
+  });
+}
+
+void Client::rmdir(const std::string& path) { remove_name(path, ODAFSPROC_RMDIR, "rmdir"); }
+void Client::unlink(const std::string& path) { remove_name(path, ODAFSPROC_REMOVE, "unlink"); }
+
+void Client::rename(const std::string& from, const std::string& to) {
+  auto [from_dir, from_name] = resolve_parent(from);
+  auto [to_dir, to_name] = resolve_parent(to);
+  with_channel(false, [&, &from_dir = from_dir, &from_name = from_name, &to_dir = to_dir,
+                       &to_name = to_name](rpc::Channel& ch) {
+    rename_args args{};
+    put_fh(args.from_dir, from_dir);
+    args.from_name = from_name.data();
+    put_fh(args.to_dir, to_dir);
+    args.to_name = to_name.data();
+    stat_res res{};
+    ch.call(ODAFSPROC_RENAME, to_xdrproc(xdr_rename_args), &args, to_xdrproc(xdr_stat_res), &res);
+    check(res.status, "rename " + from + " to " + to);
+  });
+}
+
+std::vector<DirEntry> Client::readdir(const std::string& path) {
+  auto [dir, attr] = resolve(path, true);
+  if (attr.type != FileType::kDirectory) fail(ENOTDIR, path);
+  std::vector<DirEntry> out;
+  uint64_t cookie = 0;
+  for (bool eof = false; !eof;) {
+    with_channel(true, [&, &dir = dir](rpc::Channel& ch) {
+      readdir_args args{};
+      put_fh(args.dir, dir);
+      args.cookie = cookie;
+      args.max_bytes = 64 * 1024;
+      readdir_res res{};
+      XdrFree<readdir_res> guard{to_xdrproc(xdr_readdir_res), &res};
+      ch.call(ODAFSPROC_READDIR, to_xdrproc(xdr_readdir_args), &args, to_xdrproc(xdr_readdir_res),
+              &res);
+      check(res.status, "readdir " + path);
+      const readdir_ok& ok = res.readdir_res_u.ok;
+      for (u_int i = 0; i < ok.entries.entries_len; ++i) {
+        const odafs_dirent& e = ok.entries.entries_val[i];
+        out.push_back(DirEntry{e.name, file_type(e.type), e.fileid});
+        cookie = e.cookie;
+      }
+      eof = ok.eof || ok.entries.entries_len == 0;
+    });
+  }
+  return out;
+}
+
+void Client::truncate(const std::string& path, uint64_t size) {
+  auto [fh, attr] = resolve(path, true);
+  if (attr.type == FileType::kDirectory) fail(EISDIR, path);
+  setattr_size(fh, size);
+  forget_data(cache_key(fh), 0, UINT64_MAX);
+}
+
+void Client::chmod(const std::string& path, mode_t mode) {
+  auto [fh, attr] = resolve(path, true);
+  with_channel(true, [&, &fh = fh](rpc::Channel& ch) {
+    setattr_args args{};
+    put_fh(args.fh, fh);
+    args.mode.set = TRUE;
+    args.mode.odafs_set_u32_u.value = mode & 07777;
+    attr_res res{};
+    ch.call(ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args, to_xdrproc(xdr_attr_res), &res);
+    check(res.status, "chmod " + path);
+  });
+}
+
+void Client::utimens(const std::string& path, const struct timespec times[2]) {
+  auto [fh, attr] = resolve(path, true);
+  with_channel(true, [&, &fh = fh](rpc::Channel& ch) {
+    setattr_args args{};
+    put_fh(args.fh, fh);
+    odafs_set_time* out[2] = {&args.atime, &args.mtime};
+    for (int i = 0; i < 2; ++i) {
+      if (times[i].tv_nsec == UTIME_OMIT) {
+        out[i]->how = ODAFS_TIME_DONT_CHANGE;
+      } else if (times[i].tv_nsec == UTIME_NOW) {
+        out[i]->how = ODAFS_TIME_SERVER;
+      } else {
+        if (times[i].tv_nsec < 0 || times[i].tv_nsec >= 1000000000L) fail(EINVAL, "utimens");
+        out[i]->how = ODAFS_TIME_CLIENT;
+        out[i]->odafs_set_time_u.time.seconds = times[i].tv_sec;
+        out[i]->odafs_set_time_u.time.nseconds = static_cast<u_int>(times[i].tv_nsec);
+      }
+    }
+    attr_res res{};
+    ch.call(ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args, to_xdrproc(xdr_attr_res), &res);
+    check(res.status, "utimens " + path);
+  });
+}
+
+void Client::symlink(const std::string& target, const std::string& path) {
+  auto [dir, name] = resolve_parent(path);
+  with_channel(false, [&, &dir = dir, &name = name](rpc::Channel& ch) {
+    symlink_args args{};
+    put_fh(args.dir, dir);
+    args.name = name.data();
+    args.target = const_cast<char*>(target.c_str());
+    dirop_res res{};
+    ch.call(ODAFSPROC_SYMLINK, to_xdrproc(xdr_symlink_args), &args, to_xdrproc(xdr_dirop_res),
+            &res);
+    check(res.status, "symlink " + path);
+  });
+}
+
+std::string Client::readlink(const std::string& path) {
+  auto [fh, attr] = resolve(path, false);
+  if (attr.type != FileType::kSymlink) fail(EINVAL, path);
+  return readlink_handle(fh);
+}
+
+FsStat Client::statfs() {
+  Handle r = root();
+  return with_channel(true, [&](rpc::Channel& ch) {
+    getattr_args args{};
+    put_fh(args.fh, r);
+    fsstat_res res{};
+    ch.call(ODAFSPROC_FSSTAT, to_xdrproc(xdr_getattr_args), &args, to_xdrproc(xdr_fsstat_res),
+            &res);
+    check(res.status, "statfs");
+    const fsstat_ok& ok = res.fsstat_res_u.ok;
+    return FsStat{ok.total_bytes, ok.free_bytes, ok.avail_bytes, ok.total_files,
+                  ok.free_files,  ok.block_size, ok.max_name};
+  });
+}
+
+}  // namespace odafs

@@ -1,0 +1,388 @@
+// The client's read path: one per-block pipeline that File::pread and read_batch share,
+// plus the DAFS direct transfers and eager reference prefetch.
+//
+// For each block a read touches, in order:
+//   1. the data cache (when it holds data blocks): a hit never leaves the client;
+//   2. a one-sided read through a reference from the directory (read mode kOrdma): the
+//      server's engine serves it without the file server; a fault drops the reference and
+//      falls through;
+//   3. an RPC READ over this block and the following ones steps 1-2 cannot serve, which
+//      returns the bytes and references to the blocks it touched; those go explicitly into
+//      the directory, so the next read of them goes one-sided.
+// With a data cache the one-sided read and the RPC fetch whole blocks and keep them;
+// without one they move only the bytes asked for, straight into the caller's buffer.
+#include <algorithm>
+#include <cstring>
+
+#include "client/call_util.h"
+#include "client/client.h"
+#include "client/client_cache.h"
+#include "client/mount_state.h"
+#include "ordma/engine.h"
+#include "proto/ref_xdr.h"
+#include "rpc/client_channel.h"
+
+namespace odafs {
+
+// One read of [offset, offset + len) of a file, on one mount. Not thread-safe: one per
+// call, on the caller's stack.
+class BlockReader {
+ public:
+  BlockReader(Client* client, const MountState& m, const Handle& fh, uint64_t key)
+      : client_(*client),
+        m_(m),
+        fh_(fh),
+        key_(key),
+        bs_(m.limits.block_size),
+        caching_(m.cache->data_capacity() > 0),
+        engine_(client->engine_for_reads(m)) {}
+
+  // Serves the bytes from *done on; returns at end of file. Advances *done as bytes land
+  // in out, so a caller that retries after a lost connection resumes where it stopped.
+  // Throws rpc::RpcError (transport) or Error.
+  void run(char* out, size_t len, uint64_t offset, size_t* done) {
+    while (*done < len) {
+      if (size_t n = without_rpc(out, len, offset, *done)) {
+        *done += n;
+        continue;
+      }
+      bool at_end = false;
+      *done += by_rpc(out, len, offset, *done, &at_end);
+      if (at_end) return;
+    }
+  }
+
+  // Steps 1-2 only, from the start, until a block needs an RPC; returns the bytes served.
+  size_t serve_without_rpc(char* out, size_t len, uint64_t offset) {
+    size_t done = 0;
+    while (done < len) {
+      size_t n = without_rpc(out, len, offset, done);
+      if (n == 0) break;
+      done += n;
+    }
+    return done;
+  }
+
+ private:
+  // Steps 1 and 2 for the block holding offset + done: returns the bytes placed at
+  // out + done, 0 when the block needs an RPC.
+  size_t without_rpc(char* out, size_t len, uint64_t offset, size_t done) {
+    const uint64_t pos = offset + done;
+    const uint64_t block = pos / bs_;
+    const auto in_block = static_cast<uint32_t>(pos % bs_);
+    const auto chunk = static_cast<uint32_t>(std::min<uint64_t>(bs_ - in_block, len - done));
+    if (caching_ && m_.cache->read(key_, block, in_block, chunk, out + done)) {
+      client_.stats_.cache_hits.fetch_add(1, std::memory_order_relaxed);
+      return chunk;
+    }
+    return one_sided(block, in_block, chunk, out + done);
+  }
+
+  // Step 2. Returns the bytes it placed at out (0: no usable reference, or a fault).
+  size_t one_sided(uint64_t block, uint32_t in_block, uint32_t chunk, char* out) {
+    ordma::Reference ref;
+    if (!engine_ || !m_.cache->find(key_, block, &ref) || ref.length <= in_block) return 0;
+    const uint64_t ticket = m_.cache->data_ticket();  // before the fetch: see store()
+    // With a cache the whole block travels and stays; without, only the bytes asked for.
+    // A reference covers the block's valid bytes when it was issued: bytes past them are
+    // EOF or newer data, which the RPC settles.
+    char* dst = caching_ ? scratch(bs_) : out;
+    uint32_t from = caching_ ? 0 : in_block;
+    uint32_t want = caching_ ? ref.length : std::min<uint32_t>(chunk, ref.length - in_block);
+    uint32_t got = 0;
+    ordma::Fault f = engine_->read(ref, ref.offset + from, want, dst, &got);
+    ClientStats& stats = client_.stats_;
+    if (f != ordma::Fault::kNone) {
+      stats.faults[static_cast<size_t>(f)].fetch_add(1, std::memory_order_relaxed);
+      stats.fallbacks.fetch_add(1, std::memory_order_relaxed);
+      m_.cache->drop(key_, block);
+      if (f == ordma::Fault::kTransport) engine_.reset();
+      return 0;
+    }
+    stats.ordma_reads.fetch_add(1, std::memory_order_relaxed);
+    stats.ordma_bytes.fetch_add(got, std::memory_order_relaxed);
+    if (!caching_) return got;
+    m_.cache->store(key_, block, dst, got, ticket);
+    if (got <= in_block) return 0;
+    uint32_t n = std::min<uint32_t>(chunk, got - in_block);
+    std::memcpy(out, dst + in_block, n);
+    return n;
+  }
+
+  // Step 3: one READ from the block holding offset + done over the following ones that
+  // steps 1-2 cannot serve (one call instead of one per block). Returns the bytes placed
+  // at out + done; *at_end when the file ended inside the span read.
+  size_t by_rpc(char* out_base, size_t len, uint64_t offset, size_t done, bool* at_end) {
+    const uint64_t pos = offset + done;
+    const uint64_t block = pos / bs_;
+    const auto in_block = static_cast<uint32_t>(pos % bs_);
+    const size_t want = len - done;
+    char* out = out_base + done;
+    const uint64_t max_read = m_.limits.max_read;
+    const uint64_t last_block = (block * bs_ + in_block + want - 1) / bs_;
+    uint64_t end_block = block + 1;
+    while (end_block <= last_block && (end_block + 1 - block) * bs_ <= max_read &&
+           !(caching_ && m_.cache->has_data(key_, end_block)) &&
+           !(engine_ && m_.cache->contains(key_, end_block))) {
+      ++end_block;
+    }
+    const uint64_t ticket = m_.cache->data_ticket();
+    thread_local rpc::Call call;
+    bool eof = false;
+    if (!caching_) {
+      // Unaligned, straight into the caller's buffer (pre-posted unless kInline).
+      size_t span = std::min<size_t>({want, end_block * bs_ - (block * bs_ + in_block), max_read});
+      size_t n = client_.rpc_read(m_, call, fh_, key_, out, span, pos, &eof);
+      *at_end = n < span;
+      after_rpc();
+      return n;
+    }
+    // Whole blocks, so they can be kept.
+    size_t span = std::min<size_t>((end_block - block) * bs_, max_read);
+    char* buf = scratch(span);
+    size_t n = client_.rpc_read(m_, call, fh_, key_, buf, span, block * bs_, &eof);
+    for (size_t b = 0; b * bs_ < n; ++b) {
+      size_t valid = std::min<size_t>(bs_, n - b * bs_);
+      if (valid == bs_ || n < span || eof) {
+        m_.cache->store(key_, block + b, buf + b * bs_, static_cast<uint32_t>(valid), ticket);
+      }
+    }
+    size_t take = n > in_block ? std::min<size_t>(n - in_block, want) : 0;
+    std::memcpy(out, buf + in_block, take);
+    *at_end = n < span;
+    after_rpc();
+    return take;
+  }
+
+  // The reply brought references: from now on they can be used, if the engine is there.
+  void after_rpc() {
+    if (!engine_) engine_ = client_.engine_for_reads(m_);
+  }
+
+  static char* scratch(size_t bytes) {
+    thread_local std::vector<char> buf;  // grows to the largest span once, then stays
+    if (buf.size() < bytes) buf.resize(bytes);
+    return buf.data();
+  }
+
+  Client& client_;
+  const MountState& m_;
+  const Handle& fh_;
+  const uint64_t key_;
+  const uint64_t bs_;
+  const bool caching_;
+  std::shared_ptr<ordma::EngineClient> engine_;
+};
+
+size_t Client::read_file(const Handle& fh, uint64_t key, void* buf, size_t len, uint64_t offset) {
+  if (read_mode() == ReadMode::kDirect) return read_direct(fh, buf, len, offset);
+  size_t done = 0;
+  for (int attempt = 0;; ++attempt) {
+    std::shared_ptr<const MountState> m = mount_state();
+    try {
+      BlockReader(this, *m, fh, key).run(static_cast<char*>(buf), len, offset, &done);
+      return done;
+    } catch (const rpc::RpcError& e) {
+      // Reads are idempotent: after a lost connection, re-mount and resume once.
+      bool lost = e.kind() == rpc::RpcError::Kind::kTransport && m->channel->broken();
+      if (!lost || attempt > 0) throw Error(e.code().value(), e.what());
+      ODAFS_LOG_WARN("odafs: connection lost (%s); reconnecting", e.what());
+    }
+  }
+}
+
+void Client::read_batch(std::span<ReadRequest> requests) {
+  // What the cache and the directory can serve is served first, in place; the rest of
+  // each request goes by READs pipelined on the connection, whose references land in the
+  // directory like any other READ's.
+  struct Piece {
+    ReadRequest* req;
+    char* buf;
+    size_t len;
+    uint64_t offset;
+  };
+  std::vector<Piece> pieces;
+  std::shared_ptr<const MountState> m = mount_state();
+  for (ReadRequest& r : requests) {
+    r.result = 0;
+    r.error = 0;
+    auto* out = static_cast<char*>(r.buf);
+    size_t done = 0;
+    try {
+      done = BlockReader(this, *m, r.file->handle(), r.file->cache_key())
+                 .serve_without_rpc(out, r.len, r.offset);
+    } catch (const Error& e) {
+      r.error = e.errno_value();
+      continue;
+    }
+    r.result = done;
+    while (done < r.len) {
+      size_t chunk = std::min<size_t>(r.len - done, m->limits.max_read);
+      pieces.push_back({&r, out + done, chunk, r.offset + done});
+      done += chunk;
+    }
+  }
+  if (pieces.empty()) return;
+  constexpr size_t kWindow = 64;  // reads in flight at once
+  std::vector<AsyncRead> ops(std::min(kWindow, pieces.size()));
+  auto launch = [&](size_t i) {
+    Piece& p = pieces[i];
+    if (p.req->error != 0) return;
+    try {
+      start_read(ops[i % ops.size()], p.req->file->handle(), p.buf, p.len, p.offset);
+    } catch (const Error& e) {
+      p.req->error = e.errno_value();
+    }
+  };
+  for (size_t i = 0; i < ops.size(); ++i) launch(i);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    AsyncRead& op = ops[i % ops.size()];
+    if (op.in_flight()) {
+      try {
+        pieces[i].req->result += finish_read(op);
+      } catch (const Error& e) {
+        pieces[i].req->error = e.errno_value();
+      }
+    }
+    if (i + ops.size() < pieces.size()) launch(i + ops.size());
+  }
+}
+
+namespace {
+
+// A buffer registered with the engine's client side for one direct transfer.
+struct Registration {
+  ordma::EngineClient* eng;
+  uint32_t id;
+  Registration(ordma::EngineClient* e, void* buf, size_t len)
+      : eng(e), id(e->register_buffer(buf, len)) {}
+  ~Registration() { eng->unregister_buffer(id); }
+  Registration(const Registration&) = delete;
+  Registration& operator=(const Registration&) = delete;
+};
+
+}  // namespace
+
+size_t Client::read_direct(const Handle& fh, void* buf, size_t len, uint64_t offset) {
+  std::shared_ptr<const MountState> m = mount_state();
+  std::shared_ptr<ordma::EngineClient> eng = engine(*m);
+  bool eof = false;
+  if (!eng) return read(fh, buf, len, offset, &eof);  // no engine: RPC
+  // Registration is client-local: the id travels in the RPC, the server's engine writes.
+  Registration reg(eng.get(), buf, len);
+  size_t done = 0;
+  while (done < len) {
+    size_t chunk = std::min<size_t>(len - done, m->limits.max_read);
+    u_int count = 0;
+    uint32_t got = 0;
+    ordma::Fault f = eng->direct(
+        [&](uint32_t tag) {
+          read_direct_args args{};
+          put_fh(args.fh, fh);
+          args.offset = offset + done;
+          args.count = static_cast<u_int>(chunk);
+          args.session = m->session.id;
+          args.buffer = reg.id;
+          args.buffer_offset = static_cast<u_int>(done);
+          args.tag = tag;
+          read_direct_res res{};
+          try {
+            m->channel->call(ODAFSPROC_READ_DIRECT, to_xdrproc(xdr_read_direct_args), &args,
+                             to_xdrproc(xdr_read_direct_res), &res);
+          } catch (const rpc::RpcError& e) {
+            throw Error(e.code().value(), e.what());
+          }
+          check(res.status, "read_direct");
+          count = res.read_direct_res_u.ok.count;
+          eof = res.read_direct_res_u.ok.eof;
+        },
+        &got);
+    if (f != ordma::Fault::kNone) fail(EIO, std::string("read_direct: ") + ordma::fault_name(f));
+    if (got != count || count > chunk) fail(EPROTO, "read_direct: transfer length mismatch");
+    stats_.direct_reads.fetch_add(1, std::memory_order_relaxed);
+    stats_.direct_bytes.fetch_add(count, std::memory_order_relaxed);
+    done += count;
+    if (count < chunk) break;  // end of file
+  }
+  return done;
+}
+
+size_t Client::write_direct(const Handle& fh, const void* buf, size_t len, uint64_t offset,
+                            Stability how, WriteVerifier* verf, int* committed) {
+  std::shared_ptr<const MountState> m = mount_state();
+  std::shared_ptr<ordma::EngineClient> eng = engine(*m);
+  if (!eng) return write(fh, buf, len, offset, how, verf, committed);
+  Registration reg(eng.get(), const_cast<void*>(buf), len);
+  thread_local rpc::Call call;
+  write_direct_args args{};
+  put_fh(args.fh, fh);
+  args.offset = offset;
+  args.stable = static_cast<odafs_stable_how>(how);
+  args.count = static_cast<u_int>(len);
+  args.session = m->session.id;
+  args.buffer = reg.id;
+  uint32_t got = 0;
+  ordma::Fault f;
+  try {
+    // Start the call, then serve the server's pull while its reply is outstanding.
+    f = eng->direct(
+        [&](uint32_t tag) {
+          args.tag = tag;
+          m->channel->start(call, ODAFSPROC_WRITE_DIRECT, to_xdrproc(xdr_write_direct_args), &args);
+        },
+        &got);
+    XDR x;
+    m->channel->wait(call, &x);
+    write_res res{};
+    if (!xdr_write_res(&x, &res)) fail(EPROTO, "write_direct: malformed reply");
+    // No engine, or every direct-write place taken: nothing was written; write by RPC.
+    if (raw_enum(res.status) == ODAFS_ERR_NOTSUPP) {
+      return write(fh, buf, len, offset, how, verf, committed);
+    }
+    check(res.status, "write_direct");
+    if (f != ordma::Fault::kNone) fail(EIO, std::string("write_direct: ") + ordma::fault_name(f));
+    std::memcpy(verf->data(), res.write_res_u.ok.verf, verf->size());
+    *committed = static_cast<int>(raw_enum(res.write_res_u.ok.committed));
+    stats_.direct_writes.fetch_add(1, std::memory_order_relaxed);
+    if (res.write_res_u.ok.count == 0 && len > 0) fail(EIO, "write_direct: server wrote nothing");
+    return res.write_res_u.ok.count;
+  } catch (const rpc::RpcError& e) {
+    throw Error(e.code().value(), e.what());
+  }
+}
+
+size_t Client::prefetch_references(const File& f, uint64_t offset, uint64_t len) {
+  size_t total = 0;
+  for (uint64_t done = 0; done < len;) {
+    uint64_t span = 0;
+    size_t got = with_mount(true, [&](const MountState& m) -> size_t {
+      const uint64_t session = session_for_reads(m);
+      if (session == 0) return 0;
+      span = std::min<uint64_t>(len - done, m.limits.max_read);
+      getrefs_args args{};
+      put_fh(args.fh, f.handle());
+      args.offset = offset + done;
+      args.count = static_cast<u_int>(span);
+      args.session = session;
+      getrefs_res res{};
+      XdrFree<getrefs_res> guard{to_xdrproc(xdr_getrefs_res), &res};
+      m.channel->call(ODAFSPROC_GETREFS, to_xdrproc(xdr_getrefs_args), &args,
+                      to_xdrproc(xdr_getrefs_res), &res);
+      if (raw_enum(res.status) == ODAFS_ERR_NOTSUPP) return 0;
+      check(res.status, "getrefs " + f.path());
+      const getrefs_ok& ok = res.getrefs_res_u.ok;
+      for (u_int i = 0; i < ok.refs.refs_len; ++i) {
+        const odafs_ref& w = ok.refs.refs_val[i];
+        m.cache->insert(f.cache_key(), w.block, ordma::reference_from_wire(w));
+      }
+      stats_.refs_received.fetch_add(ok.refs.refs_len, std::memory_order_relaxed);
+      return ok.refs.refs_len;
+    });
+    if (got == 0) break;
+    total += got;
+    done += span;
+  }
+  return total;
+}
+
+}  // namespace odafs
