@@ -32,17 +32,24 @@ std::string read_all(Client& fs, const std::string& path, size_t len) {
 
 }  // namespace
 
-TEST_CASE("a new file on a reused inode is never served the old file's cached blocks") {
-  // A reader caches file a; a writer (another client) removes it and creates b, which the
-  // server's file system often places on a's inode, with the same size and, within one
-  // clock tick, the same times. Close-to-open revalidation then sees nothing changed: a
-  // cache keyed by inode number would hand out a's bytes as b's.
+TEST_CASE("an open file whose inode is reused never reads the new file's blocks") {
+  // A reader holds file a open and cached; a writer (another client) removes a and creates
+  // b, which the server's file system often places on a's inode. The reader then reads b:
+  // a cache keyed by inode number files b's blocks where a's were, and the reader's
+  // still-open a reads b's bytes.
   TempDir dir;
   ServerProcess server(dir.path(), {"--block-size", "4096"});
-  for (odafs::ReadMode mode : {odafs::ReadMode::kOrdma, odafs::ReadMode::kPrePosted}) {
-    CAPTURE(static_cast<int>(mode));
+  struct Setup {
+    odafs::ReadMode mode;
+    size_t cache_blocks;
+  };
+  for (Setup setup : {Setup{odafs::ReadMode::kOrdma, 2048}, Setup{odafs::ReadMode::kOrdma, 0},
+                      Setup{odafs::ReadMode::kPrePosted, 2048}}) {
+    CAPTURE(static_cast<int>(setup.mode));
+    CAPTURE(setup.cache_blocks);
     odafs::MountOptions mo;
-    mo.read_mode = mode;
+    mo.read_mode = setup.mode;
+    mo.cache_blocks = setup.cache_blocks;
     auto reader = Client::mount(server.url(), mo);
     auto writer = Client::mount(server.url());
     int reused = 0;
@@ -53,8 +60,11 @@ TEST_CASE("a new file on a reused inode is never served the old file's cached bl
         File a = writer->open("a", O_RDWR | O_CREAT | O_TRUNC);
         a.pwrite(old_bytes.data(), old_bytes.size(), 0);
       }
-      REQUIRE(read_all(*reader, "a", 8192) == old_bytes);
-      uint64_t old_inode = reader->stat("a").fileid;
+      File still_open = reader->open("a", O_RDONLY);
+      std::string got(8192, '\0');
+      REQUIRE(still_open.pread(got.data(), got.size(), 0) == 8192);
+      REQUIRE(got == old_bytes);
+      uint64_t old_inode = still_open.stat().fileid;
       writer->unlink("a");
       {
         File b = writer->open("b", O_RDWR | O_CREAT | O_EXCL);
@@ -62,6 +72,15 @@ TEST_CASE("a new file on a reused inode is never served the old file's cached bl
       }
       if (writer->stat("b").fileid == old_inode) ++reused;
       REQUIRE(read_all(*reader, "b", 8192) == new_bytes);
+      // The reader's a is gone on the server: reading it may give a's bytes (cached) or
+      // fail (ESTALE, then ENOENT walking "a" again), never b's.
+      try {
+        got.assign(8192, '\0');
+        got.resize(still_open.pread(got.data(), got.size(), 0));
+        CHECK(got != new_bytes);
+      } catch (const Error& e) {
+        CHECK((e.errno_value() == ESTALE || e.errno_value() == ENOENT));
+      }
       writer->unlink("b");
     }
     MESSAGE("inode reused in " << reused << " of 200 rounds");
