@@ -67,8 +67,8 @@ size_t File::pread(void* buf, size_t len, uint64_t offset) {
 size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
   if ((flags_ & O_ACCMODE) == O_RDONLY) fail(EBADF, "pwrite on a read-only file");
   if (flags_ & O_APPEND) offset = stat().size;  // not atomic against other writers
-  const size_t max_write = client_->mount_state()->limits.max_write;
   return retry_stale([&] {
+    const size_t max_write = client_->mount_state()->limits.max_write;
     size_t done = 0;
     while (done < len) {
       size_t chunk = std::min<size_t>(len - done, max_write);

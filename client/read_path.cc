@@ -206,6 +206,10 @@ void Client::read_batch(std::span<ReadRequest> requests) {
   for (ReadRequest& r : requests) {
     r.result = 0;
     r.error = 0;
+    if (r.file == nullptr || !r.file->is_open()) {
+      r.error = EBADF;
+      continue;
+    }
     auto* out = static_cast<char*>(r.buf);
     size_t done = 0;
     try {

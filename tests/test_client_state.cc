@@ -144,3 +144,18 @@ TEST_CASE("reads keep running, correct or cleanly failed, while the client re-mo
   // After the restarts the client works as if nothing happened.
   CHECK(read_all(*fs, "f3", 64 * 1024) == contents[3]);
 }
+
+TEST_CASE("a closed File refuses every operation with EBADF") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  auto fs = Client::mount(server.url());
+  File f = fs->open("x", O_RDWR | O_CREAT);
+  f.close();
+  char b[8] = {};
+  CHECK(odafs::test::errno_of([&] { f.pwrite(b, sizeof b, 0); }) == EBADF);
+  CHECK(odafs::test::errno_of([&] { f.pread(b, sizeof b, 0); }) == EBADF);
+  CHECK(odafs::test::errno_of([&] { f.stat(); }) == EBADF);
+  odafs::ReadRequest req{&f, b, sizeof b, 0};
+  fs->read_batch(std::span<odafs::ReadRequest>(&req, 1));
+  CHECK(req.error == EBADF);
+}
