@@ -407,6 +407,7 @@ std::shared_ptr<ordma::EngineClient> Client::engine() {
   try {
     ordma::EngineClientOptions eo;
     eo.local_rings = options_.local_rings;
+    eo.timeout_ms = options_.timeout_ms;
     engine_ = ordma::connect_engine(limits_.engine_kind, net::parse_endpoint(limits_.engine),
                                     session, eo);
   } catch (const std::exception& e) {

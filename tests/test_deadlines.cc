@@ -1,0 +1,192 @@
+// Integration: a stopped server costs a client its timeout, never a hang. One-sided reads
+// (over the local ring and over TCP) and the engine handshake honour the client's
+// timeout_ms, as RPC calls do: a read of a SIGSTOPped odafsd fails with ETIMEDOUT.
+//
+// Each stopped-server case runs a watchdog that resumes the server after kWatchdog, so a
+// regression (a wait without a deadline) shows up as a failed CHECK on the elapsed time,
+// not as a test that hangs until ctest kills it.
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <thread>
+
+#include "base/net.h"
+#include "client/client.h"
+#include "ordma/engine.h"
+#include "tests/support/server_process.h"
+
+using odafs::Client;
+using odafs::File;
+using odafs::test::errno_of;
+using odafs::test::pattern;
+using odafs::test::ServerProcess;
+using odafs::test::TempDir;
+using odafs::test::write_local;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int kTimeoutMs = 2000;
+constexpr double kBoundSeconds = 10;                          // what the tests allow
+constexpr auto kWatchdog = std::chrono::milliseconds(12000);  // past the bound: a failure
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Runs `resume` after kWatchdog unless destroyed (or disarmed) first; the destructor runs
+// it too, so whatever the test stopped is resumed on every way out of the scope.
+class Watchdog {
+ public:
+  explicit Watchdog(std::function<void()> resume) : resume_(std::move(resume)) {
+    thread_ = std::thread([this] {
+      std::unique_lock lock(mu_);
+      if (!cv_.wait_for(lock, kWatchdog, [this] { return done_; })) {
+        fired_ = true;
+        resume_();
+      }
+    });
+  }
+  ~Watchdog() { finish(); }
+  // Stops the watchdog and resumes; true if the watchdog had to fire.
+  bool finish() {
+    if (thread_.joinable()) {
+      {
+        std::lock_guard lock(mu_);
+        done_ = true;
+      }
+      cv_.notify_all();
+      thread_.join();
+      if (!fired_) resume_();
+    }
+    return fired_;
+  }
+
+ private:
+  std::function<void()> resume_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;  // guarded by mu_
+  bool fired_ = false;
+  std::thread thread_;
+};
+
+uint64_t transport_faults(const Client& c) {
+  return c.stats().faults[static_cast<size_t>(odafs::ordma::Fault::kTransport)].load();
+}
+
+}  // namespace
+
+TEST_CASE("a one-sided read of a stopped server fails with ETIMEDOUT within the bound") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--block-size", "4096"});
+  REQUIRE(server.engine_port() != 0);
+  std::string data = pattern(64 * 1024, 16);
+  write_local(dir / "f", data);
+  odafs::MountOptions mo;
+  mo.cache_blocks = 0;  // every read reaches the server, one-sided or by RPC
+  mo.timeout_ms = kTimeoutMs;
+  std::string transport;
+  SUBCASE("over the local ring") {
+    mo.local_rings = true;
+    transport = "ring";
+  }
+  SUBCASE("over TCP") {
+    mo.local_rings = false;
+    transport = "tcp";
+  }
+  auto fs = Client::mount(server.url(), mo);
+  File f = fs->open("f");
+  std::string back(data.size(), '\0');
+  REQUIRE(f.pread(back.data(), back.size(), 0) == data.size());  // brings references
+  REQUIRE(f.pread(back.data(), back.size(), 0) == data.size());
+  REQUIRE(back == data);
+  REQUIRE(fs->stats().ordma_reads.load() > 0);  // the client holds references and uses them
+  REQUIRE(fs->engine_transport() == transport);
+  uint64_t faults_before = transport_faults(*fs);
+
+  REQUIRE(kill(server.pid(), SIGSTOP) == 0);
+  pid_t pid = server.pid();
+  Watchdog watchdog([pid] { kill(pid, SIGCONT); });
+  auto t0 = Clock::now();
+  int err = errno_of([&] { f.pread(back.data(), back.size(), 0); });
+  double elapsed = seconds_since(t0);
+  bool fired = watchdog.finish();  // the server runs again from here
+  CHECK(err == ETIMEDOUT);
+  CHECK(elapsed < kBoundSeconds);
+  CHECK_FALSE(fired);
+  // The one-sided read gave up on its own (a transport fault), then the RPC fallback timed
+  // out: the read did not just skip the engine.
+  CHECK(transport_faults(*fs) > faults_before);
+  CHECK(elapsed >= kTimeoutMs / 1000.0);
+
+  // The engine's late answer to the abandoned read cannot land in a later one: the client
+  // reads right bytes again, one-sided once it has fresh references.
+  std::string again(data.size(), '\0');
+  uint64_t ordma = fs->stats().ordma_reads.load();
+  for (int pass = 0; pass < 2; ++pass) {
+    std::fill(again.begin(), again.end(), '\0');
+    REQUIRE(f.pread(again.data(), again.size(), 0) == data.size());
+    CHECK(again == data);
+  }
+  CHECK(fs->stats().ordma_reads.load() > ordma);
+}
+
+TEST_CASE("the first read after the server stopped times out in the engine handshake") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--block-size", "4096"});
+  write_local(dir / "f", pattern(8192, 17));
+  odafs::MountOptions mo;
+  mo.cache_blocks = 0;
+  mo.timeout_ms = kTimeoutMs;
+  auto fs = Client::mount(server.url(), mo);
+  File f = fs->open("f");
+  REQUIRE_FALSE(fs->engine_connected());  // the engine connects at the first read
+
+  REQUIRE(kill(server.pid(), SIGSTOP) == 0);
+  pid_t pid = server.pid();
+  Watchdog watchdog([pid] { kill(pid, SIGCONT); });
+  auto t0 = Clock::now();
+  std::string back(8192, '\0');
+  int err = errno_of([&] { f.pread(back.data(), back.size(), 0); });
+  double elapsed = seconds_since(t0);
+  bool fired = watchdog.finish();
+  CHECK(err == ETIMEDOUT);
+  CHECK(elapsed < kBoundSeconds);
+  CHECK_FALSE(fired);
+  CHECK_FALSE(fs->engine_connected());
+}
+
+TEST_CASE("connect_engine gives up on an engine that never greets") {
+  // A listener that accepts (the kernel does) and never says a word: the handshake's
+  // wait for GREETING is bounded by timeout_ms.
+  odafs::net::Endpoint bound;
+  int listener = odafs::net::listen_tcp({"127.0.0.1", 0}, &bound);
+  Watchdog watchdog([listener] { shutdown(listener, SHUT_RDWR); });
+  odafs::ordma::Session session;
+  session.id = 1;
+  odafs::ordma::EngineClientOptions eo;
+  eo.timeout_ms = 300;
+  auto t0 = Clock::now();
+  int err = 0;
+  try {
+    odafs::ordma::connect_engine("soft", bound, session, eo);
+  } catch (const std::system_error& e) {
+    err = e.code().value();
+  }
+  double elapsed = seconds_since(t0);
+  CHECK_FALSE(watchdog.finish());
+  close(listener);
+  CHECK(err == ETIMEDOUT);
+  CHECK(elapsed >= 0.3);
+  CHECK(elapsed < 3);
+}
