@@ -15,13 +15,16 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <thread>
+#include <vector>
 
 #include "base/net.h"
 #include "client/client.h"
 #include "ordma/engine.h"
+#include "ordma/engine_impl/soft/soft_engine.h"
 #include "tests/support/server_process.h"
 
 using odafs::Client;
@@ -189,4 +192,45 @@ TEST_CASE("connect_engine gives up on an engine that never greets") {
   CHECK(err == ETIMEDOUT);
   CHECK(elapsed >= 0.3);
   CHECK(elapsed < 3);
+}
+
+TEST_CASE("a late transfer for a direct call that gave up lands in no buffer") {
+  // A direct call whose RPC failed (a timeout, say) is abandoned; the server's engine may
+  // still send its PUT afterwards. The buffer id it names can by then belong to a later
+  // call: those bytes must be dropped, not placed.
+  using namespace odafs::ordma;
+  std::vector<std::byte> memory(2 * 4096);
+  EngineOptions o;
+  o.listen = {"127.0.0.1", 0};
+  auto engine = make_soft_engine(o, ExportedMemory{memory.data(), 4096, 2});
+  engine->start();
+  Session s = engine->sessions().issue();
+  EngineClientOptions eo;
+  eo.local_rings = false;
+  auto client = connect_soft_engine(odafs::net::parse_endpoint(engine->endpoint()), s, eo);
+  std::vector<char> buf(64, '.');
+  uint32_t id = client->register_buffer(buf.data(), buf.size());
+  uint32_t abandoned = 0, got = 0;
+  CHECK_THROWS_AS(client->direct(
+                      [&](uint32_t tag) {
+                        abandoned = tag;
+                        throw std::runtime_error("the RPC failed");
+                      },
+                      &got),
+                  std::runtime_error);
+  std::string stale = "stale", fresh = "fresh";
+  iovec late{stale.data(), stale.size()};
+  REQUIRE(engine->push(s.id, id, 0, abandoned, &late, 1) == Fault::kNone);
+  // The next call on the same buffer id: the engine sent the late PUT first, so the
+  // client's reader meets it before this call's own.
+  iovec part{fresh.data(), fresh.size()};
+  Fault f = client->direct(
+      [&](uint32_t tag) { REQUIRE(engine->push(s.id, id, 10, tag, &part, 1) == Fault::kNone); },
+      &got);
+  CHECK(f == Fault::kNone);
+  CHECK(got == fresh.size());
+  CHECK(std::string(buf.data() + 10, fresh.size()) == fresh);
+  CHECK(std::string(buf.data(), stale.size()) == ".....");  // the late bytes went nowhere
+  CHECK_FALSE(client->broken());
+  engine->stop();
 }
