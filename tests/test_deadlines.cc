@@ -13,12 +13,9 @@
 
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <system_error>
-#include <thread>
 #include <vector>
 
 #include "base/net.h"
@@ -26,6 +23,7 @@
 #include "ordma/engine.h"
 #include "ordma/engine_impl/soft/soft_engine.h"
 #include "tests/support/server_process.h"
+#include "tests/support/watchdog.h"
 
 using odafs::Client;
 using odafs::File;
@@ -33,6 +31,7 @@ using odafs::test::errno_of;
 using odafs::test::pattern;
 using odafs::test::ServerProcess;
 using odafs::test::TempDir;
+using odafs::test::Watchdog;
 using odafs::test::write_local;
 using Clock = std::chrono::steady_clock;
 
@@ -45,43 +44,6 @@ constexpr auto kWatchdog = std::chrono::milliseconds(12000);  // past the bound:
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
-
-// Runs `resume` after kWatchdog unless destroyed (or disarmed) first; the destructor runs
-// it too, so whatever the test stopped is resumed on every way out of the scope.
-class Watchdog {
- public:
-  explicit Watchdog(std::function<void()> resume) : resume_(std::move(resume)) {
-    thread_ = std::thread([this] {
-      std::unique_lock lock(mu_);
-      if (!cv_.wait_for(lock, kWatchdog, [this] { return done_; })) {
-        fired_ = true;
-        resume_();
-      }
-    });
-  }
-  ~Watchdog() { finish(); }
-  // Stops the watchdog and resumes; true if the watchdog had to fire.
-  bool finish() {
-    if (thread_.joinable()) {
-      {
-        std::lock_guard lock(mu_);
-        done_ = true;
-      }
-      cv_.notify_all();
-      thread_.join();
-      if (!fired_) resume_();
-    }
-    return fired_;
-  }
-
- private:
-  std::function<void()> resume_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;  // guarded by mu_
-  bool fired_ = false;
-  std::thread thread_;
-};
 
 uint64_t transport_faults(const Client& c) {
   return c.stats().faults[static_cast<size_t>(odafs::ordma::Fault::kTransport)].load();
@@ -119,7 +81,7 @@ TEST_CASE("a one-sided read of a stopped server fails with ETIMEDOUT within the 
 
   REQUIRE(kill(server.pid(), SIGSTOP) == 0);
   pid_t pid = server.pid();
-  Watchdog watchdog([pid] { kill(pid, SIGCONT); });
+  Watchdog watchdog(kWatchdog, [pid] { kill(pid, SIGCONT); });
   auto t0 = Clock::now();
   int err = errno_of([&] { f.pread(back.data(), back.size(), 0); });
   double elapsed = seconds_since(t0);
@@ -157,7 +119,7 @@ TEST_CASE("the first read after the server stopped times out in the engine hands
 
   REQUIRE(kill(server.pid(), SIGSTOP) == 0);
   pid_t pid = server.pid();
-  Watchdog watchdog([pid] { kill(pid, SIGCONT); });
+  Watchdog watchdog(kWatchdog, [pid] { kill(pid, SIGCONT); });
   auto t0 = Clock::now();
   std::string back(8192, '\0');
   int err = errno_of([&] { f.pread(back.data(), back.size(), 0); });
@@ -174,7 +136,7 @@ TEST_CASE("connect_engine gives up on an engine that never greets") {
   // wait for GREETING is bounded by timeout_ms.
   odafs::net::Endpoint bound;
   int listener = odafs::net::listen_tcp({"127.0.0.1", 0}, &bound);
-  Watchdog watchdog([listener] { shutdown(listener, SHUT_RDWR); });
+  Watchdog watchdog(kWatchdog, [listener] { shutdown(listener, SHUT_RDWR); });
   odafs::ordma::Session session;
   session.id = 1;
   odafs::ordma::EngineClientOptions eo;
