@@ -112,6 +112,7 @@ std::unique_ptr<Client> Client::mount(const std::string& url, MountOptions optio
   } catch (const std::invalid_argument& e) {
     throw Error(EINVAL, e.what());
   }
+  if (parsed.timeout_ms) options.timeout_ms = *parsed.timeout_ms;  // the URL's word wins
   std::unique_ptr<Client> client(new Client(url, options));
   client->mount_path_ = parsed.path;
   client->channel();  // connects and mounts
