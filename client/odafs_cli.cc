@@ -1,5 +1,6 @@
 // odafs: command-line client.
 //
+//   odafs [--timeout MS] COMMAND ...
 //   odafs ls|stat|cat|mkdir|rm|rmdir URL
 //   odafs mv URL URL2            (same server)
 //   odafs put LOCAL URL          odafs get URL LOCAL
@@ -8,9 +9,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -21,13 +26,19 @@ namespace {
 
 [[noreturn]] void usage() {
   std::fprintf(stderr,
-               "usage: odafs ls|stat|cat|mkdir|rm|rmdir|df|ping|stats URL\n"
-               "       odafs mv URL URL2\n"
-               "       odafs put LOCAL URL\n"
-               "       odafs get URL LOCAL\n"
-               "URL is odafs://HOST:PORT/PATH\n");
+               "usage: odafs [--timeout MS] ls|stat|cat|mkdir|rm|rmdir|df|ping|stats URL\n"
+               "       odafs [--timeout MS] mv URL URL2\n"
+               "       odafs [--timeout MS] put LOCAL URL\n"
+               "       odafs [--timeout MS] get URL LOCAL\n"
+               "URL is odafs://HOST:PORT/PATH[?timeout_ms=N]\n"
+               "--timeout MS: give up on a server that does not answer within MS ms\n");
   std::exit(2);
 }
+
+// --timeout, if given; a URL's ?timeout_ms wins over it, as in Client::mount.
+std::optional<int> g_timeout_ms;
+// The timeout the last mount used, for the message when a call runs out of it.
+int g_effective_timeout_ms = odafs::MountOptions{}.timeout_ms;
 
 struct Target {
   std::unique_ptr<odafs::Client> client;
@@ -42,9 +53,13 @@ Target open_target(const std::string& url) {
   } catch (const std::exception& e) {
     throw odafs::Error(EINVAL, e.what());
   }
+  odafs::MountOptions options;
+  if (g_timeout_ms) options.timeout_ms = *g_timeout_ms;
+  if (parsed.timeout_ms) options.timeout_ms = *parsed.timeout_ms;
+  g_effective_timeout_ms = options.timeout_ms;
   Target t;
   t.server = parsed.server.to_string();
-  t.client = odafs::Client::mount("odafs://" + t.server + "/");
+  t.client = odafs::Client::mount("odafs://" + t.server + "/", options);
   t.path = parsed.path;
   return t;
 }
@@ -74,7 +89,45 @@ void write_all(int fd, const char* p, size_t n) {
   }
 }
 
+// Copies the whole remote file to fd.
+void copy_out(odafs::File& f, int fd) {
+  std::vector<char> buf(1 << 20);
+  uint64_t off = 0;
+  for (;;) {
+    size_t n = f.pread(buf.data(), buf.size(), off);
+    if (n == 0) break;
+    write_all(fd, buf.data(), n);
+    off += n;
+  }
+}
+
+// Takes the options before the command off argv; returns the index of the command.
+int parse_globals(int argc, char** argv) {
+  int i = 1;
+  while (i < argc && std::strncmp(argv[i], "--", 2) == 0) {
+    std::string opt = argv[i++];
+    std::string value;
+    if (opt == "--timeout" && i < argc) {
+      value = argv[i++];
+    } else if (opt.rfind("--timeout=", 0) == 0) {
+      value = opt.substr(10);
+    } else {
+      usage();
+    }
+    try {
+      g_timeout_ms = odafs::parse_timeout_ms(value, "--timeout");
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "odafs: %s\n", e.what());
+      std::exit(2);
+    }
+  }
+  return i;
+}
+
 int run(int argc, char** argv) {
+  int first = parse_globals(argc, argv);
+  argc -= first - 1;  // from here argv[1] is the command
+  argv += first - 1;
   if (argc < 3) usage();
   std::string cmd = argv[1];
   constexpr size_t kChunk = 1 << 20;
@@ -97,24 +150,18 @@ int run(int argc, char** argv) {
         t.path.c_str(), type_name(a.type), static_cast<unsigned long long>(a.size), a.mode, a.nlink,
         a.uid, a.gid, static_cast<unsigned long long>(a.fileid),
         static_cast<long long>(a.mtime.tv_sec), a.mtime.tv_nsec);
-  } else if (cmd == "cat" || cmd == "get") {
-    if (cmd == "get" && argc < 4) usage();
+  } else if (cmd == "cat") {
     Target t = open_target(argv[2]);
-    int out = 1;
-    if (cmd == "get") {
-      out = ::open(argv[3], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (out < 0) throw odafs::Error(errno, std::string("open ") + argv[3]);
-    }
     odafs::File f = t.client->open(t.path, O_RDONLY);
-    std::vector<char> buf(kChunk);
-    uint64_t off = 0;
-    for (;;) {
-      size_t n = f.pread(buf.data(), buf.size(), off);
-      if (n == 0) break;
-      write_all(out, buf.data(), n);
-      off += n;
-    }
-    if (out != 1 && ::close(out) != 0) throw odafs::Error(errno, "close");
+    copy_out(f, 1);
+  } else if (cmd == "get") {
+    if (argc < 4) usage();
+    Target t = open_target(argv[2]);
+    int out = ::open(argv[3], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out < 0) throw odafs::Error(errno, std::string("open ") + argv[3]);
+    odafs::File f = t.client->open(t.path, O_RDONLY);
+    copy_out(f, out);
+    if (::close(out) != 0) throw odafs::Error(errno, "close");
   } else if (cmd == "put") {
     if (argc < 4) usage();
     int in = ::open(argv[2], O_RDONLY | O_CLOEXEC);
@@ -184,7 +231,14 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const odafs::Error& e) {
-    std::fprintf(stderr, "odafs: %s\n", e.what());
+    if (e.errno_value() == ETIMEDOUT) {
+      std::fprintf(stderr,
+                   "odafs: %s (no answer within the %d ms timeout; --timeout MS or "
+                   "?timeout_ms=N in the URL changes it)\n",
+                   e.what(), g_effective_timeout_ms);
+    } else {
+      std::fprintf(stderr, "odafs: %s\n", e.what());
+    }
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "odafs: %s\n", e.what());
