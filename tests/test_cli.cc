@@ -1,13 +1,16 @@
 // The odafs command-line tool, run as a process against real odafsd: --timeout against a
-// stopped server.
+// stopped server, and `get`, which replaces LOCAL whole or not at all.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -18,10 +21,12 @@
 
 extern char** environ;
 
+using odafs::test::pattern;
 using odafs::test::read_local;
 using odafs::test::ServerProcess;
 using odafs::test::TempDir;
 using odafs::test::Watchdog;
+using odafs::test::write_local;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -92,6 +97,16 @@ std::unique_ptr<Tool> run(const std::vector<std::string>& args,
   return t;
 }
 
+// The names in dir, sorted.
+std::vector<std::string> names_in(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
@@ -133,4 +148,66 @@ TEST_CASE("odafs --timeout refuses what is not a sane number of milliseconds") {
   auto bare = run({"--timeout"});
   CHECK(bare->exit_code() == 2);
   CHECK(contains(bare->err(), "usage"));
+}
+
+TEST_CASE("odafs get of a missing remote file leaves no local file behind") {
+  TempDir dir, local;
+  ServerProcess server(dir.path());
+  auto t = run({"get", server.url("/missing"), local / "out"});
+  CHECK(t->exit_code() == 1);
+  CHECK(contains(t->err(), "No such file"));
+  CHECK(names_in(local.path()).empty());  // neither LOCAL nor a temporary file
+}
+
+TEST_CASE("odafs get replaces LOCAL whole, keeping its mode, and leaves nothing else") {
+  TempDir dir, local;
+  ServerProcess server(dir.path());
+  std::string data = pattern(3 << 20, 41);
+  write_local(dir / "big", data);
+  write_local(local / "out", "old contents");
+  REQUIRE(chmod((local / "out").c_str(), 0640) == 0);
+  auto t = run({"get", server.url("/big"), local / "out"});
+  CHECK(t->exit_code() == 0);
+  CHECK(read_local(local / "out") == data);
+  struct stat st;
+  REQUIRE(stat((local / "out").c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0640);
+  CHECK(names_in(local.path()) == std::vector<std::string>{"out"});
+  // Something that is not a regular file cannot be replaced: the bytes go straight to it.
+  auto to_null = run({"get", server.url("/big"), "/dev/null"});
+  CHECK(to_null->exit_code() == 0);
+}
+
+TEST_CASE("odafs get that fails mid-way leaves an existing LOCAL as it was") {
+  TempDir dir, local;
+  ServerProcess server(dir.path());
+  std::string data = pattern(64 << 20, 42);
+  write_local(dir / "big", data);
+  const std::string before = "the local file, before get";
+  write_local(local / "out", before);
+  Tool tool({"get", server.url("/big"), local / "out"});
+  // Wait until the copy is under way (bytes written to a file beside LOCAL, or to LOCAL
+  // itself), then freeze the tool there, so that the server dies mid-transfer whatever
+  // the machine's speed.
+  bool copying = false;
+  for (auto deadline = Clock::now() + std::chrono::seconds(20);
+       !copying && tool.running() && Clock::now() < deadline;) {
+    for (const std::string& name : names_in(local.path())) {
+      struct stat st;
+      if (stat((local / name).c_str(), &st) == 0 && st.st_size > 0 &&
+          (name != "out" || static_cast<size_t>(st.st_size) != before.size())) {
+        copying = true;
+      }
+    }
+    if (!copying) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  REQUIRE(copying);
+  REQUIRE(kill(tool.pid(), SIGSTOP) == 0);
+  REQUIRE(tool.running());  // it had not finished: the file is much larger than a chunk
+  server.kill_hard();
+  REQUIRE(kill(tool.pid(), SIGCONT) == 0);
+  REQUIRE(tool.wait(std::chrono::seconds(20)));
+  CHECK(tool.exit_code() == 1);
+  CHECK(read_local(local / "out") == before);
+  CHECK(names_in(local.path()) == std::vector<std::string>{"out"});  // the temporary is gone
 }
