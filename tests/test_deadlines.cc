@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include "base/net.h"
@@ -104,6 +105,51 @@ TEST_CASE("a one-sided read of a stopped server fails with ETIMEDOUT within the 
     CHECK(again == data);
   }
   CHECK(fs->stats().ordma_reads.load() > ordma);
+}
+
+TEST_CASE("concurrent one-sided readers of a stopped server all time out") {
+  // Over TCP one reader reads the socket for all (leader / follower): the followers' own
+  // deadlines must end their waits too, and none may be left waiting on another's.
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--block-size", "4096"});
+  std::string data = pattern(64 * 4096, 18);
+  write_local(dir / "f", data);
+  odafs::MountOptions mo;
+  mo.cache_blocks = 0;
+  mo.local_rings = false;
+  mo.timeout_ms = 1000;
+  auto fs = Client::mount(server.url(), mo);
+  File f = fs->open("f");
+  std::string back(data.size(), '\0');
+  REQUIRE(f.pread(back.data(), back.size(), 0) == data.size());  // references for all
+  REQUIRE(f.pread(back.data(), back.size(), 0) == data.size());
+  REQUIRE(fs->stats().ordma_reads.load() >= 64);
+
+  REQUIRE(kill(server.pid(), SIGSTOP) == 0);
+  pid_t pid = server.pid();
+  Watchdog watchdog(kWatchdog, [pid] { kill(pid, SIGCONT); });
+  constexpr int kReaders = 6;
+  std::vector<int> errs(kReaders, -1);
+  std::vector<double> took(kReaders, 0);
+  std::vector<std::thread> readers;
+  for (int i = 0; i < kReaders; ++i) {
+    readers.emplace_back([&, i] {
+      std::string buf(4096, '\0');
+      auto t0 = Clock::now();
+      errs[i] = errno_of([&] { f.pread(buf.data(), buf.size(), uint64_t{4096} * i * 8); });
+      took[i] = seconds_since(t0);
+    });
+  }
+  for (auto& t : readers) t.join();
+  CHECK_FALSE(watchdog.finish());
+  for (int i = 0; i < kReaders; ++i) {
+    CAPTURE(i);
+    CHECK(errs[i] == ETIMEDOUT);
+    CHECK(took[i] < kBoundSeconds);
+  }
+  std::string again(data.size(), '\0');
+  REQUIRE(f.pread(again.data(), again.size(), 0) == data.size());
+  CHECK(again == data);
 }
 
 TEST_CASE("the first read after the server stopped times out in the engine handshake") {
