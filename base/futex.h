@@ -46,6 +46,40 @@ inline bool deadline_passed(const timespec& d) {
   return now.tv_sec > d.tv_sec || (now.tv_sec == d.tv_sec && now.tv_nsec >= d.tv_nsec);
 }
 
+// Whole milliseconds left until d, rounded up (a poll() for that long does not wake just
+// before d); 0 once d has passed.
+inline int ms_until(const timespec& d) {
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  long long ns =
+      (static_cast<long long>(d.tv_sec) - now.tv_sec) * 1000000000LL + (d.tv_nsec - now.tv_nsec);
+  if (ns <= 0) return 0;
+  long long ms = (ns + 999999) / 1000000;
+  return ms > INT32_MAX ? INT32_MAX : static_cast<int>(ms);
+}
+
+// The earlier of two CLOCK_MONOTONIC times.
+inline const timespec& earliest(const timespec& a, const timespec& b) {
+  return a.tv_sec < b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec < b.tv_nsec) ? a : b;
+}
+
+// An optional deadline made from a timeout: none when timeout_ms <= 0 (wait as long as it
+// takes). Fixed at construction; not copyable, since get() points into it.
+class Deadline {
+ public:
+  explicit Deadline(int timeout_ms)
+      : set_(timeout_ms > 0), at_(set_ ? deadline_after_ms(timeout_ms) : timespec{}) {}
+  Deadline(const Deadline&) = delete;
+  Deadline& operator=(const Deadline&) = delete;
+  // For futex_wait and the net::*_until calls: nullptr when there is no deadline.
+  const timespec* get() const { return set_ ? &at_ : nullptr; }
+  bool passed() const { return set_ && deadline_passed(at_); }
+
+ private:
+  bool set_;
+  timespec at_;
+};
+
 inline void futex_wake(std::atomic<uint32_t>* word, int count = INT32_MAX,
                        FutexScope scope = FutexScope::kProcess) {
   int op = scope == FutexScope::kProcess ? FUTEX_WAKE_PRIVATE : FUTEX_WAKE;

@@ -14,6 +14,8 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "base/futex.h"
+
 namespace odafs::net {
 namespace {
 
@@ -212,6 +214,106 @@ void write_all(int fd, iovec* iov, int iovcnt, int timeout_ms) {
           throw_errno("send stalled");
         }
         if (rc < 0 && errno != EINTR) throw_errno("poll");
+        continue;
+      }
+      throw_errno("send");
+    }
+    advance(iov, iovcnt, static_cast<size_t>(n));
+  }
+}
+
+void wait_ready_until(int fd, short events, const timespec& deadline) {
+  for (;;) {
+    int ms = ms_until(deadline);
+    if (ms == 0) {
+      errno = ETIMEDOUT;
+      throw_errno("no answer before the deadline");
+    }
+    pollfd pfd{fd, events, 0};
+    int rc = poll(&pfd, 1, ms);
+    if (rc > 0) return;
+    if (rc < 0 && errno != EINTR) throw_errno("poll");
+  }
+}
+
+int connect_tcp_until(const Endpoint& where, const timespec* deadline) {
+  if (deadline == nullptr) return connect_tcp(where);
+  addrinfo* list = resolve(where, false);  // numeric engine addresses: no lookup to wait on
+  int fd = -1;
+  int saved_errno = 0;
+  try {
+    for (addrinfo* ai = list; ai != nullptr; ai = ai->ai_next) {
+      fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+      if (fd < 0) {
+        saved_errno = errno;
+        continue;
+      }
+      int err = 0;
+      if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        err = errno;
+        if (err == EINPROGRESS) {
+          wait_ready_until(fd, POLLOUT, *deadline);
+          socklen_t len = sizeof err;
+          if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+        }
+      }
+      if (err == 0) break;
+      saved_errno = err;
+      close(fd);
+      fd = -1;
+    }
+  } catch (const std::system_error& e) {  // the deadline passed: no time for another address
+    if (fd >= 0) close(fd);
+    freeaddrinfo(list);
+    throw std::system_error(e.code(), "connect to " + where.to_string());
+  }
+  freeaddrinfo(list);
+  if (fd < 0) {
+    errno = saved_errno;
+    throw_errno(("connect to " + where.to_string()).c_str());
+  }
+  set_nonblocking(fd, false);
+  set_nodelay(fd);
+  return fd;
+}
+
+bool read_full_until(int fd, void* buf, size_t len, const timespec* deadline) {
+  if (deadline == nullptr) return read_full(fd, buf, len);
+  auto* p = static_cast<char*>(buf);
+  size_t done = 0;
+  while (done < len) {
+    // Try first: a waiting reader usually finds its bytes there, one system call.
+    ssize_t n = recv(fd, p + done, len - done, MSG_DONTWAIT);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+    } else if (n == 0) {
+      if (done == 0) return false;
+      errno = ECONNRESET;
+      throw_errno("connection closed mid-record");
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      wait_ready_until(fd, POLLIN, *deadline);
+    } else if (errno != EINTR) {
+      throw_errno("recv");
+    }
+  }
+  return true;
+}
+
+void write_all_until(int fd, iovec* iov, int iovcnt, const timespec* deadline) {
+  if (deadline == nullptr) return write_all(fd, iov, iovcnt);
+  while (iovcnt > 0 && iov->iov_len == 0) {
+    ++iov;
+    --iovcnt;
+  }
+  while (iovcnt > 0) {
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(iovcnt);
+    ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        wait_ready_until(fd, POLLOUT, *deadline);
         continue;
       }
       throw_errno("send");

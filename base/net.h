@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <string>
 
 namespace odafs::net {
@@ -46,5 +47,18 @@ void readv_full(int fd, iovec* iov, int iovcnt);
 // Writes all iovecs to fd. For a non-blocking fd it waits for POLLOUT up to timeout_ms per
 // stall. Throws std::system_error on error or timeout (ETIMEDOUT).
 void write_all(int fd, iovec* iov, int iovcnt, int timeout_ms = 30000);
+
+// Deadline forms of connect_tcp, read_full and write_all, for peers that may stop
+// answering. `deadline` is CLOCK_MONOTONIC (base/futex.h: deadline_after_ms); nullptr
+// means none, and the call is exactly its plain form. They work on blocking and
+// non-blocking fds alike and never wait past the deadline: once it passes they throw
+// std::system_error(ETIMEDOUT). A read or write cut short that way may have moved part of a
+// record, so the caller must give up on the stream.
+int connect_tcp_until(const Endpoint& where, const timespec* deadline);
+bool read_full_until(int fd, void* buf, size_t len, const timespec* deadline);
+void write_all_until(int fd, iovec* iov, int iovcnt, const timespec* deadline);
+// Waits until fd is ready for `events` (poll flags; an error or hang-up counts as ready),
+// or throws ETIMEDOUT at the deadline.
+void wait_ready_until(int fd, short events, const timespec& deadline);
 
 }  // namespace odafs::net

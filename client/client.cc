@@ -106,6 +106,7 @@ std::unique_ptr<Client> Client::mount(const std::string& url, MountOptions optio
   } catch (const std::invalid_argument& e) {
     throw Error(EINVAL, e.what());
   }
+  if (parsed.timeout_ms) options.timeout_ms = *parsed.timeout_ms;  // the URL's word wins
   std::unique_ptr<Client> client(new Client(url, options));
   client->mount_path_ = parsed.path;
   client->mount_state();  // connects and mounts
@@ -172,6 +173,7 @@ size_t Client::directory_size() const { return mount_.load()->cache->size(); }
 std::shared_ptr<ordma::EngineClient> Client::engine(const MountState& m) {
   ordma::EngineClientOptions eo;
   eo.local_rings = options_.local_rings;
+  eo.timeout_ms = options_.timeout_ms;
   return m.engine.get(m.limits, m.session, eo);
 }
 

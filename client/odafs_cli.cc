@@ -1,5 +1,6 @@
 // odafs: command-line client.
 //
+//   odafs [--timeout MS] COMMAND ...
 //   odafs ls|stat|cat|mkdir|rm|rmdir URL
 //   odafs mv URL URL2            (same server)
 //   odafs put LOCAL URL          odafs get URL LOCAL
@@ -8,9 +9,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -21,13 +26,22 @@ namespace {
 
 [[noreturn]] void usage() {
   std::fprintf(stderr,
-               "usage: odafs ls|stat|cat|mkdir|rm|rmdir|df|ping|stats URL\n"
-               "       odafs mv URL URL2\n"
-               "       odafs put LOCAL URL\n"
-               "       odafs get URL LOCAL\n"
-               "URL is odafs://HOST:PORT/PATH\n");
+               "usage: odafs [--timeout MS] ls|stat|cat|mkdir|rm|rmdir|df|ping|stats URL\n"
+               "       odafs [--timeout MS] mv URL URL2\n"
+               "       odafs [--timeout MS] put LOCAL URL\n"
+               "       odafs [--timeout MS] get URL LOCAL\n"
+               "URL is odafs://HOST:PORT/PATH[?timeout_ms=N]\n"
+               "--timeout MS: give up on a server that does not answer within MS ms\n");
   std::exit(2);
 }
+
+// --timeout, if given; a URL's ?timeout_ms wins over it, as in Client::mount.
+std::optional<int> g_timeout_ms;
+// The timeout the last mount used, for the message when a call runs out of it.
+int g_effective_timeout_ms = odafs::MountOptions{}.timeout_ms;
+// The process's umask, read once at start: `get` creates LOCAL with 0644 minus it, as
+// open(O_CREAT, 0644) would.
+mode_t g_umask = 022;
 
 struct Target {
   std::unique_ptr<odafs::Client> client;
@@ -42,9 +56,13 @@ Target open_target(const std::string& url) {
   } catch (const std::exception& e) {
     throw odafs::Error(EINVAL, e.what());
   }
+  odafs::MountOptions options;
+  if (g_timeout_ms) options.timeout_ms = *g_timeout_ms;
+  if (parsed.timeout_ms) options.timeout_ms = *parsed.timeout_ms;
+  g_effective_timeout_ms = options.timeout_ms;
   Target t;
   t.server = parsed.server.to_string();
-  t.client = odafs::Client::mount("odafs://" + t.server + "/");
+  t.client = odafs::Client::mount("odafs://" + t.server + "/", options);
   t.path = parsed.path;
   return t;
 }
@@ -74,7 +92,140 @@ void write_all(int fd, const char* p, size_t n) {
   }
 }
 
+// Copies the whole remote file to fd.
+void copy_out(odafs::File& f, int fd) {
+  std::vector<char> buf(1 << 20);
+  uint64_t off = 0;
+  for (;;) {
+    size_t n = f.pread(buf.data(), buf.size(), off);
+    if (n == 0) break;
+    write_all(fd, buf.data(), n);
+    off += n;
+  }
+}
+
+// Where `get` writes: LOCAL is replaced whole or not at all. The bytes go to a temporary
+// file in LOCAL's directory (so the rename cannot cross file systems), which commit()
+// fsyncs and renames over LOCAL; until then, and on every failure, LOCAL is untouched and
+// the destructor removes the temporary. A LOCAL that exists and is not a regular file (a
+// device or a FIFO, like /dev/stdout) cannot be replaced: the bytes go straight to it.
+class LocalOutput {
+ public:
+  explicit LocalOutput(const std::string& local) {
+    struct stat st;
+    mode_t mode = 0644 & ~g_umask;
+    if (::stat(local.c_str(), &st) == 0) {
+      if (S_ISDIR(st.st_mode)) throw odafs::Error(EISDIR, "get: " + local);
+      if (!S_ISREG(st.st_mode)) {
+        target_ = local;
+        fd_ = ::open(local.c_str(), O_WRONLY | O_CLOEXEC);
+        if (fd_ < 0) throw odafs::Error(errno, "open " + local);
+        return;
+      }
+      // Through a symlink, replace the file it names, which is what writing through it did.
+      char* real = realpath(local.c_str(), nullptr);
+      if (real == nullptr) throw odafs::Error(errno, "realpath " + local);
+      target_ = real;
+      std::free(real);
+      mode = st.st_mode & 07777;
+      existing_ = st;
+    } else {
+      target_ = local;
+    }
+    size_t slash = target_.rfind('/');
+    dir_ = slash == std::string::npos ? "." : slash == 0 ? "/" : target_.substr(0, slash);
+    std::string base = slash == std::string::npos ? target_ : target_.substr(slash + 1);
+    temp_ = dir_ + "/." + base + ".odafs-XXXXXX";
+    fd_ = mkostemp(temp_.data(), O_CLOEXEC);
+    if (fd_ < 0) {
+      int err = errno;
+      temp_.clear();
+      throw odafs::Error(err, "get: cannot create a temporary file in " + dir_);
+    }
+    // The replacement looks like the file it replaces (mkostemp made it 0600, ours).
+    if (fchmod(fd_, mode) != 0) {
+      odafs::Error e(errno, "fchmod " + temp_);
+      discard();  // a constructor that throws gets no destructor
+      throw e;
+    }
+    if (existing_ && (existing_->st_uid != geteuid() || existing_->st_gid != getegid())) {
+      [[maybe_unused]] int rc = fchown(fd_, existing_->st_uid, existing_->st_gid);  // if allowed
+    }
+  }
+  ~LocalOutput() { discard(); }
+  LocalOutput(const LocalOutput&) = delete;
+  LocalOutput& operator=(const LocalOutput&) = delete;
+
+  int fd() const { return fd_; }
+
+  // The copy is complete: make it durable and put it in LOCAL's place.
+  void commit() {
+    if (temp_.empty()) {  // a device or FIFO: nothing to rename
+      int rc = ::close(fd_);
+      fd_ = -1;
+      if (rc != 0) throw odafs::Error(errno, "close " + target_);
+      return;
+    }
+    if (fsync(fd_) != 0) throw odafs::Error(errno, "fsync " + temp_);
+    int rc = ::close(fd_);
+    fd_ = -1;
+    if (rc != 0) throw odafs::Error(errno, "close " + temp_);
+    if (::rename(temp_.c_str(), target_.c_str()) != 0) {
+      throw odafs::Error(errno, "rename " + temp_ + " to " + target_);
+    }
+    temp_.clear();
+    // The rename itself is durable once the directory is (some file systems refuse to
+    // fsync a directory; the data is safe either way).
+    int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      fsync(dfd);
+      ::close(dfd);
+    }
+  }
+
+ private:
+  // Closes and removes the temporary file, if there still is one.
+  void discard() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    if (!temp_.empty()) ::unlink(temp_.c_str());
+    temp_.clear();
+  }
+
+  std::string target_;  // the file to replace (LOCAL, or what its symlink names)
+  std::string dir_;     // target_'s directory
+  std::string temp_;    // the temporary file; empty once renamed, or when writing direct
+  std::optional<struct stat> existing_;
+  int fd_ = -1;
+};
+
+// Takes the options before the command off argv; returns the index of the command.
+int parse_globals(int argc, char** argv) {
+  int i = 1;
+  while (i < argc && std::strncmp(argv[i], "--", 2) == 0) {
+    std::string opt = argv[i++];
+    std::string value;
+    if (opt == "--timeout" && i < argc) {
+      value = argv[i++];
+    } else if (opt.rfind("--timeout=", 0) == 0) {
+      value = opt.substr(10);
+    } else {
+      usage();
+    }
+    try {
+      g_timeout_ms = odafs::parse_timeout_ms(value, "--timeout");
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "odafs: %s\n", e.what());
+      std::exit(2);
+    }
+  }
+  return i;
+}
+
 int run(int argc, char** argv) {
+  int first = parse_globals(argc, argv);
+  argc -= first - 1;  // from here argv[1] is the command
+  argv += first - 1;
   if (argc < 3) usage();
   std::string cmd = argv[1];
   constexpr size_t kChunk = 1 << 20;
@@ -97,24 +248,17 @@ int run(int argc, char** argv) {
         t.path.c_str(), type_name(a.type), static_cast<unsigned long long>(a.size), a.mode, a.nlink,
         a.uid, a.gid, static_cast<unsigned long long>(a.fileid),
         static_cast<long long>(a.mtime.tv_sec), a.mtime.tv_nsec);
-  } else if (cmd == "cat" || cmd == "get") {
-    if (cmd == "get" && argc < 4) usage();
+  } else if (cmd == "cat") {
     Target t = open_target(argv[2]);
-    int out = 1;
-    if (cmd == "get") {
-      out = ::open(argv[3], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (out < 0) throw odafs::Error(errno, std::string("open ") + argv[3]);
-    }
     odafs::File f = t.client->open(t.path, O_RDONLY);
-    std::vector<char> buf(kChunk);
-    uint64_t off = 0;
-    for (;;) {
-      size_t n = f.pread(buf.data(), buf.size(), off);
-      if (n == 0) break;
-      write_all(out, buf.data(), n);
-      off += n;
-    }
-    if (out != 1 && ::close(out) != 0) throw odafs::Error(errno, "close");
+    copy_out(f, 1);
+  } else if (cmd == "get") {
+    if (argc < 4) usage();
+    Target t = open_target(argv[2]);
+    odafs::File f = t.client->open(t.path, O_RDONLY);  // a missing file fails here: no LOCAL
+    LocalOutput out(argv[3]);
+    copy_out(f, out.fd());
+    out.commit();
   } else if (cmd == "put") {
     if (argc < 4) usage();
     int in = ::open(argv[2], O_RDONLY | O_CLOEXEC);
@@ -181,10 +325,19 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  g_umask = umask(022);
+  umask(g_umask);
   try {
     return run(argc, argv);
   } catch (const odafs::Error& e) {
-    std::fprintf(stderr, "odafs: %s\n", e.what());
+    if (e.errno_value() == ETIMEDOUT) {
+      std::fprintf(stderr,
+                   "odafs: %s (no answer within the %d ms timeout; --timeout MS or "
+                   "?timeout_ms=N in the URL changes it)\n",
+                   e.what(), g_effective_timeout_ms);
+    } else {
+      std::fprintf(stderr, "odafs: %s\n", e.what());
+    }
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "odafs: %s\n", e.what());

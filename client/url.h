@@ -1,6 +1,8 @@
-// odafs URLs: odafs://HOST:PORT/PATH (HOST may be [v6]; PATH defaults to "/").
+// odafs URLs: odafs://HOST:PORT/PATH[?timeout_ms=N] (HOST may be [v6]; PATH defaults to
+// "/"). Everything after the first '?' is options, so a PATH cannot contain '?'.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -8,13 +10,23 @@
 
 namespace odafs {
 
+// The largest timeout a URL or `odafs --timeout` may set: an hour. Anything longer is a
+// mistake (a unit slip), not a wait anyone means.
+inline constexpr int kMaxTimeoutMs = 3600 * 1000;
+
 struct Url {
   net::Endpoint server;
-  std::string path;  // always starts with '/'
+  std::string path;               // always starts with '/'
+  std::optional<int> timeout_ms;  // ?timeout_ms=N: overrides MountOptions::timeout_ms
 };
 
-// Throws std::invalid_argument with a readable message for anything else.
+// Throws std::invalid_argument with a readable message for anything else, including an
+// unknown or repeated option and a timeout_ms that parse_timeout_ms refuses.
 Url parse_url(const std::string& text);
+
+// A timeout in milliseconds as a user writes it: decimal digits only, 1..kMaxTimeoutMs.
+// Throws std::invalid_argument naming `what` (e.g. "timeout_ms") and the bad value.
+int parse_timeout_ms(const std::string& text, const std::string& what = "timeout_ms");
 
 // Splits a path into its components, dropping empty ones and ".". With resolve_dotdot,
 // ".." removes the previous component and stops at the root (paths never leave the mount);

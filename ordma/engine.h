@@ -139,10 +139,13 @@ class EngineClient {
   virtual ~EngineClient() = default;
   // Reads [offset, offset + length) of ref's segment into dst. Returns kNone with *got set
   // (== length), or the fault; on a fault dst is untouched. Thread-safe: calls from many
-  // threads are in flight together on one connection.
+  // threads are in flight together on one connection. Returns within the client's
+  // timeout_ms (EngineClientOptions): a read the engine has not answered by then returns
+  // kTransport and breaks the client, so that the engine's late answer completes nothing.
   virtual Fault read(const Reference& ref, uint32_t offset, uint32_t length, void* dst,
                      uint32_t* got) = 0;
-  // True once the connection failed; every read then returns kTransport.
+  // True once the connection failed or a wait on it timed out; every read then returns
+  // kTransport. The owner drops a broken client and connects anew.
   virtual bool broken() const = 0;
   // How reads travel now: "ring" (same-host shared memory) or "tcp".
   virtual const char* transport() const = 0;
@@ -152,22 +155,32 @@ class EngineClient {
   virtual uint32_t register_buffer(void* base, size_t length) = 0;
   virtual void unregister_buffer(uint32_t id) = 0;
   // Runs call(tag) (the RPC naming the buffer and tag, or just its start), then waits up
-  // to timeout_ms until the server's transfer for tag is done: a PUT landed (*got = its
-  // length) or a GET was answered from the buffer (*got = bytes sent). A transfer outside
-  // the registered buffer is refused (kOutOfBounds); a cancel returns the server's fault.
-  // If call throws, nothing is waited for.
+  // to timeout_ms (< 0: the client's timeout_ms; 0: no limit) until the server's transfer
+  // for tag is done: a PUT landed (*got = its length) or a GET was answered from the buffer
+  // (*got = bytes sent). A transfer outside the registered buffer is refused
+  // (kOutOfBounds); a cancel returns the server's fault. A timeout returns kTransport and
+  // breaks the client, like a read's. If call throws, nothing is waited for, and a transfer
+  // for tag that comes later is dropped.
   virtual Fault direct(const std::function<void(uint32_t tag)>& call, uint32_t* got,
-                       int timeout_ms = 30000) = 0;
+                       int timeout_ms = -1) = 0;
 };
 
 struct EngineClientOptions {
   bool local_rings = true;  // use the engine's shared-memory rings when it offers them
+  // The longest any wait on the engine may take: connecting, each transport's handshake,
+  // and each read from its post to its completion, over the ring or TCP. An engine that
+  // stops answering (its host or process stopped) then costs a read this long, not
+  // forever: the read returns kTransport and the client turns broken(), as when the
+  // connection fails; connect_engine() throws ETIMEDOUT. <= 0: no limit. libodafs passes
+  // MountOptions::timeout_ms, so a one-sided read gives up when an RPC would.
+  int timeout_ms = 60000;
 };
 
 // Connects to the engine of backend `kind` (as MOUNT named it; empty means "soft", what
-// servers before backends had names ran) and authenticates as `session`. Throws
-// std::system_error if the engine cannot be reached, refuses the session, or the backend is
-// not built into this client.
+// servers before backends had names ran) and authenticates as `session`, within
+// options.timeout_ms. Throws std::system_error if the engine cannot be reached, refuses
+// the session, does not answer in time (ETIMEDOUT), or the backend is not built into this
+// client.
 std::unique_ptr<EngineClient> connect_engine(const std::string& kind, const net::Endpoint& engine,
                                              const Session& session,
                                              const EngineClientOptions& options = {});

@@ -2,13 +2,16 @@
 // ring's setup socket (both speak GREETING / HELLO / WELCOME, see wire.h).
 #pragma once
 
+#include <ctime>
+
 #include "ordma/session.h"
 
 namespace odafs::ordma {
 
 // Reads the engine's GREETING from fd and answers with a HELLO that proves `session`.
-// Blocking. Throws std::system_error: EPROTO for something that is not our engine, or
-// the socket's error.
-void answer_greeting(int fd, const Session& session);
+// Blocking, until `deadline` (CLOCK_MONOTONIC; nullptr: none). Throws std::system_error:
+// EPROTO for something that is not our engine, ETIMEDOUT when the deadline passes first
+// (the engine is stopped or overloaded), or the socket's error.
+void answer_greeting(int fd, const Session& session, const timespec* deadline = nullptr);
 
 }  // namespace odafs::ordma

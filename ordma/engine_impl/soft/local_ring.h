@@ -33,6 +33,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <memory>
 #include <string>
 
@@ -104,31 +105,40 @@ struct Setup {
   ~Setup();
 };
 
-// Connects to the engine's rings named by token and authenticates as session. Throws
-// std::system_error when the rings cannot be reached or the engine refuses. RingClient is
-// built on it; tests use it alone to play a client that does not follow the protocol.
-Setup set_up(const Token& token, const Session& session);
+// Connects to the engine's rings named by token and authenticates as session, by the
+// deadline (CLOCK_MONOTONIC) and within kSetupTimeoutMs in any case: rings are optional,
+// a client that cannot set one up in time reads over TCP. Throws std::system_error when the
+// rings cannot be reached, the engine refuses, or it does not answer in time (ETIMEDOUT).
+// RingClient is built on it; tests use it alone to play a client that does not follow the
+// protocol.
+inline constexpr int kSetupTimeoutMs = 5000;
+Setup set_up(const Token& token, const Session& session, const timespec* deadline = nullptr);
 
 // The client's end of one ring. Thread-safe: up to kSlots reads are in flight together.
 class RingClient {
  public:
-  // Connects to the engine's rings named by token and authenticates as session. Throws
-  // std::system_error when the rings cannot be reached or set up (the caller keeps TCP).
-  static std::unique_ptr<RingClient> connect(const Token& token, const Session& session);
+  // Connects to the engine's rings named by token and authenticates as session, like
+  // set_up. Throws std::system_error when the rings cannot be reached or set up in time
+  // (the caller keeps TCP).
+  static std::unique_ptr<RingClient> connect(const Token& token, const Session& session,
+                                             const timespec* deadline = nullptr);
   ~RingClient();
   RingClient(const RingClient&) = delete;
   RingClient& operator=(const RingClient&) = delete;
 
   // Reads like EngineClient::read. Returns false, doing nothing, when every slot is busy or
   // the request does not fit a slot (the caller then reads over TCP); otherwise *fault is
-  // the outcome (kTransport once the engine is gone, or the ring broke meanwhile).
+  // the outcome (kTransport once the engine is gone, or the ring broke meanwhile). If the
+  // engine has not completed the read by `deadline` (CLOCK_MONOTONIC; nullptr: none), the
+  // ring breaks and the read returns kTransport; its slot is never reused, so the engine's
+  // late completion reaches no later read.
   bool read(const Reference& ref, uint32_t offset, uint32_t length, void* dst, uint32_t* got,
-            Fault* fault);
+            Fault* fault, const timespec* deadline = nullptr);
   bool broken() const { return broken_.load(std::memory_order_acquire); }
 
  private:
   RingClient(int sock, int doorbell, void* base, size_t bytes);
-  Fault await(Slot& s);
+  Fault await(Slot& s, const timespec* deadline);
   void ring_doorbell();
 
   int sock_;

@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstddef>
@@ -38,8 +39,8 @@ long nanos_since(const timespec& t0) {
   throw std::system_error(err, std::generic_category(), what);
 }
 
-// Receives the WELCOME and the two descriptors that ride on it.
-void receive_welcome(Setup* s, unsigned char* welcome) {
+// Receives the WELCOME and the two descriptors that ride on it, by the deadline.
+void receive_welcome(Setup* s, unsigned char* welcome, const timespec& deadline) {
   alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
   iovec iov{welcome, wire::kWelcomeBytes};
   msghdr msg{};
@@ -47,7 +48,8 @@ void receive_welcome(Setup* s, unsigned char* welcome) {
   msg.msg_iovlen = 1;
   msg.msg_control = control;
   msg.msg_controllen = sizeof control;
-  ssize_t n = recvmsg(s->sock, &msg, MSG_CMSG_CLOEXEC);
+  net::wait_ready_until(s->sock, POLLIN, deadline);
+  ssize_t n = recvmsg(s->sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
   if (n <= 0) fail(n == 0 ? ECONNRESET : errno, "local ring: no welcome");
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
@@ -59,7 +61,8 @@ void receive_welcome(Setup* s, unsigned char* welcome) {
     }
   }
   if (static_cast<size_t>(n) < wire::kWelcomeBytes &&
-      !net::read_full(s->sock, welcome + n, wire::kWelcomeBytes - static_cast<size_t>(n))) {
+      !net::read_full_until(s->sock, welcome + n, wire::kWelcomeBytes - static_cast<size_t>(n),
+                            &deadline)) {
     fail(ECONNRESET, "local ring: short welcome");
   }
 }
@@ -83,7 +86,10 @@ Setup::~Setup() {
   }
 }
 
-Setup set_up(const Token& token, const Session& session) {
+Setup set_up(const Token& token, const Session& session, const timespec* deadline) {
+  // A handshake that stalls is abandoned, not waited on forever, even with no deadline.
+  timespec cap = deadline_after_ms(kSetupTimeoutMs);
+  const timespec& by = deadline != nullptr ? earliest(*deadline, cap) : cap;
   Setup s;
   s.sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (s.sock < 0) fail(errno, "local ring: socket");
@@ -92,24 +98,29 @@ Setup set_up(const Token& token, const Session& session) {
   std::string name = socket_name(token);
   std::memcpy(addr.sun_path, name.data(), name.size());
   auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size());
+  // A Unix connect waits while the listener's backlog is full (a stopped engine's fills),
+  // for at most SO_SNDTIMEO; it then fails with EAGAIN.
+  int ms = std::max(1, ms_until(by));
+  timeval tv{ms / 1000, (ms % 1000) * 1000};
+  setsockopt(s.sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   if (::connect(s.sock, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
-    fail(errno, "local ring: connect");  // another host or namespace: TCP it is
+    // Another host or namespace (TCP it is), or a backlog that did not drain in time.
+    fail(errno == EAGAIN ? ETIMEDOUT : errno, "local ring: connect");
   }
-  timeval tv{5, 0};  // a handshake that stalls is abandoned, not waited on forever
-  setsockopt(s.sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  answer_greeting(s.sock, session);
+  timeval none{0, 0};
+  setsockopt(s.sock, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
+  answer_greeting(s.sock, session, &by);
   unsigned char welcome[wire::kWelcomeBytes];
-  receive_welcome(&s, welcome);
+  receive_welcome(&s, welcome, by);
   if (!wire::welcome_valid(welcome) || s.memfd < 0 || s.doorbell < 0) {
     fail(EACCES, "local ring: refused");
   }
-  timeval none{0, 0};
-  setsockopt(s.sock, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
   return s;
 }
 
-std::unique_ptr<RingClient> RingClient::connect(const Token& token, const Session& session) {
-  Setup s = set_up(token, session);
+std::unique_ptr<RingClient> RingClient::connect(const Token& token, const Session& session,
+                                                const timespec* deadline) {
+  Setup s = set_up(token, session, deadline);
   struct stat st;
   if (fstat(s.memfd, &st) != 0) fail(errno, "local ring: fstat");
   auto bytes = static_cast<size_t>(st.st_size);
@@ -148,7 +159,7 @@ void RingClient::ring_doorbell() {
 }
 
 bool RingClient::read(const Reference& ref, uint32_t offset, uint32_t length, void* dst,
-                      uint32_t* got, Fault* fault) {
+                      uint32_t* got, Fault* fault, const timespec* deadline) {
   if (length > slot_bytes_) return false;
   uint64_t mask = free_.load(std::memory_order_acquire);
   uint64_t bit;
@@ -169,8 +180,8 @@ bool RingClient::read(const Reference& ref, uint32_t offset, uint32_t length, vo
   h->posted.fetch_or(bit, std::memory_order_seq_cst);
   if (h->engine_awake.load(std::memory_order_seq_cst) == 0) ring_doorbell();
 
-  Fault f = await(s);
-  if (f == Fault::kTransport) {  // the engine is gone; the slot stays taken
+  Fault f = await(s, deadline);
+  if (f == Fault::kTransport) {  // the engine is gone or late; the slot stays taken
     *fault = f;
     return true;
   }
@@ -190,8 +201,9 @@ bool RingClient::read(const Reference& ref, uint32_t offset, uint32_t length, vo
   return true;
 }
 
-// Polls, then sleeps, until the slot is done. kTransport if the engine went away.
-Fault RingClient::await(Slot& s) {
+// Polls, then sleeps, until the slot is done. kTransport, the ring broken, if the engine
+// went away or the deadline passed first.
+Fault RingClient::await(Slot& s, const timespec* deadline) {
   timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   while (s.state.load(std::memory_order_acquire) != kDone) {
@@ -202,9 +214,14 @@ Fault RingClient::await(Slot& s) {
     uint32_t st = kPosted;
     s.state.compare_exchange_strong(st, kPostedWaiting, std::memory_order_acq_rel);
     if (s.state.load(std::memory_order_acquire) == kDone) return Fault::kNone;
-    timespec deadline = deadline_after_ms(kAliveCheckMs);
-    futex_wait(&s.state, kPostedWaiting, &deadline, FutexScope::kShared);
+    timespec step = deadline_after_ms(kAliveCheckMs);
+    const timespec& until = deadline != nullptr ? earliest(*deadline, step) : step;
+    futex_wait(&s.state, kPostedWaiting, &until, FutexScope::kShared);
     if (s.state.load(std::memory_order_acquire) == kDone) return Fault::kNone;
+    if (deadline != nullptr && deadline_passed(*deadline)) {
+      broken_.store(true, std::memory_order_release);  // a late completion lands in a dead slot
+      return Fault::kTransport;
+    }
     // The engine never writes to this socket after WELCOME: anything on it means it closed.
     pollfd pfd{sock_, POLLIN | POLLRDHUP, 0};
     if (broken() || poll(&pfd, 1, 0) != 0) {

@@ -8,7 +8,14 @@
 //
 // When the engine offers a local ring and it can be reached, reads go through the ring
 // instead; TCP then carries only direct I/O, and reads again if the ring breaks.
-#include <poll.h>
+//
+// Deadlines. Every wait (connect, handshake, a read's completion on either transport, a
+// direct transfer) ends by EngineClientOptions::timeout_ms. A wait that runs out fails the
+// whole connection (fail_all): every pending call completes with kTransport and the socket
+// is shut down. Tags alone would keep a late response from completing a later read, but a
+// late PUT could still land in a buffer id that was registered again, and an engine that
+// did not answer one read in time will not answer the next: a broken client is dropped by
+// its owner and replaced, after one timeout rather than one per read.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -44,17 +51,20 @@ class SoftEngineClient final : public EngineClient {
  public:
   SoftEngineClient(const net::Endpoint& engine, const Session& session,
                    const EngineClientOptions& options)
-      : fd_(net::connect_tcp(engine)), next_tag_(std::random_device{}()) {
+      : timeout_ms_(options.timeout_ms), next_tag_(std::random_device{}()) {
+    Deadline deadline(timeout_ms_);  // for the whole setup, both transports
+    fd_ = net::connect_tcp_until(engine, deadline.get());
     try {
-      answer_greeting(fd_, session);
+      answer_greeting(fd_, session, deadline.get());
       unsigned char welcome[wire::kWelcomeBytes];
-      if (!net::read_full(fd_, welcome, sizeof welcome) || !wire::welcome_valid(welcome)) {
+      if (!net::read_full_until(fd_, welcome, sizeof welcome, deadline.get()) ||
+          !wire::welcome_valid(welcome)) {
         throw std::system_error(EACCES, std::generic_category(), "engine: session refused");
       }
       ring::Token token{};
       if (options.local_rings && wire::welcome_offers_rings(welcome, token.data())) {
         try {
-          ring_ = ring::RingClient::connect(token, session);
+          ring_ = ring::RingClient::connect(token, session, deadline.get());
         } catch (const std::exception& e) {  // not on the engine's host, most likely
           ODAFS_LOG_DEBUG("engine: no local ring (%s); reading over TCP", e.what());
         }
@@ -77,9 +87,16 @@ class SoftEngineClient final : public EngineClient {
   Fault read(const Reference& ref, uint32_t offset, uint32_t length, void* dst,
              uint32_t* got) override {
     if (broken()) return Fault::kTransport;
+    Deadline deadline(timeout_ms_);  // one for the whole read, whichever way it goes
     if (ring_ && !ring_->broken()) {
       Fault f;
-      if (ring_->read(ref, offset, length, dst, got, &f) && !ring_->broken()) return f;
+      if (ring_->read(ref, offset, length, dst, got, &f, deadline.get())) {
+        if (!ring_->broken()) return f;
+        if (deadline.passed()) {  // the engine did not answer: it will not over TCP either
+          fail_all();
+          return Fault::kTransport;
+        }
+      }
       // Ring full, or it just broke: this read goes over TCP.
     }
     Pending p;
@@ -99,11 +116,11 @@ class SoftEngineClient final : public EngineClient {
     try {
       std::lock_guard lock(send_mu_);
       iovec iov{frame, sizeof frame};
-      net::write_all(fd_, &iov, 1);
+      net::write_all_until(fd_, &iov, 1, deadline.get());
     } catch (const std::exception&) {
-      fail_all();
+      fail_all();  // part of the frame may be on the wire: the stream is unusable
     }
-    await(p);
+    await(p, deadline.get());
     if (p.fault == Fault::kNone) *got = p.got;
     return p.fault;
   }
@@ -141,11 +158,8 @@ class SoftEngineClient final : public EngineClient {
       withdraw(p);
       throw;
     }
-    timespec deadline = deadline_after_ms(timeout_ms);
-    if (!await(p, &deadline)) {
-      withdraw(p);
-      if (p.state.load(std::memory_order_acquire) != kDone) return Fault::kTransport;
-    }
+    Deadline deadline(timeout_ms < 0 ? timeout_ms_ : timeout_ms);
+    await(p, deadline.get());
     if (p.fault == Fault::kNone) *got = p.got;
     return p.fault;
   }
@@ -154,63 +168,51 @@ class SoftEngineClient final : public EngineClient {
   // Takes p out of the pending list; if a reader already took it, waits until that reader
   // has finished with it (p lives on the caller's stack).
   void withdraw(Pending& p) {
-    std::unique_lock lock(mu_);
-    auto it = std::find(pending_.begin(), pending_.end(), &p);
-    if (it != pending_.end()) {
-      pending_.erase(it);
-      return;
+    {
+      std::lock_guard lock(mu_);
+      auto it = std::find(pending_.begin(), pending_.end(), &p);
+      if (it != pending_.end()) {
+        pending_.erase(it);
+        return;
+      }
     }
-    while (p.state.load(std::memory_order_acquire) != kDone) {
-      lock.unlock();
-      futex_wait(&p.state, p.state.load(std::memory_order_acquire));
-      lock.lock();
+    wait_done(p);
+  }
+
+  // Waits until whoever holds p (a reader, or fail_all) has completed it.
+  static void wait_done(Pending& p) {
+    for (uint32_t st; (st = p.state.load(std::memory_order_acquire)) != kDone;) {
+      futex_wait(&p.state, st);
     }
   }
 
-  static bool expired(const timespec* deadline, int* remaining_ms) {
-    if (deadline == nullptr) {
-      *remaining_ms = -1;
-      return false;
-    }
-    timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    long ms = (deadline->tv_sec - now.tv_sec) * 1000 + (deadline->tv_nsec - now.tv_nsec) / 1000000;
-    *remaining_ms = ms > 0 ? static_cast<int>(ms) : 0;
-    return ms <= 0;
-  }
-
-  // Waits until p is done, reading the socket for everyone while no one else does.
-  // Returns false if the deadline (when given) passed first.
-  bool await(Pending& p, const timespec* deadline = nullptr) {
+  // Waits until p is done, reading the socket for everyone while no one else does. If the
+  // deadline (when given) passes first, fails the connection: p then completes with
+  // kTransport (unless its response was already being placed) like every other call.
+  void await(Pending& p, const timespec* deadline) {
     for (;;) {
       bool lead = false;
       {
         std::lock_guard lock(mu_);
         uint32_t st = p.state.load(std::memory_order_acquire);
         if (st == kLead) p.state.compare_exchange_strong(st, kWaiting);  // take the offer
-        if (p.state.load(std::memory_order_acquire) == kDone) return true;
+        if (p.state.load(std::memory_order_acquire) == kDone) return;
         if (!reader_active_) {
           reader_active_ = true;
           lead = true;
         }
       }
-      int remaining = -1;
       if (!lead) {
-        if (expired(deadline, &remaining)) return false;
+        if (deadline != nullptr && deadline_passed(*deadline)) {
+          fail_all();    // shuts the socket down, so the reader's wait ends too
+          wait_done(p);  // a reader placing p's response finishes it first
+          return;
+        }
         futex_wait(&p.state, kWaiting, deadline);  // until done, or offered the socket
         continue;
       }
-      bool timed_out = false;
       while (p.state.load(std::memory_order_acquire) != kDone) {
-        if (deadline != nullptr) {
-          if (expired(deadline, &remaining)) {
-            timed_out = true;
-            break;
-          }
-          pollfd pfd{fd_, POLLIN, 0};
-          if (poll(&pfd, 1, remaining) == 0) continue;  // re-check the deadline
-        }
-        if (!read_one()) {
+        if (!read_one(deadline)) {  // the connection failed, or the deadline passed
           fail_all();
           break;
         }
@@ -223,7 +225,7 @@ class SoftEngineClient final : public EngineClient {
           futex_wake(&pending_.front()->state, 1);
         }
       }
-      return !timed_out || p.state.load(std::memory_order_acquire) == kDone;
+      return;
     }
   }
 
@@ -233,14 +235,16 @@ class SoftEngineClient final : public EngineClient {
   };
 
   // Reads one response and completes its owner. Runs with reader_active_ held, mu_ not.
-  bool read_one() {
+  // False when the connection failed, the engine broke the protocol, or the deadline (the
+  // reader's own) passed, possibly mid-frame: the caller then fails the connection.
+  bool read_one(const timespec* deadline) {
     try {
       unsigned char head[wire::kResponseBytes];
-      if (!net::read_full(fd_, head, sizeof head)) return false;
+      if (!net::read_full_until(fd_, head, sizeof head, deadline)) return false;
       wire::Response r;
       wire::decode(head, &r);
-      if (wire::kind_of(head) == wire::kKindPut) return read_put(r);
-      if (wire::kind_of(head) == wire::kKindGet) return answer_get(r);
+      if (wire::kind_of(head) == wire::kKindPut) return read_put(r, deadline);
+      if (wire::kind_of(head) == wire::kKindGet) return answer_get(r, deadline);
       Pending* p = nullptr;
       {
         std::lock_guard lock(mu_);
@@ -262,11 +266,7 @@ class SoftEngineClient final : public EngineClient {
         return false;  // the engine broke the protocol: give up on the connection
       }
       // The owner waits for done, so its buffer is ours to fill until we set it.
-      if (r.length > 0 && !net::read_full(fd_, p->dst, r.length)) {
-        std::lock_guard lock(mu_);
-        pending_.push_back(p);
-        return false;
-      }
+      if (!receive_for(p, p->dst, r.length, deadline)) return false;
       p->fault = r.fault;
       p->got = r.length;
       p->state.store(kDone, std::memory_order_release);
@@ -277,11 +277,39 @@ class SoftEngineClient final : public EngineClient {
     }
   }
 
-  // A server-initiated write: lands in a registered buffer if it fits, and completes the
-  // direct call named by its tag. A bad PUT is dropped, not trusted.
-  bool read_put(const wire::Response& r) {
+  // Reads a frame's `length` payload bytes into dst (nullptr: drops them) for p, the call
+  // the reader took out of the pending list (nullptr: none). On failure (the connection
+  // broke, or the deadline passed mid-frame) p goes back into the list, so that fail_all
+  // completes it: its owner waits for that and must not wait forever.
+  bool receive_for(Pending* p, unsigned char* dst, uint32_t length, const timespec* deadline) {
+    bool ok = true;
+    try {
+      if (dst != nullptr) {
+        ok = length == 0 || net::read_full_until(fd_, dst, length, deadline);
+      } else {
+        unsigned char sink[4096];
+        for (uint32_t left = length; ok && left > 0;) {
+          uint32_t n = std::min<uint32_t>(left, sizeof sink);
+          ok = net::read_full_until(fd_, sink, n, deadline);
+          left -= n;
+        }
+      }
+    } catch (const std::exception&) {
+      ok = false;
+    }
+    if (!ok && p != nullptr) {
+      std::lock_guard lock(mu_);
+      pending_.push_back(p);
+    }
+    return ok;
+  }
+
+  // A server-initiated write: lands in a registered buffer if it fits and its tag names a
+  // direct call still waiting, and completes that call. A PUT for a call that gave up
+  // (its buffer id may already name another caller's buffer) or a bad PUT is dropped.
+  bool read_put(const wire::Response& r, const timespec* deadline) {
     unsigned char extra[wire::kPutExtraBytes];
-    if (!net::read_full(fd_, extra, sizeof extra)) return false;
+    if (!net::read_full_until(fd_, extra, sizeof extra, deadline)) return false;
     if (r.fault != Fault::kNone) {  // a cancel: the server's side of the call failed
       if (r.length != 0) return false;
       complete_direct(r.tag, r.fault, 0);
@@ -300,21 +328,12 @@ class SoftEngineClient final : public EngineClient {
         *it = pending_.back();
         pending_.pop_back();
       }
-      if (buffer < buffers_.size() && buffers_[buffer].base != nullptr &&
+      if (p != nullptr && buffer < buffers_.size() && buffers_[buffer].base != nullptr &&
           uint64_t{offset} + r.length <= buffers_[buffer].length) {
         dst = buffers_[buffer].base + offset;
       }
     }
-    if (dst != nullptr) {
-      if (!net::read_full(fd_, dst, r.length)) return false;
-    } else {
-      unsigned char sink[4096];
-      for (uint32_t left = r.length; left > 0;) {
-        uint32_t n = std::min<uint32_t>(left, sizeof sink);
-        if (!net::read_full(fd_, sink, n)) return false;
-        left -= n;
-      }
-    }
+    if (!receive_for(p, dst, r.length, deadline)) return false;
     if (p != nullptr) {
       p->fault = dst != nullptr ? Fault::kNone : Fault::kOutOfBounds;
       p->got = r.length;
@@ -343,9 +362,9 @@ class SoftEngineClient final : public EngineClient {
   }
 
   // A server-initiated read (direct write): answers from a registered buffer, or refuses.
-  bool answer_get(const wire::Response& r) {
+  bool answer_get(const wire::Response& r, const timespec* deadline) {
     unsigned char extra[wire::kPutExtraBytes];
-    if (!net::read_full(fd_, extra, sizeof extra)) return false;
+    if (!net::read_full_until(fd_, extra, sizeof extra, deadline)) return false;
     wire::Transfer t = wire::decode_transfer(r, wire::kKindGet, extra);
     uint32_t buffer = t.buffer, offset = t.offset;
     const unsigned char* src = nullptr;
@@ -367,7 +386,7 @@ class SoftEngineClient final : public EngineClient {
       std::lock_guard lock(send_mu_);
       iovec iov[2] = {{head, sizeof head},
                       {const_cast<unsigned char*>(src), src != nullptr ? r.length : 0}};
-      net::write_all(fd_, iov, 2);
+      net::write_all_until(fd_, iov, 2, deadline);
     } catch (const std::exception&) {
       return false;
     }
@@ -387,7 +406,8 @@ class SoftEngineClient final : public EngineClient {
     pending_.clear();
   }
 
-  int fd_;
+  int timeout_ms_;  // EngineClientOptions::timeout_ms
+  int fd_ = -1;
   std::unique_ptr<ring::RingClient> ring_;  // set once, before any read
   std::atomic<bool> broken_{false};
   std::mutex send_mu_;

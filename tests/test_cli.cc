@@ -1,0 +1,213 @@
+// The odafs command-line tool, run as a process against real odafsd: --timeout against a
+// stopped server, and `get`, which replaces LOCAL whole or not at all.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/server_process.h"
+#include "tests/support/watchdog.h"
+
+extern char** environ;
+
+using odafs::test::pattern;
+using odafs::test::read_local;
+using odafs::test::ServerProcess;
+using odafs::test::TempDir;
+using odafs::test::Watchdog;
+using odafs::test::write_local;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// One run of the odafs tool, its stdout and stderr in files of its own. The destructor
+// kills it if it still runs.
+class Tool {
+ public:
+  explicit Tool(const std::vector<std::string>& args) {
+    std::vector<std::string> argv_s = {ODAFS_CLI_PATH};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, (io_ / "out").c_str(), O_WRONLY | O_CREAT, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, (io_ / "err").c_str(), O_WRONLY | O_CREAT, 0600);
+    int rc = posix_spawn(&pid_, ODAFS_CLI_PATH, &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    REQUIRE(rc == 0);
+    start_ = Clock::now();
+  }
+  ~Tool() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  Tool(const Tool&) = delete;
+  Tool& operator=(const Tool&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Waits up to `bound` for the tool to exit; false (and it keeps running) if it does not.
+  bool wait(std::chrono::milliseconds bound) {
+    auto deadline = Clock::now() + bound;
+    while (pid_ > 0) {
+      if (waitpid(pid_, &status_, WNOHANG) == pid_) {
+        seconds_ = std::chrono::duration<double>(Clock::now() - start_).count();
+        pid_ = -1;
+        break;
+      }
+      if (Clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return true;
+  }
+  bool running() const { return pid_ > 0; }
+  // Its exit code once it exited normally; -1 if a signal ended it.
+  int exit_code() const { return WIFEXITED(status_) ? WEXITSTATUS(status_) : -1; }
+  double seconds() const { return seconds_; }
+  std::string err() const { return read_local(io_ / "err"); }
+  std::string out() const { return read_local(io_ / "out"); }
+
+ private:
+  TempDir io_;
+  pid_t pid_ = -1;
+  int status_ = 0;
+  Clock::time_point start_;
+  double seconds_ = 0;
+};
+
+// Runs the tool to its end (at most `bound`); REQUIREs that it ended.
+std::unique_ptr<Tool> run(const std::vector<std::string>& args,
+                          std::chrono::milliseconds bound = std::chrono::seconds(30)) {
+  auto t = std::make_unique<Tool>(args);
+  REQUIRE(t->wait(bound));
+  return t;
+}
+
+// The names in dir, sorted.
+std::vector<std::string> names_in(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("odafs --timeout gives up on a stopped server, naming the timeout") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  std::vector<std::string> args;
+  SUBCASE("--timeout MS") { args = {"--timeout", "1000", "ls", server.url("/")}; }
+  SUBCASE("--timeout=MS") { args = {"--timeout=1000", "ls", server.url("/")}; }
+  SUBCASE("?timeout_ms=N in the URL") { args = {"ls", server.url("/?timeout_ms=1000")}; }
+  REQUIRE(kill(server.pid(), SIGSTOP) == 0);
+  pid_t pid = server.pid();
+  Watchdog watchdog(std::chrono::seconds(20), [pid] { kill(pid, SIGCONT); });
+  Tool tool(args);
+  bool ended = tool.wait(std::chrono::seconds(10));
+  CHECK_FALSE(watchdog.finish());
+  REQUIRE(ended);
+  CHECK(tool.exit_code() == 1);
+  CHECK(tool.seconds() >= 1.0);
+  CHECK(tool.seconds() < 10);
+  std::string err = tool.err();
+  CHECK(contains(err, "timed out"));
+  CHECK(contains(err, "1000 ms timeout"));
+}
+
+TEST_CASE("odafs --timeout refuses what is not a sane number of milliseconds") {
+  // Nothing listens on port 1: a value that got through would fail differently (exit 1).
+  for (const char* bad : {"abc", "0", "-5", "1.5", "3600001", "99999999999"}) {
+    CAPTURE(bad);
+    auto t = run({"--timeout", bad, "ls", "odafs://127.0.0.1:1/"});
+    CHECK(t->exit_code() == 2);
+    CHECK(contains(t->err(), std::string("bad --timeout '") + bad + "'"));
+  }
+  auto missing = run({"ls", "odafs://127.0.0.1:1/", "--timeout"});  // options come first
+  CHECK(missing->exit_code() != 0);
+  auto bare = run({"--timeout"});
+  CHECK(bare->exit_code() == 2);
+  CHECK(contains(bare->err(), "usage"));
+}
+
+TEST_CASE("odafs get of a missing remote file leaves no local file behind") {
+  TempDir dir, local;
+  ServerProcess server(dir.path());
+  auto t = run({"get", server.url("/missing"), local / "out"});
+  CHECK(t->exit_code() == 1);
+  CHECK(contains(t->err(), "No such file"));
+  CHECK(names_in(local.path()).empty());  // neither LOCAL nor a temporary file
+}
+
+TEST_CASE("odafs get replaces LOCAL whole, keeping its mode, and leaves nothing else") {
+  TempDir dir, local;
+  ServerProcess server(dir.path());
+  std::string data = pattern(3 << 20, 41);
+  write_local(dir / "big", data);
+  write_local(local / "out", "old contents");
+  REQUIRE(chmod((local / "out").c_str(), 0640) == 0);
+  auto t = run({"get", server.url("/big"), local / "out"});
+  CHECK(t->exit_code() == 0);
+  CHECK(read_local(local / "out") == data);
+  struct stat st;
+  REQUIRE(stat((local / "out").c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0640);
+  CHECK(names_in(local.path()) == std::vector<std::string>{"out"});
+  // Something that is not a regular file cannot be replaced: the bytes go straight to it.
+  auto to_null = run({"get", server.url("/big"), "/dev/null"});
+  CHECK(to_null->exit_code() == 0);
+}
+
+TEST_CASE("odafs get that fails mid-way leaves an existing LOCAL as it was") {
+  TempDir dir, local;
+  ServerProcess server(dir.path());
+  std::string data = pattern(64 << 20, 42);
+  write_local(dir / "big", data);
+  const std::string before = "the local file, before get";
+  write_local(local / "out", before);
+  Tool tool({"get", server.url("/big"), local / "out"});
+  // Wait until the copy is under way (bytes written to a file beside LOCAL, or to LOCAL
+  // itself), then freeze the tool there, so that the server dies mid-transfer whatever
+  // the machine's speed.
+  bool copying = false;
+  for (auto deadline = Clock::now() + std::chrono::seconds(20);
+       !copying && tool.running() && Clock::now() < deadline;) {
+    for (const std::string& name : names_in(local.path())) {
+      struct stat st;
+      if (stat((local / name).c_str(), &st) == 0 && st.st_size > 0 &&
+          (name != "out" || static_cast<size_t>(st.st_size) != before.size())) {
+        copying = true;
+      }
+    }
+    if (!copying) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  REQUIRE(copying);
+  REQUIRE(kill(tool.pid(), SIGSTOP) == 0);
+  REQUIRE(tool.running());  // it had not finished: the file is much larger than a chunk
+  server.kill_hard();
+  REQUIRE(kill(tool.pid(), SIGCONT) == 0);
+  REQUIRE(tool.wait(std::chrono::seconds(20)));
+  CHECK(tool.exit_code() == 1);
+  CHECK(read_local(local / "out") == before);
+  CHECK(names_in(local.path()) == std::vector<std::string>{"out"});  // the temporary is gone
+}
