@@ -34,6 +34,8 @@
 #include "base/futex.h"
 #include "base/log.h"
 #include "ordma/engine_impl/soft/local_ring.h"
+#include "ordma/engine_impl/soft/pull_table.h"
+#include "ordma/engine_impl/soft/ring_server.h"
 #include "ordma/engine_impl/soft/wire.h"
 
 namespace odafs::ordma {
@@ -58,26 +60,6 @@ int64_t now_ms() {
 // (it rings the doorbell itself to come back).
 constexpr int kRingRoundsPerWake = 16;
 
-// A local ring's server side: the shared mapping and the doorbell. The engine takes the
-// geometry from its own memory (slot_bytes()), never from the header in shared memory,
-// which is the client's to scribble on.
-struct Ring {
-  void* base = MAP_FAILED;
-  size_t bytes = 0;
-  int doorbell = -1;
-  ~Ring() {
-    if (base != MAP_FAILED) munmap(base, bytes);
-    if (doorbell >= 0) close(doorbell);
-  }
-};
-
-// An RPC thread waiting for a client's DATA (direct write).
-struct PullWaiter {
-  std::vector<char> data;
-  std::atomic<uint32_t> state{0};  // futex word: 1 once fault/data are final
-  Fault fault = Fault::kTransport;
-};
-
 struct Conn {
   int fd = -1;
   int ep = -1;         // the owning engine thread's epoll set
@@ -100,7 +82,7 @@ struct Conn {
   bool dead = false;    // dropped: pushes must not touch the socket; guarded by out_mu
   // A DATA frame's bytes being received (direct write): where they go, how many are left.
   // Owner thread only.
-  std::shared_ptr<struct PullWaiter> sink;
+  std::shared_ptr<PullWaiter> sink;
   uint32_t sink_left = 0;
   uint32_t sink_at = 0;
   size_t backlog() const { return out.size() - out_head; }
@@ -159,12 +141,7 @@ class SoftEngineImpl final : public SoftEngine {
       std::lock_guard lock(sessions_mu_);
       by_session_.clear();
     }
-    {
-      // RPC threads waiting for a client's bytes give up now, not at their timeout.
-      std::lock_guard lock(pulls_mu_);
-      for (auto& [key, w] : pulls_) complete_pull(*w, Fault::kTransport);
-      pulls_.clear();
-    }
+    pulls_.fail_all(Fault::kTransport);  // RPC threads waiting for bytes give up now
     std::lock_guard lock(conns_mu_);
     for (auto& [raw, c] : conns_) {
       std::lock_guard out_lock(c->out_mu);
@@ -440,12 +417,12 @@ class SoftEngineImpl final : public SoftEngine {
         Fault fault = d.fault;
         uint32_t tag = d.tag, length = d.length;
         pos += wire::kDataHeaderBytes;
-        std::shared_ptr<PullWaiter> w = take_pull(c->session, tag);
+        std::shared_ptr<PullWaiter> w = pulls_.take(c->session, tag);
         c->sink.reset();
         if (w && fault == Fault::kNone && length == w->data.size()) {
           c->sink = w;
         } else if (w) {
-          complete_pull(*w, fault != Fault::kNone ? fault : Fault::kBadRequest);
+          w->complete(fault != Fault::kNone ? fault : Fault::kBadRequest);
         }
         c->sink_left = length;  // an unexpected frame's bytes are read and dropped
         c->sink_at = 0;
@@ -483,30 +460,13 @@ class SoftEngineImpl final : public SoftEngine {
       ODAFS_LOG_WARN_THROTTLED("engine: refused a local ring (%zu open)", options_.max_rings);
       return false;
     }
-    c->ring = std::make_unique<Ring>();
-    Ring& r = *c->ring;
-    r.bytes = ring::ring_bytes(slot_bytes());
-    int mfd = memfd_create("odafs-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (mfd < 0) {
-      ODAFS_LOG_WARN("engine: local ring: memfd_create: %s", strerror(errno));
-      return false;
-    }
-    // Sealed: the client cannot shrink the file under the engine's mapping (SIGBUS).
-    bool ok = ftruncate(mfd, static_cast<off_t>(r.bytes)) == 0 &&
-              fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0;
-    if (ok) r.base = mmap(nullptr, r.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
-    if (ok) r.doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (!ok || r.base == MAP_FAILED || r.doorbell < 0) {
+    int mfd = -1;
+    c->ring = create_ring(slot_bytes(), &mfd);
+    if (!c->ring) {
       ODAFS_LOG_WARN("engine: local ring setup failed: %s", strerror(errno));
-      close(mfd);
       return false;
     }
-    ring::Header* h = ring::header(r.base);  // the file starts zeroed: every slot kFree
-    h->magic = ring::kMagic;
-    h->version = ring::kVersion;
-    h->slots = ring::kSlots;
-    h->slot_bytes = slot_bytes();
-
+    Ring& r = *c->ring;
     // Registered and counted before WELCOME: once the client has it, the ring is live.
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLET;  // every doorbell write is an edge; the count is never read
@@ -516,25 +476,9 @@ class SoftEngineImpl final : public SoftEngine {
       return false;
     }
     stats_.rings.fetch_add(1, std::memory_order_relaxed);
-    int fds[2] = {mfd, r.doorbell};
-
-    unsigned char welcome[wire::kWelcomeBytes];
-    wire::encode_welcome(0, nullptr, welcome);
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)] = {};
-    iovec iov{welcome, sizeof welcome};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof fds);
-    std::memcpy(CMSG_DATA(cm), fds, sizeof fds);
-    ssize_t sent = sendmsg(c->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-    close(mfd);  // the mapping and the client's copy keep the memory
-    if (sent != static_cast<ssize_t>(sizeof welcome)) return false;  // the drop undoes it all
+    bool sent = send_ring_welcome(c->fd, mfd, r.doorbell);
+    close(mfd);               // the mapping and the client's copy keep the memory
+    if (!sent) return false;  // the drop undoes it all
     c->in_len = 0;
     return true;
   }
@@ -706,23 +650,15 @@ class SoftEngineImpl final : public SoftEngine {
 
   Fault pull(uint64_t session, uint32_t buffer, uint32_t offset, uint32_t tag, uint32_t length,
              int timeout_ms, std::vector<char>* data) override {
-    auto w = std::make_shared<PullWaiter>();
-    w->data.resize(length);
-    {
-      std::lock_guard lock(pulls_mu_);
-      pulls_[{session, tag}] = w;
-    }
+    std::shared_ptr<PullWaiter> w = pulls_.add(session, tag, length);
     Fault f =
         send_to(session, wire::kKindGet, Fault::kNone, tag, buffer, offset, length, nullptr, 0);
     if (f == Fault::kNone) {
       timespec deadline = deadline_after_ms(timeout_ms);
-      while (w->state.load(std::memory_order_acquire) == 0 && !deadline_passed(deadline)) {
-        futex_wait(&w->state, 0, &deadline);
-      }
+      while (!w->done() && !deadline_passed(deadline)) futex_wait(&w->state, 0, &deadline);
     }
-    take_pull(session, tag);  // gone if answered; removed here on failure or timeout
-    if (w->state.load(std::memory_order_acquire) == 0)
-      return f == Fault::kNone ? Fault::kTransport : f;
+    pulls_.take(session, tag);  // gone if answered; removed here on failure or timeout
+    if (!w->done()) return f == Fault::kNone ? Fault::kTransport : f;
     if (w->fault == Fault::kNone) {
       data->swap(w->data);
       stats_.pulls.fetch_add(1, std::memory_order_relaxed);
@@ -768,23 +704,8 @@ class SoftEngineImpl final : public SoftEngine {
     return Fault::kNone;
   }
 
-  std::shared_ptr<PullWaiter> take_pull(uint64_t session, uint32_t tag) {
-    std::lock_guard lock(pulls_mu_);
-    auto it = pulls_.find({session, tag});
-    if (it == pulls_.end()) return nullptr;
-    std::shared_ptr<PullWaiter> w = std::move(it->second);
-    pulls_.erase(it);
-    return w;
-  }
-
-  static void complete_pull(PullWaiter& w, Fault fault) {
-    w.fault = fault;
-    w.state.store(1, std::memory_order_release);
-    futex_wake(&w.state);
-  }
-
   void finish_sink(Conn* c) {
-    if (c->sink) complete_pull(*c->sink, Fault::kNone);
+    if (c->sink) c->sink->complete(Fault::kNone);
     c->sink.reset();
   }
 
@@ -809,16 +730,7 @@ class SoftEngineImpl final : public SoftEngine {
   std::unordered_map<Conn*, std::shared_ptr<Conn>> conns_;  // ownership
   std::mutex sessions_mu_;  // never held while waiting for a Conn::out_mu
   std::unordered_map<uint64_t, std::shared_ptr<Conn>> by_session_;  // for push()
-  struct PullKey {
-    uint64_t session;
-    uint32_t tag;
-    bool operator==(const PullKey&) const = default;
-  };
-  struct PullKeyHash {
-    size_t operator()(const PullKey& k) const { return std::hash<uint64_t>()(k.session ^ k.tag); }
-  };
-  std::mutex pulls_mu_;
-  std::unordered_map<PullKey, std::shared_ptr<PullWaiter>, PullKeyHash> pulls_;
+  PullTable pulls_;
   EngineStats stats_;
 };
 
