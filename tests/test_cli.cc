@@ -120,7 +120,7 @@ TEST_CASE("odafs --timeout gives up on a stopped server, naming the timeout") {
   SUBCASE("--timeout MS") { args = {"--timeout", "1000", "ls", server.url("/")}; }
   SUBCASE("--timeout=MS") { args = {"--timeout=1000", "ls", server.url("/")}; }
   SUBCASE("?timeout_ms=N in the URL") { args = {"ls", server.url("/?timeout_ms=1000")}; }
-  REQUIRE(kill(server.pid(), SIGSTOP) == 0);
+  REQUIRE(odafs::test::stop_child(server.pid()));
   pid_t pid = server.pid();
   Watchdog watchdog(std::chrono::seconds(20), [pid] { kill(pid, SIGCONT); });
   Tool tool(args);
@@ -202,7 +202,7 @@ TEST_CASE("odafs get that fails mid-way leaves an existing LOCAL as it was") {
     if (!copying) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   REQUIRE(copying);
-  REQUIRE(kill(tool.pid(), SIGSTOP) == 0);
+  REQUIRE(odafs::test::stop_child(tool.pid()));
   REQUIRE(tool.running());  // it had not finished: the file is much larger than a chunk
   server.kill_hard();
   REQUIRE(kill(tool.pid(), SIGCONT) == 0);

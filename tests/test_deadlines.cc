@@ -80,7 +80,7 @@ TEST_CASE("a one-sided read of a stopped server fails with ETIMEDOUT within the 
   REQUIRE(fs->engine_transport() == transport);
   uint64_t faults_before = transport_faults(*fs);
 
-  REQUIRE(kill(server.pid(), SIGSTOP) == 0);
+  REQUIRE(odafs::test::stop_child(server.pid()));
   pid_t pid = server.pid();
   Watchdog watchdog(kWatchdog, [pid] { kill(pid, SIGCONT); });
   auto t0 = Clock::now();
@@ -125,7 +125,7 @@ TEST_CASE("concurrent one-sided readers of a stopped server all time out") {
   REQUIRE(f.pread(back.data(), back.size(), 0) == data.size());
   REQUIRE(fs->stats().ordma_reads.load() >= 64);
 
-  REQUIRE(kill(server.pid(), SIGSTOP) == 0);
+  REQUIRE(odafs::test::stop_child(server.pid()));
   pid_t pid = server.pid();
   Watchdog watchdog(kWatchdog, [pid] { kill(pid, SIGCONT); });
   constexpr int kReaders = 6;
@@ -163,7 +163,7 @@ TEST_CASE("the first read after the server stopped times out in the engine hands
   File f = fs->open("f");
   REQUIRE_FALSE(fs->engine_connected());  // the engine connects at the first read
 
-  REQUIRE(kill(server.pid(), SIGSTOP) == 0);
+  REQUIRE(odafs::test::stop_child(server.pid()));
   pid_t pid = server.pid();
   Watchdog watchdog(kWatchdog, [pid] { kill(pid, SIGCONT); });
   auto t0 = Clock::now();

@@ -100,7 +100,7 @@ TEST_CASE("Client::mount applies the URL's timeout_ms over MountOptions") {
   mo.timeout_ms = 60000;  // the URL's 700 ms must win
   auto fs = odafs::Client::mount(server.url("/?timeout_ms=700"), mo);
   fs->ping();
-  REQUIRE(kill(server.pid(), SIGSTOP) == 0);
+  REQUIRE(odafs::test::stop_child(server.pid()));
   pid_t pid = server.pid();
   Watchdog watchdog(std::chrono::seconds(12), [pid] { kill(pid, SIGCONT); });
   auto t0 = Clock::now();

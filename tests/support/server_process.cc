@@ -39,6 +39,16 @@ void note_exit(pid_t pid, int status) {
 
 int abnormal_server_exits() { return g_abnormal_exits.load(); }
 
+bool stop_child(pid_t pid) {
+  if (::kill(pid, SIGSTOP) != 0) return false;
+  int status = 0;
+  pid_t r;
+  do {
+    r = waitpid(pid, &status, WUNTRACED);  // reports the stop once the group stop is done
+  } while (r < 0 && errno == EINTR);
+  return r == pid && WIFSTOPPED(status);
+}
+
 TempDir::TempDir() {
   const char* base = std::getenv("TMPDIR");
   std::string tmpl = std::string(base && *base ? base : "/tmp") + "/odafs-test-XXXXXX";

@@ -66,6 +66,11 @@ class ServerProcess {
   pid_t pid_ = -1;
 };
 
+// Sends SIGSTOP to `pid`, a child of this process, and waits until the stop is complete:
+// every thread stopped, so none is still finishing a request it had picked up. (kill()
+// returns before the threads stop.) Returns false if it could not.
+bool stop_child(pid_t pid);
+
 // How many servers stopped with SIGTERM did not exit cleanly (a crash, a sanitizer
 // report, a leak). test_main fails the run when it is not zero.
 int abnormal_server_exits();
