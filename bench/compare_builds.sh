@@ -3,7 +3,7 @@
 # interleaved (A B, then B A, ...) so drift between minutes hits both alike; each contender
 # runs ROUNDS times, server and client unpinned. Prints a table of medians and spreads
 # (min..max) and writes $OUT/micro-compare.json.
-#   bash bench/compare_builds.sh BASE [ROUNDS] [FILE_MB]
+#   [MICRO_ARGS="--inflight 1"] bash bench/compare_builds.sh BASE [ROUNDS] [FILE_MB]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
@@ -31,7 +31,7 @@ run_one() {  # label build_dir round
   for _ in $(seq 100); do grep -q ready "$work/ready-$label-$round" 2>/dev/null && break; sleep 0.1; done
   addr=$(sed -n 's/.*rpc=\([^ ]*\).*/\1/p' "$work/ready-$label-$round")
   "$dir/odafs-micro" --url "odafs://$addr/" --file-mb "$mb" \
-    --json "$work/$label-$round.json" >/dev/null
+    --json "$work/$label-$round.json" ${MICRO_ARGS:-} >/dev/null
   stop_odafsd
   echo "  $label round $round done" >&2
 }

@@ -18,9 +18,8 @@ namespace odafs {
 
 using rpc::to_xdrproc;
 
-[[noreturn]] inline void fail(int err, const std::string& what) {
-  throw Error(err, what + ": " + std::strerror(err));
-}
+// Error's what() already ends in ": " and the errno's text.
+[[noreturn]] inline void fail(int err, const std::string& what) { throw Error(err, what); }
 
 // Takes the enum by reference and reads its raw bits: a hostile reply may carry any
 // 32-bit status, and loading one outside odafs_stat's enumerators is undefined behaviour.

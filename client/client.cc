@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "client/call_util.h"
 #include "client/client_cache.h"
@@ -119,7 +121,21 @@ std::shared_ptr<const MountState> Client::mount_state() {
   std::lock_guard lock(remount_mu_);
   m = mount_.load();  // another thread may have re-mounted meanwhile
   if (m && !m->channel->broken()) return m;
-  return remount();
+  const auto give_up =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.reconnect_window_ms);
+  auto pause = std::chrono::milliseconds(50);
+  for (;;) {
+    try {
+      return remount();
+    } catch (const Error& e) {
+      int err = e.errno_value();
+      bool server_away = err == ECONNREFUSED || err == ECONNRESET || err == EPIPE;
+      auto now = std::chrono::steady_clock::now();
+      if (!server_away || now + pause > give_up) throw;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(1000));
+  }
 }
 
 std::shared_ptr<const MountState> Client::remount() {

@@ -106,6 +106,11 @@ struct MountOptions {
   bool local_rings = true;
   bool auth_sys = true;  // send the process's uid/gid (AUTH_SYS); false: AUTH_NONE
   int timeout_ms = 60000;
+  // After a lost connection, how long the client keeps trying to reconnect and re-mount
+  // (a server restarting) before an operation fails; 0: one attempt. Retries back off from
+  // 50 ms to 1 s. Only idempotent operations are re-sent after a reconnect; the others
+  // fail with the connection's error, as their effect is unknown.
+  int reconnect_window_ms = 0;
 };
 
 struct ServerLimits {

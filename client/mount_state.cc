@@ -1,5 +1,6 @@
 #include "client/mount_state.h"
 
+#include <chrono>
 #include <functional>
 #include <string_view>
 
@@ -7,6 +8,15 @@
 #include "base/net.h"
 
 namespace odafs {
+namespace {
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
 
 std::shared_ptr<ordma::EngineClient> EngineSlot::get(const ServerLimits& limits,
                                                      const ordma::Session& session,
@@ -14,21 +24,24 @@ std::shared_ptr<ordma::EngineClient> EngineSlot::get(const ServerLimits& limits,
   std::shared_ptr<ordma::EngineClient> c = client_.load();
   if (c && !c->broken()) return c;
   if (session.id == 0 || limits.engine.empty()) return nullptr;
+  if (now_ms() < retry_at_ms_.load(std::memory_order_relaxed)) return nullptr;
   int expected = kIdle;
   if (!state_.compare_exchange_strong(expected, kConnecting)) return nullptr;
   try {
     c = ordma::connect_engine(limits.engine_kind, net::parse_endpoint(limits.engine), session,
                               options);
     client_.store(c);
-    state_.store(kIdle);
-    return c;
+    retry_at_ms_.store(0, std::memory_order_relaxed);
   } catch (const std::exception& e) {
-    ODAFS_LOG_WARN("odafs: one-sided engine at %s unusable (%s); reading by RPC",
-                   limits.engine.c_str(), e.what());
+    ODAFS_LOG_WARN(
+        "odafs: one-sided engine at %s unusable (%s); reading by RPC, retrying in %lld ms",
+        limits.engine.c_str(), e.what(), static_cast<long long>(kRetryAfterFailureMs));
     client_.store(nullptr);
-    state_.store(kFailed);
-    return nullptr;
+    c.reset();
+    retry_at_ms_.store(now_ms() + kRetryAfterFailureMs, std::memory_order_relaxed);
   }
+  state_.store(kIdle);
+  return c;
 }
 
 uint64_t cache_key(const Handle& fh) {

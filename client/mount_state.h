@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 
 #include "client/client.h"
@@ -28,8 +29,10 @@ class Channel;
 class EngineSlot {
  public:
   // The connected engine, connecting first if nobody has and nobody is; null while another
-  // thread connects, when the mount has no engine, or after connecting failed (the mount
-  // then reads by RPC; a re-mount tries again). A broken engine is replaced the same way.
+  // thread connects, when the mount has no engine, or for kRetryAfterFailureMs after
+  // connecting failed (reads go by RPC meanwhile: a server that stalled for a moment does
+  // not turn one-sided reads off for the rest of the mount). A broken engine is replaced
+  // the same way.
   std::shared_ptr<ordma::EngineClient> get(const ServerLimits& limits,
                                            const ordma::Session& session,
                                            const ordma::EngineClientOptions& options);
@@ -37,8 +40,10 @@ class EngineSlot {
   std::shared_ptr<ordma::EngineClient> current() const { return client_.load(); }
 
  private:
-  enum State : int { kIdle, kConnecting, kFailed };
+  static constexpr int64_t kRetryAfterFailureMs = 5000;
+  enum State : int { kIdle, kConnecting };
   std::atomic<int> state_{kIdle};
+  std::atomic<int64_t> retry_at_ms_{0};  // steady clock; 0: no failure to wait out
   std::atomic<std::shared_ptr<ordma::EngineClient>> client_;
 };
 

@@ -159,3 +159,37 @@ TEST_CASE("a closed File refuses every operation with EBADF") {
   fs->read_batch(std::span<odafs::ReadRequest>(&req, 1));
   CHECK(req.error == EBADF);
 }
+
+TEST_CASE("a killed server restarted within the reconnect window: the next read succeeds") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  const std::string bytes = pattern(100 * 1024, 7);
+  odafs::MountOptions patient;
+  patient.reconnect_window_ms = 10000;
+  auto fs = Client::mount(server.url(), patient);
+  auto impatient = Client::mount(server.url());  // reconnect_window_ms = 0
+  {
+    File f = fs->open("data", O_RDWR | O_CREAT);
+    f.pwrite(bytes.data(), bytes.size(), 0);
+  }
+  File f = fs->open("data", O_RDONLY);
+  File g = impatient->open("data", O_RDONLY);
+  server.kill_hard();
+  // Without a window the client tries once, finds nobody, and says so.
+  char b[16];
+  CHECK(odafs::test::errno_of([&] { g.pread(b, sizeof b, 0); }) == ECONNREFUSED);
+  std::thread restarter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    server.start_again();
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  std::string got(bytes.size(), '\0');
+  size_t n = 0;
+  CHECK_NOTHROW(n = f.pread(got.data(), got.size(), 0));  // waits out the restart
+  restarter.join();
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(n == bytes.size());
+  CHECK(got == bytes);
+  CHECK(waited >= 0.5);
+  CHECK(waited < 10);
+}
