@@ -48,8 +48,12 @@ class [[nodiscard]] Status {
       : errno_(errno_value != 0 ? errno_value : EIO), message_(std::move(message)) {}
 
   // The failure the last system call reported: Status(errno, message). Call it right after
-  // the call that failed, before anything else can change errno.
-  static Status from_errno(std::string message) { return Status(errno, std::move(message)); }
+  // the call that failed, before anything else can change errno. Takes a plain string so
+  // that errno is read before anything (building a std::string, say) could touch it.
+  static Status from_errno(const char* message) {
+    const int err = errno;
+    return Status(err, message);
+  }
 
   bool ok() const noexcept { return errno_ == 0; }
   // 0 when ok().

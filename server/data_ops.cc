@@ -250,7 +250,8 @@ odafs_stat FileService::check_write(const rpc::CallContext& ctx, const OpenNode&
   }
   if (len > options_.max_io) return ODAFS_ERR_FBIG;
   if (offset > static_cast<u_quad_t>(INT64_MAX) - len) return ODAFS_ERR_FBIG;
-  if (!nodes_.make_writable(node)) return ODAFS_ERR_ACCES;
+  // Whatever stops the file being opened read-write, the caller may not write it.
+  if (!nodes_.make_writable(node).ok()) return ODAFS_ERR_ACCES;
   return ODAFS_OK;
 }
 

@@ -78,7 +78,8 @@ class FileService {
   // ---- file_service.cc: construction, the procedure table, STATS, engine glue ----
 
   // Resolves a wire handle; on failure encodes the error status into reply and returns
-  // nullptr. Stale covers removed files too.
+  // an empty OpenNode. Stale covers removed files too; a handle that is not ours is
+  // BADHANDLE (NodeTable's kBadHandle).
   // The node comes back pinned open (see NodeTable::open).
   OpenNode resolve_or_reply(const char* fh, rpc::Reply& reply, struct stat* st);
   void do_stats(rpc::Reply& r);
