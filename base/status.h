@@ -14,7 +14,7 @@
 //
 // The error code is an errno value (never 0 for a failure) so that every layer maps it the
 // same way: the server to a protocol status (proto/status.h), the client to an Error. The
-// message is a few words of context for logs and tests ("reopen: replaced"), not for
+// message is a few words of context for logs and tests ("lookup: replaced"), not for
 // machines: never branch on it.
 //
 // Cost: an ok Status is an int and an empty std::string: constructing, moving or returning
