@@ -82,6 +82,14 @@ inline void check_name(const std::string& name) {
   if (name.size() > ODAFS_MAXNAMLEN) fail(ENAMETOOLONG, name.substr(0, 32) + "...");
 }
 
+// The Error an rpc::RpcError becomes at the API: the same errno, and its what() as the
+// message, after "context: " when a context is given. The one place that conversion is
+// written: every catch of an RpcError in the client ends in throw error_from(e).
+inline Error error_from(const rpc::RpcError& e) { return Error(e.code().value(), e.what()); }
+inline Error error_from(const rpc::RpcError& e, const std::string& context) {
+  return Error(e.code().value(), context + ": " + e.what());
+}
+
 template <class Fn>
 auto Client::with_mount(bool idempotent, Fn&& fn)
     -> decltype(fn(std::declval<const MountState&>())) {
@@ -95,7 +103,7 @@ auto Client::with_mount(bool idempotent, Fn&& fn)
         ODAFS_LOG_WARN("odafs: connection lost (%s); reconnecting", e.what());
         continue;
       }
-      throw Error(e.code().value(), e.what());
+      throw error_from(e);
     }
   }
 }

@@ -153,7 +153,7 @@ std::shared_ptr<const MountState> Client::remount() {
     m->channel->call(ODAFSPROC_MOUNT, to_xdrproc(xdr_mount_args), &args, to_xdrproc(xdr_mount_res),
                      &res);
   } catch (const rpc::RpcError& e) {
-    throw Error(e.code().value(), std::string("mount ") + url_ + ": " + e.what());
+    throw error_from(e, "mount " + url_);
   }
   check(res.status, "mount " + url_);
   const mount_ok& ok = res.mount_res_u.ok;
@@ -319,7 +319,7 @@ void Client::start_read(AsyncRead& op, const Handle& fh, void* buf, size_t len, 
   try {
     op.mount_->channel->start(*op.call_, ODAFSPROC_READ, to_xdrproc(xdr_read_args), &args);
   } catch (const rpc::RpcError& e) {
-    throw Error(e.code().value(), e.what());
+    throw error_from(e);
   }
   op.in_flight_ = true;
 }
@@ -336,7 +336,7 @@ size_t Client::finish_read(AsyncRead& op, bool* eof) {
     stats_.rpc_bytes.fetch_add(n, std::memory_order_relaxed);
     return n;
   } catch (const rpc::RpcError& e) {
-    throw Error(e.code().value(), e.what());
+    throw error_from(e);
   }
 }
 

@@ -185,7 +185,7 @@ size_t Client::read_file(const Handle& fh, uint64_t key, void* buf, size_t len, 
     } catch (const rpc::RpcError& e) {
       // Reads are idempotent: after a lost connection, re-mount and resume once.
       bool lost = e.kind() == rpc::RpcError::Kind::kTransport && m->channel->broken();
-      if (!lost || attempt > 0) throw Error(e.code().value(), e.what());
+      if (!lost || attempt > 0) throw error_from(e);
       ODAFS_LOG_WARN("odafs: connection lost (%s); reconnecting", e.what());
     }
   }
@@ -294,7 +294,7 @@ size_t Client::read_direct(const Handle& fh, void* buf, size_t len, uint64_t off
             m->channel->call(ODAFSPROC_READ_DIRECT, to_xdrproc(xdr_read_direct_args), &args,
                              to_xdrproc(xdr_read_direct_res), &res);
           } catch (const rpc::RpcError& e) {
-            throw Error(e.code().value(), e.what());
+            throw error_from(e);
           }
           check(res.status, "read_direct");
           count = res.read_direct_res_u.ok.count;
@@ -351,7 +351,7 @@ size_t Client::write_direct(const Handle& fh, const void* buf, size_t len, uint6
     if (res.write_res_u.ok.count == 0 && len > 0) fail(EIO, "write_direct: server wrote nothing");
     return res.write_res_u.ok.count;
   } catch (const rpc::RpcError& e) {
-    throw Error(e.code().value(), e.what());
+    throw error_from(e);
   }
 }
 

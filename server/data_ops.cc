@@ -36,8 +36,8 @@ odafs_stat not_regular(const struct stat& st) {
 
 }  // namespace
 
-bool FileService::pin_block(const OpenNode& node, uint64_t index, uint32_t need,
-                            cache::BlockCache::ReadPin* pin, int* err) {
+Status FileService::pin_block(const OpenNode& node, uint64_t index, uint32_t need,
+                              cache::BlockCache::ReadPin* pin) {
   // The fill captures one pointer, so the FillFn holds it in place: a closure larger than
   // two pointers would make std::function allocate on every call.
   const struct {
@@ -45,7 +45,8 @@ bool FileService::pin_block(const OpenNode& node, uint64_t index, uint32_t need,
     int fd;
     off_t block_off;
   } from{env_, node.fd(), static_cast<off_t>(index * cache_.block_size())};
-  return cache_.read(
+  int err = 0;
+  bool ok = cache_.read(
       cache::BlockKey{node->id, index}, need,
       [&from](std::byte* buf, size_t n) -> ssize_t {
         size_t got = 0;
@@ -59,7 +60,8 @@ bool FileService::pin_block(const OpenNode& node, uint64_t index, uint32_t need,
         }
         return static_cast<ssize_t>(got);
       },
-      pin, err);
+      pin, &err);
+  return ok ? Status() : Status(err, "filling a cache block");
 }
 
 OpenNode FileService::resolve_file_or_reply(const char* fh, rpc::Reply& r, struct stat* st) {
@@ -113,9 +115,8 @@ void FileService::do_read(const rpc::CallContext& ctx, read_args& a, rpc::Reply&
   cache::BlockCache::ReadPin pin;
   const BlockSpan span(offset, len, cache_.block_size());
   for (const BlockPiece& p : span) {
-    int err = 0;
-    if (!pin_block(node, p.index, span.file_bytes(p.index, size), &pin, &err)) {
-      return reply_status<read_res>(r, xp(xdr_read_res), status_from_errno(err));
+    if (Status s = pin_block(node, p.index, span.file_bytes(p.index, size), &pin); !s.ok()) {
+      return reply_status<read_res>(r, xp(xdr_read_res), status_from_errno(s.errno_value()));
     }
     char* to = dst + p.done;
     if (pin.bypass()) {
@@ -171,11 +172,11 @@ void FileService::do_read_direct(const rpc::CallContext& ctx, read_direct_args& 
   scratch.assign(len, 0);  // sized up front: parts point into it
   const BlockSpan span(a.offset, len, cache_.block_size());
   for (const BlockPiece& p : span) {
-    int err = 0;
     pins.emplace_back();
-    if (!pin_block(node, p.index, span.file_bytes(p.index, size), &pins.back(), &err)) {
+    Status s = pin_block(node, p.index, span.file_bytes(p.index, size), &pins.back());
+    if (!s.ok()) {
       pins.clear();
-      return fail(status_from_errno(err));
+      return fail(status_from_errno(s.errno_value()));
     }
     const cache::BlockCache::ReadPin& pin = pins.back();
     char* zeros = scratch.data() + p.done;
@@ -225,9 +226,8 @@ void FileService::do_getrefs(const rpc::CallContext&, getrefs_args& a, rpc::Repl
   const BlockSpan span = BlockSpan::whole_blocks(a.offset, end, cache_.block_size());
   for (const BlockPiece& p : span) {
     if (refs.size() >= ODAFS_MAXREFS) break;
-    int err = 0;
-    if (!pin_block(node, p.index, span.file_bytes(p.index, size), &pin, &err)) {
-      return reply_status<getrefs_res>(r, xp(xdr_getrefs_res), status_from_errno(err));
+    if (Status s = pin_block(node, p.index, span.file_bytes(p.index, size), &pin); !s.ok()) {
+      return reply_status<getrefs_res>(r, xp(xdr_getrefs_res), status_from_errno(s.errno_value()));
     }
     if (pin.bypass()) break;  // the cache is saturated: no more blocks to hand out
     odafs_ref ref;
@@ -250,7 +250,8 @@ odafs_stat FileService::check_write(const rpc::CallContext& ctx, const OpenNode&
   }
   if (len > options_.max_io) return ODAFS_ERR_FBIG;
   if (offset > static_cast<u_quad_t>(INT64_MAX) - len) return ODAFS_ERR_FBIG;
-  if (!nodes_.make_writable(node)) return ODAFS_ERR_ACCES;
+  // Whatever stops the file being opened read-write, the caller may not write it.
+  if (!nodes_.make_writable(node).ok()) return ODAFS_ERR_ACCES;
   return ODAFS_OK;
 }
 

@@ -23,7 +23,10 @@ namespace odafs::server {
 class FileEnv {
  public:
   virtual ~FileEnv() = default;
-  // As the system calls of the same names: -1 with errno set on failure.
+  // As the system calls of the same names: -1 with errno set on failure. Deliberately
+  // not a Status (base/status.h): a FileEnv stands in for the system calls themselves, so
+  // PosixFileEnv stays a bare pass-through, callers read errno at once as they would after
+  // pread(2), and swapping in CrashSimulatingEnv changes nothing else.
   virtual ssize_t pread(int fd, void* buf, size_t len, off_t offset) = 0;
   virtual ssize_t pwrite(int fd, const void* buf, size_t len, off_t offset) = 0;
   virtual int ftruncate(int fd, off_t size) = 0;

@@ -90,19 +90,17 @@ bool FileService::make_ref(const cache::BlockCache::ReadPin& pin, uint64_t block
 }
 
 OpenNode FileService::resolve_or_reply(const char* fh, rpc::Reply& r, struct stat* st) {
-  HandleError err;
-  OpenNode node = nodes_.open(reinterpret_cast<const unsigned char*>(fh), &err);
+  Result<OpenNode> node = nodes_.open(reinterpret_cast<const unsigned char*>(fh));
   odafs_stat status = ODAFS_OK;
   if (!node) {
-    status = err == HandleError::kStale  ? ODAFS_ERR_STALE
-             : err == HandleError::kOpen ? status_from_errno(errno)
-                                         : ODAFS_ERR_BADHANDLE;
-  } else if (fstat(node.fd(), st) != 0) {
+    int err = node.errno_value();
+    status = err == kBadHandle ? ODAFS_ERR_BADHANDLE : status_from_errno(err);
+  } else if (fstat(node->fd(), st) != 0) {
     status = status_from_errno(errno);
   } else if (st->st_nlink == 0) {
     status = ODAFS_ERR_STALE;  // removed since the handle was handed out
   }
-  if (status == ODAFS_OK) return node;
+  if (status == ODAFS_OK) return std::move(node).value();
   // Every result type starts with the status; a bare stat_res encodes identically.
   stat_res res{status};
   r.send(xp(xdr_stat_res), &res);

@@ -78,7 +78,8 @@ class FileService {
   // ---- file_service.cc: construction, the procedure table, STATS, engine glue ----
 
   // Resolves a wire handle; on failure encodes the error status into reply and returns
-  // nullptr. Stale covers removed files too.
+  // an empty OpenNode. Stale covers removed files too; a handle that is not ours is
+  // BADHANDLE (NodeTable's kBadHandle).
   // The node comes back pinned open (see NodeTable::open).
   OpenNode resolve_or_reply(const char* fh, rpc::Reply& reply, struct stat* st);
   void do_stats(rpc::Reply& r);
@@ -141,9 +142,10 @@ class FileService {
                      const char* src, size_t len, rpc::Reply& r);
   // How long a direct write waits for the client's bytes.
   static constexpr int kPullTimeoutMs = 10000;
-  // Reads block `index` of node into the cache, filling from the file on a miss.
-  bool pin_block(const OpenNode& node, uint64_t index, uint32_t need,
-                 cache::BlockCache::ReadPin* pin, int* err);
+  // Reads block `index` of node into the cache, filling from the file on a miss, and
+  // pins it in *pin. Fails with the errno of the failed fill.
+  Status pin_block(const OpenNode& node, uint64_t index, uint32_t need,
+                   cache::BlockCache::ReadPin* pin);
 
   Options options_;
   CpuAccounting* cpu_;

@@ -37,7 +37,13 @@ bool is_dir(const Node& n) { return S_ISDIR(n.type); }
 
 void FileService::do_mount(const rpc::CallContext&, mount_args& a, rpc::Reply& r) {
   mount_res res{};
-  OpenNode node = nodes_.open(nodes_.root());  // the root is always open
+  Result<OpenNode> root = nodes_.open(nodes_.root());  // the root is always open
+  if (!root) {
+    res.status = status_from_errno(root.errno_value());
+    r.send(xp(xdr_mount_res), &res);
+    return;
+  }
+  OpenNode node = std::move(root).value();
   struct stat st;
   // Walk the requested path one component at a time, like LOOKUP would.
   std::string path = a.path ? a.path : "/";
@@ -53,13 +59,14 @@ void FileService::do_mount(const rpc::CallContext&, mount_args& a, rpc::Reply& r
       r.send(xp(xdr_mount_res), &res);
       return;
     }
-    NodeRef next = nodes_.lookup(node, part.c_str(), &st);
-    if (next) node = nodes_.open(next);
-    if (!next || !node) {
-      res.status = status_from_errno(errno);
+    Result<NodeRef> next = nodes_.lookup(node, part.c_str(), &st);
+    Result<OpenNode> opened = next ? nodes_.open(*next) : Result<OpenNode>(next.status());
+    if (!opened) {
+      res.status = status_from_errno(opened.errno_value());
       r.send(xp(xdr_mount_res), &res);
       return;
     }
+    node = std::move(opened).value();
   }
   if (!is_dir(*node)) {
     res.status = ODAFS_ERR_NOTDIR;
@@ -122,8 +129,8 @@ void FileService::do_setattr(const rpc::CallContext& ctx, setattr_args& a, rpc::
       err = EACCES;
     } else if (size > static_cast<u_quad_t>(INT64_MAX)) {
       err = EFBIG;
-    } else if (!nodes_.make_writable(node)) {
-      err = errno == EBADF ? EACCES : errno;
+    } else if (Status w = nodes_.make_writable(node); !w.ok()) {
+      err = w.errno_value() == EBADF ? EACCES : w.errno_value();
     } else if (env_->ftruncate(node.fd(), static_cast<off_t>(size)) != 0 ||
                env_->fsync(node.fd()) != 0) {
       // A size change is stable when SETATTR answers, as NFS asks of every SETATTR.
@@ -185,9 +192,11 @@ void FileService::reply_node(const Node& node, const struct stat& st, rpc::Reply
 
 void FileService::reply_dirop(const OpenNode& dir, const char* name, rpc::Reply& r) {
   struct stat st;
-  NodeRef node = nodes_.lookup(dir, name, &st);
-  if (!node) return reply_status<dirop_res>(r, xp(xdr_dirop_res), status_from_errno(errno));
-  reply_node(*node, st, r);
+  Result<NodeRef> node = nodes_.lookup(dir, name, &st);
+  if (!node) {
+    return reply_status<dirop_res>(r, xp(xdr_dirop_res), status_from_errno(node.errno_value()));
+  }
+  reply_node(**node, st, r);
 }
 
 void FileService::do_lookup(const rpc::CallContext& ctx, diropargs& a, rpc::Reply& r) {

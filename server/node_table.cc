@@ -32,6 +32,8 @@ uint64_t get64(const unsigned char* p) { return (uint64_t{get32(p)} << 32) | get
 
 // Opens `name` in dirfd as the node wants it: files read-write if allowed, directories
 // readable, anything else as a bare O_PATH reference. Never follows a final symlink.
+// Returns the descriptor, or -1 with errno set: a drop-in for openat, and only ever
+// called right before its caller turns errno into a Status.
 int open_object(int dirfd, const char* name, mode_t type, bool* writable) {
   *writable = false;
   const int common = O_CLOEXEC | O_NOFOLLOW | O_NOCTTY;
@@ -124,61 +126,52 @@ WireHandle NodeTable::handle_of(const Node& node) const {
   return h;
 }
 
-bool NodeTable::parse_handle(const unsigned char* h, HandleError* error, uint32_t* slot,
-                             uint32_t* generation, ino_t* ino) const {
-  *error = HandleError::kBad;
-  if (h[0] != kHandleVersion || h[1] != 0 || h[2] != 0 || h[3] != 0) return false;
-  if (get32(&h[4]) != instance_) {
-    *error = HandleError::kStale;  // minted by an earlier server instance
-    return false;
+Result<NodeTable::ParsedHandle> NodeTable::parse_handle(const unsigned char* h) const {
+  if (h[0] != kHandleVersion || h[1] != 0 || h[2] != 0 || h[3] != 0) {
+    return Status(kBadHandle, "handle: unknown version");
   }
-  if (!mac_.verify(h, kHandleBody, &h[kHandleBody], kHandleMac)) return false;
-  *slot = get32(&h[8]);
-  *generation = get32(&h[12]);
-  *ino = static_cast<ino_t>(get64(&h[16]));
-  return true;
+  if (get32(&h[4]) != instance_) return Status(ESTALE, "handle: earlier server instance");
+  if (!mac_.verify(h, kHandleBody, &h[kHandleBody], kHandleMac)) {
+    return Status(kBadHandle, "handle: bad MAC");
+  }
+  return ParsedHandle{get32(&h[8]), get32(&h[12]), static_cast<ino_t>(get64(&h[16]))};
 }
 
-NodeTable::Slot* NodeTable::slot_locked(uint32_t slot, uint32_t generation, ino_t ino,
-                                        HandleError* error) const {
-  if (slot >= slots_.size()) return nullptr;  // *error is still kBad
-  auto& s = const_cast<Slot&>(slots_[slot]);
-  if (s.generation != generation || !s.node || s.node->ino != ino) {
-    *error = HandleError::kStale;
-    return nullptr;
+Result<NodeTable::Slot*> NodeTable::slot_locked(const ParsedHandle& h) const {
+  if (h.slot >= slots_.size()) return Status(kBadHandle, "handle: no such slot");
+  auto& s = const_cast<Slot&>(slots_[h.slot]);
+  if (s.generation != h.generation || !s.node || s.node->ino != h.ino) {
+    return Status(ESTALE, "handle: node dropped");
   }
   s.referenced = true;
-  *error = HandleError::kNone;
   return &s;
 }
 
-NodeRef NodeTable::resolve(const unsigned char* h, HandleError* error) const {
-  uint32_t slot, generation;
-  ino_t ino;
-  if (!parse_handle(h, error, &slot, &generation, &ino)) return nullptr;
+Result<NodeRef> NodeTable::resolve(const unsigned char* h) const {
+  Result<ParsedHandle> parsed = parse_handle(h);
+  if (!parsed) return std::move(parsed).status();
   std::lock_guard lock(mu_);
-  Slot* s = slot_locked(slot, generation, ino, error);
-  return s != nullptr ? s->node : nullptr;
+  Result<Slot*> s = slot_locked(*parsed);
+  if (!s) return std::move(s).status();
+  return (*s)->node;
 }
 
-OpenNode NodeTable::open(const unsigned char* h, HandleError* error) {
-  uint32_t slot, generation;
-  ino_t ino;
-  if (!parse_handle(h, error, &slot, &generation, &ino)) return {};
+Result<OpenNode> NodeTable::open(const unsigned char* h) {
+  Result<ParsedHandle> parsed = parse_handle(h);
+  if (!parsed) return std::move(parsed).status();
   NodeRef node;
   {
     std::lock_guard lock(mu_);
-    Slot* s = slot_locked(slot, generation, ino, error);
-    if (s == nullptr) return {};
+    Result<Slot*> slot = slot_locked(*parsed);
+    if (!slot) return std::move(slot).status();
+    Slot* s = *slot;
     if (s->node->file) return OpenNode(s->node, touch_locked(*s->node));  // the hot path
     node = s->node;
   }
-  OpenNode pinned = reopen(node);
-  if (!pinned) *error = errno == ESTALE ? HandleError::kStale : HandleError::kOpen;
-  return pinned;
+  return reopen(node);
 }
 
-OpenNode NodeTable::open(const NodeRef& node) {
+Result<OpenNode> NodeTable::open(const NodeRef& node) {
   {
     std::lock_guard lock(mu_);
     if (node->file) return OpenNode(node, touch_locked(*node));
@@ -186,7 +179,7 @@ OpenNode NodeTable::open(const NodeRef& node) {
   return reopen(node);
 }
 
-OpenNode NodeTable::reopen(const NodeRef& node) {
+Result<OpenNode> NodeTable::reopen(const NodeRef& node) {
   // What to open below the nearest open ancestor, innermost first. Copies: once the mutex
   // is released the parent chain may change.
   struct Step {
@@ -202,15 +195,13 @@ OpenNode NodeTable::reopen(const NodeRef& node) {
     std::lock_guard lock(mu_);
     if (node->file) return OpenNode(node, touch_locked(*node));
     if (!in_table_locked(*node)) {
-      errno = ESTALE;  // forgotten or evicted: its handles are stale
-      return {};
+      return Status(ESTALE, "reopen: node dropped");  // forgotten or evicted
     }
     for (Node* p = node.get(); !base; p = p->parent.get()) {
       if (p->file) {
         base = touch_locked(*p);  // pinned: stays open while we walk from it
       } else if (!p->parent) {
-        errno = ESTALE;  // an ancestor was dropped: no way back
-        return {};
+        return Status(ESTALE, "reopen: ancestor dropped");  // no way back
       } else {
         steps.push_back(Step{p->dev, p->ino, p->type, p->fh, p->name});
       }
@@ -235,8 +226,7 @@ OpenNode NodeTable::reopen(const NodeRef& node) {
     }
     if (owned >= 0) close(owned);
     if (fd < 0) {
-      errno = err == ENOENT || err == ENOTDIR || err == ELOOP ? ESTALE : err;
-      return {};
+      return Status(err == ENOENT || err == ENOTDIR || err == ELOOP ? ESTALE : err, "reopen");
     }
     owned = dirfd = fd;
   }
@@ -244,10 +234,7 @@ OpenNode NodeTable::reopen(const NodeRef& node) {
   reopens_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard lock(mu_);  // released before `file` is destroyed if unused
   if (node->file) return OpenNode(node, touch_locked(*node));  // another call won the race
-  if (!in_table_locked(*node)) {
-    errno = ESTALE;  // forgotten while we walked
-    return {};
-  }
+  if (!in_table_locked(*node)) return Status(ESTALE, "reopen: node dropped");  // as we walked
   install_locked(*node, std::move(file));
   OpenNode pinned(node, touch_locked(*node));
   evict_files_locked();
@@ -374,19 +361,18 @@ void NodeTable::set_path_locked(Node& node, const NodeRef& parent, const char* n
   node.name = name;
 }
 
-NodeRef NodeTable::lookup(const OpenNode& dir, const char* name, struct stat* st) {
+Result<NodeRef> NodeTable::lookup(const OpenNode& dir, const char* name, struct stat* st) {
   const NodeRef& d = dir.node();
   bool dotdot = std::strcmp(name, "..") == 0;
   if (std::strcmp(name, ".") == 0 || (dotdot && d == root_)) {
-    if (fstat(dir.fd(), st) != 0) return nullptr;
+    if (fstat(dir.fd(), st) != 0) return Status::from_errno("lookup: fstat");
     std::lock_guard lock(mu_);
-    if (!in_table_locked(*d)) {
-      errno = ESTALE;
-      return nullptr;
-    }
+    if (!in_table_locked(*d)) return Status(ESTALE, "lookup: directory dropped");
     return d;
   }
-  if (fstatat(dir.fd(), name, st, AT_SYMLINK_NOFOLLOW) != 0) return nullptr;
+  if (fstatat(dir.fd(), name, st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return Status::from_errno("lookup: fstatat");
+  }
   {
     // A node whose descriptor is open is certainly this object: its inode number cannot
     // have been reused. Without one, open the object below to tell (admit()).
@@ -401,18 +387,16 @@ NodeRef NodeTable::lookup(const OpenNode& dir, const char* name, struct stat* st
     if (it == by_inode_.end() && dotdot) {
       // Every directory's parent node stays in the table while it has child nodes, so
       // this one moved behind our back (perhaps out of the export): do not follow it.
-      errno = ESTALE;
-      return nullptr;
+      return Status(ESTALE, "lookup: .. moved");
     }
   }
   bool writable = false;
   int fd = open_object(dir.fd(), name, st->st_mode & S_IFMT, &writable);
-  if (fd < 0) return nullptr;
+  if (fd < 0) return Status::from_errno("lookup: open");
   struct stat opened;
   if (fstat(fd, &opened) != 0 || opened.st_ino != st->st_ino || opened.st_dev != st->st_dev) {
     close(fd);  // replaced between stat and open: let the client retry
-    errno = ESTALE;
-    return nullptr;
+    return Status(ESTALE, "lookup: replaced");
   }
   *st = opened;
   return admit(dir, dotdot ? nullptr : name, fd, opened, writable);
@@ -420,11 +404,11 @@ NodeRef NodeTable::lookup(const OpenNode& dir, const char* name, struct stat* st
 
 NodeRef NodeTable::adopt(const OpenNode& dir, const char* name, int fd, const struct stat& st,
                          bool writable) {
-  return admit(dir, name, fd, st, writable);
+  return admit(dir, name, fd, st, writable).value();  // with a name, admit cannot fail
 }
 
-NodeRef NodeTable::admit(const OpenNode& dir, const char* name, int fd, const struct stat& st,
-                         bool writable) {
+Result<NodeRef> NodeTable::admit(const OpenNode& dir, const char* name, int fd,
+                                 const struct stat& st, bool writable) {
   std::string fh = kernel_handle(fd);
   auto file = std::make_shared<OpenFile>(fd, writable, &open_files_);
   std::lock_guard lock(mu_);  // released before `file` is destroyed if unused
@@ -440,10 +424,7 @@ NodeRef NodeTable::admit(const OpenNode& dir, const char* name, int fd, const st
     }
   }
   if (!node) {
-    if (name == nullptr) {
-      errno = ESTALE;  // ".." must lead to a node we have (see lookup)
-      return nullptr;
-    }
+    if (name == nullptr) return Status(ESTALE, "lookup: .. has no node");  // see lookup
     node = insert_locked(st, std::move(fh));
   }
   if (name != nullptr) set_path_locked(*node, dir.node(), name);
@@ -460,35 +441,30 @@ void NodeTable::renamed(const OpenNode& dir, const char* name, dev_t dev, ino_t 
   if (it != by_inode_.end()) set_path_locked(*slots_[it->second].node, dir.node(), name);
 }
 
-bool NodeTable::make_writable(const OpenNode& node) {
+Status NodeTable::make_writable(const OpenNode& node) {
   std::lock_guard lock(mu_);
   OpenFile& f = *node.file_;
-  if (f.writable.load(std::memory_order_relaxed)) return true;
-  if (!S_ISREG(node->type)) {
-    errno = EISDIR;
-    return false;
-  }
+  if (f.writable.load(std::memory_order_relaxed)) return {};
+  if (!S_ISREG(node->type)) return Status(EISDIR, "make_writable: not a file");
   char path[64];
   std::snprintf(path, sizeof path, "/proc/self/fd/%d", f.fd);
   int fd = ::open(path, O_RDWR | O_CLOEXEC);
-  if (fd < 0) return false;
+  if (fd < 0) return Status::from_errno("make_writable: open");
   struct stat st;
   if (fstat(fd, &st) != 0 || st.st_ino != node->ino) {
     close(fd);
-    errno = ESTALE;
-    return false;
+    return Status(ESTALE, "make_writable: replaced");
   }
   // dup3 swaps the descriptor under the same number, so concurrent users never see a
   // closed fd.
   if (dup3(fd, f.fd, O_CLOEXEC) < 0) {
-    int err = errno;
+    Status failed = Status::from_errno("make_writable: dup3");
     close(fd);
-    errno = err;
-    return false;
+    return failed;
   }
   close(fd);
   f.writable.store(true, std::memory_order_relaxed);
-  return true;
+  return {};
 }
 
 uint64_t NodeTable::forget_if_unlinked(dev_t dev, ino_t ino, nlink_t links_left) {

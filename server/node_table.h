@@ -37,6 +37,10 @@
 // drops the node (its handles turn STALE), and a pinned descriptor closes when its last
 // pin goes.
 //
+// Failures: calls that can fail return a Status or a Result (base/status.h) whose errno
+// says why; ESTALE means the handle's object is gone, replaced or forgotten, kBadHandle
+// that the handle is not one of ours. errno itself is never part of a contract here.
+//
 // Thread-safety: every member function is thread-safe. One mutex guards the slots, the
 // (device, inode) index, each node's path and descriptor, and the LRU list; it is held for
 // table bookkeeping and a few cheap system calls (closing an evicted descriptor,
@@ -50,6 +54,7 @@
 
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -58,6 +63,7 @@
 #include <vector>
 
 #include "base/keyed_mac.h"
+#include "base/status.h"
 
 namespace odafs::server {
 
@@ -105,7 +111,8 @@ struct Node {
 };
 
 // A node with its descriptor pinned open: eviction cannot close fd() while this lives.
-// Move-only; empty (false) when opening failed. REQUIRES: dies before its NodeTable.
+// Move-only; empty (false) only when default-constructed or reset(). REQUIRES: dies before
+// its NodeTable.
 class OpenNode {
  public:
   OpenNode() = default;
@@ -134,13 +141,12 @@ class OpenNode {
   std::shared_ptr<OpenFile> file_;
 };
 
-// Why a handle did not resolve or open.
-enum class HandleError {
-  kNone,
-  kBad,
-  kStale,
-  kOpen,  // the node exists but its object could not be reopened; errno says why
-};
+// The errno of a handle that is not one of ours (wrong version, a MAC that does not
+// verify, a slot that never existed): the protocol's BADHANDLE, which has no errno of its
+// own. EBADF, a descriptor number that names nothing, is never what reopening an object
+// fails with (the walk starts from a descriptor it holds pinned), so it cannot be mistaken
+// for a reopen failure.
+inline constexpr int kBadHandle = EBADF;
 
 class NodeTable {
  public:
@@ -161,27 +167,28 @@ class NodeTable {
 
   WireHandle handle_of(const Node& node) const;
 
-  // The node a handle names, without opening anything. REQUIRES: handle points at
-  // kHandleSize bytes.
-  NodeRef resolve(const unsigned char* handle, HandleError* error) const;
+  // The node a handle names (never null), without opening anything. Fails with
+  // kBadHandle or ESTALE. REQUIRES: handle points at kHandleSize bytes.
+  Result<NodeRef> resolve(const unsigned char* handle) const;
 
   // Resolves a handle and pins its node's descriptor open, reopening it if it was
-  // evicted. Failure: empty, *error says why (kStale also when the object is gone or was
-  // replaced; kOpen with errno for other reopen failures, EACCES say).
-  OpenNode open(const unsigned char* handle, HandleError* error);
-  // Pins node's descriptor open, reopening it if needed. Failure: empty, errno set
-  // (ESTALE when the node was dropped or its object is gone or replaced).
-  OpenNode open(const NodeRef& node);
+  // evicted. Fails with kBadHandle, ESTALE (also when the object is gone or was replaced)
+  // or what reopening it failed with (EACCES, say).
+  Result<OpenNode> open(const unsigned char* handle);
+  // Pins node's descriptor open, reopening it if needed. Fails with ESTALE when the node
+  // was dropped or its object is gone or replaced, or with what reopening it failed with.
+  Result<OpenNode> open(const NodeRef& node);
 
-  // Finds or creates the node of `name` in directory `dir` and records that name as the
-  // way to reach it. Returns nullptr and sets errno on failure. Never follows a symlink in
-  // the last component; ".." of the root is the root; ".." elsewhere must lead to a node
-  // the table has (ESTALE otherwise). REQUIRES: name passed valid_name() or is "." / "..".
-  NodeRef lookup(const OpenNode& dir, const char* name, struct stat* st);
+  // Finds or creates the node of `name` in directory `dir` (never null), fills *st with
+  // its attributes and records that name as the way to reach it. Fails with what
+  // fstatat/openat said (ENOENT, EACCES, ...), or ESTALE. Never follows a symlink in the
+  // last component; ".." of the root is the root; ".." elsewhere must lead to a node the
+  // table has (ESTALE otherwise). REQUIRES: name passed valid_name() or is "." / "..".
+  Result<NodeRef> lookup(const OpenNode& dir, const char* name, struct stat* st);
 
   // Takes ownership of fd, the object `name` just created in `dir` (CREATE), and returns
-  // its node; if the inode already has a node, returns that one (keeping fd as its
-  // descriptor if it had none, closing it otherwise).
+  // its node (never null: this cannot fail); if the inode already has a node, returns
+  // that one (keeping fd as its descriptor if it had none, closing it otherwise).
   NodeRef adopt(const OpenNode& dir, const char* name, int fd, const struct stat& st,
                 bool writable);
 
@@ -190,8 +197,9 @@ class NodeTable {
   void renamed(const OpenNode& dir, const char* name, dev_t dev, ino_t ino);
 
   // Reopens a regular file read-write (after a chmod, say), in place: fd() keeps its
-  // number. Returns false, errno set.
-  bool make_writable(const OpenNode& node);
+  // number. Ok at once if it already is. Fails with EISDIR for anything but a regular
+  // file, ESTALE if the object is not the node's any more, or what open/dup3 said.
+  Status make_writable(const OpenNode& node);
 
   // Drops the node of (dev, ino), if present and no longer linked anywhere: its handles
   // turn STALE. The link count comes from the node's descriptor if it is open, otherwise
@@ -225,10 +233,17 @@ class NodeTable {
     size_t operator()(const Key& k) const { return std::hash<uint64_t>()(k.ino * 31 + k.dev); }
   };
 
-  bool parse_handle(const unsigned char* handle, HandleError* error, uint32_t* slot,
-                    uint32_t* generation, ino_t* ino) const;
-  // The live slot a parsed handle names (marked referenced), or nullptr with *error set.
-  Slot* slot_locked(uint32_t slot, uint32_t generation, ino_t ino, HandleError* error) const;
+  // What a handle says, once its MAC verified.
+  struct ParsedHandle {
+    uint32_t slot;
+    uint32_t generation;
+    ino_t ino;
+  };
+  // Fails with kBadHandle, or ESTALE for a handle of an earlier server instance.
+  Result<ParsedHandle> parse_handle(const unsigned char* handle) const;
+  // The live slot a parsed handle names (marked referenced, never null). Fails with
+  // kBadHandle (no such slot) or ESTALE.
+  Result<Slot*> slot_locked(const ParsedHandle& h) const;
   NodeRef insert_locked(const struct stat& st, std::string fh);  // no descriptor yet
   bool evict_some_locked();   // false when no node can be evicted
   void drop_locked(Slot& s);  // the slot's node leaves the table
@@ -244,11 +259,13 @@ class NodeTable {
   void set_path_locked(Node& node, const NodeRef& parent, const char* name);
   // lookup and adopt: fd is name's object in dir (name null for "..": never a new node
   // nor a new path). A node of the same inode number whose object is another (the kernel
-  // handles differ) is dropped first.
-  NodeRef admit(const OpenNode& dir, const char* name, int fd, const struct stat& st,
-                bool writable);
-  // Opens node's object by walking from its nearest open ancestor. Empty + errno on failure.
-  OpenNode reopen(const NodeRef& node);
+  // handles differ) is dropped first. Fails (ESTALE) only for "..", when it has no node.
+  Result<NodeRef> admit(const OpenNode& dir, const char* name, int fd, const struct stat& st,
+                        bool writable);
+  // Opens node's object by walking from its nearest open ancestor. Fails with ESTALE when
+  // the node or an ancestor was dropped or an object on the way is gone or replaced, or
+  // with what openat said.
+  Result<OpenNode> reopen(const NodeRef& node);
 
   KeyedMac mac_;
   uint32_t instance_;

@@ -16,7 +16,9 @@
 #include "server/node_table.h"
 #include "tests/support/server_process.h"
 
-using odafs::server::HandleError;
+using odafs::Result;
+using odafs::Status;
+using odafs::server::kBadHandle;
 using odafs::server::kHandleSize;
 using odafs::server::NodeRef;
 using odafs::server::NodeTable;
@@ -28,15 +30,35 @@ using odafs::test::write_local;
 
 namespace {
 
-NodeRef resolve(const NodeTable& t, const WireHandle& h, HandleError* err) {
-  return t.resolve(h.data(), err);
+// The node handle h names, or nullptr; *err is the failure's errno (0 on success).
+NodeRef resolve(const NodeTable& t, const WireHandle& h, int* err) {
+  Result<NodeRef> r = t.resolve(h.data());
+  *err = r.errno_value();
+  return r ? *r : nullptr;
 }
 
-// Looks name up in dir, with dir pinned open for the call as the server does.
-NodeRef lookup(NodeTable& t, const NodeRef& dir, const char* name, struct stat* st) {
-  OpenNode d = t.open(dir);
-  REQUIRE(d);
-  return t.lookup(d, name, st);
+// Opens handle h as the server does: the pinned node, or an empty one with *err set.
+OpenNode open_handle(NodeTable& t, const WireHandle& h, int* err) {
+  Result<OpenNode> r = t.open(h.data());
+  *err = r.errno_value();
+  return r ? std::move(r).value() : OpenNode();
+}
+
+// Pins node open; the test fails if it cannot be.
+OpenNode pin(NodeTable& t, const NodeRef& node) {
+  Result<OpenNode> r = t.open(node);
+  REQUIRE_MESSAGE(r.ok(), r.status().to_string());
+  return std::move(r).value();
+}
+
+// Looks name up in dir, with dir pinned open for the call as the server does. nullptr on
+// failure, with its errno in *err if err is given.
+NodeRef lookup(NodeTable& t, const NodeRef& dir, const char* name, struct stat* st,
+               int* err = nullptr) {
+  OpenNode d = pin(t, dir);
+  Result<NodeRef> r = t.lookup(d, name, st);
+  if (err != nullptr) *err = r.errno_value();
+  return r ? *r : nullptr;
 }
 
 struct stat lstat_of(const std::string& path) {
@@ -45,18 +67,8 @@ struct stat lstat_of(const std::string& path) {
   return st;
 }
 
-const char* error_name(HandleError e) {
-  switch (e) {
-    case HandleError::kNone:
-      return "kNone";
-    case HandleError::kBad:
-      return "kBad";
-    case HandleError::kStale:
-      return "kStale";
-    case HandleError::kOpen:
-      return "kOpen";
-  }
-  return "?";
+const char* error_name(int err) {
+  return err == 0 ? "none" : err == kBadHandle ? "kBadHandle" : err == ESTALE ? "ESTALE" : "?";
 }
 
 }  // namespace
@@ -81,9 +93,9 @@ TEST_CASE("the root handle resolves to the root") {
 
   WireHandle h = t.handle_of(*root);
   static_assert(sizeof h == kHandleSize);
-  HandleError err = HandleError::kBad;
+  int err = kBadHandle;
   NodeRef back = resolve(t, h, &err);
-  CHECK(err == HandleError::kNone);
+  CHECK(err == 0);
   CHECK(back == root);
   // Deterministic: the same node always gets the same handle.
   CHECK(t.handle_of(*root) == h);
@@ -103,7 +115,7 @@ TEST_CASE("handle_of and resolve round trip for looked-up objects") {
   CHECK(S_ISREG(st.st_mode));
   CHECK(st.st_size == 8);
   CHECK(file->ino == lstat_of(dir / "file").st_ino);
-  CHECK(t.open(file).writable());  // a file we own opens read-write
+  CHECK(pin(t, file).writable());  // a file we own opens read-write
   CHECK(file->id != t.root()->id);
 
   NodeRef sub = lookup(t, t.root(), "sub", &st);
@@ -114,9 +126,9 @@ TEST_CASE("handle_of and resolve round trip for looked-up objects") {
   CHECK(inner->ino == lstat_of(dir / "sub/inner").st_ino);
 
   for (const NodeRef& n : {file, sub, inner}) {
-    HandleError err = HandleError::kBad;
+    int err = kBadHandle;
     NodeRef back = resolve(t, t.handle_of(*n), &err);
-    CHECK(err == HandleError::kNone);
+    CHECK(err == 0);
     CHECK(back == n);
   }
   // Distinct objects, distinct handles; a second lookup finds the same node.
@@ -130,17 +142,17 @@ TEST_CASE("handle_of and resolve round trip for looked-up objects") {
   // While its descriptor is open, the node is the object itself, whatever happens to its
   // name.
   REQUIRE(::rename((dir / "file").c_str(), (dir / "renamed").c_str()) == 0);
-  HandleError err = HandleError::kBad;
-  OpenNode again = t.open(t.handle_of(*file).data(), &err);
+  int err = kBadHandle;
+  OpenNode again = open_handle(t, t.handle_of(*file), &err);
   REQUIRE(again);
   CHECK(again.node() == file);
   char buf[16] = {};
   CHECK(::pread(again.fd(), buf, sizeof buf, 0) == 8);
   CHECK(std::string(buf) == "contents");
 
-  errno = 0;
-  CHECK(lookup(t, t.root(), "missing", &st) == nullptr);
-  CHECK(errno == ENOENT);
+  int missing = 0;
+  CHECK(lookup(t, t.root(), "missing", &st, &missing) == nullptr);
+  CHECK(missing == ENOENT);
 }
 
 TEST_CASE("flipping any single byte of a valid handle makes it fail") {
@@ -159,19 +171,19 @@ TEST_CASE("flipping any single byte of a valid handle makes it fail") {
         CAPTURE(static_cast<int>(mask));
         WireHandle h = good;
         h[i] ^= mask;
-        HandleError err = HandleError::kNone;
+        int err = 0;
         NodeRef r = resolve(t, h, &err);
         CHECK(r == nullptr);
         INFO("error: ", error_name(err));
-        CHECK((err == HandleError::kBad || err == HandleError::kStale));
+        CHECK((err == kBadHandle || err == ESTALE));
       }
     }
   }
 
   WireHandle zero{};
-  HandleError err = HandleError::kNone;
+  int err = 0;
   CHECK(resolve(t, zero, &err) == nullptr);
-  CHECK(err == HandleError::kBad);
+  CHECK(err == kBadHandle);
 }
 
 TEST_CASE("a handle from another node table instance does not resolve") {
@@ -190,9 +202,9 @@ TEST_CASE("a handle from another node table instance does not resolve") {
         std::tuple<NodeTable*, NodeTable*, NodeRef>{&a, &b, fa},
         std::tuple<NodeTable*, NodeTable*, NodeRef>{&b, &a, b.root()},
         std::tuple<NodeTable*, NodeTable*, NodeRef>{&b, &a, fb}}) {
-    HandleError err = HandleError::kNone;
-    CHECK(to->resolve(from->handle_of(*node).data(), &err) == nullptr);
-    CHECK((err == HandleError::kStale || err == HandleError::kBad));
+    int err = 0;
+    CHECK(resolve(*to, from->handle_of(*node), &err) == nullptr);
+    CHECK((err == ESTALE || err == kBadHandle));
   }
 
   // Same slot, generation and inode, but minted under another key: forged, not accepted
@@ -200,9 +212,9 @@ TEST_CASE("a handle from another node table instance does not resolve") {
   WireHandle forged = a.handle_of(*fa);
   uint32_t inst = b.instance();
   for (int i = 0; i < 4; ++i) forged[4 + i] = static_cast<unsigned char>(inst >> (24 - 8 * i));
-  HandleError err = HandleError::kNone;
-  CHECK(b.resolve(forged.data(), &err) == nullptr);
-  CHECK(err == HandleError::kBad);
+  int err = 0;
+  CHECK(resolve(b, forged, &err) == nullptr);
+  CHECK(err == kBadHandle);
 }
 
 TEST_CASE("lookup of .. at the root stays at the root") {
@@ -232,13 +244,13 @@ TEST_CASE("lookup of a symlink returns the link itself, never its target") {
     CHECK(link->type == S_IFLNK);
     CHECK(S_ISLNK(st.st_mode));
     CHECK(link->ino == lstat_of(dir / name).st_ino);
-    OpenNode pinned = t.open(link);
+    OpenNode pinned = pin(t, link);
     REQUIRE(pinned);
     CHECK_FALSE(pinned.writable());
     struct stat by_fd {};
     REQUIRE(::fstat(pinned.fd(), &by_fd) == 0);
     CHECK(S_ISLNK(by_fd.st_mode));
-    HandleError err = HandleError::kBad;
+    int err = kBadHandle;
     CHECK(resolve(t, t.handle_of(*link), &err) == link);
   }
 
@@ -247,9 +259,9 @@ TEST_CASE("lookup of a symlink returns the link itself, never its target") {
   NodeRef link = lookup(t, t.root(), "etc_link", &st);
   REQUIRE(link != nullptr);
   CHECK(link->ino != etc.st_ino);
-  errno = 0;
-  CHECK(lookup(t, link, "passwd", &st) == nullptr);
-  CHECK(errno == ENOTDIR);
+  int inside = 0;
+  CHECK(lookup(t, link, "passwd", &st, &inside) == nullptr);
+  CHECK(inside == ENOTDIR);
 }
 
 TEST_CASE("valid_name") {
@@ -280,7 +292,7 @@ TEST_CASE("forget_if_unlinked") {
   NodeRef f = lookup(t, t.root(), "f", &st);
   REQUIRE(f != nullptr);
   const WireHandle h = t.handle_of(*f);
-  HandleError err = HandleError::kBad;
+  int err = kBadHandle;
 
   CHECK(t.forget_if_unlinked(f->dev, f->ino) == 0);  // still linked
   CHECK(resolve(t, h, &err) == f);
@@ -290,14 +302,14 @@ TEST_CASE("forget_if_unlinked") {
   REQUIRE(::unlink((dir / "f").c_str()) == 0);
   CHECK(t.forget_if_unlinked(f->dev, f->ino) == 0);
   CHECK(resolve(t, h, &err) == f);
-  CHECK(err == HandleError::kNone);
+  CHECK(err == 0);
 
   REQUIRE(::unlink((dir / "g").c_str()) == 0);
   size_t before = t.size();
   CHECK(t.forget_if_unlinked(f->dev, f->ino) == f->id);
   CHECK(t.size() == before - 1);
   CHECK(resolve(t, h, &err) == nullptr);
-  CHECK(err == HandleError::kStale);
+  CHECK(err == ESTALE);
   CHECK(t.forget_if_unlinked(f->dev, f->ino) == 0);  // already gone
 
   // The slot is reused by the next object; the old handle stays stale.
@@ -306,7 +318,7 @@ TEST_CASE("forget_if_unlinked") {
   REQUIRE(n != nullptr);
   CHECK(n->id != f->id);
   CHECK(resolve(t, h, &err) == nullptr);
-  CHECK(err == HandleError::kStale);
+  CHECK(err == ESTALE);
   CHECK(resolve(t, t.handle_of(*n), &err) == n);
 
   // Unknown inodes are left alone.
@@ -334,22 +346,22 @@ TEST_CASE("the table stays bounded and evicted handles are stale") {
 
   int live = 0, stale = 0;
   for (int i = 0; i < kFiles; ++i) {
-    HandleError err = HandleError::kBad;
+    int err = kBadHandle;
     NodeRef n = resolve(t, handles[i], &err);
     if (n != nullptr) {
-      CHECK(err == HandleError::kNone);
+      CHECK(err == 0);
       CHECK(n->ino == inodes[i]);  // never another object that took the slot
       ++live;
     } else {
       CAPTURE(i);
-      CHECK(err == HandleError::kStale);
+      CHECK(err == ESTALE);
       ++stale;
     }
   }
   CHECK(live <= 16);
   CHECK(stale >= kFiles - 16);
 
-  HandleError err = HandleError::kBad;
+  int err = kBadHandle;
   CHECK(resolve(t, root_handle, &err) == t.root());  // the root is never evicted
 
   // An evicted object can be looked up again and gets a fresh, working handle.
@@ -388,16 +400,16 @@ TEST_CASE("make_writable on a file opened read-only") {
   struct stat st {};
   NodeRef node_ref = lookup(t, t.root(), "ro", &st);
   REQUIRE(node_ref != nullptr);
-  OpenNode node = t.open(node_ref);
+  OpenNode node = pin(t, node_ref);
   REQUIRE(node);
   const int fd_number = node.fd();
   const WireHandle h = t.handle_of(*node);
   // Root may open a 0444 file read-write; others get it read-only.
   CHECK(node.writable() == ((::fcntl(node.fd(), F_GETFL) & O_ACCMODE) == O_RDWR));
 
-  errno = 0;
-  bool ok = t.make_writable(node);
-  int saved = errno;
+  Status made = t.make_writable(node);
+  bool ok = made.ok();
+  int saved = made.errno_value();
   CHECK(node.writable() == ok);
   int mode = ::fcntl(node.fd(), F_GETFL) & O_ACCMODE;
   if (ok) {
@@ -412,24 +424,22 @@ TEST_CASE("make_writable on a file opened read-only") {
 
   // Once the mode allows it, make_writable succeeds for anyone, in place.
   REQUIRE(::chmod((dir / "ro").c_str(), 0644) == 0);
-  REQUIRE(t.make_writable(node));
+  REQUIRE(t.make_writable(node).ok());
   CHECK(node.writable());
   CHECK(node.fd() == fd_number);
   CHECK((::fcntl(node.fd(), F_GETFL) & O_ACCMODE) == O_RDWR);
   CHECK(::pwrite(node.fd(), "CHANGED!", 8, 0) == 8);
   CHECK(read_local(dir / "ro") == "CHANGED!");
-  HandleError err = HandleError::kBad;
+  int err = kBadHandle;
   CHECK(resolve(t, h, &err) == node.node());
-  CHECK(t.make_writable(node));  // idempotent
+  CHECK(t.make_writable(node).ok());  // idempotent
 
   // Directories are never made writable.
   NodeRef sub_ref = lookup(t, t.root(), "sub", &st);
   REQUIRE(sub_ref != nullptr);
-  OpenNode sub = t.open(sub_ref);
+  OpenNode sub = pin(t, sub_ref);
   REQUIRE(sub);
-  errno = 0;
-  CHECK_FALSE(t.make_writable(sub));
-  CHECK(errno == EISDIR);
+  CHECK(t.make_writable(sub).errno_value() == EISDIR);
   CHECK_FALSE(sub.writable());
 }
 
@@ -445,8 +455,8 @@ size_t fds_in_process() {
 // Pins each handle in turn: touches nodes so that older descriptors get evicted.
 void churn(NodeTable& t, const std::vector<WireHandle>& handles) {
   for (const WireHandle& h : handles) {
-    HandleError err = HandleError::kBad;
-    REQUIRE(t.open(h.data(), &err));
+    int err = kBadHandle;
+    REQUIRE(open_handle(t, h, &err));
   }
 }
 
@@ -505,7 +515,7 @@ TEST_CASE("descriptors are a bounded cache: 200 handles work with 8 open files")
                        "/" + name;
     NodeRef n;
     if (i % 2 == 0) {
-      OpenNode p = t.open(parent);
+      OpenNode p = pin(t, parent);
       REQUIRE(p);
       int fd = ::openat(p.fd(), name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0644);
       REQUIRE(fd >= 0);
@@ -526,10 +536,10 @@ TEST_CASE("descriptors are a bounded cache: 200 handles work with 8 open files")
   // Every handle still reaches its own file, for writing and for reading.
   for (int i = 0; i < kFiles; ++i) {
     CAPTURE(i);
-    HandleError err = HandleError::kBad;
-    OpenNode n = t.open(handles[i].data(), &err);
+    int err = kBadHandle;
+    OpenNode n = open_handle(t, handles[i], &err);
     REQUIRE(n);
-    CHECK(err == HandleError::kNone);
+    CHECK(err == 0);
     std::string text = "file " + std::to_string(i);
     REQUIRE(::pwrite(n.fd(), text.data(), text.size(), 0) == static_cast<ssize_t>(text.size()));
     n.reset();
@@ -538,8 +548,8 @@ TEST_CASE("descriptors are a bounded cache: 200 handles work with 8 open files")
   for (int i = kFiles - 1; i >= 0; --i) {
     CAPTURE(i);
     CHECK(read_local(paths[i]) == "file " + std::to_string(i));
-    HandleError err = HandleError::kBad;
-    OpenNode n = t.open(handles[i].data(), &err);
+    int err = kBadHandle;
+    OpenNode n = open_handle(t, handles[i], &err);
     REQUIRE(n);
     CHECK(pread_all(n.fd()) == "file " + std::to_string(i));
     n.reset();
@@ -554,8 +564,8 @@ TEST_CASE("descriptors are a bounded cache: 200 handles work with 8 open files")
   SUBCASE("pinned descriptors are never closed; the bound returns once they go") {
     std::vector<OpenNode> held;
     for (int i = 0; i < 12; ++i) {
-      HandleError err = HandleError::kBad;
-      held.push_back(t.open(handles[i].data(), &err));
+      int err = kBadHandle;
+      held.push_back(open_handle(t, handles[i], &err));
       REQUIRE(held.back());
     }
     CHECK(t.open_files() >= 13);
@@ -592,8 +602,8 @@ TEST_CASE("a handle whose descriptor was evicted follows renames made through th
   // As RENAME does: rename in the pinned directories, then tell the table.
   auto rename_through_table = [&](const NodeRef& from, const char* from_name, const NodeRef& to,
                                   const char* to_name) {
-    OpenNode f = t.open(from);
-    OpenNode d = t.open(to);
+    OpenNode f = pin(t, from);
+    OpenNode d = pin(t, to);
     REQUIRE(f);
     REQUIRE(d);
     REQUIRE(::renameat(f.fd(), from_name, d.fd(), to_name) == 0);
@@ -602,16 +612,16 @@ TEST_CASE("a handle whose descriptor was evicted follows renames made through th
     t.renamed(d, to_name, moved.st_dev, moved.st_ino);
   };
   // Opens hx after evicting every other descriptor; checks it had to be reopened.
-  auto open_x_evicted = [&](HandleError* err) {
+  auto open_x_evicted = [&](int* err) {
     churn(t, fillers);
     uint64_t before = t.reopens();
-    OpenNode n = t.open(hx.data(), err);
+    OpenNode n = open_handle(t, hx, err);
     if (n) CHECK(t.reopens() == before + 1);
     return n;
   };
 
   rename_through_table(a, "x", b, "y");
-  HandleError err = HandleError::kBad;
+  int err = kBadHandle;
   OpenNode n = open_x_evicted(&err);
   REQUIRE(n);
   CHECK(n.node() == x);
@@ -634,9 +644,9 @@ TEST_CASE("a handle whose descriptor was evicted follows renames made through th
   REQUIRE(::rename((dir / "c/y").c_str(), (dir / "c/z").c_str()) == 0);
   n = open_x_evicted(&err);
   CHECK_FALSE(n);
-  CHECK(err == HandleError::kStale);
+  CHECK(err == ESTALE);
   CHECK(lookup(t, b, "z", &st) == x);
-  n = t.open(hx.data(), &err);
+  n = open_handle(t, hx, &err);
   REQUIRE(n);
   CHECK(pread_all(n.fd()) == "PAYload");
 }
@@ -657,10 +667,10 @@ TEST_CASE("an object removed and replaced behind the table's back is STALE, not 
   REQUIRE(::unlink((dir / "victim").c_str()) == 0);
   write_local(dir / "victim", "new");
   INFO("inode number reused: ", lstat_of(dir / "victim").st_ino == v->ino);
-  HandleError err = HandleError::kBad;
-  OpenNode o = t.open(hv.data(), &err);
+  int err = kBadHandle;
+  OpenNode o = open_handle(t, hv, &err);
   CHECK_FALSE(o);
-  CHECK(err == HandleError::kStale);
+  CHECK(err == ESTALE);
   CHECK(read_local(dir / "victim") == "new");
 
   // Looking the name up finds the newcomer as a new node with its own handle; the old
@@ -669,10 +679,10 @@ TEST_CASE("an object removed and replaced behind the table's back is STALE, not 
   REQUIRE(n != nullptr);
   CHECK(n != v);
   CHECK(t.handle_of(*n) != hv);
-  o = t.open(hv.data(), &err);
+  o = open_handle(t, hv, &err);
   CHECK_FALSE(o);
-  CHECK(err == HandleError::kStale);
-  o = t.open(t.handle_of(*n).data(), &err);
+  CHECK(err == ESTALE);
+  o = open_handle(t, t.handle_of(*n), &err);
   REQUIRE(o);
   CHECK(pread_all(o.fd()) == "new");
   o.reset();
@@ -682,9 +692,9 @@ TEST_CASE("an object removed and replaced behind the table's back is STALE, not 
   churn(t, fillers);
   REQUIRE(::unlink((dir / "victim").c_str()) == 0);
   CHECK(t.forget_if_unlinked(n->dev, n->ino, 0) == n->id);
-  o = t.open(t.handle_of(*n).data(), &err);
+  o = open_handle(t, t.handle_of(*n), &err);
   CHECK_FALSE(o);
-  CHECK(err == HandleError::kStale);
+  CHECK(err == ESTALE);
 }
 
 TEST_CASE("threads opening handles at once never see another file's descriptor") {
@@ -710,8 +720,8 @@ TEST_CASE("threads opening handles at once never see another file's descriptor")
       for (int round = 0; round < 2000; ++round) {
         x = x * 1103515245u + 12345u;
         int i = static_cast<int>((x >> 8) % kFiles);
-        HandleError err = HandleError::kBad;
-        OpenNode n = t.open(handles[i].data(), &err);
+        int err = kBadHandle;
+        OpenNode n = open_handle(t, handles[i], &err);
         if (!n) {
           ++failed;
           continue;

@@ -238,6 +238,38 @@ TEST_CASE("paths never leave the export") {
   CHECK(read_local(outside / "secret") == "outside data");
 }
 
+TEST_CASE("a handle that is not ours is BADHANDLE; one of an earlier instance is STALE") {
+  TempDir dir;
+  write_local(dir / "f", "data");
+  ServerProcess server(dir.path());
+  auto fs = Client::mount(server.url());
+  const odafs::Handle file = fs->lookup(fs->root(), "f").first;
+  odafs::rpc::Channel ch(endpoint(server), channel_options());
+  // The raw status GETATTR answers for handle h (the client turns both errors into ESTALE).
+  auto getattr_status = [&](const odafs::Handle& h) {
+    getattr_args args{};
+    std::memcpy(args.fh, h.data(), h.size());
+    attr_res res{};
+    ch.call(ODAFSPROC_GETATTR, odafs::rpc::to_xdrproc(xdr_getattr_args), &args,
+            odafs::rpc::to_xdrproc(xdr_attr_res), &res);
+    return static_cast<int>(res.status);
+  };
+  CHECK(getattr_status(file) == ODAFS_OK);
+  odafs::Handle h = file;
+  h[0] ^= 1;  // the format version
+  CHECK(getattr_status(h) == ODAFS_ERR_BADHANDLE);
+  h = file;
+  h[h.size() - 1] ^= 1;  // the MAC
+  CHECK(getattr_status(h) == ODAFS_ERR_BADHANDLE);
+  CHECK(getattr_status(odafs::Handle{}) == ODAFS_ERR_BADHANDLE);
+  h = file;
+  h[4] ^= 1;  // the server instance: checked before the MAC
+  CHECK(getattr_status(h) == ODAFS_ERR_STALE);
+  // Removed: the node is forgotten and its handle STALE.
+  fs->unlink("f");
+  CHECK(getattr_status(file) == ODAFS_ERR_STALE);
+}
+
 TEST_CASE("server restart: new write verifier, stale handles recover by path") {
   TempDir dir;
   ServerProcess server(dir.path());

@@ -86,9 +86,11 @@ struct Harness {
     handles.push_back(nodes.handle_of(*nodes.root()));
     for (const char* name : {"f", "d", "l"}) {
       struct stat st;
-      odafs::server::NodeRef n = nodes.lookup(nodes.open(nodes.root()), name, &st);
+      odafs::Result<odafs::server::OpenNode> root = nodes.open(nodes.root());
+      if (!root) __builtin_trap();
+      odafs::Result<odafs::server::NodeRef> n = nodes.lookup(*root, name, &st);
       if (!n) __builtin_trap();
-      handles.push_back(nodes.handle_of(*n));
+      handles.push_back(nodes.handle_of(**n));
     }
   }
 
