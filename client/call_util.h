@@ -85,9 +85,10 @@ inline void check_name(const std::string& name) {
 // The Error an rpc::RpcError becomes at the API: the same errno, and its what() as the
 // message, after "context: " when a context is given. The one place that conversion is
 // written: every catch of an RpcError in the client ends in throw error_from(e).
-inline Error error_from(const rpc::RpcError& e) { return Error(e.code().value(), e.what()); }
+// Error's what() appends the errno's text itself, so the RpcError's bare message goes in.
+inline Error error_from(const rpc::RpcError& e) { return Error(e.code().value(), e.message()); }
 inline Error error_from(const rpc::RpcError& e, const std::string& context) {
-  return Error(e.code().value(), context + ": " + e.what());
+  return Error(e.code().value(), context + ": " + e.message());
 }
 
 template <class Fn>

@@ -21,11 +21,14 @@ class RpcError : public std::system_error {
     kDenied,        // MSG_DENIED (RPC_MISMATCH or AUTH_ERROR)
   };
   RpcError(Kind kind, int err, const std::string& what)
-      : std::system_error(err, std::generic_category(), what), kind_(kind) {}
+      : std::system_error(err, std::generic_category(), what), kind_(kind), message_(what) {}
   Kind kind() const { return kind_; }
+  // The message without what() adds (": " and the errno's text), for errors that wrap it.
+  const std::string& message() const { return message_; }
 
  private:
   Kind kind_;
+  std::string message_;
 };
 
 }  // namespace odafs::rpc
