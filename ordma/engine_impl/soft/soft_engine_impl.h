@@ -1,0 +1,219 @@
+// The soft engine's implementation class, shared by its source files (private to
+// ordma/engine_impl/soft/; the server and tests see soft_engine.h):
+//   soft_engine.cc         lifecycle, the engine threads' loop, accepting, dropping
+//   soft_engine_serve.cc   TCP connections: handshake, READ frames, admission, output
+//   soft_engine_rings.cc   local rings: setup and serving posted slots
+//   soft_engine_direct.cc  direct transfers: PUT into and GET from client buffers
+//
+// The soft engine: one-sided reads served over TCP by dedicated engine threads.
+//
+// Each engine thread owns an epoll set and the connections assigned to it, so a
+// connection's buffers are touched by one thread only and the read path takes no lock:
+// decode a frame, check the capability (HMAC) and the session, bounds-check, pin the export
+// table entry, copy the segment's bytes into the connection's output buffer, unpin. The
+// copy is the soft engine's DMA: it lets go of the pin before the bytes reach the socket,
+// so a slow client can never hold a segment pinned. The engine touches only the export
+// table and the exported memory — never the file system, the RPC layer or server locks.
+//
+// Clients on the engine's host may also use local rings (local_ring.h): the same reads,
+// posted in shared memory, answered with a copy into the client's slot.
+#pragma once
+
+#include <fcntl.h>
+#include <openssl/rand.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "base/acceptor.h"
+#include "base/futex.h"
+#include "base/log.h"
+#include "ordma/engine_impl/soft/local_ring.h"
+#include "ordma/engine_impl/soft/pull_table.h"
+#include "ordma/engine_impl/soft/ring_server.h"
+#include "ordma/engine_impl/soft/soft_engine.h"
+#include "ordma/engine_impl/soft/wire.h"
+
+namespace odafs::ordma::soft {
+
+// epoll tags: these small values, a Conn* (its socket), or a Conn* | 1 (its ring's doorbell;
+// a Conn is aligned, so bit 0 is free).
+inline constexpr uint64_t kListenTag = 1;
+inline constexpr uint64_t kWakeTag = 2;
+inline constexpr uint64_t kLocalListenTag = 3;
+inline constexpr uint64_t kDoorbellBit = 1;
+inline constexpr size_t kInBytes = 64 * 1024;  // an authenticated connection's input buffer
+// How often each engine thread looks for handshakes that took too long.
+inline constexpr int kHandshakeSweepMs = 250;
+
+inline int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+// Batches one wake-up serves from a ring before the engine turns to its other connections
+// (it rings the doorbell itself to come back).
+inline constexpr int kRingRoundsPerWake = 16;
+
+struct Conn {
+  int fd = -1;
+  int ep = -1;         // the owning engine thread's epoll set
+  bool local = false;  // came in on the Unix socket: sets up a ring, then only idles
+  std::unique_ptr<Ring> ring;
+  bool authed = false;
+  uint64_t session = 0;
+  Nonce nonce{};
+  // Sized for HELLO until the connection authenticates, then kInBytes: a connection that
+  // never says a word costs no input buffer.
+  std::vector<unsigned char> in = std::vector<unsigned char>(wire::kHelloBytes);
+  int64_t accepted_ms = 0;
+  size_t in_len = 0;
+  // Output is shared with push(): responses from the owning engine thread and
+  // server-initiated writes from RPC threads. Guarded by out_mu, and so is `events`.
+  std::mutex out_mu;
+  std::vector<unsigned char> out;
+  size_t out_head = 0;
+  uint32_t events = 0;  // what the epoll registration asks for now
+  bool dead = false;    // dropped: pushes must not touch the socket; guarded by out_mu
+  // A DATA frame's bytes being received (direct write): where they go, how many are left.
+  // Owner thread only.
+  std::shared_ptr<PullWaiter> sink;
+  uint32_t sink_left = 0;
+  uint32_t sink_at = 0;
+  size_t backlog() const { return out.size() - out_head; }
+  // The fd closes with the last holder (an RPC thread pushing may outlive the drop).
+  ~Conn() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+class SoftEngineImpl final : public SoftEngine {
+ public:
+  SoftEngineImpl(const EngineOptions& options, ExportedMemory memory);
+
+  ~SoftEngineImpl() override;
+
+  void start() override;
+
+  void stop() override;
+
+  std::string endpoint() const override { return bound_.to_string(); }
+  const EngineStats& stats() const override { return stats_; }
+
+  const char* kind() const override { return "soft"; }
+  Session open_session() override { return sessions_.issue(); }
+
+  bool export_segment(uint32_t segment, uint32_t length, uint64_t session, Reference* ref) override;
+  void revoke(uint32_t segment) override { table_.revoke(segment); }
+  void begin_write(uint32_t segment) override { table_.lock(segment); }
+  void end_write(uint32_t segment) override { table_.unlock(segment); }
+
+  ExportTable& table() override { return table_; }
+  const CapabilityAuthority& capabilities() const override { return authority_; }
+  const SessionAuthority& sessions() const override { return sessions_; }
+
+ private:
+  // Binds the abstract Unix socket that local rings are set up through. Without it the
+  // engine simply offers no rings.
+  void open_local_listener();
+
+  void loop(int ep);
+
+  // The connections of thread `ep` still unauthenticated past the handshake timeout.
+  // Owner thread only (the caller drops them).
+  const std::vector<Conn*>& late_handshakes(int ep, int64_t now, std::vector<Conn*>* late);
+
+  void accept_all(bool local);
+
+  // Unregisters c and returns the last reference to it, for the caller to release once no
+  // event of the current batch can name it.
+  std::shared_ptr<Conn> drop(int ep, Conn* c);
+
+  // Returns false when the connection is to be closed.
+  bool service(int ep, Conn* c, uint32_t events);
+
+  bool parse(Conn* c);
+
+  // Builds c's ring and sends WELCOME with its memfd and doorbell. Owner thread, out_mu
+  // held. False closes the connection.
+  bool open_ring(Conn* c);
+
+  // A slot's data area holds one segment.
+  uint32_t slot_bytes() const { return static_cast<uint32_t>(memory_.segment_bytes); }
+
+  // Serves the posted slots of c's ring until none are left (or the round budget is
+  // spent). Owner thread only. engine_awake tells clients they need not ring: the store of
+  // 0 and the re-check of `posted` pair with the client's fetch_or and load (seq_cst), so a
+  // post is never left unseen.
+  void serve_ring(Conn* c);
+
+  void serve_slot(const Conn* c, Ring& r, uint32_t i);
+
+  // Admits r and pins its segment; counts the outcome either way. On kNone, *bytes is the
+  // requested range and the caller unpins once the bytes are copied or sent. The read is
+  // counted before its bytes can reach the client: whoever sees the data sees the count.
+  Fault admit_and_pin(const Conn* c, const wire::ReadRequest& r, const std::byte** bytes);
+
+  Fault admit(const Conn* c, const wire::ReadRequest& r) const;
+
+  // Answers one request. With send_now, tries to send header and bytes from the segment
+  // itself (no copy) while the segment is pinned; a non-blocking send, so the pin lasts
+  // microseconds. What the socket does not take is copied to the output buffer.
+  void serve(Conn* c, const wire::ReadRequest& r, bool send_now);
+
+  bool flush(Conn* c);
+
+  Fault push(uint64_t session, uint32_t buffer, uint32_t offset, uint32_t tag, const iovec* parts,
+             int nparts) override;
+
+  void cancel(uint64_t session, uint32_t tag, Fault fault) override;
+
+  Fault pull(uint64_t session, uint32_t buffer, uint32_t offset, uint32_t tag, uint32_t length,
+             int timeout_ms, std::vector<char>* data) override;
+
+ private:
+  // Queues a PUT/GET header (plus the parts' bytes) on `session`'s connection and tries to
+  // send. Lock order: sessions_mu_ alone, then the connection's out_mu.
+  Fault send_to(uint64_t session, uint8_t kind, Fault fault, uint32_t tag, uint32_t buffer,
+                uint32_t offset, uint32_t length, const iovec* parts, int nparts);
+
+  void finish_sink(Conn* c);
+
+  EngineOptions options_;
+  // The soft backend's ORDMA state: the TPT, the capability key, the session key.
+  ExportTable table_;
+  CapabilityAuthority authority_;
+  SessionAuthority sessions_;
+  ExportedMemory memory_;
+  net::Endpoint bound_;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;
+  int local_fd_ = -1;  // the Unix socket rings are set up through; -1: no rings
+  ring::Token ring_token_{};
+  std::atomic<size_t> rings_{0};
+  std::vector<int> epolls_;
+  std::vector<std::thread> threads_;
+  std::atomic<bool> stopping_{false};
+  size_t next_thread_ = 0;            // only the thread owning the listener (thread 0) uses it
+  net::Acceptor acceptor_{"engine"};  // thread 0 only, like the listeners
+  std::mutex conns_mu_;
+  std::unordered_map<Conn*, std::shared_ptr<Conn>> conns_;  // ownership
+  std::mutex sessions_mu_;  // never held while waiting for a Conn::out_mu
+  std::unordered_map<uint64_t, std::shared_ptr<Conn>> by_session_;  // for push()
+  PullTable pulls_;
+  EngineStats stats_;
+};
+
+}  // namespace odafs::ordma::soft

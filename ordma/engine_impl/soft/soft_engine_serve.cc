@@ -1,0 +1,201 @@
+#include "ordma/engine_impl/soft/soft_engine_impl.h"
+
+namespace odafs::ordma::soft {
+
+bool SoftEngineImpl::service(int ep, Conn* c, uint32_t events) {
+  std::lock_guard out_lock(c->out_mu);
+  if (events & (EPOLLERR | EPOLLHUP)) return false;
+  if ((events & EPOLLIN) && c->backlog() < options_.max_backlog) {
+    for (int round = 0; round < 8; ++round) {
+      ssize_t n = recv(c->fd, c->in.data() + c->in_len, c->in.size() - c->in_len, 0);
+      if (n == 0) return false;
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        return false;
+      }
+      c->in_len += static_cast<size_t>(n);
+      if (!parse(c)) return false;
+      if (c->in_len < c->in.size() || c->backlog() >= options_.max_backlog) break;
+    }
+  }
+  if (!flush(c)) return false;
+  // Ask for EPOLLOUT while output waits; stop reading while too much of it waits.
+  uint32_t want = (c->backlog() < options_.max_backlog ? uint32_t{EPOLLIN} : 0u) |
+                  (c->backlog() > 0 ? uint32_t{EPOLLOUT} : 0u);
+  if (want != c->events) {
+    c->events = want;
+    epoll_event ev{};
+    ev.events = want;
+    ev.data.ptr = c;
+    epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+  }
+  // Input parked behind a full backlog is parsed once the backlog drains.
+  if (c->backlog() < options_.max_backlog && c->in_len >= wire::kReadRequestBytes && c->authed) {
+    return parse(c) && flush(c);
+  }
+  return true;
+}
+
+bool SoftEngineImpl::parse(Conn* c) {
+  size_t pos = 0;
+  if (c->authed && c->local) return false;  // a ring's socket carries nothing after setup
+  if (!c->authed) {
+    if (c->in_len < wire::kHelloBytes) return true;
+    Proof proof;
+    uint64_t session = 0;
+    if (!wire::decode_hello(c->in.data(), &session, &proof) ||
+        !sessions_.verify(session, c->nonce, proof)) {
+      stats_.bad_handshakes.fetch_add(1, std::memory_order_relaxed);
+      ODAFS_LOG_WARN_THROTTLED("engine: refused a connection (%s)",
+                               "bad magic, version or session proof");
+      return false;
+    }
+    c->authed = true;
+    c->session = session;
+    c->in.resize(kInBytes);
+    if (c->local) return c->in_len == wire::kHelloBytes && open_ring(c);
+    {
+      // Registered before WELCOME leaves, so a client may start direct I/O at once.
+      // Lock order: out_mu (held) then sessions_mu_; push() never holds both.
+      std::lock_guard lock(sessions_mu_);
+      std::lock_guard conns_lock(conns_mu_);
+      auto it = conns_.find(c);
+      if (it != conns_.end()) by_session_[session] = it->second;
+    }
+    unsigned char welcome[wire::kWelcomeBytes];
+    wire::encode_welcome(local_fd_ >= 0 ? wire::kWelcomeOffersRings : 0,
+                         local_fd_ >= 0 ? ring_token_.data() : nullptr, welcome);
+    c->out.insert(c->out.end(), welcome, welcome + sizeof welcome);
+    pos = wire::kHelloBytes;
+  }
+  while (pos < c->in_len) {
+    if (c->sink_left > 0) {  // streaming a DATA frame's bytes to its waiter
+      uint32_t n = static_cast<uint32_t>(std::min<size_t>(c->sink_left, c->in_len - pos));
+      if (c->sink) std::memcpy(c->sink->data.data() + c->sink_at, c->in.data() + pos, n);
+      c->sink_at += n;
+      c->sink_left -= n;
+      pos += n;
+      if (c->sink_left == 0) finish_sink(c);
+      continue;
+    }
+    if (c->in[pos] == wire::kTypeData) {
+      if (c->in_len - pos < wire::kDataHeaderBytes) break;
+      wire::Data d = wire::decode_data(c->in.data() + pos);
+      Fault fault = d.fault;
+      uint32_t tag = d.tag, length = d.length;
+      pos += wire::kDataHeaderBytes;
+      std::shared_ptr<PullWaiter> w = pulls_.take(c->session, tag);
+      c->sink.reset();
+      if (w && fault == Fault::kNone && length == w->data.size()) {
+        c->sink = w;
+      } else if (w) {
+        w->complete(fault != Fault::kNone ? fault : Fault::kBadRequest);
+      }
+      c->sink_left = length;  // an unexpected frame's bytes are read and dropped
+      c->sink_at = 0;
+      if (length == 0) finish_sink(c);
+      continue;
+    }
+    if (c->in_len - pos < wire::kReadRequestBytes || c->backlog() >= options_.max_backlog) break;
+    wire::ReadRequest req;
+    if (!wire::decode(c->in.data() + pos, &req)) {
+      stats_.bad_frames.fetch_add(1, std::memory_order_relaxed);
+      ODAFS_LOG_WARN_THROTTLED("engine: closing a connection after a %s", "malformed frame");
+      return false;
+    }
+    pos += wire::kReadRequestBytes;
+    // The last request of a batch, with nothing queued before it, may go straight from
+    // the segment to the socket.
+    bool last = c->in_len - pos < wire::kReadRequestBytes;
+    serve(c, req, last && c->backlog() == 0);
+  }
+  if (pos > 0) {
+    std::memmove(c->in.data(), c->in.data() + pos, c->in_len - pos);
+    c->in_len -= pos;
+  }
+  return true;
+}
+
+Fault SoftEngineImpl::admit_and_pin(const Conn* c, const wire::ReadRequest& r,
+                                    const std::byte** bytes) {
+  Fault f = admit(c, r);
+  if (f == Fault::kNone) f = table_.pin(r.ref.segment, r.ref.generation);
+  if (f != Fault::kNone) {
+    stats_.faults[static_cast<size_t>(f)].fetch_add(1, std::memory_order_relaxed);
+    return f;
+  }
+  stats_.reads.fetch_add(1, std::memory_order_relaxed);
+  stats_.bytes.fetch_add(r.length, std::memory_order_relaxed);
+  *bytes = memory_.base + size_t{r.ref.segment} * memory_.segment_bytes + r.offset;
+  return Fault::kNone;
+}
+
+Fault SoftEngineImpl::admit(const Conn* c, const wire::ReadRequest& r) const {
+  if (r.ref.session != c->session) return Fault::kWrongSession;
+  if (Fault f = authority_.check(r.ref, c->session); f != Fault::kNone) return f;
+  if ((r.ref.rights & kRightRead) == 0) return Fault::kBadCapability;
+  if (r.ref.segment >= memory_.segments) return Fault::kUnknownSegment;
+  uint64_t ref_end = uint64_t{r.ref.offset} + r.ref.length;
+  uint64_t end = uint64_t{r.offset} + r.length;
+  if (ref_end > memory_.segment_bytes || r.offset < r.ref.offset || end > ref_end) {
+    return Fault::kOutOfBounds;
+  }
+  return Fault::kNone;
+}
+
+void SoftEngineImpl::serve(Conn* c, const wire::ReadRequest& r, bool send_now) {
+  wire::Response resp;
+  resp.tag = r.tag;
+  const std::byte* bytes = nullptr;
+  resp.fault = admit_and_pin(c, r, &bytes);
+  size_t at = c->out.size();
+  if (resp.fault != Fault::kNone) {
+    c->out.resize(at + wire::kResponseBytes);
+    wire::encode(resp, c->out.data() + at);
+    return;
+  }
+  resp.length = r.length;
+  size_t sent = 0;
+  unsigned char head[wire::kResponseBytes];
+  wire::encode(resp, head);
+  if (send_now) {
+    iovec iov[2] = {{head, sizeof head}, {const_cast<std::byte*>(bytes), r.length}};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 2;
+    ssize_t n = sendmsg(c->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) sent = static_cast<size_t>(n);
+  }
+  size_t total = sizeof head + r.length;
+  if (sent < total) {
+    size_t from_head = sent < sizeof head ? sizeof head - sent : 0;
+    c->out.resize(at + (total - sent));
+    std::memcpy(c->out.data() + at, head + (sizeof head - from_head), from_head);
+    size_t body_sent = sent > sizeof head ? sent - sizeof head : 0;
+    std::memcpy(c->out.data() + at + from_head, bytes + body_sent, r.length - body_sent);
+  }
+  table_.unpin(r.ref.segment);
+}
+
+bool SoftEngineImpl::flush(Conn* c) {
+  while (c->backlog() > 0) {
+    ssize_t n = send(c->fd, c->out.data() + c->out_head, c->backlog(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      c->out_head += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      break;
+    } else {
+      return false;
+    }
+  }
+  if (c->out_head == c->out.size()) {
+    c->out.clear();  // keeps its capacity: steady state allocates nothing
+    c->out_head = 0;
+  }
+  return true;
+}
+
+}  // namespace odafs::ordma::soft
