@@ -299,6 +299,35 @@ bool read_full_until(int fd, void* buf, size_t len, const timespec* deadline) {
   return true;
 }
 
+bool read_full_blocking_until(int fd, void* buf, size_t len, const timespec* deadline) {
+  if (deadline == nullptr) return read_full(fd, buf, len);
+  auto* p = static_cast<char*>(buf);
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = recv(fd, p + done, len - done, 0);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+    } else if (n == 0) {
+      if (done == 0) return false;
+      errno = ECONNRESET;
+      throw_errno("connection closed mid-record");
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (deadline_passed(*deadline)) {
+        errno = ETIMEDOUT;
+        throw_errno("recv");
+      }
+    } else if (errno != EINTR) {
+      throw_errno("recv");
+    }
+  }
+  return true;
+}
+
+void set_receive_timeout(int fd, int timeout_ms) {
+  timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+}
+
 void write_all_until(int fd, iovec* iov, int iovcnt, const timespec* deadline) {
   if (deadline == nullptr) return write_all(fd, iov, iovcnt);
   while (iovcnt > 0 && iov->iov_len == 0) {

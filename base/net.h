@@ -56,6 +56,12 @@ void write_all(int fd, iovec* iov, int iovcnt, int timeout_ms = 30000);
 // record, so the caller must give up on the stream.
 int connect_tcp_until(const Endpoint& where, const timespec* deadline);
 bool read_full_until(int fd, void* buf, size_t len, const timespec* deadline);
+// read_full_until for a blocking fd whose SO_RCVTIMEO (set_receive_timeout) bounds each
+// recv: it blocks in recv instead of polling first, one system call where a reader waits
+// for a reply that is not there yet. The deadline is checked when a recv times out, so the
+// call may overrun it by up to one receive timeout.
+bool read_full_blocking_until(int fd, void* buf, size_t len, const timespec* deadline);
+void set_receive_timeout(int fd, int timeout_ms);
 void write_all_until(int fd, iovec* iov, int iovcnt, const timespec* deadline);
 // Waits until fd is ready for `events` (poll flags; an error or hang-up counts as ready),
 // or throws ETIMEDOUT at the deadline.

@@ -54,6 +54,7 @@ class SoftEngineClient final : public EngineClient {
       : timeout_ms_(options.timeout_ms), next_tag_(std::random_device{}()) {
     Deadline deadline(timeout_ms_);  // for the whole setup, both transports
     fd_ = net::connect_tcp_until(engine, deadline.get());
+    if (timeout_ms_ > 0) net::set_receive_timeout(fd_, timeout_ms_);
     try {
       answer_greeting(fd_, session, deadline.get());
       unsigned char welcome[wire::kWelcomeBytes];
@@ -240,7 +241,8 @@ class SoftEngineClient final : public EngineClient {
   bool read_one(const timespec* deadline) {
     try {
       unsigned char head[wire::kResponseBytes];
-      if (!net::read_full_until(fd_, head, sizeof head, deadline)) return false;
+      // The hot wait: block in recv (SO_RCVTIMEO bounds it) rather than poll, then recv.
+      if (!net::read_full_blocking_until(fd_, head, sizeof head, deadline)) return false;
       wire::Response r;
       wire::decode(head, &r);
       if (wire::kind_of(head) == wire::kKindPut) return read_put(r, deadline);
