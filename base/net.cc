@@ -161,22 +161,36 @@ void set_nodelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-bool read_full(int fd, void* buf, size_t len) {
+namespace {
+
+// The one receive loop behind the read_full* calls: recv with `flags` until len bytes
+// have come; when recv would block, would_block() waits or throws. Returns false on EOF
+// before any byte; throws on EOF mid-record and on errors.
+template <class WouldBlock>
+bool recv_full(int fd, void* buf, size_t len, int flags, WouldBlock would_block) {
   auto* p = static_cast<char*>(buf);
   size_t done = 0;
   while (done < len) {
-    ssize_t n = recv(fd, p + done, len - done, MSG_WAITALL);
+    ssize_t n = recv(fd, p + done, len - done, flags);
     if (n > 0) {
       done += static_cast<size_t>(n);
     } else if (n == 0) {
       if (done == 0) return false;
       errno = ECONNRESET;
       throw_errno("connection closed mid-record");
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      would_block();
     } else if (errno != EINTR) {
       throw_errno("recv");
     }
   }
   return true;
+}
+
+}  // namespace
+
+bool read_full(int fd, void* buf, size_t len) {
+  return recv_full(fd, buf, len, MSG_WAITALL, [] { throw_errno("recv"); });
 }
 
 void readv_full(int fd, iovec* iov, int iovcnt) {
@@ -279,48 +293,18 @@ int connect_tcp_until(const Endpoint& where, const timespec* deadline) {
 
 bool read_full_until(int fd, void* buf, size_t len, const timespec* deadline) {
   if (deadline == nullptr) return read_full(fd, buf, len);
-  auto* p = static_cast<char*>(buf);
-  size_t done = 0;
-  while (done < len) {
-    // Try first: a waiting reader usually finds its bytes there, one system call.
-    ssize_t n = recv(fd, p + done, len - done, MSG_DONTWAIT);
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-    } else if (n == 0) {
-      if (done == 0) return false;
-      errno = ECONNRESET;
-      throw_errno("connection closed mid-record");
-    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      wait_ready_until(fd, POLLIN, *deadline);
-    } else if (errno != EINTR) {
-      throw_errno("recv");
-    }
-  }
-  return true;
+  // MSG_DONTWAIT first: a waiting reader usually finds its bytes there, one system call.
+  return recv_full(fd, buf, len, MSG_DONTWAIT, [&] { wait_ready_until(fd, POLLIN, *deadline); });
 }
 
 bool read_full_blocking_until(int fd, void* buf, size_t len, const timespec* deadline) {
   if (deadline == nullptr) return read_full(fd, buf, len);
-  auto* p = static_cast<char*>(buf);
-  size_t done = 0;
-  while (done < len) {
-    ssize_t n = recv(fd, p + done, len - done, 0);
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-    } else if (n == 0) {
-      if (done == 0) return false;
-      errno = ECONNRESET;
-      throw_errno("connection closed mid-record");
-    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (deadline_passed(*deadline)) {
-        errno = ETIMEDOUT;
-        throw_errno("recv");
-      }
-    } else if (errno != EINTR) {
+  return recv_full(fd, buf, len, 0, [&] {  // a recv timed out (SO_RCVTIMEO)
+    if (deadline_passed(*deadline)) {
+      errno = ETIMEDOUT;
       throw_errno("recv");
     }
-  }
-  return true;
+  });
 }
 
 void set_receive_timeout(int fd, int timeout_ms) {
