@@ -106,7 +106,8 @@ int main(int argc, char** argv) {
     } else if (flag == "--cache-mb") {
       fs.cache_bytes = number("--cache-mb", value(), 1, 1u << 20) << 20;
     } else if (flag == "--block-size") {
-      fs.block_size = static_cast<uint32_t>(number("--block-size", value(), ODAFS_MINBLOCK, ODAFS_MAXBLOCK));
+      fs.block_size =
+          static_cast<uint32_t>(number("--block-size", value(), ODAFS_MINBLOCK, ODAFS_MAXBLOCK));
       if ((fs.block_size & (fs.block_size - 1)) != 0) usage("--block-size must be a power of two");
     } else if (flag == "--threads") {
       threads = static_cast<int>(number("--threads", value(), 1, 256));
