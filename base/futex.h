@@ -48,6 +48,13 @@ inline bool deadline_passed(const timespec& d) {
 
 // Whole milliseconds left until d, rounded up (a poll() for that long does not wake just
 // before d); 0 once d has passed.
+// Milliseconds on the steady clock, for timers kept as plain integers.
+inline int64_t now_ms() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return int64_t{t.tv_sec} * 1000 + t.tv_nsec / 1000000;
+}
+
 inline int ms_until(const timespec& d) {
   timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);

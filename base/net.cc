@@ -78,28 +78,55 @@ Endpoint parse_endpoint(const std::string& text) {
   return e;
 }
 
-int listen_tcp(const Endpoint& where, Endpoint* bound, int backlog) {
-  addrinfo* list = resolve(where, true);
+namespace {
+
+// Tries each address `where` resolves to, in order: a socket of the address's family with
+// `type_flags`, then use(fd, address) — 0 keeps that socket and returns it, an errno closes
+// it and moves on. When none works, throws the last errno prefixed with `what`. If use
+// throws std::system_error (a deadline passed), the socket is closed and the error passes
+// on with `what` as its text: there is no time left for another address.
+template <class Use>
+int first_working_socket(const Endpoint& where, bool passive, int type_flags,
+                         const std::string& what, Use use) {
+  addrinfo* list = resolve(where, passive);
   int fd = -1;
   int saved_errno = 0;
-  for (addrinfo* ai = list; ai != nullptr; ai = ai->ai_next) {
-    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) {
-      saved_errno = errno;
-      continue;
+  try {
+    for (addrinfo* ai = list; ai != nullptr; ai = ai->ai_next) {
+      fd = socket(ai->ai_family, ai->ai_socktype | type_flags, ai->ai_protocol);
+      if (fd < 0) {
+        saved_errno = errno;
+        continue;
+      }
+      saved_errno = use(fd, ai);
+      if (saved_errno == 0) break;
+      close(fd);
+      fd = -1;
     }
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, backlog) == 0) break;
-    saved_errno = errno;
-    close(fd);
-    fd = -1;
+  } catch (const std::system_error& e) {
+    if (fd >= 0) close(fd);
+    freeaddrinfo(list);
+    throw std::system_error(e.code(), what);
   }
   freeaddrinfo(list);
   if (fd < 0) {
     errno = saved_errno;
-    throw_errno(("listen on " + where.to_string()).c_str());
+    throw_errno(what.c_str());
   }
+  return fd;
+}
+
+}  // namespace
+
+int listen_tcp(const Endpoint& where, Endpoint* bound, int backlog) {
+  int fd = first_working_socket(where, true, SOCK_NONBLOCK | SOCK_CLOEXEC,
+                                "listen on " + where.to_string(), [&](int s, addrinfo* ai) {
+                                  int one = 1;
+                                  setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+                                  bool ok = bind(s, ai->ai_addr, ai->ai_addrlen) == 0 &&
+                                            listen(s, backlog) == 0;
+                                  return ok ? 0 : errno;
+                                });
   if (bound != nullptr) {
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
@@ -126,25 +153,9 @@ Endpoint endpoint_of(const sockaddr_storage& addr) {
 }
 
 int connect_tcp(const Endpoint& where) {
-  addrinfo* list = resolve(where, false);
-  int fd = -1;
-  int saved_errno = 0;
-  for (addrinfo* ai = list; ai != nullptr; ai = ai->ai_next) {
-    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) {
-      saved_errno = errno;
-      continue;
-    }
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) break;
-    saved_errno = errno;
-    close(fd);
-    fd = -1;
-  }
-  freeaddrinfo(list);
-  if (fd < 0) {
-    errno = saved_errno;
-    throw_errno(("connect to " + where.to_string()).c_str());
-  }
+  int fd = first_working_socket(
+      where, false, SOCK_CLOEXEC, "connect to " + where.to_string(),
+      [](int s, addrinfo* ai) { return connect(s, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : errno; });
   set_nodelay(fd);
   return fd;
 }
@@ -252,40 +263,19 @@ void wait_ready_until(int fd, short events, const timespec& deadline) {
 
 int connect_tcp_until(const Endpoint& where, const timespec* deadline) {
   if (deadline == nullptr) return connect_tcp(where);
-  addrinfo* list = resolve(where, false);  // numeric engine addresses: no lookup to wait on
-  int fd = -1;
-  int saved_errno = 0;
-  try {
-    for (addrinfo* ai = list; ai != nullptr; ai = ai->ai_next) {
-      fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
-      if (fd < 0) {
-        saved_errno = errno;
-        continue;
-      }
-      int err = 0;
-      if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-        err = errno;
-        if (err == EINPROGRESS) {
-          wait_ready_until(fd, POLLOUT, *deadline);
-          socklen_t len = sizeof err;
-          if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-        }
-      }
-      if (err == 0) break;
-      saved_errno = err;
-      close(fd);
-      fd = -1;
-    }
-  } catch (const std::system_error& e) {  // the deadline passed: no time for another address
-    if (fd >= 0) close(fd);
-    freeaddrinfo(list);
-    throw std::system_error(e.code(), "connect to " + where.to_string());
-  }
-  freeaddrinfo(list);
-  if (fd < 0) {
-    errno = saved_errno;
-    throw_errno(("connect to " + where.to_string()).c_str());
-  }
+  // Numeric engine addresses: no lookup to wait on.
+  int fd = first_working_socket(where, false, SOCK_NONBLOCK | SOCK_CLOEXEC,
+                                "connect to " + where.to_string(), [&](int s, addrinfo* ai) {
+                                  if (connect(s, ai->ai_addr, ai->ai_addrlen) == 0) return 0;
+                                  int err = errno;
+                                  if (err != EINPROGRESS) return err;
+                                  wait_ready_until(s, POLLOUT,
+                                                   *deadline);  // throws once the deadline passes
+                                  socklen_t len = sizeof err;
+                                  if (getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+                                    err = errno;
+                                  return err;
+                                });
   set_nonblocking(fd, false);
   set_nodelay(fd);
   return fd;

@@ -4,19 +4,11 @@
 #include <functional>
 #include <string_view>
 
+#include "base/futex.h"
 #include "base/log.h"
 #include "base/net.h"
 
 namespace odafs {
-namespace {
-
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 std::shared_ptr<ordma::EngineClient> EngineSlot::get(const ServerLimits& limits,
                                                      const ordma::Session& session,

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "base/futex.h"
 #include "base/log.h"
 #include "rpc/message_header.h"
 #include "rpc/record.h"
@@ -86,12 +87,6 @@ constexpr uint64_t kWriteTag = 1;
 // Keep reading one connection for at most this many recv calls per event, so one busy
 // client cannot hold a pool thread forever.
 constexpr int kReadsPerEvent = 16;
-
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 }  // namespace
 

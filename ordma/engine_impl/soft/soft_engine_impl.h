@@ -58,11 +58,6 @@ inline constexpr size_t kInBytes = 64 * 1024;  // an authenticated connection's 
 // How often each engine thread looks for handshakes that took too long.
 inline constexpr int kHandshakeSweepMs = 250;
 
-inline int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 // Batches one wake-up serves from a ring before the engine turns to its other connections
 // (it rings the doorbell itself to come back).
 inline constexpr int kRingRoundsPerWake = 16;
