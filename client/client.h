@@ -168,13 +168,17 @@ class File {
 
  private:
   friend class Client;
-  File(Client* client, Handle fh, std::string path, int flags);
+  // instance: the server instance the handle came from (its write verifier at mount).
+  File(Client* client, Handle fh, uint64_t fileid, WriteVerifier instance, std::string path,
+       int flags);
   template <class Fn>
   auto retry_stale(Fn&& fn) -> decltype(fn());
 
   Client* client_ = nullptr;
   Handle fh_{};
   uint64_t key_ = 0;  // cache_key(fh_)
+  uint64_t fileid_ = 0;
+  WriteVerifier instance_{};
   std::string path_;
   int flags_ = 0;
   bool unstable_ = false;  // writes not yet committed

@@ -8,8 +8,15 @@
 
 namespace odafs {
 
-File::File(Client* client, Handle fh, std::string path, int flags)
-    : client_(client), fh_(fh), key_(odafs::cache_key(fh)), path_(std::move(path)), flags_(flags) {}
+File::File(Client* client, Handle fh, uint64_t fileid, WriteVerifier instance, std::string path,
+           int flags)
+    : client_(client),
+      fh_(fh),
+      key_(odafs::cache_key(fh)),
+      fileid_(fileid),
+      instance_(instance),
+      path_(std::move(path)),
+      flags_(flags) {}
 
 File::File(File&& other) noexcept { *this = std::move(other); }
 
@@ -25,6 +32,8 @@ File& File::operator=(File&& other) noexcept {
     client_ = std::exchange(other.client_, nullptr);
     fh_ = other.fh_;
     key_ = other.key_;
+    fileid_ = other.fileid_;
+    instance_ = other.instance_;
     path_ = std::move(other.path_);
     flags_ = other.flags_;
     unstable_ = other.unstable_;
@@ -50,11 +59,20 @@ auto File::retry_stale(Fn&& fn) -> decltype(fn()) {
     return fn();
   } catch (const Error& e) {
     if (e.errno_value() != ESTALE) throw;
-    // The server restarted or forgot the handle: find the file again by its path.
-    Handle fresh = client_->resolve(path_, true).first;
-    if (fresh == fh_) throw;
+    // A handle goes stale when its file is removed or replaced, and when the server
+    // restarts (a handle names one server instance). Only after a restart is the file
+    // worth finding again by its path, and only if the path still leads to the same inode:
+    // otherwise the name may now belong to another file, and an open file never switches
+    // to another (a soak caught writes landing in a file created under a removed one's
+    // name). A restart that also replaced the file by one reusing its inode number is not
+    // told apart (docs/RELIABILITY.md).
+    const WriteVerifier now = client_->mount_state()->limits.write_verifier;
+    if (now == instance_) throw;
+    auto [fresh, attr] = client_->resolve(path_, true);
+    if (fresh == fh_ || attr.fileid != fileid_ || attr.type != FileType::kRegular) throw;
     fh_ = fresh;
     key_ = odafs::cache_key(fresh);
+    instance_ = now;
     return fn();
   }
 }

@@ -110,7 +110,8 @@ File Client::open(const std::string& path, int flags, mode_t mode) {
   }
   if (!created) std::tie(fh, attr) = resolve(path, true);
   const uint64_t key = cache_key(fh);
-  ClientCache& cache = *mount_state()->cache;
+  std::shared_ptr<const MountState> m = mount_state();
+  ClientCache& cache = *m->cache;
   cache.revalidate(key, attr.mtime, attr.ctime, attr.size);  // close-to-open
   int access = flags & O_ACCMODE;
   if (attr.type == FileType::kDirectory && access != O_RDONLY) fail(EISDIR, path);
@@ -119,7 +120,7 @@ File Client::open(const std::string& path, int flags, mode_t mode) {
     setattr_size(fh, 0);
     cache.forget_file_data(key);
   }
-  return File(this, fh, path, flags);
+  return File(this, fh, attr.fileid, m->limits.write_verifier, path, flags);
 }
 
 Attr Client::stat(const std::string& path) { return resolve(path, true).second; }

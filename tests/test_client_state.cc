@@ -1,5 +1,6 @@
 // Integration: the client's per-mount state under reuse and concurrency — cache keys that
-// survive inode reuse, and reads that run on while the client re-mounts a restarted server.
+// survive inode reuse, open files that never switch to a newcomer under their name, and
+// reads that run on while the client re-mounts a restarted server.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 
@@ -192,4 +193,31 @@ TEST_CASE("a killed server restarted within the reconnect window: the next read 
   CHECK(got == bytes);
   CHECK(waited >= 0.5);
   CHECK(waited < 10);
+}
+
+TEST_CASE("an open file never switches to a file created later under its name") {
+  // Found by the soak (scripts/soak.sh): a writer holds "a" open, another client removes a
+  // and creates a new "a". The writer's handle is stale; the old client looked the name up
+  // again and wrote into the new file, whose owner then found the writer's blocks in it.
+  TempDir dir;
+  ServerProcess server(dir.path());
+  auto fs = Client::mount(server.url());
+  auto other = Client::mount(server.url());
+  const std::string old_bytes = pattern(8192, 1), new_bytes = pattern(8192, 2);
+  {
+    File a = fs->open("a", O_RDWR | O_CREAT);
+    a.pwrite(old_bytes.data(), old_bytes.size(), 0);
+  }
+  File held = fs->open("a", O_RDWR);
+  other->unlink("a");
+  {
+    File a = other->open("a", O_RDWR | O_CREAT | O_EXCL);
+    a.pwrite(new_bytes.data(), new_bytes.size(), 0);
+  }
+  const std::string mine = pattern(4096, 3);
+  CHECK(odafs::test::errno_of([&] { held.pwrite(mine.data(), mine.size(), 0); }) == ESTALE);
+  CHECK(odafs::test::errno_of([&] { held.truncate(0); }) == ESTALE);
+  CHECK(odafs::test::errno_of([&] { held.stat(); }) == ESTALE);
+  CHECK(read_all(*other, "a", 8192) == new_bytes);
+  CHECK(odafs::test::read_local(dir / "a") == new_bytes);
 }
