@@ -10,7 +10,9 @@
 // except byte counts. The C API (odafs.h) turns these into -1/errno.
 //
 // Thread-safety: a Client may be shared by any number of threads; calls run concurrently
-// over one pipelined connection. A File is used by one thread at a time.
+// over one pipelined connection. A File's pread, pwrite, stat, truncate and fsync may run from
+// several threads at once (as with pread(2)/pwrite(2) on one descriptor); moving or closing
+// it may not overlap any other call on it.
 #pragma once
 
 #include <fcntl.h>
@@ -111,6 +113,9 @@ struct MountOptions {
   // 50 ms to 1 s. Only idempotent operations are re-sent after a reconnect; the others
   // fail with the connection's error, as their effect is unknown.
   int reconnect_window_ms = 0;
+  // A File keeps a copy of its unstable writes until they are committed, to send them
+  // again if the server restarts before the COMMIT; past this many bytes it commits first.
+  size_t max_uncommitted_bytes = 8u << 20;
 };
 
 struct ServerLimits {
@@ -154,36 +159,41 @@ class File {
   size_t pwrite(const void* buf, size_t len, uint64_t offset);
   Attr stat();
   void truncate(uint64_t size);
-  // Makes every write so far durable (COMMIT). Throws EIO if the server restarted since
-  // an unstable write, because that write may be lost.
+  // Makes every write so far durable (COMMIT). If the server restarted since an unstable
+  // write (its write verifier changed), sends every uncommitted write again, stable; throws
+  // EIO only if that fails.
   void fsync();
   // fsync() if there are unstable writes, then forget the handle.
   void close();
 
   bool is_open() const { return client_ != nullptr; }
-  const Handle& handle() const { return fh_; }
+  Handle handle() const;
   const std::string& path() const { return path_; }
   // The key this file's blocks have in the client cache (see Client::cache()).
-  uint64_t cache_key() const { return key_; }
+  uint64_t cache_key() const;
 
  private:
   friend class Client;
   // instance: the server instance the handle came from (its write verifier at mount).
   File(Client* client, Handle fh, uint64_t fileid, WriteVerifier instance, std::string path,
        int flags);
+  // Runs fn(handle, cache key); if the handle turned stale because the server restarted,
+  // finds the file again by its path (the same inode only) and runs fn once more.
   template <class Fn>
-  auto retry_stale(Fn&& fn) -> decltype(fn());
+  auto retry_stale(Fn&& fn) -> decltype(fn(Handle{}, uint64_t{}));
 
+  // The bytes not yet committed that are kept for re-sending.
+  size_t uncommitted_bytes() const;
+  // Sends `writes` (offset, length; their bytes end to end in data) again, FILE_SYNC.
+  void resend(const std::vector<std::pair<uint64_t, size_t>>& writes,
+              const std::vector<char>& data);
+
+  struct State;
   Client* client_ = nullptr;
-  Handle fh_{};
-  uint64_t key_ = 0;  // cache_key(fh_)
+  std::unique_ptr<State> state_;  // handle and commit state, under its own mutex
   uint64_t fileid_ = 0;
-  WriteVerifier instance_{};
   std::string path_;
   int flags_ = 0;
-  bool unstable_ = false;  // writes not yet committed
-  std::optional<WriteVerifier> verifier_;
-  bool verifier_changed_ = false;
 };
 
 // One READ in flight: started by Client::start_read, collected by Client::finish_read.

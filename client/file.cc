@@ -1,5 +1,7 @@
-// File: an open file of a Client, with close-to-open commit of unstable writes.
+// File: an open file of a Client, with close-to-open commit of unstable writes, copies of
+// those writes kept until committed, and finding the file again after a server restart.
 #include <algorithm>
+#include <mutex>
 
 #include "base/log.h"
 #include "client/call_util.h"
@@ -8,15 +10,33 @@
 
 namespace odafs {
 
+// What changes while the file is open, shared by the threads using it.
+struct File::State {
+  std::mutex mu;  // guards everything below except commit_mu
+  Handle fh{};
+  uint64_t key = 0;                       // cache_key(fh)
+  WriteVerifier instance{};               // the server instance fh came from (its write verifier)
+  bool unstable = false;                  // writes not yet committed
+  std::optional<WriteVerifier> verifier;  // of the last unstable write
+  bool verifier_changed = false;          // differed between two unstable writes
+  // The unstable writes since the last COMMIT, (offset, length), their bytes end to end in
+  // pending_data, kept to be sent again should the server restart before the COMMIT.
+  std::vector<std::pair<uint64_t, size_t>> pending;
+  std::vector<char> pending_data;
+  std::mutex commit_mu;  // one fsync at a time
+};
+
 File::File(Client* client, Handle fh, uint64_t fileid, WriteVerifier instance, std::string path,
            int flags)
     : client_(client),
-      fh_(fh),
-      key_(odafs::cache_key(fh)),
+      state_(std::make_unique<State>()),
       fileid_(fileid),
-      instance_(instance),
       path_(std::move(path)),
-      flags_(flags) {}
+      flags_(flags) {
+  state_->fh = fh;
+  state_->key = odafs::cache_key(fh);
+  state_->instance = instance;
+}
 
 File::File(File&& other) noexcept { *this = std::move(other); }
 
@@ -30,15 +50,10 @@ File& File::operator=(File&& other) noexcept {
       }
     }
     client_ = std::exchange(other.client_, nullptr);
-    fh_ = other.fh_;
-    key_ = other.key_;
+    state_ = std::move(other.state_);
     fileid_ = other.fileid_;
-    instance_ = other.instance_;
     path_ = std::move(other.path_);
     flags_ = other.flags_;
-    unstable_ = other.unstable_;
-    verifier_ = other.verifier_;
-    verifier_changed_ = other.verifier_changed_;
   }
   return *this;
 }
@@ -52,11 +67,32 @@ File::~File() {
   }
 }
 
+Handle File::handle() const {
+  if (!state_) return {};
+  std::lock_guard lock(state_->mu);
+  return state_->fh;
+}
+
+uint64_t File::cache_key() const {
+  if (!state_) return 0;
+  std::lock_guard lock(state_->mu);
+  return state_->key;
+}
+
 template <class Fn>
-auto File::retry_stale(Fn&& fn) -> decltype(fn()) {
+auto File::retry_stale(Fn&& fn) -> decltype(fn(Handle{}, uint64_t{})) {
   if (client_ == nullptr) fail(EBADF, "file is closed");
+  Handle fh;
+  uint64_t key;
+  WriteVerifier instance;
+  {
+    std::lock_guard lock(state_->mu);
+    fh = state_->fh;
+    key = state_->key;
+    instance = state_->instance;
+  }
   try {
-    return fn();
+    return fn(fh, key);
   } catch (const Error& e) {
     if (e.errno_value() != ESTALE) throw;
     // A handle goes stale when its file is removed or replaced, and when the server
@@ -67,68 +103,158 @@ auto File::retry_stale(Fn&& fn) -> decltype(fn()) {
     // name). A restart that also replaced the file by one reusing its inode number is not
     // told apart (docs/RELIABILITY.md).
     const WriteVerifier now = client_->mount_state()->limits.write_verifier;
-    if (now == instance_) throw;
+    if (now == instance) throw;
     auto [fresh, attr] = client_->resolve(path_, true);
-    if (fresh == fh_ || attr.fileid != fileid_ || attr.type != FileType::kRegular) throw;
-    fh_ = fresh;
-    key_ = odafs::cache_key(fresh);
-    instance_ = now;
-    return fn();
+    if (fresh == fh || attr.fileid != fileid_ || attr.type != FileType::kRegular) throw;
+    key = odafs::cache_key(fresh);
+    {
+      std::lock_guard lock(state_->mu);
+      state_->fh = fresh;
+      state_->key = key;
+      state_->instance = now;
+    }
+    return fn(fresh, key);
   }
 }
 
 size_t File::pread(void* buf, size_t len, uint64_t offset) {
   if ((flags_ & O_ACCMODE) == O_WRONLY) fail(EBADF, "pread on a write-only file");
-  return retry_stale([&] { return client_->read_file(fh_, key_, buf, len, offset); });
+  return retry_stale([&](const Handle& fh, uint64_t key) {
+    return client_->read_file(fh, key, buf, len, offset);
+  });
 }
 
 size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
   if ((flags_ & O_ACCMODE) == O_RDONLY) fail(EBADF, "pwrite on a read-only file");
   if (flags_ & O_APPEND) offset = stat().size;  // not atomic against other writers
-  return retry_stale([&] {
+  const MountOptions& o = client_->options();
+  return retry_stale([&](const Handle& fh, uint64_t key) {
     const size_t max_write = client_->mount_state()->limits.max_write;
     size_t done = 0;
     while (done < len) {
       size_t chunk = std::min<size_t>(len - done, max_write);
+      const char* src = static_cast<const char*>(buf) + done;
+      if (o.stability == Stability::kUnstable &&
+          uncommitted_bytes() + chunk > o.max_uncommitted_bytes) {
+        fsync();  // the copies kept for re-sending would outgrow their bound
+      }
       WriteVerifier verf;
       int committed = 0;
-      const char* src = static_cast<const char*>(buf) + done;
-      size_t n = client_->options().direct_writes
-                     ? client_->write_direct(fh_, src, chunk, offset + done,
-                                             client_->options().stability, &verf, &committed)
-                     : client_->write(fh_, src, chunk, offset + done, client_->options().stability,
-                                      &verf, &committed);
+      size_t n =
+          o.direct_writes
+              ? client_->write_direct(fh, src, chunk, offset + done, o.stability, &verf, &committed)
+              : client_->write(fh, src, chunk, offset + done, o.stability, &verf, &committed);
       if (committed == ODAFS_UNSTABLE) {
-        if (verifier_ && *verifier_ != verf) verifier_changed_ = true;
-        verifier_ = verf;
-        unstable_ = true;
+        std::lock_guard lock(state_->mu);
+        State& s = *state_;
+        if (s.verifier && *s.verifier != verf) s.verifier_changed = true;
+        s.verifier = verf;
+        s.unstable = true;
+        s.pending.push_back({offset + done, n});
+        s.pending_data.insert(s.pending_data.end(), src, src + n);
       }
       done += n;
     }
-    client_->forget_data(key_, offset, len);  // the cached copies are out of date now
+    client_->forget_data(key, offset, len);  // the cached copies are out of date now
     return done;
   });
 }
 
+size_t File::uncommitted_bytes() const {
+  std::lock_guard lock(state_->mu);
+  return state_->pending.empty() ? 0 : state_->pending_data.size();
+}
+
 Attr File::stat() {
-  return retry_stale([&] { return client_->getattr(fh_); });
+  return retry_stale([&](const Handle& fh, uint64_t) { return client_->getattr(fh); });
 }
 
 void File::truncate(uint64_t size) {
-  retry_stale([&] { client_->setattr_size(fh_, size); });
-  client_->forget_data(key_, 0, UINT64_MAX);
+  // Earlier unstable writes are committed first: were the server to restart after the
+  // truncation, re-sending them then would bring truncated bytes back.
+  fsync();
+  uint64_t key = retry_stale([&](const Handle& fh, uint64_t k) {
+    client_->setattr_size(fh, size);
+    return k;
+  });
+  client_->forget_data(key, 0, UINT64_MAX);
 }
 
 void File::fsync() {
-  if (!unstable_) return;
-  WriteVerifier v = retry_stale([&] { return client_->commit(fh_); });
-  bool lost = verifier_changed_ || (verifier_ && *verifier_ != v);
-  unstable_ = false;
-  verifier_changed_ = false;
-  verifier_.reset();
-  if (lost) {
-    fail(EIO,
-         "commit " + path_ + ": the server restarted since an unstable write, which may be lost");
+  if (client_ == nullptr) fail(EBADF, "file is closed");
+  std::lock_guard commit(state_->commit_mu);
+  // Take the writes acknowledged so far: the COMMIT below covers them. Writes that finish
+  // meanwhile stay for the next fsync.
+  std::vector<std::pair<uint64_t, size_t>> taken;
+  std::vector<char> taken_data;
+  std::optional<WriteVerifier> verifier;
+  bool changed;
+  {
+    std::lock_guard lock(state_->mu);
+    State& s = *state_;
+    if (!s.unstable) return;
+    taken.swap(s.pending);
+    taken_data.swap(s.pending_data);
+    verifier = s.verifier;
+    changed = s.verifier_changed;
+    s.unstable = false;
+    s.verifier_changed = false;
+    s.verifier.reset();
+  }
+  auto give_back_buffers = [&] {  // keeps their capacity: a steady writer allocates nothing
+    std::lock_guard lock(state_->mu);
+    taken.clear();
+    taken_data.clear();
+    if (state_->pending.empty()) {
+      state_->pending.swap(taken);
+      state_->pending_data.swap(taken_data);
+    }
+  };
+  auto put_back = [&] {  // failed: the writes stay uncommitted, ahead of newer ones
+    std::lock_guard lock(state_->mu);
+    State& s = *state_;
+    taken.insert(taken.end(), s.pending.begin(), s.pending.end());
+    taken_data.insert(taken_data.end(), s.pending_data.begin(), s.pending_data.end());
+    s.pending.swap(taken);
+    s.pending_data.swap(taken_data);
+    s.unstable = true;
+    s.verifier_changed = true;  // not known to be safe: the next fsync sends them again
+  };
+  try {
+    WriteVerifier v = retry_stale([&](const Handle& fh, uint64_t) { return client_->commit(fh); });
+    if (changed || (verifier && *verifier != v)) {
+      // The server restarted since some of these writes were acknowledged, so they may
+      // be lost: send them all again, in their order, stable this time (as NFS clients
+      // do).
+      try {
+        resend(taken, taken_data);
+      } catch (const Error& e) {
+        fail(EIO, "commit " + path_ + ": the server restarted and unstable writes could not " +
+                      "be sent again: " + e.what());
+      }
+    }
+  } catch (...) {
+    put_back();
+    throw;
+  }
+  give_back_buffers();
+}
+
+void File::resend(const std::vector<std::pair<uint64_t, size_t>>& writes,
+                  const std::vector<char>& data) {
+  const char* src = data.data();
+  for (const auto& [offset, len] : writes) {
+    for (size_t done = 0; done < len;) {
+      WriteVerifier verf;
+      int committed = 0;
+      done += retry_stale([&](const Handle& fh, uint64_t key) {
+        size_t n = client_->write(fh, src + done, len - done, offset + done, Stability::kFileSync,
+                                  &verf, &committed);
+        client_->forget_data(key, offset + done, n);
+        return n;
+      });
+    }
+    src += len;
   }
 }
 
