@@ -4,7 +4,9 @@
 // serving honest clients and never hand out a byte a request was not entitled to. Honest
 // clients are in test_engine.cc.
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,6 +21,7 @@
 
 #include "ordma/engine_impl/soft/handshake.h"
 #include "ordma/engine_impl/soft/local_ring.h"
+#include "ordma/engine_impl/soft/ring_server.h"
 #include "ordma/engine_impl/soft/soft_engine.h"
 #include "ordma/engine_impl/soft/wire.h"
 #include "tests/support/engine_stack.h"
@@ -150,6 +153,57 @@ TEST_CASE("random and truncated frames never crash the engine nor leak data") {
 }
 
 // ---------------------------------------------------------------- local rings
+
+TEST_CASE("create_ring: a sealed memfd of the ring's size, its header set, a doorbell") {
+  odafs::Result<NewRing> made = create_ring(kSegBytes);
+  REQUIRE_MESSAGE(made.ok(), made.status().to_string());
+  REQUIRE(made->ring != nullptr);
+  const Ring& r = *made->ring;
+  CHECK(r.bytes == ring::ring_bytes(kSegBytes));
+  struct stat sb {};
+  REQUIRE(fstat(made->memfd, &sb) == 0);
+  CHECK(static_cast<size_t>(sb.st_size) == r.bytes);
+  // A client holding the memfd can neither shrink nor grow it, nor lift the seals.
+  CHECK(fcntl(made->memfd, F_GET_SEALS) == (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL));
+  CHECK(odafs::test::failed_with(ftruncate(made->memfd, 0) == -1) == EPERM);
+  const ring::Header* h = ring::header(r.base);
+  CHECK(h->magic == ring::kMagic);
+  CHECK(h->version == ring::kVersion);
+  CHECK(h->slots == ring::kSlots);
+  CHECK(h->slot_bytes == kSegBytes);
+  uint64_t one = 1;
+  CHECK(write(r.doorbell, &one, sizeof one) == sizeof one);
+}
+
+TEST_CASE("create_ring out of descriptors fails with EMFILE and leaves nothing open") {
+  // The lowest free descriptor number: with the limit at it, the memfd cannot be made; one
+  // above it, the memfd takes it and the doorbell cannot be made.
+  auto lowest_free = [] {
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) close(fd);
+    return fd;
+  };
+  const int lowest = lowest_free();
+  REQUIRE(lowest >= 0);
+  rlimit saved{};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  struct Restore {
+    const rlimit& limit;
+    ~Restore() { setrlimit(RLIMIT_NOFILE, &limit); }
+  } restore{saved};
+  for (rlim_t limit : {rlim_t(lowest), rlim_t(lowest) + 1}) {
+    CAPTURE(limit);
+    rlimit low = saved;
+    low.rlim_cur = limit;
+    REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
+    odafs::Result<NewRing> made = create_ring(kSegBytes);
+    REQUIRE(setrlimit(RLIMIT_NOFILE, &saved) == 0);
+    CHECK(made.errno_value() == EMFILE);
+    CHECK(made.status().message() ==
+          (limit == rlim_t(lowest) ? "local ring: memfd_create" : "local ring: eventfd"));
+    CHECK(lowest_free() == lowest);  // the memfd was closed again: its number is free
+  }
+}
 
 TEST_CASE("a ring's setup socket wants the same session proof as TCP") {
   EngineStack st;
