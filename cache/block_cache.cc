@@ -94,8 +94,7 @@ Block* BlockCache::take_victim_locked() {
   return nullptr;
 }
 
-bool BlockCache::read(const BlockKey& key, uint32_t need, const FillFn& fill, ReadPin* pin,
-                      int* error) {
+Status BlockCache::read(const BlockKey& key, uint32_t need, const FillFn& fill, ReadPin* pin) {
   pin->release();
   Block* b = nullptr;
   bool hit = false;
@@ -112,7 +111,7 @@ bool BlockCache::read(const BlockKey& key, uint32_t need, const FillFn& fill, Re
       b = take_victim_locked();
       if (b == nullptr) {
         stats_.bypasses.fetch_add(1, std::memory_order_relaxed);
-        return true;  // every block pinned: pin->bypass()
+        return Status();  // every block pinned: pin->bypass()
       }
       b->key = key;
       b->state = Block::State::kValid;
@@ -133,7 +132,7 @@ bool BlockCache::read(const BlockKey& key, uint32_t need, const FillFn& fill, Re
     if (b->valid >= need) {
       pin->block_ = b;
       pin->identity_ = identity;
-      return true;
+      return Status();
     }
     b->data_mu.unlock_shared();
     b->data_mu.lock();  // short block: the file grew past it since the fill
@@ -142,10 +141,9 @@ bool BlockCache::read(const BlockKey& key, uint32_t need, const FillFn& fill, Re
     // A hit that refills changes a block others may hold references to.
     bool exported_bytes = hit && before_modify_;
     if (exported_bytes) before_modify_(*b);
-    ssize_t n = fill(b->data, options_.block_size);
+    Result<size_t> n = fill(b->data, options_.block_size);
     if (exported_bytes) after_modify_(*b);
-    if (n < 0) {
-      *error = static_cast<int>(-n);
+    if (!n.ok()) {
       stats_.fill_errors.fetch_add(1, std::memory_order_relaxed);
       b->valid = 0;
       b->data_mu.unlock();
@@ -154,15 +152,15 @@ bool BlockCache::read(const BlockKey& key, uint32_t need, const FillFn& fill, Re
         if (b->key == key) drop_locked(b);
       }
       b->pins.fetch_sub(1, std::memory_order_release);
-      return false;
+      return std::move(n).status();
     }
-    b->valid = static_cast<uint32_t>(n);
+    b->valid = static_cast<uint32_t>(*n);
   }
   b->data_mu.unlock();
   b->data_mu.lock_shared();
   pin->block_ = b;
   pin->identity_ = identity;
-  return true;
+  return Status();
 }
 
 void BlockCache::update(const BlockKey& key, uint32_t offset, const void* src, size_t len) {

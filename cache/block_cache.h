@@ -20,6 +20,8 @@
 #include <shared_mutex>
 #include <vector>
 
+#include "base/status.h"
+
 namespace odafs::cache {
 
 struct BlockKey {
@@ -53,9 +55,9 @@ class BlockCache {
     uint32_t block_size = 8192;  // power of two, 4 KiB .. 64 KiB
   };
 
-  // Fills dst (block_size bytes) with the file's bytes of the block; returns the count
-  // read (short at EOF) or -errno.
-  using FillFn = std::function<ssize_t(std::byte* dst, size_t len)>;
+  // Fills dst (len = block_size bytes) with the file's bytes of the block; returns the
+  // count read (short at EOF, at most len) or the failure.
+  using FillFn = std::function<Result<size_t>(std::byte* dst, size_t len)>;
   // Runs before a block's identity is dropped (eviction, invalidation), with the cache
   // mutex held: keep it short and do not call back into the cache.
   using EvictHook = std::function<void(const Block&)>;
@@ -100,11 +102,13 @@ class BlockCache {
     uint64_t identity_ = 0;
   };
 
-  // Returns block `key` holding at least `need` valid bytes (or all the file has), filling
-  // it with fill() on a miss. On fill failure returns false with *error = errno value.
-  // *pin is released first. REQUIRES: the caller holds no other pin on `key` (a short
-  // block's refill would wait for that pin's shared lock forever).
-  bool read(const BlockKey& key, uint32_t need, const FillFn& fill, ReadPin* pin, int* error);
+  // Pins block `key` in *pin, holding at least `need` valid bytes (or all the file has),
+  // filling it with fill() on a miss. *pin is released first. When every block is pinned
+  // the result is ok with pin->bypass() set (read the file directly). Fails with the fill's
+  // Status (nothing then stays cached for `key`, and *pin holds nothing). Allocates
+  // nothing unless the fill fails. REQUIRES: the caller holds no other pin on `key` (a
+  // short block's refill would wait for that pin's shared lock forever).
+  Status read(const BlockKey& key, uint32_t need, const FillFn& fill, ReadPin* pin);
 
   // Write-through helper: if block `key` is cached, copies src into it at `offset`
   // (REQUIRES offset + len <= block_size), zero-filling any gap past its valid bytes.

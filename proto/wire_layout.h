@@ -4,7 +4,7 @@
 // reply's payload straight into the caller's buffer and so must know where it begins, and
 // the server sizes its reply buffer for the references a READ carries. Encoding and
 // decoding stay with rpcgen's XDR routines; these structs only pin the sizes, and
-// tests/test_xdr.cc checks each against what those routines actually produce.
+// tests/test_xdr_replies.cc checks each against what those routines actually produce.
 #pragma once
 
 #include <cstddef>

@@ -7,10 +7,13 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "base/status.h"
 
 namespace odafs::rpc {
 
@@ -32,10 +35,12 @@ class RecordAssembler {
 
   // Consumes all of data[0, len). For every record completed, calls on_record(record),
   // where record is a std::vector<char>& the callback may swap out (to keep the bytes
-  // without copying); it is cleared afterwards. Returns false and sets *error when the
-  // stream breaks the limits; the stream is then unusable (close the connection).
+  // without copying); it is cleared afterwards. Fails when the stream breaks the limits,
+  // and the stream is then unusable (close the connection): EMSGSIZE for a record longer
+  // than max_record, EPROTO for an empty fragment that is not the last of its record. An
+  // ok return allocates nothing.
   template <class OnRecord>
-  bool feed(const char* data, size_t len, OnRecord&& on_record, std::string* error);
+  Status feed(const char* data, size_t len, OnRecord&& on_record);
 
   // True when no partial record or mark is buffered (a clean point to close).
   bool idle() const { return header_have_ == 0 && fragment_left_ == 0 && record_.empty(); }
@@ -51,7 +56,7 @@ class RecordAssembler {
 };
 
 template <class OnRecord>
-bool RecordAssembler::feed(const char* data, size_t len, OnRecord&& on_record, std::string* error) {
+Status RecordAssembler::feed(const char* data, size_t len, OnRecord&& on_record) {
   while (len > 0) {
     if (!in_fragment_) {
       size_t take = std::min(len, 4 - header_have_);
@@ -59,7 +64,7 @@ bool RecordAssembler::feed(const char* data, size_t len, OnRecord&& on_record, s
       header_have_ += take;
       data += take;
       len -= take;
-      if (header_have_ < 4) return true;
+      if (header_have_ < 4) return Status();
       uint32_t mark;
       std::memcpy(&mark, header_, 4);
       mark = ntohl(mark);
@@ -67,16 +72,15 @@ bool RecordAssembler::feed(const char* data, size_t len, OnRecord&& on_record, s
       last_ = (mark & kLastFragment) != 0;
       fragment_left_ = mark & ~kLastFragment;
       if (fragment_left_ > max_record_ - record_.size()) {
-        *error = "a record of at least " + std::to_string(record_.size() + fragment_left_) +
-                 " bytes exceeds the limit of " + std::to_string(max_record_) + " bytes";
-        return false;
+        return Status(EMSGSIZE,
+                      "a record of at least " + std::to_string(record_.size() + fragment_left_) +
+                          " bytes exceeds the limit of " + std::to_string(max_record_) + " bytes");
       }
       // An empty fragment that is not the last carries nothing and ends nothing: a stream of
       // them would keep a connection busy forever without a record. (An empty last
       // fragment ends a record and is legal.)
       if (fragment_left_ == 0 && !last_) {
-        *error = "an empty fragment that is not the last of its record";
-        return false;
+        return Status(EPROTO, "an empty fragment that is not the last of its record");
       }
       record_.reserve(record_.size() + fragment_left_);
       in_fragment_ = true;
@@ -94,7 +98,7 @@ bool RecordAssembler::feed(const char* data, size_t len, OnRecord&& on_record, s
       }
     }
   }
-  return true;
+  return Status();
 }
 
 }  // namespace odafs::rpc

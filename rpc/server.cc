@@ -313,22 +313,19 @@ void Server::on_readable(Connection* raw, Worker& w) {
   } running{*conn};
   w.batch_used = 0;
   bool open = true;
-  std::string error;
   for (int round = 0; round < kReadsPerEvent; ++round) {
     ssize_t n = recv(conn->fd, w.staging.data(), w.staging.size(), 0);
     if (n > 0) {
       counters_.bytes_in.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
-      bool ok = conn->assembler.feed(
-          w.staging.data(), static_cast<size_t>(n),
-          [&w](std::vector<char>& record) {
-            if (w.batch_used == w.batch.size()) w.batch.emplace_back();
-            w.batch[w.batch_used++].swap(record);
-          },
-          &error);
-      if (!ok) {
+      auto keep = [&w](std::vector<char>& record) {
+        if (w.batch_used == w.batch.size()) w.batch.emplace_back();
+        w.batch[w.batch_used++].swap(record);
+      };
+      Status fed = conn->assembler.feed(w.staging.data(), static_cast<size_t>(n), keep);
+      if (!fed.ok()) {
         counters_.oversized.fetch_add(1, std::memory_order_relaxed);
         ODAFS_LOG_WARN_THROTTLED("closing connection from %s: %s", conn->peer.c_str(),
-                                 error.c_str());
+                                 fed.message().c_str());
         open = false;
         break;
       }

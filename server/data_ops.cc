@@ -45,23 +45,19 @@ Status FileService::pin_block(const OpenNode& node, uint64_t index, uint32_t nee
     int fd;
     off_t block_off;
   } from{env_, node.fd(), static_cast<off_t>(index * cache_.block_size())};
-  int err = 0;
-  bool ok = cache_.read(
-      cache::BlockKey{node->id, index}, need,
-      [&from](std::byte* buf, size_t n) -> ssize_t {
-        size_t got = 0;
-        while (got < n) {
-          ssize_t k = from.env->pread(from.fd, buf + got, n - got,
-                                      from.block_off + static_cast<off_t>(got));
-          if (k < 0 && errno == EINTR) continue;
-          if (k < 0) return -errno;
-          if (k == 0) break;
-          got += static_cast<size_t>(k);
-        }
-        return static_cast<ssize_t>(got);
-      },
-      pin, &err);
-  return ok ? Status() : Status(err, "filling a cache block");
+  auto fill = [&from](std::byte* buf, size_t n) -> Result<size_t> {
+    size_t got = 0;
+    while (got < n) {
+      ssize_t k =
+          from.env->pread(from.fd, buf + got, n - got, from.block_off + static_cast<off_t>(got));
+      if (k < 0 && errno == EINTR) continue;
+      if (k < 0) return Status::from_errno("filling a cache block");
+      if (k == 0) break;
+      got += static_cast<size_t>(k);
+    }
+    return got;
+  };
+  return cache_.read(cache::BlockKey{node->id, index}, need, fill, pin);
 }
 
 OpenNode FileService::resolve_file_or_reply(const char* fh, rpc::Reply& r, struct stat* st) {

@@ -143,7 +143,8 @@ class FileService {
   // How long a direct write waits for the client's bytes.
   static constexpr int kPullTimeoutMs = 10000;
   // Reads block `index` of node into the cache, filling from the file on a miss, and
-  // pins it in *pin. Fails with the errno of the failed fill.
+  // pins it in *pin (or leaves pin->bypass() set: no block to spare). Fails with the
+  // errno of the failed fill.
   Status pin_block(const OpenNode& node, uint64_t index, uint32_t need,
                    cache::BlockCache::ReadPin* pin);
 

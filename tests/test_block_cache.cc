@@ -11,6 +11,8 @@
 
 #include "cache/block_cache.h"
 
+using odafs::Result;
+using odafs::Status;
 using odafs::cache::Block;
 using odafs::cache::BlockCache;
 using odafs::cache::BlockKey;
@@ -31,17 +33,20 @@ unsigned char pattern_byte(const BlockKey& key, size_t i, unsigned version = 0) 
 }
 
 // A fill function for `key` that counts its calls, writes `version`'s pattern into the whole
-// block (so bytes past the returned count are not zero) and returns `result`.
+// block (so bytes past the returned count are not zero) and returns `result`, or fails
+// with `error` when that is set.
 struct Filler {
   BlockKey key;
-  ssize_t result = kBlock;
+  size_t result = kBlock;
   unsigned version = 0;
   int calls = 0;
+  int error = 0;
 
   BlockCache::FillFn fn() {
-    return [this](std::byte* dst, size_t len) -> ssize_t {
+    return [this](std::byte* dst, size_t len) -> Result<size_t> {
       ++calls;
       for (size_t i = 0; i < len; ++i) dst[i] = std::byte{pattern_byte(key, i, version)};
+      if (error != 0) return Status(error, "test fill");
       return result;
     };
   }
@@ -72,8 +77,7 @@ struct EvictLog {
 int read_once(BlockCache& cache, const BlockKey& key, uint32_t need = kBlock) {
   Filler f{key};
   BlockCache::ReadPin pin;
-  int err = 0;
-  REQUIRE(cache.read(key, need, f.fn(), &pin, &err));
+  REQUIRE(cache.read(key, need, f.fn(), &pin).ok());
   REQUIRE_FALSE(pin.bypass());
   CHECK(holds_pattern(pin, key, 0, pin.valid()));
   return f.calls;
@@ -101,10 +105,9 @@ TEST_CASE("miss then hit; the fill function runs once per miss") {
   CHECK(cache.block_count() == 8);
   BlockKey key{1, 0};
   Filler f{key};
-  int err = 0;
   {
     BlockCache::ReadPin pin;
-    REQUIRE(cache.read(key, kBlock, f.fn(), &pin, &err));
+    REQUIRE(cache.read(key, kBlock, f.fn(), &pin).ok());
     REQUIRE_FALSE(pin.bypass());
     CHECK(f.calls == 1);
     CHECK(pin.valid() == kBlock);
@@ -114,7 +117,7 @@ TEST_CASE("miss then hit; the fill function runs once per miss") {
   }
   {
     BlockCache::ReadPin pin;
-    REQUIRE(cache.read(key, kBlock, f.fn(), &pin, &err));
+    REQUIRE(cache.read(key, kBlock, f.fn(), &pin).ok());
     CHECK(f.calls == 1);
     CHECK(pin.valid() == kBlock);
     CHECK(holds_pattern(pin, key, 0, kBlock));
@@ -135,15 +138,14 @@ TEST_CASE("a pin moved into another pin keeps the block; reusing a pin releases 
   BlockCache cache(options(4));
   BlockKey a{1, 0}, b{1, 1};
   Filler fa{a}, fb{b};
-  int err = 0;
   BlockCache::ReadPin pin;
-  REQUIRE(cache.read(a, kBlock, fa.fn(), &pin, &err));
+  REQUIRE(cache.read(a, kBlock, fa.fn(), &pin).ok());
   BlockCache::ReadPin moved(std::move(pin));
   CHECK(pin.bypass());
   REQUIRE_FALSE(moved.bypass());
   CHECK(holds_pattern(moved, a, 0, kBlock));
   // Reading another key into the same pin drops the hold on the first.
-  REQUIRE(cache.read(b, kBlock, fb.fn(), &moved, &err));
+  REQUIRE(cache.read(b, kBlock, fb.fn(), &moved).ok());
   CHECK(holds_pattern(moved, b, 0, kBlock));
 }
 
@@ -180,13 +182,12 @@ TEST_CASE("a pinned block is never evicted; all blocks pinned means bypass") {
   BlockCache cache(options(4));
   EvictLog log;
   log.attach(cache);
-  int err = 0;
 
   SUBCASE("one pinned block survives heavy churn") {
     BlockKey held{1, 0};
     Filler f{held};
     BlockCache::ReadPin pin;
-    REQUIRE(cache.read(held, kBlock, f.fn(), &pin, &err));
+    REQUIRE(cache.read(held, kBlock, f.fn(), &pin).ok());
     for (uint64_t i = 1; i <= 40; ++i) read_once(cache, BlockKey{1, i});
     CHECK(cache.stats().evictions >= 30);
     for (const BlockKey& k : log.keys) CHECK_FALSE(k == held);
@@ -200,12 +201,12 @@ TEST_CASE("a pinned block is never evicted; all blocks pinned means bypass") {
     std::vector<Filler> fillers;
     for (uint64_t i = 0; i < 4; ++i) fillers.push_back(Filler{BlockKey{2, i}});
     for (size_t i = 0; i < 4; ++i) {
-      REQUIRE(cache.read(fillers[i].key, kBlock, fillers[i].fn(), &pins[i], &err));
+      REQUIRE(cache.read(fillers[i].key, kBlock, fillers[i].fn(), &pins[i]).ok());
       REQUIRE_FALSE(pins[i].bypass());
     }
     Filler extra{BlockKey{2, 100}};
     BlockCache::ReadPin pin;
-    REQUIRE(cache.read(extra.key, kBlock, extra.fn(), &pin, &err));
+    REQUIRE(cache.read(extra.key, kBlock, extra.fn(), &pin).ok());
     CHECK(pin.bypass());
     CHECK(extra.calls == 0);
     CHECK(cache.stats().bypasses == 1);
@@ -214,7 +215,7 @@ TEST_CASE("a pinned block is never evicted; all blocks pinned means bypass") {
 
     // Unpinning one frees exactly that block for reuse.
     pins[2] = BlockCache::ReadPin();
-    REQUIRE(cache.read(extra.key, kBlock, extra.fn(), &pin, &err));
+    REQUIRE(cache.read(extra.key, kBlock, extra.fn(), &pin).ok());
     REQUIRE_FALSE(pin.bypass());
     CHECK(extra.calls == 1);
     REQUIRE(log.keys.size() == 1);
@@ -226,14 +227,13 @@ TEST_CASE("a pinned block is never evicted; all blocks pinned means bypass") {
 TEST_CASE("update changes cached bytes and zero-fills a gap past the valid end") {
   BlockCache cache(options(4));
   BlockKey key{3, 1};
-  int err = 0;
 
   SUBCASE("overwrite inside the valid bytes") {
     CHECK(read_once(cache, key) == 1);
     cache.update(key, 100, "hello", 5);
     Filler f{key};
     BlockCache::ReadPin pin;
-    REQUIRE(cache.read(key, kBlock, f.fn(), &pin, &err));
+    REQUIRE(cache.read(key, kBlock, f.fn(), &pin).ok());
     CHECK(f.calls == 0);
     CHECK(pin.valid() == kBlock);
     CHECK(std::memcmp(pin.data() + 100, "hello", 5) == 0);
@@ -245,12 +245,12 @@ TEST_CASE("update changes cached bytes and zero-fills a gap past the valid end")
     Filler f{key, 50};  // EOF after 50 bytes; the fill leaves non-zero bytes past them
     {
       BlockCache::ReadPin pin;
-      REQUIRE(cache.read(key, 1, f.fn(), &pin, &err));
+      REQUIRE(cache.read(key, 1, f.fn(), &pin).ok());
       CHECK(pin.valid() == 50);
     }
     cache.update(key, 200, "xyz", 3);
     BlockCache::ReadPin pin;
-    REQUIRE(cache.read(key, 203, f.fn(), &pin, &err));
+    REQUIRE(cache.read(key, 203, f.fn(), &pin).ok());
     CHECK(f.calls == 1);  // served from the cache: the update made it long enough
     CHECK(pin.valid() == 203);
     CHECK(holds_pattern(pin, key, 0, 50));
@@ -265,12 +265,12 @@ TEST_CASE("update changes cached bytes and zero-fills a gap past the valid end")
     Filler f{key, 10};
     {
       BlockCache::ReadPin pin;
-      REQUIRE(cache.read(key, 1, f.fn(), &pin, &err));
+      REQUIRE(cache.read(key, 1, f.fn(), &pin).ok());
     }
     std::string tail(kBlock - 10, 'T');
     cache.update(key, 10, tail.data(), tail.size());
     BlockCache::ReadPin pin;
-    REQUIRE(cache.read(key, kBlock, f.fn(), &pin, &err));
+    REQUIRE(cache.read(key, kBlock, f.fn(), &pin).ok());
     CHECK(f.calls == 1);
     CHECK(pin.valid() == kBlock);
     CHECK(holds_pattern(pin, key, 0, 10));
@@ -286,8 +286,7 @@ TEST_CASE("update of an uncached key does nothing") {
   CHECK(cache.stats().hits == 0);
   Filler f{key};
   BlockCache::ReadPin pin;
-  int err = 0;
-  REQUIRE(cache.read(key, kBlock, f.fn(), &pin, &err));
+  REQUIRE(cache.read(key, kBlock, f.fn(), &pin).ok());
   CHECK(f.calls == 1);
   CHECK(cache.stats().misses == 1);
   CHECK(holds_pattern(pin, key, 0, kBlock));
@@ -337,27 +336,27 @@ TEST_CASE("invalidate drops blocks so the next read refills") {
     BlockKey key{5, 2};
     Filler old_fill{key};
     BlockCache::ReadPin held;
-    int err = 0;
-    REQUIRE(cache.read(key, kBlock, old_fill.fn(), &held, &err));
+    REQUIRE(cache.read(key, kBlock, old_fill.fn(), &held).ok());
     CHECK(old_fill.calls == 0);
     cache.invalidate(5, 2, 2);
     Filler new_fill{key, kBlock, 1};
     BlockCache::ReadPin fresh;
-    REQUIRE(cache.read(key, kBlock, new_fill.fn(), &fresh, &err));
+    REQUIRE(cache.read(key, kBlock, new_fill.fn(), &fresh).ok());
     CHECK(new_fill.calls == 1);
     CHECK(holds_pattern(fresh, key, 0, kBlock, 1));
     CHECK(holds_pattern(held, key, 0, kBlock, 0));
   }
 }
 
-TEST_CASE("a fill error returns false with the errno and leaves nothing cached") {
+TEST_CASE("a fill error fails the read with its Status and leaves nothing cached") {
   BlockCache cache(options(4));
   BlockKey key{8, 3};
-  Filler bad{key, -EIO};
+  Filler bad{key};
+  bad.error = EIO;
   BlockCache::ReadPin pin;
-  int err = 0;
-  CHECK_FALSE(cache.read(key, kBlock, bad.fn(), &pin, &err));
-  CHECK(err == EIO);
+  Status read = cache.read(key, kBlock, bad.fn(), &pin);
+  CHECK(read.errno_value() == EIO);
+  CHECK(read.message() == "test fill");
   CHECK(bad.calls == 1);
   CHECK(pin.bypass());
   CHECK(cache.stats().fill_errors == 1);
@@ -366,7 +365,7 @@ TEST_CASE("a fill error returns false with the errno and leaves nothing cached")
   std::string junk(kBlock, 'J');
   cache.update(key, 0, junk.data(), junk.size());
   Filler good{key};
-  REQUIRE(cache.read(key, kBlock, good.fn(), &pin, &err));
+  REQUIRE(cache.read(key, kBlock, good.fn(), &pin).ok());
   CHECK(good.calls == 1);
   CHECK(cache.stats().hits == 0);
   CHECK(cache.stats().misses == 2);
@@ -376,14 +375,14 @@ TEST_CASE("a fill error returns false with the errno and leaves nothing cached")
   SUBCASE("a failed refill of a short block drops it") {
     BlockKey k2{8, 4};
     Filler shorter{k2, 100};
-    REQUIRE(cache.read(k2, 1, shorter.fn(), &pin, &err));
+    REQUIRE(cache.read(k2, 1, shorter.fn(), &pin).ok());
     pin = BlockCache::ReadPin();
-    Filler fails{k2, -ENOSPC};
-    CHECK_FALSE(cache.read(k2, 200, fails.fn(), &pin, &err));
-    CHECK(err == ENOSPC);
+    Filler fails{k2};
+    fails.error = ENOSPC;
+    CHECK(cache.read(k2, 200, fails.fn(), &pin).errno_value() == ENOSPC);
     CHECK(fails.calls == 1);
     Filler again{k2, 100};
-    REQUIRE(cache.read(k2, 1, again.fn(), &pin, &err));
+    REQUIRE(cache.read(k2, 1, again.fn(), &pin).ok());
     CHECK(again.calls == 1);  // the old 100 bytes were not kept
   }
 
@@ -396,29 +395,28 @@ TEST_CASE("a fill error returns false with the errno and leaves nothing cached")
 TEST_CASE("a short fill (EOF), then a read needing more bytes refills") {
   BlockCache cache(options(4));
   BlockKey key{9, 0};
-  int err = 0;
   BlockCache::ReadPin pin;
 
   Filler f{key, 100};
-  REQUIRE(cache.read(key, 50, f.fn(), &pin, &err));
+  REQUIRE(cache.read(key, 50, f.fn(), &pin).ok());
   CHECK(pin.valid() == 100);
   CHECK(f.calls == 1);
   pin = BlockCache::ReadPin();
 
-  REQUIRE(cache.read(key, 100, f.fn(), &pin, &err));  // enough already
+  REQUIRE(cache.read(key, 100, f.fn(), &pin).ok());  // enough already
   CHECK(f.calls == 1);
   CHECK(cache.stats().hits == 1);
   pin = BlockCache::ReadPin();
 
   f.result = 300;  // the file grew
-  REQUIRE(cache.read(key, 200, f.fn(), &pin, &err));
+  REQUIRE(cache.read(key, 200, f.fn(), &pin).ok());
   CHECK(f.calls == 2);
   CHECK(pin.valid() == 300);
   CHECK(holds_pattern(pin, key, 0, 300));
   pin = BlockCache::ReadPin();
 
   // At EOF a read asking for the whole block gets what the file has.
-  REQUIRE(cache.read(key, kBlock, f.fn(), &pin, &err));
+  REQUIRE(cache.read(key, kBlock, f.fn(), &pin).ok());
   CHECK(f.calls == 3);
   CHECK(pin.valid() == 300);
   CHECK(cache.stats().misses == 1);
@@ -446,12 +444,11 @@ TEST_CASE("concurrent readers never see a torn block while whole blocks are upda
     for (uint64_t i = id; !done.load() || n < 2000; ++i, ++n) {
       uint64_t k = (i * 7 + id) % kKeys;
       BlockKey key{kFile, k};
-      auto fill = [&](std::byte* dst, size_t len) -> ssize_t {
+      auto fill = [&](std::byte* dst, size_t len) -> Result<size_t> {
         std::memset(dst, static_cast<int>(version[k].load()), len);
-        return static_cast<ssize_t>(len);
+        return len;
       };
-      int err = 0;
-      if (!cache.read(key, kBlock, fill, &pin, &err) || pin.bypass()) {
+      if (!cache.read(key, kBlock, fill, &pin).ok() || pin.bypass()) {
         failures.fetch_add(1);
         continue;
       }
@@ -493,12 +490,11 @@ TEST_CASE("concurrent readers never see a torn block while whole blocks are upda
   // Afterwards every cached block holds the final version.
   for (uint64_t k = 0; k < kKeys; ++k) {
     BlockCache::ReadPin pin;
-    int err = 0;
-    auto fill = [&](std::byte* dst, size_t len) -> ssize_t {
+    auto fill = [&](std::byte* dst, size_t len) -> Result<size_t> {
       std::memset(dst, static_cast<int>(version[k].load()), len);
-      return static_cast<ssize_t>(len);
+      return len;
     };
-    REQUIRE(cache.read(BlockKey{kFile, k}, kBlock, fill, &pin, &err));
+    REQUIRE(cache.read(BlockKey{kFile, k}, kBlock, fill, &pin).ok());
     CHECK(static_cast<unsigned>(pin.data()[0]) == kRounds);
     CHECK(static_cast<unsigned>(pin.data()[kBlock - 1]) == kRounds);
   }
@@ -508,13 +504,12 @@ TEST_CASE("a pin notices when its block is dropped; the evict hook sees the drop
   BlockCache cache(BlockCache::Options{4 * 4096, 4096});
   std::vector<uint32_t> revoked;
   cache.set_evict_hook([&](const Block& b) { revoked.push_back(b.segment); });
-  auto fill = [](std::byte* dst, size_t len) -> ssize_t {
+  auto fill = [](std::byte* dst, size_t len) -> Result<size_t> {
     std::memset(dst, 7, len);
-    return static_cast<ssize_t>(len);
+    return len;
   };
   BlockCache::ReadPin pin;
-  int err = 0;
-  REQUIRE(cache.read(BlockKey{1, 0}, 4096, fill, &pin, &err));
+  REQUIRE(cache.read(BlockKey{1, 0}, 4096, fill, &pin).ok());
   CHECK(pin.still_mapped());
   uint32_t seg = pin.segment();
   cache.invalidate(1, 0, 0);  // truncation while a reader holds the block
@@ -523,7 +518,7 @@ TEST_CASE("a pin notices when its block is dropped; the evict hook sees the drop
   CHECK(revoked[0] == seg);
   CHECK(static_cast<int>(pin.data()[0]) == 7);  // the holder still reads its bytes
   BlockCache::ReadPin again;
-  REQUIRE(cache.read(BlockKey{1, 0}, 4096, fill, &again, &err));
+  REQUIRE(cache.read(BlockKey{1, 0}, 4096, fill, &again).ok());
   CHECK(again.still_mapped());
   CHECK(again.segment() != seg);  // the dropped block stays pinned: another one is used
 }

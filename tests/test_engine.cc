@@ -1,77 +1,28 @@
-// The soft one-sided engine, in process: real TCP on 127.0.0.1, real engine threads,
-// exported memory of our own.
-#include <arpa/inet.h>
+// The soft one-sided engine in process, as honest clients use it: real TCP on 127.0.0.1
+// and local rings, real engine threads, exported memory of our own. Reads and every fault
+// reason (forged, stale and other-session references), torn-free reads under concurrent
+// rewrites, shared connections, server-initiated transfers, engine stop. Clients that break
+// the protocol are in test_engine_hostile.cc.
 #include <doctest/doctest.h>
-#include <netinet/in.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include <sys/uio.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstring>
-#include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
-#include "ordma/engine_impl/soft/handshake.h"
 #include "ordma/engine_impl/soft/local_ring.h"
 #include "ordma/engine_impl/soft/soft_engine.h"
-#include "ordma/engine_impl/soft/wire.h"
-#include "tests/support/server_process.h"
+#include "tests/support/engine_stack.h"
 
 using namespace odafs::ordma;
+using odafs::test::EngineStack;
+using odafs::test::kSegBytes;
+using odafs::test::kSegments;
 
 namespace {
-
-constexpr size_t kSegBytes = 4096;
-constexpr size_t kSegments = 16;
-
-// One server side: memory, export table, authorities and a running soft engine.
-struct Stack {
-  std::vector<std::byte> memory = std::vector<std::byte>(kSegBytes * kSegments);
-  std::unique_ptr<SoftEngine> engine;
-  // The engine's own state, which these tests age, lock and forge against.
-  ExportTable& table;
-  const CapabilityAuthority& caps;
-  const SessionAuthority& sessions;
-
-  explicit Stack(int threads = 2, size_t max_rings = 256)
-      : engine(make(memory, threads, max_rings)),
-        table(engine->table()),
-        caps(engine->capabilities()),
-        sessions(engine->sessions()) {
-    for (size_t s = 0; s < kSegments; ++s) {
-      std::memset(memory.data() + s * kSegBytes, static_cast<int>('A' + s), kSegBytes);
-      table.export_segment(static_cast<uint32_t>(s));
-    }
-    engine->start();
-  }
-  static std::unique_ptr<SoftEngine> make(std::vector<std::byte>& memory, int threads,
-                                          size_t max_rings) {
-    EngineOptions o;
-    o.listen = {"127.0.0.1", 0};
-    o.threads = threads;
-    o.max_rings = max_rings;
-    return make_soft_engine(o, ExportedMemory{memory.data(), kSegBytes, kSegments});
-  }
-  odafs::net::Endpoint where() const { return odafs::net::parse_endpoint(engine->endpoint()); }
-  Reference ref(uint32_t seg, const Session& s, uint32_t length = kSegBytes) const {
-    Reference r;
-    r.segment = seg;
-    r.generation = seg < kSegments ? table.generation(seg) : 1;
-    r.offset = 0;
-    r.length = length;
-    r.rights = kRightRead;
-    r.session = s.id;
-    caps.seal(r);
-    return r;
-  }
-  uint64_t faults(Fault f) const { return engine->stats().faults[static_cast<size_t>(f)].load(); }
-};
-
-int raw_connect(const odafs::net::Endpoint& e) { return odafs::net::connect_tcp(e); }
 
 // Most cases run twice: reads over the engine's local ring, and over TCP. Each SUBCASE
 // reruns its TEST_CASE from the top, so every run builds its own Stack.
@@ -85,58 +36,10 @@ const char* expected_transport(const EngineClientOptions& o) {
   return o.local_rings ? "ring" : "tcp";
 }
 
-// The ring token the engine offers `s` in its TCP WELCOME (it must offer one).
-ring::Token offered_token(const Stack& st, const Session& s) {
-  int fd = raw_connect(st.where());
-  answer_greeting(fd, s);
-  unsigned char welcome[wire::kWelcomeBytes];
-  REQUIRE(odafs::net::read_full(fd, welcome, sizeof welcome));
-  close(fd);
-  ring::Token token{};
-  REQUIRE(wire::welcome_offers_rings(welcome, token.data()));
-  return token;
-}
-
-// A ring mapped by hand, as a client that ignores the protocol would.
-struct RawRing {
-  ring::Setup setup;
-  void* base = nullptr;
-  size_t bytes = 0;
-  RawRing(const Stack& st, const Session& s) : setup(ring::set_up(offered_token(st, s), s)) {
-    struct stat sb;
-    REQUIRE(fstat(setup.memfd, &sb) == 0);
-    bytes = static_cast<size_t>(sb.st_size);
-    base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, setup.memfd, 0);
-    REQUIRE(base != MAP_FAILED);
-  }
-  ~RawRing() { munmap(base, bytes); }
-  ring::Slot& slot(uint32_t i) const { return *ring::slot(base, i); }
-  std::byte* data(uint32_t i) const { return ring::slot_data(base, kSegBytes, i); }
-  void post(uint32_t i, const wire::ReadRequest& r) const {
-    wire::encode(r, slot(i).request);
-    slot(i).state.store(ring::kPosted);
-    ring::header(base)->posted.fetch_or(uint64_t{1} << i);
-    doorbell();
-  }
-  void doorbell() const {
-    uint64_t one = 1;
-    REQUIRE(write(setup.doorbell, &one, sizeof one) == sizeof one);
-  }
-  // Waits (up to 5 s) for slot i to be answered.
-  bool done(uint32_t i) const {
-    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (slot(i).state.load() != ring::kDone) {
-      if (std::chrono::steady_clock::now() > until) return false;
-      std::this_thread::yield();
-    }
-    return true;
-  }
-};
-
 }  // namespace
 
 TEST_CASE("an authenticated read returns the segment's bytes") {
-  Stack st;
+  EngineStack st;
   Session s = st.sessions.issue();
   EngineClientOptions via = transports();
   auto client = connect_soft_engine(st.where(), s, via);
@@ -154,7 +57,7 @@ TEST_CASE("an authenticated read returns the segment's bytes") {
 }
 
 TEST_CASE("every fault reason, and a fault never returns data") {
-  Stack st;
+  EngineStack st;
   Session s = st.sessions.issue();
   Session other = st.sessions.issue();
   EngineClientOptions via = transports();
@@ -205,11 +108,11 @@ TEST_CASE("every fault reason, and a fault never returns data") {
 TEST_CASE("references from before a server restart fault") {
   Reference old;
   {
-    Stack before;
+    EngineStack before;
     Session s = before.sessions.issue();
     old = before.ref(1, s);
   }
-  Stack after;
+  EngineStack after;
   Session s = after.sessions.issue();
   auto client = connect_soft_engine(after.where(), s);
   old.session = s.id;  // even re-addressed to a valid session
@@ -218,75 +121,8 @@ TEST_CASE("references from before a server restart fault") {
   CHECK(client->read(old, 0, kSegBytes, buf.data(), &got) == Fault::kBadCapability);
 }
 
-TEST_CASE("a wrong session proof closes the connection; others keep working") {
-  Stack st;
-  Session s = st.sessions.issue();
-  Session forged = s;
-  forged.secret[0] ^= 1;
-  CHECK_THROWS(connect_soft_engine(st.where(), forged));
-  Session stranger;  // id 0, zero secret
-  CHECK_THROWS(connect_soft_engine(st.where(), stranger));
-  CHECK(st.engine->stats().bad_handshakes.load() == 2);
-  auto client = connect_soft_engine(st.where(), s);
-  std::vector<char> buf(kSegBytes);
-  uint32_t got;
-  CHECK(client->read(st.ref(0, s), 0, kSegBytes, buf.data(), &got) == Fault::kNone);
-}
-
-TEST_CASE("random and truncated frames never crash the engine nor leak data") {
-  Stack st;
-  Session s = st.sessions.issue();
-  std::mt19937 rng(11);
-  for (int round = 0; round < 200; ++round) {
-    int fd = raw_connect(st.where());
-    std::vector<unsigned char> junk(1 + rng() % 300);
-    for (auto& b : junk) b = static_cast<unsigned char>(rng());
-    if (round % 2 == 1) {  // junk straight after the greeting
-      unsigned char greeting[wire::kGreetingBytes];
-      REQUIRE(odafs::net::read_full(fd, greeting, sizeof greeting));
-    } else {  // authenticate properly, then send frames
-      answer_greeting(fd, s);
-      if (round % 4 == 0) {  // well-typed READ frames with random fields
-        for (int k = 0; k < 5; ++k) {
-          wire::ReadRequest r;
-          r.tag = static_cast<uint32_t>(k);
-          r.ref.segment = rng() % 20;
-          r.ref.generation = rng() % 3;
-          r.ref.length = rng() % 8192;
-          r.ref.rights = 1;
-          r.ref.session = s.id;
-          for (auto& b : r.ref.capability) b = static_cast<unsigned char>(rng());
-          r.length = rng() % 4096;
-          unsigned char frame[wire::kReadRequestBytes];
-          wire::encode(r, frame);
-          REQUIRE(send(fd, frame, sizeof frame, MSG_NOSIGNAL) == sizeof frame);
-        }
-        unsigned char welcome[wire::kWelcomeBytes];
-        REQUIRE(odafs::net::read_full(fd, welcome, sizeof welcome));
-        for (int k = 0; k < 5; ++k) {
-          unsigned char head[wire::kResponseBytes];
-          REQUIRE(odafs::net::read_full(fd, head, sizeof head));
-          wire::Response resp;
-          wire::decode(head, &resp);
-          CHECK(resp.fault != Fault::kNone);  // random capabilities never validate
-          CHECK(resp.length == 0);
-        }
-      }
-    }
-    [[maybe_unused]] ssize_t n = send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
-    close(fd);
-  }
-  auto client = connect_soft_engine(st.where(), s);
-  std::vector<char> buf(kSegBytes);
-  uint32_t got;
-  CHECK(client->read(st.ref(7, s), 0, kSegBytes, buf.data(), &got) == Fault::kNone);
-  CHECK(buf[0] == 'H');
-  CHECK(st.engine->stats().reads.load() == 1);
-  CHECK(st.engine->stats().bad_handshakes.load() > 0);
-}
-
 TEST_CASE("a block rewritten under lock is read whole or faults, never torn") {
-  Stack st(2);
+  EngineStack st(2);
   Session s = st.sessions.issue();
   EngineClientOptions via = transports();
   auto shared = connect_soft_engine(st.where(), s, via);
@@ -333,7 +169,7 @@ TEST_CASE("a block rewritten under lock is read whole or faults, never torn") {
 }
 
 TEST_CASE("many threads share one engine connection; responses find their owners") {
-  Stack st(1);
+  EngineStack st(1);
   Session s = st.sessions.issue();
   EngineClientOptions via = transports();
   auto client = connect_soft_engine(st.where(), s, via);
@@ -360,7 +196,7 @@ TEST_CASE("many threads share one engine connection; responses find their owners
 }
 
 TEST_CASE("server-initiated writes land in registered buffers, and only there") {
-  Stack st;
+  EngineStack st;
   Session s = st.sessions.issue();
   auto client = connect_soft_engine(st.where(), s);
   std::vector<char> buf(100, '.');
@@ -403,7 +239,7 @@ TEST_CASE("server-initiated writes land in registered buffers, and only there") 
 }
 
 TEST_CASE("server-initiated reads take bytes from registered buffers, and only from them") {
-  Stack st;
+  EngineStack st;
   Session s = st.sessions.issue();
   auto client = connect_soft_engine(st.where(), s);
   std::string source = "0123456789abcdefghij";
@@ -436,158 +272,8 @@ TEST_CASE("server-initiated reads take bytes from registered buffers, and only f
   CHECK(client->read(st.ref(2, s), 0, kSegBytes, seg.data(), &got) == Fault::kNone);
 }
 
-// ---------------------------------------------------------------- local rings
-
-TEST_CASE("a ring's setup socket wants the same session proof as TCP") {
-  Stack st;
-  Session s = st.sessions.issue();
-  ring::Token token = offered_token(st, s);
-  Session forged = s;
-  forged.secret[3] ^= 0x40;
-  CHECK_THROWS(ring::set_up(token, forged));
-  CHECK(st.engine->stats().bad_handshakes.load() == 1);
-  ring::Token wrong = token;
-  wrong[0] ^= 1;
-  CHECK_THROWS(ring::set_up(wrong, s));  // nobody listens there
-  CHECK(st.engine->stats().rings.load() == 0);
-  ring::Setup ok = ring::set_up(token, s);
-  CHECK(ok.memfd >= 0);
-  CHECK(ok.doorbell >= 0);
-  CHECK(st.engine->stats().rings.load() == 1);
-}
-
-TEST_CASE("a client that scribbles over its ring harms only its own reads") {
-  Stack st(1);  // one engine thread: the hostile ring and the honest client share it
-  Session s = st.sessions.issue();
-  Session other = st.sessions.issue();
-  RawRing raw(st, s);
-  auto honest = connect_soft_engine(st.where(), other);
-  REQUIRE(std::string(honest->transport()) == "ring");
-  auto honest_reads = [&] {
-    std::vector<char> buf(kSegBytes);
-    uint32_t got = 0;
-    return honest->read(st.ref(6, other), 0, kSegBytes, buf.data(), &got) == Fault::kNone &&
-           buf[0] == 'G' && buf[kSegBytes - 1] == 'G';
-  };
-
-  // The ring is sealed: the client can neither shrink it under the engine nor grow it.
-  CHECK(odafs::test::failed_with(ftruncate(raw.setup.memfd, 0) == -1) == EPERM);
-  CHECK(ftruncate(raw.setup.memfd, static_cast<off_t>(raw.bytes * 2)) == -1);
-
-  // A proper request through the hand-made ring works (so what follows tests the engine's
-  // checks, not a dead ring), and lands in its own slot only.
-  std::memset(raw.data(0), '?', size_t{ring::kSlots} * kSegBytes);
-  wire::ReadRequest good;
-  good.ref = st.ref(4, s);
-  good.length = kSegBytes;
-  raw.post(5, good);
-  REQUIRE(raw.done(5));
-  CHECK(raw.slot(5).fault.load() == static_cast<uint32_t>(Fault::kNone));
-  CHECK(raw.slot(5).length.load() == kSegBytes);
-  CHECK(static_cast<char>(raw.data(5)[0]) == 'E');
-  CHECK(static_cast<char>(raw.data(4)[kSegBytes - 1]) == '?');
-  CHECK(static_cast<char>(raw.data(6)[0]) == '?');
-
-  // Longer than a slot, even under a capability that allows it: refused, nothing copied.
-  std::memset(raw.data(7), '?', kSegBytes);
-  wire::ReadRequest too_long = good;
-  too_long.ref = st.ref(4, s, 2 * kSegBytes);
-  too_long.length = kSegBytes + 1;
-  raw.post(7, too_long);
-  REQUIRE(raw.done(7));
-  CHECK(raw.slot(7).fault.load() == static_cast<uint32_t>(Fault::kOutOfBounds));
-  CHECK(raw.slot(7).length.load() == 0);
-
-  std::mt19937 rng(29);
-  auto* bytes = static_cast<unsigned char*>(raw.base);
-  for (int round = 0; round < 300; ++round) {
-    std::memset(raw.data(0), '?', size_t{ring::kSlots} * kSegBytes);
-    switch (round % 3) {
-      case 0:  // garbage over the header and the slots, posted bits included
-        for (size_t k = 0; k < ring::data_offset(); ++k) bytes[k] = static_cast<uint8_t>(rng());
-        raw.doorbell();
-        break;
-      case 1: {  // well-formed READ frames with random fields in random slots
-        for (uint32_t i = 0; i < ring::kSlots; ++i) raw.slot(i).state.store(ring::kFree);
-        for (int k = 0; k < 8; ++k) {
-          wire::ReadRequest r;
-          r.ref.segment = rng() % 20;
-          r.ref.generation = rng() % 3;
-          r.ref.length = rng() % (3 * kSegBytes);
-          r.ref.rights = kRightRead;
-          r.ref.session = rng() % 2 ? s.id : other.id;
-          for (auto& b : r.ref.capability) b = static_cast<unsigned char>(rng());
-          r.offset = rng() % (2 * kSegBytes);
-          r.length = rng() % 2 ? rng() : rng() % (2 * kSegBytes);
-          raw.post(rng() % ring::kSlots, r);
-        }
-        break;
-      }
-      case 2:  // a real reference, posted in every slot at once (all answered)
-        for (uint32_t i = 0; i < ring::kSlots; ++i) {
-          raw.slot(i).state.store(ring::kFree);
-          wire::encode(good, raw.slot(i).request);
-          raw.slot(i).state.store(ring::kPosted);
-        }
-        ring::header(raw.base)->posted.store(~uint64_t{0});
-        raw.doorbell();
-        for (uint32_t i = 0; i < ring::kSlots; ++i) {
-          REQUIRE(raw.done(i));
-          CHECK(raw.slot(i).fault.load() == static_cast<uint32_t>(Fault::kNone));
-          CHECK(static_cast<char>(raw.data(i)[kSegBytes - 1]) == 'E');
-        }
-        break;
-    }
-    if (round % 3 == 1) {  // random capabilities never validate: no byte leaves the engine
-      for (uint32_t i = 0; i < ring::kSlots; ++i) {
-        if (raw.slot(i).state.load() == ring::kPosted) REQUIRE(raw.done(i));
-        if (raw.slot(i).state.load() == ring::kDone) {
-          CHECK(raw.slot(i).fault.load() != static_cast<uint32_t>(Fault::kNone));
-          CHECK(raw.slot(i).length.load() == 0);
-        }
-      }
-      CHECK(std::all_of(raw.data(0), raw.data(0) + size_t{ring::kSlots} * kSegBytes,
-                        [](std::byte b) { return static_cast<char>(b) == '?'; }));
-    }
-    if (round % 50 == 0) REQUIRE(honest_reads());
-  }
-  CHECK(honest_reads());
-  CHECK(st.engine->stats().faults[static_cast<size_t>(Fault::kBadCapability)].load() > 0);
-}
-
-TEST_CASE(
-    "rings are capped; past the cap clients read over TCP, and a dead client's ring is freed") {
-  Stack st(2, /*max_rings=*/1);
-  Session s = st.sessions.issue();
-  std::vector<char> buf(kSegBytes);
-  uint32_t got = 0;
-  {
-    RawRing first(st, s);
-    wire::ReadRequest r;
-    r.ref = st.ref(1, s);
-    r.length = kSegBytes;
-    first.post(0, r);  // and then dies with a request in flight
-    REQUIRE(first.done(0));
-    first.post(1, r);
-
-    auto second = connect_soft_engine(st.where(), s);
-    CHECK(std::string(second->transport()) == "tcp");
-    CHECK(second->read(st.ref(2, s), 0, kSegBytes, buf.data(), &got) == Fault::kNone);
-    CHECK(buf[0] == 'C');
-  }
-  // The engine notices the closed setup socket and frees the ring (asynchronously).
-  std::unique_ptr<EngineClient> third;
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  do {
-    third = connect_soft_engine(st.where(), s);
-  } while (std::string(third->transport()) != "ring" && std::chrono::steady_clock::now() < until);
-  CHECK(std::string(third->transport()) == "ring");
-  CHECK(third->read(st.ref(3, s), 0, kSegBytes, buf.data(), &got) == Fault::kNone);
-  CHECK(buf[0] == 'D');
-}
-
 TEST_CASE("when the engine stops, ring reads fail with kTransport instead of hanging") {
-  Stack st;
+  EngineStack st;
   Session s = st.sessions.issue();
   auto client = connect_soft_engine(st.where(), s);
   REQUIRE(std::string(client->transport()) == "ring");

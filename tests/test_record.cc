@@ -1,12 +1,14 @@
 // Unit: ONC RPC record marking (rpc/record.h).
 #include <doctest/doctest.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "rpc/record.h"
 
+using odafs::Status;
 using odafs::rpc::kLastFragment;
 using odafs::rpc::put_record_mark;
 using odafs::rpc::RecordAssembler;
@@ -26,13 +28,11 @@ void add_fragment(std::string* out, const std::string& payload, bool last) {
 std::vector<std::string> feed_in_chunks(RecordAssembler& a, const std::string& stream,
                                         size_t chunk) {
   std::vector<std::string> records;
-  std::string error;
   for (size_t off = 0; off < stream.size(); off += chunk) {
     size_t len = std::min(chunk, stream.size() - off);
-    bool ok = a.feed(
-        stream.data() + off, len,
-        [&](std::vector<char>& r) { records.emplace_back(r.begin(), r.end()); }, &error);
-    REQUIRE_MESSAGE(ok, error);
+    Status fed = a.feed(stream.data() + off, len,
+                        [&](std::vector<char>& r) { records.emplace_back(r.begin(), r.end()); });
+    REQUIRE_MESSAGE(fed.ok(), fed.to_string());
   }
   return records;
 }
@@ -98,12 +98,11 @@ TEST_CASE("a record split across several fragments") {
   SUBCASE("nothing is delivered before the last fragment") {
     size_t before_last = 4 + p1.size() + 4 + p2.size();
     std::vector<std::string> records;
-    std::string error;
     auto keep = [&](std::vector<char>& r) { records.emplace_back(r.begin(), r.end()); };
-    REQUIRE(a.feed(stream.data(), before_last, keep, &error));
+    REQUIRE(a.feed(stream.data(), before_last, keep).ok());
     CHECK(records.empty());
     CHECK_FALSE(a.idle());
-    REQUIRE(a.feed(stream.data() + before_last, stream.size() - before_last, keep, &error));
+    REQUIRE(a.feed(stream.data() + before_last, stream.size() - before_last, keep).ok());
     REQUIRE(records.size() == 1);
     CHECK(records[0] == p1 + p2 + p3);
   }
@@ -145,9 +144,8 @@ TEST_CASE("a partial mark is not idle") {
   RecordAssembler a(1024);
   std::string stream;
   add_fragment(&stream, "abc", true);
-  std::string error;
   auto none = [](std::vector<char>&) { FAIL("no record expected yet"); };
-  REQUIRE(a.feed(stream.data(), 2, none, &error));
+  REQUIRE(a.feed(stream.data(), 2, none).ok());
   CHECK_FALSE(a.idle());
 }
 
@@ -191,15 +189,12 @@ TEST_CASE("the callback may swap the record out; the next record starts empty") 
   add_fragment(&stream, "first", true);
   add_fragment(&stream, "second", true);
   std::vector<std::vector<char>> kept;
-  std::string error;
-  REQUIRE(a.feed(
-      stream.data(), stream.size(),
-      [&](std::vector<char>& r) {
-        std::vector<char> junk = {'j', 'u', 'n', 'k'};
-        r.swap(junk);
-        kept.push_back(std::move(junk));
-      },
-      &error));
+  auto swap_out = [&](std::vector<char>& r) {
+    std::vector<char> junk = {'j', 'u', 'n', 'k'};
+    r.swap(junk);
+    kept.push_back(std::move(junk));
+  };
+  REQUIRE(a.feed(stream.data(), stream.size(), swap_out).ok());
   REQUIRE(kept.size() == 2);
   CHECK(std::string(kept[0].begin(), kept[0].end()) == "first");
   CHECK(std::string(kept[1].begin(), kept[1].end()) == "second");
@@ -221,23 +216,21 @@ TEST_CASE("a fragment larger than max_record is refused before it is buffered") 
   RecordAssembler a(64);
   std::string stream;
   add_fragment(&stream, bytes(65, 'a'), true);
-  std::string error;
   int delivered = 0;
+  auto count = [&](std::vector<char>&) { ++delivered; };
   // Only the mark: the refusal must come from the length alone.
-  CHECK_FALSE(a.feed(
-      stream.data(), 4, [&](std::vector<char>&) { ++delivered; }, &error));
+  Status fed = a.feed(stream.data(), 4, count);
+  CHECK(fed.errno_value() == EMSGSIZE);
   CHECK(delivered == 0);
-  CHECK_FALSE(error.empty());
-  CHECK(error.find("65") != std::string::npos);
+  CHECK_MESSAGE(fed.message().find("65") != std::string::npos, fed.message());
 
   SUBCASE("a huge length is refused too") {
     RecordAssembler b(1 << 20);
     char mark[4];
     put_record_mark(mark, 0x7fffffff, false);
-    std::string err2;
-    CHECK_FALSE(b.feed(
-        mark, 4, [&](std::vector<char>&) { ++delivered; }, &err2));
-    CHECK_FALSE(err2.empty());
+    Status huge = b.feed(mark, 4, count);
+    CHECK(huge.errno_value() == EMSGSIZE);
+    CHECK_FALSE(huge.message().empty());
     CHECK(delivered == 0);
   }
 }
@@ -247,23 +240,22 @@ TEST_CASE("a record whose fragments sum over max_record is refused") {
   std::string stream;
   add_fragment(&stream, bytes(40, 'a'), false);
   add_fragment(&stream, bytes(25, 'b'), true);  // 65 in all
-  std::string error;
   int delivered = 0;
-  CHECK_FALSE(a.feed(
-      stream.data(), stream.size(), [&](std::vector<char>&) { ++delivered; }, &error));
+  auto count = [&](std::vector<char>&) { ++delivered; };
+  Status fed = a.feed(stream.data(), stream.size(), count);
+  CHECK(fed.errno_value() == EMSGSIZE);
   CHECK(delivered == 0);
   // The message names the record's size so far, not the last fragment's.
-  CHECK_MESSAGE(error.find("at least 65 bytes") != std::string::npos, error);
-  CHECK_MESSAGE(error.find("limit of 64") != std::string::npos, error);
+  CHECK_MESSAGE(fed.message().find("at least 65 bytes") != std::string::npos, fed.message());
+  CHECK_MESSAGE(fed.message().find("limit of 64") != std::string::npos, fed.message());
 
   SUBCASE("also when the fragments arrive in separate feeds") {
     RecordAssembler b(64);
-    std::string err2;
     size_t first = 4 + 40;
-    auto count = [&](std::vector<char>&) { ++delivered; };
-    REQUIRE(b.feed(stream.data(), first, count, &err2));
-    CHECK_FALSE(b.feed(stream.data() + first, stream.size() - first, count, &err2));
-    CHECK_FALSE(err2.empty());
+    REQUIRE(b.feed(stream.data(), first, count).ok());
+    Status second = b.feed(stream.data() + first, stream.size() - first, count);
+    CHECK(second.errno_value() == EMSGSIZE);
+    CHECK_FALSE(second.message().empty());
     CHECK(delivered == 0);
   }
 }
@@ -283,10 +275,9 @@ TEST_CASE(
   RecordAssembler a(1024);
   std::string stream;
   for (int i = 0; i < 3; ++i) add_fragment(&stream, "", false);
-  std::string error;
   int delivered = 0;
-  CHECK_FALSE(a.feed(
-      stream.data(), stream.size(), [&](std::vector<char>&) { ++delivered; }, &error));
+  Status fed = a.feed(stream.data(), stream.size(), [&](std::vector<char>&) { ++delivered; });
+  CHECK(fed.errno_value() == EPROTO);
   CHECK(delivered == 0);
-  CHECK_MESSAGE(error.find("empty fragment") != std::string::npos, error);
+  CHECK_MESSAGE(fed.message().find("empty fragment") != std::string::npos, fed.message());
 }

@@ -19,7 +19,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   size_t left = size - 1;
   // A small limit, so that lengths near it are reachable.
   odafs::rpc::RecordAssembler assembler(4096);
-  std::string error;
   size_t records = 0;
   auto on_record = [&](std::vector<char>& record) {
     ++records;
@@ -34,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   };
   while (left > 0) {
     size_t n = std::min(chunk, left);
-    if (!assembler.feed(stream, n, on_record, &error)) break;
+    if (!assembler.feed(stream, n, on_record).ok()) break;
     stream += n;
     left -= n;
   }

@@ -5,8 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "ordma/engine_impl/soft/local_ring.h"
 #include "ordma/engine_impl/soft/wire.h"
@@ -18,29 +18,36 @@ Ring::~Ring() {
   if (doorbell >= 0) close(doorbell);
 }
 
-std::unique_ptr<Ring> create_ring(uint32_t slot_bytes, int* memfd) {
-  *memfd = -1;
-  auto r = std::make_unique<Ring>();
-  r->bytes = ring::ring_bytes(slot_bytes);
-  int mfd = memfd_create("odafs-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (mfd < 0) return nullptr;
-  bool ok = ftruncate(mfd, static_cast<off_t>(r->bytes)) == 0 &&
-            fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0;
-  if (ok) r->base = mmap(nullptr, r->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
-  if (ok) r->doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (!ok || r->base == MAP_FAILED || r->doorbell < 0) {
-    int saved = errno;
-    close(mfd);
-    errno = saved;
-    return nullptr;
+NewRing::NewRing(NewRing&& other) noexcept
+    : ring(std::move(other.ring)), memfd(std::exchange(other.memfd, -1)) {}
+
+NewRing::~NewRing() {
+  if (memfd >= 0) close(memfd);
+}
+
+Result<NewRing> create_ring(uint32_t slot_bytes) {
+  NewRing made;  // closes what was opened on every failure below
+  made.memfd = memfd_create("odafs-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (made.memfd < 0) return Status::from_errno("local ring: memfd_create");
+  made.ring = std::make_unique<Ring>();
+  Ring& r = *made.ring;
+  r.bytes = ring::ring_bytes(slot_bytes);
+  if (ftruncate(made.memfd, static_cast<off_t>(r.bytes)) != 0) {
+    return Status::from_errno("local ring: ftruncate");
   }
-  ring::Header* h = ring::header(r->base);  // the file starts zeroed: every slot kFree
+  if (fcntl(made.memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    return Status::from_errno("local ring: seals");
+  }
+  r.base = mmap(nullptr, r.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, made.memfd, 0);
+  if (r.base == MAP_FAILED) return Status::from_errno("local ring: mmap");
+  r.doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (r.doorbell < 0) return Status::from_errno("local ring: eventfd");
+  ring::Header* h = ring::header(r.base);  // the file starts zeroed: every slot kFree
   h->magic = ring::kMagic;
   h->version = ring::kVersion;
   h->slots = ring::kSlots;
   h->slot_bytes = slot_bytes;
-  *memfd = mfd;
-  return r;
+  return made;
 }
 
 bool send_ring_welcome(int socket_fd, int memfd, int doorbell) {

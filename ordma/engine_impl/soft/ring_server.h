@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "base/status.h"
+
 namespace odafs::ordma {
 
 struct Ring {
@@ -20,11 +22,23 @@ struct Ring {
   ~Ring();
 };
 
+// A ring just built, and the memfd that backs it, to hand to the client. The NewRing owns
+// the memfd and closes it when it goes (the engine's mapping and the client's copy keep the
+// memory), so the memfd is closed on every way out, WELCOME sent or not.
+struct NewRing {
+  std::unique_ptr<Ring> ring;
+  int memfd = -1;
+
+  NewRing() = default;
+  NewRing(NewRing&& other) noexcept;
+  NewRing& operator=(NewRing&&) = delete;
+  ~NewRing();
+};
+
 // Builds a ring of ring::kSlots slots of slot_bytes each in a sealed memfd (the client cannot
 // shrink it under the engine's mapping: no SIGBUS), maps it, initialises its header and
-// makes its doorbell. *memfd is the file to send to the client (the caller closes it).
-// Returns null (errno set, *memfd -1) on failure.
-std::unique_ptr<Ring> create_ring(uint32_t slot_bytes, int* memfd);
+// makes its doorbell. Fails with the errno of the step that failed, nothing left open.
+Result<NewRing> create_ring(uint32_t slot_bytes);
 
 // Sends WELCOME over the ring's setup socket with the memfd and the doorbell attached
 // (SCM_RIGHTS). Non-blocking; false if the whole WELCOME did not go.

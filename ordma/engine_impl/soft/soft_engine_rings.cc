@@ -4,32 +4,29 @@ namespace odafs::ordma::soft {
 
 bool SoftEngineImpl::open_ring(Conn* c) {
   if (!flush(c) || c->backlog() > 0) return false;  // the greeting left long ago
-  // The ring's place under the cap is taken here and held by c->ring from now on: every
-  // failure below closes c, and the drop gives the place back.
+  // The ring's place under the cap is taken here and, once the ring exists, held by
+  // c->ring: every failure after that closes c, and the drop gives the place back.
   if (rings_.fetch_add(1, std::memory_order_relaxed) >= options_.max_rings) {
     rings_.fetch_sub(1, std::memory_order_relaxed);
     ODAFS_LOG_WARN_THROTTLED("engine: refused a local ring (%zu open)", options_.max_rings);
     return false;
   }
-  int mfd = -1;
-  c->ring = create_ring(slot_bytes(), &mfd);
-  if (!c->ring) {
-    ODAFS_LOG_WARN("engine: local ring setup failed: %s", strerror(errno));
+  Result<NewRing> made = create_ring(slot_bytes());
+  if (!made) {
+    rings_.fetch_sub(1, std::memory_order_relaxed);  // no c->ring for the drop to count
+    ODAFS_LOG_WARN("engine: %s", made.status().to_string().c_str());
     return false;
   }
+  c->ring = std::move(made->ring);
   Ring& r = *c->ring;
   // Registered and counted before WELCOME: once the client has it, the ring is live.
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLET;  // every doorbell write is an edge; the count is never read
   ev.data.u64 = reinterpret_cast<uintptr_t>(c) | kDoorbellBit;
-  if (epoll_ctl(c->ep, EPOLL_CTL_ADD, r.doorbell, &ev) != 0) {
-    close(mfd);
-    return false;
-  }
+  if (epoll_ctl(c->ep, EPOLL_CTL_ADD, r.doorbell, &ev) != 0) return false;
   stats_.rings.fetch_add(1, std::memory_order_relaxed);
-  bool sent = send_ring_welcome(c->fd, mfd, r.doorbell);
-  close(mfd);               // the mapping and the client's copy keep the memory
-  if (!sent) return false;  // the drop undoes it all
+  // made closes the memfd on the way out: the mapping and the client's copy keep the memory.
+  if (!send_ring_welcome(c->fd, made->memfd, r.doorbell)) return false;  // the drop undoes it
   c->in_len = 0;
   return true;
 }
