@@ -175,8 +175,11 @@ class File {
  private:
   friend class Client;
   // instance: the server instance the handle came from (its write verifier at mount).
-  File(Client* client, Handle fh, uint64_t fileid, WriteVerifier instance, std::string path,
+  File(Client* client, Handle fh, const Attr& attr, WriteVerifier instance, std::string path,
        int flags);
+  // The size this client knows (see State::size); reads stop there without an RPC.
+  uint64_t size_hint() const;
+  void saw_size_at_least(uint64_t size);
   // Runs fn(handle, cache key); if the handle turned stale because the server restarted,
   // finds the file again by its path (the same inode only) and runs fn once more.
   template <class Fn>
@@ -339,7 +342,10 @@ class Client {
                   size_t len, uint64_t offset, bool* eof);
   // The read path of File::pread (read_path.cc): per block, cache → one-sided read with a
   // reference → RPC, whatever the read mode; kDirect goes to read_direct.
-  size_t read_file(const Handle& fh, uint64_t key, void* buf, size_t len, uint64_t offset);
+  // Reads stop at size_hint when the bytes before it came without an RPC (the file's
+  // size as the caller knows it; UINT64_MAX: unknown).
+  size_t read_file(const Handle& fh, uint64_t key, void* buf, size_t len, uint64_t offset,
+                   uint64_t size_hint);
   size_t read_direct(const Handle& fh, void* buf, size_t len, uint64_t offset);
   size_t write_direct(const Handle& fh, const void* buf, size_t len, uint64_t offset, Stability how,
                       WriteVerifier* verf, int* committed);

@@ -1,6 +1,7 @@
 // File: an open file of a Client, with close-to-open commit of unstable writes, copies of
 // those writes kept until committed, and finding the file again after a server restart.
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 
 #include "base/log.h"
@@ -24,18 +25,34 @@ struct File::State {
   std::vector<std::pair<uint64_t, size_t>> pending;
   std::vector<char> pending_data;
   std::mutex commit_mu;  // one fsync at a time
+  // Not under mu: the file's size as this client knows it: at open, from stat(), after its
+  // own writes and truncations, and as reads find it. Reads stop here without asking the
+  // server, as an NFS client's reads stop at its cached size: close-to-open promises the
+  // size at open, and this spares a READ per whole-file read just to learn the end (a
+  // cached or one-sided last block would otherwise need one).
+  std::atomic<uint64_t> size{0};
 };
 
-File::File(Client* client, Handle fh, uint64_t fileid, WriteVerifier instance, std::string path,
+File::File(Client* client, Handle fh, const Attr& attr, WriteVerifier instance, std::string path,
            int flags)
     : client_(client),
       state_(std::make_unique<State>()),
-      fileid_(fileid),
+      fileid_(attr.fileid),
       path_(std::move(path)),
       flags_(flags) {
   state_->fh = fh;
   state_->key = odafs::cache_key(fh);
   state_->instance = instance;
+  state_->size.store(attr.size, std::memory_order_relaxed);
+}
+
+uint64_t File::size_hint() const { return state_->size.load(std::memory_order_relaxed); }
+
+void File::saw_size_at_least(uint64_t size) {
+  uint64_t known = state_->size.load(std::memory_order_relaxed);
+  while (known < size &&
+         !state_->size.compare_exchange_weak(known, size, std::memory_order_relaxed)) {
+  }
 }
 
 File::File(File&& other) noexcept { *this = std::move(other); }
@@ -119,9 +136,11 @@ auto File::retry_stale(Fn&& fn) -> decltype(fn(Handle{}, uint64_t{})) {
 
 size_t File::pread(void* buf, size_t len, uint64_t offset) {
   if ((flags_ & O_ACCMODE) == O_WRONLY) fail(EBADF, "pread on a write-only file");
-  return retry_stale([&](const Handle& fh, uint64_t key) {
-    return client_->read_file(fh, key, buf, len, offset);
+  size_t n = retry_stale([&](const Handle& fh, uint64_t key) {
+    return client_->read_file(fh, key, buf, len, offset, size_hint());
   });
+  if (n > 0) saw_size_at_least(offset + n);
+  return n;
 }
 
 size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
@@ -156,6 +175,7 @@ size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
       done += n;
     }
     client_->forget_data(key, offset, len);  // the cached copies are out of date now
+    saw_size_at_least(offset + done);
     return done;
   });
 }
@@ -166,7 +186,9 @@ size_t File::uncommitted_bytes() const {
 }
 
 Attr File::stat() {
-  return retry_stale([&](const Handle& fh, uint64_t) { return client_->getattr(fh); });
+  Attr a = retry_stale([&](const Handle& fh, uint64_t) { return client_->getattr(fh); });
+  state_->size.store(a.size, std::memory_order_relaxed);
+  return a;
 }
 
 void File::truncate(uint64_t size) {
@@ -178,6 +200,7 @@ void File::truncate(uint64_t size) {
     return k;
   });
   client_->forget_data(key, 0, UINT64_MAX);
+  state_->size.store(size, std::memory_order_relaxed);
 }
 
 void File::fsync() {

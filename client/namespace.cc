@@ -120,7 +120,8 @@ File Client::open(const std::string& path, int flags, mode_t mode) {
     setattr_size(fh, 0);
     cache.forget_file_data(key);
   }
-  return File(this, fh, attr.fileid, m->limits.write_verifier, path, flags);
+  if ((flags & O_TRUNC) && access != O_RDONLY) attr.size = 0;
+  return File(this, fh, attr, m->limits.write_verifier, path, flags);
 }
 
 Attr Client::stat(const std::string& path) { return resolve(path, true).second; }

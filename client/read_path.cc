@@ -28,11 +28,14 @@ namespace odafs {
 // call, on the caller's stack.
 class BlockReader {
  public:
-  BlockReader(Client* client, const MountState& m, const Handle& fh, uint64_t key)
+  // size_hint: the file's size as the caller knows it (see Client::read_file).
+  BlockReader(Client* client, const MountState& m, const Handle& fh, uint64_t key,
+              uint64_t size_hint)
       : client_(*client),
         m_(m),
         fh_(fh),
         key_(key),
+        size_hint_(size_hint),
         bs_(m.limits.block_size),
         caching_(m.cache->data_capacity() > 0),
         engine_(client->engine_for_reads(m)) {}
@@ -41,7 +44,7 @@ class BlockReader {
   // in out, so a caller that retries after a lost connection resumes where it stopped.
   // Throws rpc::RpcError (transport) or Error.
   void run(char* out, size_t len, uint64_t offset, size_t* done) {
-    while (*done < len) {
+    while (*done < len && offset + *done < size_hint_) {
       if (size_t n = without_rpc(out, len, offset, *done)) {
         *done += n;
         continue;
@@ -55,7 +58,7 @@ class BlockReader {
   // Steps 1-2 only, from the start, until a block needs an RPC; returns the bytes served.
   size_t serve_without_rpc(char* out, size_t len, uint64_t offset) {
     size_t done = 0;
-    while (done < len) {
+    while (done < len && offset + done < size_hint_) {
       size_t n = without_rpc(out, len, offset, done);
       if (n == 0) break;
       done += n;
@@ -70,7 +73,9 @@ class BlockReader {
     const uint64_t pos = offset + done;
     const uint64_t block = pos / bs_;
     const auto in_block = static_cast<uint32_t>(pos % bs_);
-    const auto chunk = static_cast<uint32_t>(std::min<uint64_t>(bs_ - in_block, len - done));
+    // Up to the known end of file: a cached or referenced last block holds only that much.
+    const auto chunk =
+        static_cast<uint32_t>(std::min<uint64_t>({bs_ - in_block, len - done, size_hint_ - pos}));
     if (caching_ && m_.cache->read(key_, block, in_block, chunk, out + done)) {
       client_.stats_.cache_hits.fetch_add(1, std::memory_order_relaxed);
       return chunk;
@@ -169,18 +174,20 @@ class BlockReader {
   const MountState& m_;
   const Handle& fh_;
   const uint64_t key_;
+  const uint64_t size_hint_;
   const uint64_t bs_;
   const bool caching_;
   std::shared_ptr<ordma::EngineClient> engine_;
 };
 
-size_t Client::read_file(const Handle& fh, uint64_t key, void* buf, size_t len, uint64_t offset) {
+size_t Client::read_file(const Handle& fh, uint64_t key, void* buf, size_t len, uint64_t offset,
+                         uint64_t size_hint) {
   if (read_mode() == ReadMode::kDirect) return read_direct(fh, buf, len, offset);
   size_t done = 0;
   for (int attempt = 0;; ++attempt) {
     std::shared_ptr<const MountState> m = mount_state();
     try {
-      BlockReader(this, *m, fh, key).run(static_cast<char*>(buf), len, offset, &done);
+      BlockReader(this, *m, fh, key, size_hint).run(static_cast<char*>(buf), len, offset, &done);
       return done;
     } catch (const rpc::RpcError& e) {
       // Reads are idempotent: after a lost connection, re-mount and resume once.
@@ -213,7 +220,7 @@ void Client::read_batch(std::span<ReadRequest> requests) {
     auto* out = static_cast<char*>(r.buf);
     size_t done = 0;
     try {
-      done = BlockReader(this, *m, r.file->handle(), r.file->cache_key())
+      done = BlockReader(this, *m, r.file->handle(), r.file->cache_key(), r.file->size_hint())
                  .serve_without_rpc(out, r.len, r.offset);
     } catch (const Error& e) {
       r.error = e.errno_value();

@@ -471,3 +471,41 @@ TEST_CASE("direct writes fall back to RPC without an engine") {
   CHECK(odafs::test::read_local(dir / "x") == data);
   CHECK(fs->stats().direct_writes.load() == 0);
 }
+
+TEST_CASE("a whole-file read from the cache or one-sided needs no READ to find the end") {
+  // The last block is partial: without the size known at open, the client asked the
+  // server for the bytes after it, one READ per whole-file read, even on a cache hit.
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--block-size", "4096"});
+  const std::string bytes = pattern(5000, 11);
+  write_local(dir / "f", bytes);
+  auto cached = Client::mount(server.url());  // data cache
+  odafs::MountOptions refs_only = remote_only();
+  refs_only.cache_blocks = 0;  // the directory alone: blocks come one-sided
+  auto one_sided = Client::mount(server.url(), refs_only);
+  for (Client* fs : {cached.get(), one_sided.get()}) {
+    {
+      File f = fs->open("f");  // the first read brings data and references
+      CHECK(read_all(f, 8192) == bytes);
+    }
+    const uint64_t rpc_before = fs->stats().rpc_reads;
+    File f = fs->open("f");
+    CHECK(read_all(f, 8192) == bytes);
+    CHECK(fs->stats().rpc_reads == rpc_before);
+  }
+  CHECK(one_sided->stats().ordma_reads >= 2);
+
+  // The known size follows the file: another client appends; a new open sees it, and so
+  // does an open File after stat().
+  File held = cached->open("f");
+  auto writer = Client::mount(server.url());
+  const std::string more = pattern(3000, 12);
+  {
+    File w = writer->open("f", O_RDWR);
+    w.pwrite(more.data(), more.size(), bytes.size());
+  }
+  File reopened = cached->open("f");
+  CHECK(read_all(reopened, 16384) == bytes + more);
+  CHECK(held.stat().size == bytes.size() + more.size());
+  CHECK(read_all(held, 16384) == bytes + more);
+}
