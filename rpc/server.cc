@@ -8,6 +8,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -44,6 +45,9 @@ struct Server::Connection : std::enable_shared_from_this<Connection> {
   const std::string host;  // the peer's address: the per-address limit counts by it
   const std::string peer;
   RecordAssembler assembler;  // touched only by the thread holding the read event
+  // Holds a large-record permit. Changed by the read-event holder, or under write_mu by
+  // the permit's hand-over while the connection waits for one.
+  std::atomic<bool> permit{false};
   std::atomic<bool> closed{false};
   // When the connection last completed a record or a reply, and how many of its calls run
   // now: a connection is idle when nothing runs and nothing completed for idle_timeout.
@@ -56,14 +60,21 @@ struct Server::Connection : std::enable_shared_from_this<Connection> {
   std::vector<char> backlog;
   size_t backlog_head = 0;
   bool write_failed = false;  // guarded by write_mu; the socket is shut down, drop replies
+  // Unsent reply bytes (backlog.size() - backlog_head) and when they last moved, readable
+  // without write_mu by the shedding scan.
+  std::atomic<size_t> backlog_bytes{0};
+  std::atomic<int64_t> backlog_moved_ms{0};
 
-  // REQUIRES: write_mu held. Gives up on the socket; the reader then sees EOF and closes.
-  void fail_writes() {
-    write_failed = true;
-    backlog = {};
-    backlog_head = 0;
-    shutdown(fd, SHUT_RDWR);
-  }
+  // Flow control, guarded by write_mu. `parked`: no thread holds or waits for the read
+  // event (it is not armed); whoever clears the last reason re-arms it.
+  bool blocked = false;         // replies wait: run no calls; cut ones wait in `pending`
+  bool waiting_permit = false;  // a large record waits for a permit
+  bool parked = false;
+  bool shut = false;  // shut down (idle, failed): read to EOF and close, whatever else
+  std::vector<std::vector<char>> pending;  // records cut but not run while blocked
+  size_t pending_used = 0;
+
+  size_t unsent() const { return backlog.size() - backlog_head; }
 };
 
 // Per pool thread: reusable buffers, so serving a call allocates nothing in steady state.
@@ -71,7 +82,8 @@ struct Server::Worker {
   std::vector<char> staging = std::vector<char>(64 * 1024);
   std::vector<std::vector<char>> batch;  // records cut in this round; slots reused
   size_t batch_used = 0;
-  std::vector<char> reply;  // 4-byte record mark + reply body
+  std::vector<std::vector<char>> resumed;  // a blocked connection's records, run on drain
+  std::vector<char> reply;                 // 4-byte record mark + reply body
   CallerCred cred;
 };
 
@@ -87,6 +99,13 @@ constexpr uint64_t kWriteTag = 1;
 // Keep reading one connection for at most this many recv calls per event, so one busy
 // client cannot hold a pool thread forever.
 constexpr int kReadsPerEvent = 16;
+// What a connection may hold of input without a permit: the record it is receiving plus
+// records cut and waiting. Past kLargeRecord of one record it needs a permit.
+constexpr size_t kSmallInput = 64 * 1024;
+constexpr size_t kLargeRecord = kSmallInput / 2;
+// Buffers above this are given back once used, so idle connections and threads stay small.
+constexpr size_t kKeepBuffer = kSmallInput;
+constexpr size_t kKeepBacklog = 1u << 20;
 
 }  // namespace
 
@@ -111,6 +130,15 @@ bool Reply::send(xdrproc_t xres, const void* res) {
 }
 
 Server::Server(Options options) : options_(std::move(options)), acceptor_("rpc") {
+  // A permit holder may hold its record and one event's worth of records cut after it.
+  size_t per_permit = options_.max_record + kReadsPerEvent * size_t{64 * 1024};
+  permits_ = std::max<size_t>(1, options_.max_input_bytes / per_permit);
+  free_permits_ = permits_;
+  // Each pool thread may add one reply to a connection that just backed up: an honest
+  // client reading as fast as it can must fit.
+  total_backlog_budget_ =
+      std::max(options_.max_total_backlog,
+               static_cast<size_t>(options_.threads + 1) * (options_.max_reply + 4));
   listen_fd_ = net::listen_tcp(options_.listen, &bound_);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -173,6 +201,10 @@ void Server::stop() {
   [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof one);
   for (std::thread& t : threads_) t.join();
   threads_.clear();
+  {
+    std::lock_guard lock(input_mu_);
+    permit_waiters_.clear();
+  }
   std::lock_guard lock(conns_mu_);
   for (auto& [raw, conn] : conns_) {
     conn->closed = true;
@@ -205,7 +237,7 @@ void Server::worker_loop() {
         continue;
       }
       if (tag & kWriteTag) {
-        on_writable(tag >> 1);
+        on_writable(tag >> 1, w);
         continue;
       }
       on_readable(reinterpret_cast<Connection*>(events[i].data.ptr), w);
@@ -282,7 +314,8 @@ void Server::sweep_idle() {
       counters_.idle_closed.fetch_add(1, std::memory_order_relaxed);
       ODAFS_LOG_INFO("closing connection from %s: idle for %lld ms", conn->peer.c_str(),
                      static_cast<long long>(options_.idle_timeout_ms));
-      shutdown(conn->fd, SHUT_RDWR);
+      std::lock_guard write_lock(conn->write_mu);  // order: conns_mu_, then write_mu
+      if (!conn->write_failed) fail_writes(*conn);
     }
   }
   epoll_event ev{};
@@ -297,10 +330,142 @@ void Server::close_connection(Connection* conn) {
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, conn->write_fd, nullptr);
   shutdown(conn->fd, SHUT_RDWR);
   ODAFS_LOG_DEBUG("connection from %s closed", conn->peer.c_str());
+  bool had_permit;
+  {
+    std::lock_guard lock(conn->write_mu);
+    total_backlog_.fetch_sub(conn->unsent(), std::memory_order_relaxed);
+    conn->backlog = {};
+    conn->backlog_head = 0;
+    conn->backlog_bytes.store(0, std::memory_order_relaxed);
+    conn->write_failed = true;
+    conn->pending = {};
+    conn->pending_used = 0;
+    had_permit = conn->permit.exchange(false);
+  }
+  {
+    std::lock_guard lock(input_mu_);
+    auto it = std::find_if(permit_waiters_.begin(), permit_waiters_.end(),
+                           [conn](const auto& c) { return c.get() == conn; });
+    if (it != permit_waiters_.end()) permit_waiters_.erase(it);
+  }
+  if (had_permit) release_permit(*conn);
   std::lock_guard lock(conns_mu_);
   auto host = per_address_.find(conn->host);
   if (host != per_address_.end() && --host->second == 0) per_address_.erase(host);
   conns_.erase(conn->id);  // the fd closes when the last in-progress call lets go
+}
+
+bool Server::acquire_permit(const std::shared_ptr<Connection>& conn) {
+  {
+    std::lock_guard lock(input_mu_);
+    if (free_permits_ > 0) {
+      --free_permits_;
+      conn->permit.store(true);
+      return true;
+    }
+    permit_waiters_.push_back(conn);
+  }
+  counters_.input_waits.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard lock(conn->write_mu);
+  if (conn->permit.load()) return true;  // handed over meanwhile
+  if (conn->shut) return true;           // shut down meanwhile: read on to EOF
+  conn->waiting_permit = true;
+  conn->parked = true;
+  conn->last_active_ms.store(now_ms(), std::memory_order_relaxed);  // waiting is not idling
+  return false;
+}
+
+void Server::release_permit(Connection& conn) {
+  conn.permit.store(false);
+  for (;;) {
+    std::shared_ptr<Connection> next;
+    {
+      std::lock_guard lock(input_mu_);
+      if (permit_waiters_.empty()) {
+        ++free_permits_;
+        return;
+      }
+      next = std::move(permit_waiters_.front());
+      permit_waiters_.erase(permit_waiters_.begin());
+    }
+    std::lock_guard lock(next->write_mu);
+    if (next->closed.load()) continue;  // its close found no permit: pass it on
+    next->permit.store(true);
+    next->waiting_permit = false;
+    if (next->parked && !next->blocked) {
+      next->parked = false;
+      arm_readable(*next);
+    }
+    return;
+  }
+}
+
+std::vector<char> Server::take_large_buffer() {
+  {
+    std::lock_guard lock(input_mu_);
+    if (!large_buffers_.empty()) {
+      std::vector<char> buf = std::move(large_buffers_.back());
+      large_buffers_.pop_back();
+      return buf;
+    }
+  }
+  std::vector<char> buf;
+  buf.reserve(options_.max_record);
+  return buf;
+}
+
+void Server::recycle(std::vector<char>& record) {
+  if (record.capacity() <= kKeepBuffer) {
+    record.clear();
+    return;
+  }
+  std::vector<char> large;
+  large.swap(record);
+  if (large.capacity() < options_.max_record) return;  // freed
+  large.clear();
+  std::lock_guard lock(input_mu_);
+  if (large_buffers_.size() < permits_) large_buffers_.push_back(std::move(large));
+}
+
+void Server::fail_writes(Connection& conn) {
+  conn.write_failed = true;
+  total_backlog_.fetch_sub(conn.unsent(), std::memory_order_relaxed);
+  conn.backlog = {};
+  conn.backlog_head = 0;
+  conn.backlog_bytes.store(0, std::memory_order_relaxed);
+  conn.shut = true;
+  shutdown(conn.fd, SHUT_RDWR);
+  if (conn.parked) {  // nobody holds its read event: arm it, so a reader sees EOF and closes
+    conn.parked = false;
+    arm_readable(conn);
+  }
+}
+
+void Server::shed_backlog() {
+  for (int round = 0; round < 1024; ++round) {
+    if (total_backlog_.load(std::memory_order_relaxed) <= total_backlog_budget_) return;
+    std::shared_ptr<Connection> victim;
+    {
+      std::lock_guard lock(conns_mu_);
+      int64_t oldest = INT64_MAX;
+      for (auto& [id, c] : conns_) {
+        if (c->backlog_bytes.load(std::memory_order_relaxed) == 0) continue;
+        int64_t moved = c->backlog_moved_ms.load(std::memory_order_relaxed);
+        if (moved < oldest) {
+          oldest = moved;
+          victim = c;
+        }
+      }
+    }
+    if (!victim) return;
+    std::lock_guard lock(victim->write_mu);
+    if (victim->write_failed || victim->unsent() == 0) continue;
+    counters_.slow_readers.fetch_add(1, std::memory_order_relaxed);
+    ODAFS_LOG_WARN_THROTTLED(
+        "closing connection from %s: %zu bytes of replies unread, %zu queued for all clients",
+        victim->peer.c_str(), victim->unsent(), total_backlog_.load(std::memory_order_relaxed));
+    fail_writes(*victim);
+  }
 }
 
 void Server::on_readable(Connection* raw, Worker& w) {
@@ -312,11 +477,42 @@ void Server::on_readable(Connection* raw, Worker& w) {
     ~Running() { c.calls_running.fetch_sub(1, std::memory_order_acq_rel); }
   } running{*conn};
   w.batch_used = 0;
+  bool shut;
+  {
+    std::lock_guard lock(conn->write_mu);
+    shut = conn->shut;
+    if (!shut && conn->blocked) {
+      // Its replies wait in the server: read no more calls until they went out. The
+      // bytes wait in the kernel, and the client's sends stall (TCP flow control).
+      conn->parked = true;
+      return;  // on_writable re-arms once the backlog drained
+    }
+  }
+  // Without a permit a connection holds at most kSmallInput of input: read only that much.
+  size_t limit = kReadsPerEvent * w.staging.size();
+  if (!shut && !conn->permit.load(std::memory_order_relaxed)) {
+    size_t held = conn->assembler.buffered();
+    if (held > kLargeRecord) {
+      if (!acquire_permit(conn)) return;      // parked until release_permit hands one over
+      if (!conn->permit.load()) shut = true;  // shut down while asking: drain to EOF
+    } else {
+      limit = kSmallInput - held;
+    }
+  }
+  if (conn->permit.load(std::memory_order_relaxed) &&
+      conn->assembler.capacity() < options_.max_record) {
+    std::vector<char> large = take_large_buffer();  // the record fits, no regrowth
+    conn->assembler.exchange_buffer(large);
+  }
   bool open = true;
   std::string error;
-  for (int round = 0; round < kReadsPerEvent; ++round) {
-    ssize_t n = recv(conn->fd, w.staging.data(), w.staging.size(), 0);
+  size_t got = 0;
+  for (int round = 0; round < kReadsPerEvent && got < limit; ++round) {
+    size_t want = std::min(w.staging.size(), limit - got);
+    ssize_t n = recv(conn->fd, w.staging.data(), want, 0);
+    if (n > 0 && shut) continue;  // closing: drain to EOF, run nothing more
     if (n > 0) {
+      got += static_cast<size_t>(n);
       counters_.bytes_in.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
       bool ok = conn->assembler.feed(
           w.staging.data(), static_cast<size_t>(n),
@@ -332,13 +528,24 @@ void Server::on_readable(Connection* raw, Worker& w) {
         open = false;
         break;
       }
-      if (static_cast<size_t>(n) < w.staging.size()) break;  // drained for now
+      if (static_cast<size_t>(n) < want) break;  // drained for now
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     open = false;  // EOF or error
     break;
+  }
+  // Settled before the re-arm: from then on another thread may read the connection.
+  if (open && conn->permit.load(std::memory_order_relaxed) &&
+      conn->assembler.buffered() <= kLargeRecord) {
+    release_permit(*conn);
+  }
+  if (!conn->permit.load(std::memory_order_relaxed) && conn->assembler.capacity() > kKeepBuffer) {
+    std::vector<char> small;  // a large buffer left over: back to the pool
+    small.reserve(kKeepBuffer);
+    conn->assembler.exchange_buffer(small);
+    recycle(small);
   }
   if (open) {
     epoll_event ev{};
@@ -348,15 +555,39 @@ void Server::on_readable(Connection* raw, Worker& w) {
   }
   if (!open) {
     close_connection(raw);
+    for (size_t i = 0; i < w.batch_used; ++i) recycle(w.batch[i]);
     return;  // calls of a closing connection would have nowhere to reply
   }
   if (w.batch_used == 0) return;
-  for (size_t i = 0; i < w.batch_used; ++i) {
-    counters_.records.fetch_add(1, std::memory_order_relaxed);
-    dispatch(*conn, w.batch[i], w);
-    w.batch[i].clear();
-  }
+  run_records(*conn, w.batch, w.batch_used, w);
   conn->last_active_ms.store(now_ms(), std::memory_order_relaxed);
+}
+
+void Server::run_records(Connection& conn, std::vector<std::vector<char>>& records, size_t count,
+                         Worker& w) {
+  for (size_t i = 0; i < count; ++i) {
+    if (conn.backlog_bytes.load(std::memory_order_relaxed) > 0) {
+      std::lock_guard lock(conn.write_mu);
+      if (conn.write_failed) {  // closing: nowhere to reply
+        for (size_t j = i; j < count; ++j) recycle(records[j]);
+        return;
+      }
+      if (conn.unsent() > 0) {
+        // Replies back up: the rest wait, cut, until on_writable has sent the backlog.
+        if (!conn.blocked) counters_.paused.fetch_add(1, std::memory_order_relaxed);
+        conn.blocked = true;
+        for (size_t j = i; j < count; ++j) {
+          if (conn.pending_used == conn.pending.size()) conn.pending.emplace_back();
+          conn.pending[conn.pending_used++].swap(records[j]);
+          recycle(records[j]);
+        }
+        return;
+      }
+    }
+    counters_.records.fetch_add(1, std::memory_order_relaxed);
+    dispatch(conn, records[i], w);
+    recycle(records[i]);
+  }
 }
 
 void Server::send_reply(Connection& conn, Worker& w, size_t body_len) {
@@ -364,10 +595,10 @@ void Server::send_reply(Connection& conn, Worker& w, size_t body_len) {
   const char* data = w.reply.data();
   size_t len = body_len + 4;
   counters_.bytes_out.fetch_add(len, std::memory_order_relaxed);
-  std::lock_guard lock(conn.write_mu);
+  std::unique_lock lock(conn.write_mu);
   if (conn.closed.load(std::memory_order_relaxed) || conn.write_failed) return;
   size_t sent = 0;
-  if (conn.backlog.size() == conn.backlog_head) {  // nothing queued: try the socket now
+  if (conn.unsent() == 0) {  // nothing queued: try the socket now
     while (sent < len) {
       ssize_t n = send(conn.fd, data + sent, len - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
       if (n > 0) {
@@ -378,7 +609,7 @@ void Server::send_reply(Connection& conn, Worker& w, size_t body_len) {
         break;
       } else {
         ODAFS_LOG_DEBUG("reply to %s failed: %s", conn.peer.c_str(), strerror(errno));
-        conn.fail_writes();
+        fail_writes(conn);
         return;
       }
     }
@@ -386,17 +617,28 @@ void Server::send_reply(Connection& conn, Worker& w, size_t body_len) {
   }
   // The client is not keeping up: queue the rest, bounded, and let EPOLLOUT drain it.
   // Pool threads never block on a slow reader.
-  bool was_empty = conn.backlog.size() == conn.backlog_head;
-  if (conn.backlog.size() - conn.backlog_head + (len - sent) > options_.max_backlog) {
+  bool was_empty = conn.unsent() == 0;
+  if (conn.unsent() + (len - sent) > options_.max_backlog) {
     counters_.slow_readers.fetch_add(1, std::memory_order_relaxed);
     ODAFS_LOG_WARN_THROTTLED("closing connection from %s: %zu bytes of replies unread",
-                             conn.peer.c_str(),
-                             conn.backlog.size() - conn.backlog_head + (len - sent));
-    conn.fail_writes();
+                             conn.peer.c_str(), conn.unsent() + (len - sent));
+    fail_writes(conn);
     return;
   }
   conn.backlog.insert(conn.backlog.end(), data + sent, data + len);
+  conn.backlog_bytes.store(conn.unsent(), std::memory_order_relaxed);
+  if (was_empty) conn.backlog_moved_ms.store(now_ms(), std::memory_order_relaxed);
+  size_t total = total_backlog_.fetch_add(len - sent, std::memory_order_relaxed) + (len - sent);
   if (was_empty) arm_writable(conn);
+  lock.unlock();
+  if (total > total_backlog_budget_) shed_backlog();
+}
+
+void Server::arm_readable(Connection& conn) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
+  ev.data.ptr = &conn;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, conn.fd, &ev);
 }
 
 void Server::arm_writable(Connection& conn) {
@@ -406,7 +648,7 @@ void Server::arm_writable(Connection& conn) {
   epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, conn.write_fd, &ev);
 }
 
-void Server::on_writable(uint64_t conn_id) {
+void Server::on_writable(uint64_t conn_id, Worker& w) {
   std::shared_ptr<Connection> conn;
   {
     std::lock_guard lock(conns_mu_);
@@ -414,25 +656,65 @@ void Server::on_writable(uint64_t conn_id) {
     if (it == conns_.end()) return;  // closed while the event was on its way
     conn = it->second;
   }
-  std::lock_guard lock(conn->write_mu);
+  std::unique_lock lock(conn->write_mu);
   if (conn->closed.load(std::memory_order_relaxed) || conn->write_failed) return;
-  while (conn->backlog_head < conn->backlog.size()) {
-    ssize_t n = send(conn->fd, conn->backlog.data() + conn->backlog_head,
-                     conn->backlog.size() - conn->backlog_head, MSG_DONTWAIT | MSG_NOSIGNAL);
+  size_t moved = 0;
+  bool again = false;
+  while (conn->unsent() > 0) {
+    ssize_t n = send(conn->fd, conn->backlog.data() + conn->backlog_head, conn->unsent(),
+                     MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n > 0) {
       conn->backlog_head += static_cast<size_t>(n);
+      moved += static_cast<size_t>(n);
     } else if (n < 0 && errno == EINTR) {
       continue;
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      arm_writable(*conn);
-      return;
+      again = true;
+      break;
     } else {
-      conn->fail_writes();
+      fail_writes(*conn);
       return;
     }
   }
-  conn->backlog.clear();
+  if (moved > 0) {
+    total_backlog_.fetch_sub(moved, std::memory_order_relaxed);
+    conn->backlog_bytes.store(conn->unsent(), std::memory_order_relaxed);
+    int64_t now = now_ms();
+    conn->backlog_moved_ms.store(now, std::memory_order_relaxed);
+    conn->last_active_ms.store(now, std::memory_order_relaxed);  // a slow reader, not idle
+  }
+  if (again) {
+    // Drop what went out once it is most of the buffer, so the buffer does not keep it.
+    if (conn->backlog_head >= conn->unsent()) {
+      conn->backlog.erase(conn->backlog.begin(),
+                          conn->backlog.begin() + static_cast<ptrdiff_t>(conn->backlog_head));
+      conn->backlog_head = 0;
+    }
+    arm_writable(*conn);
+    return;
+  }
+  if (conn->backlog.capacity() > kKeepBacklog) {
+    conn->backlog = {};
+  } else {
+    conn->backlog.clear();
+  }
   conn->backlog_head = 0;
+  if (!conn->blocked) return;
+  // Drained: run the calls that waited, then let the connection be read again.
+  conn->blocked = false;
+  size_t count = conn->pending_used;
+  w.resumed.swap(conn->pending);
+  conn->pending_used = 0;
+  lock.unlock();
+  conn->calls_running.fetch_add(1, std::memory_order_acq_rel);
+  run_records(*conn, w.resumed, count, w);
+  conn->last_active_ms.store(now_ms(), std::memory_order_relaxed);
+  conn->calls_running.fetch_sub(1, std::memory_order_acq_rel);
+  lock.lock();
+  if (!conn->blocked && conn->parked && !conn->waiting_permit && !conn->write_failed) {
+    conn->parked = false;
+    arm_readable(*conn);
+  }
 }
 
 void Server::dispatch(Connection& conn, std::vector<char>& record, Worker& w) {

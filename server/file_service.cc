@@ -168,6 +168,8 @@ void FileService::do_stats(rpc::Reply& r) {
   values.emplace_back("rpc.refused", rc.refused.load());
   values.emplace_back("rpc.idle_closed", rc.idle_closed.load());
   values.emplace_back("rpc.shed", rc.shed.load());
+  values.emplace_back("rpc.paused", rc.paused.load());
+  values.emplace_back("rpc.input_waits", rc.input_waits.load());
   values.emplace_back("rpc.bytes_in", rc.bytes_in.load());
   values.emplace_back("rpc.bytes_out", rc.bytes_out.load());
   values.emplace_back("io.bytes_read", bytes_read_.load());
