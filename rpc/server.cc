@@ -217,9 +217,12 @@ void Server::worker_loop() {
   if (options_.on_thread_start) options_.on_thread_start();
   Worker w;
   w.reply.resize(options_.max_reply + 4);
-  epoll_event events[8];
+  // One event at a time: a handler may block (a direct write waits up to seconds for its
+  // client's data), and events taken with it would wait behind it, their connections
+  // disarmed for every other thread.
+  epoll_event events[1];
   while (!stopping_.load(std::memory_order_acquire)) {
-    int n = epoll_wait(epoll_fd_, events, 8, -1);
+    int n = epoll_wait(epoll_fd_, events, 1, -1);
     if (n < 0) {
       if (errno == EINTR) continue;
       ODAFS_LOG_ERROR("epoll_wait: %s", strerror(errno));

@@ -101,19 +101,26 @@ void SoftEngineImpl::open_local_listener() {
 void SoftEngineImpl::loop(int ep) {
   if (options_.on_thread_start) options_.on_thread_start();
   epoll_event events[16];
-  // Connections dropped during a batch die after it: a later event of the same batch
+  // Connections dropped during a round die after it: a later event of the same batch
   // (a ring's doorbell) may still name them.
   std::vector<std::shared_ptr<Conn>> dropped;
   std::vector<Conn*> late;
+  RunQueue runq;  // connections and rings with work, a turn each in queue order
+  auto drop_queued = [&](Conn* c) {
+    runq.remove(c);
+    dropped.push_back(drop(ep, c));
+  };
   int64_t next_sweep = now_ms() + kHandshakeSweepMs;
   while (!stopping_.load(std::memory_order_acquire)) {
     int64_t now = now_ms();
     if (now >= next_sweep) {
       next_sweep = now + kHandshakeSweepMs;
-      for (Conn* c : late_handshakes(ep, now, &late)) dropped.push_back(drop(ep, c));
+      for (Conn* c : late_handshakes(ep, now, &late)) drop_queued(c);
       dropped.clear();
     }
-    int n = epoll_wait(ep, events, 16, static_cast<int>(next_sweep - now));
+    // While work is queued, only look for new events between turns; otherwise sleep
+    // until some come.
+    int n = epoll_wait(ep, events, 16, runq.empty() ? static_cast<int>(next_sweep - now) : 0);
     if (n < 0) {
       if (errno == EINTR) continue;
       ODAFS_LOG_ERROR("engine epoll_wait: %s", strerror(errno));
@@ -127,11 +134,33 @@ void SoftEngineImpl::loop(int ep) {
         continue;
       }
       if (tag & kDoorbellBit) {
-        serve_ring(reinterpret_cast<Conn*>(tag & ~kDoorbellBit));
+        auto* c = reinterpret_cast<Conn*>(tag & ~kDoorbellBit);
+        if (!c->dead) runq.push_front(c);  // dead: dropped earlier in this batch
         continue;
       }
       auto* c = static_cast<Conn*>(events[i].data.ptr);
-      if (!service(ep, c, events[i].events)) dropped.push_back(drop(ep, c));
+      if (on_event(c, events[i].events)) {
+        runq.push_front(c);
+      } else {
+        drop_queued(c);
+      }
+    }
+    // One turn, then look for arrivals again.
+    if (!runq.empty() && !stopping_.load(std::memory_order_relaxed)) {
+      Conn* c = runq.pop();
+      bool more = false;
+      // A ring's setup socket only ever says hang-up (or breaks the rules): read it when
+      // epoll says so; the ring itself is served from shared memory.
+      if ((c->ring == nullptr || c->readable) && !take_turn(ep, c, &more)) {
+        drop_queued(c);
+      } else {
+        if (c->ring) {
+          bool ring_more = false;
+          serve_ring(c, &ring_more);
+          more = more || ring_more;
+        }
+        if (more) runq.push_back(c);
+      }
     }
     dropped.clear();
   }
@@ -209,11 +238,20 @@ std::shared_ptr<Conn> SoftEngineImpl::drop(int ep, Conn* c) {
     rings_.fetch_sub(1, std::memory_order_relaxed);
   }
   shutdown(c->fd, SHUT_RDWR);
+  bool was_the_sessions = false;
   {
     std::lock_guard lock(sessions_mu_);
     auto it = by_session_.find(c->session);
-    if (it != by_session_.end() && it->second.get() == c) by_session_.erase(it);
+    if (it != by_session_.end() && it->second.get() == c) {
+      by_session_.erase(it);
+      was_the_sessions = true;
+    }
   }
+  // Direct writes waiting for this connection's data fail now, not at their timeout: the
+  // RPC threads they hold go back to serving others.
+  if (c->sink) c->sink->complete(Fault::kTransport);
+  c->sink.reset();
+  if (was_the_sessions) pulls_.fail_session(c->session, Fault::kTransport);
   std::lock_guard lock(conns_mu_);
   auto it = conns_.find(c);
   if (it == conns_.end()) return nullptr;
