@@ -201,6 +201,7 @@ void FileService::do_stats(rpc::Reply& r) {
     values.emplace_back("engine.bad_frames", es.bad_frames.load());
     values.emplace_back("engine.refused", es.refused.load());
     values.emplace_back("engine.handshake_timeouts", es.handshake_timeouts.load());
+    values.emplace_back("engine.shed", es.shed.load());
     for (int f = 1; f < ordma::kFaultKinds; ++f) {
       values.emplace_back(
           std::string("engine.fault.") + ordma::fault_name(static_cast<ordma::Fault>(f)),

@@ -60,7 +60,8 @@ namespace {
                "  does not authenticate within --engine-handshake-timeout (5000) is closed.\n"
                "  --max-input-mb (default 32) bounds the request records over 32 KiB being\n"
                "  received at once (others wait); --max-backlog-mb (default 32) the replies\n"
-               "  queued for clients slow to read them (the slowest are disconnected).\n");
+               "  queued for clients slow to read them, and the engine's answers likewise\n"
+               "  (the slowest are disconnected).\n");
   std::exit(2);
 }
 
@@ -202,6 +203,7 @@ int main(int argc, char** argv) {
     service.register_procedures(&server);
     if (fs.ordma) {
       odafs::ordma::EngineOptions eo = engine_options;
+      eo.max_total_backlog = max_backlog_mb << 20;
       eo.listen = engine_listen.empty() ? odafs::net::Endpoint{ro.listen.host, 0}
                                         : odafs::net::parse_endpoint(engine_listen);
       eo.threads = engine_threads;

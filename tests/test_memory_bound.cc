@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "ordma/engine_impl/soft/wire.h"
 #include "proto/odafs_prot.h"
 #include "rpc/xdr_util.h"
 #include "tests/support/hostile.h"
@@ -214,13 +215,18 @@ struct Setup {
   size_t rest_kib = 0;
   odafs::Handle data_fh{};
 
-  explicit Setup(std::vector<std::string> extra = {}) {
+  explicit Setup(std::vector<std::string> extra = {}, bool ordma = false) {
     REQUIRE(odafs::test::ensure_fd_limit(4096));
     write_local(dir / "data", data);
-    std::vector<std::string> args = {
-        "--cache-mb", std::to_string(kCacheMb), "--no-ordma", "--max-connections-per-address",
-        "0",          "--max-input-mb",         kInputMb,     "--max-backlog-mb",
-        kBacklogMb};
+    std::vector<std::string> args = {"--cache-mb",
+                                     std::to_string(kCacheMb),
+                                     "--max-connections-per-address",
+                                     "0",
+                                     "--max-input-mb",
+                                     kInputMb,
+                                     "--max-backlog-mb",
+                                     kBacklogMb};
+    if (!ordma) args.push_back("--no-ordma");
     args.insert(args.end(), extra.begin(), extra.end());
     server = std::make_unique<ServerProcess>(dir.path(), args);
     auto fs = Client::mount(server->url());
@@ -403,4 +409,52 @@ TEST_CASE("memory: slow-loris senders, one byte every 100 ms on hundreds of conn
   auto fs = Client::mount(s.server->url());
   CHECK(odafs::test::stat_of(*fs, "rpc.idle_closed") >= conns);
   odafs::test::close_all(fds);
+}
+
+TEST_CASE("memory: engine connections that pipeline one-sided reads and never read the answers") {
+  // A 16 MiB output budget: 64 connections of up to 1 MiB each pass it, and are shed.
+  Setup s({"--max-backlog-mb", "16"}, /*ordma=*/true);
+  REQUIRE(s.server->engine_port() != 0);
+  RssSampler rss(s.server->pid());
+  HonestReader honest(*s.server, s.data);
+  odafs::test::HostileMount h(s.server->port(), "data");
+  h.get_refs(kDataBytes);
+  namespace wire = odafs::ordma::wire;
+  // 2048 READ frames each: 16 MiB of answers per connection.
+  std::string frames(2048 * wire::kReadRequestBytes, '\0');
+  for (size_t i = 0; i < 2048; ++i) {
+    wire::ReadRequest r;
+    r.tag = static_cast<uint32_t>(i);
+    r.ref = h.refs[i % h.refs.size()];
+    r.offset = r.ref.offset;
+    r.length = r.ref.length;
+    wire::encode(r, reinterpret_cast<unsigned char*>(frames.data()) + i * wire::kReadRequestBytes);
+  }
+  const size_t conns = scaled(64);
+  std::vector<Flow> flows;
+  for (size_t i = 0; i < conns; ++i) {
+    Flow fl;
+    fl.fd = h.engine_connection(s.server->engine_port(), 16 * 1024);
+    fl.out = frames;
+    flows.push_back(std::move(fl));
+  }
+  pump(flows, false, 0, kSanitized ? 8000 : 3000);
+  // Until the engine has queued all it will: its reads stop growing.
+  auto fs = Client::mount(s.server->url());
+  uint64_t reads = 0;
+  for (int i = 0; i < 50; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    uint64_t now = odafs::test::stat_of(*fs, "engine.reads");
+    if (now == reads) break;
+    reads = now;
+  }
+  check_honest(honest, "engine non-readers");
+  rss.stop();
+  s.check_peak("engine non-readers", rss.peak_kib());
+  uint64_t shed = odafs::test::stat_of(*fs, "engine.shed");
+  MESSAGE("engine non-readers: " << reads << " one-sided reads served ("
+                                 << (odafs::test::stat_of(*fs, "engine.bytes") >> 20)
+                                 << " MiB), engine.shed " << shed);
+  if (!kSanitized) CHECK(shed > 0);
+  close_flows(flows);
 }

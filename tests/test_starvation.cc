@@ -36,6 +36,7 @@ using odafs::File;
 using odafs::ordma::Reference;
 using odafs::ordma::Session;
 using odafs::rpc::to_xdrproc;
+using odafs::test::HostileMount;
 using odafs::test::kSanitized;
 using odafs::test::pattern;
 using odafs::test::ServerProcess;
@@ -48,73 +49,6 @@ namespace {
 
 constexpr size_t kFileBytes = 8 << 20;
 constexpr uint32_t kBlock = 8192;  // odafsd's default --block-size
-
-odafs::rpc::Channel::Options channel_options() {
-  odafs::rpc::Channel::Options o;
-  o.program = ODAFS_PROGRAM;
-  o.version = ODAFS_V1;
-  o.timeout_ms = 30000;
-  return o;
-}
-
-// A hostile client's standing: its own mount (engine session) and references to every
-// block of the file, as GETREFS hands them out.
-struct Hostile {
-  odafs::rpc::Channel ch;
-  Session session;
-  odafs::Handle root{}, file{};
-  std::vector<Reference> refs;
-
-  Hostile(const ServerProcess& server, const std::string& name)
-      : ch({"127.0.0.1", server.port()}, channel_options()) {
-    mount_args ma{};
-    ma.path = const_cast<char*>("/");
-    mount_res mr{};
-    ch.call(ODAFSPROC_MOUNT, to_xdrproc(xdr_mount_args), &ma, to_xdrproc(xdr_mount_res), &mr);
-    REQUIRE(mr.status == ODAFS_OK);
-    session.id = mr.mount_res_u.ok.session;
-    std::memcpy(session.secret.data(), mr.mount_res_u.ok.session_secret, session.secret.size());
-    std::memcpy(root.data(), mr.mount_res_u.ok.root, root.size());
-    xdr_free(to_xdrproc(xdr_mount_res), reinterpret_cast<char*>(&mr));
-    diropargs la{};
-    std::memcpy(la.dir, root.data(), root.size());
-    la.name = const_cast<char*>(name.c_str());
-    dirop_res lr{};
-    ch.call(ODAFSPROC_LOOKUP, to_xdrproc(xdr_diropargs), &la, to_xdrproc(xdr_dirop_res), &lr);
-    REQUIRE(lr.status == ODAFS_OK);
-    std::memcpy(file.data(), lr.dirop_res_u.ok.fh, file.size());
-  }
-
-  void get_refs(size_t bytes) {
-    for (uint64_t off = 0; off < bytes; off += 1 << 20) {
-      getrefs_args ga{};
-      std::memcpy(ga.fh, file.data(), file.size());
-      ga.offset = off;
-      ga.count = 1 << 20;
-      ga.session = session.id;
-      getrefs_res gr{};
-      ch.call(ODAFSPROC_GETREFS, to_xdrproc(xdr_getrefs_args), &ga, to_xdrproc(xdr_getrefs_res),
-              &gr);
-      REQUIRE(gr.status == ODAFS_OK);
-      for (u_int i = 0; i < gr.getrefs_res_u.ok.refs.refs_len; ++i) {
-        refs.push_back(odafs::ordma::reference_from_wire(gr.getrefs_res_u.ok.refs.refs_val[i]));
-      }
-      xdr_free(to_xdrproc(xdr_getrefs_res), reinterpret_cast<char*>(&gr));
-    }
-    REQUIRE(!refs.empty());
-  }
-
-  // An authenticated engine TCP connection for this session.
-  int engine_connection(uint16_t engine_port) {
-    int fd = odafs::test::connect_from("127.0.0.1", engine_port);
-    REQUIRE(fd >= 0);
-    odafs::ordma::answer_greeting(fd, session);
-    unsigned char welcome[wire::kWelcomeBytes];
-    REQUIRE(odafs::net::read_full_until(fd, welcome, sizeof welcome, nullptr));
-    REQUIRE(wire::welcome_valid(welcome));
-    return fd;
-  }
-};
 
 // Keeps `depth` READ frames in flight on each of several engine TCP connections and reads
 // the responses as fast as they come, until stopped: the most these connections can ask of
@@ -203,7 +137,7 @@ class TcpFlood {
 // Threads reading one-sided through one engine client (its local ring) back to back.
 class RingFlood {
  public:
-  RingFlood(const ServerProcess& server, const Hostile& h, int threads) {
+  RingFlood(const ServerProcess& server, const HostileMount& h, int threads) {
     odafs::ordma::EngineClientOptions o;
     o.local_rings = true;
     o.timeout_ms = 30000;
@@ -312,7 +246,7 @@ TEST_CASE("starvation: engine TCP connections flooding READ frames") {
     CAPTURE(rings);
     auto fs = honest_client(server, rings);
     HonestFigures alone = honest_reads(*fs, data, 300);
-    Hostile h(server, "data");
+    HostileMount h(server.port(), "data");
     h.get_refs(kFileBytes);
     std::vector<int> fds;
     for (int i = 0; i < 4; ++i) fds.push_back(h.engine_connection(server.engine_port()));
@@ -345,7 +279,7 @@ TEST_CASE("starvation: threads hammering a local ring") {
     CAPTURE(rings);
     auto fs = honest_client(server, rings);
     HonestFigures alone = honest_reads(*fs, data, 300);
-    Hostile h(server, "data");
+    HostileMount h(server.port(), "data");
     h.get_refs(kFileBytes);
     RingFlood flood(server, h, 8);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -399,7 +333,7 @@ TEST_CASE("starvation: direct writes whose data never comes hold neither the ser
   write_local(dir / "target", std::string(1 << 20, 'a'));
   // Four RPC threads: --max-direct-writes is then 3, and one thread stays free of them.
   ServerProcess server(dir.path(), {"--threads", "4"});
-  Hostile h(server, "target");
+  HostileMount h(server.port(), "target");
   int engine_fd = h.engine_connection(server.engine_port());  // gets the GETs, never answers
   // Six WRITE_DIRECTs on six connections: three wait for their data (the cap), three are
   // refused at once (NOTSUPP: the client would write by RPC).

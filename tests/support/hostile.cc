@@ -14,10 +14,16 @@
 #include <iterator>
 #include <sstream>
 
+#include "base/net.h"
 #include "client/client.h"
+#include "ordma/engine_impl/soft/handshake.h"
+#include "ordma/engine_impl/soft/wire.h"
 #include "proto/odafs_prot.h"
+#include "proto/ref_xdr.h"
+#include "rpc/xdr_util.h"
 
 namespace odafs::test {
+namespace wire = ordma::wire;
 
 using Clock = std::chrono::steady_clock;
 
@@ -141,6 +147,67 @@ std::string rpc_call_record(uint32_t xid, uint32_t proc, xdrproc_t xargs, const 
   std::memcpy(rec.data(), &mark, 4);
   rec.resize(len + 4);
   return rec;
+}
+
+namespace {
+rpc::Channel::Options channel_options() {
+  rpc::Channel::Options o;
+  o.program = ODAFS_PROGRAM;
+  o.version = ODAFS_V1;
+  o.timeout_ms = 30000;
+  return o;
+}
+}  // namespace
+
+HostileMount::HostileMount(uint16_t port, const std::string& name)
+    : ch({"127.0.0.1", port}, channel_options()) {
+  mount_args ma{};
+  ma.path = const_cast<char*>("/");
+  mount_res mr{};
+  ch.call(ODAFSPROC_MOUNT, rpc::to_xdrproc(xdr_mount_args), &ma, rpc::to_xdrproc(xdr_mount_res),
+          &mr);
+  REQUIRE(mr.status == ODAFS_OK);
+  session.id = mr.mount_res_u.ok.session;
+  std::memcpy(session.secret.data(), mr.mount_res_u.ok.session_secret, session.secret.size());
+  std::memcpy(root.data(), mr.mount_res_u.ok.root, root.size());
+  xdr_free(rpc::to_xdrproc(xdr_mount_res), reinterpret_cast<char*>(&mr));
+  diropargs la{};
+  std::memcpy(la.dir, root.data(), root.size());
+  la.name = const_cast<char*>(name.c_str());
+  dirop_res lr{};
+  ch.call(ODAFSPROC_LOOKUP, rpc::to_xdrproc(xdr_diropargs), &la, rpc::to_xdrproc(xdr_dirop_res),
+          &lr);
+  REQUIRE(lr.status == ODAFS_OK);
+  std::memcpy(file.data(), lr.dirop_res_u.ok.fh, file.size());
+}
+
+void HostileMount::get_refs(size_t bytes) {
+  for (uint64_t off = 0; off < bytes; off += 1 << 20) {
+    getrefs_args ga{};
+    std::memcpy(ga.fh, file.data(), file.size());
+    ga.offset = off;
+    ga.count = 1 << 20;
+    ga.session = session.id;
+    getrefs_res gr{};
+    ch.call(ODAFSPROC_GETREFS, rpc::to_xdrproc(xdr_getrefs_args), &ga,
+            rpc::to_xdrproc(xdr_getrefs_res), &gr);
+    REQUIRE(gr.status == ODAFS_OK);
+    for (u_int i = 0; i < gr.getrefs_res_u.ok.refs.refs_len; ++i) {
+      refs.push_back(ordma::reference_from_wire(gr.getrefs_res_u.ok.refs.refs_val[i]));
+    }
+    xdr_free(rpc::to_xdrproc(xdr_getrefs_res), reinterpret_cast<char*>(&gr));
+  }
+  REQUIRE(!refs.empty());
+}
+
+int HostileMount::engine_connection(uint16_t engine_port, int rcvbuf) {
+  int fd = connect_from("127.0.0.1", engine_port, rcvbuf);
+  REQUIRE(fd >= 0);
+  ordma::answer_greeting(fd, session);
+  unsigned char welcome[wire::kWelcomeBytes];
+  REQUIRE(net::read_full_until(fd, welcome, sizeof welcome, nullptr));
+  REQUIRE(wire::welcome_valid(welcome));
+  return fd;
 }
 
 size_t take_records(std::string* buffer) {

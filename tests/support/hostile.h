@@ -11,6 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "client/client.h"
+#include "ordma/reference.h"
+#include "ordma/session.h"
+#include "rpc/client_channel.h"
+
 namespace odafs {
 class Client;
 }
@@ -60,6 +65,24 @@ bool ensure_fd_limit(rlim_t n);
 // One ONC RPC call record (record mark included, one fragment): CALL of `proc` of the odafs
 // program with AUTH_NONE, arguments encoded by xargs.
 std::string rpc_call_record(uint32_t xid, uint32_t proc, xdrproc_t xargs, const void* args);
+
+// A client's standing without the client library, for clients that misbehave: its own
+// MOUNT (so its own engine session), a file's handle, references to the file's blocks as
+// GETREFS hands them out, and authenticated raw engine TCP connections.
+struct HostileMount {
+  rpc::Channel ch;
+  ordma::Session session;
+  Handle root{}, file{};
+  std::vector<ordma::Reference> refs;
+
+  // Mounts the server on 127.0.0.1:port and looks `name` up in the export's root.
+  HostileMount(uint16_t port, const std::string& name);
+  // References to the file's blocks in [0, bytes).
+  void get_refs(size_t bytes);
+  // An authenticated engine TCP connection for this session (the WELCOME read); rcvbuf as
+  // for connect_from.
+  int engine_connection(uint16_t engine_port, int rcvbuf = 0);
+};
 
 // Splits a stream of reply records: appends what arrived to *buffer and removes every
 // complete record from its front, returning how many there were.

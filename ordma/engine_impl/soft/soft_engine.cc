@@ -6,6 +6,9 @@ SoftEngineImpl::SoftEngineImpl(const EngineOptions& options, ExportedMemory memo
     : options_(options), table_(memory.segments), memory_(memory) {
   listen_fd_ = net::listen_tcp(options_.listen, &bound_);
   int n = std::max(1, options_.threads);
+  out_totals_ = std::make_unique<std::atomic<size_t>[]>(static_cast<size_t>(n));
+  out_share_ =
+      std::max(options_.max_total_backlog / static_cast<size_t>(n), 2 * options_.max_backlog);
   for (int i = 0; i < n; ++i) {
     int ep = epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0) throw std::system_error(errno, std::generic_category(), "epoll_create1");
@@ -105,6 +108,8 @@ void SoftEngineImpl::loop(int ep) {
   // (a ring's doorbell) may still name them.
   std::vector<std::shared_ptr<Conn>> dropped;
   std::vector<Conn*> late;
+  const size_t thread =
+      static_cast<size_t>(std::find(epolls_.begin(), epolls_.end(), ep) - epolls_.begin());
   RunQueue runq;  // connections and rings with work, a turn each in queue order
   auto drop_queued = [&](Conn* c) {
     runq.remove(c);
@@ -161,6 +166,9 @@ void SoftEngineImpl::loop(int ep) {
         }
         if (more) runq.push_back(c);
       }
+      if (out_totals_[thread].load(std::memory_order_relaxed) > out_share_) {
+        shed_output(ep, thread, drop_queued);
+      }
     }
     dropped.clear();
   }
@@ -216,8 +224,10 @@ void SoftEngineImpl::accept_all(bool local) {
       conns_.emplace(c, std::move(owned));
     }
     stats_.connections.fetch_add(1, std::memory_order_relaxed);
-    int ep = epolls_[next_thread_++ % epolls_.size()];
+    size_t thread = next_thread_++ % epolls_.size();
+    int ep = epolls_[thread];
     c->ep = ep;
+    c->thread = thread;
     c->events = EPOLLIN | EPOLLOUT;  // the greeting goes out on the first EPOLLOUT
     epoll_event ev{};
     ev.events = c->events;
@@ -227,10 +237,38 @@ void SoftEngineImpl::accept_all(bool local) {
   }
 }
 
+void SoftEngineImpl::shed_output(int ep, size_t thread,
+                                 const std::function<void(Conn*)>& drop_queued) {
+  for (int round = 0; round < 64; ++round) {
+    if (out_totals_[thread].load(std::memory_order_relaxed) <= out_share_) return;
+    Conn* victim = nullptr;
+    int64_t oldest = INT64_MAX;
+    {
+      std::lock_guard lock(conns_mu_);
+      for (auto& [raw, c] : conns_) {
+        if (c->ep != ep || c->accounted.load(std::memory_order_relaxed) == 0) continue;
+        int64_t moved = c->moved_ms.load(std::memory_order_relaxed);
+        if (moved < oldest) {
+          oldest = moved;
+          victim = raw;
+        }
+      }
+    }
+    if (victim == nullptr) return;
+    stats_.shed.fetch_add(1, std::memory_order_relaxed);
+    ODAFS_LOG_WARN_THROTTLED("engine: closing a connection with %zu bytes of answers unread (%s)",
+                             victim->accounted.load(), "over the engine's output budget");
+    drop_queued(victim);
+  }
+}
+
 std::shared_ptr<Conn> SoftEngineImpl::drop(int ep, Conn* c) {
   {
     std::lock_guard out_lock(c->out_mu);
     c->dead = true;
+    out_totals_[c->thread].fetch_sub(c->accounted.exchange(0), std::memory_order_relaxed);
+    c->out = {};  // a dropped connection keeps none of its output
+    c->out_head = 0;
   }
   epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, nullptr);
   if (c->ring) {

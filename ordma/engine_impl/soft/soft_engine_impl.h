@@ -32,6 +32,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -113,6 +114,12 @@ struct Conn {
   bool queued = false;
   bool readable = false;      // epoll said EPOLLIN: the next turn reads the socket
   uint64_t ring_pending = 0;  // ring slots taken from `posted`, not served yet
+  // Output accounting for max_total_backlog: the owner thread's index, the backlog last
+  // added to its total, and when the output last moved. Written under out_mu, read by
+  // the owner's shedding scan without it.
+  size_t thread = 0;
+  std::atomic<size_t> accounted{0};
+  std::atomic<int64_t> moved_ms{0};
   size_t backlog() const { return out.size() - out_head; }
   // The fd closes with the last holder (an RPC thread pushing may outlive the drop).
   ~Conn() {
@@ -249,7 +256,13 @@ class SoftEngineImpl final : public SoftEngine {
   // microseconds. What the socket does not take is copied to the output buffer.
   void serve(Conn* c, const wire::ReadRequest& r, bool send_now);
 
+  // Sends what it can of c's output, then accounts for what is left. out_mu held.
   bool flush(Conn* c);
+  // Brings c's share of its thread's output total up to date. out_mu held.
+  void account(Conn* c);
+  // While thread `thread` holds more output than its share of max_total_backlog, closes
+  // its connection whose output moved least recently. Owner thread only.
+  void shed_output(int ep, size_t thread, const std::function<void(Conn*)>& drop_queued);
 
   Fault push(uint64_t session, uint32_t buffer, uint32_t offset, uint32_t tag, const iovec* parts,
              int nparts) override;
@@ -280,6 +293,8 @@ class SoftEngineImpl final : public SoftEngine {
   ring::Token ring_token_{};
   std::atomic<size_t> rings_{0};
   std::vector<int> epolls_;
+  std::unique_ptr<std::atomic<size_t>[]> out_totals_;  // queued output, by engine thread
+  size_t out_share_ = 0;                               // each thread's share of the budget
   std::vector<std::thread> threads_;
   std::atomic<bool> stopping_{false};
   size_t next_thread_ = 0;            // only the thread owning the listener (thread 0) uses it

@@ -195,10 +195,12 @@ void SoftEngineImpl::serve(Conn* c, const wire::ReadRequest& r, bool send_now) {
 }
 
 bool SoftEngineImpl::flush(Conn* c) {
+  bool moved = false;
   while (c->backlog() > 0) {
     ssize_t n = send(c->fd, c->out.data() + c->out_head, c->backlog(), MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n > 0) {
       c->out_head += static_cast<size_t>(n);
+      moved = true;
     } else if (n < 0 && errno == EINTR) {
       continue;
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -208,10 +210,33 @@ bool SoftEngineImpl::flush(Conn* c) {
     }
   }
   if (c->out_head == c->out.size()) {
-    c->out.clear();  // keeps its capacity: steady state allocates nothing
+    // Keeps its capacity, so steady state allocates nothing; but not the room a backed-up
+    // client made it take (a turn's output is at most about kBytesPerTurn).
+    if (c->out.capacity() > 4 * kBytesPerTurn) {
+      c->out = {};
+    } else {
+      c->out.clear();
+    }
+    c->out_head = 0;
+  } else if (c->out_head >= c->backlog()) {
+    // Mostly sent: drop the sent part, so the buffer holds what waits, not what went.
+    c->out.erase(c->out.begin(), c->out.begin() + static_cast<ptrdiff_t>(c->out_head));
     c->out_head = 0;
   }
+  if (moved) c->moved_ms.store(now_ms(), std::memory_order_relaxed);
+  account(c);
   return true;
+}
+
+void SoftEngineImpl::account(Conn* c) {
+  size_t now = c->backlog();
+  size_t before = c->accounted.exchange(now, std::memory_order_relaxed);
+  if (before == 0 && now > 0) c->moved_ms.store(now_ms(), std::memory_order_relaxed);
+  if (now >= before) {
+    out_totals_[c->thread].fetch_add(now - before, std::memory_order_relaxed);
+  } else {
+    out_totals_[c->thread].fetch_sub(before - now, std::memory_order_relaxed);
+  }
 }
 
 }  // namespace odafs::ordma::soft
