@@ -1,8 +1,9 @@
 // Integration: odafsd's memory stays bounded whatever its clients do. Each case starts a
 // server with a 16 MiB cache, lets hostile raw-socket clients loose on it (hundreds of
 // partial records, many concurrent maximum-size WRITEs, pipelined READs never read back,
-// slow-loris senders), samples the server's VmRSS every 10 ms, and meanwhile has an honest
-// client read a file by RPC and check every byte.
+// slow-loris senders, engine connections whose answers are never read), samples the
+// server's VmRSS every 10 ms, and meanwhile has an honest client read a file by RPC and
+// check every byte.
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <poll.h>
@@ -39,18 +40,16 @@ constexpr size_t kCacheMb = 16;
 constexpr size_t kMaxIo = 1 << 20;  // odafsd's default --max-io
 constexpr size_t kDataBytes = 4 << 20;
 
-// What odafsd may hold beyond its block cache, in MiB, whatever its clients do (the
-// reasoning is in docs/RELIABILITY.md, "Memory"):
-//   ~12  the process at rest: code, libraries, libtirpc, thread stacks, logging
-//   ~ 8  per-thread buffers: 4 pool threads x (1 MiB + 4 KiB reply buffer, 64 KiB staging,
-//        and records cut in one event: up to 1 MiB of input plus one partial record)
-//    32  input budget: incomplete request records held across all connections
-//        (rpc::Server::Options::max_input_bytes, odafsd --max-input-mb)
-//    32  output budget: replies queued for clients slow to read them
-//        (rpc::Server::Options::max_total_backlog, odafsd --max-backlog-mb)
-//   + malloc's slack: freed buffers glibc keeps in its per-thread arenas
-// Measured peaks (Release, see docs/RELIABILITY.md) stay under cache + 60 MiB; the bound is
-// that plus a margin for allocator slack and the machine's libraries.
+// What odafsd may hold beyond its block cache, in MiB, whatever one kind of hostile client
+// does (docs/RELIABILITY.md, "Memory", has the reasoning):
+//   24  the process at rest: code and libraries, thread stacks, the 4 pool threads' 1 MiB
+//       reply buffers, the node table (measured: RSS 28 MiB with 4 MiB of cache filled)
+//   51  the largest budget a case reaches: input, 32 MiB of large-record permits
+//       (--max-input-mb) plus 64 KiB for each of 300 connections; replies queued for slow
+//       readers (--max-backlog-mb 8 here, + 4 x 1 MiB a pool thread may add) and the
+//       engine's queued answers (--max-backlog-mb 16 there) stay below it
+//   21  malloc's slack: buffers freed after a flood that glibc keeps in its arenas
+// Measured peaks (Release): 28..65 MiB (the old server: 163..698 MiB but for slow loris).
 constexpr size_t kBoundMb = 96;
 constexpr const char* kInputMb = "32";
 constexpr const char* kBacklogMb = "32";
