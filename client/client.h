@@ -148,7 +148,7 @@ class Client;
 // not thrown: call close() to see them).
 class File {
  public:
-  File() = default;
+  File();
   File(File&& other) noexcept;
   File& operator=(File&& other) noexcept;
   ~File();
