@@ -175,7 +175,7 @@ std::shared_ptr<const MountState> Client::remount() {
   m->session.id = limits.engine.empty() ? 0 : ok.session;
   std::memcpy(m->session.secret.data(), ok.session_secret, m->session.secret.size());
   m->cache = std::make_unique<ClientCache>(options_.directory_entries, options_.cache_blocks,
-                                           limits.block_size);
+                                           limits.block_size, options_.cache_policy);
   std::shared_ptr<const MountState> published = std::move(m);
   mount_.store(published);
   return published;
