@@ -109,6 +109,7 @@ std::unique_ptr<Client> Client::mount(const std::string& url, MountOptions optio
     throw Error(EINVAL, e.what());
   }
   if (parsed.timeout_ms) options.timeout_ms = *parsed.timeout_ms;  // the URL's word wins
+  if (parsed.cache_policy) options.cache_policy = *parsed.cache_policy;
   std::unique_ptr<Client> client(new Client(url, options));
   client->mount_path_ = parsed.path;
   client->mount_state();  // connects and mounts
