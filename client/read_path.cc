@@ -1,5 +1,5 @@
 // The client's read path: the per-block pipeline (BlockReader, client/block_reader.h) that
-// File::pread and read_batch share, plus the DAFS direct transfers and eager
+// File::pread, read_batch and IoQueue share, plus the DAFS direct transfers and eager
 // reference prefetch.
 #include <algorithm>
 #include <cstring>
@@ -8,6 +8,7 @@
 #include "client/call_util.h"
 #include "client/client.h"
 #include "client/client_cache.h"
+#include "client/io_queue.h"
 #include "client/mount_state.h"
 #include "ordma/engine.h"
 #include "proto/ref_xdr.h"
@@ -182,65 +183,39 @@ size_t Client::read_file(const Handle& fh, uint64_t key, void* buf, size_t len, 
 }
 
 void Client::read_batch(std::span<ReadRequest> requests) {
-  // What the cache and the directory can serve is served first, in place; the rest of
-  // each request goes by READs pipelined on the connection, whose references land in the
-  // directory like any other READ's.
-  struct Piece {
-    ReadRequest* req;
-    char* buf;
-    size_t len;
-    uint64_t offset;
+  // Through an IoQueue: each request goes down the read pipeline (cache, one-sided, RPC),
+  // with up to kWindow of them waiting on their READs at once.
+  constexpr size_t kWindow = 64;
+  if (requests.empty()) return;
+  IoQueue q(*this, std::min(kWindow, requests.size()));
+  std::array<Completion, kWindow> got;
+  size_t outstanding = 0;
+  auto collect = [&](size_t min) {
+    size_t n = q.wait(std::span(got.data(), got.size()), min, -1);
+    for (size_t i = 0; i < n; ++i) {
+      ReadRequest& r = requests[got[i].user_tag];
+      r.result = got[i].bytes;
+      r.error = got[i].error;
+    }
+    outstanding -= n;
   };
-  std::vector<Piece> pieces;
-  std::shared_ptr<const MountState> m = mount_state();
-  for (ReadRequest& r : requests) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ReadRequest& r = requests[i];
     r.result = 0;
     r.error = 0;
-    if (r.file == nullptr || !r.file->is_open()) {
+    if (r.file == nullptr) {
       r.error = EBADF;
       continue;
     }
-    auto* out = static_cast<char*>(r.buf);
-    size_t done = 0;
+    if (outstanding == q.depth()) collect(1);
     try {
-      BlockReader(this, *m, r.file->handle(), r.file->cache_key(), r.file->size_hint(), out, r.len,
-                  r.offset, &done)
-          .serve_without_rpc();
+      q.submit_read(*r.file, r.buf, r.len, r.offset, i);
+      ++outstanding;
     } catch (const Error& e) {
       r.error = e.errno_value();
-      continue;
-    }
-    r.result = done;
-    while (done < r.len) {
-      size_t chunk = std::min<size_t>(r.len - done, m->limits.max_read);
-      pieces.push_back({&r, out + done, chunk, r.offset + done});
-      done += chunk;
     }
   }
-  if (pieces.empty()) return;
-  constexpr size_t kWindow = 64;  // reads in flight at once
-  std::vector<AsyncRead> ops(std::min(kWindow, pieces.size()));
-  auto launch = [&](size_t i) {
-    Piece& p = pieces[i];
-    if (p.req->error != 0) return;
-    try {
-      start_read(ops[i % ops.size()], p.req->file->handle(), p.buf, p.len, p.offset);
-    } catch (const Error& e) {
-      p.req->error = e.errno_value();
-    }
-  };
-  for (size_t i = 0; i < ops.size(); ++i) launch(i);
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    AsyncRead& op = ops[i % ops.size()];
-    if (op.in_flight()) {
-      try {
-        pieces[i].req->result += finish_read(op);
-      } catch (const Error& e) {
-        pieces[i].req->error = e.errno_value();
-      }
-    }
-    if (i + ops.size() < pieces.size()) launch(i + ops.size());
-  }
+  while (outstanding > 0) collect(1);
 }
 
 namespace {
