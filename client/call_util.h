@@ -80,6 +80,8 @@ struct XdrFree {
 
 inline void check_name(const std::string& name) {
   if (name.size() > ODAFS_MAXNAMLEN) fail(ENAMETOOLONG, name.substr(0, 32) + "...");
+  // A C string would end at the NUL: "a\0b" would name "a".
+  if (name.find('\0') != std::string::npos) fail(EINVAL, "a name holding a NUL byte");
 }
 
 // The Error an rpc::RpcError becomes at the API: the same errno, and its what() as the

@@ -109,6 +109,7 @@ std::unique_ptr<Client> Client::mount(const std::string& url, MountOptions optio
     throw Error(EINVAL, e.what());
   }
   if (parsed.timeout_ms) options.timeout_ms = *parsed.timeout_ms;  // the URL's word wins
+  if (parsed.cache_policy) options.cache_policy = *parsed.cache_policy;
   std::unique_ptr<Client> client(new Client(url, options));
   client->mount_path_ = parsed.path;
   client->mount_state();  // connects and mounts
@@ -175,7 +176,7 @@ std::shared_ptr<const MountState> Client::remount() {
   m->session.id = limits.engine.empty() ? 0 : ok.session;
   std::memcpy(m->session.secret.data(), ok.session_secret, m->session.secret.size());
   m->cache = std::make_unique<ClientCache>(options_.directory_entries, options_.cache_blocks,
-                                           limits.block_size);
+                                           limits.block_size, options_.cache_policy);
   std::shared_ptr<const MountState> published = std::move(m);
   mount_.store(published);
   return published;

@@ -89,6 +89,16 @@ enum class ReadMode {
                // registered with the client's side of the engine; bypasses the cache
 };
 
+// How the client cache picks what to give up, for its headers (the directory of
+// references) and, separately, for its data blocks (docs/architecture.md, "The client
+// cache").
+enum class CachePolicy {
+  kLru,         // least recently used
+  kMultiQueue,  // MQ (Zhou, Philbin and Li, 2001): use counts in 8 LRU queues, with
+                // expiry and a history of the counts of blocks given up; a block read
+                // once never pushes out one read often
+};
+
 // Stability asked of each WRITE (NFSv3 semantics).
 enum class Stability { kUnstable, kDataSync, kFileSync };
 
@@ -102,6 +112,8 @@ struct MountOptions {
   // after its data is reclaimed. cache_blocks = 0 turns data caching off.
   size_t directory_entries = 1u << 16;
   size_t cache_blocks = 2048;
+  // Replacement for both (also ?cache_policy=lru|mq in the mount URL).
+  CachePolicy cache_policy = CachePolicy::kLru;
   // DAFS direct writes: the server's engine pulls the data from the caller's buffer
   // (WRITE_DIRECT) instead of it travelling inside the RPC. Needs the server's engine.
   bool direct_writes = false;
@@ -151,7 +163,7 @@ class Client;
 // not thrown: call close() to see them).
 class File {
  public:
-  File() = default;
+  File();
   File(File&& other) noexcept;
   File& operator=(File&& other) noexcept;
   ~File();

@@ -55,6 +55,8 @@ void File::saw_size_at_least(uint64_t size) {
   }
 }
 
+File::File() = default;
+
 File::File(File&& other) noexcept { *this = std::move(other); }
 
 File& File::operator=(File&& other) noexcept {

@@ -244,6 +244,7 @@ void Client::utimens(const std::string& path, const struct timespec times[2]) {
 }
 
 void Client::symlink(const std::string& target, const std::string& path) {
+  if (target.find('\0') != std::string::npos) fail(EINVAL, "a link target holding a NUL byte");
   auto [dir, name] = resolve_parent(path);
   with_channel(false, [&, &dir = dir, &name = name](rpc::Channel& ch) {
     symlink_args args{};

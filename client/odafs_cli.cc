@@ -30,7 +30,7 @@ namespace {
                "       odafs [--timeout MS] mv URL URL2\n"
                "       odafs [--timeout MS] put LOCAL URL\n"
                "       odafs [--timeout MS] get URL LOCAL\n"
-               "URL is odafs://HOST:PORT/PATH[?timeout_ms=N]\n"
+               "URL is odafs://HOST:PORT/PATH[?timeout_ms=N][&cache_policy=lru|mq]\n"
                "--timeout MS: give up on a server that does not answer within MS ms\n");
   std::exit(2);
 }
@@ -59,6 +59,7 @@ Target open_target(const std::string& url) {
   odafs::MountOptions options;
   if (g_timeout_ms) options.timeout_ms = *g_timeout_ms;
   if (parsed.timeout_ms) options.timeout_ms = *parsed.timeout_ms;
+  if (parsed.cache_policy) options.cache_policy = *parsed.cache_policy;
   g_effective_timeout_ms = options.timeout_ms;
   Target t;
   t.server = parsed.server.to_string();

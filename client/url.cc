@@ -32,16 +32,28 @@ static void parse_options(const std::string& query, const std::string& text, Url
     pos = end + 1;
     size_t eq = option.find('=');
     std::string key = option.substr(0, eq);
-    if (key != "timeout_ms") {
+    if (key != "timeout_ms" && key != "cache_policy") {
       throw std::invalid_argument("unknown odafs URL option '" + option +
-                                  "' (known: timeout_ms=N): " + text);
+                                  "' (known: timeout_ms=N, cache_policy=lru|mq): " + text);
     }
     if (eq == std::string::npos) {
-      throw std::invalid_argument("odafs URL option timeout_ms needs a value: " + text);
+      throw std::invalid_argument("odafs URL option " + key + " needs a value: " + text);
+    }
+    const std::string value = option.substr(eq + 1);
+    if (key == "cache_policy") {
+      if (url->cache_policy) throw std::invalid_argument("odafs URL repeats cache_policy: " + text);
+      if (value == "lru") {
+        url->cache_policy = CachePolicy::kLru;
+      } else if (value == "mq") {
+        url->cache_policy = CachePolicy::kMultiQueue;
+      } else {
+        throw std::invalid_argument("bad cache_policy '" + value + "': lru or mq in " + text);
+      }
+      continue;
     }
     if (url->timeout_ms) throw std::invalid_argument("odafs URL repeats timeout_ms: " + text);
     try {
-      url->timeout_ms = parse_timeout_ms(option.substr(eq + 1));
+      url->timeout_ms = parse_timeout_ms(value);
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(std::string(e.what()) + " in " + text);
     }

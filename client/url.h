@@ -1,5 +1,6 @@
-// odafs URLs: odafs://HOST:PORT/PATH[?timeout_ms=N] (HOST may be [v6]; PATH defaults to
-// "/"). Everything after the first '?' is options, so a PATH cannot contain '?'.
+// odafs URLs: odafs://HOST:PORT/PATH[?timeout_ms=N][&cache_policy=lru|mq] (HOST may be
+// [v6]; PATH defaults to "/"). Everything after the first '?' is options, KEY=VALUE joined
+// by '&' in any order, so a PATH cannot contain '?'.
 #pragma once
 
 #include <optional>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "base/net.h"
+#include "client/client.h"
 
 namespace odafs {
 
@@ -18,10 +20,13 @@ struct Url {
   net::Endpoint server;
   std::string path;               // always starts with '/'
   std::optional<int> timeout_ms;  // ?timeout_ms=N: overrides MountOptions::timeout_ms
+  // ?cache_policy=lru|mq: overrides MountOptions::cache_policy
+  std::optional<CachePolicy> cache_policy;
 };
 
 // Throws std::invalid_argument with a readable message for anything else, including an
-// unknown or repeated option and a timeout_ms that parse_timeout_ms refuses.
+// unknown or repeated option, a timeout_ms that parse_timeout_ms refuses and a
+// cache_policy other than lru or mq.
 Url parse_url(const std::string& text);
 
 // A timeout in milliseconds as a user writes it: decimal digits only, 1..kMaxTimeoutMs.

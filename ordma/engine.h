@@ -49,7 +49,8 @@ struct EngineStats {
   std::atomic<uint64_t> bad_frames{0};          // malformed request: connection closed
   std::atomic<uint64_t> refused{0};             // connections over max_connections
   std::atomic<uint64_t> handshake_timeouts{0};  // closed before authenticating in time
-  std::atomic<uint64_t> reads{0};               // served with data
+  std::atomic<uint64_t> shed{0};   // closed: output stalled while over max_total_backlog
+  std::atomic<uint64_t> reads{0};  // served with data
   std::atomic<uint64_t> bytes{0};
   std::atomic<uint64_t> pushes{0};  // server-initiated writes (direct reads)
   std::atomic<uint64_t> push_bytes{0};
@@ -115,7 +116,13 @@ struct EngineOptions {
   std::string kind = "soft";  // the backend; make_engine() throws for an unknown one
   net::Endpoint listen;
   int threads = 1;
-  size_t max_backlog = 8u << 20;  // response bytes queued per connection before it stalls
+  // Response bytes queued per connection before the engine stops reading it (the kernel's
+  // socket buffer holds more).
+  size_t max_backlog = 1u << 20;
+  // Response bytes queued for all connections together (split evenly among the engine
+  // threads, never less than 2 * max_backlog each): past it the connections whose output
+  // moved least recently are closed (engine.shed); their clients read by RPC.
+  size_t max_total_backlog = 32u << 20;
   // Offer same-host clients shared-memory rings (engine_impl/soft/local_ring.h), at most
   // max_rings at once; each costs 64 segments of memory.
   bool local_rings = true;

@@ -27,7 +27,8 @@ inline void put_record_mark(char* out, uint32_t length, bool last) {
 // Reassembles records from a byte stream, refusing any record longer than max_record.
 //
 // Memory stays bounded by max_record per assembler whatever the peer sends: fragment
-// lengths are checked before a byte of the fragment is buffered.
+// lengths are checked before a byte of the fragment is buffered, and the buffer grows with
+// the bytes that arrive, never to what a mark merely announces.
 // Thread-safety: none; one assembler per connection, fed by one thread at a time.
 class RecordAssembler {
  public:
@@ -44,6 +45,16 @@ class RecordAssembler {
 
   // True when no partial record or mark is buffered (a clean point to close).
   bool idle() const { return header_have_ == 0 && fragment_left_ == 0 && record_.empty(); }
+  // Bytes of the record being assembled that are held now.
+  size_t buffered() const { return record_.size(); }
+  size_t capacity() const { return record_.capacity(); }
+  // Moves the record being assembled into buf (its capacity replaces this one's) and
+  // leaves the old buffer in buf, emptied: for handing a large-record buffer in or out.
+  void exchange_buffer(std::vector<char>& buf) {
+    buf.assign(record_.begin(), record_.end());
+    record_.swap(buf);
+    buf.clear();
+  }
 
  private:
   size_t max_record_;
@@ -82,10 +93,15 @@ Status RecordAssembler::feed(const char* data, size_t len, OnRecord&& on_record)
       if (fragment_left_ == 0 && !last_) {
         return Status(EPROTO, "an empty fragment that is not the last of its record");
       }
-      record_.reserve(record_.size() + fragment_left_);
       in_fragment_ = true;
     }
     size_t take = std::min(len, fragment_left_);
+    // Grow geometrically with the bytes that came, never past the fragment's announced end:
+    // a mark alone costs nothing, and the buffer never outgrows the record by much.
+    if (record_.capacity() < record_.size() + take) {
+      record_.reserve(std::min(record_.size() + fragment_left_,
+                               std::max(record_.size() + take, 2 * record_.capacity())));
+    }
     record_.insert(record_.end(), data, data + take);
     data += take;
     len -= take;

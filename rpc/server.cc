@@ -8,6 +8,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -16,79 +17,10 @@
 #include "base/log.h"
 #include "rpc/message_header.h"
 #include "rpc/record.h"
+#include "rpc/server_internal.h"
 #include "rpc/xdr_util.h"
 
 namespace odafs::rpc {
-
-struct Server::Connection : std::enable_shared_from_this<Connection> {
-  Connection(uint64_t id, int fd, std::string host, std::string peer, size_t max_record,
-             int64_t now_ms)
-      : id(id),
-        fd(fd),
-        write_fd(dup(fd)),
-        host(std::move(host)),
-        peer(std::move(peer)),
-        assembler(max_record),
-        last_active_ms(now_ms) {}
-  ~Connection() {
-    close(fd);
-    if (write_fd >= 0) close(write_fd);
-  }
-
-  const uint64_t id;
-  const int fd;
-  // A second descriptor of the same socket, registered in the epoll set for EPOLLOUT only
-  // while replies are queued. Separate registrations keep the one-shot read arming (one
-  // reader at a time) independent of write readiness.
-  const int write_fd;
-  const std::string host;  // the peer's address: the per-address limit counts by it
-  const std::string peer;
-  RecordAssembler assembler;  // touched only by the thread holding the read event
-  std::atomic<bool> closed{false};
-  // When the connection last completed a record or a reply, and how many of its calls run
-  // now: a connection is idle when nothing runs and nothing completed for idle_timeout.
-  std::atomic<int64_t> last_active_ms;
-  std::atomic<int> calls_running{0};
-  bool idle_closed = false;  // guarded by Server::conns_mu_; the sweep shut it down
-
-  std::mutex write_mu;  // replies from several threads go out whole and in order
-  // Reply bytes the socket did not take yet (a client slow to read). Guarded by write_mu.
-  std::vector<char> backlog;
-  size_t backlog_head = 0;
-  bool write_failed = false;  // guarded by write_mu; the socket is shut down, drop replies
-
-  // REQUIRES: write_mu held. Gives up on the socket; the reader then sees EOF and closes.
-  void fail_writes() {
-    write_failed = true;
-    backlog = {};
-    backlog_head = 0;
-    shutdown(fd, SHUT_RDWR);
-  }
-};
-
-// Per pool thread: reusable buffers, so serving a call allocates nothing in steady state.
-struct Server::Worker {
-  std::vector<char> staging = std::vector<char>(64 * 1024);
-  std::vector<std::vector<char>> batch;  // records cut in this round; slots reused
-  size_t batch_used = 0;
-  std::vector<char> reply;  // 4-byte record mark + reply body
-  CallerCred cred;
-};
-
-namespace {
-
-constexpr uint32_t kListenTag = 1;
-constexpr uint32_t kWakeTag = 2;
-constexpr uint32_t kSweepTag = 4;
-// Read events carry the Connection* itself, write events (id << 1) | kWriteTag; the tags
-// above are neither valid pointers nor odd.
-constexpr uint64_t kWriteTag = 1;
-
-// Keep reading one connection for at most this many recv calls per event, so one busy
-// client cannot hold a pool thread forever.
-constexpr int kReadsPerEvent = 16;
-
-}  // namespace
 
 XDR* Reply::results() {
   rpc_msg msg{};
@@ -111,6 +43,15 @@ bool Reply::send(xdrproc_t xres, const void* res) {
 }
 
 Server::Server(Options options) : options_(std::move(options)), acceptor_("rpc") {
+  // A permit holder may hold its record and one event's worth of records cut after it.
+  size_t per_permit = options_.max_record + kReadsPerEvent * size_t{64 * 1024};
+  permits_ = std::max<size_t>(1, options_.max_input_bytes / per_permit);
+  free_permits_ = permits_;
+  // Each pool thread may add one reply to a connection that just backed up: an honest
+  // client reading as fast as it can must fit.
+  total_backlog_budget_ =
+      std::max(options_.max_total_backlog,
+               static_cast<size_t>(options_.threads + 1) * (options_.max_reply + 4));
   listen_fd_ = net::listen_tcp(options_.listen, &bound_);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -173,6 +114,10 @@ void Server::stop() {
   [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof one);
   for (std::thread& t : threads_) t.join();
   threads_.clear();
+  {
+    std::lock_guard lock(input_mu_);
+    permit_waiters_.clear();
+  }
   std::lock_guard lock(conns_mu_);
   for (auto& [raw, conn] : conns_) {
     conn->closed = true;
@@ -185,9 +130,12 @@ void Server::worker_loop() {
   if (options_.on_thread_start) options_.on_thread_start();
   Worker w;
   w.reply.resize(options_.max_reply + 4);
-  epoll_event events[8];
+  // One event at a time: a handler may block (a direct write waits up to seconds for its
+  // client's data), and events taken with it would wait behind it, their connections
+  // disarmed for every other thread.
+  epoll_event events[1];
   while (!stopping_.load(std::memory_order_acquire)) {
-    int n = epoll_wait(epoll_fd_, events, 8, -1);
+    int n = epoll_wait(epoll_fd_, events, 1, -1);
     if (n < 0) {
       if (errno == EINTR) continue;
       ODAFS_LOG_ERROR("epoll_wait: %s", strerror(errno));
@@ -205,7 +153,7 @@ void Server::worker_loop() {
         continue;
       }
       if (tag & kWriteTag) {
-        on_writable(tag >> 1);
+        on_writable(tag >> 1, w);
         continue;
       }
       on_readable(reinterpret_cast<Connection*>(events[i].data.ptr), w);
@@ -282,7 +230,8 @@ void Server::sweep_idle() {
       counters_.idle_closed.fetch_add(1, std::memory_order_relaxed);
       ODAFS_LOG_INFO("closing connection from %s: idle for %lld ms", conn->peer.c_str(),
                      static_cast<long long>(options_.idle_timeout_ms));
-      shutdown(conn->fd, SHUT_RDWR);
+      std::lock_guard write_lock(conn->write_mu);  // order: conns_mu_, then write_mu
+      if (!conn->write_failed) fail_writes(*conn);
     }
   }
   epoll_event ev{};
@@ -297,6 +246,25 @@ void Server::close_connection(Connection* conn) {
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, conn->write_fd, nullptr);
   shutdown(conn->fd, SHUT_RDWR);
   ODAFS_LOG_DEBUG("connection from %s closed", conn->peer.c_str());
+  bool had_permit;
+  {
+    std::lock_guard lock(conn->write_mu);
+    total_backlog_.fetch_sub(conn->unsent(), std::memory_order_relaxed);
+    conn->backlog = {};
+    conn->backlog_head = 0;
+    conn->backlog_bytes.store(0, std::memory_order_relaxed);
+    conn->write_failed = true;
+    conn->pending = {};
+    conn->pending_used = 0;
+    had_permit = conn->permit.exchange(false);
+  }
+  {
+    std::lock_guard lock(input_mu_);
+    auto it = std::find_if(permit_waiters_.begin(), permit_waiters_.end(),
+                           [conn](const auto& c) { return c.get() == conn; });
+    if (it != permit_waiters_.end()) permit_waiters_.erase(it);
+  }
+  if (had_permit) release_permit(*conn);
   std::lock_guard lock(conns_mu_);
   auto host = per_address_.find(conn->host);
   if (host != per_address_.end() && --host->second == 0) per_address_.erase(host);
@@ -312,10 +280,41 @@ void Server::on_readable(Connection* raw, Worker& w) {
     ~Running() { c.calls_running.fetch_sub(1, std::memory_order_acq_rel); }
   } running{*conn};
   w.batch_used = 0;
+  bool shut;
+  {
+    std::lock_guard lock(conn->write_mu);
+    shut = conn->shut;
+    if (!shut && conn->blocked) {
+      // Its replies wait in the server: read no more calls until they went out. The
+      // bytes wait in the kernel, and the client's sends stall (TCP flow control).
+      conn->parked = true;
+      return;  // on_writable re-arms once the backlog drained
+    }
+  }
+  // Without a permit a connection holds at most kSmallInput of input: read only that much.
+  size_t limit = kReadsPerEvent * w.staging.size();
+  if (!shut && !conn->permit.load(std::memory_order_relaxed)) {
+    size_t held = conn->assembler.buffered();
+    if (held > kLargeRecord) {
+      if (!acquire_permit(conn)) return;      // parked until release_permit hands one over
+      if (!conn->permit.load()) shut = true;  // shut down while asking: drain to EOF
+    } else {
+      limit = kSmallInput - held;
+    }
+  }
+  if (conn->permit.load(std::memory_order_relaxed) &&
+      conn->assembler.capacity() < options_.max_record) {
+    std::vector<char> large = take_large_buffer();  // the record fits, no regrowth
+    conn->assembler.exchange_buffer(large);
+  }
   bool open = true;
-  for (int round = 0; round < kReadsPerEvent; ++round) {
-    ssize_t n = recv(conn->fd, w.staging.data(), w.staging.size(), 0);
+  size_t got = 0;
+  for (int round = 0; round < kReadsPerEvent && got < limit; ++round) {
+    size_t want = std::min(w.staging.size(), limit - got);
+    ssize_t n = recv(conn->fd, w.staging.data(), want, 0);
+    if (n > 0 && shut) continue;  // closing: drain to EOF, run nothing more
     if (n > 0) {
+      got += static_cast<size_t>(n);
       counters_.bytes_in.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
       auto keep = [&w](std::vector<char>& record) {
         if (w.batch_used == w.batch.size()) w.batch.emplace_back();
@@ -329,13 +328,24 @@ void Server::on_readable(Connection* raw, Worker& w) {
         open = false;
         break;
       }
-      if (static_cast<size_t>(n) < w.staging.size()) break;  // drained for now
+      if (static_cast<size_t>(n) < want) break;  // drained for now
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     open = false;  // EOF or error
     break;
+  }
+  // Settled before the re-arm: from then on another thread may read the connection.
+  if (open && conn->permit.load(std::memory_order_relaxed) &&
+      conn->assembler.buffered() <= kLargeRecord) {
+    release_permit(*conn);
+  }
+  if (!conn->permit.load(std::memory_order_relaxed) && conn->assembler.capacity() > kKeepBuffer) {
+    std::vector<char> small;  // a large buffer left over: back to the pool
+    small.reserve(kKeepBuffer);
+    conn->assembler.exchange_buffer(small);
+    recycle(small);
   }
   if (open) {
     epoll_event ev{};
@@ -345,91 +355,12 @@ void Server::on_readable(Connection* raw, Worker& w) {
   }
   if (!open) {
     close_connection(raw);
+    for (size_t i = 0; i < w.batch_used; ++i) recycle(w.batch[i]);
     return;  // calls of a closing connection would have nowhere to reply
   }
   if (w.batch_used == 0) return;
-  for (size_t i = 0; i < w.batch_used; ++i) {
-    counters_.records.fetch_add(1, std::memory_order_relaxed);
-    dispatch(*conn, w.batch[i], w);
-    w.batch[i].clear();
-  }
+  run_records(*conn, w.batch, w.batch_used, w);
   conn->last_active_ms.store(now_ms(), std::memory_order_relaxed);
-}
-
-void Server::send_reply(Connection& conn, Worker& w, size_t body_len) {
-  put_record_mark(w.reply.data(), static_cast<uint32_t>(body_len), true);
-  const char* data = w.reply.data();
-  size_t len = body_len + 4;
-  counters_.bytes_out.fetch_add(len, std::memory_order_relaxed);
-  std::lock_guard lock(conn.write_mu);
-  if (conn.closed.load(std::memory_order_relaxed) || conn.write_failed) return;
-  size_t sent = 0;
-  if (conn.backlog.size() == conn.backlog_head) {  // nothing queued: try the socket now
-    while (sent < len) {
-      ssize_t n = send(conn.fd, data + sent, len - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (n > 0) {
-        sent += static_cast<size_t>(n);
-      } else if (n < 0 && errno == EINTR) {
-        continue;
-      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        break;
-      } else {
-        ODAFS_LOG_DEBUG("reply to %s failed: %s", conn.peer.c_str(), strerror(errno));
-        conn.fail_writes();
-        return;
-      }
-    }
-    if (sent == len) return;
-  }
-  // The client is not keeping up: queue the rest, bounded, and let EPOLLOUT drain it.
-  // Pool threads never block on a slow reader.
-  bool was_empty = conn.backlog.size() == conn.backlog_head;
-  if (conn.backlog.size() - conn.backlog_head + (len - sent) > options_.max_backlog) {
-    counters_.slow_readers.fetch_add(1, std::memory_order_relaxed);
-    ODAFS_LOG_WARN_THROTTLED("closing connection from %s: %zu bytes of replies unread",
-                             conn.peer.c_str(),
-                             conn.backlog.size() - conn.backlog_head + (len - sent));
-    conn.fail_writes();
-    return;
-  }
-  conn.backlog.insert(conn.backlog.end(), data + sent, data + len);
-  if (was_empty) arm_writable(conn);
-}
-
-void Server::arm_writable(Connection& conn) {
-  epoll_event ev{};
-  ev.events = EPOLLOUT | EPOLLONESHOT;
-  ev.data.u64 = (conn.id << 1) | kWriteTag;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, conn.write_fd, &ev);
-}
-
-void Server::on_writable(uint64_t conn_id) {
-  std::shared_ptr<Connection> conn;
-  {
-    std::lock_guard lock(conns_mu_);
-    auto it = conns_.find(conn_id);
-    if (it == conns_.end()) return;  // closed while the event was on its way
-    conn = it->second;
-  }
-  std::lock_guard lock(conn->write_mu);
-  if (conn->closed.load(std::memory_order_relaxed) || conn->write_failed) return;
-  while (conn->backlog_head < conn->backlog.size()) {
-    ssize_t n = send(conn->fd, conn->backlog.data() + conn->backlog_head,
-                     conn->backlog.size() - conn->backlog_head, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n > 0) {
-      conn->backlog_head += static_cast<size_t>(n);
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      arm_writable(*conn);
-      return;
-    } else {
-      conn->fail_writes();
-      return;
-    }
-  }
-  conn->backlog.clear();
-  conn->backlog_head = 0;
 }
 
 void Server::dispatch(Connection& conn, std::vector<char>& record, Worker& w) {

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -90,9 +91,25 @@ class Server {
     size_t max_record = 4u << 20;  // larger request records close the connection
     size_t max_reply = 4u << 20;   // per-thread reply buffer
     // Reply bytes queued for a client that does not read them; past this the connection
-    // is closed.
+    // is closed. (Flow control keeps a connection far below it: see max_total_backlog.)
     size_t max_backlog = 64u << 20;
-    // Connections beyond this are closed at accept: with max_record it bounds the memory
+    // Memory budgets, so that what clients make the server hold does not grow with their
+    // number (docs/RELIABILITY.md, "Memory"):
+    //
+    // Input. A connection may hold up to kSmallInput (64 KiB) of request bytes on its own
+    // (the record it is receiving and records cut but not yet run). A record that grows
+    // past half of that needs one of max_input_bytes / (max_record + 1 MiB) permits (at
+    // least one) to be read on; without one the connection is not read (its bytes wait in
+    // the kernel) until a permit frees up. A permit is held until the record completes, so
+    // every holder can finish and there is no deadlock.
+    size_t max_input_bytes = 32u << 20;
+    // Output. A connection whose replies wait in the server (the socket did not take them)
+    // is read and served no further until they went out: calls already read wait, cut, in
+    // the connection. When the waiting replies of all connections together pass this
+    // budget (never less than (threads + 1) * max_reply), the connections whose replies
+    // made no progress for the longest are closed (rpc.slow_readers).
+    size_t max_total_backlog = 32u << 20;
+    // Connections beyond this are closed at accept: with kSmallInput it bounds the memory
     // that partial records can hold.
     size_t max_connections = 1024;
     // Connections from one address beyond this are closed at accept (0: no limit), so one
@@ -135,6 +152,8 @@ class Server {
     std::atomic<uint64_t> refused{0};       // connections over a connection limit
     std::atomic<uint64_t> idle_closed{0};   // connections closed by the idle timeout
     std::atomic<uint64_t> shed{0};          // accepted and closed: out of descriptors
+    std::atomic<uint64_t> paused{0};        // stopped reading: its replies wait (flow control)
+    std::atomic<uint64_t> input_waits{0};   // waited for a large-record permit
     std::atomic<uint64_t> bytes_in{0};
     std::atomic<uint64_t> bytes_out{0};
   };
@@ -157,12 +176,32 @@ class Server {
   void sweep_idle();
   void on_readable(Connection* conn, Worker& w);
   void close_connection(Connection* conn);
+  // Runs records [0, count) of `records` unless the connection's replies back up; then the
+  // rest wait in the connection (flow control) and are run when its backlog has drained.
+  void run_records(Connection& conn, std::vector<std::vector<char>>& records, size_t count,
+                   Worker& w);
   void dispatch(Connection& conn, std::vector<char>& record, Worker& w);
   void send_reply(Connection& conn, Worker& w, size_t body_len);
+  void arm_readable(Connection& conn);
   void arm_writable(Connection& conn);
-  void on_writable(uint64_t conn_id);
+  void on_writable(uint64_t conn_id, Worker& w);
+  // Large-record permits (Options::max_input_bytes). acquire: true with the permit, or
+  // false with the connection parked until release() hands it one.
+  bool acquire_permit(const std::shared_ptr<Connection>& conn);
+  void release_permit(Connection& conn);
+  // Large-record buffers (max_record bytes each) are pooled, at most one per permit, so a
+  // stream of large WRITEs reuses memory instead of faulting in fresh pages.
+  std::vector<char> take_large_buffer();
+  // Returns a record's buffer: a large one to the pool (or freed), a small one cleared.
+  void recycle(std::vector<char>& record);
+  // Closes the connections whose replies stalled longest until the backlog of all
+  // connections is within max_total_backlog. REQUIRES: no write_mu held.
+  void shed_backlog();
+  // REQUIRES: conn.write_mu held. Gives up on the socket; the reader sees EOF and closes.
+  void fail_writes(Connection& conn);
 
   Options options_;
+  size_t total_backlog_budget_ = 0;
   net::Endpoint bound_;
   int listen_fd_ = -1;
   int epoll_fd_ = -1;
@@ -182,6 +221,16 @@ class Server {
   std::unordered_map<uint64_t, std::shared_ptr<Connection>> conns_;
   uint64_t next_conn_id_ = 1;                            // guarded by conns_mu_
   std::unordered_map<std::string, size_t> per_address_;  // open connections by host; conns_mu_
+
+  // Reply bytes queued in all connections, for max_total_backlog.
+  std::atomic<size_t> total_backlog_{0};
+  // Large-record permits: how many are free, and the connections parked waiting for one
+  // (FIFO). input_mu_ is never held with another lock.
+  std::mutex input_mu_;
+  size_t free_permits_ = 0;
+  size_t permits_ = 0;
+  std::vector<std::vector<char>> large_buffers_;  // at most permits_
+  std::deque<std::shared_ptr<Connection>> permit_waiters_;
 };
 
 }  // namespace odafs::rpc

@@ -168,6 +168,8 @@ void FileService::do_stats(rpc::Reply& r) {
   values.emplace_back("rpc.refused", rc.refused.load());
   values.emplace_back("rpc.idle_closed", rc.idle_closed.load());
   values.emplace_back("rpc.shed", rc.shed.load());
+  values.emplace_back("rpc.paused", rc.paused.load());
+  values.emplace_back("rpc.input_waits", rc.input_waits.load());
   values.emplace_back("rpc.bytes_in", rc.bytes_in.load());
   values.emplace_back("rpc.bytes_out", rc.bytes_out.load());
   values.emplace_back("io.bytes_read", bytes_read_.load());
@@ -199,6 +201,7 @@ void FileService::do_stats(rpc::Reply& r) {
     values.emplace_back("engine.bad_frames", es.bad_frames.load());
     values.emplace_back("engine.refused", es.refused.load());
     values.emplace_back("engine.handshake_timeouts", es.handshake_timeouts.load());
+    values.emplace_back("engine.shed", es.shed.load());
     for (int f = 1; f < ordma::kFaultKinds; ++f) {
       values.emplace_back(
           std::string("engine.fault.") + ordma::fault_name(static_cast<ordma::Fault>(f)),

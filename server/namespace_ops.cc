@@ -45,8 +45,14 @@ void FileService::do_mount(const rpc::CallContext&, mount_args& a, rpc::Reply& r
   }
   OpenNode node = std::move(root).value();
   struct stat st;
-  // Walk the requested path one component at a time, like LOOKUP would.
-  std::string path = a.path ? a.path : "/";
+  // Walk the requested path one component at a time, like LOOKUP would. Clients send "/"
+  // for the root; an empty path is what a path holding a NUL byte decodes to.
+  std::string path = a.path ? a.path : "";
+  if (path.empty()) {
+    res.status = ODAFS_ERR_INVAL;
+    r.send(xp(xdr_mount_res), &res);
+    return;
+  }
   size_t pos = 0;
   while (pos < path.size()) {
     size_t end = path.find('/', pos);

@@ -6,6 +6,7 @@
 //          [--engine-max-connections N] [--engine-handshake-timeout MS]
 //          [--engine-listen HOST:PORT] [--engine-threads N] [--no-ordma]
 //          [--max-rings N] [--no-local-rings] [--max-direct-writes N]
+//          [--max-input-mb N] [--max-backlog-mb N]
 //
 // Once ready it prints one line on stdout,
 //   "odafsd ready rpc=HOST:PORT engine=HOST:PORT|none export=DIR",
@@ -38,6 +39,7 @@ namespace {
                "              [--engine-max-connections N] [--engine-handshake-timeout MS]\n"
                "              [--engine-listen HOST:PORT] [--engine-threads N] [--no-ordma]\n"
                "              [--max-rings N] [--no-local-rings] [--max-direct-writes N]\n"
+               "              [--max-input-mb N] [--max-backlog-mb N]\n"
                "  --engine-listen defaults to the --listen host, port 0 (a free port).\n"
                "  --max-rings caps the shared-memory rings offered to same-host clients;\n"
                "  --no-local-rings offers none (those clients then read over TCP).\n"
@@ -55,7 +57,11 @@ namespace {
                "  taking every connection; --idle-timeout (default 300; 0: never) closes RPC\n"
                "  connections that complete no call for that long.\n"
                "  --engine-max-connections (default 1024) caps engine connections; one that\n"
-               "  does not authenticate within --engine-handshake-timeout (5000) is closed.\n");
+               "  does not authenticate within --engine-handshake-timeout (5000) is closed.\n"
+               "  --max-input-mb (default 32) bounds the request records over 32 KiB being\n"
+               "  received at once (others wait); --max-backlog-mb (default 32) the replies\n"
+               "  queued for clients slow to read them, and the engine's answers likewise\n"
+               "  (the slowest are disconnected).\n");
   std::exit(2);
 }
 
@@ -88,6 +94,8 @@ int main(int argc, char** argv) {
   size_t max_connections = 1024;
   size_t max_per_address = 256;
   int64_t idle_timeout_s = 300;
+  size_t max_input_mb = 32;
+  size_t max_backlog_mb = 32;
   std::string engine_listen;
   int engine_threads = 1;
   odafs::ordma::EngineOptions engine_options;
@@ -123,6 +131,10 @@ int main(int argc, char** argv) {
       max_per_address = number("--max-connections-per-address", value(), 0, 1u << 20);
     } else if (flag == "--idle-timeout") {
       idle_timeout_s = static_cast<int64_t>(number("--idle-timeout", value(), 0, 1u << 24));
+    } else if (flag == "--max-input-mb") {
+      max_input_mb = number("--max-input-mb", value(), 1, 1u << 20);
+    } else if (flag == "--max-backlog-mb") {
+      max_backlog_mb = number("--max-backlog-mb", value(), 1, 1u << 20);
     } else if (flag == "--engine-max-connections") {
       engine_options.max_connections = number("--engine-max-connections", value(), 1, 1u << 20);
     } else if (flag == "--engine-handshake-timeout") {
@@ -181,6 +193,8 @@ int main(int argc, char** argv) {
     ro.max_connections = max_connections;
     ro.max_connections_per_address = max_per_address;
     ro.idle_timeout_ms = idle_timeout_s * 1000;
+    ro.max_input_bytes = max_input_mb << 20;
+    ro.max_total_backlog = max_backlog_mb << 20;
     ro.program = ODAFS_PROGRAM;
     ro.version = ODAFS_V1;
     ro.on_thread_start = [&cpu] { cpu.join("rpc"); };
@@ -189,6 +203,7 @@ int main(int argc, char** argv) {
     service.register_procedures(&server);
     if (fs.ordma) {
       odafs::ordma::EngineOptions eo = engine_options;
+      eo.max_total_backlog = max_backlog_mb << 20;
       eo.listen = engine_listen.empty() ? odafs::net::Endpoint{ro.listen.host, 0}
                                         : odafs::net::parse_endpoint(engine_listen);
       eo.threads = engine_threads;

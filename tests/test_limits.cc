@@ -22,122 +22,27 @@
 #include "client/client.h"
 #include "proto/odafs_prot.h"
 #include "rpc/xdr_util.h"
+#include "tests/support/hostile.h"
 #include "tests/support/server_process.h"
 
 using odafs::Client;
 using odafs::File;
+using odafs::test::close_all;
+using odafs::test::closed_by_peer;
+using odafs::test::connect_from;
+using odafs::test::count_closed;
+using odafs::test::cpu_seconds;
+using odafs::test::ensure_fd_limit;
+using odafs::test::open_fds;
 using odafs::test::pattern;
+using odafs::test::rss_kib;
 using odafs::test::ServerProcess;
+using odafs::test::stat_of;
 using odafs::test::TempDir;
 using odafs::test::write_local;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// A TCP connection to 127.0.0.1:port from the local address `from` (any 127.x.y.z works
-// on Linux loopback, so one machine can play several hosts). Returns -1 if it fails.
-int connect_from(const char* from, uint16_t port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  inet_pton(AF_INET, from, &a.sin_addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  a.sin_port = htons(port);
-  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// True once the peer has closed fd (EOF or reset), waiting up to timeout_ms. Whatever
-// the peer sent before (a greeting) is read and dropped.
-bool closed_by_peer(int fd, int timeout_ms) {
-  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, std::max<int>(0, static_cast<int>(left.count()))) <= 0) return false;
-    char buf[256];
-    ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-      return true;
-    }
-  }
-}
-
-// How many of fds the peer closed, waiting up to timeout_ms in all.
-size_t count_closed(const std::vector<int>& fds, int timeout_ms) {
-  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  size_t closed = 0;
-  for (int fd : fds) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (closed_by_peer(fd, std::max<int>(0, static_cast<int>(left.count())))) ++closed;
-  }
-  return closed;
-}
-
-void close_all(std::vector<int>& fds) {
-  for (int fd : fds) close(fd);
-  fds.clear();
-}
-
-uint64_t stat_of(Client& fs, const std::string& key) {
-  for (auto& [k, v] : fs.server_stats()) {
-    if (k == key) return v;
-  }
-  FAIL("no server stat " << key);
-  return 0;
-}
-
-// CPU seconds (user + system) the process has used so far.
-double cpu_seconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
-  std::string field;
-  unsigned long long utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i) {
-    if (i == 14) utime = std::stoull(field);
-    if (i == 15) stime = std::stoull(field);
-  }
-  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-size_t rss_kib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoul(line.substr(6));
-  }
-  return 0;
-}
-
-size_t open_fds(pid_t pid) {
-  size_t n = 0;
-  std::string dir = "/proc/" + std::to_string(pid) + "/fd";
-  for (auto it = std::filesystem::directory_iterator(dir);
-       it != std::filesystem::directory_iterator(); ++it) {
-    ++n;
-  }
-  return n;
-}
-
-// Raises this process's descriptor limit to at least n (tests open many sockets).
-bool ensure_fd_limit(rlim_t n) {
-  rlimit lim{};
-  getrlimit(RLIMIT_NOFILE, &lim);
-  if (lim.rlim_cur >= n) return true;
-  if (lim.rlim_max < n) return false;
-  lim.rlim_cur = n;
-  return setrlimit(RLIMIT_NOFILE, &lim) == 0;
-}
 
 // Sends one RPC record built from big-endian words (one fragment) and returns the reply
 // record, or an empty string if the connection closed or nothing came within 5 s.

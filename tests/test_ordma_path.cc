@@ -4,7 +4,9 @@
 
 #include <atomic>
 #include <cstring>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "client/client.h"
 #include "client/client_cache.h"
@@ -38,6 +40,10 @@ odafs::MountOptions remote_only() {
   mo.cache_blocks = 0;
   return mo;
 }
+
+// The client cache's policies, as a mount URL names them.
+const std::pair<std::string, odafs::CachePolicy> kPolicies[] = {
+    {"lru", odafs::CachePolicy::kLru}, {"mq", odafs::CachePolicy::kMultiQueue}};
 
 std::string read_all(File& f, size_t len, uint64_t off = 0) {
   std::string s(len, '\0');
@@ -259,89 +265,94 @@ TEST_CASE("client cache: hits stay local; empty headers keep references for one-
   ServerProcess server(dir.path(), {"--block-size", "4096"});
   std::string data = pattern(64 * 4096, 141);
   write_local(dir / "c", data);
-  odafs::MountOptions mo;
-  mo.cache_blocks = 8;  // 8 data blocks, 1024 headers: headers outnumber data
-  mo.directory_entries = 1024;
-  auto fs = Client::mount(server.url(), mo);
-  File f = fs->open("c");
-  CHECK(read_all(f, data.size()) == data);
-  CHECK(fs->cache()->data_blocks_used() == 8);
-  CHECK(fs->directory_size() == 64);  // 56 empty headers still hold their references
-  // The last 8 blocks are cached: local hits, nothing leaves the client.
-  uint64_t ordma = fs->stats().ordma_reads, rpc = fs->stats().rpc_reads;
-  CHECK(read_all(f, 8 * 4096, 56 * 4096) == data.substr(56 * 4096));
-  CHECK(fs->stats().cache_hits.load() == 8);
-  CHECK(fs->stats().ordma_reads.load() == ordma);
-  CHECK(fs->stats().rpc_reads.load() == rpc);
-  // The first blocks lost their data but not their references: one-sided, no RPC.
-  CHECK(read_all(f, 8 * 4096) == data.substr(0, 8 * 4096));
-  CHECK(fs->stats().ordma_reads.load() == ordma + 8);
-  CHECK(fs->stats().rpc_reads.load() == rpc);
+  for (const auto& [url_option, policy] : kPolicies) {
+    CAPTURE(url_option);
+    odafs::MountOptions mo;
+    mo.cache_blocks = 8;  // 8 data blocks, 1024 headers: headers outnumber data
+    mo.directory_entries = 1024;
+    auto fs = Client::mount(server.url("/?cache_policy=" + url_option), mo);
+    CHECK(fs->cache()->policy() == policy);
+    File f = fs->open("c");
+    CHECK(read_all(f, data.size()) == data);
+    CHECK(fs->cache()->data_blocks_used() == 8);
+    CHECK(fs->directory_size() == 64);  // 56 empty headers still hold their references
+    // The last 8 blocks are cached: local hits, nothing leaves the client.
+    uint64_t ordma = fs->stats().ordma_reads, rpc = fs->stats().rpc_reads;
+    CHECK(read_all(f, 8 * 4096, 56 * 4096) == data.substr(56 * 4096));
+    CHECK(fs->stats().cache_hits.load() == 8);
+    CHECK(fs->stats().ordma_reads.load() == ordma);
+    CHECK(fs->stats().rpc_reads.load() == rpc);
+    // The first blocks lost their data but not their references: one-sided, no RPC.
+    CHECK(read_all(f, 8 * 4096) == data.substr(0, 8 * 4096));
+    CHECK(fs->stats().ordma_reads.load() == ordma + 8);
+    CHECK(fs->stats().rpc_reads.load() == rpc);
+  }
 }
 
 TEST_CASE("client cache: close-to-open sees other clients' writes; own writes invalidate") {
-  TempDir dir;
-  ServerProcess server(dir.path(), {"--block-size", "4096"});
-  std::string v1 = pattern(20000, 151), v2 = pattern(20000, 152);
-  write_local(dir / "s", v1);
-  auto reader = Client::mount(server.url());
-  auto writer = Client::mount(server.url());
-  {
-    File f = reader->open("s");
-    CHECK(read_all(f, 20000) == v1);
-    CHECK(read_all(f, 20000) == v1);
-    CHECK(reader->stats().cache_hits.load() > 0);
-  }
-  {
-    File w = writer->open("s", O_RDWR);
-    w.pwrite(v2.data(), v2.size(), 0);
-    w.close();
-  }
-  {
-    File f = reader->open("s");  // revalidates: the attributes changed
-    CHECK(read_all(f, 20000) == v2);
-    std::string patch = "PATCHED";
-    File rw = reader->open("s", O_RDWR);
-    rw.pwrite(patch.data(), patch.size(), 5000);
-    std::string expect = v2;
-    expect.replace(5000, patch.size(), patch);
-    CHECK(read_all(f, 20000) == expect);  // own write dropped the cached block
-    rw.truncate(100);
-    CHECK(read_all(f, 20000) == expect.substr(0, 100));
+  for (const auto& [url_option, policy] : kPolicies) {
+    CAPTURE(url_option);
+    TempDir dir;
+    ServerProcess server(dir.path(), {"--block-size", "4096"});
+    std::string v1 = pattern(20000, 151), v2 = pattern(20000, 152);
+    write_local(dir / "s", v1);
+    odafs::MountOptions mo;
+    mo.cache_policy = policy;
+    auto reader = Client::mount(server.url(), mo);
+    auto writer = Client::mount(server.url());
+    {
+      File f = reader->open("s");
+      CHECK(read_all(f, 20000) == v1);
+      CHECK(read_all(f, 20000) == v1);
+      CHECK(reader->stats().cache_hits.load() > 0);
+    }
+    {
+      File w = writer->open("s", O_RDWR);
+      w.pwrite(v2.data(), v2.size(), 0);
+      w.close();
+    }
+    {
+      File f = reader->open("s");  // revalidates: the attributes changed
+      CHECK(read_all(f, 20000) == v2);
+      std::string patch = "PATCHED";
+      File rw = reader->open("s", O_RDWR);
+      rw.pwrite(patch.data(), patch.size(), 5000);
+      std::string expect = v2;
+      expect.replace(5000, patch.size(), patch);
+      CHECK(read_all(f, 20000) == expect);  // own write dropped the cached block
+      rw.truncate(100);
+      CHECK(read_all(f, 20000) == expect.substr(0, 100));
+    }
   }
 }
 
+// The unit side of this (tickets under each policy) is in test_client_cache.cc.
 TEST_CASE("client cache: bytes fetched before this client's write are never cached after it") {
-  odafs::ClientCache cache(8, 4, 4096);
-  std::string old_bytes(4096, 'o');
-  uint64_t ticket = cache.data_ticket();  // a reader starts fetching block 0 of file 7
-  cache.forget_data(7, 0, 0);             // meanwhile this client's write to it completes
-  cache.store(7, 0, old_bytes.data(), 4096, ticket);
-  CHECK_FALSE(cache.has_data(7, 0));
-  cache.forget_data(9, 0, 0);  // the ticket is cache-wide: other files' changes void it too
-  cache.store(7, 0, old_bytes.data(), 4096, cache.data_ticket());
-  CHECK(cache.has_data(7, 0));
-
-  // The same through a real server: a writer and a reader sharing one mount. Once the
-  // writer stops, the reader must see its last write, whatever it cached on the way.
+  // A writer and a reader sharing one mount. Once the writer stops, the reader must see its
+  // last write, whatever it cached on the way.
   TempDir dir;
   ServerProcess server(dir.path(), {"--block-size", "4096"});
   write_local(dir / "race", std::string(4096, 'a'));
-  auto fs = Client::mount(server.url());
-  File w = fs->open("race", O_RDWR);
-  File r = fs->open("race");
-  std::atomic<bool> stop{false};
-  std::thread reader([&] {
-    while (!stop) read_all(r, 4096);
-  });
-  std::string last;
-  for (int v = 0; v < 400; ++v) {
-    last.assign(4096, static_cast<char>('a' + v % 26));
-    w.pwrite(last.data(), last.size(), 0);
+  for (const auto& [url_option, policy] : kPolicies) {
+    CAPTURE(url_option);
+    odafs::MountOptions mo;
+    mo.cache_policy = policy;
+    auto fs = Client::mount(server.url(), mo);
+    File w = fs->open("race", O_RDWR);
+    File r = fs->open("race");
+    std::atomic<bool> stop{false};
+    std::thread reader([&] {
+      while (!stop) read_all(r, 4096);
+    });
+    std::string last;
+    for (int v = 0; v < 400; ++v) {
+      last.assign(4096, static_cast<char>('a' + v % 26));
+      w.pwrite(last.data(), last.size(), 0);
+    }
+    stop = true;
+    reader.join();
+    CHECK(read_all(r, 4096) == last);
   }
-  stop = true;
-  reader.join();
-  CHECK(read_all(r, 4096) == last);
 }
 
 TEST_CASE("direct reads: the server's engine writes into the caller's buffer") {

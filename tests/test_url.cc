@@ -1,5 +1,5 @@
-// odafs URLs: odafs://HOST:PORT/PATH[?timeout_ms=N], parsed (unit) and applied by
-// Client::mount (integration, against a stopped odafsd).
+// odafs URLs: odafs://HOST:PORT/PATH[?timeout_ms=N][&cache_policy=lru|mq], parsed (unit)
+// and applied by Client::mount (integration, against a stopped odafsd).
 #include <doctest/doctest.h>
 #include <signal.h>
 
@@ -81,6 +81,27 @@ TEST_CASE("bad timeout_ms values and unknown options are refused, saying why") {
   // Every refusal names the offending value and the URL.
   CHECK(refusal(base + "timeout_ms=abc").find("'abc'") != std::string::npos);
   CHECK(refusal(base + "timeout_ms=abc").find(base) != std::string::npos);
+}
+
+TEST_CASE("?cache_policy=lru|mq picks the client cache's replacement, with timeout_ms or not") {
+  CHECK_FALSE(parse_url("odafs://h:1/x").cache_policy.has_value());
+  CHECK(parse_url("odafs://h:1/x?cache_policy=mq").cache_policy == odafs::CachePolicy::kMultiQueue);
+  CHECK(parse_url("odafs://h:1/x?cache_policy=lru").cache_policy == odafs::CachePolicy::kLru);
+  Url both = parse_url("odafs://h:1/x?cache_policy=mq&timeout_ms=9");
+  CHECK(both.path == "/x");
+  CHECK(both.timeout_ms == 9);
+  CHECK(both.cache_policy == odafs::CachePolicy::kMultiQueue);
+  CHECK(parse_url("odafs://h:1/x?timeout_ms=9&cache_policy=lru").cache_policy ==
+        odafs::CachePolicy::kLru);
+
+  const std::string base = "odafs://127.0.0.1:7000/f?";
+  CHECK(refusal(base + "cache_policy=arc").find("bad cache_policy 'arc'") != std::string::npos);
+  CHECK(refusal(base + "cache_policy=MQ").find("lru or mq") != std::string::npos);
+  CHECK(refusal(base + "cache_policy=").find("bad cache_policy") != std::string::npos);
+  CHECK(refusal(base + "cache_policy").find("needs a value") != std::string::npos);
+  CHECK(refusal(base + "cache_policy=mq&cache_policy=lru").find("repeats cache_policy") !=
+        std::string::npos);
+  CHECK(refusal(base + "cache=mq").find("cache_policy=lru|mq") != std::string::npos);
 }
 
 TEST_CASE("parse_timeout_ms names what it parses") {

@@ -51,6 +51,19 @@ class PullTable {
     pulls_.erase(it);
     return w;
   }
+  // Completes every waiter of `session` with `fault` (its engine connection is gone: no
+  // data can come any more).
+  void fail_session(uint64_t session, Fault fault) {
+    std::lock_guard lock(mu_);
+    for (auto it = pulls_.begin(); it != pulls_.end();) {
+      if (it->first.session == session) {
+        it->second->complete(fault);
+        it = pulls_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
   // Completes every waiter with `fault` and empties the table (the engine stops).
   void fail_all(Fault fault) {
     std::lock_guard lock(mu_);

@@ -6,6 +6,9 @@ SoftEngineImpl::SoftEngineImpl(const EngineOptions& options, ExportedMemory memo
     : options_(options), table_(memory.segments), memory_(memory) {
   listen_fd_ = net::listen_tcp(options_.listen, &bound_);
   int n = std::max(1, options_.threads);
+  out_totals_ = std::make_unique<std::atomic<size_t>[]>(static_cast<size_t>(n));
+  out_share_ =
+      std::max(options_.max_total_backlog / static_cast<size_t>(n), 2 * options_.max_backlog);
   for (int i = 0; i < n; ++i) {
     int ep = epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0) throw std::system_error(errno, std::generic_category(), "epoll_create1");
@@ -101,19 +104,28 @@ void SoftEngineImpl::open_local_listener() {
 void SoftEngineImpl::loop(int ep) {
   if (options_.on_thread_start) options_.on_thread_start();
   epoll_event events[16];
-  // Connections dropped during a batch die after it: a later event of the same batch
+  // Connections dropped during a round die after it: a later event of the same batch
   // (a ring's doorbell) may still name them.
   std::vector<std::shared_ptr<Conn>> dropped;
   std::vector<Conn*> late;
+  const size_t thread =
+      static_cast<size_t>(std::find(epolls_.begin(), epolls_.end(), ep) - epolls_.begin());
+  RunQueue runq;  // connections and rings with work, a turn each in queue order
+  auto drop_queued = [&](Conn* c) {
+    runq.remove(c);
+    dropped.push_back(drop(ep, c));
+  };
   int64_t next_sweep = now_ms() + kHandshakeSweepMs;
   while (!stopping_.load(std::memory_order_acquire)) {
     int64_t now = now_ms();
     if (now >= next_sweep) {
       next_sweep = now + kHandshakeSweepMs;
-      for (Conn* c : late_handshakes(ep, now, &late)) dropped.push_back(drop(ep, c));
+      for (Conn* c : late_handshakes(ep, now, &late)) drop_queued(c);
       dropped.clear();
     }
-    int n = epoll_wait(ep, events, 16, static_cast<int>(next_sweep - now));
+    // While work is queued, only look for new events between turns; otherwise sleep
+    // until some come.
+    int n = epoll_wait(ep, events, 16, runq.empty() ? static_cast<int>(next_sweep - now) : 0);
     if (n < 0) {
       if (errno == EINTR) continue;
       ODAFS_LOG_ERROR("engine epoll_wait: %s", strerror(errno));
@@ -127,11 +139,36 @@ void SoftEngineImpl::loop(int ep) {
         continue;
       }
       if (tag & kDoorbellBit) {
-        serve_ring(reinterpret_cast<Conn*>(tag & ~kDoorbellBit));
+        auto* c = reinterpret_cast<Conn*>(tag & ~kDoorbellBit);
+        if (!c->dead) runq.push_front(c);  // dead: dropped earlier in this batch
         continue;
       }
       auto* c = static_cast<Conn*>(events[i].data.ptr);
-      if (!service(ep, c, events[i].events)) dropped.push_back(drop(ep, c));
+      if (on_event(c, events[i].events)) {
+        runq.push_front(c);
+      } else {
+        drop_queued(c);
+      }
+    }
+    // One turn, then look for arrivals again.
+    if (!runq.empty() && !stopping_.load(std::memory_order_relaxed)) {
+      Conn* c = runq.pop();
+      bool more = false;
+      // A ring's setup socket only ever says hang-up (or breaks the rules): read it when
+      // epoll says so; the ring itself is served from shared memory.
+      if ((c->ring == nullptr || c->readable) && !take_turn(ep, c, &more)) {
+        drop_queued(c);
+      } else {
+        if (c->ring) {
+          bool ring_more = false;
+          serve_ring(c, &ring_more);
+          more = more || ring_more;
+        }
+        if (more) runq.push_back(c);
+      }
+      if (out_totals_[thread].load(std::memory_order_relaxed) > out_share_) {
+        shed_output(ep, thread, drop_queued);
+      }
     }
     dropped.clear();
   }
@@ -187,8 +224,10 @@ void SoftEngineImpl::accept_all(bool local) {
       conns_.emplace(c, std::move(owned));
     }
     stats_.connections.fetch_add(1, std::memory_order_relaxed);
-    int ep = epolls_[next_thread_++ % epolls_.size()];
+    size_t thread = next_thread_++ % epolls_.size();
+    int ep = epolls_[thread];
     c->ep = ep;
+    c->thread = thread;
     c->events = EPOLLIN | EPOLLOUT;  // the greeting goes out on the first EPOLLOUT
     epoll_event ev{};
     ev.events = c->events;
@@ -198,10 +237,38 @@ void SoftEngineImpl::accept_all(bool local) {
   }
 }
 
+void SoftEngineImpl::shed_output(int ep, size_t thread,
+                                 const std::function<void(Conn*)>& drop_queued) {
+  for (int round = 0; round < 64; ++round) {
+    if (out_totals_[thread].load(std::memory_order_relaxed) <= out_share_) return;
+    Conn* victim = nullptr;
+    int64_t oldest = INT64_MAX;
+    {
+      std::lock_guard lock(conns_mu_);
+      for (auto& [raw, c] : conns_) {
+        if (c->ep != ep || c->accounted.load(std::memory_order_relaxed) == 0) continue;
+        int64_t moved = c->moved_ms.load(std::memory_order_relaxed);
+        if (moved < oldest) {
+          oldest = moved;
+          victim = raw;
+        }
+      }
+    }
+    if (victim == nullptr) return;
+    stats_.shed.fetch_add(1, std::memory_order_relaxed);
+    ODAFS_LOG_WARN_THROTTLED("engine: closing a connection with %zu bytes of answers unread (%s)",
+                             victim->accounted.load(), "over the engine's output budget");
+    drop_queued(victim);
+  }
+}
+
 std::shared_ptr<Conn> SoftEngineImpl::drop(int ep, Conn* c) {
   {
     std::lock_guard out_lock(c->out_mu);
     c->dead = true;
+    out_totals_[c->thread].fetch_sub(c->accounted.exchange(0), std::memory_order_relaxed);
+    c->out = {};  // a dropped connection keeps none of its output
+    c->out_head = 0;
   }
   epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, nullptr);
   if (c->ring) {
@@ -209,11 +276,20 @@ std::shared_ptr<Conn> SoftEngineImpl::drop(int ep, Conn* c) {
     rings_.fetch_sub(1, std::memory_order_relaxed);
   }
   shutdown(c->fd, SHUT_RDWR);
+  bool was_the_sessions = false;
   {
     std::lock_guard lock(sessions_mu_);
     auto it = by_session_.find(c->session);
-    if (it != by_session_.end() && it->second.get() == c) by_session_.erase(it);
+    if (it != by_session_.end() && it->second.get() == c) {
+      by_session_.erase(it);
+      was_the_sessions = true;
+    }
   }
+  // Direct writes waiting for this connection's data fail now, not at their timeout: the
+  // RPC threads they hold go back to serving others.
+  if (c->sink) c->sink->complete(Fault::kTransport);
+  c->sink.reset();
+  if (was_the_sessions) pulls_.fail_session(c->session, Fault::kTransport);
   std::lock_guard lock(conns_mu_);
   auto it = conns_.find(c);
   if (it == conns_.end()) return nullptr;

@@ -28,9 +28,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -58,9 +60,27 @@ inline constexpr size_t kInBytes = 64 * 1024;  // an authenticated connection's 
 // How often each engine thread looks for handshakes that took too long.
 inline constexpr int kHandshakeSweepMs = 250;
 
-// Batches one wake-up serves from a ring before the engine turns to its other connections
-// (it rings the doorbell itself to come back).
-inline constexpr int kRingRoundsPerWake = 16;
+// Fair share: an engine thread serves its connections and rings in turns of at most this
+// many reads, taking them from a run queue. One with work left after its turn goes to the
+// back; one that had nothing to do and now has goes to the front, and the engine looks
+// for such arrivals between any two turns. A client keeping thousands of reads in flight
+// thus gets one turn in its place like the others, and a lone read of another client waits
+// for about one turn, not for the flood.
+inline constexpr int kReadsPerTurn = 64;
+// ... and of at most about this many bytes (a turn ends after the read that crosses it):
+// the copy and the send of a turn's output are most of its cost.
+inline constexpr size_t kBytesPerTurn = 128 * 1024;
+
+// What is left of a turn.
+struct TurnBudget {
+  int reads = kReadsPerTurn;
+  size_t bytes = kBytesPerTurn;
+  bool spent() const { return reads == 0 || bytes == 0; }
+  void take(uint32_t length) {
+    --reads;
+    bytes -= std::min<size_t>(bytes, length);
+  }
+};
 
 struct Conn {
   int fd = -1;
@@ -87,11 +107,69 @@ struct Conn {
   std::shared_ptr<PullWaiter> sink;
   uint32_t sink_left = 0;
   uint32_t sink_at = 0;
+  // Fair share (owner thread only): the owner's run queue of connections with work, an
+  // intrusive list, so queueing allocates nothing.
+  Conn* run_prev = nullptr;
+  Conn* run_next = nullptr;
+  bool queued = false;
+  bool readable = false;      // epoll said EPOLLIN: the next turn reads the socket
+  uint64_t ring_pending = 0;  // ring slots taken from `posted`, not served yet
+  // Output accounting for max_total_backlog: the owner thread's index, the backlog last
+  // added to its total, and when the output last moved. Written under out_mu, read by
+  // the owner's shedding scan without it.
+  size_t thread = 0;
+  std::atomic<size_t> accounted{0};
+  std::atomic<int64_t> moved_ms{0};
   size_t backlog() const { return out.size() - out_head; }
   // The fd closes with the last holder (an RPC thread pushing may outlive the drop).
   ~Conn() {
     if (fd >= 0) close(fd);
   }
+};
+
+// An engine thread's connections with work waiting, in turn order. Owner thread only.
+class RunQueue {
+ public:
+  bool empty() const { return head_ == nullptr; }
+  size_t size() const { return size_; }
+  // Queues c last (work left after its turn); no-op if queued.
+  void push_back(Conn* c) {
+    if (c->queued) return;
+    c->queued = true;
+    c->run_next = nullptr;
+    c->run_prev = tail_;
+    (tail_ ? tail_->run_next : head_) = c;
+    tail_ = c;
+    ++size_;
+  }
+  // Queues c first (it was idle: new work); no-op if queued.
+  void push_front(Conn* c) {
+    if (c->queued) return;
+    c->queued = true;
+    c->run_prev = nullptr;
+    c->run_next = head_;
+    (head_ ? head_->run_prev : tail_) = c;
+    head_ = c;
+    ++size_;
+  }
+  Conn* pop() {
+    Conn* c = head_;
+    remove(c);
+    return c;
+  }
+  void remove(Conn* c) {
+    if (!c->queued) return;
+    (c->run_prev ? c->run_prev->run_next : head_) = c->run_next;
+    (c->run_next ? c->run_next->run_prev : tail_) = c->run_prev;
+    c->run_prev = c->run_next = nullptr;
+    c->queued = false;
+    --size_;
+  }
+
+ private:
+  Conn* head_ = nullptr;
+  Conn* tail_ = nullptr;
+  size_t size_ = 0;
 };
 
 class SoftEngineImpl final : public SoftEngine {
@@ -136,10 +214,17 @@ class SoftEngineImpl final : public SoftEngine {
   // event of the current batch can name it.
   std::shared_ptr<Conn> drop(int ep, Conn* c);
 
-  // Returns false when the connection is to be closed.
-  bool service(int ep, Conn* c, uint32_t events);
+  // An epoll event for c's socket: notes what it says. Returns false when the connection
+  // is to be closed.
+  bool on_event(Conn* c, uint32_t events);
 
-  bool parse(Conn* c);
+  // c's turn: reads its socket once if it was readable, serves its requests while the
+  // turn's budget lasts, flushes. Sets *more when work is left for the next
+  // round. Returns false when the connection is to be closed.
+  bool take_turn(int ep, Conn* c, bool* more);
+
+  // Serves the complete frames in c's input while the turn's budget lasts.
+  bool parse(Conn* c, TurnBudget* budget);
 
   // Builds c's ring and sends WELCOME with its memfd and doorbell. Owner thread, out_mu
   // held. False closes the connection.
@@ -148,13 +233,16 @@ class SoftEngineImpl final : public SoftEngine {
   // A slot's data area holds one segment.
   uint32_t slot_bytes() const { return static_cast<uint32_t>(memory_.segment_bytes); }
 
-  // Serves the posted slots of c's ring until none are left (or the round budget is
-  // spent). Owner thread only. engine_awake tells clients they need not ring: the store of
-  // 0 and the re-check of `posted` pair with the client's fetch_or and load (seq_cst), so a
-  // post is never left unseen.
-  void serve_ring(Conn* c);
+  // c's ring's turn: serves posted slots while the turn's budget lasts; *more when some
+  // are left.
+  // Owner thread only. engine_awake tells clients they need not ring: it stays 1 while the
+  // ring has work queued (the engine comes back without a doorbell), and the store of 0 and
+  // the re-check of `posted` pair with the client's fetch_or and load (seq_cst), so a post
+  // is never left unseen.
+  void serve_ring(Conn* c, bool* more);
 
-  void serve_slot(const Conn* c, Ring& r, uint32_t i);
+  // Returns the bytes served (0 on a fault).
+  uint32_t serve_slot(const Conn* c, Ring& r, uint32_t i);
 
   // Admits r and pins its segment; counts the outcome either way. On kNone, *bytes is the
   // requested range and the caller unpins once the bytes are copied or sent. The read is
@@ -168,7 +256,13 @@ class SoftEngineImpl final : public SoftEngine {
   // microseconds. What the socket does not take is copied to the output buffer.
   void serve(Conn* c, const wire::ReadRequest& r, bool send_now);
 
+  // Sends what it can of c's output, then accounts for what is left. out_mu held.
   bool flush(Conn* c);
+  // Brings c's share of its thread's output total up to date. out_mu held.
+  void account(Conn* c);
+  // While thread `thread` holds more output than its share of max_total_backlog, closes
+  // its connection whose output moved least recently. Owner thread only.
+  void shed_output(int ep, size_t thread, const std::function<void(Conn*)>& drop_queued);
 
   Fault push(uint64_t session, uint32_t buffer, uint32_t offset, uint32_t tag, const iovec* parts,
              int nparts) override;
@@ -199,6 +293,8 @@ class SoftEngineImpl final : public SoftEngine {
   ring::Token ring_token_{};
   std::atomic<size_t> rings_{0};
   std::vector<int> epolls_;
+  std::unique_ptr<std::atomic<size_t>[]> out_totals_;  // queued output, by engine thread
+  size_t out_share_ = 0;                               // each thread's share of the budget
   std::vector<std::thread> threads_;
   std::atomic<bool> stopping_{false};
   size_t next_thread_ = 0;            // only the thread owning the listener (thread 0) uses it

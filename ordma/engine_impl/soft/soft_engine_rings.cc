@@ -31,36 +31,39 @@ bool SoftEngineImpl::open_ring(Conn* c) {
   return true;
 }
 
-void SoftEngineImpl::serve_ring(Conn* c) {
+void SoftEngineImpl::serve_ring(Conn* c, bool* more) {
+  *more = false;
   std::lock_guard out_lock(c->out_mu);
   if (c->dead || !c->ring) return;
   Ring& r = *c->ring;
   ring::Header* h = ring::header(r.base);
   h->engine_awake.store(1, std::memory_order_seq_cst);
-  for (int round = 0;; ++round) {
-    uint64_t pending = h->posted.exchange(0, std::memory_order_acq_rel);
-    if (pending == 0) {
-      h->engine_awake.store(0, std::memory_order_seq_cst);
-      if (h->posted.load(std::memory_order_seq_cst) == 0) return;
-      h->engine_awake.store(1, std::memory_order_seq_cst);
-      continue;
+  TurnBudget budget;
+  for (;;) {
+    if (c->ring_pending == 0) {
+      c->ring_pending = h->posted.exchange(0, std::memory_order_acq_rel);
+      if (c->ring_pending == 0) {
+        h->engine_awake.store(0, std::memory_order_seq_cst);
+        if (h->posted.load(std::memory_order_seq_cst) == 0) return;
+        h->engine_awake.store(1, std::memory_order_seq_cst);
+        continue;
+      }
     }
-    while (pending != 0) {
-      serve_slot(c, r, static_cast<uint32_t>(__builtin_ctzll(pending)));
-      pending &= pending - 1;
+    while (c->ring_pending != 0 && !budget.spent()) {
+      budget.take(serve_slot(c, r, static_cast<uint32_t>(__builtin_ctzll(c->ring_pending))));
+      c->ring_pending &= c->ring_pending - 1;
     }
-    if (round + 1 == kRingRoundsPerWake) {  // come back after the others had a turn
-      uint64_t one = 1;
-      [[maybe_unused]] ssize_t n = write(r.doorbell, &one, sizeof one);
+    if (budget.spent()) {  // the others' turn; engine_awake stays 1, as we come back
+      *more = true;
       return;
     }
   }
 }
 
-void SoftEngineImpl::serve_slot(const Conn* c, Ring& r, uint32_t i) {
+uint32_t SoftEngineImpl::serve_slot(const Conn* c, Ring& r, uint32_t i) {
   ring::Slot& s = *ring::slot(r.base, i);
   uint32_t state = s.state.load(std::memory_order_acquire);
-  if (state != ring::kPosted && state != ring::kPostedWaiting) return;  // a stray bit
+  if (state != ring::kPosted && state != ring::kPostedWaiting) return 0;  // a stray bit
   unsigned char frame[wire::kReadRequestBytes];
   std::memcpy(frame, s.request, sizeof frame);  // checked and used from our copy only
   wire::ReadRequest req;
@@ -83,6 +86,7 @@ void SoftEngineImpl::serve_slot(const Conn* c, Ring& r, uint32_t i) {
   if (s.state.exchange(ring::kDone, std::memory_order_acq_rel) == ring::kPostedWaiting) {
     futex_wake(&s.state, 1, FutexScope::kShared);
   }
+  return length;
 }
 
 }  // namespace odafs::ordma::soft

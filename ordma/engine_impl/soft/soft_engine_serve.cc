@@ -2,12 +2,23 @@
 
 namespace odafs::ordma::soft {
 
-bool SoftEngineImpl::service(int ep, Conn* c, uint32_t events) {
-  std::lock_guard out_lock(c->out_mu);
+bool SoftEngineImpl::on_event(Conn* c, uint32_t events) {
   if (events & (EPOLLERR | EPOLLHUP)) return false;
-  if ((events & EPOLLIN) && c->backlog() < options_.max_backlog) {
-    for (int round = 0; round < 8; ++round) {
-      ssize_t n = recv(c->fd, c->in.data() + c->in_len, c->in.size() - c->in_len, 0);
+  if (events & EPOLLIN) c->readable = true;
+  return true;  // EPOLLOUT: the turn flushes
+}
+
+bool SoftEngineImpl::take_turn(int ep, Conn* c, bool* more) {
+  *more = false;
+  std::lock_guard out_lock(c->out_mu);
+  if (c->dead) return true;
+  TurnBudget budget;
+  bool filled = false;  // the read took all the room: the socket may hold more
+  if (c->readable && c->in_len < c->in.size() && c->backlog() < options_.max_backlog) {
+    c->readable = false;  // level-triggered: epoll says so again while bytes wait
+    for (;;) {
+      size_t room = c->in.size() - c->in_len;
+      ssize_t n = recv(c->fd, c->in.data() + c->in_len, room, 0);
       if (n == 0) return false;
       if (n < 0) {
         if (errno == EINTR) continue;
@@ -15,10 +26,12 @@ bool SoftEngineImpl::service(int ep, Conn* c, uint32_t events) {
         return false;
       }
       c->in_len += static_cast<size_t>(n);
-      if (!parse(c)) return false;
-      if (c->in_len < c->in.size() || c->backlog() >= options_.max_backlog) break;
+      filled = static_cast<size_t>(n) == room;
+      break;
     }
   }
+  // Input parked behind a full backlog is parsed once the backlog drains.
+  if (c->backlog() < options_.max_backlog && !parse(c, &budget)) return false;
   if (!flush(c)) return false;
   // Ask for EPOLLOUT while output waits; stop reading while too much of it waits.
   uint32_t want = (c->backlog() < options_.max_backlog ? uint32_t{EPOLLIN} : 0u) |
@@ -30,14 +43,13 @@ bool SoftEngineImpl::service(int ep, Conn* c, uint32_t events) {
     ev.data.ptr = c;
     epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
   }
-  // Input parked behind a full backlog is parsed once the backlog drains.
-  if (c->backlog() < options_.max_backlog && c->in_len >= wire::kReadRequestBytes && c->authed) {
-    return parse(c) && flush(c);
-  }
+  // Requests still waiting, here or (it seems) in the socket: another turn, at the back.
+  *more = c->backlog() < options_.max_backlog &&
+          ((budget.spent() && c->in_len >= wire::kReadRequestBytes) || filled);
   return true;
 }
 
-bool SoftEngineImpl::parse(Conn* c) {
+bool SoftEngineImpl::parse(Conn* c, TurnBudget* budget) {
   size_t pos = 0;
   if (c->authed && c->local) return false;  // a ring's socket carries nothing after setup
   if (!c->authed) {
@@ -97,7 +109,10 @@ bool SoftEngineImpl::parse(Conn* c) {
       if (length == 0) finish_sink(c);
       continue;
     }
-    if (c->in_len - pos < wire::kReadRequestBytes || c->backlog() >= options_.max_backlog) break;
+    if (c->in_len - pos < wire::kReadRequestBytes || c->backlog() >= options_.max_backlog ||
+        budget->spent()) {
+      break;
+    }
     wire::ReadRequest req;
     if (!wire::decode(c->in.data() + pos, &req)) {
       stats_.bad_frames.fetch_add(1, std::memory_order_relaxed);
@@ -105,9 +120,10 @@ bool SoftEngineImpl::parse(Conn* c) {
       return false;
     }
     pos += wire::kReadRequestBytes;
-    // The last request of a batch, with nothing queued before it, may go straight from
-    // the segment to the socket.
-    bool last = c->in_len - pos < wire::kReadRequestBytes;
+    // The last request of a turn, with nothing queued before it, may go straight from the
+    // segment to the socket.
+    budget->take(req.length);
+    bool last = budget->spent() || c->in_len - pos < wire::kReadRequestBytes;
     serve(c, req, last && c->backlog() == 0);
   }
   if (pos > 0) {
@@ -179,10 +195,12 @@ void SoftEngineImpl::serve(Conn* c, const wire::ReadRequest& r, bool send_now) {
 }
 
 bool SoftEngineImpl::flush(Conn* c) {
+  bool moved = false;
   while (c->backlog() > 0) {
     ssize_t n = send(c->fd, c->out.data() + c->out_head, c->backlog(), MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n > 0) {
       c->out_head += static_cast<size_t>(n);
+      moved = true;
     } else if (n < 0 && errno == EINTR) {
       continue;
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -192,10 +210,33 @@ bool SoftEngineImpl::flush(Conn* c) {
     }
   }
   if (c->out_head == c->out.size()) {
-    c->out.clear();  // keeps its capacity: steady state allocates nothing
+    // Keeps its capacity, so steady state allocates nothing; but not the room a backed-up
+    // client made it take (a turn's output is at most about kBytesPerTurn).
+    if (c->out.capacity() > 4 * kBytesPerTurn) {
+      c->out = {};
+    } else {
+      c->out.clear();
+    }
+    c->out_head = 0;
+  } else if (c->out_head >= c->backlog()) {
+    // Mostly sent: drop the sent part, so the buffer holds what waits, not what went.
+    c->out.erase(c->out.begin(), c->out.begin() + static_cast<ptrdiff_t>(c->out_head));
     c->out_head = 0;
   }
+  if (moved) c->moved_ms.store(now_ms(), std::memory_order_relaxed);
+  account(c);
   return true;
+}
+
+void SoftEngineImpl::account(Conn* c) {
+  size_t now = c->backlog();
+  size_t before = c->accounted.exchange(now, std::memory_order_relaxed);
+  if (before == 0 && now > 0) c->moved_ms.store(now_ms(), std::memory_order_relaxed);
+  if (now >= before) {
+    out_totals_[c->thread].fetch_add(now - before, std::memory_order_relaxed);
+  } else {
+    out_totals_[c->thread].fetch_sub(before - now, std::memory_order_relaxed);
+  }
 }
 
 }  // namespace odafs::ordma::soft

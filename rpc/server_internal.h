@@ -1,0 +1,107 @@
+// rpc::Server's insides, shared by its two source files (private to rpc/):
+//   server.cc       lifecycle, accepting, the idle sweep, reading and cutting records,
+//                   dispatching a call
+//   server_flow.cc  memory and flow control: large-record permits, running records while
+//                   replies do not back up, sending and queueing replies, the backlog budget
+#pragma once
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "rpc/record.h"
+#include "rpc/server.h"
+
+namespace odafs::rpc {
+
+struct Server::Connection : std::enable_shared_from_this<Connection> {
+  Connection(uint64_t id, int fd, std::string host, std::string peer, size_t max_record,
+             int64_t now_ms)
+      : id(id),
+        fd(fd),
+        write_fd(dup(fd)),
+        host(std::move(host)),
+        peer(std::move(peer)),
+        assembler(max_record),
+        last_active_ms(now_ms) {}
+  ~Connection() {
+    close(fd);
+    if (write_fd >= 0) close(write_fd);
+  }
+
+  const uint64_t id;
+  const int fd;
+  // A second descriptor of the same socket, registered in the epoll set for EPOLLOUT only
+  // while replies are queued. Separate registrations keep the one-shot read arming (one
+  // reader at a time) independent of write readiness.
+  const int write_fd;
+  const std::string host;  // the peer's address: the per-address limit counts by it
+  const std::string peer;
+  RecordAssembler assembler;  // touched only by the thread holding the read event
+  // Holds a large-record permit. Changed by the read-event holder, or under write_mu by
+  // the permit's hand-over while the connection waits for one.
+  std::atomic<bool> permit{false};
+  std::atomic<bool> closed{false};
+  // When the connection last completed a record or a reply, and how many of its calls run
+  // now: a connection is idle when nothing runs and nothing completed for idle_timeout.
+  std::atomic<int64_t> last_active_ms;
+  std::atomic<int> calls_running{0};
+  bool idle_closed = false;  // guarded by Server::conns_mu_; the sweep shut it down
+
+  std::mutex write_mu;  // replies from several threads go out whole and in order
+  // Reply bytes the socket did not take yet (a client slow to read). Guarded by write_mu.
+  std::vector<char> backlog;
+  size_t backlog_head = 0;
+  bool write_failed = false;  // guarded by write_mu; the socket is shut down, drop replies
+  // Unsent reply bytes (backlog.size() - backlog_head) and when they last moved, readable
+  // without write_mu by the shedding scan.
+  std::atomic<size_t> backlog_bytes{0};
+  std::atomic<int64_t> backlog_moved_ms{0};
+
+  // Flow control, guarded by write_mu. `parked`: no thread holds or waits for the read
+  // event (it is not armed); whoever clears the last reason re-arms it.
+  bool blocked = false;         // replies wait: run no calls; cut ones wait in `pending`
+  bool waiting_permit = false;  // a large record waits for a permit
+  bool parked = false;
+  bool shut = false;  // shut down (idle, failed): read to EOF and close, whatever else
+  std::vector<std::vector<char>> pending;  // records cut but not run while blocked
+  size_t pending_used = 0;
+
+  size_t unsent() const { return backlog.size() - backlog_head; }
+};
+
+// Per pool thread: reusable buffers, so serving a call allocates nothing in steady state.
+struct Server::Worker {
+  std::vector<char> staging = std::vector<char>(64 * 1024);
+  std::vector<std::vector<char>> batch;  // records cut in this round; slots reused
+  size_t batch_used = 0;
+  std::vector<std::vector<char>> resumed;  // a blocked connection's records, run on drain
+  std::vector<char> reply;                 // 4-byte record mark + reply body
+  CallerCred cred;
+};
+
+inline constexpr uint32_t kListenTag = 1;
+inline constexpr uint32_t kWakeTag = 2;
+inline constexpr uint32_t kSweepTag = 4;
+// Read events carry the Connection* itself, write events (id << 1) | kWriteTag; the tags
+// above are neither valid pointers nor odd.
+inline constexpr uint64_t kWriteTag = 1;
+
+// Keep reading one connection for at most this many recv calls per event, so one busy
+// client cannot hold a pool thread forever.
+inline constexpr int kReadsPerEvent = 16;
+// What a connection may hold of input without a permit: the record it is receiving plus
+// records cut and waiting. Past kLargeRecord of one record it needs a permit.
+inline constexpr size_t kSmallInput = 64 * 1024;
+inline constexpr size_t kLargeRecord = kSmallInput / 2;
+// Buffers above this are given back once used, so idle connections and threads stay small.
+inline constexpr size_t kKeepBuffer = kSmallInput;
+inline constexpr size_t kKeepBacklog = 1u << 20;
+
+}  // namespace odafs::rpc

@@ -1,0 +1,91 @@
+// Test support for hostile-client tests: raw sockets from chosen loopback addresses, raw
+// ONC RPC records, and probes of a server process (RSS, CPU, descriptors).
+#pragma once
+
+#include <rpc/rpc.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+#include "ordma/reference.h"
+#include "ordma/session.h"
+#include "rpc/client_channel.h"
+
+namespace odafs {
+class Client;
+}
+
+namespace odafs::test {
+
+// True in a build with AddressSanitizer: the server then runs several times slower and its
+// RSS holds the sanitizer's shadow and quarantine, so tests scale counts down and do not
+// judge RSS.
+constexpr bool kSanitized =
+#if defined(__SANITIZE_ADDRESS__)
+    true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+    true;
+#else
+    false;
+#endif
+#else
+    false;
+#endif
+
+// A TCP connection to 127.0.0.1:port from the local address `from` (any 127.x.y.z works
+// on Linux loopback, so one machine can play several hosts). rcvbuf > 0 sets SO_RCVBUF
+// before connecting. Returns -1 if it fails.
+int connect_from(const char* from, uint16_t port, int rcvbuf = 0);
+
+// True once the peer has closed fd (EOF or reset), waiting up to timeout_ms. Whatever
+// the peer sent before (a greeting) is read and dropped.
+bool closed_by_peer(int fd, int timeout_ms);
+// How many of fds the peer closed, waiting up to timeout_ms in all.
+size_t count_closed(const std::vector<int>& fds, int timeout_ms);
+void close_all(std::vector<int>& fds);
+
+// The server's counter `key` from STATS (fails the test if there is none).
+uint64_t stat_of(Client& fs, const std::string& key);
+
+// CPU seconds (user + system) process pid has used so far.
+double cpu_seconds(pid_t pid);
+// VmRSS of process pid in KiB (0 if it cannot be read).
+size_t rss_kib(pid_t pid);
+// Descriptors process pid has open.
+size_t open_fds(pid_t pid);
+// Raises this process's descriptor limit to at least n (tests open many sockets).
+bool ensure_fd_limit(rlim_t n);
+
+// One ONC RPC call record (record mark included, one fragment): CALL of `proc` of the odafs
+// program with AUTH_NONE, arguments encoded by xargs.
+std::string rpc_call_record(uint32_t xid, uint32_t proc, xdrproc_t xargs, const void* args);
+
+// A client's standing without the client library, for clients that misbehave: its own
+// MOUNT (so its own engine session), a file's handle, references to the file's blocks as
+// GETREFS hands them out, and authenticated raw engine TCP connections.
+struct HostileMount {
+  rpc::Channel ch;
+  ordma::Session session;
+  Handle root{}, file{};
+  std::vector<ordma::Reference> refs;
+
+  // Mounts the server on 127.0.0.1:port and looks `name` up in the export's root.
+  HostileMount(uint16_t port, const std::string& name);
+  // References to the file's blocks in [0, bytes).
+  void get_refs(size_t bytes);
+  // An authenticated engine TCP connection for this session (the WELCOME read); rcvbuf as
+  // for connect_from.
+  int engine_connection(uint16_t engine_port, int rcvbuf = 0);
+};
+
+// Splits a stream of reply records: appends what arrived to *buffer and removes every
+// complete record from its front, returning how many there were.
+size_t take_records(std::string* buffer);
+
+}  // namespace odafs::test
