@@ -4,8 +4,10 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "client/client.h"
+#include "client/io_queue.h"
 #include "client/odafs.h"
 
 struct odafs_client {
@@ -13,6 +15,11 @@ struct odafs_client {
 };
 struct odafs_file {
   odafs::File impl;
+};
+struct odafs_ioq {
+  odafs::IoQueue impl;
+  std::vector<odafs::Completion> out;  // depth entries: what one reap can return
+  odafs_ioq(odafs::Client& c, size_t depth) : impl(c, depth), out(depth) {}
 };
 
 namespace {
@@ -89,6 +96,16 @@ unsigned char dtype(odafs::FileType t) {
     default:
       return DT_REG;
   }
+}
+
+// The queue's completions, as the C API's.
+ssize_t copy_out(const odafs_ioq* q, size_t n, odafs_completion* out) {
+  for (size_t i = 0; i < n; ++i) {
+    out[i].user_tag = q->out[i].user_tag;
+    out[i].bytes = q->out[i].bytes;
+    out[i].error = q->out[i].error;
+  }
+  return static_cast<ssize_t>(n);
 }
 
 bool null_arg(const void* p) {
@@ -257,6 +274,58 @@ ssize_t odafs_readlink(odafs_client* client, const char* path, char* buf, size_t
     size_t n = std::min(len, target.size());
     std::memcpy(buf, target.data(), n);
     return static_cast<ssize_t>(n);
+  });
+}
+
+odafs_ioq* odafs_ioq_create(odafs_client* client, size_t depth) {
+  if (null_arg(client)) return nullptr;
+  odafs_ioq* q = nullptr;
+  guarded([&] {
+    q = new odafs_ioq(*client->impl, depth);
+    return 0;
+  });
+  return q;
+}
+
+void odafs_ioq_destroy(odafs_ioq* q) { delete q; }
+
+int odafs_ioq_submit_read(odafs_ioq* q, odafs_file* file, void* buf, size_t len, off_t offset,
+                          uint64_t user_tag) {
+  if (null_arg(q) || null_arg(file) || (len > 0 && null_arg(buf))) return -1;
+  if (offset < 0) return errno = EINVAL, -1;
+  return guarded([&] {
+    q->impl.submit_read(file->impl, buf, len, static_cast<uint64_t>(offset), user_tag);
+    return 0;
+  });
+}
+
+int odafs_ioq_submit_write(odafs_ioq* q, odafs_file* file, const void* buf, size_t len,
+                           off_t offset, uint64_t user_tag) {
+  if (null_arg(q) || null_arg(file) || (len > 0 && null_arg(buf))) return -1;
+  if (offset < 0) return errno = EINVAL, -1;
+  return guarded([&] {
+    q->impl.submit_write(file->impl, buf, len, static_cast<uint64_t>(offset), user_tag);
+    return 0;
+  });
+}
+
+ssize_t odafs_ioq_reap(odafs_ioq* q, struct odafs_completion* out, size_t max) {
+  if (null_arg(q) || (max > 0 && null_arg(out))) return -1;
+  return guarded([&] {
+    size_t n = q->impl.reap(std::span(q->out.data(), std::min(max, q->out.size())));
+    return copy_out(q, n, out);
+  });
+}
+
+ssize_t odafs_ioq_wait(odafs_ioq* q, struct odafs_completion* out, size_t max, size_t min,
+                       int timeout_ms) {
+  if (null_arg(q) || (max > 0 && null_arg(out))) return -1;
+  if (min > max) return errno = EINVAL, -1;
+  return guarded([&] {
+    // No more than depth completions can be there at once.
+    size_t room = std::min(max, q->out.size());
+    size_t n = q->impl.wait(std::span(q->out.data(), room), std::min(min, room), timeout_ms);
+    return copy_out(q, n, out);
   });
 }
 

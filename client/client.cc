@@ -245,9 +245,8 @@ Attr Client::getattr(const Handle& fh) {
   });
 }
 
-size_t Client::rpc_read(const MountState& m, rpc::Call& call, const Handle& fh, uint64_t key,
-                        void* buf, size_t len, uint64_t offset, bool* eof) {
-  thread_local std::vector<BlockRef> refs;  // keeps its capacity: no allocation per read
+void Client::start_rpc_read(const MountState& m, rpc::Call& call, const Handle& fh, void* buf,
+                            size_t len, uint64_t offset) {
   read_args args{};
   put_fh(args.fh, fh);
   args.offset = offset;
@@ -256,12 +255,23 @@ size_t Client::rpc_read(const MountState& m, rpc::Call& call, const Handle& fh, 
   stats_.rpc_reads.fetch_add(1, std::memory_order_relaxed);
   if (read_mode() != ReadMode::kInline) call.post(buf, len, kReadReplyHeaderBytes);
   m.channel->start(call, ODAFSPROC_READ, to_xdrproc(xdr_read_args), &args);
+}
+
+size_t Client::finish_rpc_read(const MountState& m, rpc::Call& call, uint64_t key, void* buf,
+                               size_t len, bool* eof) {
+  thread_local std::vector<BlockRef> refs;  // keeps its capacity: no allocation per read
   XDR x;
-  m.channel->wait(call, &x);
+  m.channel->wait_until(call, &x, call.deadline());
   size_t n = decode_read_reply(call, &x, buf, len, eof, &refs);
   keep_references(m, key, refs, &stats_);
   stats_.rpc_bytes.fetch_add(n, std::memory_order_relaxed);
   return n;
+}
+
+size_t Client::rpc_read(const MountState& m, rpc::Call& call, const Handle& fh, uint64_t key,
+                        void* buf, size_t len, uint64_t offset, bool* eof) {
+  start_rpc_read(m, call, fh, buf, len, offset);
+  return finish_rpc_read(m, call, key, buf, len, eof);
 }
 
 size_t Client::read(const Handle& fh, void* buf, size_t len, uint64_t offset, bool* eof) {
@@ -307,18 +317,11 @@ void Client::start_read(AsyncRead& op, const Handle& fh, void* buf, size_t len, 
   if (len > op.mount_->limits.max_read) {
     fail(EINVAL, "start_read: longer than the server's max_read");
   }
-  read_args args{};
-  put_fh(args.fh, fh);
-  args.offset = offset;
-  args.count = static_cast<u_int>(len);
-  args.session = session_for_reads(*op.mount_);
   op.key_ = cache_key(fh);
   op.buf_ = buf;
   op.len_ = len;
-  if (read_mode() != ReadMode::kInline) op.call_->post(buf, len, kReadReplyHeaderBytes);
-  stats_.rpc_reads.fetch_add(1, std::memory_order_relaxed);
   try {
-    op.mount_->channel->start(*op.call_, ODAFSPROC_READ, to_xdrproc(xdr_read_args), &args);
+    start_rpc_read(*op.mount_, *op.call_, fh, buf, len, offset);
   } catch (const rpc::RpcError& e) {
     throw error_from(e);
   }
@@ -328,35 +331,44 @@ void Client::start_read(AsyncRead& op, const Handle& fh, void* buf, size_t len, 
 size_t Client::finish_read(AsyncRead& op, bool* eof) {
   if (!op.in_flight_) fail(EINVAL, "finish_read: nothing in flight");
   op.in_flight_ = false;
-  thread_local std::vector<BlockRef> refs;
   try {
-    XDR x;
-    op.mount_->channel->wait(*op.call_, &x);
-    size_t n = decode_read_reply(*op.call_, &x, op.buf_, op.len_, eof, &refs);
-    keep_references(*op.mount_, op.key_, refs, &stats_);
-    stats_.rpc_bytes.fetch_add(n, std::memory_order_relaxed);
-    return n;
+    return finish_rpc_read(*op.mount_, *op.call_, op.key_, op.buf_, op.len_, eof);
   } catch (const rpc::RpcError& e) {
     throw error_from(e);
   }
 }
 
+void Client::start_write(const MountState& m, rpc::Call& call, const Handle& fh, const void* buf,
+                         size_t len, uint64_t offset, Stability how) {
+  write_args args{};
+  put_fh(args.fh, fh);
+  args.offset = offset;
+  args.stable = static_cast<odafs_stable_how>(how);
+  args.data.data_len = static_cast<u_int>(len);
+  args.data.data_val = static_cast<char*>(const_cast<void*>(buf));
+  m.channel->start(call, ODAFSPROC_WRITE, to_xdrproc(xdr_write_args), &args);
+}
+
+size_t Client::finish_write(const MountState& m, rpc::Call& call, size_t len, WriteVerifier* verf,
+                            int* committed) {
+  XDR x;
+  m.channel->wait_until(call, &x, call.deadline());
+  write_res res{};
+  if (!xdr_write_res(&x, &res)) fail(EPROTO, "write: malformed reply");
+  check(res.status, "write");
+  std::memcpy(verf->data(), res.write_res_u.ok.verf, verf->size());
+  *committed = static_cast<int>(raw_enum(res.write_res_u.ok.committed));
+  if (res.write_res_u.ok.count == 0 && len > 0) fail(EIO, "write: server wrote nothing");
+  if (res.write_res_u.ok.count > len) fail(EPROTO, "write: server wrote more than was sent");
+  return static_cast<size_t>(res.write_res_u.ok.count);
+}
+
 size_t Client::write(const Handle& fh, const void* buf, size_t len, uint64_t offset, Stability how,
                      WriteVerifier* verf, int* committed) {
-  return with_channel(true, [&](rpc::Channel& ch) {
-    write_args args{};
-    put_fh(args.fh, fh);
-    args.offset = offset;
-    args.stable = static_cast<odafs_stable_how>(how);
-    args.data.data_len = static_cast<u_int>(len);
-    args.data.data_val = static_cast<char*>(const_cast<void*>(buf));
-    write_res res{};
-    ch.call(ODAFSPROC_WRITE, to_xdrproc(xdr_write_args), &args, to_xdrproc(xdr_write_res), &res);
-    check(res.status, "write");
-    std::memcpy(verf->data(), res.write_res_u.ok.verf, verf->size());
-    *committed = static_cast<int>(raw_enum(res.write_res_u.ok.committed));
-    if (res.write_res_u.ok.count == 0 && len > 0) fail(EIO, "write: server wrote nothing");
-    return static_cast<size_t>(res.write_res_u.ok.count);
+  return with_mount(true, [&](const MountState& m) {
+    thread_local rpc::Call call;
+    start_write(m, call, fh, buf, len, offset, how);
+    return finish_write(m, call, len, verf, committed);
   });
 }
 

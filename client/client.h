@@ -13,6 +13,9 @@
 // over one pipelined connection. A File's pread, pwrite, stat, truncate and fsync may run from
 // several threads at once (as with pread(2)/pwrite(2) on one descriptor); moving or closing
 // it may not overlap any other call on it.
+//
+// Asynchronous reads and writes from one thread (submit, then reap or wait): IoQueue,
+// client/io_queue.h.
 #pragma once
 
 #include <fcntl.h>
@@ -192,10 +195,34 @@ class File {
   // The size this client knows (see State::size); reads stop there without an RPC.
   uint64_t size_hint() const;
   void saw_size_at_least(uint64_t size);
+  // After ESTALE from `stale`: if the server restarted since the handle was issued, finds
+  // the file again by its path (the same inode only), switches to its new handle and
+  // returns true (also when another call already switched); false when the file is gone.
+  // Throws Error from the lookups.
+  bool refresh_stale(const Handle& stale);
   // Runs fn(handle, cache key); if the handle turned stale because the server restarted,
-  // finds the file again by its path (the same inode only) and runs fn once more.
+  // finds the file again (refresh_stale) and runs fn once more.
   template <class Fn>
   auto retry_stale(Fn&& fn) -> decltype(fn(Handle{}, uint64_t{}));
+
+  // The pieces of pread and pwrite, shared with IoQueue (which runs them around its
+  // pipelined calls), so that both keep one set of books. Thread-safe like pread/pwrite.
+  friend class IoQueue;
+  // EBADF unless the file is open, and open for reading / for writing.
+  void check_readable() const;
+  void check_writable() const;
+  // The handle and cache key in use now (a restart changes both together).
+  std::pair<Handle, uint64_t> current() const;
+  // Where a write asked at `offset` goes: the end of file (a GETATTR) when opened O_APPEND.
+  uint64_t write_offset(uint64_t offset);
+  // Before an UNSTABLE write of `len` bytes: commits first (fsync) when keeping its copy
+  // would take the kept bytes past MountOptions::max_uncommitted_bytes.
+  void make_room_for(size_t len);
+  // After a WRITE of src[0, n) at offset came back with (verf, committed), sent with the
+  // handle whose cache key is `key`: keeps an unstable write's copy and verifier for fsync,
+  // drops the client's cached copies of the blocks, and grows the known size.
+  void wrote(uint64_t key, uint64_t offset, const char* src, size_t n, const WriteVerifier& verf,
+             int committed);
 
   // The bytes not yet committed that are kept for re-sending.
   size_t uncommitted_bytes() const;
@@ -212,6 +239,8 @@ class File {
 };
 
 // One READ in flight: started by Client::start_read, collected by Client::finish_read.
+// A handle-level RPC read (no client cache, no one-sided read), for tools and RPC
+// measurement; IoQueue (client/io_queue.h) is the asynchronous form of File::pread.
 // Reusable for any number of reads, one at a time; it keeps its RPC buffers, so a steady
 // stream of reads allocates nothing. Destroying one in flight waits for its reply.
 class AsyncRead {
@@ -322,6 +351,7 @@ class Client {
  private:
   friend class File;
   friend class BlockReader;
+  friend class IoQueue;
   Client(const std::string& url, MountOptions options);
 
   // The current mount; re-mounts first when there is none or its connection broke.
@@ -352,6 +382,21 @@ class Client {
   // caller decides about retrying) or Error.
   size_t rpc_read(const MountState& m, rpc::Call& call, const Handle& fh, uint64_t key, void* buf,
                   size_t len, uint64_t offset, bool* eof);
+  // rpc_read in two halves, for callers that keep several in flight: start_rpc_read sends
+  // the READ (pre-posting buf unless kInline) and returns; finish_rpc_read waits for it
+  // until call.deadline(), decodes it and puts its references into m's directory under
+  // `key`. buf must stay valid in between. Both throw rpc::RpcError or Error.
+  void start_rpc_read(const MountState& m, rpc::Call& call, const Handle& fh, void* buf, size_t len,
+                      uint64_t offset);
+  size_t finish_rpc_read(const MountState& m, rpc::Call& call, uint64_t key, void* buf, size_t len,
+                         bool* eof);
+  // One WRITE of buf[0, len) (len <= max_write) in two halves, like the read's: the bytes
+  // are copied into the call at start. finish_write returns the bytes written and sets
+  // *verf and *committed. Both throw rpc::RpcError or Error.
+  void start_write(const MountState& m, rpc::Call& call, const Handle& fh, const void* buf,
+                   size_t len, uint64_t offset, Stability how);
+  size_t finish_write(const MountState& m, rpc::Call& call, size_t len, WriteVerifier* verf,
+                      int* committed);
   // The read path of File::pread (read_path.cc): per block, cache → one-sided read with a
   // reference → RPC, whatever the read mode; kDirect goes to read_direct.
   // Reads stop at size_hint when the bytes before it came without an RPC (the file's

@@ -98,46 +98,87 @@ uint64_t File::cache_key() const {
   return state_->key;
 }
 
-template <class Fn>
-auto File::retry_stale(Fn&& fn) -> decltype(fn(Handle{}, uint64_t{})) {
+std::pair<Handle, uint64_t> File::current() const {
+  std::lock_guard lock(state_->mu);
+  return {state_->fh, state_->key};
+}
+
+void File::check_readable() const {
   if (client_ == nullptr) fail(EBADF, "file is closed");
-  Handle fh;
-  uint64_t key;
+  if ((flags_ & O_ACCMODE) == O_WRONLY) fail(EBADF, "read on a write-only file");
+}
+
+void File::check_writable() const {
+  if (client_ == nullptr) fail(EBADF, "file is closed");
+  if ((flags_ & O_ACCMODE) == O_RDONLY) fail(EBADF, "write on a read-only file");
+}
+
+uint64_t File::write_offset(uint64_t offset) {
+  return (flags_ & O_APPEND) ? stat().size : offset;  // not atomic against other writers
+}
+
+void File::make_room_for(size_t len) {
+  const MountOptions& o = client_->options();
+  if (o.stability == Stability::kUnstable && uncommitted_bytes() + len > o.max_uncommitted_bytes) {
+    fsync();  // the copies kept for re-sending would outgrow their bound
+  }
+}
+
+void File::wrote(uint64_t key, uint64_t offset, const char* src, size_t n,
+                 const WriteVerifier& verf, int committed) {
+  if (committed == ODAFS_UNSTABLE) {
+    std::lock_guard lock(state_->mu);
+    State& s = *state_;
+    if (s.verifier && *s.verifier != verf) s.verifier_changed = true;
+    s.verifier = verf;
+    s.unstable = true;
+    s.pending.push_back({offset, n});
+    s.pending_data.insert(s.pending_data.end(), src, src + n);
+  }
+  client_->forget_data(key, offset, n);  // the cached copies are out of date now
+  saw_size_at_least(offset + n);
+}
+
+bool File::refresh_stale(const Handle& stale) {
   WriteVerifier instance;
   {
     std::lock_guard lock(state_->mu);
-    fh = state_->fh;
-    key = state_->key;
+    if (state_->fh != stale) return true;  // another call found the file again meanwhile
     instance = state_->instance;
   }
+  // A handle goes stale when its file is removed or replaced, and when the server
+  // restarts (a handle names one server instance). Only after a restart is the file
+  // worth finding again by its path, and only if the path still leads to the same inode:
+  // otherwise the name may now belong to another file, and an open file never switches
+  // to another (a soak caught writes landing in a file created under a removed one's
+  // name). A restart that also replaced the file by one reusing its inode number is not
+  // told apart (docs/RELIABILITY.md).
+  const WriteVerifier now = client_->mount_state()->limits.write_verifier;
+  if (now == instance) return false;
+  auto [fresh, attr] = client_->resolve(path_, true);
+  if (fresh == stale || attr.fileid != fileid_ || attr.type != FileType::kRegular) return false;
+  std::lock_guard lock(state_->mu);
+  state_->fh = fresh;
+  state_->key = odafs::cache_key(fresh);
+  state_->instance = now;
+  return true;
+}
+
+template <class Fn>
+auto File::retry_stale(Fn&& fn) -> decltype(fn(Handle{}, uint64_t{})) {
+  if (client_ == nullptr) fail(EBADF, "file is closed");
+  auto [fh, key] = current();
   try {
     return fn(fh, key);
   } catch (const Error& e) {
-    if (e.errno_value() != ESTALE) throw;
-    // A handle goes stale when its file is removed or replaced, and when the server
-    // restarts (a handle names one server instance). Only after a restart is the file
-    // worth finding again by its path, and only if the path still leads to the same inode:
-    // otherwise the name may now belong to another file, and an open file never switches
-    // to another (a soak caught writes landing in a file created under a removed one's
-    // name). A restart that also replaced the file by one reusing its inode number is not
-    // told apart (docs/RELIABILITY.md).
-    const WriteVerifier now = client_->mount_state()->limits.write_verifier;
-    if (now == instance) throw;
-    auto [fresh, attr] = client_->resolve(path_, true);
-    if (fresh == fh || attr.fileid != fileid_ || attr.type != FileType::kRegular) throw;
-    key = odafs::cache_key(fresh);
-    {
-      std::lock_guard lock(state_->mu);
-      state_->fh = fresh;
-      state_->key = key;
-      state_->instance = now;
-    }
-    return fn(fresh, key);
+    if (e.errno_value() != ESTALE || !refresh_stale(fh)) throw;
+    auto [fresh, fresh_key] = current();
+    return fn(fresh, fresh_key);
   }
 }
 
 size_t File::pread(void* buf, size_t len, uint64_t offset) {
-  if ((flags_ & O_ACCMODE) == O_WRONLY) fail(EBADF, "pread on a write-only file");
+  check_readable();
   size_t n = retry_stale([&](const Handle& fh, uint64_t key) {
     return client_->read_file(fh, key, buf, len, offset, size_hint());
   });
@@ -146,8 +187,8 @@ size_t File::pread(void* buf, size_t len, uint64_t offset) {
 }
 
 size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
-  if ((flags_ & O_ACCMODE) == O_RDONLY) fail(EBADF, "pwrite on a read-only file");
-  if (flags_ & O_APPEND) offset = stat().size;  // not atomic against other writers
+  check_writable();
+  offset = write_offset(offset);
   const MountOptions& o = client_->options();
   return retry_stale([&](const Handle& fh, uint64_t key) {
     const size_t max_write = client_->mount_state()->limits.max_write;
@@ -155,29 +196,16 @@ size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
     while (done < len) {
       size_t chunk = std::min<size_t>(len - done, max_write);
       const char* src = static_cast<const char*>(buf) + done;
-      if (o.stability == Stability::kUnstable &&
-          uncommitted_bytes() + chunk > o.max_uncommitted_bytes) {
-        fsync();  // the copies kept for re-sending would outgrow their bound
-      }
+      make_room_for(chunk);
       WriteVerifier verf;
       int committed = 0;
       size_t n =
           o.direct_writes
               ? client_->write_direct(fh, src, chunk, offset + done, o.stability, &verf, &committed)
               : client_->write(fh, src, chunk, offset + done, o.stability, &verf, &committed);
-      if (committed == ODAFS_UNSTABLE) {
-        std::lock_guard lock(state_->mu);
-        State& s = *state_;
-        if (s.verifier && *s.verifier != verf) s.verifier_changed = true;
-        s.verifier = verf;
-        s.unstable = true;
-        s.pending.push_back({offset + done, n});
-        s.pending_data.insert(s.pending_data.end(), src, src + n);
-      }
+      wrote(key, offset + done, src, n, verf, committed);
       done += n;
     }
-    client_->forget_data(key, offset, len);  // the cached copies are out of date now
-    saw_size_at_least(offset + done);
     return done;
   });
 }

@@ -56,6 +56,36 @@ int odafs_symlink(odafs_client* client, const char* target, const char* path);
 /* Like readlink(2): no terminating NUL; returns the length. */
 ssize_t odafs_readlink(odafs_client* client, const char* path, char* buf, size_t len);
 
+/* Asynchronous I/O (client/io_queue.h, odafs::IoQueue): one thread submits many reads and
+ * writes without waiting, then reaps or waits for their completions. Reads go down the
+ * same path as odafs_pread (client cache, one-sided reads, RPC); writes are pipelined
+ * WRITE calls with odafs_pwrite's bookkeeping. A queue is used by one thread at a time.
+ * At most `depth` requests are submitted and not yet reaped. */
+typedef struct odafs_ioq odafs_ioq;
+struct odafs_completion {
+  uint64_t user_tag; /* as given at submit */
+  size_t bytes;      /* bytes read (fewer only at end of file) or written */
+  int error;         /* errno of this request; 0: success */
+};
+/* NULL with errno EINVAL for a depth outside 1..65536. */
+odafs_ioq* odafs_ioq_create(odafs_client* client, size_t depth);
+/* Waits for the calls in flight, drops completions not reaped, frees the queue. */
+void odafs_ioq_destroy(odafs_ioq* q);
+/* 0, or -1 with errno: EBUSY (depth requests outstanding), EINVAL (a NULL argument, a
+ * negative offset, a file of another client). Any other failure of the request comes as
+ * its completion's error. buf and file must stay valid until the completion is reaped. */
+int odafs_ioq_submit_read(odafs_ioq* q, odafs_file* file, void* buf, size_t len, off_t offset,
+                          uint64_t user_tag);
+int odafs_ioq_submit_write(odafs_ioq* q, odafs_file* file, const void* buf, size_t len,
+                           off_t offset, uint64_t user_tag);
+/* Moves up to max completions into out without waiting; returns how many (-1/EINVAL for a
+ * NULL argument). */
+ssize_t odafs_ioq_reap(odafs_ioq* q, struct odafs_completion* out, size_t max);
+/* Waits until min completions are there, nothing is in flight, or timeout_ms passed (< 0:
+ * no limit), then reaps like odafs_ioq_reap. -1/EINVAL when min > max. */
+ssize_t odafs_ioq_wait(odafs_ioq* q, struct odafs_completion* out, size_t max, size_t min,
+                       int timeout_ms);
+
 /* Calls fn for every entry (no "." or ".."); a non-zero return from fn stops the walk and
  * becomes the result. d_type is a DT_* value. */
 typedef int (*odafs_dir_fn)(void* ctx, const char* name, unsigned char d_type, uint64_t ino);

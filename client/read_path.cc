@@ -1,22 +1,14 @@
-// The client's read path: one per-block pipeline that File::pread and read_batch share,
-// plus the DAFS direct transfers and eager reference prefetch.
-//
-// For each block a read touches, in order:
-//   1. the data cache (when it holds data blocks): a hit never leaves the client;
-//   2. a one-sided read through a reference from the directory (read mode kOrdma): the
-//      server's engine serves it without the file server; a fault drops the reference and
-//      falls through;
-//   3. an RPC READ over this block and the following ones steps 1-2 cannot serve, which
-//      returns the bytes and references to the blocks it touched; those go explicitly into
-//      the directory, so the next read of them goes one-sided.
-// With a data cache the one-sided read and the RPC fetch whole blocks and keep them;
-// without one they move only the bytes asked for, straight into the caller's buffer.
+// The client's read path: the per-block pipeline (BlockReader, client/block_reader.h) that
+// File::pread, read_batch and IoQueue share, plus the DAFS direct transfers and eager
+// reference prefetch.
 #include <algorithm>
 #include <cstring>
 
+#include "client/block_reader.h"
 #include "client/call_util.h"
 #include "client/client.h"
 #include "client/client_cache.h"
+#include "client/io_queue.h"
 #include "client/mount_state.h"
 #include "ordma/engine.h"
 #include "proto/ref_xdr.h"
@@ -24,170 +16,162 @@
 
 namespace odafs {
 
-// One read of [offset, offset + len) of a file, on one mount. Not thread-safe: one per
-// call, on the caller's stack.
-class BlockReader {
- public:
-  // size_hint: the file's size as the caller knows it (see Client::read_file).
-  BlockReader(Client* client, const MountState& m, const Handle& fh, uint64_t key,
-              uint64_t size_hint)
-      : client_(*client),
-        m_(m),
-        fh_(fh),
-        key_(key),
-        size_hint_(size_hint),
-        bs_(m.limits.block_size),
-        caching_(m.cache->data_capacity() > 0),
-        engine_(client->engine_for_reads(m)) {}
+BlockReader::BlockReader(Client* client, const MountState& m, const Handle& fh, uint64_t key,
+                         uint64_t size_hint, char* out, size_t len, uint64_t offset, size_t* done)
+    : client_(*client),
+      m_(m),
+      fh_(fh),
+      key_(key),
+      size_hint_(size_hint),
+      bs_(m.limits.block_size),
+      caching_(m.cache->data_capacity() > 0),
+      out_(out),
+      len_(len),
+      offset_(offset),
+      done_(done),
+      engine_(client->engine_for_reads(m)) {}
 
-  // Serves the bytes from *done on; returns at end of file. Advances *done as bytes land
-  // in out, so a caller that retries after a lost connection resumes where it stopped.
-  // Throws rpc::RpcError (transport) or Error.
-  void run(char* out, size_t len, uint64_t offset, size_t* done) {
-    while (*done < len && offset + *done < size_hint_) {
-      if (size_t n = without_rpc(out, len, offset, *done)) {
-        *done += n;
-        continue;
-      }
-      bool at_end = false;
-      *done += by_rpc(out, len, offset, *done, &at_end);
-      if (at_end) return;
+void BlockReader::run(rpc::Call& call, std::vector<char>* scratch) {
+  while (!serve_without_rpc()) {
+    start_rpc(call, scratch);
+    if (finish_rpc(call)) return;
+  }
+}
+
+bool BlockReader::serve_without_rpc() {
+  while (*done_ < len_ && offset_ + *done_ < size_hint_) {
+    size_t n = without_rpc();
+    if (n == 0) return false;
+    *done_ += n;
+  }
+  return true;
+}
+
+size_t BlockReader::without_rpc() {
+  const uint64_t pos = offset_ + *done_;
+  const uint64_t block = pos / bs_;
+  const auto in_block = static_cast<uint32_t>(pos % bs_);
+  // Up to the known end of file: a cached or referenced last block holds only that much.
+  const auto chunk =
+      static_cast<uint32_t>(std::min<uint64_t>({bs_ - in_block, len_ - *done_, size_hint_ - pos}));
+  char* out = out_ + *done_;
+  if (caching_ && m_.cache->read(key_, block, in_block, chunk, out)) {
+    client_.stats_.cache_hits.fetch_add(1, std::memory_order_relaxed);
+    return chunk;
+  }
+  return one_sided(block, in_block, chunk, out);
+}
+
+size_t BlockReader::one_sided(uint64_t block, uint32_t in_block, uint32_t chunk, char* out) {
+  ordma::Reference ref;
+  if (!engine_ || !m_.cache->find(key_, block, &ref) || ref.length <= in_block) return 0;
+  const uint64_t ticket = m_.cache->data_ticket();  // before the fetch: see store()
+  // With a cache the whole block travels and stays; without, only the bytes asked for.
+  // A reference covers the block's valid bytes when it was issued: bytes past them are
+  // EOF or newer data, which the RPC settles.
+  thread_local std::vector<char> block_buf;  // one block; the read completes before return
+  if (caching_ && block_buf.size() < bs_) block_buf.resize(bs_);
+  char* dst = caching_ ? block_buf.data() : out;
+  uint32_t from = caching_ ? 0 : in_block;
+  uint32_t want = caching_ ? ref.length : std::min<uint32_t>(chunk, ref.length - in_block);
+  uint32_t got = 0;
+  ordma::Fault f = engine_->read(ref, ref.offset + from, want, dst, &got);
+  ClientStats& stats = client_.stats_;
+  if (f != ordma::Fault::kNone) {
+    stats.faults[static_cast<size_t>(f)].fetch_add(1, std::memory_order_relaxed);
+    stats.fallbacks.fetch_add(1, std::memory_order_relaxed);
+    m_.cache->drop(key_, block);
+    if (f == ordma::Fault::kTransport) engine_.reset();
+    return 0;
+  }
+  stats.ordma_reads.fetch_add(1, std::memory_order_relaxed);
+  stats.ordma_bytes.fetch_add(got, std::memory_order_relaxed);
+  if (!caching_) return got;
+  m_.cache->store(key_, block, dst, got, ticket);
+  if (got <= in_block) return 0;
+  uint32_t n = std::min<uint32_t>(chunk, got - in_block);
+  std::memcpy(out, dst + in_block, n);
+  return n;
+}
+
+void BlockReader::start_rpc(rpc::Call& call, std::vector<char>* scratch) {
+  const uint64_t pos = offset_ + *done_;
+  const uint64_t block = pos / bs_;
+  const auto in_block = static_cast<uint32_t>(pos % bs_);
+  const size_t want = len_ - *done_;
+  char* out = out_ + *done_;
+  const uint64_t max_read = m_.limits.max_read;
+  // One call instead of one per block: extend the span over the following blocks that
+  // steps 1-2 cannot serve.
+  const uint64_t last_block = (block * bs_ + in_block + want - 1) / bs_;
+  uint64_t end_block = block + 1;
+  while (end_block <= last_block && (end_block + 1 - block) * bs_ <= max_read &&
+         !(caching_ && m_.cache->has_data(key_, end_block)) &&
+         !(engine_ && m_.cache->contains(key_, end_block))) {
+    ++end_block;
+  }
+  Pending& p = pending_;
+  p.block = block;
+  p.in_block = in_block;
+  p.want = want;
+  p.ticket = m_.cache->data_ticket();  // before the READ: see ClientCache::store
+  p.whole = caching_;
+  if (!caching_) {
+    // Unaligned, straight into the caller's buffer (pre-posted unless kInline).
+    p.span = std::min<size_t>({want, end_block * bs_ - (block * bs_ + in_block), max_read});
+    p.dst = out;
+    client_.start_rpc_read(m_, call, fh_, p.dst, p.span, pos);
+    return;
+  }
+  // Whole blocks, so they can be kept: into the caller's buffer when they fit there (the
+  // read starts on a block boundary and the span ends within len), else into scratch.
+  p.span = std::min<size_t>((end_block - block) * bs_, max_read);
+  if (in_block == 0 && p.span <= want) {
+    p.dst = out;
+  } else {
+    if (scratch->size() < p.span) scratch->resize(p.span);
+    p.dst = scratch->data();
+  }
+  client_.start_rpc_read(m_, call, fh_, p.dst, p.span, block * bs_);
+}
+
+bool BlockReader::finish_rpc(rpc::Call& call) {
+  const Pending& p = pending_;
+  bool eof = false;
+  size_t n = client_.finish_rpc_read(m_, call, key_, p.dst, p.span, &eof);
+  after_rpc();
+  if (!p.whole) {
+    *done_ += n;
+    return n < p.span;
+  }
+  for (size_t b = 0; b * bs_ < n; ++b) {
+    size_t valid = std::min<size_t>(bs_, n - b * bs_);
+    if (valid == bs_ || n < p.span || eof) {
+      m_.cache->store(key_, p.block + b, p.dst + b * bs_, static_cast<uint32_t>(valid), p.ticket);
     }
   }
+  size_t take = n > p.in_block ? std::min<size_t>(n - p.in_block, p.want) : 0;
+  char* out = out_ + *done_;
+  if (p.dst != out) std::memcpy(out, p.dst + p.in_block, take);
+  *done_ += take;
+  return n < p.span;
+}
 
-  // Steps 1-2 only, from the start, until a block needs an RPC; returns the bytes served.
-  size_t serve_without_rpc(char* out, size_t len, uint64_t offset) {
-    size_t done = 0;
-    while (done < len && offset + done < size_hint_) {
-      size_t n = without_rpc(out, len, offset, done);
-      if (n == 0) break;
-      done += n;
-    }
-    return done;
-  }
-
- private:
-  // Steps 1 and 2 for the block holding offset + done: returns the bytes placed at
-  // out + done, 0 when the block needs an RPC.
-  size_t without_rpc(char* out, size_t len, uint64_t offset, size_t done) {
-    const uint64_t pos = offset + done;
-    const uint64_t block = pos / bs_;
-    const auto in_block = static_cast<uint32_t>(pos % bs_);
-    // Up to the known end of file: a cached or referenced last block holds only that much.
-    const auto chunk =
-        static_cast<uint32_t>(std::min<uint64_t>({bs_ - in_block, len - done, size_hint_ - pos}));
-    if (caching_ && m_.cache->read(key_, block, in_block, chunk, out + done)) {
-      client_.stats_.cache_hits.fetch_add(1, std::memory_order_relaxed);
-      return chunk;
-    }
-    return one_sided(block, in_block, chunk, out + done);
-  }
-
-  // Step 2. Returns the bytes it placed at out (0: no usable reference, or a fault).
-  size_t one_sided(uint64_t block, uint32_t in_block, uint32_t chunk, char* out) {
-    ordma::Reference ref;
-    if (!engine_ || !m_.cache->find(key_, block, &ref) || ref.length <= in_block) return 0;
-    const uint64_t ticket = m_.cache->data_ticket();  // before the fetch: see store()
-    // With a cache the whole block travels and stays; without, only the bytes asked for.
-    // A reference covers the block's valid bytes when it was issued: bytes past them are
-    // EOF or newer data, which the RPC settles.
-    char* dst = caching_ ? scratch(bs_) : out;
-    uint32_t from = caching_ ? 0 : in_block;
-    uint32_t want = caching_ ? ref.length : std::min<uint32_t>(chunk, ref.length - in_block);
-    uint32_t got = 0;
-    ordma::Fault f = engine_->read(ref, ref.offset + from, want, dst, &got);
-    ClientStats& stats = client_.stats_;
-    if (f != ordma::Fault::kNone) {
-      stats.faults[static_cast<size_t>(f)].fetch_add(1, std::memory_order_relaxed);
-      stats.fallbacks.fetch_add(1, std::memory_order_relaxed);
-      m_.cache->drop(key_, block);
-      if (f == ordma::Fault::kTransport) engine_.reset();
-      return 0;
-    }
-    stats.ordma_reads.fetch_add(1, std::memory_order_relaxed);
-    stats.ordma_bytes.fetch_add(got, std::memory_order_relaxed);
-    if (!caching_) return got;
-    m_.cache->store(key_, block, dst, got, ticket);
-    if (got <= in_block) return 0;
-    uint32_t n = std::min<uint32_t>(chunk, got - in_block);
-    std::memcpy(out, dst + in_block, n);
-    return n;
-  }
-
-  // Step 3: one READ from the block holding offset + done over the following ones that
-  // steps 1-2 cannot serve (one call instead of one per block). Returns the bytes placed
-  // at out + done; *at_end when the file ended inside the span read.
-  size_t by_rpc(char* out_base, size_t len, uint64_t offset, size_t done, bool* at_end) {
-    const uint64_t pos = offset + done;
-    const uint64_t block = pos / bs_;
-    const auto in_block = static_cast<uint32_t>(pos % bs_);
-    const size_t want = len - done;
-    char* out = out_base + done;
-    const uint64_t max_read = m_.limits.max_read;
-    const uint64_t last_block = (block * bs_ + in_block + want - 1) / bs_;
-    uint64_t end_block = block + 1;
-    while (end_block <= last_block && (end_block + 1 - block) * bs_ <= max_read &&
-           !(caching_ && m_.cache->has_data(key_, end_block)) &&
-           !(engine_ && m_.cache->contains(key_, end_block))) {
-      ++end_block;
-    }
-    const uint64_t ticket = m_.cache->data_ticket();
-    thread_local rpc::Call call;
-    bool eof = false;
-    if (!caching_) {
-      // Unaligned, straight into the caller's buffer (pre-posted unless kInline).
-      size_t span = std::min<size_t>({want, end_block * bs_ - (block * bs_ + in_block), max_read});
-      size_t n = client_.rpc_read(m_, call, fh_, key_, out, span, pos, &eof);
-      *at_end = n < span;
-      after_rpc();
-      return n;
-    }
-    // Whole blocks, so they can be kept.
-    size_t span = std::min<size_t>((end_block - block) * bs_, max_read);
-    char* buf = scratch(span);
-    size_t n = client_.rpc_read(m_, call, fh_, key_, buf, span, block * bs_, &eof);
-    for (size_t b = 0; b * bs_ < n; ++b) {
-      size_t valid = std::min<size_t>(bs_, n - b * bs_);
-      if (valid == bs_ || n < span || eof) {
-        m_.cache->store(key_, block + b, buf + b * bs_, static_cast<uint32_t>(valid), ticket);
-      }
-    }
-    size_t take = n > in_block ? std::min<size_t>(n - in_block, want) : 0;
-    std::memcpy(out, buf + in_block, take);
-    *at_end = n < span;
-    after_rpc();
-    return take;
-  }
-
-  // The reply brought references: from now on they can be used, if the engine is there.
-  void after_rpc() {
-    if (!engine_) engine_ = client_.engine_for_reads(m_);
-  }
-
-  static char* scratch(size_t bytes) {
-    thread_local std::vector<char> buf;  // grows to the largest span once, then stays
-    if (buf.size() < bytes) buf.resize(bytes);
-    return buf.data();
-  }
-
-  Client& client_;
-  const MountState& m_;
-  const Handle& fh_;
-  const uint64_t key_;
-  const uint64_t size_hint_;
-  const uint64_t bs_;
-  const bool caching_;
-  std::shared_ptr<ordma::EngineClient> engine_;
-};
+void BlockReader::after_rpc() {
+  if (!engine_) engine_ = client_.engine_for_reads(m_);
+}
 
 size_t Client::read_file(const Handle& fh, uint64_t key, void* buf, size_t len, uint64_t offset,
                          uint64_t size_hint) {
   if (read_mode() == ReadMode::kDirect) return read_direct(fh, buf, len, offset);
+  thread_local rpc::Call call;
+  thread_local std::vector<char> scratch;  // grows to the largest span once, then stays
   size_t done = 0;
   for (int attempt = 0;; ++attempt) {
     std::shared_ptr<const MountState> m = mount_state();
     try {
-      BlockReader(this, *m, fh, key, size_hint).run(static_cast<char*>(buf), len, offset, &done);
+      BlockReader(this, *m, fh, key, size_hint, static_cast<char*>(buf), len, offset, &done)
+          .run(call, &scratch);
       return done;
     } catch (const rpc::RpcError& e) {
       // Reads are idempotent: after a lost connection, re-mount and resume once.
@@ -199,64 +183,39 @@ size_t Client::read_file(const Handle& fh, uint64_t key, void* buf, size_t len, 
 }
 
 void Client::read_batch(std::span<ReadRequest> requests) {
-  // What the cache and the directory can serve is served first, in place; the rest of
-  // each request goes by READs pipelined on the connection, whose references land in the
-  // directory like any other READ's.
-  struct Piece {
-    ReadRequest* req;
-    char* buf;
-    size_t len;
-    uint64_t offset;
+  // Through an IoQueue: each request goes down the read pipeline (cache, one-sided, RPC),
+  // with up to kWindow of them waiting on their READs at once.
+  constexpr size_t kWindow = 64;
+  if (requests.empty()) return;
+  IoQueue q(*this, std::min(kWindow, requests.size()));
+  std::array<Completion, kWindow> got;
+  size_t outstanding = 0;
+  auto collect = [&](size_t min) {
+    size_t n = q.wait(std::span(got.data(), got.size()), min, -1);
+    for (size_t i = 0; i < n; ++i) {
+      ReadRequest& r = requests[got[i].user_tag];
+      r.result = got[i].bytes;
+      r.error = got[i].error;
+    }
+    outstanding -= n;
   };
-  std::vector<Piece> pieces;
-  std::shared_ptr<const MountState> m = mount_state();
-  for (ReadRequest& r : requests) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ReadRequest& r = requests[i];
     r.result = 0;
     r.error = 0;
-    if (r.file == nullptr || !r.file->is_open()) {
+    if (r.file == nullptr) {
       r.error = EBADF;
       continue;
     }
-    auto* out = static_cast<char*>(r.buf);
-    size_t done = 0;
+    if (outstanding == q.depth()) collect(1);
     try {
-      done = BlockReader(this, *m, r.file->handle(), r.file->cache_key(), r.file->size_hint())
-                 .serve_without_rpc(out, r.len, r.offset);
+      q.submit_read(*r.file, r.buf, r.len, r.offset, i);
+      ++outstanding;
     } catch (const Error& e) {
       r.error = e.errno_value();
-      continue;
-    }
-    r.result = done;
-    while (done < r.len) {
-      size_t chunk = std::min<size_t>(r.len - done, m->limits.max_read);
-      pieces.push_back({&r, out + done, chunk, r.offset + done});
-      done += chunk;
     }
   }
-  if (pieces.empty()) return;
-  constexpr size_t kWindow = 64;  // reads in flight at once
-  std::vector<AsyncRead> ops(std::min(kWindow, pieces.size()));
-  auto launch = [&](size_t i) {
-    Piece& p = pieces[i];
-    if (p.req->error != 0) return;
-    try {
-      start_read(ops[i % ops.size()], p.req->file->handle(), p.buf, p.len, p.offset);
-    } catch (const Error& e) {
-      p.req->error = e.errno_value();
-    }
-  };
-  for (size_t i = 0; i < ops.size(); ++i) launch(i);
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    AsyncRead& op = ops[i % ops.size()];
-    if (op.in_flight()) {
-      try {
-        pieces[i].req->result += finish_read(op);
-      } catch (const Error& e) {
-        pieces[i].req->error = e.errno_value();
-      }
-    }
-    if (i + ops.size() < pieces.size()) launch(i + ops.size());
-  }
+  while (outstanding > 0) collect(1);
 }
 
 namespace {

@@ -70,6 +70,7 @@ void Channel::start(Call& c, uint32_t proc, xdrproc_t xargs, const void* args) {
   c.xid_ = next_xid_.fetch_add(1, std::memory_order_relaxed);
   c.error_.clear();
   c.posted_length_.reset();
+  c.deadline_ = deadline_after_ms(options_.timeout_ms);
 
   rpc_msg msg{};
   msg.rm_xid = c.xid_;
@@ -126,7 +127,10 @@ void Channel::start(Call& c, uint32_t proc, xdrproc_t xargs, const void* args) {
 }
 
 void Channel::wait(Call& c, XDR* results) {
-  timespec deadline = deadline_after_ms(options_.timeout_ms);
+  wait_until(c, results, deadline_after_ms(options_.timeout_ms));
+}
+
+void Channel::wait_until(Call& c, XDR* results, timespec deadline) {
   while (c.state_.load(std::memory_order_acquire) == Call::kPending) {
     futex_wait(&c.state_, Call::kPending, &deadline);
     bool expired = deadline_passed(deadline);
@@ -198,8 +202,15 @@ Call* Channel::take_pending(uint32_t xid) {
 }
 
 void Channel::complete(Call* c) {
+  // The notify word is bumped before the call turns ready: once it is ready its owner may
+  // free both. A sleeper on the word that looked before the bump finds the word changed;
+  // one that looked after it finds the call ready or is woken below. Waking an address
+  // that was freed meanwhile touches no memory.
+  std::atomic<uint32_t>* notify = c->notify_;
+  if (notify != nullptr) notify->fetch_add(1, std::memory_order_release);
   c->state_.store(Call::kDone, std::memory_order_release);
   futex_wake(&c->state_);
+  if (notify != nullptr) futex_wake(notify);
 }
 
 void Channel::fail_all(const std::string& why) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <rpc/rpc.h>
+#include <time.h>
 
 #include <atomic>
 #include <cstddef>
@@ -60,6 +61,20 @@ class Call {
   // went whole into the reply buffer instead.
   std::optional<size_t> posted_length() const { return posted_length_; }
 
+  // True once the call started last has its reply (or its failure): Channel::wait then
+  // returns without sleeping. Thread-safe.
+  bool ready() const { return state_.load(std::memory_order_acquire) == kDone; }
+
+  // When the call started last gives up (CLOCK_MONOTONIC): its start plus the channel's
+  // timeout_ms. For callers that wait on several calls at once (Channel::wait_until).
+  const timespec& deadline() const { return deadline_; }
+
+  // A word the channel increments, then futex-wakes, each time one of this call's replies
+  // (or failures) arrives, after the call is ready(): one thread can then sleep on a
+  // single word for any of many calls. Kept for every later call; nullptr (the default)
+  // for none. REQUIRES: not in flight; the word outlives every call made with it.
+  void set_notify(std::atomic<uint32_t>* word) { notify_ = word; }
+
  private:
   friend class Channel;
   enum State : uint32_t { kIdle = 0, kPending = 1, kDone = 2 };
@@ -72,6 +87,8 @@ class Call {
   size_t posted_header_ = 0;
   std::optional<size_t> posted_length_;
   std::atomic<uint32_t> state_{kIdle};
+  std::atomic<uint32_t>* notify_ = nullptr;
+  timespec deadline_{};
   std::string error_;  // non-empty: the transport failed this call
 };
 
@@ -99,6 +116,10 @@ class Channel {
   // decode stream over c's reply positioned at the procedure results (valid until c is
   // reused). Throws RpcError on transport failure, timeout or an RPC-level rejection.
   void wait(Call& c, XDR* results);
+  // wait() bounded by an absolute CLOCK_MONOTONIC deadline (e.g. c.deadline()) instead of
+  // timeout_ms from now. A deadline already passed does not sleep: the call completes if
+  // its reply is there, else it times out.
+  void wait_until(Call& c, XDR* results, timespec deadline);
 
   // start + wait + decode results with xres into res (free them with xdr_free).
   void call(uint32_t proc, xdrproc_t xargs, const void* args, xdrproc_t xres, void* res);

@@ -1,0 +1,287 @@
+// IoQueue: slots preallocated at the queue's depth, each driving one request through the
+// read pipeline (BlockReader) or File's write steps, with at most one call in flight.
+#include "client/io_queue.h"
+
+#include <algorithm>
+#include <optional>
+#include <tuple>
+
+#include "base/futex.h"
+#include "base/log.h"
+#include "client/block_reader.h"
+#include "client/call_util.h"
+#include "client/mount_state.h"
+#include "rpc/client_channel.h"
+
+namespace odafs {
+namespace {
+
+bool at_or_before(const timespec& a, const timespec& b) {
+  return a.tv_sec < b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec <= b.tv_nsec);
+}
+
+}  // namespace
+
+// One request and what it needs while in flight. Reused for request after request: the
+// call's buffers and scratch keep their capacity.
+struct IoQueue::Slot {
+  enum class Op : uint8_t { kRead, kWrite };
+  uint32_t index = 0;
+  Op op = Op::kRead;
+  File* file = nullptr;
+  char* buf = nullptr;  // a write's bytes are only read
+  size_t len = 0;
+  uint64_t offset = 0;
+  uint64_t tag = 0;
+  size_t done = 0;  // bytes read or written so far
+  int error = 0;
+  bool started = false;                     // the file's checks passed, the offset is settled
+  bool in_flight = false;                   // `call` is out
+  bool retried = false;                     // re-mounted once after a lost connection
+  bool refreshed = false;                   // found the file again once after a server restart
+  std::shared_ptr<const MountState> mount;  // the mount the calls go out on
+  Handle fh{};
+  uint64_t key = 0;
+  std::optional<BlockReader> reader;  // reads
+  size_t chunk = 0;                   // the WRITE in flight: its length
+  rpc::Call call;
+  std::vector<char> scratch;
+};
+
+IoQueue::IoQueue(Client& client, size_t depth) : client_(client), depth_(depth) {
+  if (depth == 0 || depth > 65536) fail(EINVAL, "IoQueue: depth must be 1..65536");
+  slots_.reset(new Slot[depth]);
+  free_.reserve(depth);
+  flight_.reserve(depth);
+  ready_.resize(depth);
+  for (size_t i = depth; i-- > 0;) {
+    slots_[i].index = static_cast<uint32_t>(i);
+    slots_[i].call.set_notify(&notify_);
+    free_.push_back(static_cast<uint32_t>(i));
+  }
+}
+
+IoQueue::~IoQueue() {
+  for (uint32_t i : flight_) {
+    Slot& s = slots_[i];
+    try {  // the reply would land in a buffer nobody waits for: collect it first
+      XDR x;
+      s.mount->channel->wait_until(s.call, &x, s.call.deadline());
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+IoQueue::Slot& IoQueue::take_slot(File& f, const void* buf, size_t len) {
+  if (len > 0 && buf == nullptr) fail(EINVAL, "IoQueue: null buffer");
+  if (f.is_open() && f.client_ != &client_) fail(EINVAL, "IoQueue: a file of another client");
+  if (free_.empty()) fail(EBUSY, "IoQueue: depth requests outstanding");
+  Slot& s = slots_[free_.back()];
+  free_.pop_back();
+  s.file = &f;
+  s.buf = static_cast<char*>(const_cast<void*>(buf));
+  s.len = len;
+  s.done = 0;
+  s.error = 0;
+  s.started = false;
+  s.in_flight = false;
+  s.retried = false;
+  s.refreshed = false;
+  return s;
+}
+
+void IoQueue::submit_read(File& f, void* buf, size_t len, uint64_t offset, uint64_t user_tag) {
+  Slot& s = take_slot(f, buf, len);
+  s.op = Slot::Op::kRead;
+  s.offset = offset;
+  s.tag = user_tag;
+  drive(s, false);
+  if (s.in_flight) flight_.push_back(s.index);
+}
+
+void IoQueue::submit_write(File& f, const void* buf, size_t len, uint64_t offset,
+                           uint64_t user_tag) {
+  Slot& s = take_slot(f, buf, len);
+  s.op = Slot::Op::kWrite;
+  s.offset = offset;
+  s.tag = user_tag;
+  drive(s, false);
+  if (s.in_flight) flight_.push_back(s.index);
+}
+
+void IoQueue::drive(Slot& s, bool rpc_ready) {
+  for (;;) {
+    try {
+      bool complete =
+          s.op == Slot::Op::kRead ? drive_read(s, rpc_ready) : drive_write(s, rpc_ready);
+      if (complete) this->complete(s, 0);
+      return;
+    } catch (const rpc::RpcError& e) {
+      s.in_flight = false;
+      // Reads and writes are idempotent: after a lost connection, re-mount and resume
+      // once where the request stopped, as File::pread and Client::write do.
+      bool lost =
+          e.kind() == rpc::RpcError::Kind::kTransport && s.mount && s.mount->channel->broken();
+      if (lost && !s.retried) {
+        ODAFS_LOG_WARN("odafs: connection lost (%s); reconnecting", e.what());
+        s.retried = true;
+        s.reader.reset();
+        s.mount.reset();
+        rpc_ready = false;
+        continue;
+      }
+      complete(s, e.code().value() != 0 ? e.code().value() : EIO);
+      return;
+    } catch (const Error& e) {
+      s.in_flight = false;
+      // A handle from before a server restart: find the file again and resume once, as
+      // File::pread and File::pwrite do (a removed file stays ESTALE).
+      if (e.errno_value() == ESTALE && s.mount && !s.refreshed) {
+        s.refreshed = true;
+        bool again = false;
+        try {
+          again = s.file->refresh_stale(s.fh);
+        } catch (const Error& lookup) {
+          complete(s, lookup.errno_value());
+          return;
+        }
+        if (again) {
+          s.reader.reset();
+          s.mount.reset();
+          rpc_ready = false;
+          continue;
+        }
+      }
+      complete(s, e.errno_value());
+      return;
+    } catch (const std::bad_alloc&) {
+      s.in_flight = false;
+      complete(s, ENOMEM);
+      return;
+    } catch (const std::exception& e) {  // nothing else is expected; never out of reap()
+      ODAFS_LOG_WARN("odafs: IoQueue request failed: %s", e.what());
+      s.in_flight = false;
+      complete(s, EIO);
+      return;
+    }
+  }
+}
+
+bool IoQueue::drive_read(Slot& s, bool rpc_ready) {
+  if (!s.started) {
+    s.started = true;
+    s.file->check_readable();
+    if (client_.read_mode() == ReadMode::kDirect) {  // the engine's push: synchronous
+      s.done = s.file->pread(s.buf, s.len, s.offset);
+      return true;
+    }
+  }
+  if (rpc_ready) {
+    s.in_flight = false;
+    if (s.reader->finish_rpc(s.call)) return true;
+  } else if (!s.reader) {
+    s.mount = client_.mount_state();
+    std::tie(s.fh, s.key) = s.file->current();
+    s.reader.emplace(&client_, *s.mount, s.fh, s.key, s.file->size_hint(), s.buf, s.len, s.offset,
+                     &s.done);
+  }
+  if (s.reader->serve_without_rpc()) return true;
+  s.reader->start_rpc(s.call, &s.scratch);
+  s.in_flight = true;
+  return false;
+}
+
+bool IoQueue::drive_write(Slot& s, bool rpc_ready) {
+  if (!s.started) {
+    s.started = true;
+    s.file->check_writable();
+    s.offset = s.file->write_offset(s.offset);
+  }
+  if (rpc_ready) {
+    s.in_flight = false;
+    WriteVerifier verf;
+    int committed = 0;
+    size_t n = client_.finish_write(*s.mount, s.call, s.chunk, &verf, &committed);
+    s.file->wrote(s.key, s.offset + s.done, s.buf + s.done, n, verf, committed);
+    s.done += n;
+  }
+  if (s.done >= s.len) return true;
+  if (!s.mount) {
+    s.mount = client_.mount_state();
+    std::tie(s.fh, s.key) = s.file->current();
+  }
+  s.chunk = std::min<size_t>(s.len - s.done, s.mount->limits.max_write);
+  s.file->make_room_for(s.chunk);
+  client_.start_write(*s.mount, s.call, s.fh, s.buf + s.done, s.chunk, s.offset + s.done,
+                      client_.options().stability);
+  s.in_flight = true;
+  return false;
+}
+
+void IoQueue::complete(Slot& s, int error) {
+  s.error = error;
+  if (error == 0 && s.op == Slot::Op::kRead && s.done > 0) {
+    s.file->saw_size_at_least(s.offset + s.done);
+  }
+  s.reader.reset();
+  s.mount.reset();
+  ready_[(ready_head_ + ready_count_) % depth_] = s.index;
+  ++ready_count_;
+}
+
+bool IoQueue::poll(timespec* next) {
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  bool any = false;
+  for (size_t i = 0; i < flight_.size();) {
+    Slot& s = slots_[flight_[i]];
+    if (s.call.ready() || at_or_before(s.call.deadline(), now)) {  // ready or overdue
+      drive(s, true);  // finishes the call; may start the request's next one
+      if (!s.in_flight) {
+        flight_[i] = flight_.back();
+        flight_.pop_back();
+        continue;
+      }
+    }
+    *next = any ? earliest(*next, s.call.deadline()) : s.call.deadline();
+    any = true;
+    ++i;
+  }
+  return any;
+}
+
+size_t IoQueue::take(std::span<Completion> out) {
+  size_t n = std::min(out.size(), ready_count_);
+  for (size_t i = 0; i < n; ++i) {
+    const Slot& s = slots_[ready_[ready_head_]];
+    out[i] = Completion{s.tag, s.done, s.error};
+    ready_head_ = (ready_head_ + 1) % depth_;
+    --ready_count_;
+    free_.push_back(s.index);
+  }
+  return n;
+}
+
+size_t IoQueue::reap(std::span<Completion> out) {
+  timespec next;
+  poll(&next);
+  return take(out);
+}
+
+size_t IoQueue::wait(std::span<Completion> out, size_t min, int timeout_ms) {
+  if (min > out.size()) fail(EINVAL, "IoQueue::wait: min is more than out holds");
+  const Deadline limit(timeout_ms);
+  for (;;) {
+    // Read the word before looking at the calls: a reply after the look changes it, and
+    // futex_wait then returns at once.
+    const uint32_t seq = notify_.load(std::memory_order_acquire);
+    timespec next;
+    bool in_flight = poll(&next);
+    if (ready_count_ >= min || !in_flight || timeout_ms == 0 || limit.passed()) break;
+    timespec until = limit.get() != nullptr ? earliest(*limit.get(), next) : next;
+    futex_wait(&notify_, seq, &until);
+  }
+  return take(out);
+}
+
+}  // namespace odafs

@@ -1,0 +1,129 @@
+// IoQueue: DAFS-style asynchronous I/O on Files. One thread submits many reads and writes
+// without waiting, then reaps (polls) or waits for their completions.
+//
+//   odafs::IoQueue q(*fs, 64);
+//   q.submit_read(f, buf, 4096, 0, /*user_tag=*/1);
+//   q.submit_write(g, data, n, 8192, /*user_tag=*/2);
+//   odafs::Completion done[64];
+//   size_t n = q.wait(done, /*min=*/2, /*timeout_ms=*/-1);  // done[i].user_tag, .bytes, .error
+//
+// A read goes down the same per-block pipeline as File::pread (client/block_reader.h):
+// blocks in the client's data cache are copied, blocks the directory holds a reference to
+// are read one-sided (a fault falls back to the RPC), and the rest go by one pipelined
+// READ per run of blocks, whose reply brings references and is kept in the cache. The
+// first two run synchronously at submit (a one-sided read is microseconds on a local
+// ring), so a read served without an RPC is complete when submit returns and shows at the
+// next reap. Read mode kDirect reads synchronously at submit (File::pread).
+// A write goes as pipelined WRITE RPCs (also when MountOptions::direct_writes is set) and
+// completes with File::pwrite's bookkeeping: unstable writes' copies kept for re-sending
+// after a server restart, verifier tracking, the cached blocks dropped, the known size.
+//
+// A request longer than the server's max_read / max_write goes as successive calls, one
+// in flight per request, and completes once. Requests progress only inside submit_*,
+// reap and wait, on the calling thread. A read or write on a connection that was lost
+// re-mounts (waiting up to MountOptions::reconnect_window_ms) and resumes once, and one
+// whose handle turned stale because the server restarted finds its file again by path
+// (the same inode only) and resumes once, as File::pread and File::pwrite do.
+//
+// Completions come in the order requests complete, not as submitted. Each carries its
+// own result: errors (EBADF, ESTALE, ETIMEDOUT, ECONNRESET, EIO, ...) never disturb the
+// other requests and are never thrown. A write that failed part-way reports the bytes
+// written before the failure with the error.
+//
+// Blocking: submit_* and reap never wait for the server's replies. They may still block
+// in the rare cases File does: re-mounting after a lost connection, a COMMIT when the
+// copies of unstable writes reach MountOptions::max_uncommitted_bytes (each write
+// in flight may add up to max_write past it), a GETATTR for an O_APPEND file's end, the
+// lookups that find a file again after a server restart.
+//
+// Memory: everything per request is allocated at construction (depth slots, each with its
+// rpc::Call); a read whose span does not fit the caller's buffer (unaligned, with the data
+// cache on) reads whole blocks into its slot's scratch buffer, which grows once to the
+// largest such span and stays. A steady stream allocates nothing.
+//
+// Thread-safety: an IoQueue is used by one thread at a time. The Files it reads and
+// writes may be used by other threads meanwhile, as with File::pread/pwrite.
+#pragma once
+
+#include <time.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "client/client.h"
+
+namespace odafs {
+
+// One finished request.
+struct Completion {
+  uint64_t user_tag = 0;  // as given at submit
+  size_t bytes = 0;       // bytes read (fewer only at end of file) or written
+  int error = 0;          // errno; 0: success
+};
+
+class IoQueue {
+ public:
+  // At most `depth` requests (1..65536) submitted and not yet reaped: completions waiting
+  // to be reaped hold their place. Throws Error(EINVAL) for a depth outside that range.
+  // REQUIRES: client outlives the queue.
+  IoQueue(Client& client, size_t depth);
+  // Waits for the calls in flight (the server may still be writing into their buffers)
+  // and drops completions nobody reaped.
+  ~IoQueue();
+  IoQueue(const IoQueue&) = delete;
+  IoQueue& operator=(const IoQueue&) = delete;
+
+  // Reads up to len bytes of f at offset into buf; the completion's bytes are fewer only
+  // at the end of the file (as the client knows it, see File). Throws Error: EBUSY when
+  // depth requests are outstanding, EINVAL when buf is null (len > 0) or f belongs to
+  // another Client. Every other failure, a closed or write-only f included, comes as the
+  // completion's error. REQUIRES: buf and f stay valid, and f is not moved or closed,
+  // until the completion is reaped (or the queue destroyed).
+  void submit_read(File& f, void* buf, size_t len, uint64_t offset, uint64_t user_tag);
+  // Writes len bytes of buf to f at offset (at its end when f was opened O_APPEND).
+  // Throws and REQUIRES as submit_read.
+  void submit_write(File& f, const void* buf, size_t len, uint64_t offset, uint64_t user_tag);
+
+  // Moves up to out.size() completions into out, without waiting; returns how many.
+  size_t reap(std::span<Completion> out);
+  // Waits until at least min completions are there, or nothing is left in flight, or
+  // timeout_ms passed (< 0: no limit; 0: do not wait), then reaps like reap(). Throws
+  // Error(EINVAL) when min > out.size().
+  size_t wait(std::span<Completion> out, size_t min, int timeout_ms);
+
+  size_t depth() const { return depth_; }
+  // Requests submitted and not yet reaped (in flight or complete).
+  size_t outstanding() const { return depth_ - free_.size(); }
+  // Completions ready to be reaped.
+  size_t ready() const { return ready_count_; }
+
+ private:
+  struct Slot;
+  Slot& take_slot(File& f, const void* buf, size_t len);
+  // Runs s until it waits on a call or completes; rpc_ready: its call has its reply (or
+  // its deadline passed).
+  void drive(Slot& s, bool rpc_ready);
+  bool drive_read(Slot& s, bool rpc_ready);  // true: complete
+  bool drive_write(Slot& s, bool rpc_ready);
+  void complete(Slot& s, int error);
+  // Drives every slot whose call is ready or overdue. Returns whether calls are still in
+  // flight, and the earliest of their deadlines in *next.
+  bool poll(timespec* next);
+  size_t take(std::span<Completion> out);
+
+  Client& client_;
+  const size_t depth_;
+  std::unique_ptr<Slot[]> slots_;
+  std::vector<uint32_t> free_;    // free slots (a stack)
+  std::vector<uint32_t> flight_;  // slots with a call in flight
+  std::vector<uint32_t> ready_;   // completed slots, a ring of depth_ from ready_head_
+  size_t ready_head_ = 0;
+  size_t ready_count_ = 0;
+  std::atomic<uint32_t> notify_{0};  // bumped by the channel at each reply to our calls
+};
+
+}  // namespace odafs
