@@ -91,18 +91,18 @@ IoQueue::Slot& IoQueue::take_slot(File& f, const void* buf, size_t len) {
 }
 
 void IoQueue::submit_read(File& f, void* buf, size_t len, uint64_t offset, uint64_t user_tag) {
-  Slot& s = take_slot(f, buf, len);
-  s.op = Slot::Op::kRead;
-  s.offset = offset;
-  s.tag = user_tag;
-  drive(s, false);
-  if (s.in_flight) flight_.push_back(s.index);
+  submit(false, f, buf, len, offset, user_tag);
 }
 
 void IoQueue::submit_write(File& f, const void* buf, size_t len, uint64_t offset,
                            uint64_t user_tag) {
+  submit(true, f, buf, len, offset, user_tag);
+}
+
+void IoQueue::submit(bool write, File& f, const void* buf, size_t len, uint64_t offset,
+                     uint64_t user_tag) {
   Slot& s = take_slot(f, buf, len);
-  s.op = Slot::Op::kWrite;
+  s.op = write ? Slot::Op::kWrite : Slot::Op::kRead;
   s.offset = offset;
   s.tag = user_tag;
   drive(s, false);

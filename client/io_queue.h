@@ -104,6 +104,7 @@ class IoQueue {
  private:
   struct Slot;
   Slot& take_slot(File& f, const void* buf, size_t len);
+  void submit(bool write, File& f, const void* buf, size_t len, uint64_t offset, uint64_t user_tag);
   // Runs s until it waits on a call or completes; rpc_ready: its call has its reply (or
   // its deadline passed).
   void drive(Slot& s, bool rpc_ready);
