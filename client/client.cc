@@ -177,6 +177,7 @@ std::shared_ptr<const MountState> Client::remount() {
   std::memcpy(m->session.secret.data(), ok.session_secret, m->session.secret.size());
   m->cache = std::make_unique<ClientCache>(options_.directory_entries, options_.cache_blocks,
                                            limits.block_size, options_.cache_policy);
+  m->dirs = std::make_unique<DirCache>(options_.dir_cache_ms, /*max_entries=*/4096);
   std::shared_ptr<const MountState> published = std::move(m);
   mount_.store(published);
   return published;

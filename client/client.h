@@ -43,6 +43,7 @@ namespace ordma {
 class EngineClient;
 }  // namespace ordma
 class ClientCache;
+class DirCache;
 struct MountState;
 
 class Error : public std::system_error {
@@ -131,6 +132,11 @@ struct MountOptions {
   // A File keeps a copy of its unstable writes until they are committed, to send them
   // again if the server restarts before the COMMIT; past this many bytes it commits first.
   size_t max_uncommitted_bytes = 8u << 20;
+  // How long a directory's handle found on the way to a file is used without looking the
+  // directory up again (the path to it, not the file: open still looks the file up, for
+  // close-to-open). Another client's rename of a directory may go unseen that long, as
+  // with NFS's directory attribute cache; this client's own renames clear it. 0: off.
+  int dir_cache_ms = 3000;
 };
 
 struct ServerLimits {
@@ -371,9 +377,14 @@ class Client {
   uint64_t session_for_reads(const MountState& m) const;
 
   // Resolves path to (handle, attributes). follow_last: follow a symlink at the end.
-  std::pair<Handle, Attr> resolve(const std::string& path, bool follow_last);
-  // resolve()'s walk from `start`, without the retry after a re-mount.
-  std::pair<Handle, Attr> walk(const std::string& path, bool follow_last, const Handle& start);
+  // for_parent: the caller wants a directory's handle only (it may come from the
+  // DirCache, and then the attributes hold only its type).
+  std::pair<Handle, Attr> resolve(const std::string& path, bool follow_last,
+                                  bool for_parent = false);
+  // resolve()'s walk from `start`, without the retry; dirs (may be null) serves and keeps
+  // directory handles, *used_cache set when it served one.
+  std::pair<Handle, Attr> walk(const std::string& path, bool follow_last, const Handle& start,
+                               bool for_parent, DirCache* dirs, bool* used_cache);
   // Resolves the parent directory of path; returns its handle and the last name.
   std::pair<Handle, std::string> resolve_parent(const std::string& path);
 

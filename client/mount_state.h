@@ -15,6 +15,7 @@
 
 #include "client/client.h"
 #include "client/client_cache.h"
+#include "client/dir_cache.h"
 #include "ordma/engine.h"
 #include "ordma/session.h"
 
@@ -55,6 +56,7 @@ struct MountState {
   // This mount's directory and data cache. A new mount starts empty: the old instance's
   // references would all fault, and its data may be stale.
   std::unique_ptr<ClientCache> cache;
+  std::unique_ptr<DirCache> dirs;  // directory handles by path (see dir_cache.h)
   mutable EngineSlot engine;
 };
 

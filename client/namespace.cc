@@ -7,6 +7,7 @@
 #include "client/call_util.h"
 #include "client/client.h"
 #include "client/client_cache.h"
+#include "client/dir_cache.h"
 #include "client/mount_state.h"
 #include "client/url.h"
 
@@ -17,25 +18,48 @@ constexpr int kMaxSymlinkHops = 40;
 
 }  // namespace
 
-std::pair<Handle, Attr> Client::resolve(const std::string& path, bool follow_last) {
+std::pair<Handle, Attr> Client::resolve(const std::string& path, bool follow_last,
+                                        bool for_parent) {
   // A server restart makes every handle stale, the mount root's too. The client re-mounts
   // on its next call, so a walk that started before it meets ESTALE from an old handle:
-  // it then starts over, once, from the new root.
+  // it then starts over, once, from the new root. A directory handle from the DirCache
+  // may be stale too (the directory removed by another client): start over without it.
   Handle start = root();
+  DirCache* dirs = mount_state()->dirs.get();
+  bool used_cache = false;
   try {
-    return walk(path, follow_last, start);
+    return walk(path, follow_last, start, for_parent, dirs, &used_cache);
   } catch (const Error& e) {
-    if (e.errno_value() != ESTALE || root() == start) throw;
+    if (e.errno_value() != ESTALE || (root() == start && !used_cache)) throw;
+    dirs->clear();
   }
-  return walk(path, follow_last, root());
+  return walk(path, follow_last, root(), for_parent, nullptr, nullptr);
 }
 
-std::pair<Handle, Attr> Client::walk(const std::string& path, bool follow_last,
-                                     const Handle& start) {
+std::pair<Handle, Attr> Client::walk(const std::string& path, bool follow_last, const Handle& start,
+                                     bool for_parent, DirCache* dirs, bool* used_cache) {
   std::vector<std::string> todo = split_path(path);
-  std::reverse(todo.begin(), todo.end());  // a stack: back() is the next component
+  // Directories on the way come from the DirCache while it knows them: every component
+  // but the last, and the last too when the caller wants it only as a parent directory.
+  const size_t cacheable = for_parent ? todo.size() : (todo.empty() ? 0 : todo.size() - 1);
   Handle cur = start;
   std::optional<Attr> attr;
+  std::string prefix;  // the literal components walked so far; cleared by a symlink
+  size_t walked = 0;
+  bool literal = dirs != nullptr;
+  while (literal && walked < cacheable) {
+    std::string next = prefix.empty() ? todo[walked] : prefix + "/" + todo[walked];
+    std::optional<Handle> h = dirs->find(next);
+    if (!h) break;
+    cur = *h;
+    prefix = std::move(next);
+    ++walked;
+    *used_cache = true;
+    attr = Attr{};
+    attr->type = FileType::kDirectory;  // a parent's handle and type are all callers use
+  }
+  todo.erase(todo.begin(), todo.begin() + static_cast<ptrdiff_t>(walked));
+  std::reverse(todo.begin(), todo.end());  // a stack: back() is the next component
   int hops = 0;
   while (!todo.empty()) {
     std::string name = std::move(todo.back());
@@ -48,7 +72,12 @@ std::pair<Handle, Attr> Client::walk(const std::string& path, bool follow_last,
       for (auto it = more.rbegin(); it != more.rend(); ++it) todo.push_back(*it);
       if (!target.empty() && target[0] == '/') cur = root();
       attr.reset();
+      literal = false;  // the path no longer names what it walks
       continue;
+    }
+    if (literal && a.type == FileType::kDirectory && ++walked <= cacheable) {
+      prefix = prefix.empty() ? name : prefix + "/" + name;
+      dirs->insert(prefix, h);
     }
     cur = h;
     attr = a;
@@ -64,7 +93,7 @@ std::pair<Handle, std::string> Client::resolve_parent(const std::string& path) {
   parts.pop_back();
   std::string dir_path;
   for (const std::string& p : parts) dir_path += "/" + p;
-  auto [dir, attr] = resolve(dir_path, true);
+  auto [dir, attr] = resolve(dir_path, true, /*for_parent=*/true);
   if (attr.type != FileType::kDirectory) fail(ENOTDIR, dir_path);
   check_name(name);
   return {dir, name};
@@ -152,11 +181,19 @@ void Client::remove_name(const std::string& path, uint32_t proc, const char* wha
   });
 }
 
-void Client::rmdir(const std::string& path) { remove_name(path, ODAFSPROC_RMDIR, "rmdir"); }
+void Client::rmdir(const std::string& path) {
+  mount_state()->dirs->clear();  // the path may be cached, or a path through it
+  remove_name(path, ODAFSPROC_RMDIR, "rmdir");
+}
 void Client::unlink(const std::string& path) { remove_name(path, ODAFSPROC_REMOVE, "unlink"); }
 
 void Client::rename(const std::string& from, const std::string& to) {
   auto [from_dir, from_name] = resolve_parent(from);
+  // A renamed directory changes every cached path through either name.
+  struct ClearAfter {
+    DirCache& dirs;
+    ~ClearAfter() { dirs.clear(); }
+  } clear_after{*mount_state()->dirs};
   auto [to_dir, to_name] = resolve_parent(to);
   with_channel(false, [&, &from_dir = from_dir, &from_name = from_name, &to_dir = to_dir,
                        &to_name = to_name](rpc::Channel& ch) {

@@ -221,3 +221,55 @@ TEST_CASE("an open file never switches to a file created later under its name") 
   CHECK(read_all(*other, "a", 8192) == new_bytes);
   CHECK(odafs::test::read_local(dir / "a") == new_bytes);
 }
+
+namespace {
+uint64_t lookups(Client& fs) {
+  for (const auto& [name, value] : fs.server_stats()) {
+    if (name == "calls.LOOKUP") return value;
+  }
+  return 0;
+}
+}  // namespace
+
+TEST_CASE("directory handles on the way to a file are reused, and never lead astray") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  auto fs = Client::mount(server.url());
+  fs->mkdir("d");
+  fs->mkdir("d/e");
+  for (const char* name : {"d/e/f1", "d/e/f2"}) {
+    File f = fs->open(name, O_RDWR | O_CREAT);
+    f.pwrite(name, 6, 0);
+  }
+  const uint64_t before = lookups(*fs);
+  std::string got = read_all(*fs, "d/e/f1", 16);
+  CHECK(got == "d/e/f1");
+  CHECK(lookups(*fs) - before == 1);  // f1 only: d and d/e came from the cache
+
+  // This client's rename clears what it cached.
+  fs->rename("d", "d2");
+  CHECK(odafs::test::errno_of([&] { fs->open("d/e/f1"); }) == ENOENT);
+  CHECK(read_all(*fs, "d2/e/f2", 16) == "d/e/f2");
+
+  // Another client replaces the directory: the cached handle is stale, the walk starts
+  // over and finds the new one.
+  auto other = Client::mount(server.url());
+  other->unlink("d2/e/f1");
+  other->unlink("d2/e/f2");
+  other->rmdir("d2/e");
+  other->mkdir("d2/e");
+  {
+    File f = other->open("d2/e/f1", O_RDWR | O_CREAT);
+    f.pwrite("fresh!", 6, 0);
+  }
+  CHECK(read_all(*fs, "d2/e/f1", 16) == "fresh!");
+
+  // Off: every open looks every directory up.
+  odafs::MountOptions off;
+  off.dir_cache_ms = 0;
+  auto plain = Client::mount(server.url(), off);
+  read_all(*plain, "d2/e/f1", 16);
+  const uint64_t before_plain = lookups(*plain);
+  read_all(*plain, "d2/e/f1", 16);
+  CHECK(lookups(*plain) - before_plain == 3);
+}

@@ -53,7 +53,21 @@ struct Options {
 // connection (two per client), the RPC reply buffers, the allocator's slack. Measured
 // peaks were well below this (docs/RELIABILITY.md).
 constexpr int kRssSlackMb = 192;
-constexpr size_t kBlockSize = 8192;  // the server's default, passed explicitly
+constexpr size_t kBlockSize = 8192;
+
+// Under AddressSanitizer the server keeps freed memory in quarantine (256 MiB by default)
+// and RSS says nothing about leaks or bounds: reported, not enforced.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kRssEnforced = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kRssEnforced = false;
+#else
+constexpr bool kRssEnforced = true;
+#endif
+#else
+constexpr bool kRssEnforced = true;
+#endif  // the server's default, passed explicitly
 
 struct Sample {
   double t = 0;
@@ -274,7 +288,7 @@ int run(const Options& o, const std::string& self) {
     peak.threads = std::max(peak.threads, s.threads);
   }
   double cpu = after.cpu_s - before.cpu_s;
-  bool rss_ok = peak.rss_kb <= static_cast<long>(max_rss_mb) * 1024;
+  bool rss_ok = !kRssEnforced || peak.rss_kb <= static_cast<long>(max_rss_mb) * 1024;
   bool fds_ok = after.sockets <= before.sockets;
 
   std::printf("\nops/s over time (10 s windows):");
@@ -294,8 +308,8 @@ int run(const Options& o, const std::string& self) {
               static_cast<unsigned long long>(total.checksum_errors));
   std::printf("%-28s %llu\n", "bad files on disk", static_cast<unsigned long long>(disk_bad));
   std::printf("%-28s %d\n", "clients died", died + failures);
-  std::printf("%-28s %.1f MiB (bound %d MiB)\n", "server RSS max", peak.rss_kb / 1024.0,
-              max_rss_mb);
+  std::printf("%-28s %.1f MiB (bound %d MiB%s)\n", "server RSS max", peak.rss_kb / 1024.0,
+              max_rss_mb, kRssEnforced ? "" : ", not enforced under ASan");
   std::printf("%-28s %d (sockets+rings %d; before %d, after %d)\n", "server fds max", peak.fds,
               peak.sockets, before.sockets, after.sockets);
   std::printf("%-28s %d\n", "server threads max", peak.threads);
