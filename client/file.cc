@@ -296,7 +296,9 @@ void File::fsync() {
 void File::resend(const std::vector<std::pair<uint64_t, size_t>>& writes,
                   const std::vector<char>& data) {
   const char* src = data.data();
-  for (const auto& [offset, len] : writes) {
+  for (const auto& write : writes) {
+    const uint64_t offset = write.first;  // not a structured binding: lambdas capture it
+    const size_t len = write.second;
     for (size_t done = 0; done < len;) {
       WriteVerifier verf;
       int committed = 0;
