@@ -32,6 +32,7 @@
 
 #include "tests/soak/soak_client.h"
 #include "tests/soak/soak_model.h"
+#include "tests/support/process_probe.h"
 #include "tests/support/server_process.h"
 
 extern char** environ;
@@ -53,21 +54,7 @@ struct Options {
 // connection (two per client), the RPC reply buffers, the allocator's slack. Measured
 // peaks were well below this (docs/RELIABILITY.md).
 constexpr int kRssSlackMb = 192;
-constexpr size_t kBlockSize = 8192;
-
-// Under AddressSanitizer the server keeps freed memory in quarantine (256 MiB by default)
-// and RSS says nothing about leaks or bounds: reported, not enforced.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kRssEnforced = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kRssEnforced = false;
-#else
-constexpr bool kRssEnforced = true;
-#endif
-#else
-constexpr bool kRssEnforced = true;
-#endif  // the server's default, passed explicitly
+constexpr size_t kBlockSize = 8192;  // the server's default, passed explicitly
 
 struct Sample {
   double t = 0;
@@ -76,46 +63,15 @@ struct Sample {
   double cpu_s = 0;
 };
 
-long status_field(pid_t pid, const char* key) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  size_t klen = std::strlen(key);
-  while (std::getline(in, line)) {
-    if (line.compare(0, klen, key) == 0 && line.size() > klen && line[klen] == ':') {
-      return std::atol(line.c_str() + klen + 1);
-    }
-  }
-  return -1;
-}
-
 Sample sample(pid_t pid, double t) {
   Sample s;
   s.t = t;
-  s.rss_kb = status_field(pid, "VmRSS");
-  s.threads = static_cast<int>(status_field(pid, "Threads"));
-  std::error_code ec;
-  for (auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
-    ++s.fds;
-    auto target = std::filesystem::read_symlink(e.path(), ec);
-    std::string t2 = ec ? "" : target.string();
-    if (t2.rfind("socket:", 0) == 0 || t2.rfind("/memfd:", 0) == 0) ++s.sockets;
-  }
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  size_t close_paren = text.rfind(')');
-  if (close_paren != std::string::npos) {
-    std::istringstream f(text.substr(close_paren + 2));
-    std::string field;
-    unsigned long utime = 0, stime = 0;
-    for (int i = 3; f >> field; ++i) {  // field 3 is the state
-      if (i == 14) utime = std::stoul(field);
-      if (i == 15) {
-        stime = std::stoul(field);
-        break;
-      }
-    }
-    s.cpu_s = static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-  }
+  s.rss_kb = static_cast<long>(test::rss_kib(pid));
+  s.threads = static_cast<int>(test::thread_count(pid));
+  size_t sockets = 0;
+  s.fds = static_cast<int>(test::open_fds(pid, &sockets));
+  s.sockets = static_cast<int>(sockets);
+  s.cpu_s = test::cpu_seconds(pid);
   return s;
 }
 
@@ -288,7 +244,7 @@ int run(const Options& o, const std::string& self) {
     peak.threads = std::max(peak.threads, s.threads);
   }
   double cpu = after.cpu_s - before.cpu_s;
-  bool rss_ok = !kRssEnforced || peak.rss_kb <= static_cast<long>(max_rss_mb) * 1024;
+  bool rss_ok = test::kSanitized || peak.rss_kb <= static_cast<long>(max_rss_mb) * 1024;
   bool fds_ok = after.sockets <= before.sockets;
 
   std::printf("\nops/s over time (10 s windows):");
@@ -309,7 +265,7 @@ int run(const Options& o, const std::string& self) {
   std::printf("%-28s %llu\n", "bad files on disk", static_cast<unsigned long long>(disk_bad));
   std::printf("%-28s %d\n", "clients died", died + failures);
   std::printf("%-28s %.1f MiB (bound %d MiB%s)\n", "server RSS max", peak.rss_kb / 1024.0,
-              max_rss_mb, kRssEnforced ? "" : ", not enforced under ASan");
+              max_rss_mb, test::kSanitized ? ", not enforced under ASan" : "");
   std::printf("%-28s %d (sockets+rings %d; before %d, after %d)\n", "server fds max", peak.fds,
               peak.sockets, before.sockets, after.sockets);
   std::printf("%-28s %d\n", "server threads max", peak.threads);

@@ -84,39 +84,6 @@ uint64_t stat_of(Client& fs, const std::string& key) {
   return 0;
 }
 
-double cpu_seconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
-  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
-  std::string field;
-  unsigned long long utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i) {
-    if (i == 14) utime = std::stoull(field);
-    if (i == 15) stime = std::stoull(field);
-  }
-  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-size_t rss_kib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoul(line.substr(6));
-  }
-  return 0;
-}
-
-size_t open_fds(pid_t pid) {
-  size_t n = 0;
-  std::string dir = "/proc/" + std::to_string(pid) + "/fd";
-  for (auto it = std::filesystem::directory_iterator(dir);
-       it != std::filesystem::directory_iterator(); ++it) {
-    ++n;
-  }
-  return n;
-}
-
 bool ensure_fd_limit(rlim_t n) {
   rlimit lim{};
   getrlimit(RLIMIT_NOFILE, &lim);

@@ -15,28 +15,13 @@
 #include "ordma/reference.h"
 #include "ordma/session.h"
 #include "rpc/client_channel.h"
+#include "tests/support/process_probe.h"  // its probes are part of this support
 
 namespace odafs {
 class Client;
 }
 
 namespace odafs::test {
-
-// True in a build with AddressSanitizer: the server then runs several times slower and its
-// RSS holds the sanitizer's shadow and quarantine, so tests scale counts down and do not
-// judge RSS.
-constexpr bool kSanitized =
-#if defined(__SANITIZE_ADDRESS__)
-    true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-    true;
-#else
-    false;
-#endif
-#else
-    false;
-#endif
 
 // A TCP connection to 127.0.0.1:port from the local address `from` (any 127.x.y.z works
 // on Linux loopback, so one machine can play several hosts). rcvbuf > 0 sets SO_RCVBUF
@@ -53,12 +38,6 @@ void close_all(std::vector<int>& fds);
 // The server's counter `key` from STATS (fails the test if there is none).
 uint64_t stat_of(Client& fs, const std::string& key);
 
-// CPU seconds (user + system) process pid has used so far.
-double cpu_seconds(pid_t pid);
-// VmRSS of process pid in KiB (0 if it cannot be read).
-size_t rss_kib(pid_t pid);
-// Descriptors process pid has open.
-size_t open_fds(pid_t pid);
 // Raises this process's descriptor limit to at least n (tests open many sockets).
 bool ensure_fd_limit(rlim_t n);
 
