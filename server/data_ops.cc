@@ -36,6 +36,15 @@ odafs_stat not_regular(const struct stat& st) {
 
 }  // namespace
 
+Result<std::shared_lock<std::shared_mutex>> FileService::lock_for_read(const OpenNode& node,
+                                                                      uint64_t* size) {
+  std::shared_lock lock(node->data_lock);
+  struct stat st;
+  if (fstat(node.fd(), &st) != 0) return Status::from_errno("fstat of a file being read");
+  *size = static_cast<uint64_t>(st.st_size);
+  return lock;
+}
+
 Status FileService::pin_block(const OpenNode& node, uint64_t index, uint32_t need,
                               cache::BlockCache::ReadPin* pin) {
   // The fill captures one pointer, so the FillFn holds it in place: a closure larger than
@@ -78,7 +87,12 @@ void FileService::do_read(const rpc::CallContext& ctx, read_args& a, rpc::Reply&
     IdentityScope as(ctx.cred, options_.auth_sys);
     if (!as.permits(st, R_OK)) return reply_status<read_res>(r, xp(xdr_read_res), ODAFS_ERR_ACCES);
   }
-  uint64_t size = static_cast<uint64_t>(st.st_size);
+  uint64_t size = 0;
+  auto locked = lock_for_read(node, &size);
+  if (!locked.ok()) {
+    return reply_status<read_res>(r, xp(xdr_read_res), status_from_errno(locked.errno_value()));
+  }
+  st.st_size = static_cast<off_t>(size);
   uint64_t offset = a.offset;
   uint32_t count = std::min(a.count, options_.max_io);
   uint32_t len =
@@ -153,7 +167,12 @@ void FileService::do_read_direct(const rpc::CallContext& ctx, read_direct_args& 
     if (!as.permits(st, R_OK)) return fail(ODAFS_ERR_ACCES);
   }
   if (!engine_ || a.session == 0) return fail(ODAFS_ERR_NOTSUPP);
-  uint64_t size = static_cast<uint64_t>(st.st_size);
+  // Held while the bytes are gathered, not while the engine sends them: the pins keep
+  // cached blocks whole from there on, and a slow client must not hold up writers.
+  uint64_t size = 0;
+  auto locked = lock_for_read(node, &size);
+  if (!locked.ok()) return fail(status_from_errno(locked.errno_value()));
+  st.st_size = static_cast<off_t>(size);
   uint32_t count = std::min(a.count, options_.max_io);
   uint32_t len =
       a.offset >= size ? 0 : static_cast<uint32_t>(std::min<uint64_t>(count, size - a.offset));
@@ -191,6 +210,7 @@ void FileService::do_read_direct(const rpc::CallContext& ctx, read_direct_args& 
       if (copy < p.length) parts.push_back({zeros + copy, p.length - copy});
     }
   }
+  locked.value().unlock();
   ordma::Fault f = engine_->push(a.session, a.buffer, a.buffer_offset, a.tag, parts.data(),
                                  static_cast<int>(parts.size()));
   pins.clear();
@@ -212,7 +232,12 @@ void FileService::do_getrefs(const rpc::CallContext&, getrefs_args& a, rpc::Repl
   if (!engine_ || a.session == 0) {
     return reply_status<getrefs_res>(r, xp(xdr_getrefs_res), ODAFS_ERR_NOTSUPP);
   }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  uint64_t size = 0;
+  auto locked = lock_for_read(node, &size);
+  if (!locked.ok()) {
+    return reply_status<getrefs_res>(r, xp(xdr_getrefs_res),
+                                     status_from_errno(locked.errno_value()));
+  }
   uint64_t end = std::min<uint64_t>(size, a.offset + std::min<uint64_t>(a.count, options_.max_io));
   thread_local std::vector<odafs_ref> refs;
   refs.clear();
@@ -300,6 +325,9 @@ void FileService::do_write_direct(const rpc::CallContext& ctx, write_direct_args
 
 void FileService::write_through(const OpenNode& node, uint64_t offset, odafs_stable_how stable,
                                 const char* src, size_t len, rpc::Reply& r) {
+  // Exclusive over the file, its cached blocks and the size the reply reports; the sync
+  // below needs no lock.
+  std::unique_lock locked(node->data_lock);
   size_t done = 0;
   while (done < len) {
     ssize_t n = env_->pwrite(node.fd(), src + done, len - done, static_cast<off_t>(offset + done));
@@ -318,6 +346,9 @@ void FileService::write_through(const OpenNode& node, uint64_t offset, odafs_sta
   for (const BlockPiece& p : BlockSpan(offset, len, cache_.block_size())) {
     cache_.update(cache::BlockKey{node->id, p.index}, p.in_block, src + p.done, p.length);
   }
+  struct stat st {};
+  fstat(node.fd(), &st);
+  locked.unlock();
   odafs_stable_how committed = ODAFS_UNSTABLE;
   if (stable == ODAFS_FILE_SYNC) {
     if (env_->fsync(node.fd()) != 0) {
@@ -336,8 +367,6 @@ void FileService::write_through(const OpenNode& node, uint64_t offset, odafs_sta
   res.write_res_u.ok.count = static_cast<u_int>(len);
   res.write_res_u.ok.committed = committed;
   std::memcpy(res.write_res_u.ok.verf, write_verf_.data(), write_verf_.size());
-  struct stat st;
-  fstat(node.fd(), &st);
   fill_attr(st, &res.write_res_u.ok.attr);
   r.send(xp(xdr_write_res), &res);
 }

@@ -147,4 +147,23 @@ size_t CrashSimulatingEnv::unsynced_files() const {
   return pending_.size();
 }
 
+ssize_t SlowWriteEnv::pread(int fd, void* buf, size_t len, off_t offset) {
+  return posix_file_env().pread(fd, buf, len, offset);
+}
+
+ssize_t SlowWriteEnv::pwrite(int fd, const void* buf, size_t len, off_t offset) {
+  size_t first = len / 2;
+  if (first == 0) return posix_file_env().pwrite(fd, buf, len, offset);
+  ssize_t n = posix_file_env().pwrite(fd, buf, first, offset);
+  if (n < static_cast<ssize_t>(first)) return n;  // failed or short: the caller goes on
+  ::usleep(pause_us_);
+  ssize_t m = posix_file_env().pwrite(fd, static_cast<const char*>(buf) + first, len - first,
+                                      offset + static_cast<off_t>(first));
+  return m < 0 ? n : n + m;
+}
+
+int SlowWriteEnv::ftruncate(int fd, off_t size) { return posix_file_env().ftruncate(fd, size); }
+int SlowWriteEnv::fsync(int fd) { return posix_file_env().fsync(fd); }
+int SlowWriteEnv::fdatasync(int fd) { return posix_file_env().fdatasync(fd); }
+
 }  // namespace odafs::server

@@ -3,10 +3,11 @@
 // procedures do goes through a FileEnv; namespace operations (openat, renameat, ...) do
 // not.
 //
-// Two implementations: PosixFileEnv, the real system calls, and CrashSimulatingEnv, which
+// Three implementations: PosixFileEnv, the real system calls; CrashSimulatingEnv, which
 // remembers how to undo every change not yet made durable and undoes them all when asked
-// to simulate a crash, as a power loss would drop them from the page cache. Killing a
-// process (SIGKILL) keeps the page cache, so without it a test cannot tell a missing fsync.
+// to simulate a crash, as a power loss would drop them from the page cache (killing a
+// process keeps the page cache, so without it a test cannot tell a missing fsync); and
+// SlowWriteEnv, which widens the window in which a write is half done.
 #pragma once
 
 #include <sys/types.h>
@@ -78,6 +79,24 @@ class CrashSimulatingEnv final : public FileEnv {
   mutable std::mutex mu_;
   std::map<Key, Pending> pending_;
   bool crashed_ = false;
+};
+
+// Writes each pwrite in two halves with a pause between; everything else as posix_file_env.
+// The kernel does not make pread atomic against a pwrite of the same page (a read may copy
+// a page the write has half filled); this makes that window wide enough for a test to hit
+// it every time, so the server's own ordering of reads against writes can be checked.
+// Thread-safety: stateless; thread-safe.
+class SlowWriteEnv final : public FileEnv {
+ public:
+  explicit SlowWriteEnv(unsigned pause_us) : pause_us_(pause_us) {}
+  ssize_t pread(int fd, void* buf, size_t len, off_t offset) override;
+  ssize_t pwrite(int fd, const void* buf, size_t len, off_t offset) override;
+  int ftruncate(int fd, off_t size) override;
+  int fsync(int fd) override;
+  int fdatasync(int fd) override;
+
+ private:
+  const unsigned pause_us_;
 };
 
 }  // namespace odafs::server

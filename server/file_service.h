@@ -117,6 +117,10 @@ class FileService {
   void reply_node(const Node& node, const struct stat& st, rpc::Reply& r);
   // Forgets a removed object and drops its cached blocks.
   void forget(const struct stat& st);
+  // Sets the size of regular file node (opened writable) and drops the cached blocks it
+  // cut or grew over, under the node's data lock; then makes the size stable. Returns 0 or
+  // the errno.
+  int truncate_file(const OpenNode& node, uint64_t size);
   // Drops the cached blocks of file `id` from the one holding byte `from` through the last
   // block of a file old_size bytes long (block 0 if it was empty): after a size change to
   // `from` (growing within the last block makes that block stale too), or a removal
@@ -142,6 +146,11 @@ class FileService {
                      const char* src, size_t len, rpc::Reply& r);
   // How long a direct write waits for the client's bytes.
   static constexpr int kPullTimeoutMs = 10000;
+  // Holds node's data lock shared (see Node::data_lock) and sets *size to the file's size
+  // under it, so that no write is half done in what the caller reads, size included.
+  // Fails with the errno of fstat.
+  Result<std::shared_lock<std::shared_mutex>> lock_for_read(const OpenNode& node,
+                                                             uint64_t* size);
   // Reads block `index` of node into the cache, filling from the file on a miss, and
   // pins it in *pin (or leaves pin->bypass() set: no block to spare). Fails with the
   // errno of the failed fill.

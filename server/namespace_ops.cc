@@ -137,12 +137,8 @@ void FileService::do_setattr(const rpc::CallContext& ctx, setattr_args& a, rpc::
       err = EFBIG;
     } else if (Status w = nodes_.make_writable(node); !w.ok()) {
       err = w.errno_value() == EBADF ? EACCES : w.errno_value();
-    } else if (env_->ftruncate(node.fd(), static_cast<off_t>(size)) != 0 ||
-               env_->fsync(node.fd()) != 0) {
-      // A size change is stable when SETATTR answers, as NFS asks of every SETATTR.
-      err = errno;
     } else {
-      drop_cached_blocks(node->id, size, static_cast<uint64_t>(st.st_size));
+      err = truncate_file(node, size);
     }
   }
   if ((a.atime.how != ODAFS_TIME_DONT_CHANGE || a.mtime.how != ODAFS_TIME_DONT_CHANGE) &&
@@ -280,6 +276,19 @@ void FileService::forget(const struct stat& st) {
   if (id != 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
     drop_cached_blocks(id, 0, static_cast<uint64_t>(st.st_size));
   }
+}
+
+int FileService::truncate_file(const OpenNode& node, uint64_t size) {
+  {
+    // The size the cache is cut back from must be the one the truncation changed.
+    std::unique_lock locked(node->data_lock);
+    struct stat before;
+    if (fstat(node.fd(), &before) != 0) return errno;
+    if (env_->ftruncate(node.fd(), static_cast<off_t>(size)) != 0) return errno;
+    drop_cached_blocks(node->id, size, static_cast<uint64_t>(before.st_size));
+  }
+  // A size change is stable when SETATTR answers, as NFS asks of every SETATTR.
+  return env_->fsync(node.fd()) != 0 ? errno : 0;
 }
 
 void FileService::drop_cached_blocks(uint64_t id, uint64_t from, uint64_t old_size) {

@@ -58,6 +58,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -98,6 +99,12 @@ struct Node {
   dev_t dev = 0;
   ino_t ino = 0;
   mode_t type = 0;  // S_IFREG, S_IFDIR, ...
+  // Orders changes to a file's bytes against reads of them (the FileService's, not the
+  // table's): a write or truncation holds it exclusively while it changes the file and
+  // its cached blocks; a read that may fill cache blocks from the file, or read the file
+  // directly, holds it shared. The kernel does not make pread atomic against a pwrite of
+  // the same page, so without it a fill could cache half of a write.
+  mutable std::shared_mutex data_lock;
 
  private:
   friend class NodeTable;

@@ -53,6 +53,8 @@ namespace {
                "  --auth-sys acts as each caller's AUTH_SYS uid/gid (needs root).\n"
                "  --simulate-crashes (testing only): SIGUSR1 drops every change not yet\n"
                "  synced, as a power loss would, and exits at once (status 86).\n"
+               "  --slow-writes US (testing only): each write lands in two halves US\n"
+               "  microseconds apart, so that reads racing writes can be checked.\n"
                "  --max-connections-per-address (default 256; 0: none) keeps one host from\n"
                "  taking every connection; --idle-timeout (default 300; 0: never) closes RPC\n"
                "  connections that complete no call for that long.\n"
@@ -101,6 +103,7 @@ int main(int argc, char** argv) {
   odafs::ordma::EngineOptions engine_options;
   long max_direct_writes = -1;  // -1: --threads - 1
   bool simulate_crashes = false;
+  unsigned slow_write_us = 0;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     auto value = [&]() -> const char* {
@@ -154,6 +157,8 @@ int main(int argc, char** argv) {
       fs.ordma = false;
     } else if (flag == "--simulate-crashes") {
       simulate_crashes = true;
+    } else if (flag == "--slow-writes") {
+      slow_write_us = static_cast<unsigned>(number("--slow-writes", value(), 1, 1000000));
     } else if (flag == "--auth-sys") {
       fs.auth_sys = true;
     } else if (flag == "--help" || flag == "-h") {
@@ -181,6 +186,8 @@ int main(int argc, char** argv) {
   // unsynced change: a SIGKILL keeps the page cache, so only this shows a missing fsync.
   odafs::server::CrashSimulatingEnv crash_env;
   if (simulate_crashes) fs.env = &crash_env;
+  odafs::server::SlowWriteEnv slow_env(slow_write_us);
+  if (slow_write_us > 0) fs.env = &slow_env;
 
   try {
     odafs::server::CpuAccounting cpu;
