@@ -28,6 +28,13 @@ inline void futex_wait(std::atomic<uint32_t>* word, uint32_t expected,
 }
 
 // CLOCK_MONOTONIC deadlines for futex_wait.
+// CLOCK_MONOTONIC now, in nanoseconds.
+inline int64_t monotonic_ns() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<int64_t>(t.tv_sec) * 1000000000LL + t.tv_nsec;
+}
+
 inline timespec deadline_after_ms(int ms) {
   timespec d;
   clock_gettime(CLOCK_MONOTONIC, &d);

@@ -108,6 +108,8 @@ inline int errno_from_status(int status) {
       return EINVAL;
     case ODAFS_ERR_NOTSUPP:
       return EOPNOTSUPP;
+    case ODAFS_ERR_DELAY:
+      return EAGAIN;
     default:
       return EIO;
   }

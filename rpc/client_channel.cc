@@ -71,40 +71,15 @@ void Channel::start(Call& c, uint32_t proc, xdrproc_t xargs, const void* args) {
   c.error_.clear();
   c.posted_length_.reset();
   c.deadline_ = deadline_after_ms(options_.timeout_ms);
+  c.started_ns_ = monotonic_ns();
 
-  rpc_msg msg{};
-  msg.rm_xid = c.xid_;
-  msg.rm_direction = CALL;
-  msg.rm_call.cb_rpcvers = RPC_MSG_VERSION;
-  msg.rm_call.cb_prog = options_.program;
-  msg.rm_call.cb_vers = options_.version;
-  msg.rm_call.cb_proc = proc;
-  if (cred_.empty()) {
-    msg.rm_call.cb_cred = _null_auth;
-  } else {
-    msg.rm_call.cb_cred.oa_flavor = AUTH_SYS;
-    msg.rm_call.cb_cred.oa_base = cred_.data();
-    msg.rm_call.cb_cred.oa_length = static_cast<u_int>(cred_.size());
+  CallSpec spec{c.xid_, options_.program, options_.version, proc,
+                std::string_view(cred_.data(), cred_.size())};
+  Result<size_t> record = encode_call_record(spec, xargs, args, options_.max_record, &c.request_);
+  if (!record.ok()) {
+    throw RpcError(RpcError::Kind::kTransport, record.errno_value(), record.status().message());
   }
-  msg.rm_call.cb_verf = _null_auth;
-
-  // Size the buffer for this call once: header (with the largest credential) + arguments.
-  unsigned long arg_bytes = xdr_sizeof(xargs, const_cast<void*>(args));
-  if (arg_bytes == 0 && xargs != to_xdrproc(xdr_nothing)) {
-    throw RpcError(RpcError::Kind::kTransport, EINVAL, "rpc call arguments do not encode");
-  }
-  size_t need = 4 + 40 + 2 * MAX_AUTH_BYTES + arg_bytes;
-  if (need > options_.max_record + 4) {
-    throw RpcError(RpcError::Kind::kTransport, EMSGSIZE, "rpc call arguments too large");
-  }
-  if (c.request_.size() < need) c.request_.resize(need);
-  XDR x;
-  xdrmem_create(&x, c.request_.data() + 4, static_cast<u_int>(c.request_.size() - 4), XDR_ENCODE);
-  bool ok = xdr_callmsg(&x, &msg) && xargs(&x, const_cast<void*>(args), 0);
-  size_t body = xdr_getpos(&x);
-  xdr_destroy(&x);
-  if (!ok) throw RpcError(RpcError::Kind::kTransport, EINVAL, "rpc call arguments do not encode");
-  put_record_mark(c.request_.data(), static_cast<uint32_t>(body), true);
+  const size_t body = *record - 4;
 
   c.state_.store(Call::kPending, std::memory_order_relaxed);
   {
@@ -202,6 +177,11 @@ Call* Channel::take_pending(uint32_t xid) {
 }
 
 void Channel::complete(Call* c) {
+  // Only the receiver completes calls with replies, so a plain max suffices; fail_all's
+  // completions carry an error and confirm nothing.
+  if (c->error_.empty() && c->started_ns_ > confirmed_ns_.load(std::memory_order_relaxed)) {
+    confirmed_ns_.store(c->started_ns_, std::memory_order_release);
+  }
   // The notify word is bumped before the call turns ready: once it is ready its owner may
   // free both. A sleeper on the word that looked before the bump finds the word changed;
   // one that looked after it finds the call ready or is woken below. Waking an address
@@ -230,7 +210,8 @@ void Channel::fail_all(const std::string& why) {
 void Channel::receive_loop() {
   try {
     for (;;) {
-      char head[8];
+      // Record mark, XID and direction: every reply and call has at least these.
+      char head[12];
       if (!net::read_full(fd_, head, sizeof head)) {
         fail_all("server closed the connection");
         return;
@@ -239,20 +220,24 @@ void Channel::receive_loop() {
       uint32_t xid = load_be32(head + 4);
       size_t frag = mark & ~kLastFragment;
       bool last = (mark & kLastFragment) != 0;
-      if (frag < 4 || frag > options_.max_record) {
+      if (frag < 8 || frag > options_.max_record) {
         fail_all("bad record mark from server");
         return;
       }
-      Call* c = take_pending(xid);
-      if (c == nullptr) {  // timed out and abandoned: skip its reply
-        discard(frag - 4, last);
+      if (load_be32(head + 8) == CALL) {  // a callback from the server
+        take_callback(head + 4, frag - 8, last);
         continue;
       }
-      c->reply_.resize(4);
-      std::memcpy(c->reply_.data(), head + 4, 4);
-      if (c->posted_ != nullptr && last && frag >= c->posted_header_ && c->posted_header_ >= 8) {
+      Call* c = take_pending(xid);
+      if (c == nullptr) {  // timed out and abandoned: skip its reply
+        discard(frag - 8, last);
+        continue;
+      }
+      c->reply_.resize(8);
+      std::memcpy(c->reply_.data(), head + 4, 8);
+      if (c->posted_ != nullptr && last && frag >= c->posted_header_ && c->posted_header_ >= 12) {
         c->reply_.resize(c->posted_header_);
-        net::read_full(fd_, c->reply_.data() + 4, c->posted_header_ - 4);
+        net::read_full(fd_, c->reply_.data() + 8, c->posted_header_ - 8);
         size_t payload = load_be32(c->reply_.data() + c->posted_header_ - 4);
         size_t rest = frag - c->posted_header_;
         size_t padded = payload + xdr_padding(payload);
@@ -273,7 +258,7 @@ void Channel::receive_loop() {
         }
         read_generic(c, rest, last);  // not the posted layout: keep it whole
       } else {
-        read_generic(c, frag - 4, last);
+        read_generic(c, frag - 8, last);
       }
       complete(c);
     }
@@ -281,6 +266,42 @@ void Channel::receive_loop() {
     if (!broken()) ODAFS_LOG_WARN("rpc channel: %s", e.what());
     fail_all(e.what());
   }
+}
+
+void Channel::take_callback(const char* xid_and_direction, size_t frag_left, bool last) {
+  // Callbacks are small and come whole in one fragment; anything else is dropped.
+  if (!last || frag_left > kMaxCallbackRecord) {
+    ODAFS_LOG_WARN("rpc channel: dropping a %zu-byte callback from the server", frag_left);
+    discard(frag_left, last);
+    return;
+  }
+  callback_record_.resize(8 + frag_left);
+  std::memcpy(callback_record_.data(), xid_and_direction, 8);
+  net::read_full(fd_, callback_record_.data() + 8, frag_left);
+  CallHeader header;
+  size_t args_offset = 0;
+  if (decode_call_header(callback_record_.data(), callback_record_.size(), &header,
+                         &args_offset) != CallHeaderStatus::kOk) {
+    ODAFS_LOG_WARN("rpc channel: dropping a malformed callback from the server");
+    return;
+  }
+  std::shared_ptr<const CallbackHandler> handler;
+  {
+    std::lock_guard lock(pending_mu_);
+    handler = callback_handler_;
+  }
+  if (!handler) return;
+  XDR x;
+  xdrmem_create(&x, callback_record_.data() + args_offset,
+                static_cast<u_int>(callback_record_.size() - args_offset), XDR_DECODE);
+  (*handler)(header, &x);
+  xdr_destroy(&x);
+}
+
+void Channel::set_callback_handler(CallbackHandler handler) {
+  auto h = std::make_shared<const CallbackHandler>(std::move(handler));
+  std::lock_guard lock(pending_mu_);
+  callback_handler_ = std::move(h);
 }
 
 // Appends the rest of the current fragment, and any following fragments of the record,

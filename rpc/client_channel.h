@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -27,6 +28,7 @@
 
 #include "base/net.h"
 #include "rpc/errors.h"
+#include "rpc/message_header.h"
 
 namespace odafs::rpc {
 
@@ -89,7 +91,8 @@ class Call {
   std::atomic<uint32_t> state_{kIdle};
   std::atomic<uint32_t>* notify_ = nullptr;
   timespec deadline_{};
-  std::string error_;  // non-empty: the transport failed this call
+  int64_t started_ns_ = 0;  // CLOCK_MONOTONIC, when start() sent it
+  std::string error_;       // non-empty: the transport failed this call
 };
 
 class Channel {
@@ -127,6 +130,17 @@ class Channel {
   // True once the connection has failed; every later call throws.
   bool broken() const { return broken_.load(std::memory_order_acquire); }
 
+  // Calls the server makes on this connection (callbacks: one-way, no reply is sent).
+  // The handler runs on the receiver thread, in order with the replies around it: it must
+  // be quick and must never wait for a reply on this channel. Thread-safe.
+  using CallbackHandler = std::function<void(const CallHeader& header, XDR* args)>;
+  void set_callback_handler(CallbackHandler handler);
+
+  // When (CLOCK_MONOTONIC ns) the newest call that has its reply was started: the server
+  // answered this connection after that moment, and every callback it sent before
+  // answering has been handled. 0 before the first reply. Thread-safe.
+  int64_t confirmed_since_ns() const { return confirmed_ns_.load(std::memory_order_acquire); }
+
   // Bytes of an accepted, successful reply header with AUTH_NONE verifier (XID included).
   static constexpr size_t kAcceptedReplyHeaderBytes = 24;
 
@@ -136,6 +150,10 @@ class Channel {
   Call* take_pending(uint32_t xid);
   void complete(Call* c);
   void read_generic(Call* c, size_t frag_left, bool last);
+  // Reads a CALL record from the server (its XID and direction already read) and runs the
+  // callback handler on it.
+  void take_callback(const char* xid_and_direction, size_t frag_left, bool last);
+  static constexpr size_t kMaxCallbackRecord = 4096;
   void discard(size_t frag_left, bool last);
 
   Options options_;
@@ -149,6 +167,10 @@ class Channel {
   std::mutex pending_mu_;
   std::vector<Call*> pending_;  // few in flight: a linear scan beats hashing here
   std::string broken_reason_;   // guarded by pending_mu_
+
+  std::shared_ptr<const CallbackHandler> callback_handler_;  // guarded by pending_mu_
+  std::vector<char> callback_record_;                        // the receiver's alone
+  std::atomic<int64_t> confirmed_ns_{0};
 
   std::thread receiver_;
 };

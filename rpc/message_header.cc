@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "rpc/record.h"
+#include "rpc/xdr_util.h"
+
 namespace odafs::rpc {
 namespace {
 
@@ -114,6 +117,42 @@ bool decode_credential(const CallHeader& h, CallerCred* cred) {
   cred->ngids = std::min<u_int>(parms.aup_len, 16);
   for (uint32_t i = 0; i < cred->ngids; ++i) cred->gids[i] = gids[i];
   return true;
+}
+
+Result<size_t> encode_call_record(const CallSpec& spec, xdrproc_t xargs, const void* args,
+                                  size_t max_record, std::vector<char>* out) {
+  rpc_msg msg{};
+  msg.rm_xid = spec.xid;
+  msg.rm_direction = CALL;
+  msg.rm_call.cb_rpcvers = RPC_MSG_VERSION;
+  msg.rm_call.cb_prog = spec.prog;
+  msg.rm_call.cb_vers = spec.vers;
+  msg.rm_call.cb_proc = spec.proc;
+  if (spec.auth_sys_body.empty()) {
+    msg.rm_call.cb_cred = _null_auth;
+  } else {
+    msg.rm_call.cb_cred.oa_flavor = AUTH_SYS;
+    msg.rm_call.cb_cred.oa_base = const_cast<char*>(spec.auth_sys_body.data());
+    msg.rm_call.cb_cred.oa_length = static_cast<u_int>(spec.auth_sys_body.size());
+  }
+  msg.rm_call.cb_verf = _null_auth;
+
+  // Size the buffer once: header (with the largest credential) + arguments.
+  unsigned long arg_bytes = xdr_sizeof(xargs, const_cast<void*>(args));
+  if (arg_bytes == 0 && xargs != to_xdrproc(xdr_nothing)) {
+    return Status(EINVAL, "rpc call arguments do not encode");
+  }
+  size_t need = 4 + 40 + 2 * MAX_AUTH_BYTES + arg_bytes;
+  if (need > max_record + 4) return Status(EMSGSIZE, "rpc call arguments too large");
+  if (out->size() < need) out->resize(need);
+  XDR x;
+  xdrmem_create(&x, out->data() + 4, static_cast<u_int>(out->size() - 4), XDR_ENCODE);
+  bool ok = xdr_callmsg(&x, &msg) && xargs(&x, const_cast<void*>(args), 0);
+  size_t body = xdr_getpos(&x);
+  xdr_destroy(&x);
+  if (!ok) return Status(EINVAL, "rpc call arguments do not encode");
+  put_record_mark(out->data(), static_cast<uint32_t>(body), true);
+  return body + 4;
 }
 
 }  // namespace odafs::rpc

@@ -10,8 +10,14 @@
 // C++. decode_reply_header keeps every status as the plain word it arrived as.
 #pragma once
 
+#include <rpc/rpc.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
 
 namespace odafs::rpc {
 
@@ -76,5 +82,21 @@ struct ReplyHeader {
 // Never reads outside the record.
 bool decode_reply_header(const char* record, size_t length, ReplyHeader* header,
                          size_t* results_offset);
+
+// What a CALL record carries besides its arguments.
+struct CallSpec {
+  uint32_t xid = 0;
+  uint32_t prog = 0;
+  uint32_t vers = 0;
+  uint32_t proc = 0;
+  std::string_view auth_sys_body;  // an encoded AUTH_SYS credential; empty for AUTH_NONE
+};
+
+// Encodes a whole CALL record, record mark included, into *out (grown as needed, never
+// shrunk, so a reused buffer allocates nothing) and returns its length. Fails with
+// EINVAL if the arguments do not encode, EMSGSIZE if the record would pass max_record.
+// The one encoder of call records: the client's calls and the server's callbacks use it.
+Result<size_t> encode_call_record(const CallSpec& spec, xdrproc_t xargs, const void* args,
+                                  size_t max_record, std::vector<char>* out);
 
 }  // namespace odafs::rpc

@@ -269,6 +269,7 @@ void Server::close_connection(Connection* conn) {
   auto host = per_address_.find(conn->host);
   if (host != per_address_.end() && --host->second == 0) per_address_.erase(host);
   conns_.erase(conn->id);  // the fd closes when the last in-progress call lets go
+  if (options_.on_connection_closed) options_.on_connection_closed(conn->id);
 }
 
 void Server::on_readable(Connection* raw, Worker& w) {
@@ -467,6 +468,7 @@ void Server::dispatch(Connection& conn, std::vector<char>& record, Worker& w) {
   ctx.proc = proc;
   ctx.cred = &cred;
   ctx.peer = &conn.peer;
+  ctx.connection = conn.id;
   XDR in;
   xdrmem_create(&in, record.data() + args_offset, static_cast<u_int>(record.size() - args_offset),
                 XDR_DECODE);

@@ -34,6 +34,7 @@ struct CallContext {
   uint32_t proc = 0;
   const CallerCred* cred = nullptr;
   const std::string* peer = nullptr;  // "HOST:PORT" of the client
+  uint64_t connection = 0;            // the connection's id: Server::send_to_connection
 };
 
 // Builds the reply of one call. A handler must call results() (then encode into the
@@ -123,6 +124,9 @@ class Server {
     // Called on each pool thread as it starts and before it exits (e.g. CPU accounting).
     std::function<void()> on_thread_start;
     std::function<void()> on_thread_exit;
+    // Called once for each connection as it closes, with its id, on the closing thread
+    // (with no server lock held: it may call send_to_connection for other connections).
+    std::function<void(uint64_t connection)> on_connection_closed;
   };
 
   // Binds the listening socket (so bound() is known) but serves nothing until start().
@@ -139,6 +143,12 @@ class Server {
   void stop();
 
   const net::Endpoint& bound() const { return bound_; }
+
+  // Sends record[0, len) (a whole record, mark included: a one-way CALL to the client,
+  // say) on connection `connection`, in order with its replies. Never blocks on the
+  // client: what the socket does not take waits with the replies (and counts against
+  // their budget). False when that connection is closed. Thread-safe.
+  bool send_to_connection(uint64_t connection, const char* record, size_t len);
 
   // Counters, safe to read from any thread at any time.
   struct Counters {
@@ -182,6 +192,8 @@ class Server {
                    Worker& w);
   void dispatch(Connection& conn, std::vector<char>& record, Worker& w);
   void send_reply(Connection& conn, Worker& w, size_t body_len);
+  // Sends or queues a whole record on conn. False when conn can take no more.
+  bool send_record(Connection& conn, const char* data, size_t len);
   void arm_readable(Connection& conn);
   void arm_writable(Connection& conn);
   void on_writable(uint64_t conn_id, Worker& w);

@@ -154,11 +154,24 @@ void Server::run_records(Connection& conn, std::vector<std::vector<char>>& recor
 
 void Server::send_reply(Connection& conn, Worker& w, size_t body_len) {
   put_record_mark(w.reply.data(), static_cast<uint32_t>(body_len), true);
-  const char* data = w.reply.data();
-  size_t len = body_len + 4;
+  send_record(conn, w.reply.data(), body_len + 4);
+}
+
+bool Server::send_to_connection(uint64_t connection, const char* record, size_t len) {
+  std::shared_ptr<Connection> conn;
+  {
+    std::lock_guard lock(conns_mu_);
+    auto it = conns_.find(connection);
+    if (it == conns_.end()) return false;
+    conn = it->second;
+  }
+  return send_record(*conn, record, len);
+}
+
+bool Server::send_record(Connection& conn, const char* data, size_t len) {
   counters_.bytes_out.fetch_add(len, std::memory_order_relaxed);
   std::unique_lock lock(conn.write_mu);
-  if (conn.closed.load(std::memory_order_relaxed) || conn.write_failed) return;
+  if (conn.closed.load(std::memory_order_relaxed) || conn.write_failed) return false;
   size_t sent = 0;
   if (conn.unsent() == 0) {  // nothing queued: try the socket now
     while (sent < len) {
@@ -172,10 +185,10 @@ void Server::send_reply(Connection& conn, Worker& w, size_t body_len) {
       } else {
         ODAFS_LOG_DEBUG("reply to %s failed: %s", conn.peer.c_str(), strerror(errno));
         fail_writes(conn);
-        return;
+        return false;
       }
     }
-    if (sent == len) return;
+    if (sent == len) return true;
   }
   // The client is not keeping up: queue the rest, bounded, and let EPOLLOUT drain it.
   // Pool threads never block on a slow reader.
@@ -185,7 +198,7 @@ void Server::send_reply(Connection& conn, Worker& w, size_t body_len) {
     ODAFS_LOG_WARN_THROTTLED("closing connection from %s: %zu bytes of replies unread",
                              conn.peer.c_str(), conn.unsent() + (len - sent));
     fail_writes(conn);
-    return;
+    return false;
   }
   conn.backlog.insert(conn.backlog.end(), data + sent, data + len);
   conn.backlog_bytes.store(conn.unsent(), std::memory_order_relaxed);
@@ -194,6 +207,7 @@ void Server::send_reply(Connection& conn, Worker& w, size_t body_len) {
   if (was_empty) arm_writable(conn);
   lock.unlock();
   if (total > total_backlog_budget_) shed_backlog();
+  return true;
 }
 
 void Server::arm_readable(Connection& conn) {

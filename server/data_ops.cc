@@ -283,6 +283,8 @@ void FileService::do_write(const rpc::CallContext& ctx, write_args& a, rpc::Repl
   if (!node) return;
   odafs_stat status = check_write(ctx, node, st, a.offset, a.data.data_len);
   if (status != ODAFS_OK) return reply_status<write_res>(r, xp(xdr_write_res), status);
+  Delegations::Change change = delegations_.begin_change(node->id, ctx.connection);
+  if (change.delayed()) return reply_status<write_res>(r, xp(xdr_write_res), ODAFS_ERR_DELAY);
   write_through(node, a.offset, a.stable, a.data.data_val, a.data.data_len, r);
 }
 
@@ -298,6 +300,11 @@ void FileService::do_write_direct(const rpc::CallContext& ctx, write_direct_args
   odafs_stat status =
       valid(a.stable) ? check_write(ctx, node, st, a.offset, a.count) : ODAFS_ERR_INVAL;
   if (status == ODAFS_OK && (!engine_ || a.session == 0)) status = ODAFS_ERR_NOTSUPP;
+  // Others' delegations come back before the client is asked for its bytes.
+  Delegations::Change change = status == ODAFS_OK
+                                   ? delegations_.begin_change(node->id, ctx.connection)
+                                   : delegations_.begin_change(0, ctx.connection);
+  if (change.delayed()) status = ODAFS_ERR_DELAY;
   // Take a place among the writes that may wait on their clients (see Options); without
   // one the client writes by RPC instead.
   if (status == ODAFS_OK && direct_writes_waiting_.fetch_add(1, std::memory_order_acq_rel) >=

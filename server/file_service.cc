@@ -44,7 +44,12 @@ FileService::FileService(Options options, CpuAccounting* cpu)
       cpu_(cpu),
       env_(options_.env != nullptr ? options_.env : &posix_file_env()),
       nodes_(options_.export_root, options_.max_nodes, options_.max_open_files),
-      cache_(cache::BlockCache::Options{options_.cache_bytes, options_.block_size}) {
+      cache_(cache::BlockCache::Options{options_.cache_bytes, options_.block_size}),
+      delegations_(Delegations::Options{options_.lease_ms, std::min(options_.lease_ms, 1000),
+                                        options_.max_delegation_waiters},
+                   [this](uint64_t connection, const WireHandle& fh, uint64_t id) {
+                     return send_recall(connection, fh, id);
+                   }) {
   if (RAND_bytes(write_verf_.data(), static_cast<int>(write_verf_.size())) != 1) {
     throw std::runtime_error("RAND_bytes failed: no write verifier");
   }
@@ -136,6 +141,9 @@ void FileService::register_procedures(rpc::Server* server) {
        bind_procedure<xdr_read_direct_args, &FileService::do_read_direct>},
       {ODAFSPROC_WRITE_DIRECT, "WRITE_DIRECT",
        bind_procedure<xdr_write_direct_args, &FileService::do_write_direct>},
+      {ODAFSPROC_OPEN, "OPEN", bind_procedure<xdr_open_args, &FileService::do_open>},
+      {ODAFSPROC_DELEGRETURN, "DELEGRETURN",
+       bind_procedure<xdr_delegreturn_args, &FileService::do_delegreturn>},
   };
   // NULL and STATS take no arguments.
   server->add_procedure(ODAFSPROC_NULL, "NULL", [](const rpc::CallContext&, XDR*, rpc::Reply& r) {
@@ -187,6 +195,14 @@ void FileService::do_stats(rpc::Reply& r) {
   values.emplace_back("nodes.max_open_fds", nodes_.max_open_files());
   values.emplace_back("nodes.reopens", nodes_.reopens());
   values.emplace_back("direct_writes.refused_busy", direct_writes_refused_.load());
+  const auto& ds = delegations_.stats();
+  values.emplace_back("delegations.held", delegations_.held());
+  values.emplace_back("delegations.granted", ds.granted.load());
+  values.emplace_back("delegations.recalled", ds.recalled.load());
+  values.emplace_back("delegations.returned", ds.returned.load());
+  values.emplace_back("delegations.expired", ds.expired.load());
+  values.emplace_back("delegations.dropped", ds.dropped.load());
+  values.emplace_back("delegations.delayed", ds.delayed.load());
   if (engine_) {
     const ordma::EngineStats& es = engine_->stats();
     values.emplace_back("engine.connections", es.connections.load());

@@ -21,6 +21,7 @@
 #include "proto/wire_layout.h"
 #include "rpc/server.h"
 #include "server/cpu_accounting.h"
+#include "server/delegations.h"
 #include "server/file_env.h"
 #include "server/node_table.h"
 
@@ -46,6 +47,12 @@ class FileService {
     // File data I/O; null: the real system calls. Tests pass a CrashSimulatingEnv.
     // REQUIRES: outlives the service.
     FileEnv* env = nullptr;
+    // Open delegations (see server/delegations.h): granted at all, how long a recalled
+    // holder has to return one, and how many changes may wait for returns at once (keep
+    // it below the RPC thread count, so one thread is always free to take the returns).
+    bool delegations = true;
+    int lease_ms = 5000;
+    int max_delegation_waiters = 3;
   };
 
   // Throws std::system_error when the export cannot be opened.
@@ -69,6 +76,9 @@ class FileService {
   // Stops the engine; call before the RPC server stops so no read races the shutdown.
   void stop_engine();
   const ordma::Engine* engine() const { return engine_.get(); }
+
+  // The RPC server's hook for a closed connection: its delegations are gone.
+  void connection_closed(uint64_t connection) { delegations_.connection_closed(connection); }
 
   cache::BlockCache& cache() { return cache_; }
   NodeTable& nodes() { return nodes_; }
@@ -127,6 +137,16 @@ class FileService {
   // (from = 0).
   void drop_cached_blocks(uint64_t id, uint64_t from, uint64_t old_size);
 
+  // ---- delegation_ops.cc: OPEN, DELEGRETURN and recalls ----
+
+  void do_open(const rpc::CallContext& ctx, struct open_args& a, rpc::Reply& r);
+  void do_delegreturn(const rpc::CallContext& ctx, struct delegreturn_args& a, rpc::Reply& r);
+  // Sends CB_RECALL of delegation id on fh to connection (Delegations' recall sender).
+  bool send_recall(uint64_t connection, const WireHandle& fh, uint64_t id);
+  // Delegations::begin_change for the file (or none) that `name` in dir names now.
+  Delegations::Change begin_change_of_name(const OpenNode& dir, const char* name,
+                                           uint64_t connection);
+
   // ---- data_ops.cc: file bytes, through the block cache ----
 
   // resolve_or_reply for a call on a file's bytes: also replies ISDIR or INVAL and returns
@@ -167,6 +187,8 @@ class FileService {
   std::unique_ptr<ordma::Engine> engine_;
   std::array<unsigned char, 8> write_verf_;
   rpc::Server* server_ = nullptr;
+  Delegations delegations_;
+  std::atomic<uint32_t> next_callback_xid_{1};
   std::atomic<uint64_t> bytes_read_{0};
   std::atomic<uint64_t> bytes_written_{0};
   std::atomic<size_t> direct_writes_waiting_{0};

@@ -115,6 +115,9 @@ void FileService::do_setattr(const rpc::CallContext& ctx, setattr_args& a, rpc::
   struct stat st;
   OpenNode node = resolve_or_reply(a.fh, r, &st);
   if (!node) return;
+  // Delegation holders trust cached attributes too: any change takes them back.
+  Delegations::Change change = delegations_.begin_change(node->id, ctx.connection);
+  if (change.delayed()) return reply_status<attr_res>(r, xp(xdr_attr_res), ODAFS_ERR_DELAY);
   IdentityScope as(ctx.cred, options_.auth_sys);
   int err = 0;
   if (a.mode.set && err == 0) {
@@ -319,6 +322,8 @@ void FileService::remove_entry(const rpc::CallContext& ctx, diropargs& a, rpc::R
     return reply_status<stat_res>(r, xp(xdr_stat_res),
                                   dir_wanted ? ODAFS_ERR_NOTDIR : ODAFS_ERR_ISDIR);
   }
+  Delegations::Change change = begin_change_of_name(dir, a.name, ctx.connection);
+  if (change.delayed()) return reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_ERR_DELAY);
   if (unlinkat(dir.fd(), a.name, dir_wanted ? AT_REMOVEDIR : 0) != 0) {
     int err = errno == EEXIST ? ENOTEMPTY : errno;
     return reply_status<stat_res>(r, xp(xdr_stat_res), status_from_errno(err));
@@ -339,6 +344,11 @@ void FileService::do_rename(const rpc::CallContext& ctx, rename_args& a, rpc::Re
   if (!NodeTable::valid_name(a.from_name) || !NodeTable::valid_name(a.to_name)) {
     return reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_ERR_INVAL);
   }
+  // Both the object moved and the one it replaces change their name.
+  Delegations::Change moving = begin_change_of_name(from, a.from_name, ctx.connection);
+  if (moving.delayed()) return reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_ERR_DELAY);
+  Delegations::Change replacing = begin_change_of_name(to, a.to_name, ctx.connection);
+  if (replacing.delayed()) return reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_ERR_DELAY);
   IdentityScope as(ctx.cred, options_.auth_sys);
   struct stat replaced;
   bool had_target = fstatat(to.fd(), a.to_name, &replaced, AT_SYMLINK_NOFOLLOW) == 0;

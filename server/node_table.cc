@@ -467,6 +467,12 @@ Status NodeTable::make_writable(const OpenNode& node) {
   return {};
 }
 
+uint64_t NodeTable::id_of(dev_t dev, ino_t ino) const {
+  std::lock_guard lock(mu_);
+  auto it = by_inode_.find(Key{dev, ino});
+  return it == by_inode_.end() ? 0 : slots_[it->second].node->id;
+}
+
 uint64_t NodeTable::forget_if_unlinked(dev_t dev, ino_t ino, nlink_t links_left) {
   std::lock_guard lock(mu_);
   auto it = by_inode_.find(Key{dev, ino});

@@ -208,6 +208,9 @@ class NodeTable {
   // file, ESTALE if the object is not the node's any more, or what open/dup3 said.
   Status make_writable(const OpenNode& node);
 
+  // The id of the node of object (dev, ino), 0 if the table has none.
+  uint64_t id_of(dev_t dev, ino_t ino) const;
+
   // Drops the node of (dev, ino), if present and no longer linked anywhere: its handles
   // turn STALE. The link count comes from the node's descriptor if it is open, otherwise
   // links_left is believed (the caller's count from just before it unlinked, minus one).

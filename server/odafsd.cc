@@ -6,7 +6,7 @@
 //          [--engine-max-connections N] [--engine-handshake-timeout MS]
 //          [--engine-listen HOST:PORT] [--engine-threads N] [--no-ordma]
 //          [--max-rings N] [--no-local-rings] [--max-direct-writes N]
-//          [--max-input-mb N] [--max-backlog-mb N]
+//          [--max-input-mb N] [--max-backlog-mb N] [--lease-ms MS] [--no-delegations]
 //
 // Once ready it prints one line on stdout,
 //   "odafsd ready rpc=HOST:PORT engine=HOST:PORT|none export=DIR",
@@ -40,6 +40,7 @@ namespace {
                "              [--engine-listen HOST:PORT] [--engine-threads N] [--no-ordma]\n"
                "              [--max-rings N] [--no-local-rings] [--max-direct-writes N]\n"
                "              [--max-input-mb N] [--max-backlog-mb N]\n"
+               "              [--lease-ms MS] [--no-delegations]\n"
                "  --engine-listen defaults to the --listen host, port 0 (a free port).\n"
                "  --max-rings caps the shared-memory rings offered to same-host clients;\n"
                "  --no-local-rings offers none (those clients then read over TCP).\n"
@@ -53,6 +54,8 @@ namespace {
                "  --auth-sys acts as each caller's AUTH_SYS uid/gid (needs root).\n"
                "  --simulate-crashes (testing only): SIGUSR1 drops every change not yet\n"
                "  synced, as a power loss would, and exits at once (status 86).\n"
+               "  --lease-ms (default 5000): how long a client has to return a recalled\n"
+               "  delegation before it is taken back; --no-delegations grants none.\n"
                "  --slow-writes US (testing only): each write lands in two halves US\n"
                "  microseconds apart, so that reads racing writes can be checked.\n"
                "  --max-connections-per-address (default 256; 0: none) keeps one host from\n"
@@ -157,6 +160,10 @@ int main(int argc, char** argv) {
       fs.ordma = false;
     } else if (flag == "--simulate-crashes") {
       simulate_crashes = true;
+    } else if (flag == "--lease-ms") {
+      fs.lease_ms = static_cast<int>(number("--lease-ms", value(), 10, 600000));
+    } else if (flag == "--no-delegations") {
+      fs.delegations = false;
     } else if (flag == "--slow-writes") {
       slow_write_us = static_cast<unsigned>(number("--slow-writes", value(), 1, 1000000));
     } else if (flag == "--auth-sys") {
@@ -169,6 +176,7 @@ int main(int argc, char** argv) {
   }
   if (fs.export_root.empty() || listen.empty()) usage("--export and --listen are required");
   // One RPC thread always stays free of direct writes waiting on clients.
+  fs.max_delegation_waiters = std::max(threads - 1, 1);
   fs.max_direct_writes = max_direct_writes >= 0 ? static_cast<size_t>(max_direct_writes)
                                                 : static_cast<size_t>(threads - 1);
 
@@ -205,6 +213,7 @@ int main(int argc, char** argv) {
     ro.program = ODAFS_PROGRAM;
     ro.version = ODAFS_V1;
     ro.on_thread_start = [&cpu] { cpu.join("rpc"); };
+    ro.on_connection_closed = [&service](uint64_t c) { service.connection_closed(c); };
     ro.on_thread_exit = [&cpu] { cpu.leave(); };
     odafs::rpc::Server server(ro);
     service.register_procedures(&server);

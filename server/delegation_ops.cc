@@ -1,0 +1,88 @@
+// The open-delegation procedures of FileService: OPEN (LOOKUP that may grant a read
+// delegation), DELEGRETURN, and the CB_RECALL callbacks the server sends. The table of who
+// holds what is server/delegations.h; the changes that recall (WRITE, SETATTR, REMOVE,
+// RENAME, OPEN for writing) call begin_change from their own procedures.
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cstring>
+
+#include "proto/status.h"
+#include "rpc/message_header.h"
+#include "server/file_service.h"
+#include "server/identity.h"
+#include "server/reply_util.h"
+
+namespace odafs::server {
+
+void FileService::do_open(const rpc::CallContext& ctx, open_args& a, rpc::Reply& r) {
+  auto fail = [&](odafs_stat status) { reply_status<open_res>(r, xp(xdr_open_res), status); };
+  OpenNode dir = resolve_dir_or_reply(a.dir, a.name, r);
+  if (!dir) return;
+  IdentityScope as(ctx.cred, options_.auth_sys);
+  struct stat st;
+  if (fstat(dir.fd(), &st) != 0) return fail(status_from_errno(errno));
+  if (!as.permits(st, X_OK)) return fail(ODAFS_ERR_ACCES);
+  Result<NodeRef> node = nodes_.lookup(dir, a.name, &st);
+  if (!node) return fail(status_from_errno(node.errno_value()));
+  const WireHandle fh = nodes_.handle_of(**node);
+
+  open_res res{};
+  if (S_ISREG(st.st_mode) && (a.access & ODAFS_OPEN_WRITE) != 0) {
+    // Opening to write conflicts with others' delegations: take them back now, so that
+    // their holders stop trusting their copies before this client starts writing.
+    if (delegations_.begin_change((*node)->id, ctx.connection).delayed()) {
+      return fail(ODAFS_ERR_DELAY);
+    }
+  } else if (S_ISREG(st.st_mode) && options_.delegations && (a.access & ODAFS_OPEN_READ) != 0 &&
+             as.permits(st, R_OK)) {
+    res.open_res_u.ok.delegation = delegations_.grant((*node)->id, ctx.connection, fh);
+    if (res.open_res_u.ok.delegation != 0) {
+      // The attributes the holder will trust must be from after the grant: a change that
+      // slipped in between the lookup and the grant recalled nothing.
+      Result<OpenNode> open = nodes_.open(*node);
+      if (!open || fstat(open->fd(), &st) != 0) {
+        delegations_.returned((*node)->id, ctx.connection, res.open_res_u.ok.delegation);
+        res.open_res_u.ok.delegation = 0;
+      }
+    }
+  }
+  res.status = ODAFS_OK;
+  std::memcpy(res.open_res_u.ok.fh, fh.data(), fh.size());
+  fill_attr(st, &res.open_res_u.ok.attr);
+  res.open_res_u.ok.lease_ms = static_cast<u_int>(delegations_.lease_ms());
+  r.send(xp(xdr_open_res), &res);
+}
+
+void FileService::do_delegreturn(const rpc::CallContext& ctx, delegreturn_args& a,
+                                 rpc::Reply& r) {
+  Result<NodeRef> node = nodes_.resolve(reinterpret_cast<const unsigned char*>(a.fh));
+  // A handle gone stale has nothing left to return: the answer is OK either way.
+  if (node) delegations_.returned((*node)->id, ctx.connection, a.delegation);
+  reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_OK);
+}
+
+bool FileService::send_recall(uint64_t connection, const WireHandle& fh, uint64_t id) {
+  if (server_ == nullptr) return false;
+  cb_recall_args args{};
+  std::memcpy(args.fh, fh.data(), fh.size());
+  args.delegation = id;
+  thread_local std::vector<char> record;
+  rpc::CallSpec spec{next_callback_xid_.fetch_add(1, std::memory_order_relaxed),
+                     ODAFS_CB_PROGRAM, ODAFS_CB_V1, ODAFSCBPROC_RECALL, {}};
+  Result<size_t> n = rpc::encode_call_record(spec, xp(xdr_cb_recall_args), &args, 4096, &record);
+  return n.ok() && server_->send_to_connection(connection, record.data(), *n);
+}
+
+Delegations::Change FileService::begin_change_of_name(const OpenNode& dir, const char* name,
+                                                      uint64_t connection) {
+  struct stat st;
+  uint64_t id = 0;
+  if (fstatat(dir.fd(), name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+    id = nodes_.id_of(st.st_dev, st.st_ino);
+  }
+  // Node ids start at 1: id 0 is nobody's, so its Change never waits.
+  return delegations_.begin_change(id, connection);
+}
+
+}  // namespace odafs::server

@@ -1,0 +1,185 @@
+#include "server/delegations.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace odafs::server {
+namespace {
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+Delegations::Delegations(Options options, RecallFn send_recall)
+    : options_(options), send_recall_(std::move(send_recall)) {
+  changing_.reserve(64);
+}
+
+Delegations::Change::~Change() {
+  if (owner_ != nullptr) owner_->end_change(node_);
+}
+
+void Delegations::end_change(uint64_t node) {
+  std::lock_guard lock(mu_);
+  auto it = std::find(changing_.begin(), changing_.end(), node);
+  if (it != changing_.end()) {
+    *it = changing_.back();
+    changing_.pop_back();
+  }
+}
+
+uint64_t Delegations::grant(uint64_t node, uint64_t connection, const WireHandle& fh) {
+  std::lock_guard lock(mu_);
+  if (std::find(changing_.begin(), changing_.end(), node) != changing_.end()) return 0;
+  FileState& f = files_[node];
+  f.fh = fh;
+  for (const Holder& h : f.holders) {
+    if (h.recalled_at_ms != 0) return 0;  // a change is waiting for this file
+  }
+  for (const Holder& h : f.holders) {
+    if (h.connection == connection) return h.id;
+  }
+  uint64_t id = next_id_++;
+  f.holders.push_back({connection, id, 0});
+  ++per_connection_[connection];
+  stats_.granted.fetch_add(1, std::memory_order_relaxed);
+  return id;
+}
+
+size_t Delegations::sweep_locked(uint64_t node, uint64_t connection, int64_t now,
+                                 std::vector<Holder>* to_recall) {
+  auto it = files_.find(node);
+  if (it == files_.end()) return 0;
+  std::vector<Holder>& holders = it->second.holders;
+  size_t others = 0;
+  for (size_t i = 0; i < holders.size();) {
+    Holder& h = holders[i];
+    if (h.connection == connection) {
+      ++i;
+      continue;
+    }
+    if (h.recalled_at_ms != 0 && now - h.recalled_at_ms >= options_.lease_ms) {
+      stats_.expired.fetch_add(1, std::memory_order_relaxed);
+      if (--per_connection_[h.connection] == 0) per_connection_.erase(h.connection);
+      holders[i] = holders.back();
+      holders.pop_back();
+      continue;
+    }
+    if (h.recalled_at_ms == 0) {
+      h.recalled_at_ms = std::max<int64_t>(now, 1);
+      to_recall->push_back(h);
+    }
+    ++others;
+    ++i;
+  }
+  return others;
+}
+
+void Delegations::erase_if_empty_locked(uint64_t node) {
+  auto it = files_.find(node);
+  if (it != files_.end() && it->second.holders.empty()) files_.erase(it);
+}
+
+Delegations::Change Delegations::begin_change(uint64_t node, uint64_t connection) {
+  std::unique_lock lock(mu_);
+  if (files_.find(node) == files_.end()) {  // the common case
+    changing_.push_back(node);
+    return Change(this, node);
+  }
+  const int64_t start = now_ms();
+  bool waiting = false;
+  auto leave = [&](bool clear) {
+    if (waiting) --waiters_;
+    erase_if_empty_locked(node);
+    if (!clear) {
+      stats_.delayed.fetch_add(1, std::memory_order_relaxed);
+      return Change(nullptr, node);
+    }
+    changing_.push_back(node);
+    return Change(this, node);
+  };
+  for (;;) {
+    std::vector<Holder> to_recall;
+    const int64_t now = now_ms();
+    if (sweep_locked(node, connection, now, &to_recall) == 0) return leave(true);
+    if (!to_recall.empty()) {
+      const WireHandle fh = files_[node].fh;
+      lock.unlock();
+      std::vector<Holder> unreachable;
+      for (const Holder& h : to_recall) {
+        stats_.recalled.fetch_add(1, std::memory_order_relaxed);
+        if (!send_recall_(h.connection, fh, h.id)) unreachable.push_back(h);
+      }
+      lock.lock();
+      for (const Holder& h : unreachable) {
+        // Its connection is closing: connection_closed drops it too, whichever is first.
+        auto f = files_.find(node);
+        if (f == files_.end()) break;
+        auto& holders = f->second.holders;
+        auto gone = std::find_if(holders.begin(), holders.end(), [&](const Holder& x) {
+          return x.connection == h.connection && x.id == h.id;
+        });
+        if (gone == holders.end()) continue;
+        holders.erase(gone);
+        stats_.dropped.fetch_add(1, std::memory_order_relaxed);
+        if (--per_connection_[h.connection] == 0) per_connection_.erase(h.connection);
+      }
+      continue;
+    }
+    if (now - start >= options_.wait_ms) return leave(false);
+    if (!waiting) {
+      if (waiters_ >= options_.max_waiters) return leave(false);
+      ++waiters_;
+      waiting = true;
+    }
+    // Wake at the first lease to run out, or when this operation has waited long enough.
+    int64_t until = start + options_.wait_ms;
+    for (const Holder& h : files_[node].holders) {
+      if (h.connection != connection) until = std::min(until, h.recalled_at_ms + options_.lease_ms);
+    }
+    changed_.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(until - now, 1)));
+  }
+}
+
+void Delegations::returned(uint64_t node, uint64_t connection, uint64_t id) {
+  std::lock_guard lock(mu_);
+  auto f = files_.find(node);
+  if (f == files_.end()) return;
+  auto& holders = f->second.holders;
+  auto it = std::find_if(holders.begin(), holders.end(), [&](const Holder& h) {
+    return h.connection == connection && h.id == id;
+  });
+  if (it == holders.end()) return;
+  holders.erase(it);
+  if (--per_connection_[connection] == 0) per_connection_.erase(connection);
+  stats_.returned.fetch_add(1, std::memory_order_relaxed);
+  erase_if_empty_locked(node);
+  changed_.notify_all();
+}
+
+void Delegations::connection_closed(uint64_t connection) {
+  std::lock_guard lock(mu_);
+  if (per_connection_.find(connection) == per_connection_.end()) return;
+  for (auto f = files_.begin(); f != files_.end();) {
+    auto& holders = f->second.holders;
+    size_t before = holders.size();
+    std::erase_if(holders, [&](const Holder& h) { return h.connection == connection; });
+    stats_.dropped.fetch_add(before - holders.size(), std::memory_order_relaxed);
+    f = holders.empty() ? files_.erase(f) : std::next(f);
+  }
+  per_connection_.erase(connection);
+  changed_.notify_all();
+}
+
+size_t Delegations::held() const {
+  std::lock_guard lock(mu_);
+  size_t n = 0;
+  for (const auto& [connection, count] : per_connection_) n += count;
+  return n;
+}
+
+}  // namespace odafs::server

@@ -1,0 +1,125 @@
+// Open delegations: which client connections hold a read delegation on which file, and
+// taking them back when another client changes the file.
+//
+// A read delegation lets its holder open the file again, and trust its cached attributes
+// and data, without asking the server (docs/protocol.md, "Open delegations"). Before an
+// operation that changes a file or the name it is reached by runs for one connection,
+// every other connection's delegation on that file is recalled: a CB_RECALL goes out on
+// the holder's own connection, and the operation waits for the DELEGRETURNs. A holder that
+// has not returned its delegation lease_ms after the recall loses it (an expiry), and one
+// whose connection closes loses it at once. The waiting costs an RPC thread, so at most
+// max_waiters operations wait at a time (one thread always stays free to take the
+// returns); others, and any that would wait past wait_ms, are answered DELAY, and the
+// client sends them again.
+//
+// Only read delegations are granted: a client's own writes never conflict with its own
+// delegation (it updates its own cache), and a write by another recalls them all.
+//
+// Thread-safety: every member function is thread-safe. The recall sender is called
+// without the table's lock held.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "server/node_table.h"
+
+namespace odafs::server {
+
+class Delegations {
+ public:
+  struct Options {
+    int lease_ms = 5000;   // a recalled holder's time to return it
+    int wait_ms = 1000;    // the longest one operation waits before DELAY
+    int max_waiters = 3;   // operations waiting at once (RPC threads - 1)
+  };
+  // Sends CB_RECALL of delegation `id` on file `fh` to `connection`; false if that
+  // connection is gone.
+  using RecallFn = std::function<bool(uint64_t connection, const WireHandle& fh, uint64_t id)>;
+
+  Delegations(Options options, RecallFn send_recall);
+
+  // Grants `connection` a read delegation on file `node` (whose handle is fh), or
+  // returns the one it holds. 0 when none can be granted: one is being recalled.
+  uint64_t grant(uint64_t node, uint64_t connection, const WireHandle& fh);
+
+  // A change to a file in progress: while one lives, no delegation on the file is
+  // granted, so none can be granted between the recall and the change itself.
+  class Change {
+   public:
+    Change(Change&& other) noexcept
+        : owner_(std::exchange(other.owner_, nullptr)), node_(other.node_) {}
+    Change(const Change&) = delete;
+    Change& operator=(const Change&) = delete;
+    ~Change();
+    // The change may not go ahead yet: answer DELAY and let the client call again.
+    bool delayed() const { return owner_ == nullptr; }
+
+   private:
+    friend class Delegations;
+    Change(Delegations* owner, uint64_t node) : owner_(owner), node_(node) {}
+    Delegations* owner_;
+    uint64_t node_;
+  };
+  // Before `connection` changes file `node` (its bytes, attributes or name): recalls every
+  // other connection's delegation on it and waits for them to come back or expire. Keep
+  // the result alive until the change is done. Allocates nothing unless there are
+  // delegations on the file.
+  Change begin_change(uint64_t node, uint64_t connection);
+
+  // DELEGRETURN of delegation `id` on `node` by `connection`; unknown ones are ignored.
+  void returned(uint64_t node, uint64_t connection, uint64_t id);
+
+  // The connection closed: its delegations are gone.
+  void connection_closed(uint64_t connection);
+
+  int lease_ms() const { return options_.lease_ms; }
+
+  struct Stats {
+    std::atomic<uint64_t> granted{0};
+    std::atomic<uint64_t> recalled{0};
+    std::atomic<uint64_t> returned{0};
+    std::atomic<uint64_t> expired{0};  // not returned within the lease: taken back
+    std::atomic<uint64_t> dropped{0};  // the holder's connection closed
+    std::atomic<uint64_t> delayed{0};  // operations answered DELAY
+  };
+  const Stats& stats() const { return stats_; }
+  size_t held() const;
+
+ private:
+  struct Holder {
+    uint64_t connection = 0;
+    uint64_t id = 0;
+    int64_t recalled_at_ms = 0;  // 0: not recalled
+  };
+  struct FileState {
+    WireHandle fh{};
+    std::vector<Holder> holders;
+  };
+  // Removes holders of `node` other than `connection` whose lease ran out; returns how
+  // many other holders remain, and in *to_recall those still to be sent a recall (marking
+  // them recalled). REQUIRES: mu_ held.
+  size_t sweep_locked(uint64_t node, uint64_t connection, int64_t now,
+                      std::vector<Holder>* to_recall);
+  void erase_if_empty_locked(uint64_t node);
+  void end_change(uint64_t node);
+
+  const Options options_;
+  const RecallFn send_recall_;
+  mutable std::mutex mu_;
+  std::condition_variable changed_;  // a return, a drop or an expiry
+  std::unordered_map<uint64_t, FileState> files_;         // by node id
+  std::unordered_map<uint64_t, size_t> per_connection_;  // delegations held
+  uint64_t next_id_ = 1;
+  int waiters_ = 0;
+  std::vector<uint64_t> changing_;  // nodes with a Change alive (few: one per RPC thread)
+  Stats stats_;
+};
+
+}  // namespace odafs::server
