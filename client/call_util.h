@@ -2,7 +2,11 @@
 // client/: not installed, not part of the API.
 #pragma once
 
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <string>
 
 #include "base/log.h"
@@ -93,13 +97,42 @@ inline Error error_from(const rpc::RpcError& e, const std::string& context) {
   return Error(e.code().value(), context + ": " + e.message());
 }
 
+// The errno a DELAY answer reads as (proto/status.h).
+inline constexpr int kDelayErrno = EAGAIN;
+
+// Pauses between the tries of a call answered DELAY: 1 ms, doubling to 100 ms, for up to
+// the mount's timeout in all.
+class DelayBackoff {
+ public:
+  explicit DelayBackoff(int timeout_ms) : left_ms_(timeout_ms) {}
+  // Sleeps and returns true, or returns false once the time is used up.
+  bool wait() {
+    if (left_ms_ <= 0) return false;
+    int ms = std::min(pause_ms_, left_ms_);
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    left_ms_ -= ms;
+    pause_ms_ = std::min(pause_ms_ * 2, 100);
+    return true;
+  }
+
+ private:
+  int left_ms_;
+  int pause_ms_ = 1;
+};
+
 template <class Fn>
 auto Client::with_mount(bool idempotent, Fn&& fn)
     -> decltype(fn(std::declval<const MountState&>())) {
+  DelayBackoff delay(options_.timeout_ms);
   for (int attempt = 0;; ++attempt) {
     std::shared_ptr<const MountState> m = mount_state();
     try {
       return fn(*m);
+    } catch (const Error& e) {
+      // DELAY: the server did nothing yet (others' delegations are still out); the same
+      // call goes again after a pause, whether or not it is idempotent.
+      if (e.errno_value() == kDelayErrno && delay.wait()) continue;
+      throw;
     } catch (const rpc::RpcError& e) {
       bool lost = e.kind() == rpc::RpcError::Kind::kTransport && m->channel->broken();
       if (lost && idempotent && attempt == 0) {

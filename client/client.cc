@@ -178,6 +178,18 @@ std::shared_ptr<const MountState> Client::remount() {
   m->cache = std::make_unique<ClientCache>(options_.directory_entries, options_.cache_blocks,
                                            limits.block_size, options_.cache_policy);
   m->dirs = std::make_unique<DirCache>(options_.dir_cache_ms, /*max_entries=*/4096);
+  m->delegations = std::make_shared<Delegations>(m->channel.get(), m->cache.get());
+  std::weak_ptr<Delegations> delegations = m->delegations;
+  m->channel->set_callback_handler([delegations](const rpc::CallHeader& h, XDR* args) {
+    if (h.prog != ODAFS_CB_PROGRAM || h.vers != ODAFS_CB_V1 || h.proc != ODAFSCBPROC_RECALL) {
+      ODAFS_LOG_WARN("odafs: ignoring a callback the client does not know (program %u, proc %u)",
+                     h.prog, h.proc);
+      return;
+    }
+    cb_recall_args a{};
+    if (!xdr_cb_recall_args(args, &a)) return;
+    if (auto d = delegations.lock()) d->recall(get_fh(a.fh), a.delegation);
+  });
   std::shared_ptr<const MountState> published = std::move(m);
   mount_.store(published);
   return published;
@@ -367,6 +379,7 @@ size_t Client::finish_write(const MountState& m, rpc::Call& call, size_t len, Wr
 size_t Client::write(const Handle& fh, const void* buf, size_t len, uint64_t offset, Stability how,
                      WriteVerifier* verf, int* committed) {
   return with_mount(true, [&](const MountState& m) {
+    m.delegations->forget_file(fh);  // this client's own change: see delegations.h
     thread_local rpc::Call call;
     start_write(m, call, fh, buf, len, offset, how);
     return finish_write(m, call, len, verf, committed);
@@ -387,6 +400,7 @@ WriteVerifier Client::commit(const Handle& fh) {
 }
 
 void Client::setattr_size(const Handle& fh, uint64_t size) {
+  forget_delegation(fh);
   with_channel(true, [&](rpc::Channel& ch) {
     setattr_args args{};
     put_fh(args.fh, fh);

@@ -160,6 +160,7 @@ struct ClientStats {
   std::atomic<uint64_t> direct_writes{0};  // WRITE_DIRECT calls
   std::atomic<uint64_t> fallbacks{0};      // faults answered with an RPC
   std::atomic<uint64_t> refs_received{0};
+  std::atomic<uint64_t> delegated_opens{0};  // opens served by a read delegation: no call
   std::array<std::atomic<uint64_t>, 10> faults{};  // by ordma::Fault value
 };
 
@@ -387,6 +388,12 @@ class Client {
                                bool for_parent, DirCache* dirs, bool* used_cache);
   // Resolves the parent directory of path; returns its handle and the last name.
   std::pair<Handle, std::string> resolve_parent(const std::string& path);
+  // What open() finds at an existing path, for `access` (O_RDONLY, O_WRONLY, O_RDWR):
+  // from a read delegation this mount holds, without a call, or by OPEN, which may grant
+  // one (and, to write, recalls other clients'). Follows symlinks.
+  std::pair<Handle, Attr> open_existing(const std::string& path, int access);
+  // This client changes fh's bytes or attributes: its own delegation on it is void.
+  void forget_delegation(const Handle& fh);
 
   // One READ by RPC of [offset, offset + len) into buf (len <= max_read) on m's channel;
   // the reply's references go into m's directory under `key`. Throws rpc::RpcError (the

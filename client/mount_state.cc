@@ -7,6 +7,7 @@
 #include "base/futex.h"
 #include "base/log.h"
 #include "base/net.h"
+#include "rpc/client_channel.h"
 
 namespace odafs {
 
@@ -34,6 +35,11 @@ std::shared_ptr<ordma::EngineClient> EngineSlot::get(const ServerLimits& limits,
   }
   state_.store(kIdle);
   return c;
+}
+
+MountState::~MountState() {
+  if (channel) channel->set_callback_handler(nullptr);
+  if (delegations) delegations->stop();
 }
 
 uint64_t cache_key(const Handle& fh) {

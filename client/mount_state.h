@@ -15,6 +15,7 @@
 
 #include "client/client.h"
 #include "client/client_cache.h"
+#include "client/delegations.h"
 #include "client/dir_cache.h"
 #include "ordma/engine.h"
 #include "ordma/session.h"
@@ -49,6 +50,13 @@ class EngineSlot {
 };
 
 struct MountState {
+  MountState() = default;
+  // Stops the delegations' worker and unhooks them from the channel, which may outlive
+  // this state.
+  ~MountState();
+  MountState(const MountState&) = delete;
+  MountState& operator=(const MountState&) = delete;
+
   std::shared_ptr<rpc::Channel> channel;
   Handle root{};
   ServerLimits limits;
@@ -57,6 +65,9 @@ struct MountState {
   // references would all fault, and its data may be stale.
   std::unique_ptr<ClientCache> cache;
   std::unique_ptr<DirCache> dirs;  // directory handles by path (see dir_cache.h)
+  // Read delegations this connection holds (see delegations.h); recalled through the
+  // channel's callback handler.
+  std::shared_ptr<Delegations> delegations;
   mutable EngineSlot engine;
 };
 

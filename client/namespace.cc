@@ -137,12 +137,17 @@ File Client::open(const std::string& path, int flags, mode_t mode) {
       if (e.errno_value() != EEXIST || (flags & O_EXCL)) throw;
     }
   }
-  if (!created) std::tie(fh, attr) = resolve(path, true);
+  const int access = flags & O_ACCMODE;
+  if (!created) {
+    std::tie(fh, attr) = open_existing(path, access);
+  } else if (access != O_RDONLY) {
+    forget_delegation(fh);
+  }
   const uint64_t key = cache_key(fh);
   std::shared_ptr<const MountState> m = mount_state();
   ClientCache& cache = *m->cache;
   cache.revalidate(key, attr.mtime, attr.ctime, attr.size);  // close-to-open
-  int access = flags & O_ACCMODE;
+
   if (attr.type == FileType::kDirectory && access != O_RDONLY) fail(EISDIR, path);
   if ((flags & O_DIRECTORY) && attr.type != FileType::kDirectory) fail(ENOTDIR, path);
   if ((flags & O_TRUNC) && access != O_RDONLY && attr.type == FileType::kRegular && attr.size) {
@@ -152,6 +157,48 @@ File Client::open(const std::string& path, int flags, mode_t mode) {
   if ((flags & O_TRUNC) && access != O_RDONLY) attr.size = 0;
   return File(this, fh, attr, m->limits.write_verifier, path, flags);
 }
+
+std::pair<Handle, Attr> Client::open_existing(const std::string& path, int access) {
+  if (split_path(path).empty()) return resolve(path, true);  // the mount root
+  auto [dir, name] = resolve_parent(path);
+  std::shared_ptr<const MountState> current = mount_state();
+  if (access == O_RDONLY) {
+    if (std::optional<Delegations::Held> held = current->delegations->find(dir, name)) {
+      stats_.delegated_opens.fetch_add(1, std::memory_order_relaxed);
+      return {held->fh, held->attr};
+    }
+  }
+  std::optional<std::pair<Handle, Attr>> found;
+  try {
+    found = with_mount(true, [&, &dir = dir, &name = name](const MountState& m) {
+      open_args args{};
+      put_fh(args.dir, dir);
+      args.name = name.data();
+      args.access = access == O_RDONLY ? ODAFS_OPEN_READ : ODAFS_OPEN_READ | ODAFS_OPEN_WRITE;
+      open_res res{};
+      m.channel->call(ODAFSPROC_OPEN, to_xdrproc(xdr_open_args), &args, to_xdrproc(xdr_open_res),
+                      &res);
+      check(res.status, "open " + path);
+      const open_ok& ok = res.open_res_u.ok;
+      std::pair<Handle, Attr> out{get_fh(ok.fh), to_attr(ok.attr)};
+      if (access != O_RDONLY) {
+        m.delegations->forget_name(dir, name);  // this client is about to write it
+      } else if (ok.delegation != 0) {
+        m.delegations->insert(dir, name, out.first, out.second, ok.delegation, ok.lease_ms);
+      }
+      return out;
+    });
+  } catch (const Error& e) {
+    // A directory handle from the DirCache may be stale (removed, or a server restart):
+    // the plain walk below starts over without it.
+    if (e.errno_value() != ESTALE) throw;
+    current->dirs->clear();
+  }
+  if (!found || found->second.type == FileType::kSymlink) return resolve(path, true);
+  return *found;
+}
+
+void Client::forget_delegation(const Handle& fh) { mount_state()->delegations->forget_file(fh); }
 
 Attr Client::stat(const std::string& path) { return resolve(path, true).second; }
 Attr Client::lstat(const std::string& path) { return resolve(path, false).second; }
@@ -171,6 +218,7 @@ void Client::mkdir(const std::string& path, mode_t mode) {
 
 void Client::remove_name(const std::string& path, uint32_t proc, const char* what) {
   auto [dir, name] = resolve_parent(path);
+  mount_state()->delegations->forget_name(dir, name);
   with_channel(false, [&, &dir = dir, &name = name](rpc::Channel& ch) {
     diropargs args{};
     put_fh(args.dir, dir);
@@ -195,6 +243,9 @@ void Client::rename(const std::string& from, const std::string& to) {
     ~ClearAfter() { dirs.clear(); }
   } clear_after{*mount_state()->dirs};
   auto [to_dir, to_name] = resolve_parent(to);
+  Delegations& delegations = *mount_state()->delegations;
+  delegations.forget_name(from_dir, from_name);
+  delegations.forget_name(to_dir, to_name);
   with_channel(false, [&, &from_dir = from_dir, &from_name = from_name, &to_dir = to_dir,
                        &to_name = to_name](rpc::Channel& ch) {
     rename_args args{};
@@ -245,6 +296,7 @@ void Client::truncate(const std::string& path, uint64_t size) {
 
 void Client::chmod(const std::string& path, mode_t mode) {
   auto [fh, attr] = resolve(path, true);
+  forget_delegation(fh);
   with_channel(true, [&, &fh = fh](rpc::Channel& ch) {
     setattr_args args{};
     put_fh(args.fh, fh);
@@ -258,6 +310,7 @@ void Client::chmod(const std::string& path, mode_t mode) {
 
 void Client::utimens(const std::string& path, const struct timespec times[2]) {
   auto [fh, attr] = resolve(path, true);
+  forget_delegation(fh);
   with_channel(true, [&, &fh = fh](rpc::Channel& ch) {
     setattr_args args{};
     put_fh(args.fh, fh);

@@ -282,6 +282,7 @@ size_t Client::write_direct(const Handle& fh, const void* buf, size_t len, uint6
   std::shared_ptr<const MountState> m = mount_state();
   std::shared_ptr<ordma::EngineClient> eng = engine(*m);
   if (!eng) return write(fh, buf, len, offset, how, verf, committed);
+  m->delegations->forget_file(fh);  // this client's own change: see delegations.h
   Registration reg(eng.get(), const_cast<void*>(buf), len);
   thread_local rpc::Call call;
   write_direct_args args{};
@@ -305,8 +306,9 @@ size_t Client::write_direct(const Handle& fh, const void* buf, size_t len, uint6
     m->channel->wait(call, &x);
     write_res res{};
     if (!xdr_write_res(&x, &res)) fail(EPROTO, "write_direct: malformed reply");
-    // No engine, or every direct-write place taken: nothing was written; write by RPC.
-    if (raw_enum(res.status) == ODAFS_ERR_NOTSUPP) {
+    // No engine, every direct-write place taken, or others' delegations still out (DELAY):
+    // nothing was written; write by RPC, which waits out a DELAY.
+    if (raw_enum(res.status) == ODAFS_ERR_NOTSUPP || raw_enum(res.status) == ODAFS_ERR_DELAY) {
       return write(fh, buf, len, offset, how, verf, committed);
     }
     check(res.status, "write_direct");
