@@ -1,0 +1,212 @@
+// Open delegations end to end: a real odafsd, clients in this process and in child
+// processes that stop or die while they hold one.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+
+#include "client/client.h"
+#include "tests/support/server_process.h"
+
+using odafs::Client;
+using odafs::File;
+using odafs::test::ServerProcess;
+using odafs::test::TempDir;
+
+namespace {
+
+uint64_t counter(Client& fs, const std::string& name) {
+  for (const auto& [n, value] : fs.server_stats()) {
+    if (n == name) return value;
+  }
+  return 0;
+}
+
+std::string read_file(File& f, size_t max = 64) {
+  std::string out(max, '\0');
+  out.resize(f.pread(out.data(), out.size(), 0));
+  return out;
+}
+
+std::string read_path(Client& fs, const std::string& path) {
+  File f = fs.open(path, O_RDONLY);
+  return read_file(f);
+}
+
+void write_path(Client& fs, const std::string& path, const std::string& text, int flags = 0) {
+  File f = fs.open(path, O_RDWR | O_CREAT | flags, 0644);
+  f.pwrite(text.data(), text.size(), 0);
+  f.close();
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// A child process that mounts url, opens `path` read-only (taking a delegation), reads it,
+// says so on a pipe and then waits to be stopped or killed. Returns its pid once it has
+// the delegation.
+pid_t holder_process(const std::string& url, const std::string& path) {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    try {
+      auto fs = Client::mount(url);
+      File f = fs->open(path, O_RDONLY);
+      char buf[16];
+      f.pread(buf, sizeof buf, 0);
+      (void)!write(fds[1], "k", 1);
+      for (;;) pause();
+    } catch (...) {
+      _exit(2);
+    }
+  }
+  close(fds[1]);
+  char c = 0;
+  bool ready = read(fds[0], &c, 1) == 1;
+  close(fds[0]);
+  REQUIRE(ready);
+  return pid;
+}
+
+void reap(pid_t pid) {
+  kill(pid, SIGCONT);
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+}
+
+}  // namespace
+
+TEST_CASE("a read delegation serves later opens without a call") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  auto fs = Client::mount(server.url());
+  write_path(*fs, "f", "hello");
+  CHECK(read_path(*fs, "f") == "hello");
+  const uint64_t opens = counter(*fs, "calls.OPEN");
+  for (int i = 0; i < 5; ++i) CHECK(read_path(*fs, "f") == "hello");
+  CHECK(counter(*fs, "calls.OPEN") == opens);
+  CHECK(fs->stats().delegated_opens.load() == 5);
+  CHECK(counter(*fs, "delegations.granted") == 1);
+
+  SUBCASE("this client's own changes void its own delegation") {
+    write_path(*fs, "f", "hello, world");
+    CHECK(read_path(*fs, "f") == "hello, world");
+    fs->truncate("f", 2);
+    CHECK(read_path(*fs, "f") == "he");
+    fs->rename("f", "g");
+    CHECK(odafs::test::errno_of([&] { fs->open("f", O_RDONLY); }) == ENOENT);
+    CHECK(read_path(*fs, "g") == "he");
+    fs->unlink("g");
+    CHECK(odafs::test::errno_of([&] { fs->open("g", O_RDONLY); }) == ENOENT);
+  }
+}
+
+TEST_CASE("another client's write recalls the delegation; the holder then reads the new bytes") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--lease-ms", "5000"});
+  auto a = Client::mount(server.url());
+  auto b = Client::mount(server.url());
+  write_path(*b, "f", "old bytes");
+  File held = a->open("f", O_RDONLY);
+  CHECK(read_file(held) == "old bytes");  // cached by a
+  CHECK(read_path(*a, "f") == "old bytes");
+  CHECK(a->stats().delegated_opens.load() == 1);
+
+  auto start = std::chrono::steady_clock::now();
+  write_path(*b, "f", "new bytes");
+  CHECK(seconds_since(start) < 2.0);  // a answered the recall at once: no lease wait
+  CHECK(counter(*b, "delegations.recalled") == 1);
+  CHECK(counter(*b, "delegations.returned") == 1);
+  CHECK(counter(*b, "delegations.expired") == 0);
+
+  CHECK(read_file(held) == "new bytes");  // the open file: its cached blocks were dropped
+  CHECK(read_path(*a, "f") == "new bytes");
+  CHECK(a->stats().delegated_opens.load() == 1);  // that open asked the server again
+}
+
+TEST_CASE("opening to write, removing or renaming over a delegated file recalls it") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  auto a = Client::mount(server.url());
+  auto b = Client::mount(server.url());
+  write_path(*b, "f", "first");
+  write_path(*b, "other", "second");
+  CHECK(read_path(*a, "f") == "first");
+
+  SUBCASE("open for writing") {
+    File w = b->open("f", O_RDWR);
+    CHECK(counter(*b, "delegations.recalled") == 1);
+    CHECK(read_path(*a, "f") == "first");
+    CHECK(a->stats().delegated_opens.load() == 0);
+  }
+  SUBCASE("remove and create again") {
+    b->unlink("f");
+    write_path(*b, "f", "replaced", O_EXCL);
+    CHECK(read_path(*a, "f") == "replaced");
+  }
+  SUBCASE("rename over it") {
+    b->rename("other", "f");
+    CHECK(read_path(*a, "f") == "second");
+  }
+  SUBCASE("rename it away") {
+    b->rename("f", "moved");
+    CHECK(odafs::test::errno_of([&] { a->open("f", O_RDONLY); }) == ENOENT);
+  }
+  CHECK(counter(*b, "delegations.recalled") >= 1);
+}
+
+TEST_CASE("a holder that stops answering loses its delegation after the lease") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--lease-ms", "1000"});
+  {
+    auto setup = Client::mount(server.url());
+    write_path(*setup, "f", "before");
+  }
+  pid_t holder = holder_process(server.url(), "f");
+  REQUIRE(kill(holder, SIGSTOP) == 0);
+  auto b = Client::mount(server.url());
+  auto start = std::chrono::steady_clock::now();
+  write_path(*b, "f", "after!");
+  double waited = seconds_since(start);
+  CHECK(waited >= 0.9);   // the recall went unanswered: the write waited out the lease
+  CHECK(waited < 10.0);   // and no longer
+  CHECK(counter(*b, "delegations.expired") == 1);
+  CHECK(read_path(*b, "f") == "after!");
+  reap(holder);
+}
+
+TEST_CASE("a holder that dies gives its delegations up at once") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--lease-ms", "30000"});
+  {
+    auto setup = Client::mount(server.url());
+    write_path(*setup, "f", "before");
+  }
+  pid_t holder = holder_process(server.url(), "f");
+  reap(holder);
+  auto b = Client::mount(server.url());
+  auto start = std::chrono::steady_clock::now();
+  write_path(*b, "f", "after!");
+  CHECK(seconds_since(start) < 5.0);  // far below the 30 s lease
+  CHECK(counter(*b, "delegations.expired") == 0);
+  CHECK(counter(*b, "delegations.held") == 0);
+}
+
+TEST_CASE("without delegations every open asks the server") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--no-delegations"});
+  auto fs = Client::mount(server.url());
+  write_path(*fs, "f", "x");
+  const uint64_t opens = counter(*fs, "calls.OPEN");
+  for (int i = 0; i < 3; ++i) CHECK(read_path(*fs, "f") == "x");
+  CHECK(counter(*fs, "calls.OPEN") == opens + 3);
+  CHECK(fs->stats().delegated_opens.load() == 0);
+}
