@@ -71,6 +71,12 @@ class BlockReader {
   size_t without_rpc();
   // Step 2. Returns the bytes it placed at out (0: no usable reference, or a fault).
   size_t one_sided(uint64_t block, uint32_t in_block, uint32_t chunk, char* out);
+  // Step 2 for a run of at least two blocks from the one holding offset + *done, none in
+  // the data cache and each with a reference: all read one-sided at once (read-ahead
+  // fills the request; EngineClient::read_many). Returns the bytes placed at out + *done,
+  // up to the first fault; 0 when there is no such run (the block-by-block steps go on).
+  size_t one_sided_run();
+  static constexpr size_t kMaxRun = 64;  // blocks in flight at once (the ring's slots)
   // The reply brought references: from now on they can be used, if the engine is there.
   void after_rpc();
 

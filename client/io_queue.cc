@@ -39,6 +39,7 @@ struct IoQueue::Slot {
   bool in_flight = false;                   // `call` is out
   bool retried = false;                     // re-mounted once after a lost connection
   bool refreshed = false;                   // found the file again once after a server restart
+  std::optional<DelayBackoff> delay;        // a WRITE answered DELAY: pauses before re-sending
   std::shared_ptr<const MountState> mount;  // the mount the calls go out on
   Handle fh{};
   uint64_t key = 0;
@@ -87,6 +88,7 @@ IoQueue::Slot& IoQueue::take_slot(File& f, const void* buf, size_t len) {
   s.in_flight = false;
   s.retried = false;
   s.refreshed = false;
+  s.delay.reset();
   return s;
 }
 
@@ -134,6 +136,15 @@ void IoQueue::drive(Slot& s, bool rpc_ready) {
       return;
     } catch (const Error& e) {
       s.in_flight = false;
+      // Others' delegations on the file are still out: the server wrote nothing; send the
+      // same chunk again after a pause (a rare wait, taken here as Client::write does).
+      if (e.errno_value() == kDelayErrno && s.op == Slot::Op::kWrite) {
+        if (!s.delay) s.delay.emplace(client_.options().timeout_ms);
+        if (s.delay->wait()) {
+          rpc_ready = false;
+          continue;
+        }
+      }
       // A handle from before a server restart: find the file again and resume once, as
       // File::pread and File::pwrite do (a removed file stays ESTALE).
       if (e.errno_value() == ESTALE && s.mount && !s.refreshed) {
@@ -209,6 +220,7 @@ bool IoQueue::drive_write(Slot& s, bool rpc_ready) {
   if (!s.mount) {
     s.mount = client_.mount_state();
     std::tie(s.fh, s.key) = s.file->current();
+    s.mount->delegations->forget_file(s.fh);  // this client's own change: see delegations.h
   }
   s.chunk = std::min<size_t>(s.len - s.done, s.mount->limits.max_write);
   s.file->make_room_for(s.chunk);

@@ -40,7 +40,8 @@ void BlockReader::run(rpc::Call& call, std::vector<char>* scratch) {
 
 bool BlockReader::serve_without_rpc() {
   while (*done_ < len_ && offset_ + *done_ < size_hint_) {
-    size_t n = without_rpc();
+    size_t n = engine_ ? one_sided_run() : 0;
+    if (n == 0) n = without_rpc();
     if (n == 0) return false;
     *done_ += n;
   }
@@ -60,6 +61,75 @@ size_t BlockReader::without_rpc() {
     return chunk;
   }
   return one_sided(block, in_block, chunk, out);
+}
+
+size_t BlockReader::one_sided_run() {
+  const uint64_t pos = offset_ + *done_;
+  const uint64_t end = std::min<uint64_t>(offset_ + len_, size_hint_);
+  const uint64_t first = pos / bs_;
+  thread_local std::vector<ordma::ReadOp> ops;
+  thread_local std::vector<uint64_t> starts;  // each op's first byte in the file
+  thread_local std::vector<char> blocks;      // whole blocks, when they go to the data cache
+  ops.clear();
+  starts.clear();
+  if (caching_ && blocks.size() < kMaxRun * bs_) blocks.resize(kMaxRun * bs_);
+  for (uint64_t b = first; ops.size() < kMaxRun && b * bs_ < end; ++b) {
+    const uint64_t start = std::max(pos, b * bs_);
+    const auto in_block = static_cast<uint32_t>(start - b * bs_);
+    ordma::Reference ref;
+    if ((caching_ && m_.cache->has_data(key_, b)) || !m_.cache->find(key_, b, &ref) ||
+        ref.length <= in_block) {
+      break;
+    }
+    ordma::ReadOp op;
+    op.ref = ref;
+    if (caching_) {  // the whole block travels and stays (see one_sided)
+      op.offset = ref.offset;
+      op.length = ref.length;
+      op.dst = blocks.data() + ops.size() * bs_;
+    } else {
+      op.offset = ref.offset + in_block;
+      op.length = static_cast<uint32_t>(
+          std::min<uint64_t>(end - start, std::min<uint64_t>(bs_, ref.length) - in_block));
+      op.dst = out_ + (start - offset_);
+    }
+    ops.push_back(op);
+    starts.push_back(start);
+    if (ref.length < bs_) break;  // the file's last block: nothing after it
+  }
+  if (ops.size() < 2) return 0;
+  const uint64_t ticket = m_.cache->data_ticket();  // before the fetch: see store()
+  engine_->read_many(ops);
+  ClientStats& stats = client_.stats_;
+  size_t placed = 0;
+  bool stopped = false;  // at a fault or the end of file: bytes after it are not the caller's
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const ordma::ReadOp& op = ops[i];
+    const uint64_t b = first + i;
+    if (op.fault != ordma::Fault::kNone) {  // each fault counts, as one_sided's would
+      stats.faults[static_cast<size_t>(op.fault)].fetch_add(1, std::memory_order_relaxed);
+      stats.fallbacks.fetch_add(1, std::memory_order_relaxed);
+      m_.cache->drop(key_, b);
+      if (op.fault == ordma::Fault::kTransport) engine_.reset();
+      stopped = true;  // this block needs the RPC first
+      continue;
+    }
+    stats.ordma_reads.fetch_add(1, std::memory_order_relaxed);
+    stats.ordma_bytes.fetch_add(op.got, std::memory_order_relaxed);
+    const char* block = static_cast<const char*>(op.dst);
+    if (caching_) m_.cache->store(key_, b, block, op.got, ticket);  // good even past a fault
+    if (stopped) continue;
+    size_t n = op.got;
+    if (caching_) {
+      const auto in_block = static_cast<uint32_t>(starts[i] - b * bs_);
+      n = op.got <= in_block ? 0 : std::min<uint64_t>(end - starts[i], op.got - in_block);
+      if (n > 0) std::memcpy(out_ + (starts[i] - offset_), block + in_block, n);
+    }
+    placed += n;
+    // Short of the block (or of what was asked): the end of file, as the reference knew it.
+    if (starts[i] + n < std::min<uint64_t>(end, (b + 1) * bs_)) stopped = true;
+  }
+  return placed;
 }
 
 size_t BlockReader::one_sided(uint64_t block, uint32_t in_block, uint32_t chunk, char* out) {

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -141,6 +142,16 @@ struct EngineOptions {
 // it cannot listen. REQUIRES: memory outlives the engine.
 std::unique_ptr<Engine> make_engine(const EngineOptions& options, ExportedMemory memory);
 
+// One read of a batch (EngineClient::read_many): the arguments of read() and its outcome.
+struct ReadOp {
+  Reference ref;
+  uint32_t offset = 0;
+  uint32_t length = 0;
+  void* dst = nullptr;
+  Fault fault = Fault::kTransport;  // out
+  uint32_t got = 0;                 // out, when fault is kNone
+};
+
 class EngineClient {
  public:
   virtual ~EngineClient() = default;
@@ -151,6 +162,12 @@ class EngineClient {
   // kTransport and breaks the client, so that the engine's late answer completes nothing.
   virtual Fault read(const Reference& ref, uint32_t offset, uint32_t length, void* dst,
                      uint32_t* got) = 0;
+  // Reads every op, all in flight at once (read-ahead: one doorbell or one send for the
+  // lot, so the engine serves them in one pass), and returns when all are done, each with
+  // what read() would have returned. The default reads them one after another.
+  virtual void read_many(std::span<ReadOp> ops) {
+    for (ReadOp& op : ops) op.fault = read(op.ref, op.offset, op.length, op.dst, &op.got);
+  }
   // True once the connection failed or a wait on it timed out; every read then returns
   // kTransport. The owner drops a broken client and connects anew.
   virtual bool broken() const = 0;

@@ -134,6 +134,13 @@ class RingClient {
   // late completion reaches no later read.
   bool read(const Reference& ref, uint32_t offset, uint32_t length, void* dst, uint32_t* got,
             Fault* fault, const timespec* deadline = nullptr);
+  // read() in halves, for many reads in flight from one thread: post() takes a slot and
+  // posts the request without waking the engine (-1: no slot free, or it does not fit);
+  // wake() rings the doorbell once if the engine sleeps; finish() waits for slot's
+  // completion and ends it as read() does.
+  int post(const Reference& ref, uint32_t offset, uint32_t length);
+  void wake();
+  Fault finish(int slot, void* dst, uint32_t length, uint32_t* got, const timespec* deadline);
   bool broken() const { return broken_.load(std::memory_order_acquire); }
 
  private:

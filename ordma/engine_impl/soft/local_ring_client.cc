@@ -160,11 +160,19 @@ void RingClient::ring_doorbell() {
 
 bool RingClient::read(const Reference& ref, uint32_t offset, uint32_t length, void* dst,
                       uint32_t* got, Fault* fault, const timespec* deadline) {
-  if (length > slot_bytes_) return false;
+  int i = post(ref, offset, length);
+  if (i < 0) return false;
+  wake();
+  *fault = finish(i, dst, length, got, deadline);
+  return true;
+}
+
+int RingClient::post(const Reference& ref, uint32_t offset, uint32_t length) {
+  if (length > slot_bytes_) return -1;
   uint64_t mask = free_.load(std::memory_order_acquire);
   uint64_t bit;
   do {
-    if (mask == 0) return false;  // kSlots reads in flight already
+    if (mask == 0) return -1;  // kSlots reads in flight already
     bit = mask & (~mask + 1);
   } while (!free_.compare_exchange_weak(mask, mask & ~bit, std::memory_order_acquire));
   auto i = static_cast<uint32_t>(std::countr_zero(bit));
@@ -176,15 +184,20 @@ bool RingClient::read(const Reference& ref, uint32_t offset, uint32_t length, vo
   req.length = length;
   wire::encode(req, s.request);
   s.state.store(kPosted, std::memory_order_release);
-  Header* h = header(base_);
-  h->posted.fetch_or(bit, std::memory_order_seq_cst);
-  if (h->engine_awake.load(std::memory_order_seq_cst) == 0) ring_doorbell();
+  header(base_)->posted.fetch_or(bit, std::memory_order_seq_cst);
+  return static_cast<int>(i);
+}
 
+void RingClient::wake() {
+  if (header(base_)->engine_awake.load(std::memory_order_seq_cst) == 0) ring_doorbell();
+}
+
+Fault RingClient::finish(int slot_index, void* dst, uint32_t length, uint32_t* got,
+                         const timespec* deadline) {
+  const auto i = static_cast<uint32_t>(slot_index);
+  Slot& s = *slot(base_, i);
   Fault f = await(s, deadline);
-  if (f == Fault::kTransport) {  // the engine is gone or late; the slot stays taken
-    *fault = f;
-    return true;
-  }
+  if (f == Fault::kTransport) return f;  // the engine is gone or late; the slot stays taken
   uint32_t raw = s.fault.load(std::memory_order_relaxed);
   uint32_t n = s.length.load(std::memory_order_relaxed);
   f = raw < kFaultKinds ? static_cast<Fault>(raw) : Fault::kTransport;
@@ -196,9 +209,8 @@ bool RingClient::read(const Reference& ref, uint32_t offset, uint32_t length, vo
     broken_.store(true, std::memory_order_release);  // the engine broke the protocol
   }
   s.state.store(kFree, std::memory_order_relaxed);
-  free_.fetch_or(bit, std::memory_order_release);
-  *fault = f;
-  return true;
+  free_.fetch_or(uint64_t{1} << i, std::memory_order_release);
+  return f;
 }
 
 // Polls, then sleeps, until the slot is done. kTransport, the ring broken, if the engine

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <system_error>
@@ -100,30 +101,44 @@ class SoftEngineClient final : public EngineClient {
       }
       // Ring full, or it just broke: this read goes over TCP.
     }
-    Pending p;
-    p.dst = static_cast<unsigned char*>(dst);
-    p.capacity = length;
-    wire::ReadRequest req;
-    req.ref = ref;
-    req.offset = offset;
-    req.length = length;
-    {
-      std::lock_guard lock(mu_);
-      p.tag = req.tag = next_tag_++;
-      pending_.push_back(&p);
+    ReadOp op{ref, offset, length, dst};
+    read_tcp(&op, 1, deadline.get());
+    if (op.fault == Fault::kNone) *got = op.got;
+    return op.fault;
+  }
+
+  void read_many(std::span<ReadOp> ops) override {
+    Deadline deadline(timeout_ms_);  // one for the whole batch
+    size_t next = 0;
+    // The ring: post as many as there are slots, wake the engine once, collect in order.
+    thread_local std::vector<int> slots;
+    while (next < ops.size() && ring_ && !ring_->broken() && !broken()) {
+      slots.clear();
+      const size_t first = next;
+      for (; next < ops.size(); ++next) {
+        int slot = ring_->post(ops[next].ref, ops[next].offset, ops[next].length);
+        if (slot < 0) break;
+        slots.push_back(slot);
+      }
+      if (slots.empty()) break;  // no slot free now: the rest go over TCP
+      ring_->wake();
+      for (size_t k = 0; k < slots.size(); ++k) {
+        ReadOp& op = ops[first + k];
+        op.fault = ring_->finish(slots[k], op.dst, op.length, &op.got, deadline.get());
+      }
+      if (ring_->broken()) {
+        if (deadline.passed()) {  // the engine did not answer: it will not over TCP either
+          fail_all();
+          for (size_t k = next; k < ops.size(); ++k) ops[k].fault = Fault::kTransport;
+          return;
+        }
+        // It broke under this batch: what it did not complete goes again over TCP.
+        for (size_t k = first; k < next; ++k) {
+          if (ops[k].fault == Fault::kTransport) read_tcp(&ops[k], 1, deadline.get());
+        }
+      }
     }
-    unsigned char frame[wire::kReadRequestBytes];
-    wire::encode(req, frame);
-    try {
-      std::lock_guard lock(send_mu_);
-      iovec iov{frame, sizeof frame};
-      net::write_all_until(fd_, &iov, 1, deadline.get());
-    } catch (const std::exception&) {
-      fail_all();  // part of the frame may be on the wire: the stream is unusable
-    }
-    await(p, deadline.get());
-    if (p.fault == Fault::kNone) *got = p.got;
-    return p.fault;
+    if (next < ops.size()) read_tcp(&ops[next], ops.size() - next, deadline.get());
   }
 
   uint32_t register_buffer(void* base, size_t length) override {
@@ -166,6 +181,49 @@ class SoftEngineClient final : public EngineClient {
   }
 
  private:
+  // Reads ops[0, n) over TCP: every request in one send, then each answer awaited (the
+  // waiting caller reads the socket for everyone, so the answers land as they come).
+  void read_tcp(ReadOp* ops, size_t n, const timespec* deadline) {
+    if (broken()) {
+      for (size_t k = 0; k < n; ++k) ops[k].fault = Fault::kTransport;
+      return;
+    }
+    Pending one;
+    std::unique_ptr<Pending[]> many(n > 1 ? new Pending[n] : nullptr);
+    Pending* pend = n > 1 ? many.get() : &one;
+    thread_local std::vector<unsigned char> frames;
+    frames.resize(n * wire::kReadRequestBytes);
+    {
+      std::lock_guard lock(mu_);
+      for (size_t k = 0; k < n; ++k) {
+        pend[k].dst = static_cast<unsigned char*>(ops[k].dst);
+        pend[k].capacity = ops[k].length;
+        pend[k].tag = next_tag_++;
+        pending_.push_back(&pend[k]);
+      }
+    }
+    for (size_t k = 0; k < n; ++k) {
+      wire::ReadRequest req;
+      req.tag = pend[k].tag;
+      req.ref = ops[k].ref;
+      req.offset = ops[k].offset;
+      req.length = ops[k].length;
+      wire::encode(req, frames.data() + k * wire::kReadRequestBytes);
+    }
+    try {
+      std::lock_guard lock(send_mu_);
+      iovec iov{frames.data(), frames.size()};
+      net::write_all_until(fd_, &iov, 1, deadline);
+    } catch (const std::exception&) {
+      fail_all();  // part of a frame may be on the wire: the stream is unusable
+    }
+    for (size_t k = 0; k < n; ++k) {
+      await(pend[k], deadline);
+      ops[k].fault = pend[k].fault;
+      if (pend[k].fault == Fault::kNone) ops[k].got = pend[k].got;
+    }
+  }
+
   // Takes p out of the pending list; if a reader already took it, waits until that reader
   // has finished with it (p lives on the caller's stack).
   void withdraw(Pending& p) {
