@@ -2,9 +2,9 @@
 // FileService over a temporary export, through a real rpc::Server on 127.0.0.1 (in this
 // process, over one kept-open connection).
 //
-// Input layout: byte 0 picks the procedure (mod 21); byte 1 says whether to splice valid
-// file handles into the arguments (random handles are rejected by their MAC at once, so
-// without this little past the handle check would be reached): bit 0 puts handle
+// Input layout: byte 0 picks the procedure (mod 23, OPEN and DELEGRETURN included); byte 1 says
+// whether to splice valid file handles into the arguments (random handles are rejected by their MAC
+// at once, so without this little past the handle check would be reached): bit 0 puts handle
 // #(byte 2 % 4) at offset 0, bit 1 puts handle #(byte 3 % 4) at offset byte 4 (rename's
 // second handle, say). The rest are the XDR arguments. Handles: the root, a file, a
 // directory, a symlink.
@@ -140,7 +140,7 @@ Harness& harness() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 5) return 0;
   Harness& h = harness();
-  uint32_t proc = data[0] % 21;
+  uint32_t proc = data[0] % 23;
   std::vector<unsigned char> args(data + 5, data + size);
   auto splice = [&](size_t at, const WireHandle& handle) {
     if (args.size() < at + handle.size()) args.resize(at + handle.size());
