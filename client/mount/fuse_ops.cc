@@ -194,7 +194,13 @@ void FuseFs::op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int t
       }
     }
     if (to_set & FUSE_SET_ATTR_MODE) fs.client_.chmod(fs.inodes_.path(ino), attr->st_mode & 07777);
-    if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME)) {
+    // Times on a symlink itself (lutimes; the kernel follows symlinks for everything else)
+    // cannot be set: Client::utimens follows the last symlink, and would change the
+    // target. They are left as they are and the call succeeds, so that cp -a and tar x
+    // work (docs/mount.md, "Gaps").
+    bool times = (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME)) != 0;
+    if (times && f == nullptr && fs.attr_of(ino).type == FileType::kSymlink) times = false;
+    if (times) {
       struct timespec t[2];
       t[0].tv_sec = t[1].tv_sec = 0;
       t[0].tv_nsec = t[1].tv_nsec = UTIME_OMIT;
