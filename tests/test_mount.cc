@@ -71,6 +71,17 @@ std::set<std::string> list(const std::string& dir) {
   return names;
 }
 
+// Polls pred for up to 5 s.
+template <class Pred>
+bool eventually(Pred&& pred) {
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (!pred()) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
 // Runs fn in a child process and waits up to `bound` for it; returns its exit code, or -1
 // if it had to be killed (a hang) or died of a signal.
 template <class Fn>
@@ -307,13 +318,15 @@ MOUNT_TEST("a directory of 10000 entries lists completely, with types and inode 
   // Made in the export directly (fast); listed through the mount.
   CHECK(mkdir(fs.local("big").c_str(), 0755) == 0);
   std::set<std::string> want = {".", ".."};
+  int failed = 0;
   for (int i = 0; i < 10000; ++i) {
     std::string name = "entry-" + std::to_string(i) + std::string(i % 40, 'x');
     int fd = open(fs.local("big/" + name).c_str(), O_CREAT | O_WRONLY, 0644);
-    REQUIRE(fd >= 0);
+    failed += fd < 0;
     close(fd);
     want.insert(name);
   }
+  REQUIRE(failed == 0);
   CHECK(mkdir(fs.local("big/sub").c_str(), 0755) == 0);
   want.insert("sub");
   std::set<std::string> got;
@@ -426,4 +439,36 @@ MOUNT_TEST("SIGTERM to a foreground odafs-mount unmounts and exits 0") {
   CHECK(WEXITSTATUS(status) == 0);
   CHECK_FALSE(odafs::test::is_odafs_mounted(fs.mnt.path()));
   CHECK(read_local(fs.local("f")) == "x");
+}
+
+MOUNT_TEST("a file removed or renamed over while open stays usable until closed") {
+  Mounted fs;
+  write_local(fs / "f", "old contents");
+  int fd = open((fs / "f").c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  CHECK(unlink((fs / "f").c_str()) == 0);
+  CHECK(failed_with(access((fs / "f").c_str(), F_OK) != 0) == ENOENT);
+  char buf[64] = {};
+  CHECK(pread(fd, buf, sizeof(buf), 0) == 12);
+  CHECK(std::string(buf, 12) == "old contents");
+  CHECK(write_at(fd, "OLD", 0) == 3);
+  struct stat st {};
+  CHECK(fstat(fd, &st) == 0);
+  CHECK(st.st_size == 12);
+  // It lives on under a hidden name (as NFS's .nfsXXXX), gone at the last close.
+  CHECK(list(fs.exp.path()).size() == 3);  // ".", "..", the hidden file
+  CHECK(close(fd) == 0);
+  // RELEASE follows close(2) asynchronously.
+  CHECK(eventually([&] { return list(fs.exp.path()) == std::set<std::string>{".", ".."}; }));
+  // Renamed over (an editor's save) while a reader holds the old file.
+  write_local(fs / "doc", "version 1");
+  fd = open((fs / "doc").c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  write_local(fs / "doc.tmp", "version 2");
+  CHECK(rename((fs / "doc.tmp").c_str(), (fs / "doc").c_str()) == 0);
+  CHECK(cat(fs / "doc") == "version 2");
+  CHECK(pread(fd, buf, sizeof(buf), 0) == 9);
+  CHECK(std::string(buf, 9) == "version 1");
+  CHECK(close(fd) == 0);
+  CHECK(eventually([&] { return list(fs.exp.path()) == std::set<std::string>{".", "..", "doc"}; }));
 }

@@ -114,3 +114,28 @@ TEST_CASE("concurrent lookups, renames and forgets keep the counts straight") {
   for (auto& th : threads) th.join();
   CHECK(t.size() == 1);
 }
+
+TEST_CASE("open counts decide who removes a hidden node: its last release, or the hider") {
+  InodeTable t(1);
+  Ino f = t.add_lookup(kRootIno, "f", 2);
+  CHECK(t.open_node_at(kRootIno, "f") == 0);
+  t.add_open(f);
+  t.add_open(f);
+  CHECK(t.open_node_at(kRootIno, "f") == f);
+  t.renamed(kRootIno, "f", kRootIno, ".hidden");
+  CHECK(t.mark_hidden(f));         // still open: the last release removes it
+  CHECK_FALSE(t.release_open(f));  // one open left
+  CHECK(t.release_open(f));        // the last one
+  CHECK_FALSE(t.release_open(f));  // nothing left to give back
+  // Closed before it could be marked: the hider removes it.
+  Ino g = t.add_lookup(kRootIno, "g", 3);
+  t.add_open(g);
+  CHECK_FALSE(t.release_open(g));  // not hidden: an ordinary close
+  CHECK_FALSE(t.mark_hidden(g));
+  // A node is not freed while open, even with no lookups left.
+  Ino h = t.add_lookup(kRootIno, "h", 4);
+  t.add_open(h);
+  t.forget(h, 1);
+  CHECK(t.path(h) == "h");
+  t.release_open(h);
+}

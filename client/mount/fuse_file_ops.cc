@@ -42,14 +42,16 @@ void FuseFs::op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     // attributes are invalidated so that the size another client gave the file is
     // fetched (through this open file) before a read stops at an old size.
     std::string path = fs.inodes_.path(ino);
-    auto open = std::make_unique<OpenFile>(fs.client_.open(path, fi->flags & kOpenFlags));
+    auto open = std::make_unique<OpenFile>(fs.client_.open(path, fi->flags & kOpenFlags), ino);
     fi->keep_cache = 0;
     fi->direct_io = 0;
     fi->fh = reinterpret_cast<uint64_t>(static_cast<OpenNode*>(open.get()));
     if (fs.session_ != nullptr) fuse_lowlevel_notify_inval_inode(fs.session_, ino, -1, 0);
+    fs.opened(ino);
     if (fuse_reply_open(req, fi) == 0) {
       open.release();  // release() frees it
     } else {
+      fs.released(ino);
       ODAFS_LOG_DEBUG("odafs-mount: open reply dropped (interrupted)");
     }
   });
@@ -61,19 +63,22 @@ void FuseFs::op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode
     FuseFs& fs = self(req);
     std::string path = fs.inodes_.child_path(parent, name);
     int flags = (fi->flags & (kOpenFlags | O_EXCL)) | O_CREAT;
-    auto open = std::make_unique<OpenFile>(fs.client_.open(path, flags, mode & 07777));
-    Attr a = open->file.stat();
+    File file = fs.client_.open(path, flags, mode & 07777);
+    Attr a = file.stat();
     fuse_entry_param e{};
     e.ino = fs.inodes_.add_lookup(parent, name, a.fileid);
+    auto open = std::make_unique<OpenFile>(std::move(file), e.ino);
     e.attr = fs.to_stat(a);
     e.attr_timeout = fs.options_.attr_timeout;
     e.entry_timeout = fs.options_.entry_timeout;
     fi->keep_cache = 0;
     fi->direct_io = 0;
     fi->fh = reinterpret_cast<uint64_t>(static_cast<OpenNode*>(open.get()));
+    fs.opened(e.ino);
     if (fuse_reply_create(req, &e, fi) == 0) {
       open.release();
     } else {
+      fs.released(e.ino);
       fs.inodes_.forget(e.ino, 1);
     }
   });
@@ -122,6 +127,7 @@ void FuseFs::op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     } catch (const std::exception& e) {
       ODAFS_LOG_WARN("odafs-mount: release: %s", e.what());
     }
+    self(req).released(static_cast<OpenFile*>(node.get())->ino);
   }
   fuse_reply_err(req, 0);
 }

@@ -4,6 +4,7 @@
 #include <linux/fs.h>  // RENAME_NOREPLACE, RENAME_EXCHANGE
 #include <sys/statvfs.h>
 
+#include <atomic>
 #include <cerrno>
 #include <new>
 
@@ -132,6 +133,29 @@ Attr FuseFs::attr_of(Ino ino) {
   return a;
 }
 
+void FuseFs::hide_open(Ino parent, const std::string& name, Ino ino) {
+  static std::atomic<uint64_t> counter{0};
+  std::string hidden = ".odafs-hidden-" + std::to_string(ino) + "-" + std::to_string(++counter);
+  std::string dir = inodes_.path(parent);
+  std::string prefix = dir.empty() ? "" : dir + "/";
+  client_.rename(prefix + name, prefix + hidden);
+  inodes_.renamed(parent, name, parent, hidden);
+  if (!inodes_.mark_hidden(ino)) {  // closed meanwhile: nothing keeps it
+    client_.unlink(prefix + hidden);
+    inodes_.removed(parent, hidden);
+  }
+}
+
+void FuseFs::released(Ino ino) {
+  if (!inodes_.release_open(ino)) return;
+  try {
+    client_.unlink(inodes_.path(ino));
+    inodes_.detach(ino);
+  } catch (const std::exception& e) {  // e.g. another client removed it: nothing to do
+    ODAFS_LOG_WARN("odafs-mount: removing a hidden file at its last close: %s", e.what());
+  }
+}
+
 void FuseFs::op_init(void* userdata, fuse_conn_info* conn) {
   (void)userdata;
   // O_TRUNC travels with the open, which truncates (saves the kernel's separate SETATTR).
@@ -258,8 +282,12 @@ void FuseFs::op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_
 void FuseFs::op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   guard(req, "unlink", [&] {
     FuseFs& fs = self(req);
-    fs.client_.unlink(fs.inodes_.child_path(parent, name));
-    fs.inodes_.removed(parent, name);
+    if (Ino open = fs.inodes_.open_node_at(parent, name)) {
+      fs.hide_open(parent, name, open);
+    } else {
+      fs.client_.unlink(fs.inodes_.child_path(parent, name));
+      fs.inodes_.removed(parent, name);
+    }
     fuse_reply_err(req, 0);
   });
 }
@@ -303,6 +331,11 @@ void FuseFs::op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse
         exists = false;
       }
       if (exists) throw Error(EEXIST, "odafs-mount: rename target exists");
+    }
+    // A file open here that the rename would replace is moved aside first (not atomic:
+    // for a moment the target name does not exist, as with NFS clients).
+    if (Ino open = fs.inodes_.open_node_at(newparent, newname)) {
+      fs.hide_open(newparent, newname, open);
     }
     fs.client_.rename(from, to);
     fs.inodes_.renamed(parent, name, newparent, newname);

@@ -61,8 +61,9 @@ class FuseFs {
     virtual ~OpenNode() = default;
   };
   struct OpenFile : OpenNode {
-    explicit OpenFile(File f) : OpenNode(Kind::kFile), file(std::move(f)) {}
+    OpenFile(File f, Ino i) : OpenNode(Kind::kFile), file(std::move(f)), ino(i) {}
     File file;
+    Ino ino;
   };
   struct OpenDir : OpenNode {
     OpenDir() : OpenNode(Kind::kDir) {}
@@ -86,6 +87,15 @@ class FuseFs {
   // Attributes of the node by path; a node whose name now holds another file is detached
   // and fails ESTALE (the kernel then looks the name up again).
   Attr attr_of(Ino ino);
+
+  // Instead of removing parent/name, whose node `ino` has open files: renames it to a
+  // hidden name in the same directory, removed at the node's last release (NFS's silly
+  // rename; the server forgets a file with its last name). Throws Error.
+  void hide_open(Ino parent, const std::string& name, Ino ino);
+  // Counts an open of `ino` (for hide_open); released() gives it back, and removes a
+  // hidden name after the last.
+  void opened(Ino ino) { inodes_.add_open(ino); }
+  void released(Ino ino);
 
   // Namespace operations (fuse_ops.cc).
   static void op_init(void* userdata, fuse_conn_info* conn);

@@ -118,6 +118,34 @@ void InodeTable::detach(Ino ino) {
   if (it != nodes_.end() && !it->second.detached) detach_locked(ino, it->second);
 }
 
+void InodeTable::add_open(Ino ino) {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(ino);
+  if (it != nodes_.end()) ++it->second.opens;
+}
+
+bool InodeTable::release_open(Ino ino) {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(ino);
+  if (it == nodes_.end() || it->second.opens == 0) return false;
+  return --it->second.opens == 0 && it->second.hidden && !it->second.detached;
+}
+
+Ino InodeTable::open_node_at(Ino parent, const std::string& name) const {
+  std::lock_guard lock(mu_);
+  auto it = by_name_.find(Key{parent, name});
+  if (it == by_name_.end()) return 0;
+  return nodes_.at(it->second).opens > 0 ? it->second : 0;
+}
+
+bool InodeTable::mark_hidden(Ino ino) {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(ino);
+  if (it == nodes_.end() || it->second.opens == 0) return false;
+  it->second.hidden = true;
+  return true;
+}
+
 size_t InodeTable::size() const {
   std::lock_guard lock(mu_);
   return nodes_.size();
@@ -143,7 +171,7 @@ void InodeTable::maybe_erase_locked(Ino ino) {
     auto it = nodes_.find(ino);
     if (it == nodes_.end()) return;
     Node& node = it->second;
-    if (node.lookups != 0 || node.children != 0) return;
+    if (node.lookups != 0 || node.children != 0 || node.opens != 0) return;
     Ino parent = node.parent;
     if (!node.detached) by_name_.erase(Key{node.parent, node.name});
     nodes_.erase(it);

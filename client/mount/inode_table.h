@@ -63,6 +63,19 @@ class InodeTable {
   // detach it, so that the kernel's next lookup makes a fresh node.
   void detach(Ino ino);
 
+  // Open files. The server forgets a file with its last name, so a file removed (or
+  // renamed over) while open is instead renamed to a hidden name in its directory (NFS's
+  // "silly rename") and removed at its last release; these count the opens that decides.
+  void add_open(Ino ino);
+  // Gives back one open; true when it was the last and the node is hidden: the caller
+  // then removes the node's (hidden) name.
+  bool release_open(Ino ino);
+  // The node at parent/name if it has open files, else 0.
+  Ino open_node_at(Ino parent, const std::string& name) const;
+  // After renaming an open node to a hidden name: true if it is still open (its last
+  // release removes it); false if it was closed meanwhile (the caller removes it now).
+  bool mark_hidden(Ino ino);
+
   // For tests and statistics: how many nodes are alive (the root included).
   size_t size() const;
 
@@ -73,7 +86,9 @@ class InodeTable {
     uint64_t fileid = 0;
     uint64_t lookups = 0;
     uint64_t children = 0;  // live nodes whose parent this is
+    uint64_t opens = 0;     // open files (add_open .. release_open)
     bool detached = false;
+    bool hidden = false;  // renamed to a hidden name instead of being removed
   };
   using Key = std::pair<Ino, std::string>;
 
