@@ -472,3 +472,36 @@ MOUNT_TEST("a file removed or renamed over while open stays usable until closed"
   CHECK(close(fd) == 0);
   CHECK(eventually([&] { return list(fs.exp.path()) == std::set<std::string>{".", "..", "doc"}; }));
 }
+
+MOUNT_TEST("several threads at once: create, write, read, rename, remove in their own trees") {
+  Mounted fs;
+  constexpr int kThreads = 4;
+  constexpr int kFiles = 40;
+  std::vector<int> errors(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&fs, &errors, t] {
+      std::string dir = fs / ("t" + std::to_string(t));
+      if (mkdir(dir.c_str(), 0755) != 0) ++errors[t];
+      for (int i = 0; i < kFiles; ++i) {
+        std::string name = dir + "/f" + std::to_string(i);
+        std::string data = pattern(1000 + 97 * i, t * 1000 + i);
+        int fd = open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0644);
+        if (fd < 0 || write_at(fd, data, 0) != static_cast<ssize_t>(data.size())) ++errors[t];
+        if (fd >= 0) close(fd);
+        if (read_local(name) != data) ++errors[t];
+        if (i % 2 == 0 && rename(name.c_str(), (name + ".r").c_str()) != 0) ++errors[t];
+        if (i % 4 == 0 && unlink((name + ".r").c_str()) != 0) ++errors[t];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    CHECK(errors[t] == 0);
+    std::set<std::string> names = list(fs.local("t" + std::to_string(t)));
+    CHECK(names.size() == 2 + kFiles - kFiles / 4);
+    CHECK(names.count("f1") == 1);
+    CHECK(names.count("f2.r") == 1);
+    CHECK(names.count("f4.r") == 0);
+  }
+}
