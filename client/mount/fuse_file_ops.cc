@@ -1,0 +1,214 @@
+// FuseFs: open files (open, create, read, write, flush, release, fsync) and directories
+// (opendir, readdir, releasedir).
+#include <cerrno>
+#include <memory>
+
+#include "client/mount/fuse_ops.h"
+
+namespace odafs::mount {
+namespace {
+
+// The open(2) flags libodafs acts on. The kernel has dealt with the rest (O_CREAT and
+// O_EXCL reach create only; O_NOFOLLOW, O_DIRECTORY, O_CLOEXEC... are the VFS's).
+constexpr int kOpenFlags = O_ACCMODE | O_APPEND | O_TRUNC;
+
+mode_t dirent_type(FileType t) {
+  switch (t) {
+    case FileType::kRegular:
+      return S_IFREG;
+    case FileType::kDirectory:
+      return S_IFDIR;
+    case FileType::kSymlink:
+      return S_IFLNK;
+    case FileType::kBlock:
+      return S_IFBLK;
+    case FileType::kChar:
+      return S_IFCHR;
+    case FileType::kSocket:
+      return S_IFSOCK;
+    case FileType::kFifo:
+      return S_IFIFO;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void FuseFs::op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  guard(req, "open", [&] {
+    FuseFs& fs = self(req);
+    // libodafs looks the file up again and revalidates its cached blocks at open
+    // (close-to-open). The kernel's copy goes too: keep_cache off drops its pages, and its
+    // attributes are invalidated so that the size another client gave the file is
+    // fetched (through this open file) before a read stops at an old size.
+    std::string path = fs.inodes_.path(ino);
+    auto open = std::make_unique<OpenFile>(fs.client_.open(path, fi->flags & kOpenFlags), ino);
+    fi->keep_cache = 0;
+    fi->direct_io = 0;
+    fi->fh = reinterpret_cast<uint64_t>(static_cast<OpenNode*>(open.get()));
+    if (fs.session_ != nullptr) fuse_lowlevel_notify_inval_inode(fs.session_, ino, -1, 0);
+    fs.opened(ino);
+    if (fuse_reply_open(req, fi) == 0) {
+      open.release();  // release() frees it
+    } else {
+      fs.released(ino);
+      ODAFS_LOG_DEBUG("odafs-mount: open reply dropped (interrupted)");
+    }
+  });
+}
+
+void FuseFs::op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+                       fuse_file_info* fi) {
+  guard(req, "create", [&] {
+    FuseFs& fs = self(req);
+    std::string path = fs.inodes_.child_path(parent, name);
+    int flags = (fi->flags & (kOpenFlags | O_EXCL)) | O_CREAT;
+    File file = fs.client_.open(path, flags, mode & 07777);
+    Attr a = file.stat();
+    fuse_entry_param e{};
+    e.ino = fs.inodes_.add_lookup(parent, name, a.fileid);
+    auto open = std::make_unique<OpenFile>(std::move(file), e.ino);
+    e.attr = fs.to_stat(a);
+    e.attr_timeout = fs.options_.attr_timeout;
+    e.entry_timeout = fs.options_.entry_timeout;
+    fi->keep_cache = 0;
+    fi->direct_io = 0;
+    fi->fh = reinterpret_cast<uint64_t>(static_cast<OpenNode*>(open.get()));
+    fs.opened(e.ino);
+    if (fuse_reply_create(req, &e, fi) == 0) {
+      open.release();
+    } else {
+      fs.released(e.ino);
+      fs.inodes_.forget(e.ino, 1);
+    }
+  });
+}
+
+void FuseFs::op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  (void)ino;
+  guard(req, "read", [&] {
+    File* f = file_of(fi);
+    if (f == nullptr) throw Error(EBADF, "odafs-mount: read without an open file");
+    std::unique_ptr<char[]> buf(new char[size ? size : 1]);
+    size_t n = f->pread(buf.get(), size, static_cast<uint64_t>(off));
+    fuse_reply_buf(req, buf.get(), n);
+  });
+}
+
+void FuseFs::op_write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
+                      fuse_file_info* fi) {
+  (void)ino;
+  guard(req, "write", [&] {
+    File* f = file_of(fi);
+    if (f == nullptr) throw Error(EBADF, "odafs-mount: write without an open file");
+    // Opened O_APPEND, the File writes at the server's end of file whatever `off` says
+    // (the kernel's idea of the end may be old).
+    size_t n = f->pwrite(buf, size, static_cast<uint64_t>(off));
+    fuse_reply_write(req, n);
+  });
+}
+
+void FuseFs::op_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  (void)ino;
+  guard(req, "flush", [&] {
+    // Every close(2): commit the unstable writes (a no-op when there are none), so that
+    // close reports a failed write and the data is durable, as NFS does at close.
+    if (File* f = file_of(fi)) f->fsync();
+    fuse_reply_err(req, 0);
+  });
+}
+
+void FuseFs::op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  (void)ino;
+  std::unique_ptr<OpenNode> node(reinterpret_cast<OpenNode*>(fi->fh));
+  if (File* f = file_of(fi)) {
+    try {
+      f->close();  // flush already committed; an error here has no one to go to
+    } catch (const std::exception& e) {
+      ODAFS_LOG_WARN("odafs-mount: release: %s", e.what());
+    }
+    self(req).released(static_cast<OpenFile*>(node.get())->ino);
+  }
+  fuse_reply_err(req, 0);
+}
+
+void FuseFs::op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi) {
+  (void)ino;
+  (void)datasync;
+  guard(req, "fsync", [&] {
+    if (File* f = file_of(fi)) f->fsync();
+    fuse_reply_err(req, 0);
+  });
+}
+
+void FuseFs::op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  guard(req, "opendir", [&] {
+    FuseFs& fs = self(req);
+    auto dir = std::make_unique<OpenDir>();
+    dir->path = fs.inodes_.path(ino);
+    // The whole listing now: readdir then serves it in the kernel's slices, and offsets
+    // stay valid whatever happens in the directory meanwhile (as on a local file system,
+    // names created or removed after opendir may or may not show up).
+    dir->entries = fs.client_.readdir(dir->path);
+    fi->fh = reinterpret_cast<uint64_t>(static_cast<OpenNode*>(dir.get()));
+    if (fuse_reply_open(req, fi) == 0) dir.release();
+  });
+}
+
+void FuseFs::op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                        fuse_file_info* fi) {
+  guard(req, "readdir", [&] {
+    FuseFs& fs = self(req);
+    auto* dir = static_cast<OpenDir*>(reinterpret_cast<OpenNode*>(fi->fh));
+    if (dir == nullptr || dir->kind != OpenNode::Kind::kDir) {
+      throw Error(EBADF, "odafs-mount: readdir without an open directory");
+    }
+    // rewinddir(3) (offset 0 again) lists afresh, as POSIX asks.
+    if (off == 0 && dir->served) dir->entries = fs.client_.readdir(dir->path);
+    dir->served = true;
+    std::unique_ptr<char[]> buf(new char[size]);
+    size_t used = 0;
+    // Offsets: 1 and 2 after "." and "..", 3 + i after entries[i].
+    const size_t total = dir->entries.size() + 2;
+    for (size_t i = static_cast<size_t>(off); i < total; ++i) {
+      struct stat st {};
+      const char* name;
+      if (i == 0) {
+        name = ".";
+        st.st_ino = fs.inodes_.fileid(ino);
+        st.st_mode = S_IFDIR;
+      } else if (i == 1) {
+        name = "..";
+        st.st_ino = fs.inodes_.parent_fileid(ino);
+        st.st_mode = S_IFDIR;
+      } else {
+        const DirEntry& e = dir->entries[i - 2];
+        name = e.name.c_str();
+        st.st_ino = e.fileid;
+        st.st_mode = dirent_type(e.type);
+      }
+      size_t need = fuse_add_direntry(req, buf.get() + used, size - used, name, &st,
+                                      static_cast<off_t>(i + 1));
+      if (need > size - used) break;
+      used += need;
+    }
+    fuse_reply_buf(req, buf.get(), used);
+  });
+}
+
+void FuseFs::op_releasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  (void)ino;
+  delete reinterpret_cast<OpenNode*>(fi->fh);
+  fuse_reply_err(req, 0);
+}
+
+void FuseFs::op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi) {
+  (void)ino;
+  (void)datasync;
+  (void)fi;
+  // Directory operations are synchronous on the server (it renames, creates and removes
+  // as they arrive); there is nothing to commit.
+  fuse_reply_err(req, 0);
+}
+
+}  // namespace odafs::mount

@@ -1,0 +1,375 @@
+// FuseFs: construction, the operation table, and the namespace operations.
+#include "client/mount/fuse_ops.h"
+
+#include <linux/fs.h>  // RENAME_NOREPLACE, RENAME_EXCHANGE
+#include <sys/statvfs.h>
+
+#include <atomic>
+#include <cerrno>
+#include <new>
+
+namespace odafs::mount {
+namespace {
+
+mode_t type_bits(FileType t) {
+  switch (t) {
+    case FileType::kRegular:
+      return S_IFREG;
+    case FileType::kDirectory:
+      return S_IFDIR;
+    case FileType::kSymlink:
+      return S_IFLNK;
+    case FileType::kBlock:
+      return S_IFBLK;
+    case FileType::kChar:
+      return S_IFCHR;
+    case FileType::kSocket:
+      return S_IFSOCK;
+    case FileType::kFifo:
+      return S_IFIFO;
+  }
+  return S_IFREG;
+}
+
+}  // namespace
+
+int errno_of_exception(const std::exception& e) {
+  if (const auto* oe = dynamic_cast<const Error*>(&e)) {
+    int err = oe->errno_value();
+    return err > 0 ? err : EIO;
+  }
+  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr) return ENOMEM;
+  return EIO;
+}
+
+FuseFs::FuseFs(Client& client, const Attr& root, FsOptions options)
+    : client_(client),
+      inodes_(root.fileid),
+      options_(options),
+      block_size_(client.limits().block_size ? client.limits().block_size : 4096) {}
+
+const fuse_lowlevel_ops& FuseFs::ops() {
+  static const fuse_lowlevel_ops table = [] {
+    fuse_lowlevel_ops o{};
+    o.init = op_init;
+    o.lookup = op_lookup;
+    o.forget = op_forget;
+    o.forget_multi = op_forget_multi;
+    o.getattr = op_getattr;
+    o.setattr = op_setattr;
+    o.readlink = op_readlink;
+    o.mknod = op_mknod;
+    o.mkdir = op_mkdir;
+    o.unlink = op_unlink;
+    o.rmdir = op_rmdir;
+    o.symlink = op_symlink;
+    o.rename = op_rename;
+    o.link = op_link;
+    o.statfs = op_statfs;
+    o.open = op_open;
+    o.create = op_create;
+    o.read = op_read;
+    o.write = op_write;
+    o.flush = op_flush;
+    o.release = op_release;
+    o.fsync = op_fsync;
+    o.opendir = op_opendir;
+    o.readdir = op_readdir;
+    o.releasedir = op_releasedir;
+    o.fsyncdir = op_fsyncdir;
+    return o;
+  }();
+  return table;
+}
+
+File* FuseFs::file_of(const fuse_file_info* fi) {
+  if (fi == nullptr || fi->fh == 0) return nullptr;
+  auto* node = reinterpret_cast<OpenNode*>(fi->fh);
+  if (node->kind != OpenNode::Kind::kFile) return nullptr;
+  return &static_cast<OpenFile*>(node)->file;
+}
+
+struct stat FuseFs::to_stat(const Attr& a) const {
+  struct stat st {};
+  // The server's file id is st_ino (FUSE reports attr.ino, not the node id), so that
+  // programs that compare inode numbers (find, tar, cp -a) see stable ones.
+  st.st_ino = a.fileid;
+  st.st_mode = type_bits(a.type) | (a.mode & 07777);
+  st.st_nlink = a.nlink;
+  st.st_uid = a.uid;
+  st.st_gid = a.gid;
+  st.st_size = static_cast<off_t>(a.size);
+  st.st_blocks = static_cast<blkcnt_t>((a.used + 511) / 512);
+  st.st_blksize = block_size_;
+  st.st_atim = a.atime;
+  st.st_mtim = a.mtime;
+  st.st_ctim = a.ctime;
+  return st;
+}
+
+void FuseFs::reply_entry(fuse_req_t req, Ino parent, const std::string& name, const Attr& a) {
+  fuse_entry_param e{};
+  e.ino = inodes_.add_lookup(parent, name, a.fileid);
+  e.generation = 0;  // inode numbers are never reused
+  e.attr = to_stat(a);
+  e.attr_timeout = options_.attr_timeout;
+  e.entry_timeout = options_.entry_timeout;
+  // An interrupted request's reply is dropped: the kernel never counts that lookup.
+  if (fuse_reply_entry(req, &e) != 0) inodes_.forget(e.ino, 1);
+}
+
+Attr FuseFs::attr_of(Ino ino) {
+  Attr a = client_.lstat(inodes_.path(ino));
+  uint64_t known = inodes_.fileid(ino);
+  if (ino != kRootIno && known != 0 && known != a.fileid) {
+    // The name holds another file now (replaced, e.g. by another client's rename over
+    // it). Answering with that file's attributes would change the inode under the kernel
+    // (a different type even makes it mark the inode bad); instead the node lets go of
+    // the name and fails ESTALE, on which the VFS looks the name up again and retries
+    // (stat, open, chmod... do), and gets a fresh node for the new file.
+    inodes_.detach(ino);
+    throw Error(ESTALE, "odafs-mount: the name holds another file now");
+  }
+  return a;
+}
+
+void FuseFs::hide_open(Ino parent, const std::string& name, Ino ino) {
+  static std::atomic<uint64_t> counter{0};
+  std::string hidden = ".odafs-hidden-" + std::to_string(ino) + "-" + std::to_string(++counter);
+  std::string dir = inodes_.path(parent);
+  std::string prefix = dir.empty() ? "" : dir + "/";
+  client_.rename(prefix + name, prefix + hidden);
+  inodes_.renamed(parent, name, parent, hidden);
+  if (!inodes_.mark_hidden(ino)) {  // closed meanwhile: nothing keeps it
+    client_.unlink(prefix + hidden);
+    inodes_.removed(parent, hidden);
+  }
+}
+
+void FuseFs::released(Ino ino) {
+  if (!inodes_.release_open(ino)) return;
+  try {
+    client_.unlink(inodes_.path(ino));
+    inodes_.detach(ino);
+  } catch (const std::exception& e) {  // e.g. another client removed it: nothing to do
+    ODAFS_LOG_WARN("odafs-mount: removing a hidden file at its last close: %s", e.what());
+  }
+}
+
+void FuseFs::op_init(void* userdata, fuse_conn_info* conn) {
+  (void)userdata;
+  // O_TRUNC travels with the open, which truncates (saves the kernel's separate SETATTR).
+  if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+  // No writeback cache: every write goes to the server before write(2) returns, which is
+  // what another client's close-to-open view depends on.
+  conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+}
+
+void FuseFs::op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  guard(req, "lookup", [&] {
+    FuseFs& fs = self(req);
+    Attr a = fs.client_.lstat(fs.inodes_.child_path(parent, name));
+    fs.reply_entry(req, parent, name, a);
+  });
+}
+
+void FuseFs::op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  self(req).inodes_.forget(ino, nlookup);
+  fuse_reply_none(req);
+}
+
+void FuseFs::op_forget_multi(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+  FuseFs& fs = self(req);
+  for (size_t i = 0; i < count; ++i) fs.inodes_.forget(forgets[i].ino, forgets[i].nlookup);
+  fuse_reply_none(req);
+}
+
+void FuseFs::op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  guard(req, "getattr", [&] {
+    FuseFs& fs = self(req);
+    // Through an open file (fstat, and the kernel's size checks on read): that file's
+    // attributes, even if its name changed or went away.
+    File* f = file_of(fi);
+    Attr a = f != nullptr ? f->stat() : fs.attr_of(ino);
+    struct stat st = fs.to_stat(a);
+    fuse_reply_attr(req, &st, fs.options_.attr_timeout);
+  });
+}
+
+void FuseFs::op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
+                        fuse_file_info* fi) {
+  guard(req, "setattr", [&] {
+    FuseFs& fs = self(req);
+    File* f = file_of(fi);
+    // The protocol has no owner change (no SETATTR of uid/gid): chown to what already
+    // is succeeds (cp -a, tar x as the owner do that), anything else is EPERM.
+    if (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
+      Attr cur = f != nullptr ? f->stat() : fs.attr_of(ino);
+      if (((to_set & FUSE_SET_ATTR_UID) && attr->st_uid != cur.uid) ||
+          ((to_set & FUSE_SET_ATTR_GID) && attr->st_gid != cur.gid)) {
+        throw Error(EPERM, "odafs-mount: the protocol cannot change owners");
+      }
+    }
+    if (to_set & FUSE_SET_ATTR_SIZE) {
+      if (f != nullptr) {
+        f->truncate(static_cast<uint64_t>(attr->st_size));
+      } else {
+        fs.client_.truncate(fs.inodes_.path(ino), static_cast<uint64_t>(attr->st_size));
+      }
+    }
+    if (to_set & FUSE_SET_ATTR_MODE) fs.client_.chmod(fs.inodes_.path(ino), attr->st_mode & 07777);
+    // Times on a symlink itself (lutimes; the kernel follows symlinks for everything else)
+    // cannot be set: Client::utimens follows the last symlink, and would change the
+    // target. They are left as they are and the call succeeds, so that cp -a and tar x
+    // work (docs/mount.md, "Gaps").
+    bool times = (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME)) != 0;
+    if (times && f == nullptr && fs.attr_of(ino).type == FileType::kSymlink) times = false;
+    if (times) {
+      struct timespec t[2];
+      t[0].tv_sec = t[1].tv_sec = 0;
+      t[0].tv_nsec = t[1].tv_nsec = UTIME_OMIT;
+      if (to_set & FUSE_SET_ATTR_ATIME_NOW) {
+        t[0].tv_nsec = UTIME_NOW;
+      } else if (to_set & FUSE_SET_ATTR_ATIME) {
+        t[0] = attr->st_atim;
+      }
+      if (to_set & FUSE_SET_ATTR_MTIME_NOW) {
+        t[1].tv_nsec = UTIME_NOW;
+      } else if (to_set & FUSE_SET_ATTR_MTIME) {
+        t[1] = attr->st_mtim;
+      }
+      fs.client_.utimens(fs.inodes_.path(ino), t);
+    }
+    Attr a = f != nullptr ? f->stat() : fs.attr_of(ino);
+    struct stat st = fs.to_stat(a);
+    fuse_reply_attr(req, &st, fs.options_.attr_timeout);
+  });
+}
+
+void FuseFs::op_readlink(fuse_req_t req, fuse_ino_t ino) {
+  guard(req, "readlink", [&] {
+    FuseFs& fs = self(req);
+    std::string target = fs.client_.readlink(fs.inodes_.path(ino));
+    fuse_reply_readlink(req, target.c_str());
+  });
+}
+
+void FuseFs::op_mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+                      dev_t rdev) {
+  (void)rdev;
+  guard(req, "mknod", [&] {
+    FuseFs& fs = self(req);
+    // The protocol creates regular files, directories and symlinks only: FIFOs, sockets
+    // and devices are EPERM (as mknod(2) on a file system that does not support them).
+    if (!S_ISREG(mode)) throw Error(EPERM, "odafs-mount: mknod of a special file");
+    std::string path = fs.inodes_.child_path(parent, name);
+    File f = fs.client_.open(path, O_WRONLY | O_CREAT | O_EXCL, mode & 07777);
+    Attr a = f.stat();
+    f.close();
+    fs.reply_entry(req, parent, name, a);
+  });
+}
+
+void FuseFs::op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  guard(req, "mkdir", [&] {
+    FuseFs& fs = self(req);
+    std::string path = fs.inodes_.child_path(parent, name);
+    fs.client_.mkdir(path, mode & 07777);
+    fs.reply_entry(req, parent, name, fs.client_.lstat(path));
+  });
+}
+
+void FuseFs::op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  guard(req, "unlink", [&] {
+    FuseFs& fs = self(req);
+    if (Ino open = fs.inodes_.open_node_at(parent, name)) {
+      fs.hide_open(parent, name, open);
+    } else {
+      fs.client_.unlink(fs.inodes_.child_path(parent, name));
+      fs.inodes_.removed(parent, name);
+    }
+    fuse_reply_err(req, 0);
+  });
+}
+
+void FuseFs::op_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  guard(req, "rmdir", [&] {
+    FuseFs& fs = self(req);
+    fs.client_.rmdir(fs.inodes_.child_path(parent, name));
+    fs.inodes_.removed(parent, name);
+    fuse_reply_err(req, 0);
+  });
+}
+
+void FuseFs::op_symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  guard(req, "symlink", [&] {
+    FuseFs& fs = self(req);
+    std::string path = fs.inodes_.child_path(parent, name);
+    fs.client_.symlink(link, path);
+    fs.reply_entry(req, parent, name, fs.client_.lstat(path));
+  });
+}
+
+void FuseFs::op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
+                       const char* newname, unsigned int flags) {
+  guard(req, "rename", [&] {
+    FuseFs& fs = self(req);
+    // RENAME_EXCHANGE needs an atomic swap the protocol lacks; RENAME_WHITEOUT is for
+    // overlay file systems. RENAME_NOREPLACE is emulated: a look at the target first, so
+    // a name another client creates in between is replaced (documented in docs/mount.md).
+    if (flags & ~static_cast<unsigned>(RENAME_NOREPLACE)) {
+      throw Error(EINVAL, "odafs-mount: rename flags other than RENAME_NOREPLACE");
+    }
+    std::string from = fs.inodes_.child_path(parent, name);
+    std::string to = fs.inodes_.child_path(newparent, newname);
+    if (flags & RENAME_NOREPLACE) {
+      bool exists = true;
+      try {
+        fs.client_.lstat(to);
+      } catch (const Error& e) {
+        if (e.errno_value() != ENOENT) throw;
+        exists = false;
+      }
+      if (exists) throw Error(EEXIST, "odafs-mount: rename target exists");
+    }
+    // A file open here that the rename would replace is moved aside first (not atomic:
+    // for a moment the target name does not exist, as with NFS clients).
+    if (Ino open = fs.inodes_.open_node_at(newparent, newname)) {
+      fs.hide_open(newparent, newname, open);
+    }
+    fs.client_.rename(from, to);
+    fs.inodes_.renamed(parent, name, newparent, newname);
+    fuse_reply_err(req, 0);
+  });
+}
+
+void FuseFs::op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  (void)ino;
+  (void)newparent;
+  (void)newname;
+  // The protocol has no LINK procedure. EPERM is link(2)'s answer for "the file system
+  // does not support hard links" (tar and cp -a then copy the data instead or report it).
+  fuse_reply_err(req, EPERM);
+}
+
+void FuseFs::op_statfs(fuse_req_t req, fuse_ino_t ino) {
+  (void)ino;
+  guard(req, "statfs", [&] {
+    FuseFs& fs = self(req);
+    FsStat s = fs.client_.statfs();
+    struct statvfs v {};
+    uint64_t bs = s.block_size ? s.block_size : fs.block_size_;
+    v.f_bsize = bs;
+    v.f_frsize = bs;
+    v.f_blocks = s.total_bytes / bs;
+    v.f_bfree = s.free_bytes / bs;
+    v.f_bavail = s.avail_bytes / bs;
+    v.f_files = s.total_files;
+    v.f_ffree = s.free_files;
+    v.f_favail = s.free_files;
+    v.f_namemax = s.max_name ? s.max_name : 255;
+    fuse_reply_statfs(req, &v);
+  });
+}
+
+}  // namespace odafs::mount

@@ -1,0 +1,160 @@
+// odafs-mount: the FUSE low-level operations on a libodafs Client.
+//
+// FuseFs answers the kernel's requests (lookup, getattr, open, read, ...) by calling the
+// path-based Client API; the InodeTable turns FUSE inode numbers into those paths. Every
+// odafs::Error becomes its errno in fuse_reply_err; anything else becomes EIO (ENOMEM for
+// bad_alloc) and is logged. docs/mount.md says what is and is not supported, and why.
+//
+// Open files: fi->fh points at a heap OpenNode (an odafs::File for a regular file, a
+// directory listing for a directory), made at open/create/opendir and freed at
+// release/releasedir.
+//
+// Thread-safety: the operations run on libfuse's worker threads, any number at once. The
+// Client and the InodeTable are thread-safe; an open File is used by concurrent read,
+// write, flush and fsync (which File allows) and closed only at release, after the kernel
+// sent the last request on it. A directory listing is touched by one request at a time
+// (the kernel serialises readdir on one open directory).
+#pragma once
+
+#ifndef FUSE_USE_VERSION  // CMake picks 312 for libfuse >= 3.12, else 35
+#define FUSE_USE_VERSION 35
+#endif
+#include <fuse3/fuse_lowlevel.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "base/log.h"
+#include "client/client.h"
+#include "client/mount/inode_table.h"
+
+namespace odafs::mount {
+
+struct FsOptions {
+  double attr_timeout = 1.0;   // seconds the kernel may trust attributes
+  double entry_timeout = 1.0;  // seconds the kernel may trust a name → inode lookup
+};
+
+class FuseFs {
+ public:
+  // REQUIRES: client outlives this object. root: the mount root's attributes.
+  FuseFs(Client& client, const Attr& root, FsOptions options);
+  FuseFs(const FuseFs&) = delete;
+  FuseFs& operator=(const FuseFs&) = delete;
+
+  // The operation table; pass `this` as the session's userdata.
+  static const fuse_lowlevel_ops& ops();
+  // The session, for cache invalidations (set once before the session loop runs).
+  void set_session(fuse_session* se) { session_ = se; }
+
+  InodeTable& inodes() { return inodes_; }
+
+ private:
+  // What fi->fh points at. The kind tells an open file from an open directory, as
+  // getattr/setattr get either.
+  struct OpenNode {
+    enum class Kind { kFile, kDir } kind;
+    explicit OpenNode(Kind k) : kind(k) {}
+    virtual ~OpenNode() = default;
+  };
+  struct OpenFile : OpenNode {
+    OpenFile(File f, Ino i) : OpenNode(Kind::kFile), file(std::move(f)), ino(i) {}
+    File file;
+    Ino ino;
+  };
+  struct OpenDir : OpenNode {
+    OpenDir() : OpenNode(Kind::kDir) {}
+    std::string path;
+    std::vector<DirEntry> entries;  // the server's listing, without "." and ".."
+    bool served = false;            // a readdir at offset 0 after this lists again
+  };
+
+  static FuseFs& self(fuse_req_t req) { return *static_cast<FuseFs*>(fuse_req_userdata(req)); }
+  // The File behind fi, or null when fi is absent or holds a directory.
+  static File* file_of(const fuse_file_info* fi);
+
+  // Runs fn (which replies on success); an exception becomes fuse_reply_err.
+  template <class Fn>
+  static void guard(fuse_req_t req, const char* op, Fn&& fn);
+
+  struct stat to_stat(const Attr& a) const;
+  // Replies with the entry for parent/name, found as `a` (counts one lookup; undoes it if
+  // the kernel did not take the reply).
+  void reply_entry(fuse_req_t req, Ino parent, const std::string& name, const Attr& a);
+  // Attributes of the node by path; a node whose name now holds another file is detached
+  // and fails ESTALE (the kernel then looks the name up again).
+  Attr attr_of(Ino ino);
+
+  // Instead of removing parent/name, whose node `ino` has open files: renames it to a
+  // hidden name in the same directory, removed at the node's last release (NFS's silly
+  // rename; the server forgets a file with its last name). Throws Error.
+  void hide_open(Ino parent, const std::string& name, Ino ino);
+  // Counts an open of `ino` (for hide_open); released() gives it back, and removes a
+  // hidden name after the last.
+  void opened(Ino ino) { inodes_.add_open(ino); }
+  void released(Ino ino);
+
+  // Namespace operations (fuse_ops.cc).
+  static void op_init(void* userdata, fuse_conn_info* conn);
+  static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name);
+  static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup);
+  static void op_forget_multi(fuse_req_t req, size_t count, fuse_forget_data* forgets);
+  static void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+  static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
+                         fuse_file_info* fi);
+  static void op_readlink(fuse_req_t req, fuse_ino_t ino);
+  static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+                       dev_t rdev);
+  static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode);
+  static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name);
+  static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name);
+  static void op_symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name);
+  static void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
+                        const char* newname, unsigned int flags);
+  static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname);
+  static void op_statfs(fuse_req_t req, fuse_ino_t ino);
+
+  // Files and directories (fuse_file_ops.cc).
+  static void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+  static void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+                        fuse_file_info* fi);
+  static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi);
+  static void op_write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
+                       fuse_file_info* fi);
+  static void op_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+  static void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+  static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi);
+  static void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+  static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                         fuse_file_info* fi);
+  static void op_releasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+  static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi);
+
+  Client& client_;
+  InodeTable inodes_;
+  const FsOptions options_;
+  uint32_t block_size_;  // reported as st_blksize
+  fuse_session* session_ = nullptr;
+};
+
+// Every libodafs error is an errno already; bad_alloc is ENOMEM, anything else EIO.
+int errno_of_exception(const std::exception& e);
+
+template <class Fn>
+void FuseFs::guard(fuse_req_t req, const char* op, Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    int err = errno_of_exception(e);
+    if (err == EIO || err == ENOMEM)
+      ODAFS_LOG_WARN("odafs-mount: %s: %s", op, e.what());
+    else
+      ODAFS_LOG_DEBUG("odafs-mount: %s: %s", op, e.what());
+    fuse_reply_err(req, err);
+  }
+}
+
+}  // namespace odafs::mount

@@ -1,0 +1,248 @@
+// odafs-mount: mounts an odafs export through FUSE (libfuse3's low-level API, served by
+// several threads). docs/mount.md is the manual.
+//
+//   odafs-mount [-f] [-d] [-s] [-o OPTIONS] odafs://HOST:PORT/[PATH] MOUNTPOINT
+//
+// This file parses the options, connects the Client, mounts and runs the session loop;
+// FuseFs (fuse_ops.h) answers the kernel.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <csignal>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "client/client.h"
+#include "client/mount/fuse_ops.h"
+
+namespace {
+
+// What -o sets besides the options libfuse and mount(8) know (ro, allow_other,
+// default_permissions... travel on to fuse_session_new).
+struct Config {
+  char* url = nullptr;  // the first non-option argument
+  unsigned long cache_blocks = 2048;
+  char* read_mode = nullptr;
+  int no_ordma = 0;
+  int timeout_ms = 60000;
+  int reconnect_ms = 0;
+  int dir_cache_ms = 3000;
+  double attr_timeout = 1.0;
+  double entry_timeout = 1.0;
+  int show_help = 0;
+};
+
+#define ODAFS_OPT(templ, field, value) \
+  fuse_opt { templ, offsetof(Config, field), value }
+
+const fuse_opt kSpec[] = {ODAFS_OPT("cache_blocks=%lu", cache_blocks, 0),
+                          ODAFS_OPT("read_mode=%s", read_mode, 0),
+                          ODAFS_OPT("noordma", no_ordma, 1),
+                          ODAFS_OPT("timeout_ms=%d", timeout_ms, 0),
+                          ODAFS_OPT("reconnect_ms=%d", reconnect_ms, 0),
+                          ODAFS_OPT("dir_cache_ms=%d", dir_cache_ms, 0),
+                          ODAFS_OPT("attr_timeout=%lf", attr_timeout, 0),
+                          ODAFS_OPT("entry_timeout=%lf", entry_timeout, 0),
+                          ODAFS_OPT("-h", show_help, 1),
+                          ODAFS_OPT("--help", show_help, 1),
+                          FUSE_OPT_END};
+
+// The first non-option is the URL (taken out); everything else stays for libfuse.
+int keep_or_take_url(void* data, const char* arg, int key, fuse_args* outargs) {
+  (void)outargs;
+  auto* c = static_cast<Config*>(data);
+  if (key == FUSE_OPT_KEY_NONOPT && c->url == nullptr) {
+    c->url = strdup(arg);
+    return 0;
+  }
+  return 1;
+}
+
+void usage(const char* prog) {
+  std::printf(
+      "usage: %s [-f] [-d] [-s] [-o OPTIONS] odafs://HOST:PORT/[PATH] MOUNTPOINT\n"
+      "\n"
+      "odafs options (-o):\n"
+      "    cache_blocks=N         client data cache, in server blocks (default 2048; 0: off)\n"
+      "    read_mode=MODE         ordma (default) | preposted | inline | direct\n"
+      "    noordma                no one-sided reads: read_mode=preposted\n"
+      "    timeout_ms=N           bound on every call to the server (default 60000)\n"
+      "    reconnect_ms=N         keep re-connecting to a restarting server this long (0)\n"
+      "    dir_cache_ms=N         libodafs directory handle cache (default 3000; 0: off)\n"
+      "    attr_timeout=S         seconds the kernel trusts attributes (default 1)\n"
+      "    entry_timeout=S        seconds the kernel trusts name lookups (default 1)\n"
+      "    ro, allow_other, default_permissions, ...: as for any FUSE file system\n"
+      "\n"
+      "Unmount with: fusermount3 -u MOUNTPOINT (or SIGINT/SIGTERM to a -f odafs-mount)\n\n",
+      prog);
+  fuse_cmdline_help();
+  fuse_lowlevel_help();
+}
+
+bool parse_read_mode(const char* s, odafs::ReadMode* mode) {
+  std::string m = s;
+  if (m == "ordma") {
+    *mode = odafs::ReadMode::kOrdma;
+  } else if (m == "preposted" || m == "pre-posted") {
+    *mode = odafs::ReadMode::kPrePosted;
+  } else if (m == "inline") {
+    *mode = odafs::ReadMode::kInline;
+  } else if (m == "direct") {
+    *mode = odafs::ReadMode::kDirect;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// In the background, the process forks before any thread exists (libodafs starts
+// threads, which fork would lose) and the child does the work; the parent waits for the
+// child's word that the mount is up and exits 0, or 1 when the child failed (its error
+// went to the terminal first). In the foreground this is all a no-op.
+class Backgrounder {
+ public:
+  explicit Backgrounder(bool foreground) {
+    if (foreground) return;
+    int p[2];
+    if (pipe(p) != 0) {
+      std::perror("odafs-mount: pipe");
+      std::exit(1);
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+      std::perror("odafs-mount: fork");
+      std::exit(1);
+    }
+    if (pid > 0) {
+      close(p[1]);
+      char ok = 1;
+      ssize_t n;
+      do n = read(p[0], &ok, 1);
+      while (n < 0 && errno == EINTR);
+      _exit(n == 1 && ok == 0 ? 0 : 1);
+    }
+    close(p[0]);
+    ready_fd_ = p[1];
+    setsid();
+  }
+  // The mount is up: let the parent exit 0 and leave the terminal.
+  void ready() {
+    if (ready_fd_ < 0) return;
+    if (chdir("/") != 0) std::perror("odafs-mount: chdir /");
+    int null = open("/dev/null", O_RDWR);
+    if (null >= 0) {
+      dup2(null, 0);
+      dup2(null, 1);
+      dup2(null, 2);
+      if (null > 2) close(null);
+    }
+    char ok = 0;
+    if (write(ready_fd_, &ok, 1) != 1) _exit(1);
+    close(ready_fd_);
+    ready_fd_ = -1;
+  }
+
+ private:
+  int ready_fd_ = -1;  // closed unwritten when the child fails: the parent exits 1
+};
+
+int run(int argc, char** argv) {
+  fuse_args args = FUSE_ARGS_INIT(argc, argv);
+  Config conf;
+  if (fuse_opt_parse(&args, &conf, kSpec, keep_or_take_url) != 0) return 1;
+  if (conf.show_help) {
+    usage(argv[0]);
+    return 0;
+  }
+  fuse_cmdline_opts opts{};
+  if (fuse_parse_cmdline(&args, &opts) != 0) return 1;
+  std::unique_ptr<char, decltype(&free)> mountpoint(opts.mountpoint, &free);
+  std::unique_ptr<char, decltype(&free)> url(conf.url, &free);
+  std::unique_ptr<char, decltype(&free)> read_mode(conf.read_mode, &free);
+  if (opts.show_version) {
+    std::printf("odafs-mount 0.1.0, FUSE library %s\n", fuse_pkgversion());
+    fuse_lowlevel_version();
+    return 0;
+  }
+  if (url == nullptr || mountpoint == nullptr) {
+    usage(argv[0]);
+    return 1;
+  }
+
+  odafs::MountOptions mo;
+  mo.cache_blocks = conf.cache_blocks;
+  mo.timeout_ms = conf.timeout_ms;
+  mo.reconnect_window_ms = conf.reconnect_ms;
+  mo.dir_cache_ms = conf.dir_cache_ms;
+  if (conf.no_ordma) mo.read_mode = odafs::ReadMode::kPrePosted;
+  if (read_mode != nullptr && !parse_read_mode(read_mode.get(), &mo.read_mode)) {
+    std::fprintf(stderr, "odafs-mount: read_mode must be ordma, preposted, inline or direct\n");
+    return 1;
+  }
+  if (conf.timeout_ms <= 0 || conf.attr_timeout < 0 || conf.entry_timeout < 0) {
+    std::fprintf(stderr, "odafs-mount: timeouts must not be negative (timeout_ms > 0)\n");
+    return 1;
+  }
+
+  Backgrounder bg(opts.foreground != 0);
+  std::unique_ptr<odafs::Client> client;
+  odafs::Attr root;
+  try {
+    client = odafs::Client::mount(url.get(), mo);
+    root = client->stat("/");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "odafs-mount: %s: %s\n", url.get(), e.what());
+    return 1;
+  }
+  odafs::mount::FsOptions fo;
+  fo.attr_timeout = conf.attr_timeout;
+  fo.entry_timeout = conf.entry_timeout;
+  odafs::mount::FuseFs fs(*client, root, fo);
+
+  const fuse_lowlevel_ops& ops = odafs::mount::FuseFs::ops();
+  fuse_session* se = fuse_session_new(&args, &ops, sizeof(ops), &fs);
+  fuse_opt_free_args(&args);
+  if (se == nullptr) return 1;
+  fs.set_session(se);
+  int rc = 1;
+  if (fuse_set_signal_handlers(se) == 0) {
+    if (fuse_session_mount(se, mountpoint.get()) == 0) {
+      bg.ready();
+      if (opts.singlethread) {
+        rc = fuse_session_loop(se);
+      } else {
+#if FUSE_USE_VERSION >= 312
+        fuse_loop_config* lc = fuse_loop_cfg_create();
+        fuse_loop_cfg_set_clone_fd(lc, static_cast<unsigned>(opts.clone_fd));
+        // Unset, these read as UINT_MAX, which libfuse refuses noisily: keep its defaults.
+        if (opts.max_idle_threads != UINT_MAX) {
+          fuse_loop_cfg_set_idle_threads(lc, opts.max_idle_threads);
+        }
+        if (opts.max_threads != UINT_MAX) fuse_loop_cfg_set_max_threads(lc, opts.max_threads);
+        rc = fuse_session_loop_mt(se, lc);
+        fuse_loop_cfg_destroy(lc);
+#else
+        fuse_loop_config lc{};
+        lc.clone_fd = opts.clone_fd;
+        lc.max_idle_threads = opts.max_idle_threads;
+        rc = fuse_session_loop_mt(se, &lc);
+#endif
+      }
+      fuse_session_unmount(se);
+    }
+    fuse_remove_signal_handlers(se);
+  }
+  fuse_session_destroy(se);
+  // A signal ends the loop with its number; that is a clean stop.
+  return rc == 0 || rc == SIGINT || rc == SIGTERM || rc == SIGHUP ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return run(argc, argv); }

@@ -1,0 +1,507 @@
+// odafs-mount end to end: a real odafsd, a real `odafs-mount -f` on a temporary mountpoint,
+// and plain system calls on the mount. Skipped (with the reason) where FUSE cannot mount.
+#include <dirent.h>
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <linux/fs.h>  // RENAME_NOREPLACE, RENAME_EXCHANGE
+#include <signal.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/mount_process.h"
+#include "tests/support/server_process.h"
+
+using odafs::test::failed_with;
+using odafs::test::MountProcess;
+using odafs::test::pattern;
+using odafs::test::read_local;
+using odafs::test::ServerProcess;
+using odafs::test::TempDir;
+using odafs::test::write_local;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+const bool kNoFuse = !odafs::test::fuse_available();
+const char* no_fuse_reason() {
+  static const std::string r = "needs FUSE: " + odafs::test::fuse_unavailable_reason();
+  return r.c_str();
+}
+#define MOUNT_TEST(name) \
+  TEST_CASE(name* doctest::skip(kNoFuse) * doctest::description(kNoFuse ? no_fuse_reason() : ""))
+
+// An export served by odafsd and mounted with odafs-mount. Members go in reverse on
+// destruction: the mount first, then the server, then the directories.
+struct Mounted {
+  explicit Mounted(std::vector<std::string> options = {}, std::vector<std::string> server_args = {})
+      : server(exp.path(), std::move(server_args)), m(server.url(), mnt.path(), options) {}
+  std::string operator/(const std::string& name) const { return m / name; }
+  std::string local(const std::string& name) const { return exp / name; }
+
+  TempDir exp;
+  TempDir mnt;
+  ServerProcess server;
+  MountProcess m;
+};
+
+// The whole file at path, through read(2).
+std::string cat(const std::string& path) { return read_local(path); }
+
+ssize_t write_at(int fd, const std::string& s, off_t off) {
+  return pwrite(fd, s.data(), s.size(), off);
+}
+
+std::set<std::string> list(const std::string& dir) {
+  std::set<std::string> names;
+  DIR* d = opendir(dir.c_str());
+  REQUIRE(d != nullptr);
+  while (dirent* e = readdir(d)) names.insert(e->d_name);
+  closedir(d);
+  return names;
+}
+
+// Polls pred for up to 5 s.
+template <class Pred>
+bool eventually(Pred&& pred) {
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (!pred()) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+// Runs fn in a child process and waits up to `bound` for it; returns its exit code, or -1
+// if it had to be killed (a hang) or died of a signal.
+template <class Fn>
+int in_child(std::chrono::milliseconds bound, Fn&& fn) {
+  pid_t pid = fork();
+  if (pid == 0) _exit(fn());
+  auto deadline = Clock::now() + bound;
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) != pid) {
+    if (Clock::now() >= deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+MOUNT_TEST("files: create, read, write, append, truncate, O_EXCL, O_TRUNC, sparse") {
+  Mounted fs;
+  // Create and read back; the bytes land in the export.
+  write_local(fs / "a", "hello");
+  CHECK(cat(fs / "a") == "hello");
+  CHECK(read_local(fs.local("a")) == "hello");
+  // Overwrite in the middle, then a large write that spans many server blocks.
+  int fd = open((fs / "a").c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  CHECK(write_at(fd, "J", 0) == 1);
+  std::string big = pattern(3 * 1024 * 1024 + 17, 1);
+  CHECK(write_at(fd, big, 5) == static_cast<ssize_t>(big.size()));
+  CHECK(fsync(fd) == 0);
+  CHECK(close(fd) == 0);
+  CHECK(cat(fs / "a") == "Jello" + big);
+  // O_APPEND goes to the end, also past another writer's bytes.
+  write_local(fs / "log", "one\n");
+  fd = open((fs / "log").c_str(), O_WRONLY | O_APPEND);
+  REQUIRE(fd >= 0);
+  write_local(fs.local("log"), "one\ntwo\n");  // someone else appends meanwhile
+  CHECK(write(fd, "three\n", 6) == 6);
+  CHECK(close(fd) == 0);
+  CHECK(cat(fs / "log") == "one\ntwo\nthree\n");
+  // truncate: grow (zeros), shrink, through the path and through a descriptor.
+  CHECK(truncate((fs / "log").c_str(), 20) == 0);
+  CHECK(cat(fs / "log") == std::string("one\ntwo\nthree\n") + std::string(6, '\0'));
+  CHECK(truncate((fs / "log").c_str(), 3) == 0);
+  CHECK(cat(fs / "log") == "one");
+  fd = open((fs / "log").c_str(), O_RDWR);
+  CHECK(ftruncate(fd, 1) == 0);
+  struct stat st {};
+  CHECK(fstat(fd, &st) == 0);
+  CHECK(st.st_size == 1);
+  close(fd);
+  CHECK(cat(fs / "log") == "o");
+  // O_EXCL on an existing name; O_TRUNC empties.
+  CHECK(failed_with(open((fs / "a").c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644) < 0) == EEXIST);
+  fd = open((fs / "new").c_str(), O_CREAT | O_EXCL | O_WRONLY, 0640);
+  CHECK(fd >= 0);
+  close(fd);
+  CHECK(stat((fs / "new").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0640);
+  fd = open((fs / "a").c_str(), O_WRONLY | O_TRUNC);
+  CHECK(fd >= 0);
+  close(fd);
+  CHECK(stat((fs / "a").c_str(), &st) == 0);
+  CHECK(st.st_size == 0);
+  // ENOENT, EISDIR, ENOTDIR.
+  CHECK(failed_with(open((fs / "missing").c_str(), O_RDONLY) < 0) == ENOENT);
+  CHECK(mkdir((fs / "d").c_str(), 0755) == 0);
+  CHECK(failed_with(open((fs / "d").c_str(), O_WRONLY) < 0) == EISDIR);
+  CHECK(failed_with(open((fs / "a/x").c_str(), O_RDONLY) < 0) == ENOTDIR);
+  // A sparse file: one byte at 64 MiB; the hole reads as zeros and takes no space.
+  fd = open((fs / "sparse").c_str(), O_CREAT | O_RDWR, 0644);
+  REQUIRE(fd >= 0);
+  const off_t far = 64 << 20;
+  CHECK(write_at(fd, "x", far) == 1);
+  CHECK(fstat(fd, &st) == 0);
+  CHECK(st.st_size == far + 1);
+  char buf[4096];
+  CHECK(pread(fd, buf, sizeof(buf), 1 << 20) == static_cast<ssize_t>(sizeof(buf)));
+  CHECK(std::all_of(buf, buf + sizeof(buf), [](char c) { return c == 0; }));
+  CHECK(pread(fd, buf, 2, far) == 1);
+  CHECK(buf[0] == 'x');
+  close(fd);
+  CHECK(stat((fs / "sparse").c_str(), &st) == 0);
+  CHECK(st.st_blocks * 512 < (1 << 20));
+}
+
+MOUNT_TEST("names: rename over files and directories, unlink and rmdir errors, long names") {
+  Mounted fs;
+  write_local(fs / "f1", "one");
+  write_local(fs / "f2", "two");
+  // A file over a file replaces it; the old name is gone.
+  CHECK(rename((fs / "f1").c_str(), (fs / "f2").c_str()) == 0);
+  CHECK(cat(fs / "f2") == "one");
+  CHECK(failed_with(access((fs / "f1").c_str(), F_OK) != 0) == ENOENT);
+  // Directories: over an empty one works, over a non-empty one is ENOTEMPTY (or EEXIST).
+  CHECK(mkdir((fs / "d1").c_str(), 0755) == 0);
+  write_local(fs / "d1/inner", "in");
+  CHECK(mkdir((fs / "d2").c_str(), 0755) == 0);
+  CHECK(rename((fs / "d1").c_str(), (fs / "d2").c_str()) == 0);
+  CHECK(cat(fs / "d2/inner") == "in");
+  CHECK(mkdir((fs / "d3").c_str(), 0755) == 0);
+  write_local(fs / "d3/x", "x");
+  int err = failed_with(rename((fs / "d2").c_str(), (fs / "d3").c_str()) != 0);
+  CHECK((err == ENOTEMPTY || err == EEXIST));
+  // Type mismatches.
+  CHECK(failed_with(rename((fs / "f2").c_str(), (fs / "d3").c_str()) != 0) == EISDIR);
+  CHECK(failed_with(rename((fs / "d3").c_str(), (fs / "f2").c_str()) != 0) == ENOTDIR);
+  // A directory moved into another: what was under it follows (the inode table's paths).
+  CHECK(rename((fs / "d2").c_str(), (fs / "d3/moved").c_str()) == 0);
+  CHECK(cat(fs / "d3/moved/inner") == "in");
+  write_local(fs / "d3/moved/more", "more");
+  CHECK(read_local(fs.local("d3/moved/more")) == "more");
+  // RENAME_NOREPLACE is honoured; RENAME_EXCHANGE is not supported.
+  write_local(fs / "g", "g");
+  CHECK(failed_with(renameat2(AT_FDCWD, (fs / "g").c_str(), AT_FDCWD, (fs / "f2").c_str(),
+                              RENAME_NOREPLACE) != 0) == EEXIST);
+  CHECK(renameat2(AT_FDCWD, (fs / "g").c_str(), AT_FDCWD, (fs / "h").c_str(), RENAME_NOREPLACE) ==
+        0);
+  CHECK(failed_with(renameat2(AT_FDCWD, (fs / "h").c_str(), AT_FDCWD, (fs / "f2").c_str(),
+                              RENAME_EXCHANGE) != 0) == EINVAL);
+  // unlink and rmdir errors.
+  CHECK(failed_with(unlink((fs / "nope").c_str()) != 0) == ENOENT);
+  CHECK(failed_with(unlink((fs / "d3").c_str()) != 0) == EISDIR);
+  CHECK(failed_with(rmdir((fs / "d3").c_str()) != 0) == ENOTEMPTY);
+  CHECK(failed_with(rmdir((fs / "f2").c_str()) != 0) == ENOTDIR);
+  CHECK(failed_with(rmdir((fs / "nope").c_str()) != 0) == ENOENT);
+  CHECK(unlink((fs / "f2").c_str()) == 0);
+  CHECK(failed_with(access((fs / "f2").c_str(), F_OK) != 0) == ENOENT);
+  CHECK(rmdir((fs / "d3/moved/..").c_str()) != 0);  // the kernel refuses ".."
+  // Long names: 255 bytes is fine, 256 is ENAMETOOLONG.
+  std::string ok(255, 'n');
+  write_local(fs / ok, "long");
+  CHECK(cat(fs / ok) == "long");
+  std::string too_long(256, 'n');
+  CHECK(failed_with(open((fs / too_long).c_str(), O_CREAT | O_WRONLY, 0644) < 0) == ENAMETOOLONG);
+  CHECK(failed_with(mkdir((fs / too_long).c_str(), 0755) != 0) == ENAMETOOLONG);
+  // Hard links and special files: the protocol has neither.
+  CHECK(failed_with(link((fs / "h").c_str(), (fs / "h2").c_str()) != 0) == EPERM);
+  CHECK(failed_with(mkfifo((fs / "fifo").c_str(), 0644) != 0) == EPERM);
+}
+
+MOUNT_TEST("symlinks: symlink, readlink, relative and absolute targets, ELOOP") {
+  Mounted fs;
+  write_local(fs / "target", "data");
+  CHECK(symlink("target", (fs / "link").c_str()) == 0);
+  char buf[256];
+  ssize_t n = readlink((fs / "link").c_str(), buf, sizeof(buf));
+  REQUIRE(n == 6);
+  CHECK(std::string(buf, n) == "target");
+  CHECK(cat(fs / "link") == "data");
+  struct stat st {};
+  CHECK(lstat((fs / "link").c_str(), &st) == 0);
+  CHECK(S_ISLNK(st.st_mode));
+  CHECK(st.st_size == 6);
+  // The kernel follows symlinks itself: a target outside the mount is its business.
+  TempDir outside;
+  write_local(outside / "o", "outside");
+  CHECK(symlink((outside / "o").c_str(), (fs / "abs").c_str()) == 0);
+  CHECK(cat(fs / "abs") == "outside");
+  // A loop.
+  CHECK(symlink("loop2", (fs / "loop1").c_str()) == 0);
+  CHECK(symlink("loop1", (fs / "loop2").c_str()) == 0);
+  CHECK(failed_with(open((fs / "loop1").c_str(), O_RDONLY) < 0) == ELOOP);
+  // A dangling link: lstat works, stat is ENOENT, unlink removes the link only.
+  CHECK(symlink("nothing", (fs / "dangling").c_str()) == 0);
+  CHECK(lstat((fs / "dangling").c_str(), &st) == 0);
+  CHECK(failed_with(stat((fs / "dangling").c_str(), &st) != 0) == ENOENT);
+  CHECK(unlink((fs / "link").c_str()) == 0);
+  CHECK(cat(fs / "target") == "data");
+}
+
+MOUNT_TEST("attributes: chmod, utimensat with UTIME_NOW and UTIME_OMIT, chown, statfs") {
+  Mounted fs;
+  write_local(fs / "f", "x");
+  CHECK(chmod((fs / "f").c_str(), 0600) == 0);
+  struct stat st {};
+  CHECK(stat((fs / "f").c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0600);
+  struct stat local {};
+  CHECK(stat(fs.local("f").c_str(), &local) == 0);
+  CHECK((local.st_mode & 07777) == 0600);
+  // mtime set, atime left alone.
+  CHECK(stat((fs / "f").c_str(), &st) == 0);
+  const timespec atime_before = st.st_atim;
+  timespec t[2];
+  t[0].tv_sec = 0;
+  t[0].tv_nsec = UTIME_OMIT;
+  t[1].tv_sec = 1000000000;
+  t[1].tv_nsec = 123456789;
+  CHECK(utimensat(AT_FDCWD, (fs / "f").c_str(), t, 0) == 0);
+  CHECK(stat((fs / "f").c_str(), &st) == 0);
+  CHECK(st.st_mtim.tv_sec == 1000000000);
+  CHECK(st.st_mtim.tv_nsec == 123456789);
+  CHECK(st.st_atim.tv_sec == atime_before.tv_sec);
+  CHECK(st.st_atim.tv_nsec == atime_before.tv_nsec);
+  // atime now, mtime left alone.
+  t[0].tv_nsec = UTIME_NOW;
+  t[1].tv_nsec = UTIME_OMIT;
+  time_t now = time(nullptr);
+  CHECK(utimensat(AT_FDCWD, (fs / "f").c_str(), t, 0) == 0);
+  CHECK(stat((fs / "f").c_str(), &st) == 0);
+  CHECK(st.st_mtim.tv_sec == 1000000000);
+  CHECK(st.st_atim.tv_sec >= now - 5);
+  CHECK(st.st_atim.tv_sec <= now + 5);
+  CHECK(stat(fs.local("f").c_str(), &local) == 0);
+  CHECK(local.st_mtim.tv_sec == 1000000000);
+  // Both now (touch).
+  CHECK(utimensat(AT_FDCWD, (fs / "f").c_str(), nullptr, 0) == 0);
+  CHECK(stat((fs / "f").c_str(), &st) == 0);
+  CHECK(st.st_mtim.tv_sec >= now - 5);
+  // chown: to the owner it already has is fine; anything else is EPERM.
+  CHECK(chown((fs / "f").c_str(), st.st_uid, st.st_gid) == 0);
+  CHECK(failed_with(chown((fs / "f").c_str(), st.st_uid + 1, static_cast<gid_t>(-1)) != 0) ==
+        EPERM);
+  // statfs reports the export's file system.
+  struct statvfs v {
+  }, lv{};
+  CHECK(statvfs(fs.m.mountpoint().c_str(), &v) == 0);
+  CHECK(statvfs(fs.exp.path().c_str(), &lv) == 0);
+  CHECK(v.f_blocks > 0);
+  CHECK(v.f_bsize > 0);
+  const double total = static_cast<double>(v.f_blocks) * v.f_frsize;
+  const double ltotal = static_cast<double>(lv.f_blocks) * lv.f_frsize;
+  CHECK(total == doctest::Approx(ltotal).epsilon(0.01));
+  CHECK(v.f_namemax == 255);
+}
+
+MOUNT_TEST("a directory of 10000 entries lists completely, with types and inode numbers") {
+  Mounted fs;
+  // Made in the export directly (fast); listed through the mount.
+  CHECK(mkdir(fs.local("big").c_str(), 0755) == 0);
+  std::set<std::string> want = {".", ".."};
+  int failed = 0;
+  for (int i = 0; i < 10000; ++i) {
+    std::string name = "entry-" + std::to_string(i) + std::string(i % 40, 'x');
+    int fd = open(fs.local("big/" + name).c_str(), O_CREAT | O_WRONLY, 0644);
+    failed += fd < 0;
+    close(fd);
+    want.insert(name);
+  }
+  REQUIRE(failed == 0);
+  CHECK(mkdir(fs.local("big/sub").c_str(), 0755) == 0);
+  want.insert("sub");
+  std::set<std::string> got;
+  size_t dirs = 0;
+  size_t twice = 0;  // names listed more than once
+  bool inodes_match = true;
+  DIR* d = opendir((fs / "big").c_str());
+  REQUIRE(d != nullptr);
+  while (dirent* e = readdir(d)) {
+    if (!got.insert(e->d_name).second) ++twice;
+    if (e->d_type == DT_DIR) ++dirs;
+    if (std::strcmp(e->d_name, "entry-7xxxxxxx") == 0) {
+      struct stat st {};
+      stat(fs.local(std::string("big/") + e->d_name).c_str(), &st);
+      inodes_match = st.st_ino == e->d_ino;
+    }
+  }
+  // rewinddir lists again (and sees a name added since).
+  write_local(fs.local("big/late"), "");
+  rewinddir(d);
+  size_t again = 0;
+  bool late = false;
+  while (dirent* e = readdir(d)) {
+    ++again;
+    late = late || std::strcmp(e->d_name, "late") == 0;
+  }
+  closedir(d);
+  CHECK(got == want);
+  CHECK(twice == 0);
+  CHECK(dirs == 3);  // ".", "..", "sub"
+  CHECK(inodes_match);
+  CHECK(again == want.size() + 1);
+  CHECK(late);
+}
+
+MOUNT_TEST("two mounts of one export see each other's changes after close and open") {
+  Mounted a;
+  TempDir mnt2;
+  MountProcess b(a.server.url(), mnt2.path());
+  write_local(a / "shared", "version 1");
+  CHECK(cat(b / "shared") == "version 1");
+  // A rewrite that grows the file: b's next open sees all of it (no stale size or pages).
+  write_local(a / "shared", "version 2, which is longer");
+  CHECK(cat(b / "shared") == "version 2, which is longer");
+  // Replaced by rename (an editor's save): b opens the new file.
+  write_local(a / ".shared.tmp", "version 3");
+  CHECK(rename((a / ".shared.tmp").c_str(), (a / "shared").c_str()) == 0);
+  CHECK(cat(b / "shared") == "version 3");
+  struct stat sa {
+  }, sb{};
+  CHECK(stat((a / "shared").c_str(), &sa) == 0);
+  CHECK(stat((b / "shared").c_str(), &sb) == 0);
+  CHECK(sa.st_ino == sb.st_ino);
+  CHECK(sb.st_size == 9);
+  // Names made and removed by one appear and go in the other (after the entry timeout at
+  // most: the kernel caches lookups for 1 s).
+  CHECK(mkdir((b / "fromb").c_str(), 0755) == 0);
+  write_local(b / "fromb/file", "b");
+  CHECK(cat(a / "fromb/file") == "b");
+  CHECK(list(a.m.mountpoint()).count("fromb") == 1);
+  CHECK(unlink((b / "fromb/file").c_str()) == 0);
+  auto deadline = Clock::now() + std::chrono::seconds(3);
+  while (access((a / "fromb/file").c_str(), F_OK) == 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(failed_with(access((a / "fromb/file").c_str(), F_OK) != 0) == ENOENT);
+}
+
+MOUNT_TEST("a stopped or killed server fails operations within the timeout, never hangs") {
+  Mounted fs({"timeout_ms=2000"});
+  write_local(fs / "f", "before");
+  CHECK(cat(fs / "f") == "before");
+  // Stopped: calls time out.
+  REQUIRE(odafs::test::stop_child(fs.server.pid()));
+  auto start = Clock::now();
+  int rc = in_child(std::chrono::seconds(15), [&] {
+    struct stat st {};
+    return stat((fs / "not-cached-name").c_str(), &st) == 0 ? 0 : 10;
+  });
+  double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  CHECK(rc == 10);
+  CHECK(secs < 10);
+  // Killed: calls fail at once (connection refused), including reads and writes.
+  fs.server.kill_hard();
+  start = Clock::now();
+  rc = in_child(std::chrono::seconds(15), [&] {
+    int fd = open((fs / "f").c_str(), O_RDWR);
+    if (fd >= 0) return 1;
+    int fd2 = open((fs / "g").c_str(), O_CREAT | O_WRONLY, 0644);
+    return fd2 >= 0 ? 2 : 10;
+  });
+  secs = std::chrono::duration<double>(Clock::now() - start).count();
+  CHECK(rc == 10);
+  CHECK(secs < 10);
+  // And the mount can still be taken down.
+  fs.m.unmount();
+  CHECK_FALSE(odafs::test::is_odafs_mounted(fs.mnt.path()));
+}
+
+MOUNT_TEST("SIGTERM to a foreground odafs-mount unmounts and exits 0") {
+  Mounted fs;
+  write_local(fs / "f", "x");
+  REQUIRE(kill(fs.m.pid(), SIGTERM) == 0);
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  int status = 0;
+  while (waitpid(fs.m.pid(), &status, WNOHANG) != fs.m.pid() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK_FALSE(odafs::test::is_odafs_mounted(fs.mnt.path()));
+  CHECK(read_local(fs.local("f")) == "x");
+}
+
+MOUNT_TEST("a file removed or renamed over while open stays usable until closed") {
+  Mounted fs;
+  write_local(fs / "f", "old contents");
+  int fd = open((fs / "f").c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  CHECK(unlink((fs / "f").c_str()) == 0);
+  CHECK(failed_with(access((fs / "f").c_str(), F_OK) != 0) == ENOENT);
+  char buf[64] = {};
+  CHECK(pread(fd, buf, sizeof(buf), 0) == 12);
+  CHECK(std::string(buf, 12) == "old contents");
+  CHECK(write_at(fd, "OLD", 0) == 3);
+  struct stat st {};
+  CHECK(fstat(fd, &st) == 0);
+  CHECK(st.st_size == 12);
+  // It lives on under a hidden name (as NFS's .nfsXXXX), gone at the last close.
+  CHECK(list(fs.exp.path()).size() == 3);  // ".", "..", the hidden file
+  CHECK(close(fd) == 0);
+  // RELEASE follows close(2) asynchronously.
+  CHECK(eventually([&] { return list(fs.exp.path()) == std::set<std::string>{".", ".."}; }));
+  // Renamed over (an editor's save) while a reader holds the old file.
+  write_local(fs / "doc", "version 1");
+  fd = open((fs / "doc").c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  write_local(fs / "doc.tmp", "version 2");
+  CHECK(rename((fs / "doc.tmp").c_str(), (fs / "doc").c_str()) == 0);
+  CHECK(cat(fs / "doc") == "version 2");
+  CHECK(pread(fd, buf, sizeof(buf), 0) == 9);
+  CHECK(std::string(buf, 9) == "version 1");
+  CHECK(close(fd) == 0);
+  CHECK(eventually([&] { return list(fs.exp.path()) == std::set<std::string>{".", "..", "doc"}; }));
+}
+
+MOUNT_TEST("several threads at once: create, write, read, rename, remove in their own trees") {
+  Mounted fs;
+  constexpr int kThreads = 4;
+  constexpr int kFiles = 40;
+  std::vector<int> errors(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&fs, &errors, t] {
+      std::string dir = fs / ("t" + std::to_string(t));
+      if (mkdir(dir.c_str(), 0755) != 0) ++errors[t];
+      for (int i = 0; i < kFiles; ++i) {
+        std::string name = dir + "/f" + std::to_string(i);
+        std::string data = pattern(1000 + 97 * i, t * 1000 + i);
+        int fd = open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0644);
+        if (fd < 0 || write_at(fd, data, 0) != static_cast<ssize_t>(data.size())) ++errors[t];
+        if (fd >= 0) close(fd);
+        if (read_local(name) != data) ++errors[t];
+        if (i % 2 == 0 && rename(name.c_str(), (name + ".r").c_str()) != 0) ++errors[t];
+        if (i % 4 == 0 && unlink((name + ".r").c_str()) != 0) ++errors[t];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    CHECK(errors[t] == 0);
+    std::set<std::string> names = list(fs.local("t" + std::to_string(t)));
+    CHECK(names.size() == 2 + kFiles - kFiles / 4);
+    CHECK(names.count("f1") == 1);
+    CHECK(names.count("f2.r") == 1);
+    CHECK(names.count("f4.r") == 0);
+  }
+}
