@@ -38,9 +38,7 @@ class Tool {
   explicit Tool(const std::vector<std::string>& args) {
     std::vector<std::string> argv_s = {ODAFS_CLI_PATH};
     argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
+    std::vector<char*> argv = odafs::test::argv_of(argv_s);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, (io_ / "out").c_str(), O_WRONLY | O_CREAT, 0600);

@@ -47,10 +47,14 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-// A child process that mounts url, opens `path` read-only (taking a delegation), reads it,
-// says so on a pipe and then waits to be stopped or killed. Returns its pid once it has
-// the delegation.
+// Writes `path` through a client of its own, then starts a child process that mounts
+// url, opens `path` read-only (taking a delegation), reads it, says so on a pipe and then
+// waits to be stopped or killed. Returns its pid once it has the delegation.
 pid_t holder_process(const std::string& url, const std::string& path) {
+  {
+    auto setup = Client::mount(url);
+    write_path(*setup, path, "before");
+  }
   int fds[2];
   REQUIRE(pipe(fds) == 0);
   pid_t pid = fork();
@@ -166,18 +170,14 @@ TEST_CASE("opening to write, removing or renaming over a delegated file recalls 
 TEST_CASE("a holder that stops answering loses its delegation after the lease") {
   TempDir dir;
   ServerProcess server(dir.path(), {"--lease-ms", "1000"});
-  {
-    auto setup = Client::mount(server.url());
-    write_path(*setup, "f", "before");
-  }
   pid_t holder = holder_process(server.url(), "f");
   REQUIRE(kill(holder, SIGSTOP) == 0);
   auto b = Client::mount(server.url());
   auto start = std::chrono::steady_clock::now();
   write_path(*b, "f", "after!");
   double waited = seconds_since(start);
-  CHECK(waited >= 0.9);   // the recall went unanswered: the write waited out the lease
-  CHECK(waited < 10.0);   // and no longer
+  CHECK(waited >= 0.9);  // the recall went unanswered: the write waited out the lease
+  CHECK(waited < 10.0);  // and no longer
   CHECK(counter(*b, "delegations.expired") == 1);
   CHECK(read_path(*b, "f") == "after!");
   reap(holder);
@@ -186,10 +186,6 @@ TEST_CASE("a holder that stops answering loses its delegation after the lease") 
 TEST_CASE("a holder that dies gives its delegations up at once") {
   TempDir dir;
   ServerProcess server(dir.path(), {"--lease-ms", "30000"});
-  {
-    auto setup = Client::mount(server.url());
-    write_path(*setup, "f", "before");
-  }
   pid_t holder = holder_process(server.url(), "f");
   reap(holder);
   auto b = Client::mount(server.url());

@@ -33,13 +33,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-const bool kNoFuse = !odafs::test::fuse_available();
-const char* no_fuse_reason() {
-  static const std::string r = "needs FUSE: " + odafs::test::fuse_unavailable_reason();
-  return r.c_str();
-}
-#define MOUNT_TEST(name) \
-  TEST_CASE(name* doctest::skip(kNoFuse) * doctest::description(kNoFuse ? no_fuse_reason() : ""))
+#define MOUNT_TEST(name) ODAFS_MOUNT_TEST(name)
 
 // An export served by odafsd and mounted with odafs-mount. Members go in reverse on
 // destruction: the mount first, then the server, then the directories.

@@ -20,13 +20,7 @@ using odafs::test::write_local;
 
 namespace {
 
-const bool kNoFuse = !odafs::test::fuse_available();
-const char* no_fuse_reason() {
-  static const std::string r = "needs FUSE: " + odafs::test::fuse_unavailable_reason();
-  return r.c_str();
-}
-#define MOUNT_TEST(name) \
-  TEST_CASE(name* doctest::skip(kNoFuse) * doctest::description(kNoFuse ? no_fuse_reason() : ""))
+#define MOUNT_TEST(name) ODAFS_MOUNT_TEST(name)
 
 bool have(const char* program) {
   return std::system((std::string("command -v ") + program + " >/dev/null 2>&1").c_str()) == 0;

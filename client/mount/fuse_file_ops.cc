@@ -12,26 +12,6 @@ namespace {
 // O_EXCL reach create only; O_NOFOLLOW, O_DIRECTORY, O_CLOEXEC... are the VFS's).
 constexpr int kOpenFlags = O_ACCMODE | O_APPEND | O_TRUNC;
 
-mode_t dirent_type(FileType t) {
-  switch (t) {
-    case FileType::kRegular:
-      return S_IFREG;
-    case FileType::kDirectory:
-      return S_IFDIR;
-    case FileType::kSymlink:
-      return S_IFLNK;
-    case FileType::kBlock:
-      return S_IFBLK;
-    case FileType::kChar:
-      return S_IFCHR;
-    case FileType::kSocket:
-      return S_IFSOCK;
-    case FileType::kFifo:
-      return S_IFIFO;
-  }
-  return 0;
-}
-
 }  // namespace
 
 void FuseFs::op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
@@ -185,7 +165,7 @@ void FuseFs::op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         const DirEntry& e = dir->entries[i - 2];
         name = e.name.c_str();
         st.st_ino = e.fileid;
-        st.st_mode = dirent_type(e.type);
+        st.st_mode = type_bits(e.type);
       }
       size_t need = fuse_add_direntry(req, buf.get() + used, size - used, name, &st,
                                       static_cast<off_t>(i + 1));

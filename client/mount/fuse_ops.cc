@@ -9,7 +9,6 @@
 #include <new>
 
 namespace odafs::mount {
-namespace {
 
 mode_t type_bits(FileType t) {
   switch (t) {
@@ -30,8 +29,6 @@ mode_t type_bits(FileType t) {
   }
   return S_IFREG;
 }
-
-}  // namespace
 
 int errno_of_exception(const std::exception& e) {
   if (const auto* oe = dynamic_cast<const Error*>(&e)) {

@@ -98,9 +98,7 @@ Child spawn_child(const std::string& self, int id, const std::string& url, const
                                    std::to_string(o.seconds),
                                    "--shared-files",
                                    std::to_string(o.shared_files)};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  std::vector<char*> argv = odafs::test::argv_of(args);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, p[1], 1);

@@ -18,6 +18,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "tests/support/server_process.h"
+
 extern char** environ;
 
 namespace odafs::test {
@@ -92,9 +94,7 @@ std::string decide() {
 int fusermount(const std::vector<std::string>& args) {
   std::vector<std::string> argv_s = {"fusermount3"};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  std::vector<char*> argv = argv_of(argv_s);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
@@ -165,9 +165,7 @@ MountProcess::MountProcess(std::string url, std::string mountpoint,
   }
   argv_s.push_back(url);
   argv_s.push_back(mountpoint_);
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  std::vector<char*> argv = argv_of(argv_s);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);

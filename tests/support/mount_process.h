@@ -13,6 +13,17 @@ namespace odafs::test {
 // odafs-mount binary. Decided once, the first time it is asked.
 const std::string& fuse_unavailable_reason();
 inline bool fuse_available() { return fuse_unavailable_reason().empty(); }
+// "needs FUSE: <the reason>", for a doctest skip's description. Lives for the process.
+inline const char* fuse_skip_description() {
+  static const std::string text = "needs FUSE: " + fuse_unavailable_reason();
+  return text.c_str();
+}
+// A doctest TEST_CASE that reports a skip naming the reason when FUSE is unavailable (the
+// including file includes doctest).
+#define ODAFS_MOUNT_TEST(name)                                      \
+  TEST_CASE(name* doctest::skip(!::odafs::test::fuse_available()) * \
+            doctest::description(                                   \
+                ::odafs::test::fuse_available() ? "" : ::odafs::test::fuse_skip_description()))
 
 // Whether `dir` is a mountpoint of a FUSE odafs-mount file system now (/proc/self/mountinfo).
 bool is_odafs_mounted(const std::string& dir);

@@ -10,6 +10,15 @@
 
 namespace odafs::test {
 
+// args as the argv of posix_spawn/execv: pointers into args, then nullptr. REQUIRES: args
+// outlives the result and is not resized meanwhile.
+inline std::vector<char*> argv_of(std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  return argv;
+}
+
 // A directory under $TMPDIR (or /tmp), removed with everything in it on destruction.
 class TempDir {
  public:
