@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
-"""Draws a line plot (SVG, standard library only) from a benchmark's JSON rows.
+"""Draws a line plot (SVG, standard library only) from a benchmark's JSON rows, and the
+same plot as a PNG with gnuplot when --png is given (skipped, saying so, without gnuplot).
 
     plot.py IN.json OUT.svg --x inflight --y ops_per_s --series mechanism [--title T] [--logx]
             [--key throughput]   (rows under that key of a JSON object)
+            [--png OUT.png]
 """
 import argparse
 import json
 import math
+import os
+import shutil
+import subprocess
+import tempfile
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"]
 
@@ -21,6 +27,7 @@ def main():
     ap.add_argument("--title", default="")
     ap.add_argument("--logx", action="store_true")
     ap.add_argument("--key", default=None)
+    ap.add_argument("--png", default=None)
     a = ap.parse_args()
     rows = json.load(open(a.input))
     if a.key:
@@ -62,6 +69,40 @@ def main():
         out.append(f'<text x="{left + 10}" y="{top + 16 * (k + 1)}" fill="{c}">{name}</text>')
     out.append("</svg>")
     open(a.output, "w").write("\n".join(out) + "\n")
+    if a.png:
+        png(a, series)
+
+
+def png(a, series):
+    """The same lines through gnuplot: one data block per series, points joined."""
+    if shutil.which("gnuplot") is None:
+        print(f"plot: no gnuplot, {a.png} not drawn (apt install gnuplot-nox)")
+        return
+    with tempfile.TemporaryDirectory() as d:
+        plots = []
+        for k, (name, pts) in enumerate(sorted(series.items())):
+            data = os.path.join(d, f"s{k}.dat")
+            with open(data, "w") as f:
+                for x, y in sorted(pts):
+                    f.write(f"{x} {y}\n")
+            plots.append(f"'{data}' using 1:2 with linespoints lw 2 pt 7 title '{name}'")
+        script = [
+            "set terminal pngcairo size 800,480 font 'sans,10'" if subprocess.run(
+                ["gnuplot", "-e", "set terminal pngcairo"], capture_output=True).returncode == 0
+            else "set terminal png size 800,480",
+            "set termoption noenhanced",  # names hold underscores, not subscripts
+            f"set output '{a.png}'",
+            f"set title '{a.title}'",
+            f"set xlabel '{a.x}'",
+            f"set ylabel '{a.y}'",
+            "set grid",
+            "set key top left",
+            "set yrange [0:*]",
+        ]
+        if a.logx:
+            script.append("set logscale x 2")
+        script.append("plot " + ", ".join(plots))
+        subprocess.run(["gnuplot"], input="\n".join(script), text=True, check=True)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 # two client processes on core 1 each read a 64 MiB file twice in 256 KiB requests whose
 # blocks are all in flight at once; the second pass is measured. DAFS (a pre-posted READ
 # per block) against ODAFS over the local ring and over the engine's TCP transport,
-# interleaved over ROUNDS rounds. Writes docs/results/fig7.{json,svg} (or to $OUT).
+# interleaved over ROUNDS rounds. Writes docs/results/fig7.{json,svg,png} (or to $OUT).
 #   bash bench/run_fig7.sh [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +26,6 @@ rows = [r for part in sys.argv[2:] for r in json.load(open(part))]
 json.dump(rows, open(sys.argv[1], "w"), indent=1)
 print("JSON written to", sys.argv[1])
 PY
-python3 bench/plot.py "$out/fig7.json" "$out/fig7.svg" --x block_bytes --y mib_per_s_median \
-  --series mechanism --logx --title "Server throughput (MiB/s) against block size, 2 clients"
+python3 bench/plot.py "$out/fig7.json" "$out/fig7.svg" --png "$out/fig7.png" \
+  --x block_bytes --y mib_per_s_median --series mechanism --logx --title "Server throughput (MiB/s) against block size, 2 clients"
 echo "plot: $out/fig7.svg"

@@ -24,6 +24,7 @@ taskset -c 1 build/odafs-postmark --url "odafs://$addr/" --files 4000 \
   --read-modes ordma,rpc_preposted,rpc_inline,direct --cache-fractions 0.25,0.5,0.75 \
   --repeat "$repeat" --json "$out/postmark-fig6.json"
 python3 bench/plot.py "$out/postmark-fig6.json" "$out/postmark-fig6.svg" --key results \
+  --png "$out/postmark-fig6.png" \
   --x cache_fraction --y tps --series read_mode \
   --title "Read-only PostMark (4 KiB files): transactions/s against client cache share"
 
