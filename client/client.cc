@@ -399,9 +399,9 @@ WriteVerifier Client::commit(const Handle& fh) {
   });
 }
 
-void Client::setattr_size(const Handle& fh, uint64_t size) {
+Attr Client::setattr_size(const Handle& fh, uint64_t size) {
   forget_delegation(fh);
-  with_channel(true, [&](rpc::Channel& ch) {
+  return with_channel(true, [&](rpc::Channel& ch) {
     setattr_args args{};
     put_fh(args.fh, fh);
     args.size.set = TRUE;
@@ -409,6 +409,7 @@ void Client::setattr_size(const Handle& fh, uint64_t size) {
     attr_res res{};
     ch.call(ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args, to_xdrproc(xdr_attr_res), &res);
     check(res.status, "truncate");
+    return to_attr(res.attr_res_u.attr);
   });
 }
 

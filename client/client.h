@@ -160,7 +160,7 @@ struct ClientStats {
   std::atomic<uint64_t> direct_writes{0};  // WRITE_DIRECT calls
   std::atomic<uint64_t> fallbacks{0};      // faults answered with an RPC
   std::atomic<uint64_t> refs_received{0};
-  std::atomic<uint64_t> delegated_opens{0};  // opens served by a read delegation: no call
+  std::atomic<uint64_t> delegated_opens{0};        // opens served by a read delegation: no call
   std::array<std::atomic<uint64_t>, 10> faults{};  // by ordma::Fault value
 };
 
@@ -180,6 +180,9 @@ class File {
   // Writes all len bytes at offset (or at the end of file when opened O_APPEND).
   size_t pwrite(const void* buf, size_t len, uint64_t offset);
   Attr stat();
+  // The attributes open() found (from OPEN, CREATE or a read delegation), without a call:
+  // what stat() would have said at open, not since.
+  const Attr& attributes_at_open() const { return opened_; }
   void truncate(uint64_t size);
   // Makes every write so far durable (COMMIT). If the server restarted since an unstable
   // write (its write verifier changed), sends every uncommitted write again, stable; throws
@@ -241,6 +244,7 @@ class File {
   Client* client_ = nullptr;
   std::unique_ptr<State> state_;  // handle and commit state, under its own mutex
   uint64_t fileid_ = 0;
+  Attr opened_;
   std::string path_;
   int flags_ = 0;
 };
@@ -424,7 +428,8 @@ class Client {
   size_t read_direct(const Handle& fh, void* buf, size_t len, uint64_t offset);
   size_t write_direct(const Handle& fh, const void* buf, size_t len, uint64_t offset, Stability how,
                       WriteVerifier* verf, int* committed);
-  void setattr_size(const Handle& fh, uint64_t size);
+  // Sets the file's size; returns its attributes after the change.
+  Attr setattr_size(const Handle& fh, uint64_t size);
   std::string readlink_handle(const Handle& fh);
   void remove_name(const std::string& path, uint32_t proc, const char* what);
   // Drops what the current mount caches of the file's data (after this client changed it).

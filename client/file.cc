@@ -38,6 +38,7 @@ File::File(Client* client, Handle fh, const Attr& attr, WriteVerifier instance, 
     : client_(client),
       state_(std::make_unique<State>()),
       fileid_(attr.fileid),
+      opened_(attr),
       path_(std::move(path)),
       flags_(flags) {
   state_->fh = fh;
@@ -71,6 +72,7 @@ File& File::operator=(File&& other) noexcept {
     client_ = std::exchange(other.client_, nullptr);
     state_ = std::move(other.state_);
     fileid_ = other.fileid_;
+    opened_ = other.opened_;
     path_ = std::move(other.path_);
     flags_ = other.flags_;
   }

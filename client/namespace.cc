@@ -151,7 +151,7 @@ File Client::open(const std::string& path, int flags, mode_t mode) {
   if (attr.type == FileType::kDirectory && access != O_RDONLY) fail(EISDIR, path);
   if ((flags & O_DIRECTORY) && attr.type != FileType::kDirectory) fail(ENOTDIR, path);
   if ((flags & O_TRUNC) && access != O_RDONLY && attr.type == FileType::kRegular && attr.size) {
-    setattr_size(fh, 0);
+    attr = setattr_size(fh, 0);  // the times change too: File::attributes_at_open
     cache.forget_file_data(key);
   }
   if ((flags & O_TRUNC) && access != O_RDONLY) attr.size = 0;

@@ -44,7 +44,7 @@ void FuseFs::op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode
     std::string path = fs.inodes_.child_path(parent, name);
     int flags = (fi->flags & (kOpenFlags | O_EXCL)) | O_CREAT;
     File file = fs.client_.open(path, flags, mode & 07777);
-    Attr a = file.stat();
+    Attr a = file.attributes_at_open();  // CREATE's reply: no GETATTR
     fuse_entry_param e{};
     e.ino = fs.inodes_.add_lookup(parent, name, a.fileid);
     auto open = std::make_unique<OpenFile>(std::move(file), e.ino);
@@ -79,8 +79,10 @@ void FuseFs::op_write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t si
                       fuse_file_info* fi) {
   (void)ino;
   guard(req, "write", [&] {
-    File* f = file_of(fi);
-    if (f == nullptr) throw Error(EBADF, "odafs-mount: write without an open file");
+    OpenFile* of = open_file_of(fi);
+    if (of == nullptr) throw Error(EBADF, "odafs-mount: write without an open file");
+    of->attr_fresh.store(false);  // its size and times change now
+    File* f = &of->file;
     // Opened O_APPEND, the File writes at the server's end of file whatever `off` says
     // (the kernel's idea of the end may be old).
     size_t n = f->pwrite(buf, size, static_cast<uint64_t>(off));

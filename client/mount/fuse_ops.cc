@@ -79,11 +79,16 @@ const fuse_lowlevel_ops& FuseFs::ops() {
   return table;
 }
 
-File* FuseFs::file_of(const fuse_file_info* fi) {
+FuseFs::OpenFile* FuseFs::open_file_of(const fuse_file_info* fi) {
   if (fi == nullptr || fi->fh == 0) return nullptr;
   auto* node = reinterpret_cast<OpenNode*>(fi->fh);
   if (node->kind != OpenNode::Kind::kFile) return nullptr;
-  return &static_cast<OpenFile*>(node)->file;
+  return static_cast<OpenFile*>(node);
+}
+
+File* FuseFs::file_of(const fuse_file_info* fi) {
+  OpenFile* f = open_file_of(fi);
+  return f != nullptr ? &f->file : nullptr;
 }
 
 struct stat FuseFs::to_stat(const Attr& a) const {
@@ -186,8 +191,13 @@ void FuseFs::op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     FuseFs& fs = self(req);
     // Through an open file (fstat, and the kernel's size checks on read): that file's
     // attributes, even if its name changed or went away.
-    File* f = file_of(fi);
-    Attr a = f != nullptr ? f->stat() : fs.attr_of(ino);
+    OpenFile* of = open_file_of(fi);
+    Attr a;
+    if (of != nullptr && of->attr_fresh.exchange(false)) {
+      a = of->file.attributes_at_open();  // from the open's OPEN or its delegation
+    } else {
+      a = of != nullptr ? of->file.stat() : fs.attr_of(ino);
+    }
     struct stat st = fs.to_stat(a);
     fuse_reply_attr(req, &st, fs.options_.attr_timeout);
   });
@@ -197,6 +207,7 @@ void FuseFs::op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int t
                         fuse_file_info* fi) {
   guard(req, "setattr", [&] {
     FuseFs& fs = self(req);
+    if (OpenFile* of = open_file_of(fi)) of->attr_fresh.store(false);
     File* f = file_of(fi);
     // The protocol has no owner change (no SETATTR of uid/gid): chown to what already
     // is succeeds (cp -a, tar x as the owner do that), anything else is EPERM.

@@ -22,6 +22,7 @@
 #include <fuse3/fuse_lowlevel.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cerrno>
 #include <exception>
 #include <string>
@@ -67,6 +68,10 @@ class FuseFs {
     OpenFile(File f, Ino i) : OpenNode(Kind::kFile), file(std::move(f)), ino(i) {}
     File file;
     Ino ino;
+    // The attributes the open brought still describe the file: nothing was written or set
+    // through this open since, so the kernel's first getattr (open invalidates its copy)
+    // is answered without a call. Cleared by the first getattr, write or setattr.
+    std::atomic<bool> attr_fresh{true};
   };
   struct OpenDir : OpenNode {
     OpenDir() : OpenNode(Kind::kDir) {}
@@ -78,6 +83,7 @@ class FuseFs {
   static FuseFs& self(fuse_req_t req) { return *static_cast<FuseFs*>(fuse_req_userdata(req)); }
   // The File behind fi, or null when fi is absent or holds a directory.
   static File* file_of(const fuse_file_info* fi);
+  static OpenFile* open_file_of(const fuse_file_info* fi);
 
   // Runs fn (which replies on success); an exception becomes fuse_reply_err.
   template <class Fn>
