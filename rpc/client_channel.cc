@@ -290,7 +290,7 @@ void Channel::take_callback(const char* xid_and_direction, size_t frag_left, boo
     std::lock_guard lock(pending_mu_);
     handler = callback_handler_;
   }
-  if (!handler) return;
+  if (!handler || !*handler) return;  // none set, or unset (nullptr)
   XDR x;
   xdrmem_create(&x, callback_record_.data() + args_offset,
                 static_cast<u_int>(callback_record_.size() - args_offset), XDR_DECODE);
