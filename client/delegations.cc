@@ -37,8 +37,7 @@ bool Delegations::trusted() const {
   return confirmed != 0 && monotonic_ns() < confirmed + trust_ns_;
 }
 
-std::optional<Delegations::Held> Delegations::find(const Handle& dir,
-                                                   std::string_view name) const {
+std::optional<Delegations::Held> Delegations::find(const Handle& dir, std::string_view name) const {
   std::lock_guard lock(mu_);
   if (by_name_.empty() || !trusted()) return std::nullopt;
   auto it = by_name_.find(name_key(dir, name));
@@ -54,9 +53,11 @@ void Delegations::insert(const Handle& dir, std::string_view name, const Handle&
   const uint64_t file = cache_key(fh);
   std::lock_guard lock(mu_);
   trust_ns_ = static_cast<int64_t>(lease_ms) * 750000;  // 3/4 of the lease
-  erase_file_locked(file);                              // one name per file
+  // Every grant has a new id (the server renews a holder's id at each OPEN), so giving an
+  // older one back can never take this one away.
+  erase_file_locked(file);  // one name per file
   auto old = by_name_.find(key);
-  if (old != by_name_.end()) by_file_.erase(cache_key(old->second.held.fh));
+  if (old != by_name_.end()) erase_file_locked(cache_key(old->second.held.fh));
   Entry& e = by_name_[key];
   e.dir = dir;
   e.name.assign(name);
@@ -68,30 +69,44 @@ void Delegations::insert(const Handle& dir, std::string_view name, const Handle&
 void Delegations::erase_file_locked(uint64_t file_key) {
   auto f = by_file_.find(file_key);
   if (f == by_file_.end()) return;
-  by_name_.erase(f->second);
+  auto e = by_name_.find(f->second);
+  if (e != by_name_.end()) {
+    // Given back, so the server holds no more than this client trusts.
+    if (!stopping_) returns_.emplace_back(e->second.held.fh, e->second.id);
+    by_name_.erase(e);
+  }
   by_file_.erase(f);
 }
 
 void Delegations::forget_file(const Handle& fh) {
-  std::lock_guard lock(mu_);
-  if (!by_file_.empty()) erase_file_locked(cache_key(fh));
+  {
+    std::lock_guard lock(mu_);
+    if (by_file_.empty()) return;
+    erase_file_locked(cache_key(fh));
+  }
+  returns_ready_.notify_one();
 }
 
 void Delegations::forget_name(const Handle& dir, std::string_view name) {
-  std::lock_guard lock(mu_);
-  auto it = by_name_.find(name_key(dir, name));
-  if (it == by_name_.end()) return;
-  by_file_.erase(cache_key(it->second.held.fh));
-  by_name_.erase(it);
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_name_.find(name_key(dir, name));
+    if (it == by_name_.end() || it->second.dir != dir || it->second.name != name) return;
+    erase_file_locked(cache_key(it->second.held.fh));
+  }
+  returns_ready_.notify_one();
 }
 
 void Delegations::recall(const Handle& fh, uint64_t id) {
   const uint64_t file = cache_key(fh);
   {
     std::lock_guard lock(mu_);
-    erase_file_locked(file);
+    auto f = by_file_.find(file);
+    bool known =
+        f != by_file_.end() && by_name_.count(f->second) != 0 && by_name_[f->second].id == id;
+    erase_file_locked(file);  // queues the return of what this client knew of
     if (stopping_) return;
-    returns_.emplace_back(fh, id);
+    if (!known) returns_.emplace_back(fh, id);  // forgotten already, or never known
   }
   // Another client is about to change the file: what this one cached may be old soon.
   cache_->forget_file_data(file);

@@ -16,7 +16,8 @@
 //
 // This client's own changes never recall its own delegations (the server does not
 // conflict a connection with itself), so the client forgets an entry itself when it
-// changes the file or its name.
+// changes the file or its name, and gives it back (DELEGRETURN), so that the server holds
+// no delegation the client no longer knows of.
 //
 // Thread-safety: all members are thread-safe. recall() runs on the channel's receiver
 // thread and never waits for a reply.

@@ -40,8 +40,15 @@ uint64_t Delegations::grant(uint64_t node, uint64_t connection, const WireHandle
   for (const Holder& h : f.holders) {
     if (h.recalled_at_ms != 0) return 0;  // a change is waiting for this file
   }
-  for (const Holder& h : f.holders) {
-    if (h.connection == connection) return h.id;
+  for (Holder& h : f.holders) {
+    // A new id for each grant: a DELEGRETURN of the old one (the client forgot it while
+    // this OPEN was on its way) then takes nothing away.
+    if (h.connection == connection) return h.id = next_id_++;
+  }
+  auto held = per_connection_.find(connection);
+  if (held != per_connection_.end() && held->second >= options_.max_per_connection) {
+    erase_if_empty_locked(node);
+    return 0;
   }
   uint64_t id = next_id_++;
   f.holders.push_back({connection, id, 0});
@@ -150,9 +157,8 @@ void Delegations::returned(uint64_t node, uint64_t connection, uint64_t id) {
   auto f = files_.find(node);
   if (f == files_.end()) return;
   auto& holders = f->second.holders;
-  auto it = std::find_if(holders.begin(), holders.end(), [&](const Holder& h) {
-    return h.connection == connection && h.id == id;
-  });
+  auto it = std::find_if(holders.begin(), holders.end(),
+                         [&](const Holder& h) { return h.connection == connection && h.id == id; });
   if (it == holders.end()) return;
   holders.erase(it);
   if (--per_connection_[connection] == 0) per_connection_.erase(connection);
@@ -172,6 +178,18 @@ void Delegations::connection_closed(uint64_t connection) {
     f = holders.empty() ? files_.erase(f) : std::next(f);
   }
   per_connection_.erase(connection);
+  changed_.notify_all();
+}
+
+void Delegations::file_gone(uint64_t node) {
+  std::lock_guard lock(mu_);
+  auto f = files_.find(node);
+  if (f == files_.end()) return;
+  for (const Holder& h : f->second.holders) {
+    if (--per_connection_[h.connection] == 0) per_connection_.erase(h.connection);
+    stats_.dropped.fetch_add(1, std::memory_order_relaxed);
+  }
+  files_.erase(f);
   changed_.notify_all();
 }
 

@@ -35,9 +35,12 @@ namespace odafs::server {
 class Delegations {
  public:
   struct Options {
-    int lease_ms = 5000;   // a recalled holder's time to return it
-    int wait_ms = 1000;    // the longest one operation waits before DELAY
-    int max_waiters = 3;   // operations waiting at once (RPC threads - 1)
+    int lease_ms = 5000;  // a recalled holder's time to return it
+    int wait_ms = 1000;   // the longest one operation waits before DELAY
+    int max_waiters = 3;  // operations waiting at once (RPC threads - 1)
+    // Delegations one connection may hold; past it none are granted to it (its opens
+    // then ask the server, as without delegations). Bounds the table's memory.
+    size_t max_per_connection = 4096;
   };
   // Sends CB_RECALL of delegation `id` on file `fh` to `connection`; false if that
   // connection is gone.
@@ -45,8 +48,9 @@ class Delegations {
 
   Delegations(Options options, RecallFn send_recall);
 
-  // Grants `connection` a read delegation on file `node` (whose handle is fh), or
-  // returns the one it holds. 0 when none can be granted: one is being recalled.
+  // Grants `connection` a read delegation on file `node` (whose handle is fh), or renews
+  // the one it holds under a new id. 0 when none can be granted: one is being recalled, a
+  // change is under way, or the connection holds max_per_connection already.
   uint64_t grant(uint64_t node, uint64_t connection, const WireHandle& fh);
 
   // A change to a file in progress: while one lives, no delegation on the file is
@@ -78,6 +82,8 @@ class Delegations {
 
   // The connection closed: its delegations are gone.
   void connection_closed(uint64_t connection);
+  // File `node` is gone (removed, its handles stale): so are its delegations.
+  void file_gone(uint64_t node);
 
   int lease_ms() const { return options_.lease_ms; }
 
@@ -113,8 +119,8 @@ class Delegations {
   const Options options_;
   const RecallFn send_recall_;
   mutable std::mutex mu_;
-  std::condition_variable changed_;  // a return, a drop or an expiry
-  std::unordered_map<uint64_t, FileState> files_;         // by node id
+  std::condition_variable changed_;                      // a return, a drop or an expiry
+  std::unordered_map<uint64_t, FileState> files_;        // by node id
   std::unordered_map<uint64_t, size_t> per_connection_;  // delegations held
   uint64_t next_id_ = 1;
   int waiters_ = 0;

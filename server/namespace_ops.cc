@@ -276,6 +276,7 @@ void FileService::forget(const struct stat& st) {
   // (what the table believes when the node has no descriptor open to ask).
   nlink_t links_left = S_ISDIR(st.st_mode) || st.st_nlink == 0 ? 0 : st.st_nlink - 1;
   uint64_t id = nodes_.forget_if_unlinked(st.st_dev, st.st_ino, links_left);
+  if (id != 0) delegations_.file_gone(id);  // its holders removed it themselves, or returned it
   if (id != 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
     drop_cached_blocks(id, 0, static_cast<uint64_t>(st.st_size));
   }

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include "client/client.h"
 #include "tests/support/server_process.h"
@@ -110,6 +111,20 @@ TEST_CASE("a read delegation serves later opens without a call") {
     CHECK(read_path(*fs, "g") == "he");
     fs->unlink("g");
     CHECK(odafs::test::errno_of([&] { fs->open("g", O_RDONLY); }) == ENOENT);
+    // What the client forgot it gave back, and the removed file took the rest along: the
+    // server holds nothing for it (its table would otherwise grow for as long as the
+    // client stays connected).
+    CHECK(counter(*fs, "delegations.held") == 0);
+  }
+  SUBCASE("a delegation this client voids by writing is given back") {
+    File w = fs->open("f", O_RDWR);
+    w.pwrite("H", 1, 0);
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (counter(*fs, "delegations.held") != 0 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    CHECK(counter(*fs, "delegations.held") == 0);
+    CHECK(counter(*fs, "delegations.returned") == 1);
   }
 }
 
