@@ -23,6 +23,7 @@
 // thread and never waits for a reply.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -91,6 +92,7 @@ class Delegations {
   std::unordered_map<uint64_t, Entry> by_name_;     // name_key -> entry
   std::unordered_map<uint64_t, uint64_t> by_file_;  // cache_key(fh) -> name_key
   int64_t trust_ns_ = 0;                            // 3/4 of the lease; guarded by mu_
+  std::atomic<size_t> held_{0};  // by_file_.size(), for a lock-free "none" (written under mu_)
 
   std::condition_variable returns_ready_;
   std::deque<std::pair<Handle, uint64_t>> returns_;  // guarded by mu_

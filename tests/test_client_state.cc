@@ -13,25 +13,17 @@
 #include <vector>
 
 #include "client/client.h"
+#include "tests/support/client_util.h"
 #include "tests/support/server_process.h"
 
 using odafs::Client;
 using odafs::Error;
 using odafs::File;
 using odafs::test::pattern;
+using odafs::test::read_all;
+using odafs::test::server_stat;
 using odafs::test::ServerProcess;
 using odafs::test::TempDir;
-
-namespace {
-
-std::string read_all(Client& fs, const std::string& path, size_t len) {
-  File f = fs.open(path, O_RDONLY);
-  std::string out(len, '\0');
-  out.resize(f.pread(out.data(), out.size(), 0));
-  return out;
-}
-
-}  // namespace
 
 TEST_CASE("an open file whose inode is reused never reads the new file's blocks") {
   // A reader holds file a open and cached; a writer (another client) removes a and creates
@@ -225,11 +217,7 @@ TEST_CASE("an open file never switches to a file created later under its name") 
 namespace {
 // Calls that look a name up: LOOKUP on the way, OPEN for the file itself.
 uint64_t lookups(Client& fs) {
-  uint64_t n = 0;
-  for (const auto& [name, value] : fs.server_stats()) {
-    if (name == "calls.LOOKUP" || name == "calls.OPEN") n += value;
-  }
-  return n;
+  return server_stat(fs, "calls.LOOKUP") + server_stat(fs, "calls.OPEN");
 }
 }  // namespace
 

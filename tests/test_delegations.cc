@@ -11,32 +11,17 @@
 #include <thread>
 
 #include "client/client.h"
+#include "tests/support/client_util.h"
 #include "tests/support/server_process.h"
 
 using odafs::Client;
 using odafs::File;
+using odafs::test::read_all;
+using odafs::test::server_stat;
 using odafs::test::ServerProcess;
 using odafs::test::TempDir;
 
 namespace {
-
-uint64_t counter(Client& fs, const std::string& name) {
-  for (const auto& [n, value] : fs.server_stats()) {
-    if (n == name) return value;
-  }
-  return 0;
-}
-
-std::string read_file(File& f, size_t max = 64) {
-  std::string out(max, '\0');
-  out.resize(f.pread(out.data(), out.size(), 0));
-  return out;
-}
-
-std::string read_path(Client& fs, const std::string& path) {
-  File f = fs.open(path, O_RDONLY);
-  return read_file(f);
-}
 
 void write_path(Client& fs, const std::string& path, const std::string& text, int flags = 0) {
   File f = fs.open(path, O_RDWR | O_CREAT | flags, 0644);
@@ -94,37 +79,37 @@ TEST_CASE("a read delegation serves later opens without a call") {
   ServerProcess server(dir.path());
   auto fs = Client::mount(server.url());
   write_path(*fs, "f", "hello");
-  CHECK(read_path(*fs, "f") == "hello");
-  const uint64_t opens = counter(*fs, "calls.OPEN");
-  for (int i = 0; i < 5; ++i) CHECK(read_path(*fs, "f") == "hello");
-  CHECK(counter(*fs, "calls.OPEN") == opens);
+  CHECK(read_all(*fs, "f", 64) == "hello");
+  const uint64_t opens = server_stat(*fs, "calls.OPEN");
+  for (int i = 0; i < 5; ++i) CHECK(read_all(*fs, "f", 64) == "hello");
+  CHECK(server_stat(*fs, "calls.OPEN") == opens);
   CHECK(fs->stats().delegated_opens.load() == 5);
-  CHECK(counter(*fs, "delegations.granted") == 1);
+  CHECK(server_stat(*fs, "delegations.granted") == 1);
 
   SUBCASE("this client's own changes void its own delegation") {
     write_path(*fs, "f", "hello, world");
-    CHECK(read_path(*fs, "f") == "hello, world");
+    CHECK(read_all(*fs, "f", 64) == "hello, world");
     fs->truncate("f", 2);
-    CHECK(read_path(*fs, "f") == "he");
+    CHECK(read_all(*fs, "f", 64) == "he");
     fs->rename("f", "g");
     CHECK(odafs::test::errno_of([&] { fs->open("f", O_RDONLY); }) == ENOENT);
-    CHECK(read_path(*fs, "g") == "he");
+    CHECK(read_all(*fs, "g", 64) == "he");
     fs->unlink("g");
     CHECK(odafs::test::errno_of([&] { fs->open("g", O_RDONLY); }) == ENOENT);
     // What the client forgot it gave back, and the removed file took the rest along: the
     // server holds nothing for it (its table would otherwise grow for as long as the
     // client stays connected).
-    CHECK(counter(*fs, "delegations.held") == 0);
+    CHECK(server_stat(*fs, "delegations.held") == 0);
   }
   SUBCASE("a delegation this client voids by writing is given back") {
     File w = fs->open("f", O_RDWR);
     w.pwrite("H", 1, 0);
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (counter(*fs, "delegations.held") != 0 && std::chrono::steady_clock::now() < until) {
+    while (server_stat(*fs, "delegations.held") != 0 && std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    CHECK(counter(*fs, "delegations.held") == 0);
-    CHECK(counter(*fs, "delegations.returned") == 1);
+    CHECK(server_stat(*fs, "delegations.held") == 0);
+    CHECK(server_stat(*fs, "delegations.returned") == 1);
   }
 }
 
@@ -135,19 +120,19 @@ TEST_CASE("another client's write recalls the delegation; the holder then reads 
   auto b = Client::mount(server.url());
   write_path(*b, "f", "old bytes");
   File held = a->open("f", O_RDONLY);
-  CHECK(read_file(held) == "old bytes");  // cached by a
-  CHECK(read_path(*a, "f") == "old bytes");
+  CHECK(read_all(held, 64) == "old bytes");  // cached by a
+  CHECK(read_all(*a, "f", 64) == "old bytes");
   CHECK(a->stats().delegated_opens.load() == 1);
 
   auto start = std::chrono::steady_clock::now();
   write_path(*b, "f", "new bytes");
   CHECK(seconds_since(start) < 2.0);  // a answered the recall at once: no lease wait
-  CHECK(counter(*b, "delegations.recalled") == 1);
-  CHECK(counter(*b, "delegations.returned") == 1);
-  CHECK(counter(*b, "delegations.expired") == 0);
+  CHECK(server_stat(*b, "delegations.recalled") == 1);
+  CHECK(server_stat(*b, "delegations.returned") == 1);
+  CHECK(server_stat(*b, "delegations.expired") == 0);
 
-  CHECK(read_file(held) == "new bytes");  // the open file: its cached blocks were dropped
-  CHECK(read_path(*a, "f") == "new bytes");
+  CHECK(read_all(held, 64) == "new bytes");  // the open file: its cached blocks were dropped
+  CHECK(read_all(*a, "f", 64) == "new bytes");
   CHECK(a->stats().delegated_opens.load() == 1);  // that open asked the server again
 }
 
@@ -158,28 +143,28 @@ TEST_CASE("opening to write, removing or renaming over a delegated file recalls 
   auto b = Client::mount(server.url());
   write_path(*b, "f", "first");
   write_path(*b, "other", "second");
-  CHECK(read_path(*a, "f") == "first");
+  CHECK(read_all(*a, "f", 64) == "first");
 
   SUBCASE("open for writing") {
     File w = b->open("f", O_RDWR);
-    CHECK(counter(*b, "delegations.recalled") == 1);
-    CHECK(read_path(*a, "f") == "first");
+    CHECK(server_stat(*b, "delegations.recalled") == 1);
+    CHECK(read_all(*a, "f", 64) == "first");
     CHECK(a->stats().delegated_opens.load() == 0);
   }
   SUBCASE("remove and create again") {
     b->unlink("f");
     write_path(*b, "f", "replaced", O_EXCL);
-    CHECK(read_path(*a, "f") == "replaced");
+    CHECK(read_all(*a, "f", 64) == "replaced");
   }
   SUBCASE("rename over it") {
     b->rename("other", "f");
-    CHECK(read_path(*a, "f") == "second");
+    CHECK(read_all(*a, "f", 64) == "second");
   }
   SUBCASE("rename it away") {
     b->rename("f", "moved");
     CHECK(odafs::test::errno_of([&] { a->open("f", O_RDONLY); }) == ENOENT);
   }
-  CHECK(counter(*b, "delegations.recalled") >= 1);
+  CHECK(server_stat(*b, "delegations.recalled") >= 1);
 }
 
 TEST_CASE("a holder that stops answering loses its delegation after the lease") {
@@ -193,8 +178,8 @@ TEST_CASE("a holder that stops answering loses its delegation after the lease") 
   double waited = seconds_since(start);
   CHECK(waited >= 0.9);  // the recall went unanswered: the write waited out the lease
   CHECK(waited < 10.0);  // and no longer
-  CHECK(counter(*b, "delegations.expired") == 1);
-  CHECK(read_path(*b, "f") == "after!");
+  CHECK(server_stat(*b, "delegations.expired") == 1);
+  CHECK(read_all(*b, "f", 64) == "after!");
   reap(holder);
 }
 
@@ -207,8 +192,8 @@ TEST_CASE("a holder that dies gives its delegations up at once") {
   auto start = std::chrono::steady_clock::now();
   write_path(*b, "f", "after!");
   CHECK(seconds_since(start) < 5.0);  // far below the 30 s lease
-  CHECK(counter(*b, "delegations.expired") == 0);
-  CHECK(counter(*b, "delegations.held") == 0);
+  CHECK(server_stat(*b, "delegations.expired") == 0);
+  CHECK(server_stat(*b, "delegations.held") == 0);
 }
 
 TEST_CASE("without delegations every open asks the server") {
@@ -216,8 +201,8 @@ TEST_CASE("without delegations every open asks the server") {
   ServerProcess server(dir.path(), {"--no-delegations"});
   auto fs = Client::mount(server.url());
   write_path(*fs, "f", "x");
-  const uint64_t opens = counter(*fs, "calls.OPEN");
-  for (int i = 0; i < 3; ++i) CHECK(read_path(*fs, "f") == "x");
-  CHECK(counter(*fs, "calls.OPEN") == opens + 3);
+  const uint64_t opens = server_stat(*fs, "calls.OPEN");
+  for (int i = 0; i < 3; ++i) CHECK(read_all(*fs, "f", 64) == "x");
+  CHECK(server_stat(*fs, "calls.OPEN") == opens + 3);
   CHECK(fs->stats().delegated_opens.load() == 0);
 }

@@ -18,6 +18,7 @@
 #include "client/io_queue.h"
 #include "client/odafs.h"
 #include "ordma/engine.h"
+#include "tests/support/client_util.h"
 #include "tests/support/server_process.h"
 
 using odafs::Client;
@@ -28,6 +29,7 @@ using odafs::ordma::Fault;
 using odafs::test::errno_of;
 using odafs::test::pattern;
 using odafs::test::read_local;
+using odafs::test::server_stat;
 using odafs::test::ServerProcess;
 using odafs::test::TempDir;
 using odafs::test::write_local;
@@ -54,13 +56,6 @@ std::map<uint64_t, Completion> drain(IoQueue& q) {
 
 uint64_t faults(const Client& c, Fault f) {
   return c.stats().faults[static_cast<size_t>(f)].load();
-}
-
-uint64_t server_stat(Client& c, const std::string& name) {
-  for (auto& [k, v] : c.server_stats()) {
-    if (k == name) return v;
-  }
-  return 0;
 }
 
 // A snapshot of the read path's counters.

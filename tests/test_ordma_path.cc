@@ -11,24 +11,20 @@
 #include "client/client.h"
 #include "client/client_cache.h"
 #include "ordma/engine.h"
+#include "tests/support/client_util.h"
 #include "tests/support/server_process.h"
 
 using odafs::Client;
 using odafs::File;
 using odafs::ordma::Fault;
 using odafs::test::pattern;
+using odafs::test::read_all;
+using odafs::test::server_stat;
 using odafs::test::ServerProcess;
 using odafs::test::TempDir;
 using odafs::test::write_local;
 
 namespace {
-
-uint64_t server_stat(Client& c, const std::string& name) {
-  for (auto& [k, v] : c.server_stats()) {
-    if (k == name) return v;
-  }
-  return 0;
-}
 
 uint64_t faults(const Client& c, Fault f) {
   return c.stats().faults[static_cast<size_t>(f)].load();
@@ -44,12 +40,6 @@ odafs::MountOptions remote_only() {
 // The client cache's policies, as a mount URL names them.
 const std::pair<std::string, odafs::CachePolicy> kPolicies[] = {
     {"lru", odafs::CachePolicy::kLru}, {"mq", odafs::CachePolicy::kMultiQueue}};
-
-std::string read_all(File& f, size_t len, uint64_t off = 0) {
-  std::string s(len, '\0');
-  s.resize(f.pread(s.data(), len, off));
-  return s;
-}
 
 }  // namespace
 

@@ -13,6 +13,7 @@
 
 #include "client/client.h"
 #include "client/odafs.h"
+#include "tests/support/client_util.h"
 #include "tests/support/server_process.h"
 
 using odafs::Client;
@@ -21,21 +22,11 @@ using odafs::File;
 using odafs::test::errno_of;
 using odafs::test::failed_with;
 using odafs::test::pattern;
+using odafs::test::read_all;
 using odafs::test::read_local;
 using odafs::test::ServerProcess;
 using odafs::test::TempDir;
 using odafs::test::write_local;
-
-namespace {
-
-std::string read_all(File& f, size_t len, uint64_t off = 0) {
-  std::string s(len, '\0');
-  size_t n = f.pread(s.data(), len, off);
-  s.resize(n);
-  return s;
-}
-
-}  // namespace
 
 TEST_CASE("mount, create, write, read, stat, readdir, remove") {
   TempDir dir;

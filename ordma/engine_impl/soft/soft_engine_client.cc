@@ -188,9 +188,21 @@ class SoftEngineClient final : public EngineClient {
       for (size_t k = 0; k < n; ++k) ops[k].fault = Fault::kTransport;
       return;
     }
-    Pending one;
-    std::unique_ptr<Pending[]> many(n > 1 ? new Pending[n] : nullptr);
-    Pending* pend = n > 1 ? many.get() : &one;
+    // Per thread and reused (a batch completes before its thread sends another), so a
+    // steady stream of reads allocates nothing.
+    thread_local std::unique_ptr<Pending[]> pool;
+    thread_local size_t pool_size = 0;
+    if (pool_size < n) {
+      pool.reset(new Pending[n]);
+      pool_size = n;
+    }
+    Pending* pend = pool.get();
+    for (size_t k = 0; k < n; ++k) {
+      pend[k].direct = false;
+      pend[k].fault = Fault::kTransport;
+      pend[k].got = 0;
+      pend[k].state.store(kWaiting, std::memory_order_relaxed);
+    }
     thread_local std::vector<unsigned char> frames;
     frames.resize(n * wire::kReadRequestBytes);
     {
