@@ -25,13 +25,11 @@ void FuseFs::op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     auto open = std::make_unique<OpenFile>(fs.client_.open(path, fi->flags & kOpenFlags), ino);
     fi->keep_cache = 0;
     fi->direct_io = 0;
-    fi->fh = reinterpret_cast<uint64_t>(static_cast<OpenNode*>(open.get()));
     if (fs.session_ != nullptr) fuse_lowlevel_notify_inval_inode(fs.session_, ino, -1, 0);
+    fi->fh = fs.adopt(std::move(open));
     fs.opened(ino);
-    if (fuse_reply_open(req, fi) == 0) {
-      open.release();  // release() frees it
-    } else {
-      fs.released(ino);
+    if (fuse_reply_open(req, fi) != 0) {
+      fs.discard_open(fi->fh);
       ODAFS_LOG_DEBUG("odafs-mount: open reply dropped (interrupted)");
     }
   });
@@ -53,12 +51,10 @@ void FuseFs::op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode
     e.entry_timeout = fs.options_.entry_timeout;
     fi->keep_cache = 0;
     fi->direct_io = 0;
-    fi->fh = reinterpret_cast<uint64_t>(static_cast<OpenNode*>(open.get()));
+    fi->fh = fs.adopt(std::move(open));
     fs.opened(e.ino);
-    if (fuse_reply_create(req, &e, fi) == 0) {
-      open.release();
-    } else {
-      fs.released(e.ino);
+    if (fuse_reply_create(req, &e, fi) != 0) {
+      fs.discard_open(fi->fh);
       fs.inodes_.forget(e.ino, 1);
     }
   });
@@ -102,16 +98,20 @@ void FuseFs::op_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 
 void FuseFs::op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   (void)ino;
-  std::unique_ptr<OpenNode> node(reinterpret_cast<OpenNode*>(fi->fh));
-  if (File* f = file_of(fi)) {
-    try {
-      f->close();  // flush already committed; an error here has no one to go to
-    } catch (const std::exception& e) {
-      ODAFS_LOG_WARN("odafs-mount: release: %s", e.what());
-    }
-    self(req).released(static_cast<OpenFile*>(node.get())->ino);
-  }
+  self(req).discard_open(fi->fh);
   fuse_reply_err(req, 0);
+}
+
+void FuseFs::discard_open(uint64_t fh) {
+  std::unique_ptr<OpenNode> node = release(fh);
+  if (node == nullptr || node->kind != OpenNode::Kind::kFile) return;
+  auto* of = static_cast<OpenFile*>(node.get());
+  try {
+    of->file.close();  // flush already committed; an error here has no one to go to
+  } catch (const std::exception& e) {
+    ODAFS_LOG_WARN("odafs-mount: release: %s", e.what());
+  }
+  released(of->ino);
 }
 
 void FuseFs::op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi) {
@@ -132,8 +132,8 @@ void FuseFs::op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     // stay valid whatever happens in the directory meanwhile (as on a local file system,
     // names created or removed after opendir may or may not show up).
     dir->entries = fs.client_.readdir(dir->path);
-    fi->fh = reinterpret_cast<uint64_t>(static_cast<OpenNode*>(dir.get()));
-    if (fuse_reply_open(req, fi) == 0) dir.release();
+    fi->fh = fs.adopt(std::move(dir));
+    if (fuse_reply_open(req, fi) != 0) fs.release(fi->fh);
   });
 }
 
@@ -180,7 +180,7 @@ void FuseFs::op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 void FuseFs::op_releasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   (void)ino;
-  delete reinterpret_cast<OpenNode*>(fi->fh);
+  self(req).release(fi->fh);
   fuse_reply_err(req, 0);
 }
 

@@ -45,6 +45,34 @@ FuseFs::FuseFs(Client& client, const Attr& root, FsOptions options)
       options_(options),
       block_size_(client.limits().block_size ? client.limits().block_size : 4096) {}
 
+FuseFs::~FuseFs() {
+  std::vector<uint64_t> left;
+  {
+    std::lock_guard<std::mutex> lock(open_mu_);
+    for (const auto& [node, owned] : open_) left.push_back(reinterpret_cast<uint64_t>(node));
+  }
+  if (!left.empty()) {
+    ODAFS_LOG_INFO("odafs-mount: closing %zu files and directories left open", left.size());
+  }
+  for (uint64_t fh : left) discard_open(fh);
+}
+
+uint64_t FuseFs::adopt(std::unique_ptr<OpenNode> node) {
+  OpenNode* raw = node.get();
+  std::lock_guard<std::mutex> lock(open_mu_);
+  open_.emplace(raw, std::move(node));
+  return reinterpret_cast<uint64_t>(raw);
+}
+
+std::unique_ptr<FuseFs::OpenNode> FuseFs::release(uint64_t fh) {
+  std::lock_guard<std::mutex> lock(open_mu_);
+  auto it = open_.find(reinterpret_cast<OpenNode*>(fh));
+  if (it == open_.end()) return nullptr;
+  std::unique_ptr<OpenNode> node = std::move(it->second);
+  open_.erase(it);
+  return node;
+}
+
 const fuse_lowlevel_ops& FuseFs::ops() {
   static const fuse_lowlevel_ops table = [] {
     fuse_lowlevel_ops o{};

@@ -5,9 +5,10 @@
 // odafs::Error becomes its errno in fuse_reply_err; anything else becomes EIO (ENOMEM for
 // bad_alloc) and is logged. docs/mount.md says what is and is not supported, and why.
 //
-// Open files: fi->fh points at a heap OpenNode (an odafs::File for a regular file, a
+// Open files: fi->fh points at an OpenNode (an odafs::File for a regular file, a
 // directory listing for a directory), made at open/create/opendir and freed at
-// release/releasedir.
+// release/releasedir. FuseFs owns them all, so that those the kernel never released (the
+// session ended first: SIGTERM, an unmount with files open) are closed at its end.
 //
 // Thread-safety: the operations run on libfuse's worker threads, any number at once. The
 // Client and the InodeTable are thread-safe; an open File is used by concurrent read,
@@ -25,7 +26,10 @@
 #include <atomic>
 #include <cerrno>
 #include <exception>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "base/log.h"
@@ -48,6 +52,8 @@ class FuseFs {
   FuseFs(Client& client, const Attr& root, FsOptions options);
   FuseFs(const FuseFs&) = delete;
   FuseFs& operator=(const FuseFs&) = delete;
+  // Closes the files still open (the session loop has ended: no request runs any more).
+  ~FuseFs();
 
   // The operation table; pass `this` as the session's userdata.
   static const fuse_lowlevel_ops& ops();
@@ -80,6 +86,11 @@ class FuseFs {
     bool served = false;            // a readdir at offset 0 after this lists again
   };
 
+  // Takes ownership of an open node and returns its fi->fh; release() gives it back.
+  uint64_t adopt(std::unique_ptr<OpenNode> node);
+  // The node behind fh, now the caller's (fh no longer names it).
+  std::unique_ptr<OpenNode> release(uint64_t fh);
+
   static FuseFs& self(fuse_req_t req) { return *static_cast<FuseFs*>(fuse_req_userdata(req)); }
   // The File behind fi, or null when fi is absent or holds a directory.
   static File* file_of(const fuse_file_info* fi);
@@ -105,6 +116,8 @@ class FuseFs {
   // hidden name after the last.
   void opened(Ino ino) { inodes_.add_open(ino); }
   void released(Ino ino);
+  // Closes and frees the open node behind fh (a file's close and released() included).
+  void discard_open(uint64_t fh);
 
   // Namespace operations (fuse_ops.cc).
   static void op_init(void* userdata, fuse_conn_info* conn);
@@ -147,6 +160,8 @@ class FuseFs {
   const FsOptions options_;
   uint32_t block_size_;  // reported as st_blksize
   fuse_session* session_ = nullptr;
+  std::mutex open_mu_;  // guards open_
+  std::unordered_map<OpenNode*, std::unique_ptr<OpenNode>> open_;
 };
 
 // Every libodafs error is an errno already; bad_alloc is ENOMEM, anything else EIO.
