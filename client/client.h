@@ -33,6 +33,8 @@
 #include <utility>
 #include <vector>
 
+#include "client/open_sizes.h"
+
 namespace odafs {
 
 namespace rpc {
@@ -442,6 +444,7 @@ class Client {
   std::mutex remount_mu_;  // serialises re-mounts; nothing else takes it
   std::atomic<std::shared_ptr<const MountState>> mount_;
   ClientStats stats_;
+  OpenSizes open_sizes_;  // shared by the Files of one file
 };
 
 }  // namespace odafs

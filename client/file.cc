@@ -29,8 +29,10 @@ struct File::State {
   // own writes and truncations, and as reads find it. Reads stop here without asking the
   // server, as an NFS client's reads stop at its cached size: close-to-open promises the
   // size at open, and this spares a READ per whole-file read just to learn the end (a
-  // cached or one-sided last block would otherwise need one).
-  std::atomic<uint64_t> size{0};
+  // cached or one-sided last block would otherwise need one). Shared with the client's
+  // other Files of this file (client/open_sizes.h).
+  OpenSizes::Size size;   // null once closed
+  uint64_t size_key = 0;  // the key it was acquired under (key changes with a stale handle)
 };
 
 File::File(Client* client, Handle fh, const Attr& attr, WriteVerifier instance, std::string path,
@@ -44,15 +46,19 @@ File::File(Client* client, Handle fh, const Attr& attr, WriteVerifier instance, 
   state_->fh = fh;
   state_->key = odafs::cache_key(fh);
   state_->instance = instance;
-  state_->size.store(attr.size, std::memory_order_relaxed);
+  state_->size_key = state_->key;
+  state_->size = client->open_sizes_.acquire(state_->key, attr.size);
 }
 
-uint64_t File::size_hint() const { return state_->size.load(std::memory_order_relaxed); }
+uint64_t File::size_hint() const {
+  return state_->size ? state_->size->load(std::memory_order_relaxed) : UINT64_MAX;
+}
 
 void File::saw_size_at_least(uint64_t size) {
-  uint64_t known = state_->size.load(std::memory_order_relaxed);
+  if (!state_->size) return;  // closed
+  uint64_t known = state_->size->load(std::memory_order_relaxed);
   while (known < size &&
-         !state_->size.compare_exchange_weak(known, size, std::memory_order_relaxed)) {
+         !state_->size->compare_exchange_weak(known, size, std::memory_order_relaxed)) {
   }
 }
 
@@ -219,7 +225,7 @@ size_t File::uncommitted_bytes() const {
 
 Attr File::stat() {
   Attr a = retry_stale([&](const Handle& fh, uint64_t) { return client_->getattr(fh); });
-  state_->size.store(a.size, std::memory_order_relaxed);
+  state_->size->store(a.size, std::memory_order_relaxed);
   return a;
 }
 
@@ -232,7 +238,7 @@ void File::truncate(uint64_t size) {
     return k;
   });
   client_->forget_data(key, 0, UINT64_MAX);
-  state_->size.store(size, std::memory_order_relaxed);
+  state_->size->store(size, std::memory_order_relaxed);
 }
 
 void File::fsync() {
@@ -317,13 +323,18 @@ void File::resend(const std::vector<std::pair<uint64_t, size_t>>& writes,
 
 void File::close() {
   if (client_ == nullptr) return;
+  Client* client = std::exchange(client_, nullptr);
+  auto give_back = [&] { client->open_sizes_.release(state_->size_key, state_->size); };
   try {
+    client_ = client;
     fsync();
+    client_ = nullptr;
   } catch (...) {
     client_ = nullptr;
+    give_back();
     throw;
   }
-  client_ = nullptr;
+  give_back();
 }
 
 }  // namespace odafs
