@@ -265,3 +265,32 @@ TEST_CASE("directory handles on the way to a file are reused, and never lead ast
   CHECK(lookups(*plain) - before_plain == 2);
   CHECK(plain->stats().delegated_opens.load() == 1);
 }
+
+TEST_CASE("what one open of a client writes, its other opens of the file read") {
+  // POSIX has a process see its own writes through every descriptor: the reads of an open
+  // made before the file grew must not stop at the size that open learned (Berkeley DB
+  // writes its log through one descriptor and reads it through another).
+  TempDir exp;
+  ServerProcess server(exp.path());
+  for (odafs::ReadMode mode : {odafs::ReadMode::kOrdma, odafs::ReadMode::kPrePosted}) {
+    odafs::MountOptions mo;
+    mo.read_mode = mode;
+    auto client = Client::mount(server.url(), mo);
+    std::string name = mode == odafs::ReadMode::kOrdma ? "/grow-ordma" : "/grow-rpc";
+    File writer = client->open(name, O_CREAT | O_RDWR | O_TRUNC);
+    File reader = client->open(name, O_RDONLY);  // learns size 0
+    std::string data = pattern(20000, 7);
+    CHECK(writer.pwrite(data.data(), data.size(), 0) == data.size());
+    std::string got(data.size(), '\0');
+    CHECK(reader.pread(got.data(), got.size(), 0) == data.size());
+    CHECK(got == data);
+    // And a truncation through one is the end for the other.
+    writer.truncate(100);
+    CHECK(reader.pread(got.data(), got.size(), 0) == 100);
+    // The shared size goes with the last open.
+    writer.close();
+    reader.close();
+    File again = client->open(name, O_RDONLY);
+    CHECK(again.pread(got.data(), got.size(), 0) == 100);
+  }
+}
