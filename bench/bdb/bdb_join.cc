@@ -117,9 +117,8 @@ uint64_t run_joins(Database& db, size_t copy, std::vector<char>& buf, Plan&& pla
   return n;
 }
 
-Sample run_hooked(const Args& args, const std::string& m, size_t copy, odafs::Client& stats) {
-  auto client = odafs::Client::mount(args.url, options_of(m));
-  std::string root = Hooks::install(client.get());
+Sample run_hooked(const Args& args, odafs::Client* client, size_t copy, odafs::Client& stats) {
+  std::string root = Hooks::install(client);
   std::string primary = std::string("/db/") + Database::kPrimaryFile;
   Sample s;
   {
@@ -157,6 +156,9 @@ Sample run_mount(const Args& args, size_t copy, odafs::Client& stats) {
   std::string primary = home + "/" + Database::kPrimaryFile;
   int fd = ::open(primary.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw odafs::Error(errno, "open " + primary);
+  // The kernel's page cache would serve the file from the last run: every page comes
+  // from the server through odafs-mount, as every page of the other mechanisms does.
+  posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
   Database::Options o;
   o.home = home;
   o.cache_bytes = args.cache_mb << 20;
@@ -282,12 +284,21 @@ int main(int argc, char** argv) {
   try {
     if (args.load > 0) load(args);
     auto stats = odafs::Client::mount(args.url);
+    // One client per mechanism for the whole run, warmed by a first pass: its directory
+    // then holds references to every page, as the paper's clients do once warm.
+    std::map<std::string, std::unique_ptr<odafs::Client>> clients;
+    auto run = [&](const std::string& m, size_t copy) {
+      if (m == "mount") return run_mount(args, copy, *stats);
+      auto& c = clients[m];
+      if (!c) c = odafs::Client::mount(args.url, options_of(m));
+      return run_hooked(args, c.get(), copy, *stats);
+    };
+    for (const std::string& m : args.mechanisms) run(m, 1);
     std::map<std::pair<std::string, size_t>, std::vector<Sample>> samples;
     for (size_t rep = 0; rep < args.reps; ++rep) {
       for (size_t copy : args.copies) {
         for (const std::string& m : args.mechanisms) {
-          Sample s =
-              m == "mount" ? run_mount(args, copy, *stats) : run_hooked(args, m, copy, *stats);
+          Sample s = run(m, copy);
           samples[{m, copy}].push_back(s);
           std::fprintf(stderr, "rep %zu copy %6zu %-10s %8.1f MB/s\n", rep + 1, copy, m.c_str(),
                        s.records * odafs::bdb::kRecordBytes / s.seconds / 1e6);
