@@ -62,6 +62,8 @@ nfsfh* NfsMount::open(const std::string& path, int flags, int mode) {
 
 void NfsMount::close(nfsfh* fh) { check(nfs_close(nfs_, fh), "close"); }
 
+void NfsMount::close_quietly(nfsfh* fh) noexcept { nfs_close(nfs_, fh); }
+
 void NfsMount::read_exactly(nfsfh* fh, void* buf, size_t len, uint64_t offset) {
   if (static_cast<size_t>(check(nfs_pread(nfs_, fh, offset, len, buf), "pread")) != len) {
     throw Error(EIO, "libnfs: short read");
@@ -124,7 +126,7 @@ size_t NfsReadQueue::wait(std::span<size_t> out) {
 }
 
 NfsBackend::~NfsBackend() {
-  if (fh_ != nullptr) nfs_close(mount_.context(), fh_);
+  if (fh_ != nullptr) mount_.close_quietly(fh_);
 }
 
 void NfsBackend::mkdir(const std::string& path) {
@@ -136,7 +138,7 @@ void NfsBackend::unlink(const std::string& path) {
 }
 
 void NfsBackend::open(const std::string& path, int flags, mode_t mode) {
-  if (fh_ != nullptr) nfs_close(mount_.context(), fh_);  // left open by a throw; error ignored
+  if (fh_ != nullptr) mount_.close_quietly(fh_);  // left open by a throw
   fh_ = nullptr;
   fh_ = mount_.open(path, flags, static_cast<int>(mode));
 }

@@ -34,6 +34,8 @@ class NfsMount {
   // Opens path (relative to the export's root). Throws odafs::Error.
   nfsfh* open(const std::string& path, int flags, int mode);
   void close(nfsfh* fh);
+  // The same for destructors: errors ignored.
+  void close_quietly(nfsfh* fh) noexcept;
   // Reads exactly len bytes at offset (libnfs splits what exceeds the server's rsize).
   // Throws odafs::Error, EIO for a short read.
   void read_exactly(nfsfh* fh, void* buf, size_t len, uint64_t offset);

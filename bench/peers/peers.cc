@@ -137,7 +137,10 @@ class OdafsReader final : public Reader {
 class NfsReader final : public Reader {
  public:
   explicit NfsReader(const std::string& url) : mount_(url), backend_(mount_) {}
-  ~NfsReader() override { close(); }
+  ~NfsReader() override {
+    queue_.reset();
+    if (fh_ != nullptr) mount_.close_quietly(fh_);
+  }
   void open(const std::string& path) override {
     close();
     fh_ = mount_.open(path, O_RDONLY, 0);
