@@ -27,6 +27,7 @@ METRICS = [
     ("q16", "ops_per_s", "4K reads, 16 in flight: reads/s", True),
     ("q16", "server_cpu_us_per_op", "4K reads, 16 in flight: server CPU us/read", False),
     ("q16", "client_cpu_us_per_op", "4K reads, 16 in flight: client CPU us/read", False),
+    ("q16", "cores_busy", "4K reads, 16 in flight: cores busy (cli+srv)", False),
     ("q64", "ops_per_s", "4K reads, 64 in flight: reads/s", True),
     ("q64", "server_cpu_us_per_op", "4K reads, 64 in flight: server CPU us/read", False),
     ("seq", "mb_per_s", "sequential 1 MiB reads: MB/s", True),
@@ -66,6 +67,13 @@ def main():
         rows.append({"contender": name, "round": rnd, "workload": "multi4", "ops_per_s": rate,
                      "server_cpu_us_per_op": cpu, "processes": len(procs)})
 
+    # Cores kept busy by client and server together (CPU per read x reads/s): near the
+    # machine's core count, the point is CPU-bound, whatever the protocol.
+    for r in rows:
+        if "ops_per_s" in r and "client_cpu_us_per_op" in r:
+            r["cores_busy"] = (r["client_cpu_us_per_op"] + r["server_cpu_us_per_op"]) * \
+                r["ops_per_s"] / 1e6
+
     def values(name, workload, metric):
         return [r[metric] for r in rows
                 if r["contender"] == name and r["workload"] == workload and metric in r]
@@ -99,10 +107,10 @@ def main():
         ring = c == "odafs-ordma-ring"
         if w == "lat" and m in ("mean_us", "p50_us"):
             key = "shm_pingpong/4096" if ring else "tcp_pingpong/4096"
-            return limits.get(key, {}).get("p50_us"), key + " p50"
+            return limits.get(key, {}).get("p50_us"), key.replace("_pingpong", "")
         if w == "lat" and m == "server_cpu_us_per_op" and not ring:
             key = "tcp_pingpong/4096"
-            return limits.get(key, {}).get("echo_cpu_us_per_op"), key + " echo CPU"
+            return limits.get(key, {}).get("echo_cpu_us_per_op"), "tcp/4096 echo"
         if w == "seq" and m == "mb_per_s":
             if ring:
                 us = limits.get("memcpy/1048576", {}).get("p50_us")
@@ -126,7 +134,7 @@ def main():
         lines.append(f"{label:46s}" + "".join(cells))
     lines.append("")
     lines.append(f"{'ratios (odafs / ' + REF + ';  odafs / limit)':46s}" +
-                 "".join(f"{c:>26s}" for c in ODAFS))
+                 "".join(f"{c:>36s}" for c in ODAFS))
     for w, m, label, _ in METRICS:
         cells = []
         any_cell = False
@@ -134,7 +142,7 @@ def main():
             s = summary.get(f"{c}/{w}/{m}")
             ref = summary.get(f"{REF}/{w}/{m}")
             if not s:
-                cells.append(f"{'-':>26s}")
+                cells.append(f"{'-':>36s}")
                 continue
             vs_ref = s["median"] / ref["median"] if ref and ref["median"] else None
             fl, fl_name = floor_of(c, w, m)
@@ -143,7 +151,7 @@ def main():
                                       "limit": fl_name or None}
             txt = (f"{vs_ref:.2f}x" if vs_ref else "-") + "; " + (
                 f"{vs_floor:.2f}x {fl_name}" if vs_floor else "-")
-            cells.append(f"{txt:>26s}")
+            cells.append(f"{txt:>36s}")
             any_cell = True
         if any_cell:
             lines.append(f"{label:46s}" + "".join(cells))
@@ -187,6 +195,7 @@ def plots(out, rows, summary):
     plot_py = os.path.join(here, "..", "plot.py")
 
     def draw(name, data, x, y, title, logx=False):
+        data = [d for d in data if d.get(y) is not None]
         src = os.path.join(out, f"peers-{name}.data.json")
         with open(src, "w") as f:
             json.dump(data, f)

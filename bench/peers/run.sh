@@ -204,5 +204,6 @@ for round in $(seq "$rounds"); do
 done
 echo "== measured in $(($(date +%s) - t_start)) s"
 
+cp "$rows" "$out/peers-rows.jsonl"  # report.py can be rerun on it
 python3 bench/peers/report.py "$rows" --out "$out" \
   --machine "$(nproc) cpus, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), Linux $(uname -r)"
