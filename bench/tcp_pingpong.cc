@@ -1,88 +1,219 @@
-// odafs-tcp-pingpong: the floor under every RPC number on this machine.
+// odafs-tcp-pingpong: the floors under every read figure on this machine.
 //
-//   odafs-tcp-pingpong [--iters N] [--bytes B]
+//   odafs-tcp-pingpong [--iters N] [--bytes B] [--mode blocking|busy|shm|memcpy]
 //
-// Two processes (fork) exchange B-byte messages over a loopback TCP connection with
-// TCP_NODELAY, one at a time: the round trip and the echo side's CPU per exchange are what
-// any request/response protocol pays before it does any work. Prints a table and JSON.
+// Two processes (fork) exchange B-byte messages, one at a time:
+//   blocking  over a loopback TCP connection with TCP_NODELAY, blocking reads (the floor
+//             of an RPC whose threads sleep in the kernel between requests);
+//   busy      the same with non-blocking sockets both sides spin on (no sleep, no wake-up:
+//             the floor of a busy-polling transport);
+//   shm       through a shared-memory mailbox both sides spin on (no kernel at all: the
+//             floor of a same-host one-sided read through a local ring);
+// and in one process:
+//   memcpy    a B-byte copy between two cache-warm buffers (the floor of any read that
+//             lands in the caller's buffer).
+// The round trip, and the echo side's CPU per exchange, are what any request/response
+// protocol pays before it does any work. Prints a table row and, last, a JSON line.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "base/net.h"
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double cpu_us(const rusage& r) {
+  return r.ru_utime.tv_sec * 1e6 + r.ru_utime.tv_usec + r.ru_stime.tv_sec * 1e6 +
+         r.ru_stime.tv_usec;
+}
+
+// Spins on a non-blocking socket until len bytes came. Returns false on EOF before any.
+bool spin_read(int fd, char* buf, size_t len) {
+  for (size_t got = 0; got < len;) {
+    ssize_t n = recv(fd, buf + got, len - got, 0);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+    } else if (n == 0) {
+      if (got == 0) return false;
+      throw std::system_error(EPIPE, std::generic_category(), "EOF mid-message");
+    } else if (errno != EAGAIN && errno != EINTR) {
+      throw std::system_error(errno, std::generic_category(), "recv");
+    }
+  }
+  return true;
+}
+
+// The shared-memory mailbox: a request and a reply slot, each a sequence number and bytes.
+// A side publishes by storing the next sequence number (release) after the bytes; the
+// other spins until it sees it (acquire). seq 0 stays unused; ~0 tells the echo to stop.
+struct Mailbox {
+  alignas(64) std::atomic<uint64_t> req_seq{0};
+  alignas(64) std::atomic<uint64_t> rep_seq{0};
+};
+constexpr uint64_t kStop = ~uint64_t{0};
+
+// Spins until seq holds something other than last; yields now and then, so that a side
+// sharing a core with the other does not hold it for a whole time slice.
+uint64_t spin_until_changed(const std::atomic<uint64_t>& seq, uint64_t last) {
+  for (unsigned i = 1;; ++i) {
+    uint64_t v = seq.load(std::memory_order_acquire);
+    if (v != last) return v;
+    if (i % 4096 == 0) sched_yield();
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   size_t iters = 20000, bytes = 64;
+  std::string mode = "blocking";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--iters")
       iters = std::stoul(argv[i + 1]);
     else if (a == "--bytes")
       bytes = std::stoul(argv[i + 1]);
+    else if (a == "--mode")
+      mode = argv[i + 1];
   }
-  odafs::net::Endpoint bound;
-  int listener = odafs::net::listen_tcp({"127.0.0.1", 0}, &bound);
-  odafs::net::set_nonblocking(listener, false);
-  int report[2];
-  if (pipe(report) != 0) return 1;
-  pid_t child = fork();
-  if (child == 0) {
-    int s = accept(listener, nullptr, nullptr);
-    odafs::net::set_nodelay(s);
-    std::vector<char> buf(bytes);
-    rusage before{}, after{};
-    getrusage(RUSAGE_SELF, &before);
-    size_t n = 0;
-    while (odafs::net::read_full(s, buf.data(), bytes)) {
-      iovec iov{buf.data(), bytes};
-      odafs::net::write_all(s, &iov, 1);
-      ++n;
-    }
-    getrusage(RUSAGE_SELF, &after);
-    auto us = [](const rusage& r) {
-      return r.ru_utime.tv_sec * 1e6 + r.ru_utime.tv_usec + r.ru_stime.tv_sec * 1e6 +
-             r.ru_stime.tv_usec;
-    };
-    double per_op = n ? (us(after) - us(before)) / static_cast<double>(n) : 0;
-    [[maybe_unused]] ssize_t w = write(report[1], &per_op, sizeof per_op);
-    _exit(0);
+  if (iters == 0 || bytes == 0 ||
+      (mode != "blocking" && mode != "busy" && mode != "shm" && mode != "memcpy")) {
+    std::fprintf(stderr,
+                 "usage: odafs-tcp-pingpong [--iters N] [--bytes B] "
+                 "[--mode blocking|busy|shm|memcpy]\n");
+    return 2;
   }
-  int c = odafs::net::connect_tcp(bound);
-  std::vector<char> buf(bytes, 'x');
   std::vector<double> lat(iters);
-  for (size_t i = 0; i < iters; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    iovec iov{buf.data(), bytes};
-    odafs::net::write_all(c, &iov, 1);
-    odafs::net::read_full(c, buf.data(), bytes);
-    lat[i] =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-  }
-  close(c);
   double echo_cpu = 0;
-  [[maybe_unused]] ssize_t r = read(report[0], &echo_cpu, sizeof echo_cpu);
-  waitpid(child, nullptr, 0);
+  const std::string name = mode == "blocking" ? "tcp_pingpong"
+                           : mode == "busy"   ? "tcp_busy_poll"
+                           : mode == "shm"    ? "shm_pingpong"
+                                              : "memcpy";
+  if (mode == "memcpy") {
+    // Timed in batches: a clock read costs more than a small copy.
+    std::vector<char> src(bytes, 'x'), dst(bytes);
+    const size_t batch = 64;
+    for (size_t i = 0; i < iters; ++i) {
+      auto t0 = Clock::now();
+      for (size_t k = 0; k < batch; ++k) {
+        std::memcpy(dst.data(), src.data(), bytes);
+        asm volatile("" : : "r"(dst.data()) : "memory");  // the copy is not optimised away
+      }
+      lat[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / batch;
+    }
+  } else if (mode == "shm") {
+    const size_t region = sizeof(Mailbox) + 2 * bytes;
+    void* mem = mmap(nullptr, region, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) return 1;
+    Mailbox* box = new (mem) Mailbox;
+    char* req = static_cast<char*>(mem) + sizeof(Mailbox);
+    char* rep = req + bytes;
+    int report[2];
+    if (pipe(report) != 0) return 1;
+    pid_t child = fork();
+    if (child == 0) {
+      std::vector<char> buf(bytes);
+      rusage before{}, after{};
+      getrusage(RUSAGE_SELF, &before);
+      size_t n = 0;
+      for (uint64_t last = 0;;) {
+        last = spin_until_changed(box->req_seq, last);
+        if (last == kStop) break;
+        std::memcpy(buf.data(), req, bytes);  // take the request, as a server would
+        std::memcpy(rep, buf.data(), bytes);
+        box->rep_seq.store(last, std::memory_order_release);
+        ++n;
+      }
+      getrusage(RUSAGE_SELF, &after);
+      double per_op = n ? (cpu_us(after) - cpu_us(before)) / static_cast<double>(n) : 0;
+      [[maybe_unused]] ssize_t w = write(report[1], &per_op, sizeof per_op);
+      _exit(0);
+    }
+    std::vector<char> buf(bytes, 'x');
+    for (size_t i = 0; i < iters; ++i) {
+      auto t0 = Clock::now();
+      std::memcpy(req, buf.data(), bytes);
+      box->req_seq.store(i + 1, std::memory_order_release);
+      spin_until_changed(box->rep_seq, i);
+      std::memcpy(buf.data(), rep, bytes);
+      lat[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    }
+    box->req_seq.store(kStop, std::memory_order_release);
+    [[maybe_unused]] ssize_t r = read(report[0], &echo_cpu, sizeof echo_cpu);
+    waitpid(child, nullptr, 0);
+  } else {
+    const bool busy = mode == "busy";
+    odafs::net::Endpoint bound;
+    int listener = odafs::net::listen_tcp({"127.0.0.1", 0}, &bound);
+    odafs::net::set_nonblocking(listener, false);
+    int report[2];
+    if (pipe(report) != 0) return 1;
+    pid_t child = fork();
+    if (child == 0) {
+      int s = accept(listener, nullptr, nullptr);
+      odafs::net::set_nodelay(s);
+      if (busy) odafs::net::set_nonblocking(s, true);
+      std::vector<char> buf(bytes);
+      rusage before{}, after{};
+      getrusage(RUSAGE_SELF, &before);
+      size_t n = 0;
+      while (busy ? spin_read(s, buf.data(), bytes) : odafs::net::read_full(s, buf.data(), bytes)) {
+        iovec iov{buf.data(), bytes};
+        odafs::net::write_all(s, &iov, 1);
+        ++n;
+      }
+      getrusage(RUSAGE_SELF, &after);
+      double per_op = n ? (cpu_us(after) - cpu_us(before)) / static_cast<double>(n) : 0;
+      [[maybe_unused]] ssize_t w = write(report[1], &per_op, sizeof per_op);
+      _exit(0);
+    }
+    int c = odafs::net::connect_tcp(bound);
+    if (busy) odafs::net::set_nonblocking(c, true);
+    std::vector<char> buf(bytes, 'x');
+    for (size_t i = 0; i < iters; ++i) {
+      auto t0 = Clock::now();
+      iovec iov{buf.data(), bytes};
+      odafs::net::write_all(c, &iov, 1);
+      if (busy) {
+        spin_read(c, buf.data(), bytes);
+      } else {
+        odafs::net::read_full(c, buf.data(), bytes);
+      }
+      lat[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    }
+    close(c);
+    [[maybe_unused]] ssize_t r = read(report[0], &echo_cpu, sizeof echo_cpu);
+    waitpid(child, nullptr, 0);
+  }
   double sum = 0;
   for (double v : lat) sum += v;
   std::sort(lat.begin(), lat.end());
-  std::printf("%-14s %10s %10s %10s %18s\n", "mechanism", "mean_us", "p50_us", "p99_us",
-              "echo_cpu_us/op");
-  std::printf("%-14s %10.1f %10.1f %10.1f %18.1f\n", "tcp_pingpong", sum / iters, lat[iters / 2],
-              lat[iters * 99 / 100], echo_cpu);
+  std::printf("%-14s %8s %10s %10s %10s %18s\n", "mechanism", "bytes", "mean_us", "p50_us",
+              "p99_us", "echo_cpu_us/op");
+  std::printf("%-14s %8zu %10.2f %10.2f %10.2f %18.2f\n", name.c_str(), bytes, sum / iters,
+              lat[iters / 2], lat[iters * 99 / 100], echo_cpu);
   std::printf(
-      "{\"mechanism\": \"tcp_pingpong\", \"bytes\": %zu, \"ops\": %zu, \"mean_us\": %.2f, "
-      "\"p50_us\": %.2f, \"p99_us\": %.2f, \"server_cpu_us_per_op\": %.2f}\n",
-      bytes, iters, sum / iters, lat[iters / 2], lat[iters * 99 / 100], echo_cpu);
+      "{\"mechanism\": \"%s\", \"bytes\": %zu, \"ops\": %zu, \"mean_us\": %.3f, "
+      "\"p50_us\": %.3f, \"p99_us\": %.3f, \"server_cpu_us_per_op\": %.3f}\n",
+      name.c_str(), bytes, iters, sum / iters, lat[iters / 2], lat[iters * 99 / 100], echo_cpu);
   return 0;
 }

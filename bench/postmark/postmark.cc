@@ -35,6 +35,13 @@ void fill_content(uint64_t seed, uint64_t offset, char* dst, size_t len) {
 }
 
 Postmark::Postmark(Client& fs, const Config& config, uint32_t block_size)
+    : owned_(std::make_unique<ClientBackend>(fs)),
+      fs_(owned_.get()),
+      cfg_(config),
+      block_size_(block_size),
+      rng_(config.seed) {}
+
+Postmark::Postmark(Backend& fs, const Config& config, uint32_t block_size)
     : fs_(&fs), cfg_(config), block_size_(block_size), rng_(config.seed) {}
 
 uint64_t Postmark::random_size() {
@@ -91,12 +98,12 @@ void Postmark::delete_pool() {
   counts_.delete_s = seconds_since(t0);
 }
 
-void Postmark::write_range(File& f, const PoolFile& pf, uint64_t from, uint64_t to) {
+void Postmark::write_range(const PoolFile& pf, uint64_t from, uint64_t to) {
   buf_.resize(cfg_.write_block);
   for (uint64_t pos = from; pos < to;) {
     size_t n = static_cast<size_t>(std::min<uint64_t>(cfg_.write_block, to - pos));
     fill_content(pf.seed, pos, buf_.data(), n);
-    f.pwrite(buf_.data(), n, pos);
+    fs_->pwrite(buf_.data(), n, pos);
     pos += n;
   }
   counts_.bytes_written += to - from;
@@ -110,9 +117,9 @@ void Postmark::create_one(bool alone) {
   pf.path = dir + "f" + std::to_string(next_name_++);
   pf.seed = mix(cfg_.seed ^ (next_name_ << 20));
   pf.size = random_size();
-  File f = fs_->open(pf.path, O_RDWR | O_CREAT | O_EXCL, 0644);
-  write_range(f, pf, 0, pf.size);
-  f.close();
+  fs_->open(pf.path, O_RDWR | O_CREAT | O_EXCL, 0644);
+  write_range(pf, 0, pf.size);
+  fs_->close();
   pool_.push_back(std::move(pf));
   ++counts_.created;
   if (alone) ++counts_.created_alone;
@@ -129,12 +136,12 @@ void Postmark::delete_one(bool alone) {
 
 void Postmark::read_one() {
   const PoolFile& pf = pool_[static_cast<size_t>(rng_() % pool_.size())];
-  File f = fs_->open(pf.path, O_RDONLY);
+  fs_->open(pf.path, O_RDONLY, 0);
   buf_.resize(cfg_.read_block);
   bool bad = false;
   uint64_t pos = 0;
   for (;;) {
-    size_t n = f.pread(buf_.data(), cfg_.read_block, pos);
+    size_t n = fs_->pread(buf_.data(), cfg_.read_block, pos);
     if (n == 0) break;
     if (cfg_.verify) {
       want_.resize(n);
@@ -144,7 +151,7 @@ void Postmark::read_one() {
     counts_.blocks_touched += (pos + n - 1) / block_size_ - pos / block_size_ + 1;
     pos += n;
   }
-  f.close();
+  fs_->close();
   if (cfg_.verify && pos != pf.size) bad = true;
   if (bad) {
     ++counts_.mismatches;
@@ -158,9 +165,9 @@ void Postmark::read_one() {
 void Postmark::append_one() {
   PoolFile& pf = pool_[static_cast<size_t>(rng_() % pool_.size())];
   uint64_t add = random_size();
-  File f = fs_->open(pf.path, O_RDWR);
-  write_range(f, pf, pf.size, pf.size + add);
-  f.close();
+  fs_->open(pf.path, O_RDWR, 0);
+  write_range(pf, pf.size, pf.size + add);
+  fs_->close();
   pf.size += add;
   ++counts_.appended;
 }

@@ -11,14 +11,19 @@
 // File contents are a function of (file seed, offset), so any read can be checked byte for
 // byte (verify): the driver doubles as a correctness test of the caching client.
 //
+// The algorithm is written once against Backend (backend.h): libodafs here, libnfs in
+// bench/peers/, so both run the same transactions from the same seed.
+//
 // Thread-safety: a Postmark is used by one thread.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "bench/postmark/backend.h"
 #include "client/client.h"
 
 namespace odafs::postmark {
@@ -48,8 +53,10 @@ struct Counts {
 class Postmark {
  public:
   // fs: a mount whose root holds the pool (under "pm/"). block_size: the client cache's
-  // block size, to count blocks touched.
+  // block size, to count blocks touched. REQUIRES: fs outlives the Postmark.
   Postmark(Client& fs, const Config& config, uint32_t block_size);
+  // The same on another client library. REQUIRES: fs outlives the Postmark.
+  Postmark(Backend& fs, const Config& config, uint32_t block_size);
 
   // The three phases. create_pool and delete_pool may be run by one Postmark and
   // transactions by others sharing its pool (adopt_pool), as the Fig. 6 comparison does.
@@ -58,8 +65,6 @@ class Postmark {
   void delete_pool();
   // Takes over another driver's pool (names, sizes, seeds) to run transactions on it.
   void adopt_pool(const Postmark& other);
-  // Switches to another mount (same server and pool), e.g. a fresh client per contender.
-  void use(Client& fs) { fs_ = &fs; }
 
   const Counts& counts() const { return counts_; }
   void reset_counts() { counts_ = {}; }
@@ -78,10 +83,12 @@ class Postmark {
   void delete_one(bool alone);
   void read_one();
   void append_one();
-  void write_range(File& f, const PoolFile& pf, uint64_t from, uint64_t to);
+  // Writes [from, to) of pf into the backend's current file.
+  void write_range(const PoolFile& pf, uint64_t from, uint64_t to);
   uint64_t random_size();
 
-  Client* fs_;
+  std::unique_ptr<Backend> owned_;  // the ClientBackend of the Client& constructor
+  Backend* fs_;
   Config cfg_;
   uint32_t block_size_;
   std::mt19937_64 rng_;

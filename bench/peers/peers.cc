@@ -1,0 +1,461 @@
+// odafs-peers: one client process of the side-by-side benchmark (bench/peers/run.sh): the
+// same workloads, same seeds, against libodafs (odafs://) or libnfs (nfs://).
+//
+//   odafs-peers --target URL [--mode rpc|ordma|ordma_tcp] --name NAME --server-pid PID
+//       --run W1,W2,... [--round R] [--seconds S] [--file PATH] [--seq-file PATH]
+//       [--start-at UNIX_MS] [--label L] [--pm-files N] [--pm-txns N]
+//   odafs-peers --make-file PATH --mb M
+//
+// Workloads (--run), each a JSON line on stdout:
+//   lat    4 KiB reads at random 4 KiB-aligned offsets of --file, one at a time, for S
+//          seconds: mean / p50 / p90 / p99 latency;
+//   qN     the same with N reads in flight (libodafs IoQueue; libnfs nfs_pread_async with
+//          an nfs_service poll loop): reads/s, mean latency by Little's law;
+//   seq    sequential 1 MiB reads of --seq-file, whole passes for at least S seconds: MB/s;
+//   pm_ro  PostMark's Fig. 6 configuration (read-only transactions on a pool of 1-7 KiB
+//          files, each read wrapped in open and close) through bench/postmark;
+//   pm_std standard PostMark (creates, deletes, reads, appends), --pm-files / 4 files and
+//          --pm-txns / 10 transactions.
+// Each row carries the server's CPU per operation, from /proc/PID/stat of --server-pid
+// (the same meter for odafsd and ganesha.nfsd). Before measuring, the files are read
+// whole once, so they are warm in the server's cache (and, for ORDMA, the client holds a
+// reference for every block). No client data cache on either side: libnfs's page cache is
+// off by default, and the odafs mount has cache_blocks = 0, so every read leaves the client.
+// --start-at makes the process wait, after its set-up, until that wall-clock time, so that
+// several processes measure together (--label names their rows).
+//
+// --make-file writes the data files with content fill_content(kSeed, offset): every read
+// checks its first bytes against it (a cheap check that allocates nothing).
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include "bench/peers/nfs_client.h"
+#include "bench/postmark/postmark.h"
+#include "client/client.h"
+#include "client/io_queue.h"
+
+namespace {
+
+using odafs::Error;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kSeed = 1;
+constexpr size_t kBlock = 4096, kSeqChunk = 1 << 20, kMaxDepth = 64;
+// The data files' sizes: run.sh makes them so (--make-file).
+constexpr uint64_t kFileBytes = 64u << 20, kSeqFileBytes = 256u << 20;
+
+// This process's CPU microseconds (user + system) so far: the client's cost per read.
+double self_cpu_us() {
+  rusage r{};
+  getrusage(RUSAGE_SELF, &r);
+  return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) * 1e6 +
+         static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
+}
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Throws EIO unless buf starts with the bytes the data file holds at offset.
+void check_content(const char* buf, uint64_t offset) {
+  char want[8];
+  odafs::postmark::fill_content(kSeed, offset, want, sizeof want);
+  if (std::memcmp(buf, want, sizeof want) != 0) throw Error(EIO, "a read came back wrong");
+}
+
+// What the workloads need of a client library: sync and in-flight reads of one file, and
+// a PostMark backend. Throws odafs::Error.
+class Reader {
+ public:
+  virtual ~Reader() = default;
+  // Makes path the file later reads read (closing the previous one).
+  virtual void open(const std::string& path) = 0;
+  // Reads exactly len bytes at offset.
+  virtual void read(void* buf, size_t len, uint64_t offset) = 0;
+  // Up to kMaxDepth reads in flight; wait returns the tags of at least one completed read.
+  virtual void submit(void* buf, size_t len, uint64_t offset, size_t tag) = 0;
+  virtual size_t wait(std::span<size_t> tags) = 0;
+  virtual odafs::postmark::Backend& backend() = 0;
+};
+
+class OdafsReader final : public Reader {
+ public:
+  OdafsReader(const std::string& url, const std::string& mode) {
+    odafs::MountOptions mo;
+    if (mode == "rpc") {
+      mo.read_mode = odafs::ReadMode::kPrePosted;
+    } else if (mode == "ordma" || mode == "ordma_tcp") {
+      mo.read_mode = odafs::ReadMode::kOrdma;
+      mo.local_rings = mode == "ordma";
+    } else {
+      throw Error(EINVAL, "unknown --mode " + mode);
+    }
+    mo.cache_blocks = 0;              // every read leaves the client, as with libnfs
+    mo.directory_entries = 1u << 17;  // references for every block of both data files
+    client_ = odafs::Client::mount(url, mo);
+    queue_.emplace(*client_, kMaxDepth);
+    backend_.emplace(*client_);
+  }
+  ~OdafsReader() override {
+    queue_.reset();  // before the files and client it reads
+  }
+  void open(const std::string& path) override {
+    file_.reset();
+    file_.emplace(client_->open(path, O_RDONLY));
+  }
+  void read(void* buf, size_t len, uint64_t offset) override {
+    if (file_->pread(buf, len, offset) != len) throw Error(EIO, "short read");
+  }
+  void submit(void* buf, size_t len, uint64_t offset, size_t tag) override {
+    queue_->submit_read(*file_, buf, len, offset, tag);
+  }
+  size_t wait(std::span<size_t> tags) override {
+    size_t n = queue_->wait(std::span(got_, tags.size()), 1, -1);
+    for (size_t i = 0; i < n; ++i) {
+      if (got_[i].error != 0 || got_[i].bytes != kBlock) {
+        throw Error(got_[i].error ? got_[i].error : EIO, "async read failed");
+      }
+      tags[i] = got_[i].user_tag;
+    }
+    return n;
+  }
+  odafs::postmark::Backend& backend() override { return *backend_; }
+
+ private:
+  std::unique_ptr<odafs::Client> client_;
+  std::optional<odafs::File> file_;
+  std::optional<odafs::IoQueue> queue_;
+  std::optional<odafs::postmark::ClientBackend> backend_;
+  odafs::Completion got_[kMaxDepth];
+};
+
+class NfsReader final : public Reader {
+ public:
+  explicit NfsReader(const std::string& url) : mount_(url), backend_(mount_) {}
+  ~NfsReader() override {
+    queue_.reset();
+    if (fh_ != nullptr) mount_.close_quietly(fh_);
+  }
+  void open(const std::string& path) override {
+    close();
+    fh_ = mount_.open(path, O_RDONLY, 0);
+    queue_.emplace(mount_, fh_, kMaxDepth);
+  }
+  void read(void* buf, size_t len, uint64_t offset) override {
+    mount_.read_exactly(fh_, buf, len, offset);
+  }
+  void submit(void* buf, size_t len, uint64_t offset, size_t tag) override {
+    queue_->submit(buf, len, offset, tag);
+  }
+  size_t wait(std::span<size_t> tags) override { return queue_->wait(tags); }
+  odafs::postmark::Backend& backend() override { return backend_; }
+
+ private:
+  void close() {
+    queue_.reset();
+    if (fh_ != nullptr) mount_.close(fh_);
+    fh_ = nullptr;
+  }
+  odafs::peers::NfsMount mount_;
+  odafs::peers::NfsBackend backend_;
+  nfsfh* fh_ = nullptr;
+  std::optional<odafs::peers::NfsReadQueue> queue_;
+};
+
+struct Options {
+  std::string target, mode = "rpc", name, file = "/peers-64m.dat", seq_file = "/peers-256m.dat";
+  std::string label;
+  std::vector<std::string> run;
+  pid_t server_pid = 0;
+  size_t round = 0, pm_files = 1000, pm_txns = 3000;
+  double seconds = 1.5;
+  int64_t start_at_ms = 0;
+};
+
+// The JSON row's common head: who, which round, which workload.
+std::string head(const Options& o, const std::string& workload) {
+  return "{\"contender\": \"" + o.name + "\", \"round\": " + std::to_string(o.round) +
+         ", \"workload\": \"" + (o.label.empty() ? workload : o.label) + "\"";
+}
+
+// Prints head and the fields fmt makes of up to eight numbers, as one JSON line.
+void emit(const std::string& head, const char* fmt, double a = 0, double b = 0, double c = 0,
+          double d = 0, double e = 0, double f = 0, double g = 0, double h = 0) {
+  char body[512];
+  std::snprintf(body, sizeof body, fmt, a, b, c, d, e, f, g, h);
+  std::printf("%s, %s}\n", head.c_str(), body);
+  std::fflush(stdout);
+}
+
+// Reads the whole file once: the server's cache (and ORDMA references) warm.
+void warm(Reader& r, uint64_t bytes, std::vector<char>& chunk) {
+  for (uint64_t off = 0; off < bytes; off += kSeqChunk) {
+    r.read(chunk.data(), kSeqChunk, off);
+    check_content(chunk.data(), off);
+  }
+}
+
+void run_lat(Reader& r, const Options& o, uint64_t bytes, std::mt19937_64& rng) {
+  const uint64_t blocks = bytes / kBlock;
+  alignas(64) static char buf[kBlock];
+  std::vector<double> lat;
+  lat.reserve(1 << 20);
+  const uint64_t cpu0 = odafs::bench::process_cpu_us(o.server_pid);
+  const double self0 = self_cpu_us();
+  const auto t_end = Clock::now() + std::chrono::duration<double>(o.seconds);
+  while (lat.size() < lat.capacity() && Clock::now() < t_end) {
+    const uint64_t off = (rng() % blocks) * kBlock;
+    auto t0 = Clock::now();
+    r.read(buf, kBlock, off);
+    lat.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    check_content(buf, off);
+  }
+  const uint64_t cpu1 = odafs::bench::process_cpu_us(o.server_pid);
+  const double self1 = self_cpu_us();
+  const size_t n = lat.size();
+  double sum = 0;
+  for (double v : lat) sum += v;
+  std::sort(lat.begin(), lat.end());
+  emit(head(o, "lat"),
+       "\"ops\": %.0f, \"mean_us\": %.2f, \"p50_us\": %.2f, \"p90_us\": %.2f, \"p99_us\": %.2f, "
+       "\"server_cpu_us_per_op\": %.2f, \"client_cpu_us_per_op\": %.2f",
+       static_cast<double>(n), sum / static_cast<double>(n), lat[n / 2], lat[n * 9 / 10],
+       lat[n * 99 / 100], static_cast<double>(cpu1 - cpu0) / static_cast<double>(n),
+       (self1 - self0) / static_cast<double>(n));
+}
+
+void run_inflight(Reader& r, const Options& o, const std::string& workload, size_t depth,
+                  uint64_t bytes, std::mt19937_64& rng) {
+  if (depth == 0 || depth > kMaxDepth)
+    throw Error(EINVAL, "in flight: 1.." + std::to_string(kMaxDepth));
+  const uint64_t blocks = bytes / kBlock;
+  alignas(64) static char bufs[kMaxDepth][kBlock];
+  uint64_t at[kMaxDepth];
+  size_t tags[kMaxDepth];
+  auto submit = [&](size_t slot) {
+    at[slot] = (rng() % blocks) * kBlock;
+    r.submit(bufs[slot], kBlock, at[slot], slot);
+  };
+  const uint64_t cpu0 = odafs::bench::process_cpu_us(o.server_pid);
+  const double self0 = self_cpu_us();
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + std::chrono::duration<double>(o.seconds);
+  uint64_t done = 0;
+  size_t outstanding = depth;
+  for (size_t s = 0; s < depth; ++s) submit(s);
+  bool more = true;
+  while (outstanding > 0) {
+    const size_t k = r.wait(std::span(tags, depth));
+    if (k == 0) throw Error(EIO, "in-flight reads lost");
+    for (size_t i = 0; i < k; ++i) {
+      check_content(bufs[tags[i]], at[tags[i]]);
+      ++done;
+      if (more) {
+        submit(tags[i]);
+      } else {
+        --outstanding;
+      }
+    }
+    more = more && Clock::now() < deadline;
+  }
+  const double elapsed = seconds_since(t0);
+  const uint64_t cpu1 = odafs::bench::process_cpu_us(o.server_pid);
+  const double self1 = self_cpu_us();
+  const double rate = static_cast<double>(done) / elapsed;
+  emit(head(o, workload),
+       "\"inflight\": %.0f, \"ops\": %.0f, \"seconds\": %.3f, \"ops_per_s\": %.1f, "
+       "\"mean_us\": %.2f, \"server_cpu_us_per_op\": %.2f, \"client_cpu_us_per_op\": %.2f",
+       static_cast<double>(depth), static_cast<double>(done), elapsed, rate,
+       static_cast<double>(depth) / rate * 1e6,
+       static_cast<double>(cpu1 - cpu0) / static_cast<double>(done),
+       (self1 - self0) / static_cast<double>(done));
+}
+
+void run_seq(Reader& r, const Options& o, uint64_t bytes, std::vector<char>& chunk) {
+  const uint64_t cpu0 = odafs::bench::process_cpu_us(o.server_pid);
+  const auto t0 = Clock::now();
+  uint64_t total = 0;
+  do {
+    for (uint64_t off = 0; off < bytes; off += kSeqChunk) {
+      r.read(chunk.data(), kSeqChunk, off);
+      check_content(chunk.data(), off);
+      total += kSeqChunk;
+    }
+  } while (seconds_since(t0) < o.seconds);
+  const double elapsed = seconds_since(t0);
+  const uint64_t cpu1 = odafs::bench::process_cpu_us(o.server_pid);
+  const double mib = static_cast<double>(total) / kSeqChunk;
+  emit(head(o, "seq"),
+       "\"request_bytes\": %.0f, \"bytes\": %.0f, \"seconds\": %.3f, \"mb_per_s\": %.1f, "
+       "\"server_cpu_us_per_mib\": %.1f",
+       static_cast<double>(kSeqChunk), static_cast<double>(total), elapsed,
+       static_cast<double>(total) / elapsed / 1e6, static_cast<double>(cpu1 - cpu0) / mib);
+}
+
+void run_postmark(Reader& r, const Options& o, bool read_only) {
+  odafs::postmark::Config cfg;
+  cfg.seed = 42 + o.round;
+  if (read_only) {  // bench/postmark/run_postmark.sh's Fig. 6 parameters, a smaller pool
+    cfg.files = o.pm_files;
+    cfg.size_low = 1024;
+    cfg.size_high = 7168;
+    cfg.read_block = cfg.write_block = 4096;
+    cfg.bias_read = 10;
+    cfg.bias_create = -1;
+  } else {  // PostMark's defaults (postmark.h) on a quarter of the pool: its creates,
+            // appends and deletes cost milliseconds each (synchronous writes)
+    cfg.files = o.pm_files / 4;
+  }
+  cfg.transactions = read_only ? o.pm_txns : o.pm_txns / 10;
+  odafs::postmark::Postmark pm(r.backend(), cfg, kBlock);
+  pm.create_pool();
+  if (read_only) pm.transactions(cfg.transactions / 4);  // opens and lookups warm
+  pm.reset_counts();
+  const uint64_t cpu0 = odafs::bench::process_cpu_us(o.server_pid);
+  pm.transactions(cfg.transactions);
+  const uint64_t cpu1 = odafs::bench::process_cpu_us(o.server_pid);
+  const odafs::postmark::Counts c = pm.counts();
+  pm.delete_pool();
+  emit(head(o, read_only ? "pm_ro" : "pm_std"),
+       "\"files\": %.0f, \"transactions\": %.0f, \"seconds\": %.3f, \"tps\": %.1f, "
+       "\"server_cpu_us_per_txn\": %.2f",
+       static_cast<double>(cfg.files), static_cast<double>(cfg.transactions), c.transactions_s,
+       static_cast<double>(cfg.transactions) / c.transactions_s,
+       static_cast<double>(cpu1 - cpu0) / static_cast<double>(cfg.transactions));
+}
+
+void make_file(const std::string& path, size_t mb) {
+  std::vector<char> chunk(kSeqChunk);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw Error(errno, "cannot create " + path);
+  for (uint64_t off = 0; off < (uint64_t{mb} << 20); off += chunk.size()) {
+    odafs::postmark::fill_content(kSeed, off, chunk.data(), chunk.size());
+    if (::pwrite(fd, chunk.data(), chunk.size(), static_cast<off_t>(off)) !=
+        static_cast<ssize_t>(chunk.size())) {
+      ::close(fd);
+      throw Error(errno ? errno : EIO, "cannot write " + path);
+    }
+  }
+  ::close(fd);
+}
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr, "odafs-peers: %s (see the header of bench/peers/peers.cc)\n", why.c_str());
+  std::exit(2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  std::string make;
+  size_t make_mb = 0;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string flag = argv[i];
+      if (i + 1 >= argc) usage(flag + " needs a value");
+      const std::string v = argv[++i];
+      if (flag == "--target")
+        o.target = v;
+      else if (flag == "--mode")
+        o.mode = v;
+      else if (flag == "--name")
+        o.name = v;
+      else if (flag == "--server-pid")
+        o.server_pid = static_cast<pid_t>(std::stol(v));
+      else if (flag == "--run") {
+        for (size_t pos = 0; pos <= v.size();) {
+          size_t comma = std::min(v.find(',', pos), v.size());
+          if (comma > pos) o.run.push_back(v.substr(pos, comma - pos));
+          pos = comma + 1;
+        }
+      } else if (flag == "--round")
+        o.round = std::stoul(v);
+      else if (flag == "--seconds")
+        o.seconds = std::stod(v);
+      else if (flag == "--file")
+        o.file = v;
+      else if (flag == "--seq-file")
+        o.seq_file = v;
+      else if (flag == "--start-at")
+        o.start_at_ms = std::stoll(v);
+      else if (flag == "--label")
+        o.label = v;
+      else if (flag == "--pm-files")
+        o.pm_files = std::stoul(v);
+      else if (flag == "--pm-txns")
+        o.pm_txns = std::stoul(v);
+      else if (flag == "--make-file")
+        make = v;
+      else if (flag == "--mb")
+        make_mb = std::stoul(v);
+      else
+        usage("unknown option " + flag);
+    }
+  } catch (const std::logic_error& e) {
+    usage(std::string("bad value: ") + e.what());
+  }
+  try {
+    if (!make.empty()) {
+      make_file(make, make_mb);
+      return 0;
+    }
+    if (o.target.empty() || o.name.empty() || o.server_pid <= 0 || o.run.empty()) {
+      usage("--target, --name, --server-pid and --run are required");
+    }
+    std::unique_ptr<Reader> r;
+    if (o.target.rfind("nfs://", 0) == 0) {
+      r = std::make_unique<NfsReader>(o.target);
+    } else {
+      r = std::make_unique<OdafsReader>(o.target, o.mode);
+    }
+    std::vector<char> chunk(kSeqChunk);
+    const uint64_t small = kFileBytes, big = kSeqFileBytes;
+    const bool wants_seq = std::count(o.run.begin(), o.run.end(), "seq") > 0;
+    if (wants_seq) {
+      r->open(o.seq_file);
+      warm(*r, big, chunk);
+    }
+    r->open(o.file);
+    warm(*r, small, chunk);
+    if (o.start_at_ms > 0) {
+      std::this_thread::sleep_until(
+          std::chrono::system_clock::time_point(std::chrono::milliseconds(o.start_at_ms)));
+    }
+    std::mt19937_64 rng(7 + o.round);
+    for (const std::string& w : o.run) {
+      if (w == "lat") {
+        run_lat(*r, o, small, rng);
+      } else if (w.size() > 1 && w[0] == 'q') {
+        run_inflight(*r, o, w, std::stoul(w.substr(1)), small, rng);
+      } else if (w == "seq") {
+        r->open(o.seq_file);
+        run_seq(*r, o, big, chunk);
+        r->open(o.file);
+      } else if (w == "pm_ro" || w == "pm_std") {
+        run_postmark(*r, o, w == "pm_ro");
+      } else {
+        usage("unknown workload " + w);
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "odafs-peers %s: %s\n", o.name.c_str(), e.what());
+    return 1;
+  }
+  return 0;
+}

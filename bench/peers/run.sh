@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# odafs side by side with what a user would pick instead, and with the machine's limits,
+# all on 127.0.0.1 in one run (docs/PERFORMANCE.md):
+#   ganesha-v3, ganesha-v4   nfs-ganesha (FSAL_VFS) read through libnfs, NFSv3 and NFSv4
+#   odafs-rpc                odafsd --no-ordma, libodafs pre-posted RPC reads
+#   odafs-ordma-tcp          odafsd, one-sided reads over the engine's TCP (a remote client)
+#   odafs-ordma-ring         odafsd, one-sided reads over the local shared-memory ring
+#   limits                   TCP ping-pong (blocking, busy-polling), shared-memory
+#                            ping-pong, memcpy; iperf3 on loopback
+# Workloads (bench/peers/peers.cc): 4 KiB random reads one at a time and 8/16/64 in
+# flight, sequential 1 MiB reads, PostMark (read-only Fig. 6 and standard), four client
+# processes with 8 in flight each. Contenders interleaved (order rotating), the whole set
+# repeated ROUNDS times; bench/peers/report.py prints the table (medians, spread, ratios)
+# and writes docs/results/peers.json and PNG plots (or to $OUT).
+#   bash bench/peers/run.sh            # ROUNDS=3 SECONDS_PER_POINT=1 by default
+# Installs what it needs with apt (root or sudo). Leaves nothing running.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+rounds=${ROUNDS:-3}
+secs=${SECONDS_PER_POINT:-1}
+pm_files=${PM_FILES:-1000}
+pm_txns=${PM_TXNS:-3000}
+
+# --- what the benchmark needs beyond scripts/deps.sh (kept out of it: CI runs no ganesha)
+deps() {
+  local need=() p
+  for p in nfs-ganesha nfs-ganesha-vfs libnfs-dev rpcbind iperf3 gnuplot-nox python3; do
+    dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+  done
+  [ ${#need[@]} -eq 0 ] && return 0
+  echo "== installing ${need[*]}"
+  local sudo=()
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq
+  # policy-rc.d or not, the packages' own services are not what we run: ours start below.
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+    "${need[@]}" >/dev/null
+}
+deps
+[ "$(id -u)" -eq 0 ] || { echo "run.sh: ganesha.nfsd needs root here (FSAL_VFS opens by handle)" >&2; exit 1; }
+
+source bench/lib.sh
+ganesha_pid="" rpcbind_pid="" iperf_pid="" rpc_pid="" ordma_pid=""
+cleanup() {
+  local p
+  for p in $ganesha_pid $rpc_pid $ordma_pid $iperf_pid $rpcbind_pid; do
+    kill "$p" 2>/dev/null || true
+  done
+  for p in $ganesha_pid $rpc_pid $ordma_pid $iperf_pid $rpcbind_pid; do
+    wait "$p" 2>/dev/null || true
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+die() { echo "run.sh: $*" >&2; exit 1; }
+
+echo "== building"
+build_targets odafsd odafs-peers odafs-tcp-pingpong
+[ -x build/odafs-peers ] || die "odafs-peers was not built (is libnfs-dev installed?)"
+
+# A TCP port nobody listens on now (the kernel's pick, released for the server to take).
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# --- the data: one 64 MiB and one 256 MiB file, hard-linked into every export
+mkdir -p "$work/data"
+build/odafs-peers --make-file "$work/data/peers-64m.dat" --mb 64
+build/odafs-peers --make-file "$work/data/peers-256m.dat" --mb 256
+for e in ganesha odafs-rpc odafs-ordma; do
+  mkdir -p "$work/export-$e"
+  ln "$work/data/"*.dat "$work/export-$e/"
+done
+
+# --- rpcbind, for ganesha's NFSv3 registrations (the client itself is given the ports)
+if ! rpcinfo -p 127.0.0.1 >/dev/null 2>&1; then
+  rpcbind -f -w &
+  rpcbind_pid=$!
+  for _ in $(seq 50); do rpcinfo -p 127.0.0.1 >/dev/null 2>&1 && break; sleep 0.1; done
+  rpcinfo -p 127.0.0.1 >/dev/null 2>&1 || die "rpcbind did not start"
+fi
+
+# --- nfs-ganesha: NFSv3 and NFSv4 (minor versions 0 and 1) on TCP only; no NLM, RQUOTA,
+# UDP or Kerberos; graceless, so that it serves at once.
+nfs_port=$(free_port)
+mnt_port=$(free_port)
+g=$work/ganesha
+mkdir -p "$g/recovery"
+plugins=$(dirname "$(dpkg -L nfs-ganesha-vfs | grep '/libfsalvfs.so$' | head -1)")
+cat >"$g/ganesha.conf" <<CONF
+NFS_CORE_PARAM {
+  Protocols = 3, 4;
+  Bind_addr = 127.0.0.1;
+  NFS_Port = $nfs_port;
+  MNT_Port = $mnt_port;
+  Enable_NLM = false;
+  Enable_RQUOTA = false;
+  Enable_UDP = false;
+  Plugins_Dir = $plugins;
+  mount_path_pseudo = true;
+}
+NFSV4 { Graceless = true; Minor_Versions = 0, 1; RecoveryRoot = $g/recovery; }
+NFS_KRB5 { Active_krb5 = false; }
+EXPORT {
+  Export_Id = 1;
+  Path = $work/export-ganesha;
+  Pseudo = /export;
+  Access_Type = RW;
+  Squash = No_Root_Squash;
+  Protocols = 3, 4;
+  Transports = TCP;
+  SecType = sys;
+  FSAL { Name = VFS; }
+}
+CONF
+ganesha.nfsd -F -f "$g/ganesha.conf" -L "$g/ganesha.log" -p "$g/ganesha.pid" -N NIV_EVENT &
+ganesha_pid=$!
+for _ in $(seq 200); do
+  grep -q "NFS SERVER INITIALIZED" "$g/ganesha.log" 2>/dev/null && break
+  kill -0 "$ganesha_pid" 2>/dev/null || break
+  sleep 0.1
+done
+if ! grep -q "NFS SERVER INITIALIZED" "$g/ganesha.log" 2>/dev/null || ! kill -0 "$ganesha_pid" 2>/dev/null; then
+  tail -20 "$g/ganesha.log" >&2 || true
+  die "nfs-ganesha did not start (its log is above)"
+fi
+
+# --- odafsd twice: RPC only (the DAFS baseline), and with its one-sided engine. Caches
+# large enough to hold both data files and the PostMark pools.
+start_odafsd odafs-rpc -- --cache-mb 512 --no-ordma || die "odafsd --no-ordma did not start"
+rpc_pid=$pid rpc_addr=$addr
+start_odafsd odafs-ordma -- --cache-mb 512 || die "odafsd did not start"
+ordma_pid=$pid ordma_addr=$addr
+pid=""
+
+nfs3="nfs://127.0.0.1/export?nfsport=$nfs_port&mountport=$mnt_port"
+nfs4="nfs://127.0.0.1/export?version=4&nfsport=$nfs_port"
+# name|target|mode|server pid|workloads
+std="lat,q8,q16,q64,seq,pm_ro,pm_std"
+contenders=(
+  "ganesha-v3|$nfs3|-|$ganesha_pid|$std"
+  # libnfs 4.0's NFSv4 client fails PostMark's creates (NFS4ERR_BAD_SEQID at CLOSE): reads only
+  "ganesha-v4|$nfs4|-|$ganesha_pid|lat,q8,q16,q64,seq"
+  "odafs-rpc|odafs://$rpc_addr/|rpc|$rpc_pid|$std"
+  "odafs-ordma-tcp|odafs://$ordma_addr/|ordma_tcp|$ordma_pid|$std"
+  "odafs-ordma-ring|odafs://$ordma_addr/|ordma|$ordma_pid|$std"
+)
+rows=$work/rows.jsonl
+: >"$rows"
+
+peers() {  # name target mode pid workloads round [extra flags]
+  local name=$1 target=$2 mode=$3 spid=$4 run=$5 round=$6
+  shift 6
+  [ "$mode" = - ] || set -- --mode "$mode" "$@"  # libnfs has one read path
+  build/odafs-peers --target "$target" --name "$name" --server-pid "$spid" \
+    --run "$run" --round "$round" --seconds "$secs" --pm-files "$pm_files" --pm-txns "$pm_txns" "$@"
+}
+
+limits() {  # round
+  local m b
+  for m in blocking busy shm memcpy; do
+    for b in 64 4096 1048576; do
+      [ "$b" = 1048576 ] && [ "$m" != memcpy ] && continue
+      local iters=20000
+      [ "$b" = 1048576 ] && iters=2000
+      printf '{"contender": "limit", "round": %s, "workload": "limit", "limit": %s}\n' "$1" \
+        "$(build/odafs-tcp-pingpong --mode $m --bytes $b --iters $iters | tail -1)" >>"$rows"
+    done
+  done
+  local port
+  port=$(free_port)
+  iperf3 -s -B 127.0.0.1 -p "$port" -1 >/dev/null 2>&1 &
+  iperf_pid=$!
+  sleep 0.3
+  local bps
+  bps=$(iperf3 -c 127.0.0.1 -p "$port" -t 2 -J | python3 -c \
+    'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"])')
+  wait "$iperf_pid" 2>/dev/null || true
+  iperf_pid=""
+  printf '{"contender": "iperf3", "round": %s, "workload": "seq", "mb_per_s": %.1f}\n' "$1" \
+    "$(python3 -c "print($bps / 8e6)")" >>"$rows"
+}
+
+t_start=$(date +%s)
+for round in $(seq "$rounds"); do
+  n=${#contenders[@]}
+  for k in $(seq 0 $((n - 1))); do
+    IFS='|' read -r name target mode spid run <<<"${contenders[$(((k + round) % n))]}"
+    echo "== round $round/$rounds: $name"
+    peers "$name" "$target" "$mode" "$spid" "$run" "$round" >>"$rows" ||
+      die "$name failed in round $round"
+    # Four client processes at once, 8 reads in flight each, starting together.
+    start_at=$(($(date +%s%3N) + 2500))
+    procs=()
+    for c in 1 2 3 4; do
+      peers "$name" "$target" "$mode" "$spid" q8 "$round" --label multi4 \
+        --start-at "$start_at" >>"$rows" &
+      procs+=($!)
+    done
+    for p in "${procs[@]}"; do wait "$p" || die "$name: a multi-client process failed"; done
+  done
+  echo "== round $round/$rounds: limits"
+  limits "$round"
+done
+echo "== measured in $(($(date +%s) - t_start)) s"
+
+cp "$rows" "$out/peers-rows.jsonl"  # report.py can be rerun on it
+python3 bench/peers/report.py "$rows" --out "$out" \
+  --machine "$(nproc) cpus, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), Linux $(uname -r)"
