@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -67,21 +66,9 @@ double process_cpu_us() {
          static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }
 
-// utime + stime of another process, in µs (0 when it cannot be read).
+// utime + stime of another process, in µs (0 for none).
 double other_cpu_us(int pid) {
-  if (pid <= 0) return 0;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  size_t paren = text.rfind(')');
-  if (paren == std::string::npos) return 0;
-  std::istringstream fields(text.substr(paren + 2));
-  std::string f;
-  double ticks = 0;
-  for (int i = 3; fields >> f; ++i) {
-    if (i == 14 || i == 15) ticks += std::stod(f);
-    if (i == 15) break;
-  }
-  return ticks * 1e6 / static_cast<double>(sysconf(_SC_CLK_TCK));
+  return pid > 0 ? static_cast<double>(odafs::bench::process_cpu_us(pid)) : 0;
 }
 
 odafs::MountOptions options_of(const std::string& m) {
