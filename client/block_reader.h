@@ -17,9 +17,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "client/client.h"
+#include "ordma/engine.h"
 
 namespace odafs {
 
@@ -51,6 +53,19 @@ class BlockReader {
   // Steps 1-2 from *done on, until a block needs an RPC. Returns true when the read is
   // complete: len bytes, or the known end of file.
   bool serve_without_rpc();
+  // Steps 1-2 as serve_without_rpc, but for many readers at once (IoQueue): one-sided
+  // reads are not made here but appended to *batch (their bytes to land in out, or with
+  // a data cache in *blocks, grown to fit once and left alone until apply_run). Returns
+  // kNeedsEngine after appending some: the caller reads them (engine()->read_many, with
+  // other readers' ops) and passes this reader's back to apply_run, then steps again.
+  enum class Step { kComplete, kNeedsRpc, kNeedsEngine };
+  Step step_batched(std::vector<ordma::ReadOp>* batch, std::vector<char>* blocks);
+  // Places the outcome of the ops the last step_batched appended (in order; faults fall
+  // back to the RPC at the next step) and advances *done. Returns the bytes placed.
+  size_t apply_run(std::span<const ordma::ReadOp> ops);
+  // The engine client the planned ops go to (null: none, or it broke).
+  ordma::EngineClient* engine() const { return engine_.get(); }
+
   // Step 3, first half: starts on `call` one READ from the block at *done over the
   // following blocks steps 1-2 cannot serve (up to max_read). Its bytes land in out when
   // they fit there (no data cache; or whole blocks within len), else in *scratch, grown
@@ -73,9 +88,14 @@ class BlockReader {
   size_t one_sided(uint64_t block, uint32_t in_block, uint32_t chunk, char* out);
   // Step 2 for a run of at least two blocks from the one holding offset + *done, none in
   // the data cache and each with a reference: all read one-sided at once (read-ahead
-  // fills the request; EngineClient::read_many). Returns the bytes placed at out + *done,
-  // up to the first fault; 0 when there is no such run (the block-by-block steps go on).
+  // fills the request; EngineClient::read_many). Advances *done past the bytes placed,
+  // up to the first fault, and returns them; 0 when there is no such run (the
+  // block-by-block steps go on).
   size_t one_sided_run();
+  // The run's one-sided reads, from the block at *done on (up to kMaxRun, stopping at a
+  // block in the data cache or without a usable reference), appended to *ops. Returns
+  // how many (0: none).
+  size_t plan_run(std::vector<ordma::ReadOp>* ops, std::vector<char>* blocks);
   static constexpr size_t kMaxRun = 64;  // blocks in flight at once (the ring's slots)
   // The reply brought references: from now on they can be used, if the engine is there.
   void after_rpc();
@@ -92,6 +112,7 @@ class BlockReader {
   const uint64_t offset_;
   size_t* const done_;
   std::shared_ptr<ordma::EngineClient> engine_;
+  uint64_t run_ticket_ = 0;  // the data cache's ticket, taken when the run was planned
 
   // The READ in flight between start_rpc and finish_rpc.
   struct Pending {

@@ -44,6 +44,9 @@ struct IoQueue::Slot {
   Handle fh{};
   uint64_t key = 0;
   std::optional<BlockReader> reader;  // reads
+  bool waiting_engine = false;        // its one-sided reads are in batch_ (first, count)
+  size_t batch_first = 0;
+  size_t batch_count = 0;
   size_t chunk = 0;                   // the WRITE in flight: its length
   rpc::Call call;
   std::vector<char> scratch;
@@ -86,6 +89,7 @@ IoQueue::Slot& IoQueue::take_slot(File& f, const void* buf, size_t len) {
   s.error = 0;
   s.started = false;
   s.in_flight = false;
+  s.waiting_engine = false;
   s.retried = false;
   s.refreshed = false;
   s.delay.reset();
@@ -195,8 +199,23 @@ bool IoQueue::drive_read(Slot& s, bool rpc_ready) {
     std::tie(s.fh, s.key) = s.file->current();
     s.reader.emplace(&client_, *s.mount, s.fh, s.key, s.file->size_hint(), s.buf, s.len, s.offset,
                      &s.done);
+  } else if (s.waiting_engine) {  // read by flush_engine
+    s.waiting_engine = false;
+    s.reader->apply_run({engine_done_.data() + s.batch_first, s.batch_count});
   }
-  if (s.reader->serve_without_rpc()) return true;
+  const size_t first = batch_.size();
+  switch (s.reader->step_batched(&batch_, &s.scratch)) {
+    case BlockReader::Step::kComplete:
+      return true;
+    case BlockReader::Step::kNeedsEngine:
+      s.waiting_engine = true;
+      s.batch_first = first;
+      s.batch_count = batch_.size() - first;
+      waiting_.push_back(s.index);
+      return false;
+    case BlockReader::Step::kNeedsRpc:
+      break;
+  }
   s.reader->start_rpc(s.call, &s.scratch);
   s.in_flight = true;
   return false;
@@ -241,7 +260,34 @@ void IoQueue::complete(Slot& s, int error) {
   ++ready_count_;
 }
 
+void IoQueue::flush_engine() {
+  while (!waiting_.empty()) {
+    engine_done_.swap(batch_);
+    batch_.clear();
+    waiting_done_.swap(waiting_);
+    waiting_.clear();
+    // One read_many per engine client: requests on one mount share it (a re-mount in
+    // between brings another), and their ops lie end to end in engine_done_.
+    for (size_t i = 0; i < waiting_done_.size();) {
+      ordma::EngineClient* engine = slots_[waiting_done_[i]].reader->engine();
+      size_t j = i + 1;
+      while (j < waiting_done_.size() && slots_[waiting_done_[j]].reader->engine() == engine) ++j;
+      const Slot& a = slots_[waiting_done_[i]];
+      const Slot& z = slots_[waiting_done_[j - 1]];
+      engine->read_many(std::span<ordma::ReadOp>(engine_done_.data() + a.batch_first,
+                                                 z.batch_first + z.batch_count - a.batch_first));
+      i = j;
+    }
+    for (uint32_t index : waiting_done_) {  // place, and step on: more one-sided, or a call
+      Slot& s = slots_[index];
+      drive(s, false);
+      if (s.in_flight) flight_.push_back(s.index);
+    }
+  }
+}
+
 bool IoQueue::poll(timespec* next) {
+  flush_engine();
   timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
   bool any = false;

@@ -10,10 +10,12 @@
 // A read goes down the same per-block pipeline as File::pread (client/block_reader.h):
 // blocks in the client's data cache are copied, blocks the directory holds a reference to
 // are read one-sided (a fault falls back to the RPC), and the rest go by one pipelined
-// READ per run of blocks, whose reply brings references and is kept in the cache. The
-// first two run synchronously at submit (a one-sided read is microseconds on a local
-// ring), so a read served without an RPC is complete when submit returns and shows at the
-// next reap. Read mode kDirect reads synchronously at submit (File::pread).
+// READ per run of blocks, whose reply brings references and is kept in the cache. Cache
+// copies run at submit. One-sided reads are gathered: those of every request submitted
+// (or brought references by a reply) since the last reap or wait go to the engine
+// together at the next reap or wait, one doorbell on the ring or one send over TCP for
+// the lot, so a window of reads costs one round trip, not one each. Read mode kDirect
+// reads synchronously at submit (File::pread).
 // A write goes as pipelined WRITE RPCs (also when MountOptions::direct_writes is set) and
 // completes with File::pwrite's bookkeeping: unstable writes' copies kept for re-sending
 // after a server restart, verifier tracking, the cached blocks dropped, the known size.
@@ -55,6 +57,10 @@
 #include <vector>
 
 #include "client/client.h"
+
+namespace odafs::ordma {
+struct ReadOp;
+}  // namespace odafs::ordma
 
 namespace odafs {
 
@@ -114,6 +120,9 @@ class IoQueue {
   // Drives every slot whose call is ready or overdue. Returns whether calls are still in
   // flight, and the earliest of their deadlines in *next.
   bool poll(timespec* next);
+  // Reads the one-sided ops the waiting requests planned, all at once, then drives each
+  // of them on (until none waits for the engine).
+  void flush_engine();
   size_t take(std::span<Completion> out);
 
   Client& client_;
@@ -121,6 +130,12 @@ class IoQueue {
   std::unique_ptr<Slot[]> slots_;
   std::vector<uint32_t> free_;    // free slots (a stack)
   std::vector<uint32_t> flight_;  // slots with a call in flight
+  // One-sided reads planned by requests (submit, or a reply that brought references), read
+  // together at the next reap or wait: one doorbell, or one TCP send, for the lot.
+  std::vector<ordma::ReadOp> batch_;
+  std::vector<uint32_t> waiting_;  // the slots whose ops are in batch_, in order
+  std::vector<ordma::ReadOp> engine_done_;  // flush_engine's: batch_ as it was read
+  std::vector<uint32_t> waiting_done_;
   std::vector<uint32_t> ready_;   // completed slots, a ring of depth_ from ready_head_
   size_t ready_head_ = 0;
   size_t ready_count_ = 0;

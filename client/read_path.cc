@@ -40,8 +40,8 @@ void BlockReader::run(rpc::Call& call, std::vector<char>* scratch) {
 
 bool BlockReader::serve_without_rpc() {
   while (*done_ < len_ && offset_ + *done_ < size_hint_) {
-    size_t n = engine_ ? one_sided_run() : 0;
-    if (n == 0) n = without_rpc();
+    if (engine_ && one_sided_run() > 0) continue;  // it advanced *done
+    size_t n = without_rpc();
     if (n == 0) return false;
     *done_ += n;
   }
@@ -63,17 +63,12 @@ size_t BlockReader::without_rpc() {
   return one_sided(block, in_block, chunk, out);
 }
 
-size_t BlockReader::one_sided_run() {
+size_t BlockReader::plan_run(std::vector<ordma::ReadOp>* ops, std::vector<char>* blocks) {
   const uint64_t pos = offset_ + *done_;
   const uint64_t end = std::min<uint64_t>(offset_ + len_, size_hint_);
   const uint64_t first = pos / bs_;
-  thread_local std::vector<ordma::ReadOp> ops;
-  thread_local std::vector<uint64_t> starts;  // each op's first byte in the file
-  thread_local std::vector<char> blocks;      // whole blocks, when they go to the data cache
-  ops.clear();
-  starts.clear();
-  if (caching_ && blocks.size() < kMaxRun * bs_) blocks.resize(kMaxRun * bs_);
-  for (uint64_t b = first; ops.size() < kMaxRun && b * bs_ < end; ++b) {
+  const size_t base = ops->size();
+  for (uint64_t b = first; ops->size() - base < kMaxRun && b * bs_ < end; ++b) {
     const uint64_t start = std::max(pos, b * bs_);
     const auto in_block = static_cast<uint32_t>(start - b * bs_);
     ordma::Reference ref;
@@ -83,29 +78,38 @@ size_t BlockReader::one_sided_run() {
     }
     ordma::ReadOp op;
     op.ref = ref;
-    if (caching_) {  // the whole block travels and stays (see one_sided)
+    if (caching_) {  // the whole block travels and stays (see one_sided); dst set below
       op.offset = ref.offset;
       op.length = ref.length;
-      op.dst = blocks.data() + ops.size() * bs_;
     } else {
       op.offset = ref.offset + in_block;
       op.length = static_cast<uint32_t>(
           std::min<uint64_t>(end - start, std::min<uint64_t>(bs_, ref.length) - in_block));
       op.dst = out_ + (start - offset_);
     }
-    ops.push_back(op);
-    starts.push_back(start);
+    ops->push_back(op);
     if (ref.length < bs_) break;  // the file's last block: nothing after it
   }
-  if (ops.size() < 2) return 0;
-  const uint64_t ticket = m_.cache->data_ticket();  // before the fetch: see store()
-  engine_->read_many(ops);
+  const size_t n = ops->size() - base;
+  if (caching_ && n > 0) {
+    if (blocks->size() < n * bs_) blocks->resize(n * bs_);
+    for (size_t i = 0; i < n; ++i) (*ops)[base + i].dst = blocks->data() + i * bs_;
+  }
+  run_ticket_ = m_.cache->data_ticket();  // before the fetch: see store()
+  return n;
+}
+
+size_t BlockReader::apply_run(std::span<const ordma::ReadOp> ops) {
+  const uint64_t pos = offset_ + *done_;
+  const uint64_t end = std::min<uint64_t>(offset_ + len_, size_hint_);
+  const uint64_t first = pos / bs_;
   ClientStats& stats = client_.stats_;
   size_t placed = 0;
   bool stopped = false;  // at a fault or the end of file: bytes after it are not the caller's
   for (size_t i = 0; i < ops.size(); ++i) {
     const ordma::ReadOp& op = ops[i];
     const uint64_t b = first + i;
+    const uint64_t start = i == 0 ? pos : b * bs_;
     if (op.fault != ordma::Fault::kNone) {  // each fault counts, as one_sided's would
       stats.faults[static_cast<size_t>(op.fault)].fetch_add(1, std::memory_order_relaxed);
       stats.fallbacks.fetch_add(1, std::memory_order_relaxed);
@@ -117,19 +121,40 @@ size_t BlockReader::one_sided_run() {
     stats.ordma_reads.fetch_add(1, std::memory_order_relaxed);
     stats.ordma_bytes.fetch_add(op.got, std::memory_order_relaxed);
     const char* block = static_cast<const char*>(op.dst);
-    if (caching_) m_.cache->store(key_, b, block, op.got, ticket);  // good even past a fault
+    if (caching_) m_.cache->store(key_, b, block, op.got, run_ticket_);  // good past a fault
     if (stopped) continue;
     size_t n = op.got;
     if (caching_) {
-      const auto in_block = static_cast<uint32_t>(starts[i] - b * bs_);
-      n = op.got <= in_block ? 0 : std::min<uint64_t>(end - starts[i], op.got - in_block);
-      if (n > 0) std::memcpy(out_ + (starts[i] - offset_), block + in_block, n);
+      const auto in_block = static_cast<uint32_t>(start - b * bs_);
+      n = op.got <= in_block ? 0 : std::min<uint64_t>(end - start, op.got - in_block);
+      if (n > 0) std::memcpy(out_ + (start - offset_), block + in_block, n);
     }
     placed += n;
     // Short of the block (or of what was asked): the end of file, as the reference knew it.
-    if (starts[i] + n < std::min<uint64_t>(end, (b + 1) * bs_)) stopped = true;
+    if (start + n < std::min<uint64_t>(end, (b + 1) * bs_)) stopped = true;
   }
+  *done_ += placed;
   return placed;
+}
+
+size_t BlockReader::one_sided_run() {
+  thread_local std::vector<ordma::ReadOp> ops;
+  thread_local std::vector<char> blocks;  // whole blocks, when they go to the data cache
+  ops.clear();
+  if (plan_run(&ops, &blocks) < 2) return 0;  // one block: one_sided() reads it
+  engine_->read_many(ops);
+  return apply_run(ops);
+}
+
+BlockReader::Step BlockReader::step_batched(std::vector<ordma::ReadOp>* batch,
+                                            std::vector<char>* blocks) {
+  while (*done_ < len_ && offset_ + *done_ < size_hint_) {
+    if (engine_ && plan_run(batch, blocks) > 0) return Step::kNeedsEngine;
+    size_t n = caching_ ? without_rpc() : 0;  // no reference: the data cache, if any
+    if (n == 0) return Step::kNeedsRpc;
+    *done_ += n;
+  }
+  return Step::kComplete;
 }
 
 size_t BlockReader::one_sided(uint64_t block, uint32_t in_block, uint32_t chunk, char* out) {
