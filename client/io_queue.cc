@@ -47,7 +47,7 @@ struct IoQueue::Slot {
   bool waiting_engine = false;        // its one-sided reads are in batch_ (first, count)
   size_t batch_first = 0;
   size_t batch_count = 0;
-  size_t chunk = 0;                   // the WRITE in flight: its length
+  size_t chunk = 0;  // the WRITE in flight: its length
   rpc::Call call;
   std::vector<char> scratch;
 };

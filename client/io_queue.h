@@ -133,10 +133,10 @@ class IoQueue {
   // One-sided reads planned by requests (submit, or a reply that brought references), read
   // together at the next reap or wait: one doorbell, or one TCP send, for the lot.
   std::vector<ordma::ReadOp> batch_;
-  std::vector<uint32_t> waiting_;  // the slots whose ops are in batch_, in order
+  std::vector<uint32_t> waiting_;           // the slots whose ops are in batch_, in order
   std::vector<ordma::ReadOp> engine_done_;  // flush_engine's: batch_ as it was read
   std::vector<uint32_t> waiting_done_;
-  std::vector<uint32_t> ready_;   // completed slots, a ring of depth_ from ready_head_
+  std::vector<uint32_t> ready_;  // completed slots, a ring of depth_ from ready_head_
   size_t ready_head_ = 0;
   size_t ready_count_ = 0;
   std::atomic<uint32_t> notify_{0};  // bumped by the channel at each reply to our calls
