@@ -92,10 +92,10 @@ class BlockReader {
   // up to the first fault, and returns them; 0 when there is no such run (the
   // block-by-block steps go on).
   size_t one_sided_run();
-  // The run's one-sided reads, from the block at *done on (up to kMaxRun, stopping at a
-  // block in the data cache or without a usable reference), appended to *ops. Returns
-  // how many (0: none).
-  size_t plan_run(std::vector<ordma::ReadOp>* ops, std::vector<char>* blocks);
+  // The run's one-sided reads, from the block at *done on (up to max_ops, stopping at a
+  // block in the data cache or without a usable reference), appended to *ops; with a data
+  // cache their whole blocks go to *blocks (grown to fit). Returns how many (0: none).
+  size_t plan_run(std::vector<ordma::ReadOp>* ops, std::vector<char>* blocks, size_t max_ops);
   static constexpr size_t kMaxRun = 64;  // blocks in flight at once (the ring's slots)
   // The reply brought references: from now on they can be used, if the engine is there.
   void after_rpc();

@@ -40,8 +40,10 @@
 //
 // Memory: everything per request is allocated at construction (depth slots, each with its
 // rpc::Call); a read whose span does not fit the caller's buffer (unaligned, with the data
-// cache on) reads whole blocks into its slot's scratch buffer, which grows once to the
-// largest such span and stays. A steady stream allocates nothing.
+// cache on), or whose one-sided reads bring whole blocks for the data cache, reads them
+// into its slot's scratch buffer, which grows once to the largest such span (at most
+// max_read) and stays; the queue's list of planned one-sided reads grows once to the
+// most planned at a time. A steady stream allocates nothing.
 //
 // Thread-safety: an IoQueue is used by one thread at a time. The Files it reads and
 // writes may be used by other threads meanwhile, as with File::pread/pwrite.

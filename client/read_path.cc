@@ -63,12 +63,13 @@ size_t BlockReader::without_rpc() {
   return one_sided(block, in_block, chunk, out);
 }
 
-size_t BlockReader::plan_run(std::vector<ordma::ReadOp>* ops, std::vector<char>* blocks) {
+size_t BlockReader::plan_run(std::vector<ordma::ReadOp>* ops, std::vector<char>* blocks,
+                             size_t max_ops) {
   const uint64_t pos = offset_ + *done_;
   const uint64_t end = std::min<uint64_t>(offset_ + len_, size_hint_);
   const uint64_t first = pos / bs_;
   const size_t base = ops->size();
-  for (uint64_t b = first; ops->size() - base < kMaxRun && b * bs_ < end; ++b) {
+  for (uint64_t b = first; ops->size() - base < max_ops && b * bs_ < end; ++b) {
     const uint64_t start = std::max(pos, b * bs_);
     const auto in_block = static_cast<uint32_t>(start - b * bs_);
     ordma::Reference ref;
@@ -141,15 +142,20 @@ size_t BlockReader::one_sided_run() {
   thread_local std::vector<ordma::ReadOp> ops;
   thread_local std::vector<char> blocks;  // whole blocks, when they go to the data cache
   ops.clear();
-  if (plan_run(&ops, &blocks) < 2) return 0;  // one block: one_sided() reads it
+  if (plan_run(&ops, &blocks, kMaxRun) < 2) return 0;  // one block: one_sided() reads it
   engine_->read_many(ops);
   return apply_run(ops);
 }
 
 BlockReader::Step BlockReader::step_batched(std::vector<ordma::ReadOp>* batch,
                                             std::vector<char>* blocks) {
+  // With a data cache whole blocks land in *blocks: at most max_read of them, the most the
+  // RPC path puts there too.
+  const size_t max_ops =
+      caching_ ? std::max<size_t>(1, std::min<uint64_t>(kMaxRun, m_.limits.max_read / bs_))
+               : kMaxRun;
   while (*done_ < len_ && offset_ + *done_ < size_hint_) {
-    if (engine_ && plan_run(batch, blocks) > 0) return Step::kNeedsEngine;
+    if (engine_ && plan_run(batch, blocks, max_ops) > 0) return Step::kNeedsEngine;
     size_t n = caching_ ? without_rpc() : 0;  // no reference: the data cache, if any
     if (n == 0) return Step::kNeedsRpc;
     *done_ += n;

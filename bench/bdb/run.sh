@@ -10,7 +10,7 @@
 #   bash bench/bdb/run.sh [REPS] [RECORDS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-bash scripts/deps.sh
+bash scripts/deps.sh gnuplot-nox  # gnuplot draws the PNGs
 source bench/lib.sh
 reps=${1:-3}
 records=${2:-2048}

@@ -109,46 +109,33 @@ void Database::close_all() {
   env_ = nullptr;
 }
 
-void Database::put_and_abort(uint32_t recno) {
-  if (!options_.transactional) throw DbError(EINVAL, "put_and_abort: not transactional");
-  std::vector<char> record(kRecordBytes);
-  fill_record(recno, record.data());
+void Database::put_record(uint32_t recno, std::vector<char>* record, bool commit) {
+  fill_record(recno, record->data());
   db_recno_t r = recno;
   DBT key{}, data{};
   key.data = &r;
   key.size = sizeof(r);
-  data.data = record.data();
+  data.data = record->data();
   data.size = kRecordBytes;
   DB_TXN* txn = nullptr;
-  check(env_->txn_begin(env_, nullptr, &txn, 0), "txn_begin");
+  if (options_.transactional) check(env_->txn_begin(env_, nullptr, &txn, 0), "txn_begin");
   int rc = primary_->put(primary_, txn, &key, &data, 0);
-  int abort_rc = txn->abort(txn);
-  check(rc, "put");
-  check(abort_rc, "abort");
+  if (txn != nullptr) {
+    int end = rc == 0 && commit ? txn->commit(txn, 0) : txn->abort(txn);
+    if (rc == 0) rc = end;
+  }
+  check(rc, commit ? "put" : "put (aborted)");
+}
+
+void Database::put_and_abort(uint32_t recno) {
+  if (!options_.transactional) throw DbError(EINVAL, "put_and_abort: not transactional");
+  std::vector<char> record(kRecordBytes);
+  put_record(recno, &record, /*commit=*/false);
 }
 
 void Database::load(uint32_t first, uint32_t count) {
   std::vector<char> record(kRecordBytes);
-  for (uint32_t r = first; r < first + count; ++r) {
-    fill_record(r, record.data());
-    db_recno_t recno = r;
-    DBT key{}, data{};
-    key.data = &recno;
-    key.size = sizeof(recno);
-    data.data = record.data();
-    data.size = kRecordBytes;
-    DB_TXN* txn = nullptr;
-    if (options_.transactional) check(env_->txn_begin(env_, nullptr, &txn, 0), "txn_begin");
-    int rc = primary_->put(primary_, txn, &key, &data, 0);
-    if (txn != nullptr) {
-      if (rc != 0) {
-        txn->abort(txn);
-      } else {
-        rc = txn->commit(txn, 0);
-      }
-    }
-    check(rc, "put");
-  }
+  for (uint32_t r = first; r < first + count; ++r) put_record(r, &record, /*commit=*/true);
 }
 
 std::vector<uint32_t> Database::join(uint32_t a_value, uint32_t b_value) {

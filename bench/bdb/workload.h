@@ -86,6 +86,9 @@ class Database {
 
  private:
   void close_all();
+  // Puts record recno (built in *record, kRecordBytes) and its index entries; when
+  // transactional, in a transaction committed or, commit false, aborted. Throws DbError.
+  void put_record(uint32_t recno, std::vector<char>* record, bool commit);
 
   Options options_;
   DB_ENV* env_ = nullptr;

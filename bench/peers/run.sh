@@ -21,22 +21,8 @@ secs=${SECONDS_PER_POINT:-1}
 pm_files=${PM_FILES:-1000}
 pm_txns=${PM_TXNS:-3000}
 
-# --- what the benchmark needs beyond scripts/deps.sh (kept out of it: CI runs no ganesha)
-deps() {
-  local need=() p
-  for p in nfs-ganesha nfs-ganesha-vfs libnfs-dev rpcbind iperf3 gnuplot-nox python3; do
-    dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
-  done
-  [ ${#need[@]} -eq 0 ] && return 0
-  echo "== installing ${need[*]}"
-  local sudo=()
-  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
-  "${sudo[@]}" apt-get update -qq
-  # policy-rc.d or not, the packages' own services are not what we run: ours start below.
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
-    "${need[@]}" >/dev/null
-}
-deps
+# What the benchmark needs beyond the build's packages (kept out of CI's: it runs no ganesha).
+bash scripts/deps.sh nfs-ganesha nfs-ganesha-vfs libnfs-dev rpcbind iperf3 gnuplot-nox python3
 [ "$(id -u)" -eq 0 ] || { echo "run.sh: ganesha.nfsd needs root here (FSAL_VFS opens by handle)" >&2; exit 1; }
 
 source bench/lib.sh
