@@ -259,6 +259,13 @@ int odafs_symlink(odafs_client* client, const char* target, const char* path) {
   if (null_arg(target)) return -1;
   ODAFS_PATH_CALL(client->impl->symlink(target, path));
 }
+int odafs_link(odafs_client* client, const char* existing, const char* new_path) {
+  if (null_arg(client) || null_arg(existing) || null_arg(new_path)) return -1;
+  return guarded([&] {
+    client->impl->link(existing, new_path);
+    return 0;
+  });
+}
 int odafs_rename(odafs_client* client, const char* from, const char* to) {
   if (null_arg(client) || null_arg(from) || null_arg(to)) return -1;
   return guarded([&] {

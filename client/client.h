@@ -309,6 +309,9 @@ class Client {
   // server's clock) or UTIME_OMIT (leave unchanged).
   void utimens(const std::string& path, const struct timespec times[2]);
   void symlink(const std::string& target, const std::string& path);
+  // A hard link: new_path names the object at existing (not a directory: EPERM), like
+  // link(2), which follows no symlink at existing. Returns its attributes after.
+  Attr link(const std::string& existing, const std::string& new_path);
   std::string readlink(const std::string& path);
   FsStat statfs();
 

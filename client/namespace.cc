@@ -348,6 +348,22 @@ void Client::symlink(const std::string& target, const std::string& path) {
   });
 }
 
+Attr Client::link(const std::string& existing, const std::string& new_path) {
+  auto [fh, attr] = resolve(existing, false);
+  auto [dir, name] = resolve_parent(new_path);
+  mount_state()->delegations->forget_file(fh);  // this client changes its attributes
+  return with_channel(false, [&, &fh = fh, &dir = dir, &name = name](rpc::Channel& ch) {
+    link_args args{};
+    put_fh(args.fh, fh);
+    put_fh(args.dir, dir);
+    args.name = name.data();
+    attr_res res{};
+    ch.call(ODAFSPROC_LINK, to_xdrproc(xdr_link_args), &args, to_xdrproc(xdr_attr_res), &res);
+    check(res.status, "link " + existing + " to " + new_path);
+    return to_attr(res.attr_res_u.attr);
+  });
+}
+
 std::string Client::readlink(const std::string& path) {
   auto [fh, attr] = resolve(path, false);
   if (attr.type != FileType::kSymlink) fail(EINVAL, path);

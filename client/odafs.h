@@ -53,6 +53,8 @@ int odafs_chmod(odafs_client* client, const char* path, mode_t mode);
 /* Like utimensat(2) (UTIME_NOW, UTIME_OMIT allowed). */
 int odafs_utimens(odafs_client* client, const char* path, const struct timespec times[2]);
 int odafs_symlink(odafs_client* client, const char* target, const char* path);
+/* Like link(2): a second name for a file (EPERM for a directory). */
+int odafs_link(odafs_client* client, const char* existing, const char* new_path);
 /* Like readlink(2): no terminating NUL; returns the length. */
 ssize_t odafs_readlink(odafs_client* client, const char* path, char* buf, size_t len);
 

@@ -114,6 +114,7 @@ class FileService {
   void remove_entry(const rpc::CallContext& ctx, struct diropargs& a, rpc::Reply& r,
                     bool dir_wanted);
   void do_rename(const rpc::CallContext& ctx, struct rename_args& a, rpc::Reply& r);
+  void do_link(const rpc::CallContext& ctx, struct link_args& a, rpc::Reply& r);
   void do_readdir(const rpc::CallContext& ctx, struct readdir_args& a, rpc::Reply& r);
   void do_readlink(const rpc::CallContext& ctx, struct getattr_args& a, rpc::Reply& r);
   void do_fsstat(const rpc::CallContext& ctx, struct getattr_args& a, rpc::Reply& r);

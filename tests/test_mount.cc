@@ -216,8 +216,23 @@ MOUNT_TEST("names: rename over files and directories, unlink and rmdir errors, l
   std::string too_long(256, 'n');
   CHECK(failed_with(open((fs / too_long).c_str(), O_CREAT | O_WRONLY, 0644) < 0) == ENAMETOOLONG);
   CHECK(failed_with(mkdir((fs / too_long).c_str(), 0755) != 0) == ENAMETOOLONG);
-  // Hard links and special files: the protocol has neither.
-  CHECK(failed_with(link((fs / "h").c_str(), (fs / "h2").c_str()) != 0) == EPERM);
+  // Hard links: one file under two names, the same inode number, counted; either name
+  // outlives the other. Special files: the protocol has none.
+  write_local(fs / "h", "hard");
+  CHECK(link((fs / "h").c_str(), (fs / "h2").c_str()) == 0);
+  struct stat h {
+  }, h2{};
+  CHECK(stat((fs / "h").c_str(), &h) == 0);
+  CHECK(stat((fs / "h2").c_str(), &h2) == 0);
+  CHECK(h.st_ino == h2.st_ino);
+  CHECK(h2.st_nlink == 2);
+  write_local(fs / "h2", "HARD");
+  CHECK(cat(fs / "h") == "HARD");
+  CHECK(unlink((fs / "h").c_str()) == 0);
+  CHECK(cat(fs / "h2") == "HARD");
+  write_local(fs / "taken", "t");
+  CHECK(failed_with(link((fs / "h2").c_str(), (fs / "taken").c_str()) != 0) == EEXIST);
+  CHECK(failed_with(link((fs / "d3").c_str(), (fs / "d4").c_str()) != 0) == EPERM);
   CHECK(failed_with(mkfifo((fs / "fifo").c_str(), 0644) != 0) == EPERM);
 }
 

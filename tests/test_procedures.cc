@@ -249,6 +249,37 @@ TEST_CASE("symlinks: created, read, followed inside the export only") {
   CHECK(read_local(dir / "d/target") == "payload");  // unlink removed the link only
 }
 
+TEST_CASE("hard links: one file under two names, counted, outliving either name") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  auto fs = Client::mount(server.url());
+  fs->mkdir("d");
+  fs->mkdir("e");
+  write_local(dir / "d/a", "shared bytes");
+  odafs::Attr a = fs->link("d/a", "e/b");
+  CHECK(a.nlink == 2);
+  CHECK(a.fileid == fs->stat("d/a").fileid);
+  CHECK(fs->stat("e/b").fileid == a.fileid);
+  CHECK(fs->stat("d/a").nlink == 2);
+  // A write through one name is the other's: one inode on the server.
+  File w = fs->open("e/b", O_WRONLY);
+  CHECK(w.pwrite("SHARED", 6, 0) == 6);
+  w.close();
+  CHECK(read_local(dir / "d/a") == "SHARED bytes");
+  // Removing one name leaves the file under the other.
+  fs->unlink("d/a");
+  CHECK(fs->stat("e/b").nlink == 1);
+  File r = fs->open("e/b");
+  CHECK(read_all(r, 100) == "SHARED bytes");
+  // link(2)'s errors: an existing name, a directory, a missing source, a bad name.
+  write_local(dir / "c", "x");
+  CHECK(errno_of([&] { fs->link("c", "e/b"); }) == EEXIST);
+  CHECK(errno_of([&] { fs->link("d", "d2"); }) == EPERM);
+  CHECK(errno_of([&] { fs->link("missing", "m2"); }) == ENOENT);
+  CHECK(errno_of([&] { fs->link("c", "e/.."); }) != 0);
+  CHECK(read_local(dir / "c") == "x");
+}
+
 TEST_CASE("write stability: FILE_SYNC, DATA_SYNC and UNSTABLE + COMMIT") {
   TempDir dir;
   ServerProcess server(dir.path());
@@ -432,7 +463,12 @@ TEST_CASE("the C API") {
             },
             &count) == 0);
   CHECK(count == 1);
+  CHECK(odafs_link(c, "/cdir/x", "/cdir/y") == 0);
+  CHECK(odafs_stat(c, "/cdir/y", &st) == 0);
+  CHECK(st.st_nlink == 2);
+  CHECK(failed_with(odafs_link(c, "/cdir", "/cdir2") != 0) == EPERM);
   CHECK(odafs_unlink(c, "/cdir/x") == 0);
+  CHECK(odafs_unlink(c, "/cdir/y") == 0);
   CHECK(odafs_rmdir(c, "/cdir") == 0);
   odafs_unmount(c);
   CHECK(failed_with(odafs_mount("http://nope") == nullptr) == EINVAL);

@@ -380,12 +380,14 @@ void FuseFs::op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse
 }
 
 void FuseFs::op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
-  (void)ino;
-  (void)newparent;
-  (void)newname;
-  // The protocol has no LINK procedure. EPERM is link(2)'s answer for "the file system
-  // does not support hard links" (tar and cp -a then copy the data instead or report it).
-  fuse_reply_err(req, EPERM);
+  guard(req, "link", [&] {
+    FuseFs& fs = self(req);
+    // The new name gets a node of its own (nodes go by name here); st_ino is the server's
+    // file id for both, so programs comparing inode numbers (tar, cp -a, du) see one file.
+    std::string path = fs.inodes_.child_path(newparent, newname);
+    Attr a = fs.client_.link(fs.inodes_.path(ino), path);
+    fs.reply_entry(req, newparent, newname, a);
+  });
 }
 
 void FuseFs::op_statfs(fuse_req_t req, fuse_ino_t ino) {
