@@ -7,8 +7,7 @@
 namespace odafs::bdb {
 
 Prefetcher::Prefetcher(Client& client, const std::string& path, size_t window, size_t io_size)
-    : client_(client),
-      file_(client.open(path, O_RDONLY)),
+    : file_(client.open(path, O_RDONLY)),
       queue_(client, window == 0 ? 1 : window),
       io_size_(io_size),
       slots_(window),

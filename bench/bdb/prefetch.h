@@ -62,7 +62,6 @@ class Prefetcher {
   // Retires the head slot (its buffer free again).
   void pop();
 
-  Client& client_;
   File file_;
   IoQueue queue_;
   const size_t io_size_;
