@@ -363,7 +363,7 @@ void Client::start_write(const MountState& m, rpc::Call& call, const Handle& fh,
 }
 
 size_t Client::finish_write(const MountState& m, rpc::Call& call, size_t len, WriteVerifier* verf,
-                            int* committed) {
+                            int* committed, uint64_t* size_after) {
   XDR x;
   m.channel->wait_until(call, &x, call.deadline());
   write_res res{};
@@ -373,16 +373,20 @@ size_t Client::finish_write(const MountState& m, rpc::Call& call, size_t len, Wr
   *committed = static_cast<int>(raw_enum(res.write_res_u.ok.committed));
   if (res.write_res_u.ok.count == 0 && len > 0) fail(EIO, "write: server wrote nothing");
   if (res.write_res_u.ok.count > len) fail(EPROTO, "write: server wrote more than was sent");
+  if (size_after != nullptr) {
+    *size_after = res.write_res_u.ok.attr.size;
+    if (*size_after < res.write_res_u.ok.count) fail(EPROTO, "write: size after below the write");
+  }
   return static_cast<size_t>(res.write_res_u.ok.count);
 }
 
 size_t Client::write(const Handle& fh, const void* buf, size_t len, uint64_t offset, Stability how,
-                     WriteVerifier* verf, int* committed) {
-  return with_mount(true, [&](const MountState& m) {
+                     WriteVerifier* verf, int* committed, uint64_t* size_after) {
+  return with_mount(offset != kAppendOffset, [&](const MountState& m) {
     m.delegations->forget_file(fh);  // this client's own change: see delegations.h
     thread_local rpc::Call call;
     start_write(m, call, fh, buf, len, offset, how);
-    return finish_write(m, call, len, verf, committed);
+    return finish_write(m, call, len, verf, committed, size_after);
   });
 }
 

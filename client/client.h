@@ -225,8 +225,11 @@ class File {
   void check_writable() const;
   // The handle and cache key in use now (a restart changes both together).
   std::pair<Handle, uint64_t> current() const;
-  // Where a write asked at `offset` goes: the end of file (a GETATTR) when opened O_APPEND.
+  // Where an IoQueue write asked at `offset` goes: the end of file (a GETATTR) when opened
+  // O_APPEND. (pwrite appends at the server instead: append().)
   uint64_t write_offset(uint64_t offset);
+  // pwrite on a file opened O_APPEND: each chunk (max_write) at the server's end of file.
+  size_t append(const void* buf, size_t len);
   // Before an UNSTABLE write of `len` bytes: commits first (fsync) when keeping its copy
   // would take the kept bytes past MountOptions::max_uncommitted_bytes.
   void make_room_for(size_t len);
@@ -359,9 +362,12 @@ class Client {
   std::pair<Handle, Attr> lookup(const Handle& dir, const std::string& name);
   Attr getattr(const Handle& fh);
   size_t read(const Handle& fh, void* buf, size_t len, uint64_t offset, bool* eof);
-  // Returns the bytes written; sets *verf and *committed (0 unstable .. 2 file sync).
+  // Returns the bytes written; sets *verf and *committed (0 unstable .. 2 file sync), and
+  // *size_after (when given) to the file's size after the write. offset kAppendOffset
+  // (proto/enums.h) appends at the server's end of file, atomically there; such a write is
+  // not sent again after a lost connection (it might land twice).
   size_t write(const Handle& fh, const void* buf, size_t len, uint64_t offset, Stability how,
-               WriteVerifier* verf, int* committed);
+               WriteVerifier* verf, int* committed, uint64_t* size_after = nullptr);
   WriteVerifier commit(const Handle& fh);
 
  private:
@@ -423,7 +429,7 @@ class Client {
   void start_write(const MountState& m, rpc::Call& call, const Handle& fh, const void* buf,
                    size_t len, uint64_t offset, Stability how);
   size_t finish_write(const MountState& m, rpc::Call& call, size_t len, WriteVerifier* verf,
-                      int* committed);
+                      int* committed, uint64_t* size_after = nullptr);
   // The read path of File::pread (read_path.cc): per block, cache → one-sided read with a
   // reference → RPC, whatever the read mode; kDirect goes to read_direct.
   // Reads stop at size_hint when the bytes before it came without an RPC (the file's

@@ -21,6 +21,11 @@ inline uint32_t raw_enum(const E& e) {
   return v;
 }
 
+// WRITE's offset meaning "at the end of the file": the server appends under the file's
+// lock, so appends from many clients never overwrite each other (O_APPEND), and the
+// reply's size after is where the bytes end.
+constexpr uint64_t kAppendOffset = UINT64_MAX;
+
 inline bool valid(const odafs_stable_how& v) { return raw_enum(v) <= ODAFS_FILE_SYNC; }
 inline bool valid(const odafs_createmode& v) { return raw_enum(v) <= ODAFS_CREATE_EXCLUSIVE; }
 inline bool valid(const odafs_time_how& v) { return raw_enum(v) <= ODAFS_TIME_CLIENT; }

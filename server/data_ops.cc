@@ -37,7 +37,7 @@ odafs_stat not_regular(const struct stat& st) {
 }  // namespace
 
 Result<std::shared_lock<std::shared_mutex>> FileService::lock_for_read(const OpenNode& node,
-                                                                      uint64_t* size) {
+                                                                       uint64_t* size) {
   std::shared_lock lock(node->data_lock);
   struct stat st;
   if (fstat(node.fd(), &st) != 0) return Status::from_errno("fstat of a file being read");
@@ -270,7 +270,9 @@ odafs_stat FileService::check_write(const rpc::CallContext& ctx, const OpenNode&
     if (!as.permits(st, W_OK)) return ODAFS_ERR_ACCES;
   }
   if (len > options_.max_io) return ODAFS_ERR_FBIG;
-  if (offset > static_cast<u_quad_t>(INT64_MAX) - len) return ODAFS_ERR_FBIG;
+  if (offset != kAppendOffset && offset > static_cast<u_quad_t>(INT64_MAX) - len) {
+    return ODAFS_ERR_FBIG;
+  }
   // Whatever stops the file being opened read-write, the caller may not write it.
   if (!nodes_.make_writable(node).ok()) return ODAFS_ERR_ACCES;
   return ODAFS_OK;
@@ -335,6 +337,16 @@ void FileService::write_through(const OpenNode& node, uint64_t offset, odafs_sta
   // Exclusive over the file, its cached blocks and the size the reply reports; the sync
   // below needs no lock.
   std::unique_lock locked(node->data_lock);
+  if (offset == kAppendOffset) {  // the end, as of now: no other write runs meanwhile
+    struct stat now;
+    if (fstat(node.fd(), &now) != 0) {
+      return reply_status<write_res>(r, xp(xdr_write_res), status_from_errno(errno));
+    }
+    offset = static_cast<uint64_t>(now.st_size);
+    if (offset > static_cast<uint64_t>(INT64_MAX) - len) {
+      return reply_status<write_res>(r, xp(xdr_write_res), ODAFS_ERR_FBIG);
+    }
+  }
   size_t done = 0;
   while (done < len) {
     ssize_t n = env_->pwrite(node.fd(), src + done, len - done, static_cast<off_t>(offset + done));

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <set>
 #include <thread>
@@ -278,6 +279,41 @@ TEST_CASE("hard links: one file under two names, counted, outliving either name"
   CHECK(errno_of([&] { fs->link("missing", "m2"); }) == ENOENT);
   CHECK(errno_of([&] { fs->link("c", "e/.."); }) != 0);
   CHECK(read_local(dir / "c") == "x");
+}
+
+TEST_CASE("O_APPEND is atomic at the server: two clients' appends never overwrite each other") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  constexpr int kRecords = 200;
+  constexpr size_t kRecord = 100;
+  write_local(dir / "log", "");
+  auto appender = [&](char who) {
+    auto fs = Client::mount(server.url());
+    File f = fs->open("log", O_WRONLY | O_APPEND);
+    for (int i = 0; i < kRecords; ++i) {
+      std::string rec(kRecord, who);
+      std::snprintf(rec.data(), kRecord, "%c%05d", who, i);
+      rec[6] = who;                                              // snprintf's NUL
+      CHECK(f.pwrite(rec.data(), rec.size(), 0) == rec.size());  // the offset is ignored
+    }
+    f.close();
+  };
+  std::thread a(appender, 'a'), b(appender, 'b');
+  a.join();
+  b.join();
+  std::string all = read_local(dir / "log");
+  REQUIRE(all.size() == 2 * kRecords * kRecord);
+  int next[2] = {0, 0};  // each writer's records come whole and in its order
+  for (size_t at = 0; at < all.size(); at += kRecord) {
+    std::string rec = all.substr(at, kRecord);
+    REQUIRE((rec[0] == 'a' || rec[0] == 'b'));
+    int& n = next[rec[0] - 'a'];
+    CHECK(std::stoi(rec.substr(1, 5)) == n);
+    CHECK(rec.substr(7) == std::string(kRecord - 7, rec[0]));
+    ++n;
+  }
+  CHECK(next[0] == kRecords);
+  CHECK(next[1] == kRecords);
 }
 
 TEST_CASE("write stability: FILE_SYNC, DATA_SYNC and UNSTABLE + COMMIT") {
