@@ -226,10 +226,8 @@ class File {
   // The handle and cache key in use now (a restart changes both together).
   std::pair<Handle, uint64_t> current() const;
   // Where an IoQueue write asked at `offset` goes: the end of file (a GETATTR) when opened
-  // O_APPEND. (pwrite appends at the server instead: append().)
+  // O_APPEND. (pwrite appends at the server instead.)
   uint64_t write_offset(uint64_t offset);
-  // pwrite on a file opened O_APPEND: each chunk (max_write) at the server's end of file.
-  size_t append(const void* buf, size_t len);
   // Before an UNSTABLE write of `len` bytes: commits first (fsync) when keeping its copy
   // would take the kept bytes past MountOptions::max_uncommitted_bytes.
   void make_room_for(size_t len);

@@ -194,9 +194,13 @@ size_t File::pread(void* buf, size_t len, uint64_t offset) {
   return n;
 }
 
-size_t File::append(const void* buf, size_t len) {
-  const Stability how = client_->options().stability;
-  size_t done = 0;  // outside the retry: chunks that landed are not appended again
+size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
+  check_writable();
+  // O_APPEND: each chunk goes at the server's end of file, atomically there, and the
+  // reply's size says where it landed (no GETATTR first).
+  const bool append = (flags_ & O_APPEND) != 0;
+  const MountOptions& o = client_->options();
+  size_t done = 0;  // outside the retry: chunks that landed are not sent again
   return retry_stale([&](const Handle& fh, uint64_t key) {
     const size_t max_write = client_->mount_state()->limits.max_write;
     while (done < len) {
@@ -206,32 +210,12 @@ size_t File::append(const void* buf, size_t len) {
       WriteVerifier verf;
       int committed = 0;
       uint64_t end = 0;
-      size_t n = client_->write(fh, src, chunk, kAppendOffset, how, &verf, &committed, &end);
-      wrote(key, end - n, src, n, verf, committed);  // where it landed, for a re-send
-      done += n;
-    }
-    return done;
-  });
-}
-
-size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
-  check_writable();
-  if (flags_ & O_APPEND) return append(buf, len);
-  const MountOptions& o = client_->options();
-  return retry_stale([&](const Handle& fh, uint64_t key) {
-    const size_t max_write = client_->mount_state()->limits.max_write;
-    size_t done = 0;
-    while (done < len) {
-      size_t chunk = std::min<size_t>(len - done, max_write);
-      const char* src = static_cast<const char*>(buf) + done;
-      make_room_for(chunk);
-      WriteVerifier verf;
-      int committed = 0;
       size_t n =
-          o.direct_writes
+          o.direct_writes && !append
               ? client_->write_direct(fh, src, chunk, offset + done, o.stability, &verf, &committed)
-              : client_->write(fh, src, chunk, offset + done, o.stability, &verf, &committed);
-      wrote(key, offset + done, src, n, verf, committed);
+              : client_->write(fh, src, chunk, append ? kAppendOffset : offset + done, o.stability,
+                               &verf, &committed, &end);
+      wrote(key, append ? end - n : offset + done, src, n, verf, committed);
       done += n;
     }
     return done;
