@@ -406,42 +406,6 @@ TEST_CASE("EACCES for a caller without permission (AUTH_SYS identity)" *
   CHECK(WEXITSTATUS(status) == 0);
 }
 
-namespace {
-// Whether this process may mount a tmpfs (root, and not in a container that forbids it).
-// Decided once, before the tests run, so that the test below is reported as skipped.
-bool can_mount_tmpfs() {
-  if (geteuid() != 0) return false;
-  TempDir probe;
-  std::string mount = "mount -t tmpfs -o size=64k odafs-probe " + probe.path() + " 2>/dev/null";
-  if (std::system(mount.c_str()) != 0) return false;
-  return std::system(("umount " + probe.path()).c_str()) == 0;
-}
-}  // namespace
-
-TEST_CASE("ENOSPC from a full file system reaches the writer, and the server keeps serving" *
-          doctest::skip(!can_mount_tmpfs()) *
-          doctest::description("needs root and permission to mount a tmpfs")) {
-  TempDir dir;
-  std::string cmd = "mount -t tmpfs -o size=512k odafs-test " + dir.path() + " 2>/dev/null";
-  REQUIRE(std::system(cmd.c_str()) == 0);
-  int failures = 0;
-  {
-    ServerProcess server(dir.path());
-    auto fs = Client::mount(server.url());
-    File f = fs->open("fill", O_RDWR | O_CREAT);
-    std::string chunk = pattern(64 * 1024, 7);
-    int err = 0;
-    for (int i = 0; i < 32 && err == 0; ++i) {
-      err = errno_of([&] { f.pwrite(chunk.data(), chunk.size(), i * chunk.size()); });
-    }
-    CHECK(err == ENOSPC);
-    failures += err == ENOSPC ? 0 : 1;
-    fs->ping();
-    CHECK(fs->stat("fill").size > 0);
-  }
-  std::system(("umount " + dir.path()).c_str());
-}
-
 TEST_CASE("read_batch pipelines many reads on one connection") {
   TempDir dir;
   ServerProcess server(dir.path(), {"--block-size", "4096"});
