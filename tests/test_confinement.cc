@@ -1,8 +1,8 @@
 // Integration: no procedure reaches outside the export. The export sits beside a sentinel
 // directory; the export holds symlinks into the sentinel (absolute, "../..", a chain).
 // Every namespace procedure (LOOKUP, CREATE, MKDIR, SYMLINK, REMOVE, RMDIR, RENAME on both
-// sides, READDIR, READLINK, SETATTR, GETATTR, and MOUNT), and the data procedures on those
-// symlinks, get hostile names ("..", ".", absolute, with '/', with NUL, empty, over-long)
+// sides, LINK, READDIR, READLINK, SETATTR, GETATTR, and MOUNT), and the data procedures on
+// those symlinks, get hostile names ("..", ".", absolute, with '/', with NUL, empty, over-long)
 // and forged, stale and other-boot handles, as raw RPC (the client library refuses most of
 // this itself). Afterwards nothing in the sentinel was read, created, changed or removed
 // (its times are set to the past first, so that even a read would show as a new atime), and
@@ -139,6 +139,31 @@ TEST_CASE("confinement: hostile names in every namespace procedure") {
     CHECK(raw.rename(root, "rel-dir", root, "f") == ODAFS_OK);
     // A directory cannot go beneath itself.
     CHECK(raw.rename(root, "d", d, "loop") == ODAFS_ERR_INVAL);
+  }
+  SUBCASE("LINK") {
+    for (const std::string& name : hostile_names(w)) {
+      CAPTURE(name);
+      CHECK(raw.link(f, root, name) == ODAFS_ERR_INVAL);
+      CHECK(raw.link(f, d, name) == ODAFS_ERR_INVAL);
+    }
+    CHECK(raw.link(f, root, long_name) == kGarbage);
+    // A new name that is a symlink leading out is taken: linkat never follows it (else
+    // "dangling" would make sentinel/created a second name of f).
+    for (const char* name : {"abs-dir", "abs-file", "rel-dir", "chain1", "dangling"}) {
+      CAPTURE(name);
+      CHECK(raw.link(f, root, name) == ODAFS_ERR_EXIST);
+    }
+    CHECK(raw.link(f, d, "up-file") == ODAFS_ERR_EXIST);
+    CHECK(raw.link(f, d, "chain3") == ODAFS_ERR_EXIST);
+    // No hard link to a directory (it could make the export's tree a graph, or let a name
+    // outlive its place), the export root least of all.
+    CHECK(raw.link(root, d, "root-again") == ODAFS_ERR_PERM);
+    CHECK(raw.link(d, root, "d-again") == ODAFS_ERR_PERM);
+    // What LINK may do, it does, inside the export.
+    odafs_fattr a{};
+    CHECK(raw.link(f, d, "f2", &a) == ODAFS_OK);
+    CHECK(a.nlink == 2);
+    CHECK(read_local(w.exp + "/d/f2") == "inside");
   }
   SUBCASE("READDIR lists the export only") {
     std::set<std::string> names;

@@ -1,6 +1,7 @@
 // Integration: no procedure reaches outside the export, part two: symlinks that lead out
-// of it and forged, stale and other-boot handles (part one, test_confinement.cc, has the
-// sentinel check and hostile names; the World is in tests/support/confinement_world.h).
+// of it (as directories, as files, as LINK's object) and forged, stale and other-boot
+// handles (part one, test_confinement.cc, has the sentinel check and hostile names; the
+// World is in tests/support/confinement_world.h).
 #include <doctest/doctest.h>
 
 #include "tests/support/confinement_world.h"
@@ -21,8 +22,9 @@ TEST_CASE("confinement: symlinks that lead out are objects, never ways out") {
     CHECK(a.type == ODAFS_LNK);  // the link itself, whatever it points at
     links.emplace_back(path, h);
   }
-  Handle d, up_file, chain3, e, up_dir;
+  Handle d, f, up_file, chain3, e, up_dir;
   REQUIRE(raw.lookup(root, "d", &d) == ODAFS_OK);
+  REQUIRE(raw.lookup(root, "f", &f) == ODAFS_OK);
   REQUIRE(raw.lookup(d, "up-file", &up_file) == ODAFS_OK);
   REQUIRE(raw.lookup(d, "chain3", &chain3) == ODAFS_OK);
   REQUIRE(raw.lookup(d, "e", &e) == ODAFS_OK);
@@ -46,6 +48,7 @@ TEST_CASE("confinement: symlinks that lead out are objects, never ways out") {
     CHECK(raw.rmdir(h, "sub") == ODAFS_ERR_NOTDIR);
     CHECK(raw.rename(h, "secret", root, "stolen") == ODAFS_ERR_NOTDIR);
     CHECK(raw.rename(root, "f", h, "planted") == ODAFS_ERR_NOTDIR);
+    CHECK(raw.link(f, h, "planted") == ODAFS_ERR_NOTDIR);
     CHECK(raw.readdir(h) == ODAFS_ERR_NOTDIR);
     // As a file: no data moves, no attribute of the target changes.
     CHECK(raw.read(h) == ODAFS_ERR_INVAL);
@@ -68,6 +71,26 @@ TEST_CASE("confinement: symlinks that lead out are objects, never ways out") {
     CHECK(raw.readlink(h) == ODAFS_OK);
     CHECK(raw.fsstat(h) == ODAFS_OK);
   }
+  // LINK of a symlink makes a second name of the link itself (as link(2) does, following
+  // nothing): never a name for what it points at, inside or outside the export.
+  int n = 0;
+  for (const auto& [path, h] : links) {
+    CAPTURE(path);
+    const std::string name = "hard-" + std::to_string(n++);
+    odafs_fattr a{};
+    REQUIRE(raw.link(h, root, name, &a) == ODAFS_OK);
+    CHECK(a.type == ODAFS_LNK);
+    CHECK(a.nlink == 2);
+    struct stat made, link;
+    REQUIRE(::lstat((w.exp + "/" + name).c_str(), &made) == 0);
+    REQUIRE(::lstat((w.exp + "/" + path).c_str(), &link) == 0);
+    CHECK(S_ISLNK(made.st_mode));
+    CHECK(made.st_ino == link.st_ino);
+    CHECK(a.fileid == link.st_ino);
+    Handle made_h;
+    REQUIRE(raw.lookup(root, name, &made_h) == ODAFS_OK);
+    CHECK(raw.read(made_h) == ODAFS_ERR_INVAL);  // still a link, never the file it names
+  }
   // At a symlink's name, CREATE and MKDIR find something there and do not follow it.
   for (const auto& [path, h] : links) {
     CAPTURE(path);
@@ -78,6 +101,7 @@ TEST_CASE("confinement: symlinks that lead out are objects, never ways out") {
     CHECK(raw.create(dir, name, ODAFS_CREATE_GUARDED) == ODAFS_ERR_EXIST);
     CHECK(raw.mkdir(dir, name) == ODAFS_ERR_EXIST);
     CHECK(raw.symlink(dir, name, "x") == ODAFS_ERR_EXIST);
+    CHECK(raw.link(f, dir, name) == ODAFS_ERR_EXIST);
   }
   // The client library follows symlinks itself, within the export: none leads out.
   for (const char* path : {"abs-file", "abs-dir/secret", "rel-dir/secret", "chain1/inner",
@@ -133,6 +157,8 @@ TEST_CASE("confinement: forged, stale and other-boot handles in every procedure"
       {"RMDIR", [&](const Handle& h) { return raw.rmdir(h, "sub"); }},
       {"RENAME from", [&](const Handle& h) { return raw.rename(h, "secret", root, "stolen"); }},
       {"RENAME to", [&](const Handle& h) { return raw.rename(root, "f", h, "planted"); }},
+      {"LINK object", [&](const Handle& h) { return raw.link(h, root, "planted"); }},
+      {"LINK dir", [&](const Handle& h) { return raw.link(f, h, "planted"); }},
       {"READDIR", [&](const Handle& h) { return raw.readdir(h); }},
       {"READLINK", [&](const Handle& h) { return raw.readlink(h); }},
       {"READ", [&](const Handle& h) { return raw.read(h); }},
@@ -159,6 +185,7 @@ TEST_CASE("confinement: forged, stale and other-boot handles in every procedure"
   CHECK(after.lookup(root, "f") == ODAFS_ERR_STALE);
   CHECK(after.create(d, "planted") == ODAFS_ERR_STALE);
   CHECK(after.rename(root, "f", root, "g") == ODAFS_ERR_STALE);
+  CHECK(after.link(f, root, "planted") == ODAFS_ERR_STALE);
   CHECK(after.read(f) == ODAFS_ERR_STALE);
   CHECK_FALSE(fsys::exists(w.exp + "/planted"));
   CHECK_FALSE(fsys::exists(w.exp + "/d/planted"));

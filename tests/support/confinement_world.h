@@ -96,6 +96,14 @@ class Raw {
              const std::string& to_name) {
     return bare(ODAFSPROC_RENAME, Args().fh(from).str(from_name).fh(to).str(to_name));
   }
+  // LINK: a new name `name` in dir for the object fh names.
+  int link(const Handle& fh, const Handle& dir, const std::string& name,
+           odafs_fattr* attr = nullptr) {
+    attr_res res{};
+    int st = call(ODAFSPROC_LINK, Args().fh(fh).fh(dir).str(name), to_xdrproc(xdr_attr_res), &res);
+    if (st == ODAFS_OK && attr != nullptr) *attr = res.attr_res_u.attr;
+    return st;
+  }
   int readdir(const Handle& dir, std::set<std::string>* names = nullptr) {
     readdir_res res{};
     int st = call(ODAFSPROC_READDIR, Args().fh(dir).u64(0).u32(64 * 1024),
