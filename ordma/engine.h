@@ -57,6 +57,10 @@ struct EngineStats {
   std::atomic<uint64_t> push_bytes{0};
   std::atomic<uint64_t> pulls{0};  // server-initiated reads (direct writes)
   std::atomic<uint64_t> pull_bytes{0};
+  // The verbs backend, whose reads the NIC serves unseen: windows bound (exports) and
+  // invalidated (revocations and writes).
+  std::atomic<uint64_t> binds{0};
+  std::atomic<uint64_t> invalidations{0};
   std::array<std::atomic<uint64_t>, kFaultKinds> faults{};  // by Fault value
 };
 
@@ -133,9 +137,18 @@ struct EngineOptions {
   // connection holds a few dozen bytes, so unfinished handshakes cost almost nothing.
   size_t max_connections = 1024;
   int handshake_timeout_ms = 5000;
+  // The verbs backend's RDMA device (ibv_get_device_name); empty: the one rdma_cm finds for
+  // `listen`.
+  std::string rdma_device;
   std::function<void()> on_thread_start;  // CPU accounting hooks
   std::function<void()> on_thread_exit;
 };
+
+// The backends built into this binary ("soft" always; "verbs" where rdma-core was found).
+std::vector<std::string> built_backends();
+// True when backend `kind` is built and this machine can run it (verbs: an RDMA device
+// exists); otherwise false with *why saying what is missing.
+bool backend_usable(const std::string& kind, std::string* why);
 
 // Builds the engine options.kind names over `memory` (binds its listening sockets; serves
 // from start()). Throws std::invalid_argument for an unknown kind, std::system_error when
@@ -171,8 +184,12 @@ class EngineClient {
   // True once the connection failed or a wait on it timed out; every read then returns
   // kTransport. The owner drops a broken client and connects anew.
   virtual bool broken() const = 0;
-  // How reads travel now: "ring" (same-host shared memory) or "tcp".
+  // How reads travel now: "ring" (same-host shared memory), "tcp" or "verbs".
   virtual const char* transport() const = 0;
+  // How many times the client connected anew after its connection failed under it (the
+  // verbs backend re-establishes its queue pair after a remote access error). 0 for
+  // backends whose owner reconnects instead (broken()).
+  virtual uint64_t reconnects() const { return 0; }
 
   // Direct transfers: the client registers a buffer; the server writes into it (PUT)
   // while an RPC that names it runs. Registration is client-local bookkeeping.
@@ -198,6 +215,10 @@ struct EngineClientOptions {
   // connection fails; connect_engine() throws ETIMEDOUT. <= 0: no limit. libodafs passes
   // MountOptions::timeout_ms, so a one-sided read gives up when an RPC would.
   int timeout_ms = 60000;
+  // The verbs backend: how a read waits for its completion. Spin on the completion queue
+  // (lowest latency, a core per client busy while reads are in flight) or sleep on the
+  // completion channel (an interrupt and a wakeup per completion).
+  bool busy_poll = false;
 };
 
 // Connects to the engine of backend `kind` (as MOUNT named it; empty means "soft", what

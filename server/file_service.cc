@@ -206,6 +206,7 @@ void FileService::do_stats(rpc::Reply& r) {
   values.emplace_back("delegations.delayed", ds.delayed.load());
   if (engine_) {
     const ordma::EngineStats& es = engine_->stats();
+    values.emplace_back(std::string("engine.backend.") + engine_->kind(), 1);
     values.emplace_back("engine.connections", es.connections.load());
     values.emplace_back("engine.rings", es.rings.load());
     values.emplace_back("engine.reads", es.reads.load());
@@ -219,6 +220,8 @@ void FileService::do_stats(rpc::Reply& r) {
     values.emplace_back("engine.refused", es.refused.load());
     values.emplace_back("engine.handshake_timeouts", es.handshake_timeouts.load());
     values.emplace_back("engine.shed", es.shed.load());
+    values.emplace_back("engine.binds", es.binds.load());
+    values.emplace_back("engine.invalidations", es.invalidations.load());
     for (int f = 1; f < ordma::kFaultKinds; ++f) {
       values.emplace_back(
           std::string("engine.fault.") + ordma::fault_name(static_cast<ordma::Fault>(f)),

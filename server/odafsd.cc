@@ -41,6 +41,10 @@ namespace {
                "              [--max-rings N] [--no-local-rings] [--max-direct-writes N]\n"
                "              [--max-input-mb N] [--max-backlog-mb N]\n"
                "              [--lease-ms MS] [--no-delegations]\n"
+               "              [--engine soft|verbs] [--rdma-dev NAME]\n"
+               "  --engine picks the one-sided engine's backend (default soft); verbs\n"
+               "  needs an RDMA device (--rdma-dev names one; default: the one serving\n"
+               "  --engine-listen's address).\n"
                "  --engine-listen defaults to the --listen host, port 0 (a free port).\n"
                "  --max-rings caps the shared-memory rings offered to same-host clients;\n"
                "  --no-local-rings offers none (those clients then read over TCP).\n"
@@ -154,6 +158,14 @@ int main(int argc, char** argv) {
       engine_options.max_rings = number("--max-rings", value(), 1, 1u << 16);
     } else if (flag == "--max-direct-writes") {
       max_direct_writes = static_cast<long>(number("--max-direct-writes", value(), 0, 1024));
+    } else if (flag == "--engine") {
+      engine_options.kind = value();
+      std::string why;
+      if (!odafs::ordma::backend_usable(engine_options.kind, &why)) {
+        usage(("--engine " + engine_options.kind + ": " + why).c_str());
+      }
+    } else if (flag == "--rdma-dev") {
+      engine_options.rdma_device = value();
     } else if (flag == "--no-local-rings") {
       engine_options.local_rings = false;
     } else if (flag == "--no-ordma") {
@@ -232,8 +244,9 @@ int main(int argc, char** argv) {
                    fs.export_root.c_str(), server.bound().to_string().c_str(), threads,
                    fs.cache_bytes >> 20, fs.block_size, service.nodes().max_open_files());
     std::string engine = service.engine() ? service.engine()->endpoint() : "none";
-    std::printf("odafsd ready rpc=%s engine=%s export=%s\n", server.bound().to_string().c_str(),
-                engine.c_str(), fs.export_root.c_str());
+    std::printf("odafsd ready rpc=%s engine=%s export=%s backend=%s\n",
+                server.bound().to_string().c_str(), engine.c_str(), fs.export_root.c_str(),
+                service.engine() ? service.engine()->kind() : "none");
     std::fflush(stdout);
     int sig = 0;
     sigwait(&stop_signals, &sig);

@@ -49,7 +49,12 @@ ExportTable::ExportTable(size_t segments)
 uint32_t ExportTable::export_segment(uint32_t seg) {
   Entry& e = entries_[seg];
   uint64_t w = e.word.load(std::memory_order_acquire);
-  e.word.store(make_word(gen_of(w), State::kExported), std::memory_order_seq_cst);
+  // A locked segment stays locked: exporting it mid-write would let readers see the write
+  // half done. Its references work once unlock() exports it.
+  while (state_of(w) != State::kLocked &&
+         !e.word.compare_exchange_weak(w, make_word(gen_of(w), State::kExported),
+                                       std::memory_order_seq_cst)) {
+  }
   return gen_of(w);
 }
 

@@ -28,7 +28,8 @@ class ExportTable {
 
   size_t size() const { return count_; }
 
-  // Makes seg readable again under its current generation; returns the generation.
+  // Makes seg readable again under its current generation; returns the generation. A
+  // locked seg stays locked (readable once unlocked).
   // REQUIRES: seg < size().
   uint32_t export_segment(uint32_t seg);
   // Bumps seg's generation and marks it revoked; returns once no read of it is in flight,
