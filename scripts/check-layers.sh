@@ -11,6 +11,8 @@
 #   server/  base/ proto/ rpc/ cache/ ordma/
 #   client/  base/ proto/ rpc/ ordma/      (never server/)
 # tests/ and bench/ may use every layer.
+# Backends: only ordma/ itself reaches into ordma/engine_impl/ (server/ and client/ see the
+# Engine interface), and one backend's folder never includes another's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,6 +46,26 @@ for layer in "${!allowed[@]}"; do
     fi
   done < <(grep -rnE '^\s*#\s*include\s+"' "$layer" --include='*.h' --include='*.cc' || true)
 done
+
+# Backends stay behind ordma/engine.h, and apart from each other.
+while IFS= read -r hit; do
+  file=${hit%%:*}
+  rest=${hit#*:}
+  line=${rest%%:*}
+  target=$(sed -E 's/.*#include "([^"]+)".*/\1/' <<<"$rest")
+  case "$file" in
+    ordma/engine_impl/*/*)
+      own=$(cut -d/ -f3 <<<"$file")
+      other=$(cut -d/ -f3 <<<"$target")
+      [ "$other" = "$own" ] && continue
+      ;;
+    ordma/*) continue ;;
+  esac
+  echo "$file:$line: includes \"$target\": a backend's folder is private to it" \
+       "(server/ and client/ use ordma/engine.h; scripts/check-layers.sh)" >&2
+  status=1
+done < <(grep -rnE '^\s*#\s*include\s+"ordma/engine_impl/' base proto rpc cache ordma server client \
+           --include='*.h' --include='*.cc' || true)
 
 # Files over ~600 lines are a sign that one unit does several jobs (generated code aside).
 while IFS= read -r f; do
