@@ -3,7 +3,7 @@
 // Blocks live at fixed addresses for the life of the cache: a block's memory is only ever
 // reused for another (file, index) after the evict hook has run for its old identity and
 // nobody holds it pinned. That is the property the one-sided engine needs to export the
-// arena (DESIGN.md, "Consistency"): revoke in the hook, and in-flight readers pin.
+// arena (docs/architecture.md, consistency): revoke in the hook, and in-flight readers pin.
 //
 // Thread-safety: all members are thread-safe. Lock order: cache mutex, then a block's
 // data lock; the data lock is never held while waiting for the cache mutex.
