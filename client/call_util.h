@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "client/client.h"
 #include "client/mount_state.h"
+#include "proto/attr.h"
 #include "proto/enums.h"
 #include "proto/odafs_prot.h"
 #include "proto/status.h"
@@ -61,9 +62,9 @@ inline Attr to_attr(const odafs_fattr& a) {
   out.size = a.size;
   out.used = a.used;
   out.fileid = a.fileid;
-  out.atime = {static_cast<time_t>(a.atime.seconds), static_cast<long>(a.atime.nseconds)};
-  out.mtime = {static_cast<time_t>(a.mtime.seconds), static_cast<long>(a.mtime.nseconds)};
-  out.ctime = {static_cast<time_t>(a.ctime.seconds), static_cast<long>(a.ctime.nseconds)};
+  out.atime = timespec_of(a.atime);
+  out.mtime = timespec_of(a.mtime);
+  out.ctime = timespec_of(a.ctime);
   return out;
 }
 

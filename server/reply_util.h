@@ -1,10 +1,11 @@
 // What every procedure file of FileService (file_service.cc, namespace_ops.cc,
 // data_ops.cc) needs to encode its replies: the XDR function cast, the status-only
-// reply, and a file's attributes in wire form. Internal to server/.
+// reply, and a file's attributes in wire form (proto/attr.h). Internal to server/.
 #pragma once
 
 #include <sys/stat.h>
 
+#include "proto/attr.h"
 #include "proto/odafs_prot.h"
 #include "rpc/server.h"
 #include "rpc/xdr_util.h"
@@ -24,8 +25,5 @@ void reply_status(rpc::Reply& r, xdrproc_t xres, odafs_stat status) {
   res.status = status;
   r.send(xres, &res);
 }
-
-// Fills the wire attributes of a file from its stat.
-void fill_attr(const struct stat& st, odafs_fattr* a);
 
 }  // namespace odafs::server
