@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "ordma/engine_impl/verbs/verbs_engine.h"
 #include "ordma/engine_impl/verbs/verbs_link.h"
+#include "ordma/engine_impl/verbs/verbs_support.h"
 
 namespace odafs::ordma {
 namespace verbs {
@@ -164,9 +165,9 @@ void VerbsEngineClient::replace_link() {
 
 uint32_t VerbsEngineClient::register_buffer(void* base, size_t length) {
   std::shared_ptr<Link> l = link();
-  Registered r{
-      l, ibv_reg_mr(l->pd(), base, length,
-                    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)};
+  Registered r{l, register_memory(
+                      l->pd(), base, length,
+                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)};
   uint32_t id;
   {
     std::lock_guard lock(buffers_mu_);

@@ -89,10 +89,10 @@ void VerbsEngine::open_device() {
   const size_t words = sizeof(Be64) * memory_.segments;
   if (windows_) {
     // Nothing remote through the region itself: only windows bound over it are readable.
-    arena_mr_ = ibv_reg_mr(pd_, const_cast<std::byte*>(memory_.base), arena,
-                           IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+    arena_mr_ = register_memory(pd_, const_cast<std::byte*>(memory_.base), arena,
+                                IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
     if (arena_mr_ == nullptr) fail(errno, "registering the exported memory");
-    generations_mr_ = ibv_reg_mr(pd_, generations_.get(), words, IBV_ACCESS_REMOTE_READ);
+    generations_mr_ = register_memory(pd_, generations_.get(), words, IBV_ACCESS_REMOTE_READ);
     if (generations_mr_ == nullptr) fail(errno, "registering the generation words");
   }
   recv_channel_ = ibv_create_comp_channel(ctx_);
@@ -217,7 +217,7 @@ bool VerbsEngine::bind(Conn& c, uint32_t segment, uint32_t length, Window& w) {
     }
     w.rkey = key;
   } else {
-    w.mr = ibv_reg_mr(c.pd, addr, length, IBV_ACCESS_REMOTE_READ);
+    w.mr = register_memory(c.pd, addr, length, IBV_ACCESS_REMOTE_READ);
     if (w.mr == nullptr) return false;
     w.rkey = w.mr->rkey;
   }

@@ -27,7 +27,7 @@ bool VerbsEngine::ensure_bounce(Conn& c, size_t bytes) {
   if (c.bounce_mr) ibv_dereg_mr(c.bounce_mr);
   c.bounce_mr = nullptr;
   c.bounce.assign(std::max<size_t>(bytes, 64 * 1024), 0);
-  c.bounce_mr = ibv_reg_mr(c.pd, c.bounce.data(), c.bounce.size(), IBV_ACCESS_LOCAL_WRITE);
+  c.bounce_mr = register_memory(c.pd, c.bounce.data(), c.bounce.size(), IBV_ACCESS_LOCAL_WRITE);
   return c.bounce_mr != nullptr;
 }
 

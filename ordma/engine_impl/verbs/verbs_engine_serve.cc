@@ -130,12 +130,12 @@ void VerbsEngine::on_connect_request(rdma_cm_event* event) {
   c->qp_created = true;
   c->messages = std::make_unique<MessageArea>();
   c->messages_mr =
-      ibv_reg_mr(c->pd, c->messages.get(), sizeof(MessageArea), IBV_ACCESS_LOCAL_WRITE);
+      register_memory(c->pd, c->messages.get(), sizeof(MessageArea), IBV_ACCESS_LOCAL_WRITE);
   if (c->messages_mr == nullptr) return give_up("registering message buffers");
   ibv_mr* generations = generations_mr_;
   if (!windows_) {
-    c->generations_mr = ibv_reg_mr(c->pd, generations_.get(), sizeof(Be64) * memory_.segments,
-                                   IBV_ACCESS_REMOTE_READ);
+    c->generations_mr = register_memory(c->pd, generations_.get(), sizeof(Be64) * memory_.segments,
+                                        IBV_ACCESS_REMOTE_READ);
     if (c->generations_mr == nullptr) return give_up("registering the generation words");
     generations = c->generations_mr;
   }

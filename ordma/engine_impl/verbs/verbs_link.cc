@@ -63,7 +63,7 @@ void Link::setup(const net::Endpoint& engine, const Session& session, int timeou
       ::mmap(nullptr, sizeof(Staging), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) fail(errno, "staging memory");
   staging_ = static_cast<Staging*>(mem);
-  staging_mr_ = ibv_reg_mr(pd_, staging_, sizeof(Staging), IBV_ACCESS_LOCAL_WRITE);
+  staging_mr_ = register_memory(pd_, staging_, sizeof(Staging), IBV_ACCESS_LOCAL_WRITE);
   if (staging_mr_ == nullptr) fail(errno, "registering staging memory");
   for (int i = 0; i < kClientRecvSlots; ++i) post_receive(i);
 

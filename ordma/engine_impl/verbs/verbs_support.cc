@@ -65,6 +65,10 @@ ibv_wc_status post_and_wait(ibv_qp* qp, ibv_cq* cq, ibv_send_wr* wr, int timeout
   }
 }
 
+ibv_mr* register_memory(ibv_pd* pd, void* addr, size_t length, int access) {
+  return ibv_reg_mr(pd, addr, length, access);
+}
+
 bool has_type2_windows(ibv_context* ctx) {
   ibv_device_attr_ex attr{};
   if (ibv_query_device_ex(ctx, nullptr, &attr) != 0) return false;

@@ -31,6 +31,10 @@ rdma_addrinfo* resolve(const net::Endpoint& where, bool passive);
 // completion's status (IBV_WC_GENERAL_ERR for a failed post or a timeout).
 ibv_wc_status post_and_wait(ibv_qp* qp, ibv_cq* cq, ibv_send_wr* wr, int timeout_ms);
 
+// ibv_reg_mr with the access flags as a plain int: rdma-core's ibv_reg_mr macro mixes two
+// enumerations, which C++20 deprecates (clang's -Wdeprecated-enum-enum-conversion).
+ibv_mr* register_memory(ibv_pd* pd, void* addr, size_t length, int access);
+
 // Does the device support type-2 memory windows? (Else regions per block are the fallback.)
 bool has_type2_windows(ibv_context* ctx);
 
