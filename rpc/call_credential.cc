@@ -1,6 +1,8 @@
 #include "rpc/call_credential.h"
 
+#include <sys/stat.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -35,9 +37,22 @@ CallCredential::CallCredential(const CallerCred& id, std::string_view machine) :
   xdr_destroy(&x);
 }
 
-bool same_caller(const CallerCred& a, const CallerCred& b) {
-  return a.uid == b.uid && a.gid == b.gid && a.ngids == b.ngids &&
-         std::equal(a.gids, a.gids + std::min<uint32_t>(a.ngids, 16), b.gids);
+bool caller_permits(const CallerCred& caller, uint32_t mode, uint32_t owner, uint32_t group,
+                    bool is_dir, int want) {
+  if (caller.uid == 0) {
+    if ((want & X_OK) == 0 || is_dir) return true;
+    return (mode & (S_IXUSR | S_IXGRP | S_IXOTH)) != 0;
+  }
+  uint32_t bits;
+  if (owner == caller.uid) {
+    bits = (mode >> 6) & 7;
+  } else {
+    bool in_group = group == caller.gid;
+    const uint32_t ngids = std::min<uint32_t>(caller.ngids, 16);
+    for (uint32_t i = 0; i < ngids && !in_group; ++i) in_group = group == caller.gids[i];
+    bits = in_group ? (mode >> 3) & 7 : mode & 7;
+  }
+  return (bits & static_cast<uint32_t>(want)) == static_cast<uint32_t>(want);
 }
 
 CallAs::CallAs(const CallCredential& cred) : previous_(t_current) { t_current = &cred; }

@@ -1,5 +1,6 @@
-// Who a call says it comes from: an AUTH_SYS credential, encoded once, and a per-thread
-// override that makes the calls a thread starts carry another caller's credential.
+// Who a call says it comes from: an AUTH_SYS credential, encoded once, a per-thread
+// override that makes the calls a thread starts carry another caller's credential, and
+// the permission rule a server acting as a caller applies.
 //
 // A Channel sends its own credential (Channel::Options::auth) with every call. A program
 // that serves several users over one connection (odafs-mount, for each FUSE request's
@@ -38,8 +39,11 @@ class CallCredential {
   size_t length_ = 0;
 };
 
-// Whether two credentials name the same caller: uid, gid and the same groups in order.
-bool same_caller(const CallerCred& a, const CallerCred& b);
+// POSIX permission check of `want` (R_OK/W_OK/X_OK bits) for `caller` on an object with
+// permission bits `mode`, owned by owner:group: what a server acting as the caller (and
+// its kernel) decides. Root passes, except that X_OK needs some x bit on a non-directory.
+bool caller_permits(const CallerCred& caller, uint32_t mode, uint32_t owner, uint32_t group,
+                    bool is_dir, int want);
 
 // While one lives, the calls its thread starts carry `cred` (the innermost scope's, when
 // they nest).

@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -33,23 +34,12 @@ Channel::Channel(const net::Endpoint& server, Options options)
     : options_(std::move(options)), next_xid_(std::random_device{}()) {
   if (options_.auth) {
     const AuthSysCred& a = *options_.auth;
-    std::vector<gid_t> gids(a.gids.begin(), a.gids.end());
-    authunix_parms parms{};
-    parms.aup_time = static_cast<u_long>(time(nullptr));
-    std::string machine = a.machine.substr(0, 255);
-    parms.aup_machname = machine.data();
-    parms.aup_uid = a.uid;
-    parms.aup_gid = a.gid;
-    parms.aup_len = static_cast<u_int>(std::min<size_t>(gids.size(), 16));
-    parms.aup_gids = gids.data();
-    cred_.resize(MAX_AUTH_BYTES);
-    XDR x;
-    xdrmem_create(&x, cred_.data(), static_cast<u_int>(cred_.size()), XDR_ENCODE);
-    if (!xdr_authunix_parms(&x, &parms)) {
-      throw RpcError(RpcError::Kind::kTransport, EINVAL, "AUTH_SYS credential too large");
-    }
-    cred_.resize(xdr_getpos(&x));
-    xdr_destroy(&x);
+    CallerCred id;
+    id.uid = a.uid;
+    id.gid = a.gid;
+    id.ngids = static_cast<uint32_t>(std::min<size_t>(a.gids.size(), 16));
+    std::copy_n(a.gids.begin(), id.ngids, id.gids);
+    own_cred_.emplace(id, a.machine);
   }
   fd_ = net::connect_tcp(server);
   receiver_ = std::thread([this] { receive_loop(); });
@@ -73,8 +63,10 @@ void Channel::start(Call& c, uint32_t proc, xdrproc_t xargs, const void* args) {
   c.deadline_ = deadline_after_ms(options_.timeout_ms);
   c.started_ns_ = monotonic_ns();
 
-  CallSpec spec{c.xid_, options_.program, options_.version, proc,
-                std::string_view(cred_.data(), cred_.size())};
+  // The thread's caller, if it set one (CallAs), else the channel's own (or AUTH_NONE).
+  const CallCredential* as = CallAs::current();
+  std::string_view cred = as != nullptr ? as->body() : own_cred_ ? own_cred_->body() : "";
+  CallSpec spec{c.xid_, options_.program, options_.version, proc, cred};
   Result<size_t> record = encode_call_record(spec, xargs, args, options_.max_record, &c.request_);
   if (!record.ok()) {
     throw RpcError(RpcError::Kind::kTransport, record.errno_value(), record.status().message());
@@ -280,8 +272,8 @@ void Channel::take_callback(const char* xid_and_direction, size_t frag_left, boo
   net::read_full(fd_, callback_record_.data() + 8, frag_left);
   CallHeader header;
   size_t args_offset = 0;
-  if (decode_call_header(callback_record_.data(), callback_record_.size(), &header,
-                         &args_offset) != CallHeaderStatus::kOk) {
+  if (decode_call_header(callback_record_.data(), callback_record_.size(), &header, &args_offset) !=
+      CallHeaderStatus::kOk) {
     ODAFS_LOG_WARN("rpc channel: dropping a malformed callback from the server");
     return;
   }

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "base/net.h"
+#include "rpc/call_credential.h"
 #include "rpc/errors.h"
 #include "rpc/message_header.h"
 
@@ -101,7 +102,7 @@ class Channel {
     uint32_t program = 0;
     uint32_t version = 0;
     size_t max_record = 4u << 20;     // refuse replies larger than this
-    std::optional<AuthSysCred> auth;  // AUTH_NONE when empty
+    std::optional<AuthSysCred> auth;  // AUTH_NONE when empty; a CallAs scope overrides it
     int timeout_ms = 60000;           // per call, from start to reply
   };
 
@@ -158,7 +159,7 @@ class Channel {
 
   Options options_;
   int fd_ = -1;
-  std::vector<char> cred_;  // encoded AUTH_SYS body, empty for AUTH_NONE
+  std::optional<CallCredential> own_cred_;  // Options::auth, encoded; empty for AUTH_NONE
   std::atomic<uint32_t> next_xid_;
   std::atomic<bool> broken_{false};
 
