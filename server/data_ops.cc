@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "base/setid.h"
 #include "proto/enums.h"
 #include "proto/ref_xdr.h"
 #include "proto/status.h"
@@ -287,7 +288,22 @@ void FileService::do_write(const rpc::CallContext& ctx, write_args& a, rpc::Repl
   if (status != ODAFS_OK) return reply_status<write_res>(r, xp(xdr_write_res), status);
   Delegations::Change change = delegations_.begin_change(node->id, ctx.connection);
   if (change.delayed()) return reply_status<write_res>(r, xp(xdr_write_res), ODAFS_ERR_DELAY);
+  // A write of no bytes changes nothing (clients send one to ask whether they may write).
+  int err = a.data.data_len > 0 ? drop_setid_bits(ctx, node, st) : 0;
+  if (err != 0) return reply_status<write_res>(r, xp(xdr_write_res), status_from_errno(err));
   write_through(node, a.offset, a.stable, a.data.data_val, a.data.data_len, r);
+}
+
+int FileService::drop_setid_bits(const rpc::CallContext& ctx, const OpenNode& node,
+                                 const struct stat& st) {
+  // The common case costs one test: no setuid bit, no setgid bit.
+  if (setid_bits_to_drop(st.st_mode) == 0 || IdentityScope::privileged(ctx.cred, options_.auth_sys))
+    return 0;
+  struct stat now;  // the mode as of now: a chmod may have come in since st
+  if (fstat(node.fd(), &now) != 0) return errno;
+  const mode_t drop = setid_bits_to_drop(now.st_mode);
+  if (drop != 0 && fchmod(node.fd(), now.st_mode & 07777 & ~drop) != 0) return errno;
+  return 0;
 }
 
 void FileService::do_write_direct(const rpc::CallContext& ctx, write_direct_args& a,
@@ -329,6 +345,8 @@ void FileService::do_write_direct(const rpc::CallContext& ctx, write_direct_args
     return reply_status<write_res>(
         r, xp(xdr_write_res), f == ordma::Fault::kWrongSession ? ODAFS_ERR_NOTSUPP : ODAFS_ERR_IO);
   }
+  int err = a.count > 0 ? drop_setid_bits(ctx, node, st) : 0;
+  if (err != 0) return reply_status<write_res>(r, xp(xdr_write_res), status_from_errno(err));
   write_through(node, a.offset, a.stable, data.data(), a.count, r);
 }
 

@@ -162,6 +162,13 @@ class FileService {
   // ODAFS_OK if the caller may write len bytes at offset of node (a regular file).
   odafs_stat check_write(const rpc::CallContext& ctx, const OpenNode& node, const struct stat& st,
                          uint64_t offset, size_t len);
+  // Before the caller changes node's bytes or size: drops the file's setuid bit, and its
+  // setgid bit with group-execute (setid_bits_to_drop), unless the caller is privileged
+  // (IdentityScope::privileged). The server changes files as root, whose kernel keeps the
+  // bits for it (CAP_FSETID), so it drops them itself, as a kernel would for an
+  // unprivileged writer. st: the file's attributes, from before. Returns 0 or the errno.
+  // REQUIRES: no IdentityScope acting as another caller is active on this thread.
+  int drop_setid_bits(const rpc::CallContext& ctx, const OpenNode& node, const struct stat& st);
   // Writes through to the file and the cache, honours `stable`, replies with write_res.
   void write_through(const OpenNode& node, uint64_t offset, odafs_stable_how stable,
                      const char* src, size_t len, rpc::Reply& r);
@@ -170,8 +177,7 @@ class FileService {
   // Holds node's data lock shared (see Node::data_lock) and sets *size to the file's size
   // under it, so that no write is half done in what the caller reads, size included.
   // Fails with the errno of fstat.
-  Result<std::shared_lock<std::shared_mutex>> lock_for_read(const OpenNode& node,
-                                                             uint64_t* size);
+  Result<std::shared_lock<std::shared_mutex>> lock_for_read(const OpenNode& node, uint64_t* size);
   // Reads block `index` of node into the cache, filling from the file on a miss, and
   // pins it in *pin (or leaves pin->bypass() set: no block to spare). Fails with the
   // errno of the failed fill.

@@ -4,6 +4,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "rpc/call_credential.h"
+
 namespace odafs::server {
 
 IdentityScope::IdentityScope(const rpc::CallerCred* cred, bool enabled) : cred_(cred) {
@@ -17,6 +19,10 @@ IdentityScope::IdentityScope(const rpc::CallerCred* cred, bool enabled) : cred_(
   active_ = true;
 }
 
+bool IdentityScope::privileged(const rpc::CallerCred* cred, bool enabled) {
+  return enabled && cred != nullptr && cred->auth_sys && cred->uid == 0 && geteuid() == 0;
+}
+
 IdentityScope::~IdentityScope() {
   if (!active_) return;
   setfsuid(0);
@@ -25,20 +31,8 @@ IdentityScope::~IdentityScope() {
 }
 
 bool IdentityScope::permits(const struct stat& st, int want) const {
-  if (!active_) return true;
-  if (cred_->uid == 0) {
-    if ((want & X_OK) == 0 || S_ISDIR(st.st_mode)) return true;
-    return (st.st_mode & (S_IXUSR | S_IXGRP | S_IXOTH)) != 0;
-  }
-  mode_t bits;
-  if (st.st_uid == cred_->uid) {
-    bits = (st.st_mode >> 6) & 7;
-  } else {
-    bool in_group = st.st_gid == cred_->gid;
-    for (uint32_t i = 0; i < cred_->ngids && !in_group; ++i) in_group = st.st_gid == cred_->gids[i];
-    bits = in_group ? (st.st_mode >> 3) & 7 : st.st_mode & 7;
-  }
-  return (bits & static_cast<mode_t>(want)) == static_cast<mode_t>(want);
+  return !active_ || rpc::caller_permits(*cred_, st.st_mode & 07777, st.st_uid, st.st_gid,
+                                         S_ISDIR(st.st_mode), want);
 }
 
 }  // namespace odafs::server

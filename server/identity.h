@@ -22,6 +22,12 @@ class IdentityScope {
 
   bool active() const { return active_; }
 
+  // Whether a scope for cred would act as root: the server acts as its callers (enabled,
+  // running as root) and this one is uid 0. Such a caller keeps setuid/setgid bits when it
+  // writes, as a process with CAP_FSETID does; every other caller is an unprivileged one,
+  // and so is everyone without --auth-sys (the server cannot tell who they are).
+  static bool privileged(const rpc::CallerCred* cred, bool enabled);
+
   // POSIX permission check of `want` (R_OK/W_OK/X_OK bits) for the caller on an object
   // with attributes st. Always true when the scope is not active (the kernel checked as
   // the server). Root passes, except X_OK needs some x bit on non-directories.

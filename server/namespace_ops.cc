@@ -141,7 +141,11 @@ void FileService::do_setattr(const rpc::CallContext& ctx, setattr_args& a, rpc::
     } else if (Status w = nodes_.make_writable(node); !w.ok()) {
       err = w.errno_value() == EBADF ? EACCES : w.errno_value();
     } else {
-      err = truncate_file(node, size);
+      // Acting as an unprivileged caller, the kernel drops setuid/setgid bits at the
+      // ftruncate itself; acting as the server (root), it keeps them, so drop them here
+      // (unless the same call set the mode: that mode is what the caller asked for).
+      if (!as.active() && !a.mode.set) err = drop_setid_bits(ctx, node, st);
+      if (err == 0) err = truncate_file(node, size);
     }
   }
   if ((a.atime.how != ODAFS_TIME_DONT_CHANGE || a.mtime.how != ODAFS_TIME_DONT_CHANGE) &&
