@@ -405,6 +405,12 @@ class Client {
   // from a read delegation this mount holds, without a call, or by OPEN, which may grant
   // one (and, to write, recalls other clients'). Follows symlinks.
   std::pair<Handle, Attr> open_existing(const std::string& path, int access);
+  // Under a per-call credential (rpc::CallAs: one client serving several callers, as
+  // odafs-mount does), the open of an existing regular file is where the caller's
+  // permission for `access` (O_RDONLY, O_WRONLY, O_RDWR) is checked: after it, this
+  // client's cached blocks, references and delegations serve that caller like any other.
+  // Throws Error(EACCES) when the server refuses the caller.
+  void check_access(const Handle& fh, const Attr& attr, const std::string& path, int access);
   // This client changes fh's bytes or attributes: its own delegation on it is void.
   void forget_delegation(const Handle& fh);
 

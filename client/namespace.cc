@@ -10,6 +10,7 @@
 #include "client/dir_cache.h"
 #include "client/mount_state.h"
 #include "client/url.h"
+#include "rpc/call_credential.h"
 
 namespace odafs {
 namespace {
@@ -143,6 +144,7 @@ File Client::open(const std::string& path, int flags, mode_t mode) {
   } else if (access != O_RDONLY) {
     forget_delegation(fh);
   }
+  if (!created && attr.type == FileType::kRegular) check_access(fh, attr, path, access);
   const uint64_t key = cache_key(fh);
   std::shared_ptr<const MountState> m = mount_state();
   ClientCache& cache = *m->cache;
@@ -196,6 +198,40 @@ std::pair<Handle, Attr> Client::open_existing(const std::string& path, int acces
   }
   if (!found || found->second.type == FileType::kSymlink) return resolve(path, true);
   return *found;
+}
+
+void Client::check_access(const Handle& fh, const Attr& attr, const std::string& path, int access) {
+  const rpc::CallCredential* as = rpc::CallAs::current();
+  if (as == nullptr) return;  // one caller: what this client caches, it fetched itself
+  const bool read = access != O_WRONLY;
+  const bool write = access != O_RDONLY;
+  // Attributes that allow it settle it: a server acting as the caller decides by the same
+  // rule on the same bits (they are current: from OPEN, or a delegation not recalled).
+  if (rpc::caller_permits(as->id(), attr.mode, attr.uid, attr.gid, false,
+                          (read ? R_OK : 0) | (write ? W_OK : 0))) {
+    return;
+  }
+  // Otherwise the server decides, by a READ and a WRITE of no bytes, which read and change
+  // nothing: it refuses them (EACCES) when it acts as its callers, and allows them when it
+  // acts as itself for everyone.
+  char none = 0;
+  try {
+    if (read) {
+      thread_local rpc::Call call;
+      bool eof = false;
+      with_mount(true, [&](const MountState& m) {
+        return rpc_read(m, call, fh, cache_key(fh), &none, 0, 0, &eof);
+      });
+    }
+    if (write) {
+      WriteVerifier verf;
+      int committed = 0;
+      this->write(fh, &none, 0, 0, Stability::kUnstable, &verf, &committed);
+    }
+  } catch (const Error& e) {
+    if (e.errno_value() == EACCES) fail(EACCES, "open " + path);
+    throw;
+  }
 }
 
 void Client::forget_delegation(const Handle& fh) { mount_state()->delegations->forget_file(fh); }

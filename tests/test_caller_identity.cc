@@ -1,0 +1,171 @@
+// Who the server acts as, through the library: setuid/setgid bits a change of a file takes
+// away (the server changes files as root, whose kernel would keep them), and per-call
+// AUTH_SYS credentials (rpc::CallAs) that let one client serve several users, each checked
+// by a server run with --auth-sys.
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "client/client.h"
+#include "rpc/call_credential.h"
+#include "tests/support/server_process.h"
+
+using odafs::Client;
+using odafs::File;
+using odafs::MountOptions;
+using odafs::test::read_local;
+using odafs::test::ServerProcess;
+using odafs::test::TempDir;
+using odafs::test::write_local;
+
+namespace {
+
+mode_t mode_of(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return static_cast<mode_t>(-1);
+  return st.st_mode & 07777;
+}
+
+template <class Fn>
+int errno_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const odafs::Error& e) {
+    return e.errno_value();
+  }
+  return 0;
+}
+
+// An AUTH_SYS identity with no supplementary groups.
+odafs::rpc::CallerCred caller(uint32_t uid, uint32_t gid) {
+  odafs::rpc::CallerCred id;
+  id.auth_sys = true;
+  id.uid = uid;
+  id.gid = gid;
+  return id;
+}
+
+}  // namespace
+
+TEST_CASE("WRITE, WRITE_DIRECT and SETATTR of the size drop setuid, and setgid with g+x") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  for (bool direct : {false, true}) {
+    CAPTURE(direct);
+    MountOptions o;
+    o.direct_writes = direct;
+    auto fs = Client::mount(server.url(), o);
+    const std::string name = direct ? "direct" : "rpc";
+    const std::string local = dir / name;
+    write_local(local, "0123456789");
+    REQUIRE(chmod(local.c_str(), 06755) == 0);
+    File f = fs->open(name, O_RDWR);
+    f.pwrite("ab", 2, 0);
+    f.fsync();  // the WRITE has reached the server (small writes may wait behind)
+    CHECK(mode_of(local) == 0755);
+    CHECK(f.stat().mode == 0755);  // the WRITE's reply and GETATTR agree
+    if (direct) CHECK(fs->stats().direct_writes.load() > 0);
+    // Setgid without group-execute (mandatory locking) stays.
+    REQUIRE(chmod(local.c_str(), 02745) == 0);
+    f.pwrite("cd", 2, 2);
+    f.fsync();
+    CHECK(mode_of(local) == 02745);
+    // A truncation through the file and by path.
+    REQUIRE(chmod(local.c_str(), 04700) == 0);
+    f.truncate(3);
+    CHECK(mode_of(local) == 0700);
+    REQUIRE(chmod(local.c_str(), 06750) == 0);
+    fs->truncate(name, 1);
+    CHECK(mode_of(local) == 0750);
+    // Reading and a chmod that sets them keep them.
+    fs->chmod(name, 06755);
+    char b[4];
+    CHECK(f.pread(b, sizeof b, 0) == 1);
+    CHECK(mode_of(local) == 06755);
+    f.close();
+    CHECK(read_local(local) == "a");
+  }
+}
+
+TEST_CASE("without --auth-sys, a CallAs caller may open what the server lets everyone open") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  write_local(dir / "private", "the server's own");
+  REQUIRE(chmod((dir / "private").c_str(), 0600) == 0);
+  auto fs = Client::mount(server.url());
+  const odafs::rpc::CallCredential other(caller(getuid() + 1000, getgid() + 1000), "test");
+  odafs::rpc::CallAs as(other);
+  // The mode bits say no, so the open asks the server, which acts as itself: yes.
+  File f = fs->open("private");
+  char b[32];
+  CHECK(f.pread(b, sizeof b, 0) == 16);
+}
+
+TEST_CASE("per-call credentials (CallAs) under --auth-sys: access, ownership, delegations" *
+          doctest::skip(geteuid() != 0) *
+          doctest::description("needs root: the server acts as another uid")) {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--auth-sys"});
+  REQUIRE(chmod(dir.path().c_str(), 0777) == 0);
+  write_local(dir / "secret", "root only");
+  REQUIRE(chmod((dir / "secret").c_str(), 0600) == 0);
+  auto fs = Client::mount(server.url());  // this process is root: its own calls are root's
+  const odafs::rpc::CallCredential nobody(caller(65534, 65534), "test");
+  const odafs::rpc::CallCredential root(caller(0, 0), "test");
+  {
+    // Root opens it for reading: the OPEN brings a read delegation, so the next open of
+    // the same caller needs no call...
+    File f = fs->open("secret");
+    f.close();
+    uint64_t delegated = fs->stats().delegated_opens.load();
+    fs->open("secret").close();
+    CHECK(fs->stats().delegated_opens.load() == delegated + 1);
+    // ...but another caller's open checks that caller's access, delegation or not.
+    odafs::rpc::CallAs as(nobody);
+    CHECK(errno_of([&] { fs->open("secret"); }) == EACCES);
+    CHECK(errno_of([&] { fs->open("secret", O_RDWR); }) == EACCES);
+    CHECK(odafs::rpc::CallAs::current() == &nobody);
+  }
+  CHECK(odafs::rpc::CallAs::current() == nullptr);
+  {
+    odafs::rpc::CallAs as(nobody);
+    File mine = fs->open("mine", O_CREAT | O_EXCL | O_RDWR, 0640);
+    mine.pwrite("x", 1, 0);
+    mine.close();
+    CHECK(errno_of([&] { fs->chmod("secret", 0666); }) == EPERM);
+    {
+      // Scopes nest: the innermost wins, and the outer one is back after it.
+      odafs::rpc::CallAs inner(root);
+      CHECK(fs->stat("secret").mode == 0600);
+      File f = fs->open("secret");
+      char b[16];
+      CHECK(f.pread(b, sizeof b, 0) == 9);
+    }
+    CHECK(errno_of([&] { fs->open("secret"); }) == EACCES);
+  }
+  struct stat st {};
+  REQUIRE(stat((dir / "mine").c_str(), &st) == 0);
+  CHECK(st.st_uid == 65534);
+  CHECK(st.st_gid == 65534);
+  // Setuid bits: a write as root (privileged, like a CAP_FSETID writer) keeps them; as
+  // another caller drops them.
+  write_local(dir / "suid", "x");
+  REQUIRE(chmod((dir / "suid").c_str(), 06777) == 0);
+  {
+    odafs::rpc::CallAs as(root);
+    File f = fs->open("suid", O_WRONLY);
+    f.pwrite("y", 1, 0);
+    f.close();
+  }
+  CHECK(mode_of(dir / "suid") == 06777);
+  {
+    odafs::rpc::CallAs as(nobody);
+    File f = fs->open("suid", O_WRONLY);
+    f.pwrite("z", 1, 0);
+    f.close();
+  }
+  CHECK(mode_of(dir / "suid") == 0777);
+  CHECK(read_local(dir / "suid") == "z");
+}
