@@ -12,6 +12,7 @@
 #include "client/call_util.h"
 #include "client/client_cache.h"
 #include "client/mount_state.h"
+#include "client/shared_file.h"
 #include "client/url.h"
 #include "ordma/engine.h"
 #include "proto/ref_xdr.h"
@@ -254,8 +255,21 @@ Attr Client::getattr(const Handle& fh) {
     attr_res res{};
     ch.call(ODAFSPROC_GETATTR, to_xdrproc(xdr_getattr_args), &args, to_xdrproc(xdr_attr_res), &res);
     check(res.status, "getattr");
-    return to_attr(res.attr_res_u.attr);
+    return with_writes_behind(fh, to_attr(res.attr_res_u.attr));
   });
+}
+
+Attr Client::with_writes_behind(const Handle& fh, Attr a) const {
+  // Writes gathered behind (client/shared_file.h) have not reached the server, whose size
+  // is then short of what this client wrote: the kernel under odafs-mount would cut its
+  // own view of the file to it.
+  if (a.type == FileType::kRegular) {
+    OpenFiles::Ref f = open_files_.find(cache_key(fh));
+    if (f && f->has_behind.load(std::memory_order_acquire)) {
+      a.size = std::max<uint64_t>(a.size, f->size.load(std::memory_order_relaxed));
+    }
+  }
+  return a;
 }
 
 void Client::start_rpc_read(const MountState& m, rpc::Call& call, const Handle& fh, void* buf,

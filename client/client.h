@@ -33,7 +33,7 @@
 #include <utility>
 #include <vector>
 
-#include "client/open_sizes.h"
+#include "client/open_files.h"
 
 namespace odafs {
 
@@ -134,6 +134,13 @@ struct MountOptions {
   // A File keeps a copy of its unstable writes until they are committed, to send them
   // again if the server restarts before the COMMIT; past this many bytes it commits first.
   size_t max_uncommitted_bytes = 8u << 20;
+  // Write-behind: positioned writes smaller than this are gathered, while they follow one
+  // another, and sent as one WRITE when the run breaks or fills, or at fsync, close,
+  // truncate, stat or a read of the file by this client; an error sending them comes back
+  // from the next write, fsync or close of the file (as with NFS). The server sees nothing
+  // of them until then (close-to-open: another client sees them after the close). 0: every
+  // write is sent when made. Clamped to the server's max_write.
+  size_t write_behind_bytes = 64u << 10;
   // How long a directory's handle found on the way to a file is used without looking the
   // directory up again (the path to it, not the file: open still looks the file up, for
   // close-to-open). Another client's rename of a directory may go unseen that long, as
@@ -179,18 +186,21 @@ class File {
 
   // Reads up to len bytes at offset; returns fewer only at end of file.
   size_t pread(void* buf, size_t len, uint64_t offset);
-  // Writes all len bytes at offset (or at the end of file when opened O_APPEND).
+  // Writes all len bytes at offset (or at the end of file when opened O_APPEND). Small
+  // positioned writes may be gathered and sent later (MountOptions::write_behind_bytes);
+  // an error sending them is thrown by a later pwrite, fsync or close.
   size_t pwrite(const void* buf, size_t len, uint64_t offset);
   Attr stat();
   // The attributes open() found (from OPEN, CREATE or a read delegation), without a call:
   // what stat() would have said at open, not since.
   const Attr& attributes_at_open() const { return opened_; }
   void truncate(uint64_t size);
-  // Makes every write so far durable (COMMIT). If the server restarted since an unstable
+  // Sends the writes gathered behind, then makes every write so far durable (COMMIT), of
+  // every open of this file by this client. If the server restarted since an unstable
   // write (its write verifier changed), sends every uncommitted write again, stable; throws
   // EIO only if that fails.
   void fsync();
-  // fsync() if there are unstable writes, then forget the handle.
+  // fsync(), then forget the handle.
   void close();
 
   bool is_open() const { return client_ != nullptr; }
@@ -228,9 +238,13 @@ class File {
   // Where an IoQueue write asked at `offset` goes: the end of file (a GETATTR) when opened
   // O_APPEND. (pwrite appends at the server instead.)
   uint64_t write_offset(uint64_t offset);
-  // Before an UNSTABLE write of `len` bytes: commits first (fsync) when keeping its copy
-  // would take the kept bytes past MountOptions::max_uncommitted_bytes.
+  // Before an UNSTABLE write of `len` bytes: commits first when keeping its copy would take
+  // the kept bytes past MountOptions::max_uncommitted_bytes.
   void make_room_for(size_t len);
+  // Sends the write-behind run of this file, if any (every read, stat and IoQueue request
+  // does first). report: throw the error of this or an earlier run (writes, fsync);
+  // otherwise keep it for them (reads).
+  void flush_behind(bool report);
   // After a WRITE of src[0, n) at offset came back with (verf, committed), sent with the
   // handle whose cache key is `key`: keeps an unstable write's copy and verifier for fsync,
   // drops the client's cached copies of the blocks, and grows the known size.
@@ -239,13 +253,21 @@ class File {
 
   // The bytes not yet committed that are kept for re-sending.
   size_t uncommitted_bytes() const;
+  // pwrite without write-behind: WRITEs (or direct writes) of max_write at most.
+  size_t write_through(const char* buf, size_t len, uint64_t offset);
+  // REQUIRES the shared behind_mu: sends the run; on failure records its error and throws.
+  void send_behind_locked();
+  // REQUIRES the shared behind_mu: throws a recorded run error once.
+  void throw_behind_error_locked();
+  // COMMIT of the unstable writes (fsync without sending the write-behind run).
+  void commit_unstable();
   // Sends `writes` (offset, length; their bytes end to end in data) again, FILE_SYNC.
   void resend(const std::vector<std::pair<uint64_t, size_t>>& writes,
               const std::vector<char>& data);
 
   struct State;
   Client* client_ = nullptr;
-  std::unique_ptr<State> state_;  // handle and commit state, under its own mutex
+  std::unique_ptr<State> state_;  // handle, and what the client's Files of the file share
   uint64_t fileid_ = 0;
   Attr opened_;
   std::string path_;
@@ -411,8 +433,15 @@ class Client {
   // client's cached blocks, references and delegations serve that caller like any other.
   // Throws Error(EACCES) when the server refuses the caller.
   void check_access(const Handle& fh, const Attr& attr, const std::string& path, int access);
-  // This client changes fh's bytes or attributes: its own delegation on it is void.
+  // This client changes fh's bytes or attributes: the writes it gathered behind for fh go
+  // to the server first (flush_writes_behind), and its own delegation on fh is void.
   void forget_delegation(const Handle& fh);
+  // Sends the writes this client gathered behind for fh (client/shared_file.h), if any;
+  // throws the error of sending them.
+  void flush_writes_behind(const Handle& fh);
+  // Attributes the server gave for fh, with the size grown to what this client has written
+  // behind (not yet sent) to the file.
+  Attr with_writes_behind(const Handle& fh, Attr a) const;
 
   // One READ by RPC of [offset, offset + len) into buf (len <= max_read) on m's channel;
   // the reply's references go into m's directory under `key`. Throws rpc::RpcError (the
@@ -457,7 +486,7 @@ class Client {
   std::mutex remount_mu_;  // serialises re-mounts; nothing else takes it
   std::atomic<std::shared_ptr<const MountState>> mount_;
   ClientStats stats_;
-  OpenSizes open_sizes_;  // shared by the Files of one file
+  OpenFiles open_files_;  // what the Files of one file share
 };
 
 }  // namespace odafs

@@ -8,32 +8,86 @@
 #include "client/call_util.h"
 #include "client/client.h"
 #include "client/mount_state.h"
+#include "client/shared_file.h"
 
 namespace odafs {
 
+OpenFiles::Ref OpenFiles::acquire(uint64_t key, uint64_t at_open) {
+  std::lock_guard lock(mu_);
+  Ref& f = files_[key];
+  if (!f) f = std::make_shared<SharedFile>();
+  f->size.store(at_open, std::memory_order_relaxed);
+  return f;
+}
+
+void OpenFiles::release(uint64_t key, Ref& ref) {
+  std::lock_guard lock(mu_);
+  auto it = files_.find(key);
+  // Two references left (the map's and this one): no other File has it.
+  if (it != files_.end() && it->second == ref && ref.use_count() == 2) files_.erase(it);
+  ref.reset();
+}
+
+OpenFiles::Ref OpenFiles::find(uint64_t key) const {
+  std::lock_guard lock(mu_);
+  auto it = files_.find(key);
+  return it == files_.end() ? nullptr : it->second;
+}
+
+size_t OpenFiles::files() const {
+  std::lock_guard lock(mu_);
+  return files_.size();
+}
+
 // What changes while the file is open, shared by the threads using it.
 struct File::State {
-  std::mutex mu;  // guards everything below except commit_mu
+  std::mutex mu;  // guards fh, key and instance
   Handle fh{};
-  uint64_t key = 0;                       // cache_key(fh)
-  WriteVerifier instance{};               // the server instance fh came from (its write verifier)
-  bool unstable = false;                  // writes not yet committed
-  std::optional<WriteVerifier> verifier;  // of the last unstable write
-  bool verifier_changed = false;          // differed between two unstable writes
-  // The unstable writes since the last COMMIT, (offset, length), their bytes end to end in
-  // pending_data, kept to be sent again should the server restart before the COMMIT.
-  std::vector<std::pair<uint64_t, size_t>> pending;
-  std::vector<char> pending_data;
-  std::mutex commit_mu;  // one fsync at a time
-  // Not under mu: the file's size as this client knows it: at open, from stat(), after its
-  // own writes and truncations, and as reads find it. Reads stop here without asking the
-  // server, as an NFS client's reads stop at its cached size: close-to-open promises the
-  // size at open, and this spares a READ per whole-file read just to learn the end (a
-  // cached or one-sided last block would otherwise need one). Shared with the client's
-  // other Files of this file (client/open_sizes.h).
-  OpenSizes::Size size;   // null once closed
-  uint64_t size_key = 0;  // the key it was acquired under (key changes with a stale handle)
+  uint64_t key = 0;          // cache_key(fh)
+  WriteVerifier instance{};  // the server instance fh came from (its write verifier)
+  // Shared with the client's other Files of this file (client/open_files.h); null once
+  // closed. Acquired under size_key (the key changes with a stale handle's refresh).
+  OpenFiles::Ref shared;
+  uint64_t size_key = 0;
 };
+
+namespace {
+
+// Sends sf's write-behind run with write(bytes, length, offset) and empties it. On failure
+// records the error for the next write, fsync or close, drops the run (the server never
+// got it, as an NFS client's failed write-behind), and rethrows. REQUIRES sf.behind_mu.
+template <class WriteFn>
+void send_run_locked(SharedFile& sf, WriteFn&& write) {
+  if (sf.behind.empty()) return;
+  try {
+    write(sf.behind.data(), sf.behind.size(), sf.behind_offset);
+  } catch (const Error& e) {
+    if (sf.behind_errno == 0) {
+      sf.behind_errno = e.errno_value();
+      sf.behind_error = e.what();
+    }
+    sf.behind.clear();
+    sf.has_behind.store(false, std::memory_order_release);
+    throw;
+  }
+  sf.behind.clear();  // keeps its capacity: a steady writer allocates nothing
+  sf.has_behind.store(false, std::memory_order_release);
+}
+
+// After a WRITE of src[0, n) at offset came back with (verf, committed): keeps an unstable
+// write's copy and verifier for the COMMIT.
+void record_write(SharedFile& s, uint64_t offset, const char* src, size_t n,
+                  const WriteVerifier& verf, int committed) {
+  if (committed != ODAFS_UNSTABLE) return;
+  std::lock_guard lock(s.mu);
+  if (s.verifier && *s.verifier != verf) s.verifier_changed = true;
+  s.verifier = verf;
+  s.unstable = true;
+  s.pending.push_back({offset, n});
+  s.pending_data.insert(s.pending_data.end(), src, src + n);
+}
+
+}  // namespace
 
 File::File(Client* client, Handle fh, const Attr& attr, WriteVerifier instance, std::string path,
            int flags)
@@ -47,18 +101,19 @@ File::File(Client* client, Handle fh, const Attr& attr, WriteVerifier instance, 
   state_->key = odafs::cache_key(fh);
   state_->instance = instance;
   state_->size_key = state_->key;
-  state_->size = client->open_sizes_.acquire(state_->key, attr.size);
+  state_->shared = client->open_files_.acquire(state_->key, attr.size);
 }
 
 uint64_t File::size_hint() const {
-  return state_->size ? state_->size->load(std::memory_order_relaxed) : UINT64_MAX;
+  return state_->shared ? state_->shared->size.load(std::memory_order_relaxed) : UINT64_MAX;
 }
 
 void File::saw_size_at_least(uint64_t size) {
-  if (!state_->size) return;  // closed
-  uint64_t known = state_->size->load(std::memory_order_relaxed);
+  if (!state_->shared) return;  // closed
+  std::atomic<uint64_t>& known_size = state_->shared->size;
+  uint64_t known = known_size.load(std::memory_order_relaxed);
   while (known < size &&
-         !state_->size->compare_exchange_weak(known, size, std::memory_order_relaxed)) {
+         !known_size.compare_exchange_weak(known, size, std::memory_order_relaxed)) {
   }
 }
 
@@ -128,21 +183,13 @@ uint64_t File::write_offset(uint64_t offset) {
 void File::make_room_for(size_t len) {
   const MountOptions& o = client_->options();
   if (o.stability == Stability::kUnstable && uncommitted_bytes() + len > o.max_uncommitted_bytes) {
-    fsync();  // the copies kept for re-sending would outgrow their bound
+    commit_unstable();  // the copies kept for re-sending would outgrow their bound
   }
 }
 
 void File::wrote(uint64_t key, uint64_t offset, const char* src, size_t n,
                  const WriteVerifier& verf, int committed) {
-  if (committed == ODAFS_UNSTABLE) {
-    std::lock_guard lock(state_->mu);
-    State& s = *state_;
-    if (s.verifier && *s.verifier != verf) s.verifier_changed = true;
-    s.verifier = verf;
-    s.unstable = true;
-    s.pending.push_back({offset, n});
-    s.pending_data.insert(s.pending_data.end(), src, src + n);
-  }
+  record_write(*state_->shared, offset, src, n, verf, committed);
   client_->forget_data(key, offset, n);  // the cached copies are out of date now
   saw_size_at_least(offset + n);
 }
@@ -187,6 +234,7 @@ auto File::retry_stale(Fn&& fn) -> decltype(fn(Handle{}, uint64_t{})) {
 
 size_t File::pread(void* buf, size_t len, uint64_t offset) {
   check_readable();
+  flush_behind(false);  // this client reads its own writes
   size_t n = retry_stale([&](const Handle& fh, uint64_t key) {
     return client_->read_file(fh, key, buf, len, offset, size_hint());
   });
@@ -196,6 +244,31 @@ size_t File::pread(void* buf, size_t len, uint64_t offset) {
 
 size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
   check_writable();
+  const MountOptions& o = client_->options();
+  const size_t behind_cap =
+      std::min<size_t>(o.write_behind_bytes, client_->mount_state()->limits.max_write);
+  // O_APPEND goes to the server at once (it places the bytes); direct writes are the
+  // engine's to pull; large writes gain nothing from waiting.
+  if ((flags_ & O_APPEND) != 0 || o.direct_writes || len >= behind_cap) {
+    flush_behind(true);
+    return write_through(static_cast<const char*>(buf), len, offset);
+  }
+  SharedFile& sf = *state_->shared;
+  std::lock_guard behind(sf.behind_mu);
+  throw_behind_error_locked();
+  const bool follows = offset == sf.behind_offset + sf.behind.size();
+  if (!sf.behind.empty() && (!follows || sf.behind.size() + len > behind_cap)) {
+    send_behind_locked();
+  }
+  if (sf.behind.empty()) sf.behind_offset = offset;
+  const char* src = static_cast<const char*>(buf);
+  sf.behind.insert(sf.behind.end(), src, src + len);
+  sf.has_behind.store(true, std::memory_order_release);
+  saw_size_at_least(offset + len);
+  return len;
+}
+
+size_t File::write_through(const char* buf, size_t len, uint64_t offset) {
   // O_APPEND: each chunk goes at the server's end of file, atomically there, and the
   // reply's size says where it landed (no GETATTR first).
   const bool append = (flags_ & O_APPEND) != 0;
@@ -205,7 +278,7 @@ size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
     const size_t max_write = client_->mount_state()->limits.max_write;
     while (done < len) {
       size_t chunk = std::min<size_t>(len - done, max_write);
-      const char* src = static_cast<const char*>(buf) + done;
+      const char* src = buf + done;
       make_room_for(chunk);
       WriteVerifier verf;
       int committed = 0;
@@ -222,19 +295,68 @@ size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
   });
 }
 
+void File::send_behind_locked() {
+  send_run_locked(*state_->shared, [this](const char* buf, size_t len, uint64_t offset) {
+    write_through(buf, len, offset);
+  });
+}
+
+void Client::flush_writes_behind(const Handle& fh) {
+  const uint64_t key = odafs::cache_key(fh);
+  OpenFiles::Ref f = open_files_.find(key);
+  if (!f || !f->has_behind.load(std::memory_order_acquire)) return;
+  std::lock_guard behind(f->behind_mu);
+  send_run_locked(*f, [&](const char* buf, size_t len, uint64_t offset) {
+    const Stability how = options().stability;
+    for (size_t done = 0; done < len;) {
+      const size_t chunk = std::min<size_t>(len - done, mount_state()->limits.max_write);
+      WriteVerifier verf;
+      int committed = 0;
+      size_t n = write(fh, buf + done, chunk, offset + done, how, &verf, &committed);
+      record_write(*f, offset + done, buf + done, n, verf, committed);
+      forget_data(key, offset + done, n);
+      done += n;
+    }
+  });
+}
+
+void File::throw_behind_error_locked() {
+  SharedFile& sf = *state_->shared;
+  if (sf.behind_errno == 0) return;
+  Error e(sf.behind_errno, "an earlier write of " + path_ + " failed: " + sf.behind_error);
+  sf.behind_errno = 0;
+  sf.behind_error.clear();
+  throw e;
+}
+
+void File::flush_behind(bool report) {
+  if (client_ == nullptr) fail(EBADF, "file is closed");
+  SharedFile& sf = *state_->shared;
+  if (!report && !sf.has_behind.load(std::memory_order_acquire)) return;
+  std::lock_guard behind(sf.behind_mu);
+  try {
+    send_behind_locked();
+  } catch (const Error&) {
+    if (!report) return;  // kept for the next write, fsync or close
+  }
+  if (report) throw_behind_error_locked();
+}
+
 size_t File::uncommitted_bytes() const {
-  std::lock_guard lock(state_->mu);
-  return state_->pending.empty() ? 0 : state_->pending_data.size();
+  SharedFile& s = *state_->shared;
+  std::lock_guard lock(s.mu);
+  return s.pending.empty() ? 0 : s.pending_data.size();
 }
 
 Attr File::stat() {
+  flush_behind(false);
   Attr a = retry_stale([&](const Handle& fh, uint64_t) { return client_->getattr(fh); });
-  state_->size->store(a.size, std::memory_order_relaxed);
+  state_->shared->size.store(a.size, std::memory_order_relaxed);
   return a;
 }
 
 void File::truncate(uint64_t size) {
-  // Earlier unstable writes are committed first: were the server to restart after the
+  // Earlier writes are sent and committed first: were the server to restart after the
   // truncation, re-sending them then would bring truncated bytes back.
   fsync();
   uint64_t key = retry_stale([&](const Handle& fh, uint64_t k) {
@@ -242,12 +364,18 @@ void File::truncate(uint64_t size) {
     return k;
   });
   client_->forget_data(key, 0, UINT64_MAX);
-  state_->size->store(size, std::memory_order_relaxed);
+  state_->shared->size.store(size, std::memory_order_relaxed);
 }
 
 void File::fsync() {
+  flush_behind(true);
+  commit_unstable();
+}
+
+void File::commit_unstable() {
   if (client_ == nullptr) fail(EBADF, "file is closed");
-  std::lock_guard commit(state_->commit_mu);
+  SharedFile& shared = *state_->shared;
+  std::lock_guard commit(shared.commit_mu);
   // Take the writes acknowledged so far: the COMMIT below covers them. Writes that finish
   // meanwhile stay for the next fsync.
   std::vector<std::pair<uint64_t, size_t>> taken;
@@ -255,8 +383,8 @@ void File::fsync() {
   std::optional<WriteVerifier> verifier;
   bool changed;
   {
-    std::lock_guard lock(state_->mu);
-    State& s = *state_;
+    std::lock_guard lock(shared.mu);
+    SharedFile& s = shared;
     if (!s.unstable) return;
     taken.swap(s.pending);
     taken_data.swap(s.pending_data);
@@ -267,17 +395,17 @@ void File::fsync() {
     s.verifier.reset();
   }
   auto give_back_buffers = [&] {  // keeps their capacity: a steady writer allocates nothing
-    std::lock_guard lock(state_->mu);
+    std::lock_guard lock(shared.mu);
     taken.clear();
     taken_data.clear();
-    if (state_->pending.empty()) {
-      state_->pending.swap(taken);
-      state_->pending_data.swap(taken_data);
+    if (shared.pending.empty()) {
+      shared.pending.swap(taken);
+      shared.pending_data.swap(taken_data);
     }
   };
   auto put_back = [&] {  // failed: the writes stay uncommitted, ahead of newer ones
-    std::lock_guard lock(state_->mu);
-    State& s = *state_;
+    std::lock_guard lock(shared.mu);
+    SharedFile& s = shared;
     taken.insert(taken.end(), s.pending.begin(), s.pending.end());
     taken_data.insert(taken_data.end(), s.pending_data.begin(), s.pending_data.end());
     s.pending.swap(taken);
@@ -328,7 +456,7 @@ void File::resend(const std::vector<std::pair<uint64_t, size_t>>& writes,
 void File::close() {
   if (client_ == nullptr) return;
   Client* client = std::exchange(client_, nullptr);
-  auto give_back = [&] { client->open_sizes_.release(state_->size_key, state_->size); };
+  auto give_back = [&] { client->open_files_.release(state_->size_key, state_->shared); };
   try {
     client_ = client;
     fsync();

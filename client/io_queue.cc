@@ -186,6 +186,7 @@ bool IoQueue::drive_read(Slot& s, bool rpc_ready) {
   if (!s.started) {
     s.started = true;
     s.file->check_readable();
+    s.file->flush_behind(false);  // this client reads its own writes
     if (client_.read_mode() == ReadMode::kDirect) {  // the engine's push: synchronous
       s.done = s.file->pread(s.buf, s.len, s.offset);
       return true;
@@ -225,6 +226,7 @@ bool IoQueue::drive_write(Slot& s, bool rpc_ready) {
   if (!s.started) {
     s.started = true;
     s.file->check_writable();
+    s.file->flush_behind(true);  // ordered after the writes gathered before it
     s.offset = s.file->write_offset(s.offset);
   }
   if (rpc_ready) {

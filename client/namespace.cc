@@ -234,10 +234,21 @@ void Client::check_access(const Handle& fh, const Attr& attr, const std::string&
   }
 }
 
-void Client::forget_delegation(const Handle& fh) { mount_state()->delegations->forget_file(fh); }
+void Client::forget_delegation(const Handle& fh) {
+  // A SETATTR of times sent before the writes gathered behind would be undone by their
+  // mtime (cp -a sets times after writing): they go first.
+  flush_writes_behind(fh);
+  mount_state()->delegations->forget_file(fh);
+}
 
-Attr Client::stat(const std::string& path) { return resolve(path, true).second; }
-Attr Client::lstat(const std::string& path) { return resolve(path, false).second; }
+Attr Client::stat(const std::string& path) {
+  auto [fh, attr] = resolve(path, true);
+  return with_writes_behind(fh, attr);
+}
+Attr Client::lstat(const std::string& path) {
+  auto [fh, attr] = resolve(path, false);
+  return with_writes_behind(fh, attr);
+}
 
 void Client::mkdir(const std::string& path, mode_t mode) {
   auto [dir, name] = resolve_parent(path);

@@ -12,6 +12,13 @@ namespace {
 // O_EXCL reach create only; O_NOFOLLOW, O_DIRECTORY, O_CLOEXEC... are the VFS's).
 constexpr int kOpenFlags = O_ACCMODE | O_APPEND | O_TRUNC;
 
+// An O_APPEND open bypasses the kernel's page cache (direct I/O): through the page cache
+// the kernel may cut one write(2) into several WRITE requests (at page boundaries), and
+// each is appended at the server's end of file on its own, so another writer's record
+// could land between the pieces. Direct, a write(2) up to the connection's max_write is
+// one request, one atomic append at the server.
+unsigned direct_io_for(int open_flags) { return (open_flags & O_APPEND) != 0 ? 1 : 0; }
+
 }  // namespace
 
 void FuseFs::op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
@@ -24,7 +31,7 @@ void FuseFs::op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     std::string path = fs.inodes_.path(ino);
     auto open = std::make_unique<OpenFile>(fs.client_.open(path, fi->flags & kOpenFlags), ino);
     fi->keep_cache = 0;
-    fi->direct_io = 0;
+    fi->direct_io = direct_io_for(fi->flags);
     if (fs.session_ != nullptr) fuse_lowlevel_notify_inval_inode(fs.session_, ino, -1, 0);
     fi->fh = fs.adopt(std::move(open));
     fs.opened(ino);
@@ -50,7 +57,7 @@ void FuseFs::op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode
     e.attr_timeout = fs.options_.attr_timeout;
     e.entry_timeout = fs.options_.entry_timeout;
     fi->keep_cache = 0;
-    fi->direct_io = 0;
+    fi->direct_io = direct_io_for(fi->flags);
     fi->fh = fs.adopt(std::move(open));
     fs.opened(e.ino);
     if (fuse_reply_create(req, &e, fi) != 0) {

@@ -3,10 +3,13 @@
 
 #include <linux/fs.h>  // RENAME_NOREPLACE, RENAME_EXCHANGE
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <new>
+
+#include "base/setid.h"
 
 namespace odafs::mount {
 
@@ -39,8 +42,19 @@ int errno_of_exception(const std::exception& e) {
   return EIO;
 }
 
+namespace {
+
+std::string host_name() {
+  char host[256] = "localhost";
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
+}  // namespace
+
 FuseFs::FuseFs(Client& client, const Attr& root, FsOptions options)
     : client_(client),
+      machine_(host_name()),
       inodes_(root.fileid),
       options_(options),
       block_size_(client.limits().block_size ? client.limits().block_size : 4096) {}
@@ -105,6 +119,15 @@ const fuse_lowlevel_ops& FuseFs::ops() {
     return o;
   }();
   return table;
+}
+
+rpc::CallerCred FuseFs::caller_of(fuse_req_t req) {
+  const fuse_ctx* ctx = fuse_req_ctx(req);
+  rpc::CallerCred id;
+  id.auth_sys = true;
+  id.uid = ctx->uid;
+  id.gid = ctx->gid;
+  return id;
 }
 
 FuseFs::OpenFile* FuseFs::open_file_of(const fuse_file_info* fi) {
@@ -193,6 +216,12 @@ void FuseFs::op_init(void* userdata, fuse_conn_info* conn) {
   // No writeback cache: every write goes to the server before write(2) returns, which is
   // what another client's close-to-open view depends on.
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  // Dropping setuid/setgid bits at a write, truncation or chown is ours where libfuse can
+  // say so (it cannot before 3.16): the server drops them at WRITE and at SETATTR of the
+  // size (the root it runs as would keep them), op_setattr at a chown, which the protocol
+  // cannot carry. Otherwise the kernel drops them itself, by a chmod as a writer without
+  // CAP_FSETID (op_setattr lets pass the one a server acting as the writer refuses).
+  if (conn->capable & FUSE_CAP_HANDLE_KILLPRIV) conn->want |= FUSE_CAP_HANDLE_KILLPRIV;
 }
 
 void FuseFs::op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -245,6 +274,13 @@ void FuseFs::op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int t
           ((to_set & FUSE_SET_ATTR_GID) && attr->st_gid != cur.gid)) {
         throw Error(EPERM, "odafs-mount: the protocol cannot change owners");
       }
+      // chown(2) of a non-directory drops its setuid/setgid bits, whoever calls (Linux).
+      // Where the kernel leaves that to us (FUSE_CAP_HANDLE_KILLPRIV, op_init), it sends
+      // the owner alone; otherwise it sends the mode without them too (below).
+      const mode_t drop = setid_bits_to_drop(cur.mode);
+      if (drop != 0 && cur.type != FileType::kDirectory && !(to_set & FUSE_SET_ATTR_MODE)) {
+        fs.client_.chmod(fs.inodes_.path(ino), cur.mode & 07777 & ~drop);
+      }
     }
     if (to_set & FUSE_SET_ATTR_SIZE) {
       if (f != nullptr) {
@@ -253,7 +289,21 @@ void FuseFs::op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int t
         fs.client_.truncate(fs.inodes_.path(ino), static_cast<uint64_t>(attr->st_size));
       }
     }
-    if (to_set & FUSE_SET_ATTR_MODE) fs.client_.chmod(fs.inodes_.path(ino), attr->st_mode & 07777);
+    if (to_set & FUSE_SET_ATTR_MODE) {
+      const mode_t mode = attr->st_mode & 07777;
+      try {
+        fs.client_.chmod(fs.inodes_.path(ino), mode);
+      } catch (const Error& e) {
+        // The kernel's own drop of setuid/setgid bits before a write or truncation by a
+        // caller without CAP_FSETID (op_init) comes as a chmod as that caller, which a
+        // server acting as its callers refuses to any but the owner. The server drops the
+        // bits itself at the WRITE or truncation that follows, so a refused chmod that
+        // would only drop them (or change nothing) passes.
+        if (e.errno_value() != EPERM) throw;
+        const Attr cur = f != nullptr ? f->stat() : fs.attr_of(ino);
+        if (mode != (cur.mode & 07777 & ~setid_bits_to_drop(cur.mode))) throw;
+      }
+    }
     // Times on a symlink itself (lutimes; the kernel follows symlinks for everything else)
     // cannot be set: Client::utimens follows the last symlink, and would change the
     // target. They are left as they are and the call succeeds, so that cp -a and tar x

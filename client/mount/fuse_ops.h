@@ -10,6 +10,11 @@
 // release/releasedir. FuseFs owns them all, so that those the kernel never released (the
 // session ended first: SIGTERM, an unmount with files open) are closed at its end.
 //
+// Callers: every operation's calls carry the FUSE request's caller (uid and gid, from
+// fuse_req_ctx) as their AUTH_SYS credential (rpc::CallAs, set by guard()), so that a
+// server run with --auth-sys checks and creates as that caller. Supplementary groups are
+// not sent: libfuse finds them only by reading /proc for each request.
+//
 // Thread-safety: the operations run on libfuse's worker threads, any number at once. The
 // Client and the InodeTable are thread-safe; an open File is used by concurrent read,
 // write, flush and fsync (which File allows) and closed only at release, after the kernel
@@ -35,6 +40,7 @@
 #include "base/log.h"
 #include "client/client.h"
 #include "client/mount/inode_table.h"
+#include "rpc/call_credential.h"
 
 namespace odafs::mount {
 
@@ -96,7 +102,8 @@ class FuseFs {
   static File* file_of(const fuse_file_info* fi);
   static OpenFile* open_file_of(const fuse_file_info* fi);
 
-  // Runs fn (which replies on success); an exception becomes fuse_reply_err.
+  // Runs fn (which replies on success) as the request's caller (its calls carry the
+  // caller's credential); an exception becomes fuse_reply_err.
   template <class Fn>
   static void guard(fuse_req_t req, const char* op, Fn&& fn);
 
@@ -155,7 +162,11 @@ class FuseFs {
   static void op_releasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
   static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi);
 
+  // The request's caller (uid, gid), for its calls' AUTH_SYS credential.
+  static rpc::CallerCred caller_of(fuse_req_t req);
+
   Client& client_;
+  const std::string machine_;  // this host's name, in every caller's credential
   InodeTable inodes_;
   const FsOptions options_;
   uint32_t block_size_;  // reported as st_blksize
@@ -169,6 +180,8 @@ int errno_of_exception(const std::exception& e);
 
 template <class Fn>
 void FuseFs::guard(fuse_req_t req, const char* op, Fn&& fn) {
+  const rpc::CallCredential caller(caller_of(req), self(req).machine_);
+  const rpc::CallAs as(caller);
   try {
     fn();
   } catch (const std::exception& e) {

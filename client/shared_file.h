@@ -1,0 +1,49 @@
+// SharedFile: the state a Client's Files of one file share (client/open_files.h says
+// why): the size the client knows, the unstable writes awaiting COMMIT with the copies kept
+// to send them again after a server restart, and the write-behind run.
+//
+// Thread-safety: `size` is atomic; the write books are under `mu`; the write-behind run is
+// under `behind_mu`, held while the run is sent so that runs go out in order. Lock order:
+// commit_mu, then behind_mu, then mu.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "client/client.h"
+
+namespace odafs {
+
+struct SharedFile {
+  // The file's size as this client knows it: at open, from stat(), after its own writes
+  // and truncations, and as reads find it. Reads stop here without asking the server, as
+  // an NFS client's reads stop at its cached size: close-to-open promises the size at open,
+  // and this spares a READ per whole-file read just to learn the end.
+  std::atomic<uint64_t> size{0};
+
+  std::mutex commit_mu;  // one fsync at a time
+
+  std::mutex mu;                          // guards the unstable-write books below
+  bool unstable = false;                  // writes not yet committed
+  std::optional<WriteVerifier> verifier;  // of the last unstable write
+  bool verifier_changed = false;          // differed between two unstable writes
+  // The unstable writes since the last COMMIT, (offset, length), their bytes end to end in
+  // pending_data, kept to be sent again should the server restart before the COMMIT.
+  std::vector<std::pair<uint64_t, size_t>> pending;
+  std::vector<char> pending_data;
+
+  std::mutex behind_mu;  // guards the write-behind run and its error
+  uint64_t behind_offset = 0;
+  std::vector<char> behind;             // written, not yet sent: [behind_offset, + behind.size())
+  std::atomic<bool> has_behind{false};  // behind is not empty (checked without the lock)
+  // A write-behind run that could not be sent: reported by the next write, fsync or close.
+  int behind_errno = 0;
+  std::string behind_error;
+};
+
+}  // namespace odafs
