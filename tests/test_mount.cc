@@ -20,82 +20,25 @@
 #include <vector>
 
 #include "tests/support/mount_process.h"
+#include "tests/support/mounted.h"
 #include "tests/support/server_process.h"
 
+using odafs::test::cat;
+using odafs::test::eventually;
 using odafs::test::failed_with;
+using odafs::test::in_child;
+using odafs::test::list;
+using odafs::test::Mounted;
 using odafs::test::MountProcess;
 using odafs::test::pattern;
 using odafs::test::read_local;
 using odafs::test::ServerProcess;
 using odafs::test::TempDir;
+using odafs::test::write_at;
 using odafs::test::write_local;
 using Clock = std::chrono::steady_clock;
 
-namespace {
-
 #define MOUNT_TEST(name) ODAFS_MOUNT_TEST(name)
-
-// An export served by odafsd and mounted with odafs-mount. Members go in reverse on
-// destruction: the mount first, then the server, then the directories.
-struct Mounted {
-  explicit Mounted(std::vector<std::string> options = {}, std::vector<std::string> server_args = {})
-      : server(exp.path(), std::move(server_args)), m(server.url(), mnt.path(), options) {}
-  std::string operator/(const std::string& name) const { return m / name; }
-  std::string local(const std::string& name) const { return exp / name; }
-
-  TempDir exp;
-  TempDir mnt;
-  ServerProcess server;
-  MountProcess m;
-};
-
-// The whole file at path, through read(2).
-std::string cat(const std::string& path) { return read_local(path); }
-
-ssize_t write_at(int fd, const std::string& s, off_t off) {
-  return pwrite(fd, s.data(), s.size(), off);
-}
-
-std::set<std::string> list(const std::string& dir) {
-  std::set<std::string> names;
-  DIR* d = opendir(dir.c_str());
-  REQUIRE(d != nullptr);
-  while (dirent* e = readdir(d)) names.insert(e->d_name);
-  closedir(d);
-  return names;
-}
-
-// Polls pred for up to 5 s.
-template <class Pred>
-bool eventually(Pred&& pred) {
-  auto deadline = Clock::now() + std::chrono::seconds(5);
-  while (!pred()) {
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
-
-// Runs fn in a child process and waits up to `bound` for it; returns its exit code, or -1
-// if it had to be killed (a hang) or died of a signal.
-template <class Fn>
-int in_child(std::chrono::milliseconds bound, Fn&& fn) {
-  pid_t pid = fork();
-  if (pid == 0) _exit(fn());
-  auto deadline = Clock::now() + bound;
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) != pid) {
-    if (Clock::now() >= deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-}  // namespace
 
 MOUNT_TEST("files: create, read, write, append, truncate, O_EXCL, O_TRUNC, sparse") {
   Mounted fs;
@@ -320,55 +263,6 @@ MOUNT_TEST("attributes: chmod, utimensat with UTIME_NOW and UTIME_OMIT, chown, s
   const double ltotal = static_cast<double>(lv.f_blocks) * lv.f_frsize;
   CHECK(total == doctest::Approx(ltotal).epsilon(0.01));
   CHECK(v.f_namemax == 255);
-}
-
-MOUNT_TEST("a directory of 10000 entries lists completely, with types and inode numbers") {
-  Mounted fs;
-  // Made in the export directly (fast); listed through the mount.
-  CHECK(mkdir(fs.local("big").c_str(), 0755) == 0);
-  std::set<std::string> want = {".", ".."};
-  int failed = 0;
-  for (int i = 0; i < 10000; ++i) {
-    std::string name = "entry-" + std::to_string(i) + std::string(i % 40, 'x');
-    int fd = open(fs.local("big/" + name).c_str(), O_CREAT | O_WRONLY, 0644);
-    failed += fd < 0;
-    close(fd);
-    want.insert(name);
-  }
-  REQUIRE(failed == 0);
-  CHECK(mkdir(fs.local("big/sub").c_str(), 0755) == 0);
-  want.insert("sub");
-  std::set<std::string> got;
-  size_t dirs = 0;
-  size_t twice = 0;  // names listed more than once
-  bool inodes_match = true;
-  DIR* d = opendir((fs / "big").c_str());
-  REQUIRE(d != nullptr);
-  while (dirent* e = readdir(d)) {
-    if (!got.insert(e->d_name).second) ++twice;
-    if (e->d_type == DT_DIR) ++dirs;
-    if (std::strcmp(e->d_name, "entry-7xxxxxxx") == 0) {
-      struct stat st {};
-      stat(fs.local(std::string("big/") + e->d_name).c_str(), &st);
-      inodes_match = st.st_ino == e->d_ino;
-    }
-  }
-  // rewinddir lists again (and sees a name added since).
-  write_local(fs.local("big/late"), "");
-  rewinddir(d);
-  size_t again = 0;
-  bool late = false;
-  while (dirent* e = readdir(d)) {
-    ++again;
-    late = late || std::strcmp(e->d_name, "late") == 0;
-  }
-  closedir(d);
-  CHECK(got == want);
-  CHECK(twice == 0);
-  CHECK(dirs == 3);  // ".", "..", "sub"
-  CHECK(inodes_match);
-  CHECK(again == want.size() + 1);
-  CHECK(late);
 }
 
 MOUNT_TEST("two mounts of one export see each other's changes after close and open") {

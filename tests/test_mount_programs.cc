@@ -1,7 +1,7 @@
 // Unmodified programs on an odafs-mount: each script runs once in a local directory and
-// once on the mount, and both must print the same (cp -a, tar, ls -l, find, mv, rm -r, dd,
-// sha256sum, sed -i and an editor-style save, make, git). Skipped (with the reason) where
-// FUSE cannot mount.
+// once on the mount, and both must print the same (cp -a, rsync -a, tar, ls -l, find, mv,
+// rm -r, dd, sha256sum, sed -i and an editor-style save, make, git). Skipped (with the
+// reason) where FUSE cannot mount.
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -106,6 +106,37 @@ cat copy/sub2/renamed.txt
 echo '# rm -r'
 rm -r copy moved
 ls -A
+)");
+  CHECK(mounted == local);
+  CHECK(local.rfind("exit 0\n", 0) == 0);
+}
+
+MOUNT_TEST("rsync -a: a copy, a run with nothing to do, changes with --delete" *
+           doctest::skip(!have("rsync")) * doctest::description("needs rsync")) {
+  Compare c;
+  auto [local, mounted] = c.both(R"(
+rsync -a "$SRC"/ src/
+rsync -a src/ copy/
+echo '# find'
+(cd copy && find . -printf '%y %m %s %u:%g %p -> %l\n' | sort)
+echo '# times (symlinks own times are not kept on odafs)'
+(cd copy && find . ! -type l -printf '%T@ %p\n' | sort)
+echo '# sha256sum'
+(cd copy && find . -type f -print0 | sort -z | xargs -0 sha256sum)
+diff -r src copy && echo same
+echo '# a second run has nothing to copy (but symlinks, whose times differ on odafs)'
+rsync -ai src/ copy/ | { grep -v '^\.L' || true; }
+echo '# a change, a removal, --delete'
+printf 'changed\n' > src/a.txt
+touch -d @1000000100 src/a.txt
+rm src/sub/part
+rsync -ai --delete src/ copy/ | { grep -v '^\.L' || true; }
+cat copy/a.txt
+ls -A copy/sub
+(cd copy && find . ! -type l ! -path ./sub -printf '%T@ %m %p\n' | sort)
+kept=$(stat -c %Y src/sub) now=$(stat -c %Y copy/sub)
+[ "$kept" = "$now" ] && echo 'sub: time kept' || echo "sub: time $now, not $kept"
+rsync -a --checksum src/ copy/ && diff -r src copy && echo same
 )");
   CHECK(mounted == local);
   CHECK(local.rfind("exit 0\n", 0) == 0);

@@ -90,25 +90,6 @@ std::string decide() {
   return "";
 }
 
-// Runs fusermount3 with args, output discarded; returns its exit status (-1 on failure).
-int fusermount(const std::vector<std::string>& args) {
-  std::vector<std::string> argv_s = {"fusermount3"};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv = argv_of(argv_s);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-  pid_t pid;
-  int rc = posix_spawnp(&pid, "fusermount3", &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) return -1;
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 // Waits up to `bound` for pid to exit; its wait status, or -1 (still running).
 int wait_exit(pid_t pid, std::chrono::milliseconds bound) {
   auto deadline = Clock::now() + bound;
@@ -149,6 +130,24 @@ bool is_odafs_mounted(const std::string& dir) {
     if (unescape(mp) == dir && fstype == "fuse.odafs-mount") return true;
   }
   return false;
+}
+
+int fusermount(const std::vector<std::string>& args) {
+  std::vector<std::string> argv_s = {"fusermount3"};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv = argv_of(argv_s);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid;
+  int rc = posix_spawnp(&pid, "fusermount3", &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return -1;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 MountProcess::MountProcess(std::string url, std::string mountpoint,

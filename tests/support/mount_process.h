@@ -28,6 +28,10 @@ inline const char* fuse_skip_description() {
 // Whether `dir` is a mountpoint of a FUSE odafs-mount file system now (/proc/self/mountinfo).
 bool is_odafs_mounted(const std::string& dir);
 
+// Runs `fusermount3 ARGS...`, its output discarded; returns its exit status (-1 when it
+// could not run or died of a signal).
+int fusermount(const std::vector<std::string>& args);
+
 // Starts `odafs-mount -f [-o OPTIONS] URL MOUNTPOINT` and waits (up to 10 s) until the mount
 // shows in /proc/self/mountinfo. Throws std::runtime_error, with odafs-mount's stderr, if
 // it exits or the mount does not show up in time. The destructor always unmounts

@@ -1,0 +1,87 @@
+// Test support for the odafs-mount suites (test_mount*.cc): an export served by odafsd and
+// mounted with odafs-mount, and small helpers for system calls on it. Checks with doctest:
+// include it from test files only.
+#pragma once
+
+#include <dirent.h>
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "tests/support/mount_process.h"
+#include "tests/support/server_process.h"
+
+namespace odafs::test {
+
+// An export served by odafsd and mounted with odafs-mount. Members go in reverse on
+// destruction: the mount first, then the server, then the directories.
+struct Mounted {
+  explicit Mounted(std::vector<std::string> options = {}, std::vector<std::string> server_args = {})
+      : server(exp.path(), std::move(server_args)), m(server.url(), mnt.path(), options) {}
+  std::string operator/(const std::string& name) const { return m / name; }
+  std::string local(const std::string& name) const { return exp / name; }
+
+  TempDir exp;
+  TempDir mnt;
+  ServerProcess server;
+  MountProcess m;
+};
+
+// The whole file at path, through read(2).
+inline std::string cat(const std::string& path) { return read_local(path); }
+
+inline ssize_t write_at(int fd, const std::string& s, off_t off) {
+  return pwrite(fd, s.data(), s.size(), off);
+}
+
+// The names readdir(3) lists in dir, "." and ".." included.
+inline std::set<std::string> list(const std::string& dir) {
+  std::set<std::string> names;
+  DIR* d = opendir(dir.c_str());
+  REQUIRE(d != nullptr);
+  while (dirent* e = readdir(d)) names.insert(e->d_name);
+  closedir(d);
+  return names;
+}
+
+// Polls pred for up to 5 s.
+template <class Pred>
+bool eventually(Pred&& pred) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+// Runs fn in a child process and waits up to `bound` for it; returns its exit code, or -1
+// if it had to be killed (a hang) or died of a signal. fn must use system calls only (the
+// child of a process with threads).
+template <class Fn>
+int in_child(std::chrono::milliseconds bound, Fn&& fn) {
+  pid_t pid = fork();
+  if (pid == 0) _exit(fn());
+  auto deadline = std::chrono::steady_clock::now() + bound;
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) != pid) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace odafs::test
