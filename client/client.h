@@ -194,6 +194,9 @@ class File {
   // The attributes open() found (from OPEN, CREATE or a read delegation), without a call:
   // what stat() would have said at open, not since.
   const Attr& attributes_at_open() const { return opened_; }
+  // The file's size as this client knows it, without a call: at open, after stat(), and
+  // grown by this client's writes (those gathered behind too) and reads.
+  uint64_t known_size() const { return size_hint(); }
   void truncate(uint64_t size);
   // Sends the writes gathered behind, then makes every write so far durable (COMMIT), of
   // every open of this file by this client. If the server restarted since an unstable
@@ -253,10 +256,11 @@ class File {
 
   // The bytes not yet committed that are kept for re-sending.
   size_t uncommitted_bytes() const;
-  // pwrite without write-behind: WRITEs (or direct writes) of max_write at most.
-  size_t write_through(const char* buf, size_t len, uint64_t offset);
+  // pwrite without write-behind: WRITEs (or direct writes) of max_write at most, `how`
+  // stable.
+  size_t write_through(const char* buf, size_t len, uint64_t offset, Stability how);
   // REQUIRES the shared behind_mu: sends the run; on failure records its error and throws.
-  void send_behind_locked();
+  void send_behind_locked(Stability how);
   // REQUIRES the shared behind_mu: throws a recorded run error once.
   void throw_behind_error_locked();
   // COMMIT of the unstable writes (fsync without sending the write-behind run).

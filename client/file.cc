@@ -251,14 +251,14 @@ size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
   // engine's to pull; large writes gain nothing from waiting.
   if ((flags_ & O_APPEND) != 0 || o.direct_writes || len >= behind_cap) {
     flush_behind(true);
-    return write_through(static_cast<const char*>(buf), len, offset);
+    return write_through(static_cast<const char*>(buf), len, offset, o.stability);
   }
   SharedFile& sf = *state_->shared;
   std::lock_guard behind(sf.behind_mu);
   throw_behind_error_locked();
   const bool follows = offset == sf.behind_offset + sf.behind.size();
   if (!sf.behind.empty() && (!follows || sf.behind.size() + len > behind_cap)) {
-    send_behind_locked();
+    send_behind_locked(o.stability);
   }
   if (sf.behind.empty()) sf.behind_offset = offset;
   const char* src = static_cast<const char*>(buf);
@@ -268,7 +268,7 @@ size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
   return len;
 }
 
-size_t File::write_through(const char* buf, size_t len, uint64_t offset) {
+size_t File::write_through(const char* buf, size_t len, uint64_t offset, Stability how) {
   // O_APPEND: each chunk goes at the server's end of file, atomically there, and the
   // reply's size says where it landed (no GETATTR first).
   const bool append = (flags_ & O_APPEND) != 0;
@@ -283,11 +283,10 @@ size_t File::write_through(const char* buf, size_t len, uint64_t offset) {
       WriteVerifier verf;
       int committed = 0;
       uint64_t end = 0;
-      size_t n =
-          o.direct_writes && !append
-              ? client_->write_direct(fh, src, chunk, offset + done, o.stability, &verf, &committed)
-              : client_->write(fh, src, chunk, append ? kAppendOffset : offset + done, o.stability,
-                               &verf, &committed, &end);
+      size_t n = o.direct_writes && !append
+                     ? client_->write_direct(fh, src, chunk, offset + done, how, &verf, &committed)
+                     : client_->write(fh, src, chunk, append ? kAppendOffset : offset + done, how,
+                                      &verf, &committed, &end);
       wrote(key, append ? end - n : offset + done, src, n, verf, committed);
       done += n;
     }
@@ -295,9 +294,9 @@ size_t File::write_through(const char* buf, size_t len, uint64_t offset) {
   });
 }
 
-void File::send_behind_locked() {
-  send_run_locked(*state_->shared, [this](const char* buf, size_t len, uint64_t offset) {
-    write_through(buf, len, offset);
+void File::send_behind_locked(Stability how) {
+  send_run_locked(*state_->shared, [this, how](const char* buf, size_t len, uint64_t offset) {
+    write_through(buf, len, offset, how);
   });
 }
 
@@ -335,7 +334,7 @@ void File::flush_behind(bool report) {
   if (!report && !sf.has_behind.load(std::memory_order_acquire)) return;
   std::lock_guard behind(sf.behind_mu);
   try {
-    send_behind_locked();
+    send_behind_locked(client_->options().stability);
   } catch (const Error&) {
     if (!report) return;  // kept for the next write, fsync or close
   }
@@ -368,6 +367,28 @@ void File::truncate(uint64_t size) {
 }
 
 void File::fsync() {
+  if (client_ == nullptr) fail(EBADF, "file is closed");
+  SharedFile& sf = *state_->shared;
+  if (client_->options().stability == Stability::kUnstable &&
+      sf.has_behind.load(std::memory_order_acquire)) {
+    std::lock_guard behind(sf.behind_mu);
+    bool nothing_else;
+    {
+      std::lock_guard lock(sf.mu);
+      nothing_else = !sf.unstable;
+    }
+    // The run is all there is to make durable (a file written and closed at once, as
+    // PostMark's and most programs' are): one FILE_SYNC WRITE does it, no COMMIT after.
+    if (nothing_else && !sf.behind.empty()) {
+      try {
+        send_behind_locked(Stability::kFileSync);
+      } catch (const Error&) {
+        // recorded: thrown once, below
+      }
+      throw_behind_error_locked();
+      return;
+    }
+  }
   flush_behind(true);
   commit_unstable();
 }

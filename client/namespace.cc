@@ -9,6 +9,7 @@
 #include "client/client_cache.h"
 #include "client/dir_cache.h"
 #include "client/mount_state.h"
+#include "client/shared_file.h"
 #include "client/url.h"
 #include "rpc/call_credential.h"
 
@@ -40,6 +41,13 @@ std::pair<Handle, Attr> Client::resolve(const std::string& path, bool follow_las
 std::pair<Handle, Attr> Client::walk(const std::string& path, bool follow_last, const Handle& start,
                                      bool for_parent, DirCache* dirs, bool* used_cache) {
   std::vector<std::string> todo = split_path(path);
+  if (todo.empty() && for_parent) {
+    // The mount root as the parent of a name in it: a directory, and that is all a parent's
+    // caller uses (a GETATTR here cost every create, open and remove in the root a call).
+    Attr dir;
+    dir.type = FileType::kDirectory;
+    return {start, dir};
+  }
   // Directories on the way come from the DirCache while it knows them: every component
   // but the last, and the last too when the caller wants it only as a parent directory.
   const size_t cacheable = for_parent ? todo.size() : (todo.empty() ? 0 : todo.size() - 1);
@@ -339,6 +347,10 @@ void Client::truncate(const std::string& path, uint64_t size) {
   if (attr.type == FileType::kDirectory) fail(EISDIR, path);
   setattr_size(fh, size);
   forget_data(cache_key(fh), 0, UINT64_MAX);
+  // This client's opens of the file know its size: it is this one now.
+  if (OpenFiles::Ref f = open_files_.find(cache_key(fh))) {
+    f->size.store(size, std::memory_order_relaxed);
+  }
 }
 
 void Client::chmod(const std::string& path, mode_t mode) {

@@ -29,7 +29,8 @@ void FuseFs::op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     // attributes are invalidated so that the size another client gave the file is
     // fetched (through this open file) before a read stops at an old size.
     std::string path = fs.inodes_.path(ino);
-    auto open = std::make_unique<OpenFile>(fs.client_.open(path, fi->flags & kOpenFlags), ino);
+    auto open = std::make_unique<OpenFile>(fs.client_.open(path, fi->flags & kOpenFlags), ino,
+                                           fs.attr_epoch_.load());
     fi->keep_cache = 0;
     fi->direct_io = direct_io_for(fi->flags);
     if (fs.session_ != nullptr) fuse_lowlevel_notify_inval_inode(fs.session_, ino, -1, 0);
@@ -52,7 +53,7 @@ void FuseFs::op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode
     Attr a = file.attributes_at_open();  // CREATE's reply: no GETATTR
     fuse_entry_param e{};
     e.ino = fs.inodes_.add_lookup(parent, name, a.fileid);
-    auto open = std::make_unique<OpenFile>(std::move(file), e.ino);
+    auto open = std::make_unique<OpenFile>(std::move(file), e.ino, fs.attr_epoch_.load());
     e.attr = fs.to_stat(a);
     e.attr_timeout = fs.options_.attr_timeout;
     e.entry_timeout = fs.options_.entry_timeout;
@@ -84,7 +85,7 @@ void FuseFs::op_write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t si
   guard(req, "write", [&] {
     OpenFile* of = open_file_of(fi);
     if (of == nullptr) throw Error(EBADF, "odafs-mount: write without an open file");
-    of->attr_fresh.store(false);  // its size and times change now
+    of->written.store(true);  // its times change now (its size is the File's to know)
     File* f = &of->file;
     // Opened O_APPEND, the File writes at the server's end of file whatever `off` says
     // (the kernel's idea of the end may be old).

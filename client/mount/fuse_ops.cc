@@ -227,7 +227,16 @@ void FuseFs::op_init(void* userdata, fuse_conn_info* conn) {
 void FuseFs::op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   guard(req, "lookup", [&] {
     FuseFs& fs = self(req);
-    Attr a = fs.client_.lstat(fs.inodes_.child_path(parent, name));
+    Attr a;
+    try {
+      a = fs.client_.lstat(fs.inodes_.child_path(parent, name));
+    } catch (const Error& e) {
+      if (e.errno_value() != ENOENT || fs.options_.negative_timeout <= 0) throw;
+      fuse_entry_param none{};  // ino 0: the kernel keeps "no such name" entry_timeout long
+      none.entry_timeout = fs.options_.negative_timeout;
+      fuse_reply_entry(req, &none);
+      return;
+    }
     fs.reply_entry(req, parent, name, a);
   });
 }
@@ -250,13 +259,19 @@ void FuseFs::op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     // attributes, even if its name changed or went away.
     OpenFile* of = open_file_of(fi);
     Attr a;
-    if (of != nullptr && of->attr_fresh.exchange(false)) {
+    double keep = fs.options_.attr_timeout;
+    // A write may have dropped setuid/setgid bits at the server (base/setid.h), which
+    // only the server knows it did: such a file's attributes come from the server.
+    if (of != nullptr && of->attr_epoch == fs.attr_epoch_.load() &&
+        !(of->written.load() && setid_bits_to_drop(of->file.attributes_at_open().mode) != 0)) {
       a = of->file.attributes_at_open();  // from the open's OPEN or its delegation
+      a.size = of->file.known_size();     // with this client's writes
+      if (of->answered.exchange(true) || of->written.load()) keep = 0;
     } else {
       a = of != nullptr ? of->file.stat() : fs.attr_of(ino);
     }
     struct stat st = fs.to_stat(a);
-    fuse_reply_attr(req, &st, fs.options_.attr_timeout);
+    fuse_reply_attr(req, &st, keep);
   });
 }
 
@@ -264,7 +279,7 @@ void FuseFs::op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int t
                         fuse_file_info* fi) {
   guard(req, "setattr", [&] {
     FuseFs& fs = self(req);
-    if (OpenFile* of = open_file_of(fi)) of->attr_fresh.store(false);
+    fs.attr_epoch_.fetch_add(1);  // opens stop answering getattrs from what they knew
     File* f = file_of(fi);
     // The protocol has no owner change (no SETATTR of uid/gid): chown to what already
     // is succeeds (cp -a, tar x as the owner do that), anything else is EPERM.

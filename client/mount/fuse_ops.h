@@ -50,6 +50,11 @@ mode_t type_bits(FileType t);
 struct FsOptions {
   double attr_timeout = 1.0;   // seconds the kernel may trust attributes
   double entry_timeout = 1.0;  // seconds the kernel may trust a name → inode lookup
+  // Seconds the kernel may trust that a name does not exist (a negative entry): creating a
+  // name looks it up first, so without this every create costs a LOOKUP more. Another
+  // mount's create of the name goes unseen that long; this mount's own creates replace
+  // the entry at once. 0: not kept.
+  double negative_timeout = 1.0;
 };
 
 class FuseFs {
@@ -77,13 +82,19 @@ class FuseFs {
     virtual ~OpenNode() = default;
   };
   struct OpenFile : OpenNode {
-    OpenFile(File f, Ino i) : OpenNode(Kind::kFile), file(std::move(f)), ino(i) {}
+    OpenFile(File f, Ino i, uint64_t epoch)
+        : OpenNode(Kind::kFile), file(std::move(f)), ino(i), attr_epoch(epoch) {}
     File file;
     Ino ino;
-    // The attributes the open brought still describe the file: nothing was written or set
-    // through this open since, so the kernel's first getattr (open invalidates its copy)
-    // is answered without a call. Cleared by the first getattr, write or setattr.
-    std::atomic<bool> attr_fresh{true};
+    // The attributes the open brought still describe the file, but for the size this
+    // client's writes grow (File::known_size), as long as no setattr ran on this mount
+    // since (attr_epoch == FuseFs::attr_epoch_): the kernel's getattrs through the open
+    // (the first after open, llseek to the end, reads) are answered without a call, as
+    // close-to-open allows. After the first, or once written through (the open's times
+    // are old then), the kernel is told not to keep the answer.
+    const uint64_t attr_epoch;
+    std::atomic<bool> answered{false};
+    std::atomic<bool> written{false};
   };
   struct OpenDir : OpenNode {
     OpenDir() : OpenNode(Kind::kDir) {}
@@ -168,6 +179,8 @@ class FuseFs {
   Client& client_;
   const std::string machine_;  // this host's name, in every caller's credential
   InodeTable inodes_;
+  // Bumped by every setattr: opens from before it stop answering getattrs themselves.
+  std::atomic<uint64_t> attr_epoch_{0};
   const FsOptions options_;
   uint32_t block_size_;  // reported as st_blksize
   fuse_session* session_ = nullptr;

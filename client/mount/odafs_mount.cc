@@ -35,6 +35,7 @@ struct Config {
   int dir_cache_ms = 3000;
   double attr_timeout = 1.0;
   double entry_timeout = 1.0;
+  double negative_timeout = 1.0;
   int show_help = 0;
 };
 
@@ -49,6 +50,7 @@ const fuse_opt kSpec[] = {ODAFS_OPT("cache_blocks=%lu", cache_blocks, 0),
                           ODAFS_OPT("dir_cache_ms=%d", dir_cache_ms, 0),
                           ODAFS_OPT("attr_timeout=%lf", attr_timeout, 0),
                           ODAFS_OPT("entry_timeout=%lf", entry_timeout, 0),
+                          ODAFS_OPT("negative_timeout=%lf", negative_timeout, 0),
                           ODAFS_OPT("-h", show_help, 1),
                           ODAFS_OPT("--help", show_help, 1),
                           FUSE_OPT_END};
@@ -77,6 +79,8 @@ void usage(const char* prog) {
       "    dir_cache_ms=N         libodafs directory handle cache (default 3000; 0: off)\n"
       "    attr_timeout=S         seconds the kernel trusts attributes (default 1)\n"
       "    entry_timeout=S        seconds the kernel trusts name lookups (default 1)\n"
+      "    negative_timeout=S     seconds the kernel trusts that a name does not exist\n"
+      "                           (default 1; 0: not kept)\n"
       "    ro, allow_other, default_permissions, ...: as for any FUSE file system\n"
       "\n"
       "Unmount with: fusermount3 -u MOUNTPOINT (or SIGINT/SIGTERM to a -f odafs-mount)\n\n",
@@ -185,7 +189,8 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "odafs-mount: read_mode must be ordma, preposted, inline or direct\n");
     return 1;
   }
-  if (conf.timeout_ms <= 0 || conf.attr_timeout < 0 || conf.entry_timeout < 0) {
+  if (conf.timeout_ms <= 0 || conf.attr_timeout < 0 || conf.entry_timeout < 0 ||
+      conf.negative_timeout < 0) {
     std::fprintf(stderr, "odafs-mount: timeouts must not be negative (timeout_ms > 0)\n");
     return 1;
   }
@@ -203,6 +208,7 @@ int run(int argc, char** argv) {
   odafs::mount::FsOptions fo;
   fo.attr_timeout = conf.attr_timeout;
   fo.entry_timeout = conf.entry_timeout;
+  fo.negative_timeout = conf.negative_timeout;
   odafs::mount::FuseFs fs(*client, root, fo);
 
   const fuse_lowlevel_ops& ops = odafs::mount::FuseFs::ops();
