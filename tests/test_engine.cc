@@ -1,7 +1,8 @@
 // The soft one-sided engine in process, as honest clients use it: real TCP on 127.0.0.1
 // and local rings, real engine threads, exported memory of our own. Reads and every fault
 // reason (forged, stale and other-session references), torn-free reads under concurrent
-// rewrites, shared connections, server-initiated transfers, engine stop. Clients that break
+// rewrites, shared connections, engine stop. Server-initiated transfers, and the cases every
+// backend shares, are in test_engine_backends.cc. Clients that break
 // the protocol are in test_engine_hostile.cc.
 #include <doctest/doctest.h>
 #include <sys/uio.h>
@@ -193,49 +194,6 @@ TEST_CASE("many threads share one engine connection; responses find their owners
   for (auto& t : threads) t.join();
   CHECK(wrong == 0);
   CHECK(st.engine->stats().reads.load() == kThreads * 100);
-}
-
-TEST_CASE("server-initiated writes land in registered buffers, and only there") {
-  EngineStack st;
-  Session s = st.sessions.issue();
-  auto client = connect_soft_engine(st.where(), s);
-  std::vector<char> buf(100, '.');
-  uint32_t id = client->register_buffer(buf.data(), buf.size());
-  std::string payload = "direct!";
-  iovec part{payload.data(), payload.size()};
-  uint32_t got = 0;
-  // Before any connection of another session exists, pushing to it is refused.
-  CHECK(st.engine->push(s.id + 1, id, 0, 1, &part, 1) == Fault::kWrongSession);
-  Fault f = client->direct(
-      [&](uint32_t tag) { REQUIRE(st.engine->push(s.id, id, 10, tag, &part, 1) == Fault::kNone); },
-      &got);
-  CHECK(f == Fault::kNone);
-  CHECK(got == payload.size());
-  CHECK(std::string(buf.data() + 10, payload.size()) == payload);
-  CHECK(buf[9] == '.');
-  CHECK(buf[17] == '.');
-  // Outside the buffer: refused, nothing written.
-  f = client->direct(
-      [&](uint32_t tag) { REQUIRE(st.engine->push(s.id, id, 98, tag, &part, 1) == Fault::kNone); },
-      &got);
-  CHECK(f == Fault::kOutOfBounds);
-  CHECK(buf[98] == '.');
-  f = client->direct(
-      [&](uint32_t tag) {
-        REQUIRE(st.engine->push(s.id, id + 7, 0, tag, &part, 1) == Fault::kNone);
-      },
-      &got);
-  CHECK(f == Fault::kOutOfBounds);
-  // An unregistered buffer takes nothing either.
-  client->unregister_buffer(id);
-  f = client->direct(
-      [&](uint32_t tag) { REQUIRE(st.engine->push(s.id, id, 0, tag, &part, 1) == Fault::kNone); },
-      &got);
-  CHECK(f == Fault::kOutOfBounds);
-  // The connection still serves one-sided reads.
-  std::vector<char> seg(kSegBytes);
-  CHECK(client->read(st.ref(1, s), 0, kSegBytes, seg.data(), &got) == Fault::kNone);
-  CHECK(seg[0] == 'B');
 }
 
 TEST_CASE("server-initiated reads take bytes from registered buffers, and only from them") {

@@ -293,16 +293,33 @@ void pushes_land_in_registered_buffers(const char* kind) {
   std::string payload = "direct!";
   iovec part{payload.data(), payload.size()};
   uint32_t got = 0;
+  // To a session without an engine connection: refused at once.
   CHECK(st.engine->push(s.id + 1, id, 0, 1, &part, 1) == Fault::kWrongSession);
-  Fault f = c->direct(
-      [&](uint32_t tag) { REQUIRE(st.engine->push(s.id, id, 10, tag, &part, 1) == Fault::kNone); },
-      &got);
-  CHECK(f == Fault::kNone);
+  auto push = [&](uint32_t buffer, uint32_t offset) {
+    return c->direct(
+        [&](uint32_t tag) {
+          REQUIRE(st.engine->push(s.id, buffer, offset, tag, &part, 1) == Fault::kNone);
+        },
+        &got);
+  };
+  CHECK(push(id, 10) == Fault::kNone);
   CHECK(got == payload.size());
   CHECK(std::string(buf.data() + 10, payload.size()) == payload);
   CHECK(buf[9] == '.');
   CHECK(buf[17] == '.');
+  // Outside the buffer, or to a buffer never registered: refused to the client, nothing
+  // written.
+  CHECK(push(id, 98) == Fault::kOutOfBounds);
+  CHECK(buf[98] == '.');
+  CHECK(push(id + 7, 0) == Fault::kOutOfBounds);
+  // An unregistered buffer takes nothing either.
   c->unregister_buffer(id);
+  CHECK(push(id, 0) == Fault::kOutOfBounds);
+  CHECK(buf[0] == '.');
+  // The connection still serves one-sided reads.
+  std::vector<char> seg(kSeg);
+  CHECK(c->read(st.ref(1, s), 0, kSeg, seg.data(), &got) == Fault::kNone);
+  CHECK(seg[0] == 'B');
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 
 #include "base/log.h"
 #include "ordma/engine_impl/verbs/verbs_engine_impl.h"
@@ -38,59 +39,30 @@ Fault VerbsEngine::send_done(Conn& c, MessageKind kind, uint32_t tag, uint32_t v
   return send_locked(c, m) ? Fault::kNone : Fault::kTransport;
 }
 
-Fault VerbsEngine::push(uint64_t session, uint32_t buffer, uint32_t offset, uint32_t tag,
-                        const iovec* parts, int nparts) {
+// A transfer the client's buffer cannot take (unknown id, out of its bounds) is refused
+// to the client, as the soft engine's client refuses a PUT or GET outside its buffer: the
+// client's direct() ends with the fault instead of waiting for bytes that never come.
+Fault VerbsEngine::transfer(uint64_t session, uint32_t buffer, uint32_t offset, uint32_t tag,
+                            uint32_t length, bool to_client, int timeout_ms,
+                            const std::function<void(char* bounce)>& bytes) {
   std::shared_ptr<Conn> c = by_session(session);
   if (!c) return Fault::kWrongSession;
   RemoteBuffer rb;
-  if (!find_buffer(*c, buffer, &rb)) return Fault::kOutOfBounds;
-  size_t total = 0;
-  for (int i = 0; i < nparts; ++i) total += parts[i].iov_len;
-  if (offset > rb.length || total > rb.length - offset) return Fault::kOutOfBounds;
+  const bool fits =
+      find_buffer(*c, buffer, &rb) && offset <= rb.length && length <= rb.length - offset;
   std::lock_guard send(c->send_mu);
-  if (c->dead || !ensure_bounce(*c, total)) return Fault::kTransport;
-  size_t at = 0;
-  for (int i = 0; i < nparts; ++i) {
-    std::memcpy(c->bounce.data() + at, parts[i].iov_base, parts[i].iov_len);
-    at += parts[i].iov_len;
+  if (!fits) {
+    Fault refused =
+        send_done(*c, MessageKind::kCancel, tag, static_cast<uint32_t>(Fault::kOutOfBounds));
+    return to_client && refused == Fault::kNone ? Fault::kNone : Fault::kOutOfBounds;
   }
-  if (total > 0) {
-    ibv_sge sge{reinterpret_cast<uint64_t>(c->bounce.data()), static_cast<uint32_t>(total),
-                c->bounce_mr->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = tag;
-    wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.wr.rdma.remote_addr = rb.addr + offset;
-    wr.wr.rdma.rkey = rb.rkey;
-    if (post_and_wait(c->cm->qp, c->send_cq, &wr, kSendTimeoutMs) != IBV_WC_SUCCESS) {
-      rdma_disconnect(c->cm);
-      return Fault::kTransport;
-    }
-  }
-  Fault f = send_done(*c, MessageKind::kPushDone, tag, static_cast<uint32_t>(total));
-  if (f == Fault::kNone) {
-    stats_.pushes.fetch_add(1, std::memory_order_relaxed);
-    stats_.push_bytes.fetch_add(total, std::memory_order_relaxed);
-  }
-  return f;
-}
-
-Fault VerbsEngine::pull(uint64_t session, uint32_t buffer, uint32_t offset, uint32_t tag,
-                        uint32_t length, int timeout_ms, std::vector<char>* data) {
-  std::shared_ptr<Conn> c = by_session(session);
-  if (!c) return Fault::kWrongSession;
-  RemoteBuffer rb;
-  if (!find_buffer(*c, buffer, &rb)) return Fault::kOutOfBounds;
-  if (offset > rb.length || length > rb.length - offset) return Fault::kOutOfBounds;
-  std::lock_guard send(c->send_mu);
   if (c->dead || !ensure_bounce(*c, length)) return Fault::kTransport;
+  if (to_client) bytes(c->bounce.data());
   if (length > 0) {
     ibv_sge sge{reinterpret_cast<uint64_t>(c->bounce.data()), length, c->bounce_mr->lkey};
     ibv_send_wr wr{};
     wr.wr_id = tag;
-    wr.opcode = IBV_WR_RDMA_READ;
+    wr.opcode = to_client ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.wr.rdma.remote_addr = rb.addr + offset;
@@ -100,8 +72,35 @@ Fault VerbsEngine::pull(uint64_t session, uint32_t buffer, uint32_t offset, uint
       return Fault::kTransport;
     }
   }
-  data->assign(c->bounce.data(), c->bounce.data() + length);
-  Fault f = send_done(*c, MessageKind::kPullDone, tag, length);
+  if (!to_client) bytes(c->bounce.data());
+  // Ordered after the data on the queue pair: the client's wait ends once the bytes are in
+  // place (a push) or taken (a pull).
+  return send_done(*c, to_client ? MessageKind::kPushDone : MessageKind::kPullDone, tag, length);
+}
+
+Fault VerbsEngine::push(uint64_t session, uint32_t buffer, uint32_t offset, uint32_t tag,
+                        const iovec* parts, int nparts) {
+  size_t total = 0;
+  for (int i = 0; i < nparts; ++i) total += parts[i].iov_len;
+  if (total > UINT32_MAX) return Fault::kOutOfBounds;
+  Fault f = transfer(session, buffer, offset, tag, static_cast<uint32_t>(total), true,
+                     kSendTimeoutMs, [&](char* bounce) {
+                       for (int i = 0; i < nparts; ++i) {
+                         std::memcpy(bounce, parts[i].iov_base, parts[i].iov_len);
+                         bounce += parts[i].iov_len;
+                       }
+                     });
+  if (f == Fault::kNone) {
+    stats_.pushes.fetch_add(1, std::memory_order_relaxed);
+    stats_.push_bytes.fetch_add(total, std::memory_order_relaxed);
+  }
+  return f;
+}
+
+Fault VerbsEngine::pull(uint64_t session, uint32_t buffer, uint32_t offset, uint32_t tag,
+                        uint32_t length, int timeout_ms, std::vector<char>* data) {
+  Fault f = transfer(session, buffer, offset, tag, length, false, timeout_ms,
+                     [&](char* bounce) { data->assign(bounce, bounce + length); });
   if (f == Fault::kNone) {
     stats_.pulls.fetch_add(1, std::memory_order_relaxed);
     stats_.pull_bytes.fetch_add(length, std::memory_order_relaxed);

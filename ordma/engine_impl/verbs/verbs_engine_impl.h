@@ -19,6 +19,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -146,6 +147,12 @@ class VerbsEngine final : public Engine {
   void teardown(const std::shared_ptr<Conn>& c);
 
   // verbs_engine_direct.cc
+  // One direct transfer of `length` bytes between the engine's bounce buffer and the
+  // client's registered `buffer` at `offset`: RDMA WRITE to the client (to_client; bytes()
+  // fills the bounce buffer first) or RDMA READ from it (bytes() takes them after), then
+  // PUSH_DONE / PULL_DONE.
+  Fault transfer(uint64_t session, uint32_t buffer, uint32_t offset, uint32_t tag, uint32_t length,
+                 bool to_client, int timeout_ms, const std::function<void(char* bounce)>& bytes);
   bool find_buffer(Conn& c, uint32_t id, RemoteBuffer* out);
   bool ensure_bounce(Conn& c, size_t bytes);
   Fault send_done(Conn& c, MessageKind kind, uint32_t tag, uint32_t value);
