@@ -23,7 +23,9 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -347,3 +349,26 @@ ENGINE_BACKEND_CASE(keys_that_come_round, "a key that comes round after 256 bind
 ENGINE_BACKEND_CASE(writes_lock_out_readers, "a write locks readers out; then they read anew")
 ENGINE_BACKEND_CASE(no_torn_blocks, "reads racing begin/end_write are whole or fault")
 ENGINE_BACKEND_CASE(pushes_land_in_registered_buffers, "server-initiated writes land in place")
+
+// Where a backend cannot run, asking for it fails with an error that says so, never a
+// crash: the server refuses to start that engine, and a client told to use it reads by
+// RPC (its connect_engine throws; EngineSlot then leaves the engine alone).
+TEST_CASE("a backend this machine cannot run is refused with its reason" *
+          doctest::skip(*skip_reason("verbs") == '\0') *
+          doctest::description("runs where verbs cannot")) {
+  std::vector<std::byte> memory(kSeg * kSegs);
+  EngineOptions o;
+  o.kind = "verbs";
+  o.listen = {"127.0.0.1", 0};
+  CHECK_THROWS_AS(make_engine(o, ExportedMemory{memory.data(), kSeg, kSegs}), std::exception);
+  Stack soft("soft");
+  Session s = soft.engine->open_session();
+  EngineClientOptions co;
+  co.timeout_ms = 2000;
+  CHECK_THROWS_AS(
+      connect_engine("verbs", odafs::net::parse_endpoint(soft.engine->endpoint()), s, co),
+      std::system_error);
+  o.kind = "no-such-backend";
+  CHECK_THROWS_AS(make_engine(o, ExportedMemory{memory.data(), kSeg, kSegs}),
+                  std::invalid_argument);
+}
