@@ -1,14 +1,22 @@
 // odafs-tcp-pingpong: the floors under every read figure on this machine.
 //
-//   odafs-tcp-pingpong [--iters N] [--bytes B] [--mode blocking|busy|shm|memcpy]
+//   odafs-tcp-pingpong [--iters N] [--bytes B]
+//       [--mode blocking|busy|client_poll|shm|shm_doorbell|memcpy]
 //
 // Two processes (fork) exchange B-byte messages, one at a time:
 //   blocking  over a loopback TCP connection with TCP_NODELAY, blocking reads (the floor
 //             of an RPC whose threads sleep in the kernel between requests);
 //   busy      the same with non-blocking sockets both sides spin on (no sleep, no wake-up:
 //             the floor of a busy-polling transport);
+//   client_poll  the same, the client spinning and the echo blocking (the floor of a
+//             client that polls for its answer from a server that sleeps between requests:
+//             one wake-up per round trip instead of two);
 //   shm       through a shared-memory mailbox both sides spin on (no kernel at all: the
 //             floor of a same-host one-sided read through a local ring);
+//   shm_doorbell  the same mailbox, but the echo sleeps in epoll_wait on an eventfd that
+//             the client writes after posting, as the soft engine sleeps between a ring's
+//             reads and its client rings the doorbell (local_ring.h); the client spins,
+//             yielding, for the reply (the floor of a ring whose engine is asleep);
 // and in one process:
 //   memcpy    a B-byte copy between two cache-warm buffers (the floor of any read that
 //             lands in the caller's buffer).
@@ -18,6 +26,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sched.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -68,16 +78,19 @@ bool spin_read(int fd, char* buf, size_t len) {
 struct Mailbox {
   alignas(64) std::atomic<uint64_t> req_seq{0};
   alignas(64) std::atomic<uint64_t> rep_seq{0};
+  alignas(64) std::atomic<uint32_t> awake{0};  // shm_doorbell: the echo is looking
 };
 constexpr uint64_t kStop = ~uint64_t{0};
 
 // Spins until seq holds something other than last; yields now and then, so that a side
-// sharing a core with the other does not hold it for a whole time slice.
-uint64_t spin_until_changed(const std::atomic<uint64_t>& seq, uint64_t last) {
+// sharing a core with the other does not hold it for a whole time slice, or on every turn
+// (yield_always: as a ring's client polls its completion, local_ring_client.cc).
+uint64_t spin_until_changed(const std::atomic<uint64_t>& seq, uint64_t last,
+                            bool yield_always = false) {
   for (unsigned i = 1;; ++i) {
     uint64_t v = seq.load(std::memory_order_acquire);
     if (v != last) return v;
-    if (i % 4096 == 0) sched_yield();
+    if (yield_always || i % 4096 == 0) sched_yield();
   }
 }
 
@@ -95,19 +108,23 @@ int main(int argc, char** argv) {
     else if (a == "--mode")
       mode = argv[i + 1];
   }
+  const bool doorbell = mode == "shm_doorbell";
   if (iters == 0 || bytes == 0 ||
-      (mode != "blocking" && mode != "busy" && mode != "shm" && mode != "memcpy")) {
+      (mode != "blocking" && mode != "busy" && mode != "client_poll" && mode != "shm" &&
+       !doorbell && mode != "memcpy")) {
     std::fprintf(stderr,
                  "usage: odafs-tcp-pingpong [--iters N] [--bytes B] "
-                 "[--mode blocking|busy|shm|memcpy]\n");
+                 "[--mode blocking|busy|client_poll|shm|shm_doorbell|memcpy]\n");
     return 2;
   }
   std::vector<double> lat(iters);
   double echo_cpu = 0;
-  const std::string name = mode == "blocking" ? "tcp_pingpong"
-                           : mode == "busy"   ? "tcp_busy_poll"
-                           : mode == "shm"    ? "shm_pingpong"
-                                              : "memcpy";
+  const std::string name = mode == "blocking"      ? "tcp_pingpong"
+                           : mode == "busy"        ? "tcp_busy_poll"
+                           : mode == "client_poll" ? "tcp_client_poll"
+                           : mode == "shm"         ? "shm_pingpong"
+                           : doorbell              ? "shm_doorbell"
+                                                   : "memcpy";
   if (mode == "memcpy") {
     // Timed in batches: a clock read costs more than a small copy.
     std::vector<char> src(bytes, 'x'), dst(bytes);
@@ -120,7 +137,7 @@ int main(int argc, char** argv) {
       }
       lat[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / batch;
     }
-  } else if (mode == "shm") {
+  } else if (mode == "shm" || doorbell) {
     const size_t region = sizeof(Mailbox) + 2 * bytes;
     void* mem = mmap(nullptr, region, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) return 1;
@@ -129,13 +146,37 @@ int main(int argc, char** argv) {
     char* rep = req + bytes;
     int report[2];
     if (pipe(report) != 0) return 1;
+    // The doorbell, and the echo's epoll set on it, edge-triggered as the engine's.
+    const int bell = doorbell ? eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC) : -1;
     pid_t child = fork();
     if (child == 0) {
       std::vector<char> buf(bytes);
+      int ep = -1;
+      if (doorbell) {
+        ep = epoll_create1(EPOLL_CLOEXEC);
+        epoll_event ev{};
+        ev.events = EPOLLIN | EPOLLET;
+        if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, bell, &ev) != 0) _exit(1);
+      }
       rusage before{}, after{};
       getrusage(RUSAGE_SELF, &before);
       size_t n = 0;
       for (uint64_t last = 0;;) {
+        if (doorbell) {
+          // Awake while looking, asleep in epoll_wait once nothing is posted: the engine's
+          // engine_awake protocol, so the client writes the doorbell only to a sleeper.
+          box->awake.store(1, std::memory_order_seq_cst);
+          while (box->req_seq.load(std::memory_order_acquire) == last) {
+            box->awake.store(0, std::memory_order_seq_cst);
+            if (box->req_seq.load(std::memory_order_seq_cst) != last) {
+              box->awake.store(1, std::memory_order_seq_cst);
+              break;
+            }
+            epoll_event ev;
+            epoll_wait(ep, &ev, 1, -1);
+            box->awake.store(1, std::memory_order_seq_cst);
+          }
+        }
         last = spin_until_changed(box->req_seq, last);
         if (last == kStop) break;
         std::memcpy(buf.data(), req, bytes);  // take the request, as a server would
@@ -149,19 +190,27 @@ int main(int argc, char** argv) {
       _exit(0);
     }
     std::vector<char> buf(bytes, 'x');
+    auto post = [&](uint64_t seq) {
+      box->req_seq.store(seq, std::memory_order_seq_cst);
+      if (doorbell && box->awake.load(std::memory_order_seq_cst) == 0) {
+        uint64_t one = 1;
+        [[maybe_unused]] ssize_t w = write(bell, &one, sizeof one);
+      }
+    };
     for (size_t i = 0; i < iters; ++i) {
       auto t0 = Clock::now();
       std::memcpy(req, buf.data(), bytes);
-      box->req_seq.store(i + 1, std::memory_order_release);
-      spin_until_changed(box->rep_seq, i);
+      post(i + 1);
+      spin_until_changed(box->rep_seq, i, doorbell);
       std::memcpy(buf.data(), rep, bytes);
       lat[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
     }
-    box->req_seq.store(kStop, std::memory_order_release);
+    post(kStop);
     [[maybe_unused]] ssize_t r = read(report[0], &echo_cpu, sizeof echo_cpu);
     waitpid(child, nullptr, 0);
   } else {
     const bool busy = mode == "busy";
+    const bool client_spins = busy || mode == "client_poll";
     odafs::net::Endpoint bound;
     int listener = odafs::net::listen_tcp({"127.0.0.1", 0}, &bound);
     odafs::net::set_nonblocking(listener, false);
@@ -187,13 +236,13 @@ int main(int argc, char** argv) {
       _exit(0);
     }
     int c = odafs::net::connect_tcp(bound);
-    if (busy) odafs::net::set_nonblocking(c, true);
+    if (client_spins) odafs::net::set_nonblocking(c, true);
     std::vector<char> buf(bytes, 'x');
     for (size_t i = 0; i < iters; ++i) {
       auto t0 = Clock::now();
       iovec iov{buf.data(), bytes};
       odafs::net::write_all(c, &iov, 1);
-      if (busy) {
+      if (client_spins) {
         spin_read(c, buf.data(), bytes);
       } else {
         odafs::net::read_full(c, buf.data(), bytes);
