@@ -3,7 +3,8 @@
 //
 //   odafs-peers --target URL [--mode rpc|ordma|ordma_tcp] --name NAME --server-pid PID
 //       --run W1,W2,... [--round R] [--seconds S] [--file PATH] [--seq-file PATH]
-//       [--start-at UNIX_MS] [--label L] [--pm-files N] [--pm-txns N]
+//       [--start-at UNIX_MS] [--label L] [--pm-files N] [--pm-txns N] [--ops N]
+//       [--perf-ctl CTL:ACK[,CTL:ACK...]]
 //   odafs-peers --make-file PATH --mb M
 //
 // Workloads (--run), each a JSON line on stdout:
@@ -23,6 +24,11 @@
 // off by default, and the odafs mount has cache_blocks = 0, so every read leaves the client.
 // --start-at makes the process wait, after its set-up, until that wall-clock time, so that
 // several processes measure together (--label names their rows).
+// --ops N makes lat and qN do exactly N reads, and seq exactly N 1 MiB reads, instead of
+// running for S seconds. --perf-ctl names the control and ack FIFOs of `perf stat -D -1
+// --control fifo:CTL,ACK` instances (one counting this process, one the server): they are
+// told "enable" after the set-up and warm-up and "disable" after the workloads, so that
+// their counts are the workloads' alone (bench/peers/bound.sh divides them by N).
 //
 // --make-file writes the data files with content fill_content(kSeed, offset): every read
 // checks its first bytes against it (a cheap check that allocates nothing).
@@ -91,6 +97,12 @@ class Reader {
   virtual void submit(void* buf, size_t len, uint64_t offset, size_t tag) = 0;
   virtual size_t wait(std::span<size_t> tags) = 0;
   virtual odafs::postmark::Backend& backend() = 0;
+  // What the client library did so far, by path: (one-sided reads, READ calls, faults
+  // answered with an RPC). Zeros for libnfs, which has one path.
+  struct Paths {
+    double ordma = 0, rpc = 0, fallbacks = 0;
+  };
+  virtual Paths paths() const { return {}; }
 };
 
 class OdafsReader final : public Reader {
@@ -135,6 +147,11 @@ class OdafsReader final : public Reader {
     return n;
   }
   odafs::postmark::Backend& backend() override { return *backend_; }
+  Paths paths() const override {
+    const odafs::ClientStats& s = client_->stats();
+    return {static_cast<double>(s.ordma_reads.load()), static_cast<double>(s.rpc_reads.load()),
+            static_cast<double>(s.fallbacks.load())};
+  }
 
  private:
   std::unique_ptr<odafs::Client> client_;
@@ -185,12 +202,48 @@ struct Options {
   size_t round = 0, pm_files = 1000, pm_txns = 3000;
   double seconds = 1.5;
   int64_t start_at_ms = 0;
+  uint64_t ops = 0;  // > 0: that many reads (seq: MiB), not `seconds` of them
+  std::vector<std::pair<std::string, std::string>> perf_ctl;  // (control, ack) FIFOs
 };
+
+// Sends command to each perf stat's control FIFO and waits for its ack, so that the
+// counters are on (or off) before the next read.
+void tell_perf(const Options& o, const char* command) {
+  for (const auto& [ctl, ack] : o.perf_ctl) {
+    int fd = ::open(ctl.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) throw Error(errno, "cannot open " + ctl);
+    const std::string line = std::string(command) + "\n";
+    const bool sent = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+    ::close(fd);
+    if (!sent) throw Error(EIO, "cannot write " + ctl);
+    fd = ::open(ack.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw Error(errno, "cannot open " + ack);
+    char reply[16];
+    const ssize_t n = ::read(fd, reply, sizeof reply);
+    ::close(fd);
+    if (n <= 0) throw Error(EIO, "no ack on " + ack);
+  }
+}
 
 // The JSON row's common head: who, which round, which workload.
 std::string head(const Options& o, const std::string& workload) {
   return "{\"contender\": \"" + o.name + "\", \"round\": " + std::to_string(o.round) +
          ", \"workload\": \"" + (o.label.empty() ? workload : o.label) + "\"";
+}
+
+// The head plus how the client's reads went between two snapshots, per operation (for
+// seq: per MiB): one-sided reads, READ calls, faults. Only for odafs (libnfs has one path).
+std::string with_paths(const std::string& head, const Reader& r, const Reader::Paths& p0,
+                       double ops) {
+  const Reader::Paths p1 = r.paths();
+  if (p1.ordma + p1.rpc == 0) return head;
+  char more[160];
+  std::snprintf(more, sizeof more,
+                ", \"ordma_reads_per_op\": %.3f, \"rpc_reads_per_op\": %.3f, "
+                "\"fallbacks_per_op\": %.3f",
+                (p1.ordma - p0.ordma) / ops, (p1.rpc - p0.rpc) / ops,
+                (p1.fallbacks - p0.fallbacks) / ops);
+  return head + more;
 }
 
 // Prints head and the fields fmt makes of up to eight numbers, as one JSON line.
@@ -217,8 +270,9 @@ void run_lat(Reader& r, const Options& o, uint64_t bytes, std::mt19937_64& rng) 
   lat.reserve(1 << 20);
   const uint64_t cpu0 = odafs::bench::process_cpu_us(o.server_pid);
   const double self0 = self_cpu_us();
+  const Reader::Paths paths0 = r.paths();
   const auto t_end = Clock::now() + std::chrono::duration<double>(o.seconds);
-  while (lat.size() < lat.capacity() && Clock::now() < t_end) {
+  while (lat.size() < lat.capacity() && (o.ops > 0 ? lat.size() < o.ops : Clock::now() < t_end)) {
     const uint64_t off = (rng() % blocks) * kBlock;
     auto t0 = Clock::now();
     r.read(buf, kBlock, off);
@@ -231,7 +285,7 @@ void run_lat(Reader& r, const Options& o, uint64_t bytes, std::mt19937_64& rng) 
   double sum = 0;
   for (double v : lat) sum += v;
   std::sort(lat.begin(), lat.end());
-  emit(head(o, "lat"),
+  emit(with_paths(head(o, "lat"), r, paths0, static_cast<double>(n)),
        "\"ops\": %.0f, \"mean_us\": %.2f, \"p50_us\": %.2f, \"p90_us\": %.2f, \"p99_us\": %.2f, "
        "\"server_cpu_us_per_op\": %.2f, \"client_cpu_us_per_op\": %.2f",
        static_cast<double>(n), sum / static_cast<double>(n), lat[n / 2], lat[n * 9 / 10],
@@ -253,10 +307,13 @@ void run_inflight(Reader& r, const Options& o, const std::string& workload, size
   };
   const uint64_t cpu0 = odafs::bench::process_cpu_us(o.server_pid);
   const double self0 = self_cpu_us();
+  const Reader::Paths paths0 = r.paths();
   const auto t0 = Clock::now();
   const auto deadline = t0 + std::chrono::duration<double>(o.seconds);
   uint64_t done = 0;
+  if (o.ops > 0 && o.ops < depth) throw Error(EINVAL, "--ops below the reads in flight");
   size_t outstanding = depth;
+  uint64_t submitted = depth;
   for (size_t s = 0; s < depth; ++s) submit(s);
   bool more = true;
   while (outstanding > 0) {
@@ -265,8 +322,9 @@ void run_inflight(Reader& r, const Options& o, const std::string& workload, size
     for (size_t i = 0; i < k; ++i) {
       check_content(bufs[tags[i]], at[tags[i]]);
       ++done;
-      if (more) {
+      if (more && (o.ops == 0 || submitted < o.ops)) {
         submit(tags[i]);
+        ++submitted;
       } else {
         --outstanding;
       }
@@ -277,7 +335,7 @@ void run_inflight(Reader& r, const Options& o, const std::string& workload, size
   const uint64_t cpu1 = odafs::bench::process_cpu_us(o.server_pid);
   const double self1 = self_cpu_us();
   const double rate = static_cast<double>(done) / elapsed;
-  emit(head(o, workload),
+  emit(with_paths(head(o, workload), r, paths0, static_cast<double>(done)),
        "\"inflight\": %.0f, \"ops\": %.0f, \"seconds\": %.3f, \"ops_per_s\": %.1f, "
        "\"mean_us\": %.2f, \"server_cpu_us_per_op\": %.2f, \"client_cpu_us_per_op\": %.2f",
        static_cast<double>(depth), static_cast<double>(done), elapsed, rate,
@@ -288,23 +346,28 @@ void run_inflight(Reader& r, const Options& o, const std::string& workload, size
 
 void run_seq(Reader& r, const Options& o, uint64_t bytes, std::vector<char>& chunk) {
   const uint64_t cpu0 = odafs::bench::process_cpu_us(o.server_pid);
+  const double self0 = self_cpu_us();
+  const Reader::Paths paths0 = r.paths();
   const auto t0 = Clock::now();
   uint64_t total = 0;
+  const uint64_t want = o.ops * kSeqChunk;  // 0: whole passes for `seconds`
   do {
-    for (uint64_t off = 0; off < bytes; off += kSeqChunk) {
+    for (uint64_t off = 0; off < bytes && (want == 0 || total < want); off += kSeqChunk) {
       r.read(chunk.data(), kSeqChunk, off);
       check_content(chunk.data(), off);
       total += kSeqChunk;
     }
-  } while (seconds_since(t0) < o.seconds);
+  } while (want > 0 ? total < want : seconds_since(t0) < o.seconds);
   const double elapsed = seconds_since(t0);
   const uint64_t cpu1 = odafs::bench::process_cpu_us(o.server_pid);
+  const double self1 = self_cpu_us();
   const double mib = static_cast<double>(total) / kSeqChunk;
-  emit(head(o, "seq"),
+  emit(with_paths(head(o, "seq"), r, paths0, static_cast<double>(total) / kSeqChunk),
        "\"request_bytes\": %.0f, \"bytes\": %.0f, \"seconds\": %.3f, \"mb_per_s\": %.1f, "
-       "\"server_cpu_us_per_mib\": %.1f",
+       "\"server_cpu_us_per_mib\": %.1f, \"client_cpu_us_per_mib\": %.1f",
        static_cast<double>(kSeqChunk), static_cast<double>(total), elapsed,
-       static_cast<double>(total) / elapsed / 1e6, static_cast<double>(cpu1 - cpu0) / mib);
+       static_cast<double>(total) / elapsed / 1e6, static_cast<double>(cpu1 - cpu0) / mib,
+       (self1 - self0) / mib);
 }
 
 void run_postmark(Reader& r, const Options& o, bool read_only) {
@@ -400,7 +463,18 @@ int main(int argc, char** argv) {
         o.pm_files = std::stoul(v);
       else if (flag == "--pm-txns")
         o.pm_txns = std::stoul(v);
-      else if (flag == "--make-file")
+      else if (flag == "--ops")
+        o.ops = std::stoull(v);
+      else if (flag == "--perf-ctl") {
+        for (size_t pos = 0; pos <= v.size();) {
+          size_t comma = std::min(v.find(',', pos), v.size());
+          const std::string pair = v.substr(pos, comma - pos);
+          const size_t colon = pair.find(':');
+          if (colon == std::string::npos) usage("--perf-ctl wants CTL:ACK pairs");
+          o.perf_ctl.emplace_back(pair.substr(0, colon), pair.substr(colon + 1));
+          pos = comma + 1;
+        }
+      } else if (flag == "--make-file")
         make = v;
       else if (flag == "--mb")
         make_mb = std::stoul(v);
@@ -438,6 +512,7 @@ int main(int argc, char** argv) {
           std::chrono::system_clock::time_point(std::chrono::milliseconds(o.start_at_ms)));
     }
     std::mt19937_64 rng(7 + o.round);
+    tell_perf(o, "enable");
     for (const std::string& w : o.run) {
       if (w == "lat") {
         run_lat(*r, o, small, rng);
@@ -453,6 +528,7 @@ int main(int argc, char** argv) {
         usage("unknown workload " + w);
       }
     }
+    tell_perf(o, "disable");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "odafs-peers %s: %s\n", o.name.c_str(), e.what());
     return 1;

@@ -5,14 +5,17 @@
 #   odafs-rpc                odafsd --no-ordma, libodafs pre-posted RPC reads
 #   odafs-ordma-tcp          odafsd, one-sided reads over the engine's TCP (a remote client)
 #   odafs-ordma-ring         odafsd, one-sided reads over the local shared-memory ring
-#   limits                   TCP ping-pong (blocking, busy-polling), shared-memory
-#                            ping-pong, memcpy; iperf3 on loopback
+#   limits                   TCP ping-pong (blocking, client polling, busy-polling),
+#                            shared-memory ping-pong (spinning, and with a doorbell that
+#                            wakes a sleeping echo), memcpy; iperf3 on loopback
 # Workloads (bench/peers/peers.cc): 4 KiB random reads one at a time and 8/16/64 in
 # flight, sequential 1 MiB reads, PostMark (read-only Fig. 6 and standard), four client
 # processes with 8 in flight each. Contenders interleaved (order rotating), the whole set
 # repeated ROUNDS times; bench/peers/report.py prints the table (medians, spread, ratios)
 # and writes docs/results/peers.json and PNG plots (or to $OUT).
 #   bash bench/peers/run.sh            # ROUNDS=3 SECONDS_PER_POINT=1 by default
+# A part of the set, for a focused comparison: WORKLOADS=lat,seq (a subset of
+# lat,q8,q16,q64,seq,pm_ro,pm_std), MULTI=0 (no four-process point), LIMITS=0 (no floors).
 # Installs what it needs with apt (root or sudo). Leaves nothing running.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,12 +23,16 @@ rounds=${ROUNDS:-3}
 secs=${SECONDS_PER_POINT:-1}
 pm_files=${PM_FILES:-1000}
 pm_txns=${PM_TXNS:-3000}
+only=${WORKLOADS:-}
+multi=${MULTI:-1}
+with_limits=${LIMITS:-1}
 
 # What the benchmark needs beyond the build's packages (kept out of CI's: it runs no ganesha).
 bash scripts/deps.sh nfs-ganesha nfs-ganesha-vfs libnfs-dev rpcbind iperf3 gnuplot-nox python3
 [ "$(id -u)" -eq 0 ] || { echo "run.sh: ganesha.nfsd needs root here (FSAL_VFS opens by handle)" >&2; exit 1; }
 
 source bench/lib.sh
+source bench/peers/ganesha.sh
 ganesha_pid="" rpcbind_pid="" iperf_pid="" rpc_pid="" ordma_pid=""
 cleanup() {
   local p
@@ -58,58 +65,9 @@ for e in ganesha odafs-rpc odafs-ordma; do
   ln "$work/data/"*.dat "$work/export-$e/"
 done
 
-# --- rpcbind, for ganesha's NFSv3 registrations (the client itself is given the ports)
-if ! rpcinfo -p 127.0.0.1 >/dev/null 2>&1; then
-  rpcbind -f -w &
-  rpcbind_pid=$!
-  for _ in $(seq 50); do rpcinfo -p 127.0.0.1 >/dev/null 2>&1 && break; sleep 0.1; done
-  rpcinfo -p 127.0.0.1 >/dev/null 2>&1 || die "rpcbind did not start"
-fi
-
-# --- nfs-ganesha: NFSv3 and NFSv4 (minor versions 0 and 1) on TCP only; no NLM, RQUOTA,
-# UDP or Kerberos; graceless, so that it serves at once.
-nfs_port=$(free_port)
-mnt_port=$(free_port)
-g=$work/ganesha
-mkdir -p "$g/recovery"
-plugins=$(dirname "$(dpkg -L nfs-ganesha-vfs | grep '/libfsalvfs.so$' | head -1)")
-cat >"$g/ganesha.conf" <<CONF
-NFS_CORE_PARAM {
-  Protocols = 3, 4;
-  Bind_addr = 127.0.0.1;
-  NFS_Port = $nfs_port;
-  MNT_Port = $mnt_port;
-  Enable_NLM = false;
-  Enable_RQUOTA = false;
-  Enable_UDP = false;
-  Plugins_Dir = $plugins;
-  mount_path_pseudo = true;
-}
-NFSV4 { Graceless = true; Minor_Versions = 0, 1; RecoveryRoot = $g/recovery; }
-NFS_KRB5 { Active_krb5 = false; }
-EXPORT {
-  Export_Id = 1;
-  Path = $work/export-ganesha;
-  Pseudo = /export;
-  Access_Type = RW;
-  Squash = No_Root_Squash;
-  Protocols = 3, 4;
-  Transports = TCP;
-  SecType = sys;
-  FSAL { Name = VFS; }
-}
-CONF
-ganesha.nfsd -F -f "$g/ganesha.conf" -L "$g/ganesha.log" -p "$g/ganesha.pid" -N NIV_EVENT &
-ganesha_pid=$!
-for _ in $(seq 200); do
-  grep -q "NFS SERVER INITIALIZED" "$g/ganesha.log" 2>/dev/null && break
-  kill -0 "$ganesha_pid" 2>/dev/null || break
-  sleep 0.1
-done
-if ! grep -q "NFS SERVER INITIALIZED" "$g/ganesha.log" 2>/dev/null || ! kill -0 "$ganesha_pid" 2>/dev/null; then
-  tail -20 "$g/ganesha.log" >&2 || true
-  die "nfs-ganesha did not start (its log is above)"
-fi
+# --- rpcbind and nfs-ganesha (bench/peers/ganesha.sh)
+start_rpcbind
+start_ganesha "$work/export-ganesha" "$work/ganesha"
 
 # --- odafsd twice: RPC only (the DAFS baseline), and with its one-sided engine. Caches
 # large enough to hold both data files and the PostMark pools.
@@ -144,7 +102,7 @@ peers() {  # name target mode pid workloads round [extra flags]
 
 limits() {  # round
   local m b
-  for m in blocking busy shm memcpy; do
+  for m in blocking client_poll busy shm shm_doorbell memcpy; do
     for b in 64 4096 1048576; do
       [ "$b" = 1048576 ] && [ "$m" != memcpy ] && continue
       local iters=20000
@@ -172,9 +130,14 @@ for round in $(seq "$rounds"); do
   n=${#contenders[@]}
   for k in $(seq 0 $((n - 1))); do
     IFS='|' read -r name target mode spid run <<<"${contenders[$(((k + round) % n))]}"
+    if [ -n "$only" ]; then  # this contender's workloads that WORKLOADS names
+      run=$(tr , '\n' <<<"$run" | grep -Fxf <(tr , '\n' <<<"$only") | paste -sd, || true)
+      [ -n "$run" ] || continue
+    fi
     echo "== round $round/$rounds: $name"
     peers "$name" "$target" "$mode" "$spid" "$run" "$round" >>"$rows" ||
       die "$name failed in round $round"
+    [ "$multi" = 1 ] || continue
     # Four client processes at once, 8 reads in flight each, starting together.
     start_at=$(($(date +%s%3N) + 2500))
     procs=()
@@ -185,6 +148,7 @@ for round in $(seq "$rounds"); do
     done
     for p in "${procs[@]}"; do wait "$p" || die "$name: a multi-client process failed"; done
   done
+  [ "$with_limits" = 1 ] || continue
   echo "== round $round/$rounds: limits"
   limits "$round"
 done
