@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Two builds of the client side compared in one run: odafs-peers binaries A and B against
+# one odafsd (build/odafsd, or $ODAFSD), their runs interleaved (the order alternating each
+# round), ROUNDS rounds; prints each figure's median and spread, and writes the rows to
+# docs/results/peers-ab.jsonl (or $OUT). For a change to the client library or the engine's
+# client side: keep a copy of build/odafs-peers before it, rebuild, then
+#
+#   bash bench/peers/ab.sh /tmp/odafs-peers.before build/odafs-peers
+#       # MODES="ordma_tcp ordma" RUN=lat,q16,seq ROUNDS=5 SECONDS_PER_POINT=1
+#
+# With perf installed, each binary's workloads are also counted once per mode (system calls
+# and context switches per read, both sides; seq: per MiB), as bench/peers/bound.sh does.
+# Run it under flock /tmp/odafs-build.lock when others share the machine.
+set -euo pipefail
+[ $# -eq 2 ] || { echo "usage: ab.sh PEERS_A PEERS_B" >&2; exit 2; }
+a=$(realpath "$1")
+b=$(realpath "$2")
+cd "$(dirname "$0")/../.."
+modes=${MODES:-ordma_tcp ordma}
+run=${RUN:-lat,q16,seq}
+rounds=${ROUNDS:-5}
+secs=${SECONDS_PER_POINT:-1}
+odafsd=$(realpath "${ODAFSD:-build/odafsd}")
+out=${OUT:-docs/results}
+mkdir -p "$out"
+work=$(mktemp -d "${TMPDIR:-/tmp}/odafs-ab-XXXXXX")
+srv_pid=""
+trap '[ -n "$srv_pid" ] && kill $srv_pid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+
+mkdir -p "$work/export"
+"$a" --make-file "$work/export/peers-64m.dat" --mb 64
+"$a" --make-file "$work/export/peers-256m.dat" --mb 256
+ODAFS_LOG=warn "$odafsd" --export "$work/export" --listen 127.0.0.1:0 --cache-mb 512 \
+  >"$work/ready" &
+srv_pid=$!
+for _ in $(seq 100); do grep -q ready "$work/ready" 2>/dev/null && break; sleep 0.1; done
+addr=$(sed -n 's/.*rpc=\([^ ]*\).*/\1/p' "$work/ready")
+[ -n "$addr" ] || { echo "ab.sh: odafsd did not start" >&2; exit 1; }
+
+rows=$out/peers-ab.jsonl
+: >"$rows"
+peers() {  # binary mode [flags...]
+  local bin=$1 mode=$2
+  shift 2
+  "$bin" --target "odafs://$addr/" --mode "$mode" --name "$mode" --server-pid "$srv_pid" "$@"
+}
+tag() {  # label: prefixes each JSON line with "build": label
+  sed "s/^{/{\"build\": \"$1\", /" >>"$rows"
+}
+
+for r in $(seq "$rounds"); do
+  for mode in $modes; do
+    if [ $((r % 2)) = 1 ]; then order="A B"; else order="B A"; fi
+    for which in $order; do
+      bin=$a
+      [ "$which" = B ] && bin=$b
+      echo "== round $r/$rounds: $mode, $which"
+      peers "$bin" "$mode" --run "$run" --round "$r" --seconds "$secs" | tag "$which"
+    done
+  done
+done
+
+if command -v perf >/dev/null; then
+  events="raw_syscalls:sys_enter,context-switches"
+  mkfifo "$work/c.ctl" "$work/c.ack" "$work/s.ctl" "$work/s.ack"
+  for mode in $modes; do
+    for which in A B; do
+      bin=$a
+      [ "$which" = B ] && bin=$b
+      IFS=, read -ra ws <<<"$run"
+      for w in "${ws[@]}"; do
+        n=20000
+        [ "$w" = seq ] && n=256
+        perf stat -x, -e "$events" -D -1 --control "fifo:$work/s.ctl,$work/s.ack" \
+          -p "$srv_pid" -o "$work/srv.csv" -- \
+          perf stat -x, -e "$events" -D -1 --control "fifo:$work/c.ctl,$work/c.ack" \
+          -o "$work/cli.csv" -- \
+          "$bin" --target "odafs://$addr/" --mode "$mode" --name "$mode" \
+          --server-pid "$srv_pid" --run "$w" --ops "$n" \
+          --perf-ctl "$work/s.ctl:$work/s.ack,$work/c.ctl:$work/c.ack" >/dev/null \
+          2> >(grep -v "^Events" >&2)
+        python3 - "$which" "$mode" "$w" "$n" "$work" <<'PY' | tag "$which"
+import json, sys
+which, mode, w, n, work = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), sys.argv[5]
+row = {"contender": mode, "workload": "count/" + w}
+for side in ("cli", "srv"):
+    for line in open(f"{work}/{side}.csv"):
+        f = line.strip().split(",")
+        if len(f) > 2 and f[0] and not line.startswith("#"):
+            key = {"raw_syscalls:sys_enter": "syscalls", "context-switches": "ctx"}[f[2]]
+            row[f"{side}_{key}_per_op"] = round(float(f[0]) / n, 3)
+print(json.dumps(row))
+PY
+      done
+    done
+  done
+fi
+
+python3 - "$rows" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+def med(v):
+    v = sorted(v)
+    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+metrics = ["p50_us", "mean_us", "ops_per_s", "mb_per_s", "client_cpu_us_per_op",
+           "server_cpu_us_per_op", "server_cpu_us_per_mib", "client_cpu_us_per_mib",
+           "cli_syscalls_per_op",
+           "cli_ctx_per_op", "srv_syscalls_per_op", "srv_ctx_per_op"]
+keys = sorted({(r["contender"], r["workload"]) for r in rows})
+print(f"{'mode/workload':22} {'metric':24} {'A':>18} {'B':>18}  B/A")
+for c, w in keys:
+    for m in metrics:
+        cells = []
+        for which in ("A", "B"):
+            v = [r[m] for r in rows if r["build"] == which and r["contender"] == c
+                 and r["workload"] == w and m in r]
+            cells.append((med(v), (max(v) - min(v)) / 2 / med(v) * 100 if v and med(v) else 0)
+                         if v else None)
+        if not any(cells):
+            continue
+        fa, fb = cells
+        txt = [f"{x[0]:10.2f} ±{x[1]:3.0f}%" if x else f"{'-':>16}" for x in cells]
+        ratio = f"{fb[0] / fa[0]:.2f}" if fa and fb and fa[0] else "-"
+        print(f"{c + '/' + w:22} {m:24} {txt[0]:>18} {txt[1]:>18}  {ratio}")
+PY
+echo "rows: $rows"
