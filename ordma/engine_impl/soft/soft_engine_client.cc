@@ -16,6 +16,7 @@
 // late PUT could still land in a buffer id that was registered again, and an engine that
 // did not answer one read in time will not answer the next: a broken client is dropped by
 // its owner and replaced, after one timeout rather than one per read.
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -37,6 +38,12 @@
 namespace odafs::ordma {
 namespace {
 
+// This thread, as a value Pending::owner can hold.
+const void* this_thread() {
+  thread_local const char marker = 0;
+  return &marker;
+}
+
 class SoftEngineClient final : public EngineClient {
   enum : uint32_t { kWaiting = 0, kDone = 1, kLead = 2 };  // Pending::state
   struct Pending {
@@ -47,6 +54,10 @@ class SoftEngineClient final : public EngineClient {
     std::atomic<uint32_t> state{kWaiting};  // futex word; kDone once fault/got are final
     Fault fault = Fault::kTransport;
     uint32_t got = 0;
+    // The thread that waits for it. The reader completing its own calls (a lone caller,
+    // or IoQueue's one thread with a window in flight) skips the futex wake: that thread
+    // is not asleep, and the wake would be a system call per read for no one.
+    const void* owner = nullptr;
   };
 
  public:
@@ -163,6 +174,7 @@ class SoftEngineClient final : public EngineClient {
     if (broken()) return Fault::kTransport;
     Pending p;
     p.direct = true;
+    p.owner = this_thread();
     {
       std::lock_guard lock(mu_);
       p.tag = next_tag_++;
@@ -199,6 +211,7 @@ class SoftEngineClient final : public EngineClient {
     Pending* pend = pool.get();
     for (size_t k = 0; k < n; ++k) {
       pend[k].direct = false;
+      pend[k].owner = this_thread();
       pend[k].fault = Fault::kTransport;
       pend[k].got = 0;
       pend[k].state.store(kWaiting, std::memory_order_relaxed);
@@ -291,9 +304,11 @@ class SoftEngineClient final : public EngineClient {
       std::lock_guard lock(mu_);
       reader_active_ = false;
       if (!pending_.empty()) {  // hand the socket to one caller still waiting
+        Pending* next = pending_.front();
         uint32_t expected = kWaiting;
-        if (pending_.front()->state.compare_exchange_strong(expected, kLead)) {
-          futex_wake(&pending_.front()->state, 1);
+        if (next->state.compare_exchange_strong(expected, kLead) &&
+            next->owner != this_thread()) {  // ours: our next await takes the offer
+          futex_wake(&next->state, 1);
         }
       }
       return;
@@ -310,9 +325,17 @@ class SoftEngineClient final : public EngineClient {
   // reader's own) passed, possibly mid-frame: the caller then fails the connection.
   bool read_one(const timespec* deadline) {
     try {
+      // The head starts with what the previous response's payload read took along (see
+      // read_payload); the rest is the hot wait: block in recv (SO_RCVTIMEO bounds it)
+      // rather than poll, then recv.
       unsigned char head[wire::kResponseBytes];
-      // The hot wait: block in recv (SO_RCVTIMEO bounds it) rather than poll, then recv.
-      if (!net::read_full_blocking_until(fd_, head, sizeof head, deadline)) return false;
+      const size_t have = carry_len_;
+      std::memcpy(head, carry_, have);
+      carry_len_ = 0;
+      if (have < sizeof head &&
+          !net::read_full_blocking_until(fd_, head + have, sizeof head - have, deadline)) {
+        return false;
+      }
       wire::Response r;
       wire::decode(head, &r);
       if (wire::kind_of(head) == wire::kKindPut) return read_put(r, deadline);
@@ -338,11 +361,8 @@ class SoftEngineClient final : public EngineClient {
         return false;  // the engine broke the protocol: give up on the connection
       }
       // The owner waits for done, so its buffer is ours to fill until we set it.
-      if (!receive_for(p, p->dst, r.length, deadline)) return false;
-      p->fault = r.fault;
-      p->got = r.length;
-      p->state.store(kDone, std::memory_order_release);
-      futex_wake(&p->state);
+      if (!receive_for(p, p->dst, r.length, deadline, /*carry=*/true)) return false;
+      complete(p, r.fault, r.length);
       return true;
     } catch (const std::exception&) {
       return false;
@@ -350,14 +370,17 @@ class SoftEngineClient final : public EngineClient {
   }
 
   // Reads a frame's `length` payload bytes into dst (nullptr: drops them) for p, the call
-  // the reader took out of the pending list (nullptr: none). On failure (the connection
-  // broke, or the deadline passed mid-frame) p goes back into the list, so that fail_all
-  // completes it: its owner waits for that and must not wait forever.
-  bool receive_for(Pending* p, unsigned char* dst, uint32_t length, const timespec* deadline) {
+  // the reader took out of the pending list (nullptr: none); with carry (a RESPONSE's
+  // payload), by read_payload. On failure (the connection broke, or the deadline passed
+  // mid-frame) p goes back into the list, so that fail_all completes it: its owner waits
+  // for that and must not wait forever.
+  bool receive_for(Pending* p, unsigned char* dst, uint32_t length, const timespec* deadline,
+                   bool carry = false) {
     bool ok = true;
     try {
       if (dst != nullptr) {
-        ok = length == 0 || net::read_full_until(fd_, dst, length, deadline);
+        ok = length == 0 || (carry ? read_payload(dst, length, deadline)
+                                   : net::read_full_until(fd_, dst, length, deadline));
       } else {
         unsigned char sink[4096];
         for (uint32_t left = length; ok && left > 0;) {
@@ -374,6 +397,39 @@ class SoftEngineClient final : public EngineClient {
       pending_.push_back(p);
     }
     return ok;
+  }
+
+  // Reads a RESPONSE's `length` payload bytes into dst and, in the same system call, up to
+  // a head's worth of whatever follows into carry_, for read_one to start the next frame
+  // from. With a window of reads in flight the next response is usually there already, so
+  // this saves the separate recv of its 12-byte head: one system call per response
+  // instead of two (bench/peers/bound.sh counts them). carry_ is empty here (read_one
+  // consumed it for this frame's head), and only the reader touches it. False on EOF
+  // before the payload; throws like net::read_full_until once the deadline passes.
+  bool read_payload(unsigned char* dst, uint32_t length, const timespec* deadline) {
+    for (size_t done = 0; done < length;) {
+      iovec iov[2] = {{dst + done, length - done}, {carry_, sizeof carry_}};
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = 2;
+      const ssize_t n = recvmsg(fd_, &msg, MSG_DONTWAIT);
+      if (n > 0) {
+        done += static_cast<size_t>(n);
+        if (done > length) carry_len_ = done - length;
+      } else if (n == 0) {
+        return false;
+      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (deadline != nullptr) {
+          net::wait_ready_until(fd_, POLLIN, *deadline);  // throws once it passes
+        } else {
+          pollfd pfd{fd_, POLLIN, 0};
+          poll(&pfd, 1, -1);
+        }
+      } else if (errno != EINTR) {
+        return false;
+      }
+    }
+    return true;
   }
 
   // A server-initiated write: lands in a registered buffer if it fits and its tag names a
@@ -406,12 +462,7 @@ class SoftEngineClient final : public EngineClient {
       }
     }
     if (!receive_for(p, dst, r.length, deadline)) return false;
-    if (p != nullptr) {
-      p->fault = dst != nullptr ? Fault::kNone : Fault::kOutOfBounds;
-      p->got = r.length;
-      p->state.store(kDone, std::memory_order_release);
-      futex_wake(&p->state);
-    }
+    if (p != nullptr) complete(p, dst != nullptr ? Fault::kNone : Fault::kOutOfBounds, r.length);
     return true;
   }
 
@@ -427,10 +478,18 @@ class SoftEngineClient final : public EngineClient {
       *it = pending_.back();
       pending_.pop_back();
     }
+    complete(p, fault, got);
+  }
+
+  // Completes p, taken out of the pending list, and wakes its owner if that is another
+  // thread. Whether it is, is read before the done store: from then on p is the owner's,
+  // who may have returned and reused it.
+  static void complete(Pending* p, Fault fault, uint32_t got) {
+    const bool mine = p->owner == this_thread();
     p->fault = fault;
     p->got = got;
     p->state.store(kDone, std::memory_order_release);
-    futex_wake(&p->state);
+    if (!mine) futex_wake(&p->state);
   }
 
   // A server-initiated read (direct write): answers from a registered buffer, or refuses.
@@ -487,7 +546,11 @@ class SoftEngineClient final : public EngineClient {
   std::vector<Pending*> pending_;  // guarded by mu_
   std::vector<Buffer> buffers_;    // registered buffers by id; guarded by mu_
   bool reader_active_ = false;     // guarded by mu_
-  uint32_t next_tag_;              // guarded by mu_
+  // Bytes of the next frame's head read along with a payload (read_payload); the active
+  // reader's alone (reader_active_ hands them over with the socket).
+  unsigned char carry_[wire::kResponseBytes];
+  size_t carry_len_ = 0;
+  uint32_t next_tag_;  // guarded by mu_
 };
 
 }  // namespace
