@@ -4,7 +4,7 @@
 //       [--size-low B] [--size-high B] [--read-block B] [--write-block B]
 //       [--bias-read 0..10|-1] [--bias-create 0..10|-1] [--subdirectories N] [--seed N]
 //       [--read-modes ordma,rpc_preposted,rpc_inline,direct] [--cache-fractions F,F,...]
-//       [--repeat R] [--warmup N] [--verify] [--json FILE]
+//       [--repeat R] [--warmup N] [--verify] [--json FILE] [--write-behind BYTES]
 //
 // With one read mode and no --cache-fractions it is PostMark: create the pool, run the
 // transactions, delete the pool, print PostMark's report. Otherwise it compares: every
@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> modes = {"ordma"};
   std::vector<double> fractions;
   size_t repeat = 1, warmup = 0;
+  size_t write_behind = odafs::MountOptions{}.write_behind_bytes;
   try {
     for (int i = 1; i < argc; ++i) {
       std::string flag = argv[i];
@@ -112,6 +113,8 @@ int main(int argc, char** argv) {
         }
       } else if (flag == "--cache-fractions")
         fractions = parse_fractions(value());
+      else if (flag == "--write-behind")
+        write_behind = std::stoul(value());
       else if (flag == "--repeat")
         repeat = std::stoul(value());
       else if (flag == "--warmup")
@@ -140,6 +143,7 @@ int main(int argc, char** argv) {
       // Plain PostMark.
       odafs::MountOptions o;
       o.read_mode = mode_of(modes[0]);
+      o.write_behind_bytes = write_behind;
       auto fs = Client::mount(url, o);
       Postmark pm(*fs, cfg, bs);
       auto cpu0 = odafs::bench::server_cpu_us(*fs)["total"];
@@ -178,6 +182,7 @@ int main(int argc, char** argv) {
         for (const std::string& mode : modes) {
           odafs::MountOptions o;
           o.read_mode = mode_of(mode);
+          o.write_behind_bytes = write_behind;
           uint64_t blocks = shared_pool ? pool_blocks : cfg.files * (cfg.size_high / bs + 1);
           o.cache_blocks = static_cast<size_t>(frac * static_cast<double>(blocks));
           o.directory_entries = std::max<size_t>(2 * blocks, 1024);
