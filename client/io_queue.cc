@@ -186,7 +186,7 @@ bool IoQueue::drive_read(Slot& s, bool rpc_ready) {
   if (!s.started) {
     s.started = true;
     s.file->check_readable();
-    s.file->flush_behind(false);  // this client reads its own writes
+    s.file->flush_behind(false);                     // this client reads its own writes
     if (client_.read_mode() == ReadMode::kDirect) {  // the engine's push: synchronous
       s.done = s.file->pread(s.buf, s.len, s.offset);
       return true;
@@ -241,7 +241,8 @@ bool IoQueue::drive_write(Slot& s, bool rpc_ready) {
   if (!s.mount) {
     s.mount = client_.mount_state();
     std::tie(s.fh, s.key) = s.file->current();
-    s.mount->delegations->forget_file(s.fh);  // this client's own change: see delegations.h
+    // Its own write (see delegations.h); File::wrote drops the cached copies.
+    s.mount->delegations->wrote(s.fh, s.offset + s.len);
   }
   s.chunk = std::min<size_t>(s.len - s.done, s.mount->limits.max_write);
   s.file->make_room_for(s.chunk);
