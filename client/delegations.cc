@@ -200,6 +200,34 @@ void Delegations::forget_name(const Handle& dir, std::string_view name) {
   if (now) give_back(*now);
 }
 
+std::optional<Delegations::Return> Delegations::take_for_remove(const Handle& dir,
+                                                                std::string_view name) {
+  std::optional<Return> now;
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_name_.find(name_key(dir, name));
+    if (it == by_name_.end() || it->second.dir != dir || it->second.name != name) return now;
+    // nlink is the OPEN's: while a write delegation is held no one else links the file,
+    // and this client's own LINK gives it back.
+    const bool only_link = it->second.held.write && it->second.held.attr.nlink <= 1;
+    erase_file_locked(cache_key(it->second.held.fh), &now);
+    if (now && only_link) return now;
+  }
+  returns_ready_.notify_one();
+  if (now) give_back(*now);
+  return std::nullopt;
+}
+
+void Delegations::removed(Return& r, bool done) {
+  if (!done) return give_back(r);
+  if (r.kept) release_(r.fh, r.kept);  // the bytes went with the file
+  {
+    std::lock_guard lock(mu_);
+    if (!stopping_) returns_.push_back({r.fh, r.id, false, nullptr, {}});
+  }
+  returns_ready_.notify_one();
+}
+
 void Delegations::recall(const Handle& fh, uint64_t id) {
   const uint64_t file = cache_key(fh);
   {

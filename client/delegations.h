@@ -93,6 +93,23 @@ class Delegations {
   // change goes out. REQUIRES: not on the channel's receiver thread.
   void forget_file(const Handle& fh);
   void forget_name(const Handle& dir, std::string_view name);
+  // A delegation taken out of the table, still to be given back.
+  struct Return {
+    Handle fh{};
+    uint64_t id = 0;
+    bool write = false;   // written back before the DELEGRETURN
+    OpenFiles::Ref kept;  // from keep_open
+    std::optional<rpc::CallerCred> caller;
+  };
+  // This client is about to remove `name` in dir: a write delegation on a file with no
+  // other link is taken out without writing its bytes back (the file goes with the name);
+  // hand it to removed() after the REMOVE. Otherwise as forget_name. REQUIRES: not on the
+  // channel's receiver thread.
+  std::optional<Return> take_for_remove(const Handle& dir, std::string_view name);
+  // After the REMOVE take_for_remove prepared: done, the kept bytes are dropped and the
+  // return queued; failed, they are written back and it is returned now.
+  void removed(Return& r, bool done);
+
   // A close of file fh under a write delegation this mount may trust now: keeps `shared`
   // in the entry (if it keeps none yet) and returns true; the close then commits nothing.
   // The bytes are written back later, on another thread, as the caller of the first keep
@@ -122,13 +139,6 @@ class Delegations {
     uint64_t id = 0;
     OpenFiles::Ref kept;                    // a write delegation's SharedFile, from keep_open
     std::optional<rpc::CallerCred> caller;  // kept's writer, if not the channel's own
-  };
-  struct Return {
-    Handle fh{};
-    uint64_t id = 0;
-    bool write = false;   // written back before the DELEGRETURN
-    OpenFiles::Ref kept;  // from keep_open
-    std::optional<rpc::CallerCred> caller;
   };
   static uint64_t name_key(const Handle& dir, std::string_view name);
   bool trusted() const;

@@ -278,15 +278,22 @@ void Client::mkdir(const std::string& path, mode_t mode) {
 
 void Client::remove_name(const std::string& path, uint32_t proc, const char* what) {
   auto [dir, name] = resolve_parent(path);
-  mount_state()->delegations->forget_name(dir, name);
-  with_channel(false, [&, &dir = dir, &name = name](rpc::Channel& ch) {
-    diropargs args{};
-    put_fh(args.dir, dir);
-    args.name = name.data();
-    stat_res res{};
-    ch.call(proc, to_xdrproc(xdr_diropargs), &args, to_xdrproc(xdr_stat_res), &res);
-    check(res.status, std::string(what) + " " + path);
-  });
+  Delegations& delegations = *mount_state()->delegations;
+  std::optional<Delegations::Return> held = delegations.take_for_remove(dir, name);
+  try {
+    with_channel(false, [&, &dir = dir, &name = name](rpc::Channel& ch) {
+      diropargs args{};
+      put_fh(args.dir, dir);
+      args.name = name.data();
+      stat_res res{};
+      ch.call(proc, to_xdrproc(xdr_diropargs), &args, to_xdrproc(xdr_stat_res), &res);
+      check(res.status, std::string(what) + " " + path);
+    });
+  } catch (...) {
+    if (held) delegations.removed(*held, false);  // still there: its bytes go back
+    throw;
+  }
+  if (held) delegations.removed(*held, true);
 }
 
 void Client::rmdir(const std::string& path) {

@@ -275,7 +275,18 @@ TEST_CASE("this client's truncate, rename and remove keep or give back its writt
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   CHECK(read_local(dir / "g") == "renamed with me");  // written back by the give-back
+  // Removing its only link: the kept bytes go with the file, never sent.
   write_held(*a, "g", "removed");
+  const uint64_t writes = server_stat(*a, "calls.WRITE");
+  const uint64_t commits = server_stat(*a, "calls.COMMIT");
   a->unlink("g");
   CHECK(odafs::test::errno_of([&] { a->open("g", O_RDONLY); }) == ENOENT);
+  CHECK(server_stat(*a, "calls.WRITE") == writes);
+  CHECK(server_stat(*a, "calls.COMMIT") == commits);
+  // A remove that fails keeps them: written back, then the error.
+  a->mkdir("d");
+  write_path(*a, "d/h", "old");
+  write_held(*a, "d/h", "kept through a failed rmdir");
+  CHECK(odafs::test::errno_of([&] { a->rmdir("d/h"); }) == ENOTDIR);
+  CHECK(read_local(dir / "d/h") == "kept through a failed rmdir");
 }
