@@ -258,7 +258,9 @@ class File {
   size_t uncommitted_bytes() const;
   // pwrite without write-behind: WRITEs (or direct writes) of max_write at most, `how`
   // stable.
-  size_t write_through(const char* buf, size_t len, uint64_t offset, Stability how);
+  // With `append`, each chunk goes at the server's end of file, atomically there, and the
+  // reply's size says where it landed (no GETATTR first).
+  size_t write_through(const char* buf, size_t len, uint64_t offset, Stability how, bool append);
   // REQUIRES the shared behind_mu: sends the run; on failure records its error and throws.
   void send_behind_locked(Stability how);
   // REQUIRES the shared behind_mu: throws a recorded run error once.

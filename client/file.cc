@@ -337,7 +337,8 @@ size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
   // engine's to pull; large writes gain nothing from waiting.
   if ((flags_ & O_APPEND) != 0 || o.direct_writes || len >= behind_cap) {
     flush_behind(true);
-    return write_through(static_cast<const char*>(buf), len, offset, o.stability);
+    return write_through(static_cast<const char*>(buf), len, offset, o.stability,
+                         (flags_ & O_APPEND) != 0);
   }
   SharedFile& sf = *state_->shared;
   std::lock_guard behind(sf.behind_mu);
@@ -354,10 +355,8 @@ size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
   return len;
 }
 
-size_t File::write_through(const char* buf, size_t len, uint64_t offset, Stability how) {
-  // O_APPEND: each chunk goes at the server's end of file, atomically there, and the
-  // reply's size says where it landed (no GETATTR first).
-  const bool append = (flags_ & O_APPEND) != 0;
+size_t File::write_through(const char* buf, size_t len, uint64_t offset, Stability how,
+                           bool append) {
   const MountOptions& o = client_->options();
   size_t done = 0;  // outside the retry: chunks that landed are not sent again
   return retry_stale([&](const Handle& fh, uint64_t key) {
@@ -382,7 +381,9 @@ size_t File::write_through(const char* buf, size_t len, uint64_t offset, Stabili
 
 void File::send_behind_locked(Stability how) {
   send_run_locked(*state_->shared, [this, how](const char* buf, size_t len, uint64_t offset) {
-    write_through(buf, len, offset, how);
+    // At its own offset even from an O_APPEND File: the run may be another File's (kept
+    // by a write delegation past its close), gathered by positioned writes.
+    write_through(buf, len, offset, how, /*append=*/false);
   });
 }
 

@@ -117,6 +117,18 @@ TEST_CASE("a sole writer's reopens and closes are local; fsync puts the bytes on
   CHECK(fs->stats().delegated_opens.load() == 4);
 }
 
+TEST_CASE("an O_APPEND open sends a kept run at its own offset, then appends") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  auto fs = Client::mount(server.url());
+  write_path(*fs, "f", "0123456789");
+  write_held(*fs, "f", "AB");  // kept: a run at offset 0
+  File app = fs->open("f", O_RDWR | O_APPEND);
+  CHECK(app.pwrite("Z", 1, 0) == 1);
+  app.fsync();
+  CHECK(read_local(dir / "f") == "AB23456789Z");
+}
+
 TEST_CASE("another client's open for reading recalls it and reads the holder's latest bytes") {
   TempDir dir;
   ServerProcess server(dir.path(), {"--lease-ms", "5000"});
