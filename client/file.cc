@@ -321,9 +321,19 @@ auto File::retry_stale(Fn&& fn) -> decltype(fn(Handle{}, uint64_t{})) {
 size_t File::pread(void* buf, size_t len, uint64_t offset) {
   check_readable();
   flush_behind(false);  // this client reads its own writes
-  size_t n = retry_stale([&](const Handle& fh, uint64_t key) {
-    return client_->read_file(fh, key, buf, len, offset, size_hint());
-  });
+  size_t n;
+  DelayBackoff delay(client_->options().timeout_ms);
+  for (;;) {
+    try {
+      n = retry_stale([&](const Handle& fh, uint64_t key) {
+        return client_->read_file(fh, key, buf, len, offset, size_hint());
+      });
+      break;
+    } catch (const Error& e) {
+      // DELAY: another client's write delegation is still out; the server read nothing.
+      if (e.errno_value() != kDelayErrno || !delay.wait()) throw;
+    }
+  }
   if (n > 0) saw_size_at_least(offset + n);
   return n;
 }

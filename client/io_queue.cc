@@ -140,11 +140,13 @@ void IoQueue::drive(Slot& s, bool rpc_ready) {
       return;
     } catch (const Error& e) {
       s.in_flight = false;
-      // Others' delegations on the file are still out: the server wrote nothing; send the
-      // same chunk again after a pause (a rare wait, taken here as Client::write does).
-      if (e.errno_value() == kDelayErrno && s.op == Slot::Op::kWrite) {
+      // Others' delegations on the file are still out (a write one, for a read): the
+      // server did nothing; send the same again after a pause (a rare wait, taken here as
+      // Client::write and File::pread do). A read resumes where it stopped.
+      if (e.errno_value() == kDelayErrno) {
         if (!s.delay) s.delay.emplace(client_.options().timeout_ms);
         if (s.delay->wait()) {
+          if (s.op == Slot::Op::kRead) s.reader.reset();
           rpc_ready = false;
           continue;
         }
