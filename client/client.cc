@@ -100,7 +100,15 @@ void keep_references(const MountState& m, uint64_t key, const std::vector<BlockR
 Client::Client(const std::string& url, MountOptions options)
     : url_(url), options_(options), read_mode_(options.read_mode) {}
 
-Client::~Client() = default;
+Client::~Client() {
+  // Write delegations keep writes nobody else has: written back and returned first. The
+  // mount goes before open_files_, which its Delegations release into.
+  if (std::shared_ptr<const MountState> m = mount_.load()) {
+    if (!m->channel->broken()) m->delegations->return_all();
+    m->delegations->stop();
+  }
+  mount_.store(nullptr);
+}
 
 std::unique_ptr<Client> Client::mount(const std::string& url, MountOptions options) {
   Url parsed;
@@ -179,7 +187,15 @@ std::shared_ptr<const MountState> Client::remount() {
   m->cache = std::make_unique<ClientCache>(options_.directory_entries, options_.cache_blocks,
                                            limits.block_size, options_.cache_policy);
   m->dirs = std::make_unique<DirCache>(options_.dir_cache_ms, /*max_entries=*/4096);
-  m->delegations = std::make_shared<Delegations>(m->channel.get(), m->cache.get());
+  // The worker writes back on this mount only (m outlives its Delegations' worker).
+  const MountState* mount = m.get();
+  m->delegations = std::make_shared<Delegations>(
+      m->channel.get(), m->cache.get(),
+      [this, mount](const Handle& fh, const OpenFiles::Ref& kept) {
+        OpenFiles::Ref sf = kept ? kept : open_files_.find(cache_key(fh));
+        return sf && write_back(*mount, fh, *sf);
+      },
+      [this](const Handle& fh, OpenFiles::Ref& sf) { open_files_.release(cache_key(fh), sf); });
   std::weak_ptr<Delegations> delegations = m->delegations;
   m->channel->set_callback_handler([delegations](const rpc::CallHeader& h, XDR* args) {
     if (h.prog != ODAFS_CB_PROGRAM || h.vers != ODAFS_CB_V1 || h.proc != ODAFSCBPROC_RECALL) {
@@ -397,24 +413,36 @@ size_t Client::finish_write(const MountState& m, rpc::Call& call, size_t len, Wr
 size_t Client::write(const Handle& fh, const void* buf, size_t len, uint64_t offset, Stability how,
                      WriteVerifier* verf, int* committed, uint64_t* size_after) {
   return with_mount(offset != kAppendOffset, [&](const MountState& m) {
-    m.delegations->forget_file(fh);  // this client's own change: see delegations.h
     thread_local rpc::Call call;
     start_write(m, call, fh, buf, len, offset, how);
-    return finish_write(m, call, len, verf, committed, size_after);
+    uint64_t after = 0;
+    size_t n = finish_write(m, call, len, verf, committed, &after);
+    if (size_after != nullptr) *size_after = after;
+    // This client's own write (see delegations.h); under a write delegation no open
+    // revalidates the cache, so its old copies go here.
+    if (m.delegations->wrote(fh, after) && n != 0) {
+      const uint64_t bs = m.limits.block_size;
+      const uint64_t at = offset == kAppendOffset ? after - n : offset;
+      m.cache->forget_data(cache_key(fh), at / bs, (at + n - 1) / bs);
+    }
+    return n;
   });
 }
 
 WriteVerifier Client::commit(const Handle& fh) {
-  return with_channel(true, [&](rpc::Channel& ch) {
-    commit_args args{};
-    put_fh(args.fh, fh);
-    commit_res res{};
-    ch.call(ODAFSPROC_COMMIT, to_xdrproc(xdr_commit_args), &args, to_xdrproc(xdr_commit_res), &res);
-    check(res.status, "commit");
-    WriteVerifier v;
-    std::memcpy(v.data(), res.commit_res_u.verf, v.size());
-    return v;
-  });
+  return with_mount(true, [&](const MountState& m) { return commit_on(m, fh); });
+}
+
+WriteVerifier Client::commit_on(const MountState& m, const Handle& fh) {
+  commit_args args{};
+  put_fh(args.fh, fh);
+  commit_res res{};
+  m.channel->call(ODAFSPROC_COMMIT, to_xdrproc(xdr_commit_args), &args, to_xdrproc(xdr_commit_res),
+                  &res);
+  check(res.status, "commit");
+  WriteVerifier v;
+  std::memcpy(v.data(), res.commit_res_u.verf, v.size());
+  return v;
 }
 
 Attr Client::setattr_size(const Handle& fh, uint64_t size) {

@@ -258,16 +258,15 @@ class File {
   size_t uncommitted_bytes() const;
   // pwrite without write-behind: WRITEs (or direct writes) of max_write at most, `how`
   // stable.
-  size_t write_through(const char* buf, size_t len, uint64_t offset, Stability how);
+  // With `append`, each chunk goes at the server's end of file, atomically there, and the
+  // reply's size says where it landed (no GETATTR first).
+  size_t write_through(const char* buf, size_t len, uint64_t offset, Stability how, bool append);
   // REQUIRES the shared behind_mu: sends the run; on failure records its error and throws.
   void send_behind_locked(Stability how);
   // REQUIRES the shared behind_mu: throws a recorded run error once.
   void throw_behind_error_locked();
   // COMMIT of the unstable writes (fsync without sending the write-behind run).
   void commit_unstable();
-  // Sends `writes` (offset, length; their bytes end to end in data) again, FILE_SYNC.
-  void resend(const std::vector<std::pair<uint64_t, size_t>>& writes,
-              const std::vector<char>& data);
 
   struct State;
   Client* client_ = nullptr;
@@ -443,6 +442,13 @@ class Client {
   // Sends the writes this client gathered behind for fh (client/shared_file.h), if any;
   // throws the error of sending them.
   void flush_writes_behind(const Handle& fh);
+  // A write delegation's write-back (client/delegations.h): sends sf's run and COMMITs its
+  // unstable writes (again, stable, after a server restart) on m's channel, without
+  // re-mounting. True if there was anything to send. Throws Error; what failed stays in
+  // sf.
+  bool write_back(const MountState& m, const Handle& fh, SharedFile& sf);
+  // COMMIT on m's channel; throws rpc::RpcError or Error.
+  WriteVerifier commit_on(const MountState& m, const Handle& fh);
   // Attributes the server gave for fh, with the size grown to what this client has written
   // behind (not yet sent) to the file.
   Attr with_writes_behind(const Handle& fh, Attr a) const;

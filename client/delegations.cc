@@ -1,5 +1,6 @@
 #include "client/delegations.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 
@@ -8,23 +9,64 @@
 #include "client/call_util.h"
 #include "client/client_cache.h"
 #include "client/mount_state.h"
+#include "client/shared_file.h"
+#include "rpc/call_credential.h"
 #include "rpc/client_channel.h"
 
 namespace odafs {
 
-Delegations::Delegations(rpc::Channel* channel, ClientCache* cache)
-    : channel_(channel), cache_(cache), returner_([this] { return_loop(); }) {}
+Delegations::Delegations(rpc::Channel* channel, ClientCache* cache, WriteBack write_back,
+                         Release release)
+    : channel_(channel),
+      cache_(cache),
+      write_back_(std::move(write_back)),
+      release_(std::move(release)),
+      returner_([this] { return_loop(); }) {}
 
 Delegations::~Delegations() { stop(); }
 
+namespace {
+
+bool same_caller(const std::optional<rpc::CallerCred>& a, const std::optional<rpc::CallerCred>& b) {
+  if (!a || !b) return !a && !b;
+  return a->uid == b->uid && a->gid == b->gid && a->ngids == b->ngids &&
+         std::equal(a->gids, a->gids + std::min<uint32_t>(a->ngids, 16), b->gids);
+}
+
+// Whether `shared` holds bytes the server may not have durably.
+bool unwritten(SharedFile& shared) {
+  if (shared.has_behind.load(std::memory_order_acquire)) return true;
+  std::lock_guard lock(shared.mu);
+  return shared.unstable;
+}
+
+}  // namespace
+
 void Delegations::stop() {
+  std::deque<Return> dropped;
   {
     std::lock_guard lock(mu_);
     if (stopping_) return;
     stopping_ = true;
+    dropped.swap(returns_);
+    for (auto& [key, e] : by_name_) {
+      if (e.kept) dropped.push_back({e.held.fh, e.id, true, std::move(e.kept), e.caller});
+    }
   }
   returns_ready_.notify_all();
+  returns_done_.notify_all();
   if (returner_.joinable()) returner_.join();
+  for (Return& r : dropped) {
+    if (!r.kept) continue;
+    // A File still open on the file reports it at its next fsync or close; otherwise this
+    // is the only word of it.
+    if (r.kept.use_count() <= 2 && unwritten(*r.kept)) {
+      ODAFS_LOG_ERROR(
+          "odafs: writes kept under a write delegation were not written back before the "
+          "connection went (lost)");
+    }
+    release_(r.fh, r.kept);
+  }
 }
 
 uint64_t Delegations::name_key(const Handle& dir, std::string_view name) {
@@ -47,33 +89,88 @@ std::optional<Delegations::Held> Delegations::find(const Handle& dir, std::strin
   return it->second.held;
 }
 
+bool Delegations::keep_open(const Handle& fh, const OpenFiles::Ref& shared) {
+  if (held_.load(std::memory_order_acquire) == 0) return false;
+  std::lock_guard lock(mu_);
+  if (stopping_ || !trusted()) return false;
+  auto f = by_file_.find(cache_key(fh));
+  if (f == by_file_.end()) return false;
+  Entry& e = by_name_[f->second];
+  if (!e.held.write || e.held.fh != fh) return false;
+  const rpc::CallCredential* as = rpc::CallAs::current();
+  std::optional<rpc::CallerCred> caller;
+  if (as != nullptr) caller = as->id();
+  if (!e.kept) {
+    e.kept = shared;
+    e.caller = caller;
+  }
+  return e.kept == shared && same_caller(e.caller, caller);
+}
+
+bool Delegations::wrote(const Handle& fh, uint64_t end) {
+  // Every write calls this: without delegations it costs one load, not the mutex.
+  if (held_.load(std::memory_order_acquire) == 0) return false;
+  {
+    std::lock_guard lock(mu_);
+    const uint64_t file = cache_key(fh);
+    auto f = by_file_.find(file);
+    if (f == by_file_.end()) return false;
+    Held& held = by_name_[f->second].held;
+    if (held.write) {
+      // The sole writer's own writes: what it trusts stays true.
+      held.attr.size = std::max(held.attr.size, end);
+      return true;
+    }
+    erase_file_locked(file);
+  }
+  returns_ready_.notify_one();
+  return false;
+}
+
 void Delegations::insert(const Handle& dir, std::string_view name, const Handle& fh,
-                         const Attr& attr, uint64_t id, uint32_t lease_ms) {
+                         const Attr& attr, uint64_t id, uint32_t lease_ms, bool write) {
   const uint64_t key = name_key(dir, name);
   const uint64_t file = cache_key(fh);
   std::lock_guard lock(mu_);
   trust_ns_ = static_cast<int64_t>(lease_ms) * 750000;  // 3/4 of the lease
+  OpenFiles::Ref kept;
+  if (auto f = by_file_.find(file); write && f != by_file_.end()) {
+    kept = std::move(by_name_[f->second].kept);  // renewed: still this client's to write back
+  }
   // Every grant has a new id (the server renews a holder's id at each OPEN), so giving an
   // older one back can never take this one away.
   erase_file_locked(file);  // one name per file
+  // Recalled (and given back) before the OPEN's reply got here: the server holds it no
+  // more. The recall went out first on this connection, so it was seen first.
+  if (std::find(recalled_unknown_.begin(), recalled_unknown_.end(), id) !=
+      recalled_unknown_.end()) {
+    return;
+  }
   auto old = by_name_.find(key);
   if (old != by_name_.end()) erase_file_locked(cache_key(old->second.held.fh));
   Entry& e = by_name_[key];
   e.dir = dir;
   e.name.assign(name);
-  e.held = {fh, attr};
+  e.held = {fh, attr, write};
   e.id = id;
+  e.kept = std::move(kept);
   by_file_[file] = key;
   held_.store(by_file_.size(), std::memory_order_release);
 }
 
-void Delegations::erase_file_locked(uint64_t file_key) {
+void Delegations::erase_file_locked(uint64_t file_key, std::optional<Return>* now) {
   auto f = by_file_.find(file_key);
   if (f == by_file_.end()) return;
   auto e = by_name_.find(f->second);
   if (e != by_name_.end()) {
     // Given back, so the server holds no more than this client trusts.
-    if (!stopping_) returns_.emplace_back(e->second.held.fh, e->second.id);
+    Entry& gone = e->second;
+    Return r{gone.held.fh, gone.id, gone.held.write, std::move(gone.kept), gone.caller};
+    if (now != nullptr && r.write) {
+      *now = std::move(r);
+    } else if (!stopping_) {
+      returns_.push_back(std::move(r));
+    }
     by_name_.erase(e);
   }
   by_file_.erase(f);
@@ -81,21 +178,52 @@ void Delegations::erase_file_locked(uint64_t file_key) {
 }
 
 void Delegations::forget_file(const Handle& fh) {
-  // Every write calls this: without delegations it costs one load, not the mutex.
   if (held_.load(std::memory_order_acquire) == 0) return;
+  std::optional<Return> now;
   {
     std::lock_guard lock(mu_);
-    erase_file_locked(cache_key(fh));
+    erase_file_locked(cache_key(fh), &now);
   }
   returns_ready_.notify_one();
+  if (now) give_back(*now);
 }
 
 void Delegations::forget_name(const Handle& dir, std::string_view name) {
+  std::optional<Return> now;
   {
     std::lock_guard lock(mu_);
     auto it = by_name_.find(name_key(dir, name));
     if (it == by_name_.end() || it->second.dir != dir || it->second.name != name) return;
-    erase_file_locked(cache_key(it->second.held.fh));
+    erase_file_locked(cache_key(it->second.held.fh), &now);
+  }
+  returns_ready_.notify_one();
+  if (now) give_back(*now);
+}
+
+std::optional<Delegations::Return> Delegations::take_for_remove(const Handle& dir,
+                                                                std::string_view name) {
+  std::optional<Return> now;
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_name_.find(name_key(dir, name));
+    if (it == by_name_.end() || it->second.dir != dir || it->second.name != name) return now;
+    // nlink is the OPEN's: while a write delegation is held no one else links the file,
+    // and this client's own LINK gives it back.
+    const bool only_link = it->second.held.write && it->second.held.attr.nlink <= 1;
+    erase_file_locked(cache_key(it->second.held.fh), &now);
+    if (now && only_link) return now;
+  }
+  returns_ready_.notify_one();
+  if (now) give_back(*now);
+  return std::nullopt;
+}
+
+void Delegations::removed(Return& r, bool done) {
+  if (!done) return give_back(r);
+  if (r.kept) release_(r.fh, r.kept);  // the bytes went with the file
+  {
+    std::lock_guard lock(mu_);
+    if (!stopping_) returns_.push_back({r.fh, r.id, false, nullptr, {}});
   }
   returns_ready_.notify_one();
 }
@@ -109,11 +237,64 @@ void Delegations::recall(const Handle& fh, uint64_t id) {
         f != by_file_.end() && by_name_.count(f->second) != 0 && by_name_[f->second].id == id;
     erase_file_locked(file);  // queues the return of what this client knew of
     if (stopping_) return;
-    if (!known) returns_.emplace_back(fh, id);  // forgotten already, or never known
+    if (!known) {  // forgotten already, or its OPEN's reply not here yet
+      returns_.push_back({fh, id, false, nullptr, {}});
+      recalled_unknown_[recalled_next_++ % recalled_unknown_.size()] = id;
+    }
   }
   // Another client is about to change the file: what this one cached may be old soon.
   cache_->forget_file_data(file);
   returns_ready_.notify_one();
+}
+
+void Delegations::return_all() {
+  {
+    std::lock_guard lock(mu_);
+    while (!by_file_.empty()) erase_file_locked(by_file_.begin()->first);
+  }
+  returns_ready_.notify_one();
+  std::unique_lock lock(mu_);
+  returns_done_.wait(lock, [&] { return stopping_ || (returns_.empty() && !returning_); });
+}
+
+void Delegations::give_back(Return& r) {
+  bool wrote_back = false;
+  if (r.write) {
+    try {
+      // As the caller whose close kept them, as its own close would have sent them.
+      std::optional<rpc::CallCredential> cred;
+      std::optional<rpc::CallAs> as;
+      if (r.caller) {
+        cred.emplace(*r.caller, "odafs");
+        as.emplace(*cred);
+      }
+      wrote_back = write_back_(r.fh, r.kept);
+    } catch (const Error& e) {
+      // Kept in the SharedFile: a File still open on it reports it at its fsync or close.
+      if (e.errno_value() != ESTALE) {  // ESTALE: the file is gone, and its bytes with it
+        ODAFS_LOG_ERROR("odafs: writing back a write delegation's writes failed: %s", e.what());
+      }
+    }
+    // What this client cached may be old once another client changes the file.
+    cache_->forget_file_data(cache_key(r.fh));
+  }
+  if (r.kept) release_(r.fh, r.kept);
+  delegreturn_args args{};
+  put_fh(args.fh, r.fh);
+  args.delegation = r.id;
+  stat_res res{};
+  try {
+    channel_->call(ODAFSPROC_DELEGRETURN, to_xdrproc(xdr_delegreturn_args), &args,
+                   to_xdrproc(xdr_stat_res), &res);
+    if (wrote_back && res.status == ODAFS_ERR_INVAL) {
+      ODAFS_LOG_WARN(
+          "odafs: a write delegation had expired before its writes were written back: "
+          "another client may have accessed the file without them");
+    }
+  } catch (const rpc::RpcError& e) {
+    // The connection is gone, and with it every delegation it held.
+    ODAFS_LOG_DEBUG("odafs: returning a delegation failed: %s", e.what());
+  }
 }
 
 void Delegations::return_loop() {
@@ -121,21 +302,14 @@ void Delegations::return_loop() {
   for (;;) {
     returns_ready_.wait(lock, [&] { return stopping_ || !returns_.empty(); });
     if (stopping_) return;
-    auto [fh, id] = returns_.front();
+    Return r = std::move(returns_.front());
     returns_.pop_front();
+    returning_ = true;
     lock.unlock();
-    delegreturn_args args{};
-    put_fh(args.fh, fh);
-    args.delegation = id;
-    stat_res res{};
-    try {
-      channel_->call(ODAFSPROC_DELEGRETURN, to_xdrproc(xdr_delegreturn_args), &args,
-                     to_xdrproc(xdr_stat_res), &res);
-    } catch (const rpc::RpcError& e) {
-      // The connection is gone, and with it every delegation it held.
-      ODAFS_LOG_DEBUG("odafs: returning a delegation failed: %s", e.what());
-    }
+    give_back(r);
     lock.lock();
+    returning_ = false;
+    if (returns_.empty()) returns_done_.notify_all();
   }
 }
 

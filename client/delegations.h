@@ -1,4 +1,4 @@
-// The read delegations a mount holds, by the name they were opened under.
+// The read and write delegations a mount holds, by the name they were opened under.
 //
 // OPEN may grant a read delegation (docs/protocol.md, "Open delegations"): until the
 // server recalls it, this client may open the file again by the same name, and trust its
@@ -17,16 +17,29 @@
 // This client's own changes never recall its own delegations (the server does not
 // conflict a connection with itself), so the client forgets an entry itself when it
 // changes the file or its name, and gives it back (DELEGRETURN), so that the server holds
-// no delegation the client no longer knows of.
+// no delegation the client no longer knows of. Its own writes keep a write delegation.
+//
+// A write delegation (OPEN to write, no other client holding one) is a read one that
+// also lets a close skip its COMMIT: the close leaves the file's SharedFile (size, run
+// written behind, unstable writes) in the entry (keep_open), so nothing is lost when the
+// last File goes. Whenever the entry goes (recalled, return_all: on the worker; this
+// client's own change: on its thread, before the change), the SharedFile first goes to
+// write_back (send the run, COMMIT, re-send after a server restart), then DELEGRETURN. A holder
+// that does not write back within the lease loses the delegation at the server: its bytes then land
+// later than the access that recalled it; DELEGRETURN answering INVAL tells, and the client logs
+// it. Bytes that cannot be written back (the connection lost, the server restarted) are reported by
+// the next fsync or close of a File still open on the file, else logged as lost.
 //
 // Thread-safety: all members are thread-safe. recall() runs on the channel's receiver
 // thread and never waits for a reply.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -36,6 +49,8 @@
 #include <utility>
 
 #include "client/client.h"
+#include "client/open_files.h"
+#include "rpc/message_header.h"
 
 namespace odafs {
 
@@ -46,8 +61,17 @@ class ClientCache;
 
 class Delegations {
  public:
-  // REQUIRES: channel and cache outlive stop() (MountState stops it before freeing them).
-  Delegations(rpc::Channel* channel, ClientCache* cache);
+  // Writes back what this client holds unsent or uncommitted of file fh under a write
+  // delegation: `kept` (from keep_open), or else the SharedFile of its open Files, if
+  // any. On this mount's channel, never re-mounting; throws Error; true if there was
+  // anything to write back. Called by the worker or return_all, never on the channel's
+  // receiver thread.
+  using WriteBack = std::function<bool(const Handle& fh, const OpenFiles::Ref& kept)>;
+  // Gives back a Ref that keep_open took (OpenFiles::release).
+  using Release = std::function<void(const Handle& fh, OpenFiles::Ref& shared)>;
+  // REQUIRES: channel and cache outlive stop() (MountState stops it before freeing them),
+  // and so do what write_back and release use.
+  Delegations(rpc::Channel* channel, ClientCache* cache, WriteBack write_back, Release release);
   ~Delegations();
   Delegations(const Delegations&) = delete;
   Delegations& operator=(const Delegations&) = delete;
@@ -55,23 +79,56 @@ class Delegations {
   struct Held {
     Handle fh{};
     Attr attr;
+    bool write = false;
   };
   // The file `name` in directory `dir` names under a delegation this mount may trust now.
   // Allocates nothing.
   std::optional<Held> find(const Handle& dir, std::string_view name) const;
   // Records delegation `id` on fh, granted by an OPEN of `name` in `dir` that answered attr.
+  // A write delegation keeps what an earlier entry of the file kept.
   void insert(const Handle& dir, std::string_view name, const Handle& fh, const Attr& attr,
-              uint64_t id, uint32_t lease_ms);
-  // This client is changing the file (writes, truncation, attributes) or its name.
+              uint64_t id, uint32_t lease_ms, bool write);
+  // This client is changing the file (truncation, attributes) or its name. A write
+  // delegation is written back and returned here, on the caller's thread, before the
+  // change goes out. REQUIRES: not on the channel's receiver thread.
   void forget_file(const Handle& fh);
   void forget_name(const Handle& dir, std::string_view name);
+  // A delegation taken out of the table, still to be given back.
+  struct Return {
+    Handle fh{};
+    uint64_t id = 0;
+    bool write = false;   // written back before the DELEGRETURN
+    OpenFiles::Ref kept;  // from keep_open
+    std::optional<rpc::CallerCred> caller;
+  };
+  // This client is about to remove `name` in dir: a write delegation on a file with no
+  // other link is taken out without writing its bytes back (the file goes with the name);
+  // hand it to removed() after the REMOVE. Otherwise as forget_name. REQUIRES: not on the
+  // channel's receiver thread.
+  std::optional<Return> take_for_remove(const Handle& dir, std::string_view name);
+  // After the REMOVE take_for_remove prepared: done, the kept bytes are dropped and the
+  // return queued; failed, they are written back and it is returned now.
+  void removed(Return& r, bool done);
+
+  // A close of file fh under a write delegation this mount may trust now: keeps `shared`
+  // in the entry (if it keeps none yet) and returns true; the close then commits nothing.
+  // The bytes are written back later, on another thread, as the caller of the first keep
+  // (rpc::CallAs::current(), or the channel's own): a close by another caller gets false.
+  bool keep_open(const Handle& fh, const OpenFiles::Ref& shared);
+  // This client wrote fh up to `end`: a read delegation is void, a write one stays and
+  // the size it serves opens with grows to end. True if a write one stays: no open will
+  // revalidate the cached data, so the caller drops what it wrote over.
+  bool wrote(const Handle& fh, uint64_t end);
+  // Writes back and returns every delegation held, on the caller's thread, and waits for
+  // the worker to finish what it had queued (before unmounting).
+  void return_all();
 
   // CB_RECALL of delegation id on fh: drops it and the file's cached data, and queues its
   // return. Called on the channel's receiver thread.
   void recall(const Handle& fh, uint64_t id);
 
   // Stops the return worker (pending returns are dropped: the connection goes with the
-  // mount). Idempotent.
+  // mount; kept bytes not written back are logged as lost). Idempotent.
   void stop();
 
  private:
@@ -80,11 +137,18 @@ class Delegations {
     std::string name;
     Held held;
     uint64_t id = 0;
+    OpenFiles::Ref kept;                    // a write delegation's SharedFile, from keep_open
+    std::optional<rpc::CallerCred> caller;  // kept's writer, if not the channel's own
   };
   static uint64_t name_key(const Handle& dir, std::string_view name);
   bool trusted() const;
-  void erase_file_locked(uint64_t file_key);
+  // Drops the entry of file_key and queues its return for the worker; a write delegation's
+  // goes to *now instead when given, for the caller to give back itself (its bytes reach
+  // the server before the caller's change does). REQUIRES: mu_ held.
+  void erase_file_locked(uint64_t file_key, std::optional<Return>* now = nullptr);
   void return_loop();
+  // Writes back a write delegation's bytes and sends the DELEGRETURN. Logs what fails.
+  void give_back(Return& r);
 
   rpc::Channel* const channel_;
   ClientCache* const cache_;
@@ -92,11 +156,19 @@ class Delegations {
   std::unordered_map<uint64_t, Entry> by_name_;     // name_key -> entry
   std::unordered_map<uint64_t, uint64_t> by_file_;  // cache_key(fh) -> name_key
   int64_t trust_ns_ = 0;                            // 3/4 of the lease; guarded by mu_
+  // The last ids recalled while unknown here: an OPEN's reply that grants one arrives
+  // after its recall, and must not be trusted. Guarded by mu_.
+  std::array<uint64_t, 16> recalled_unknown_{};
+  size_t recalled_next_ = 0;
   std::atomic<size_t> held_{0};  // by_file_.size(), for a lock-free "none" (written under mu_)
 
+  const WriteBack write_back_;
+  const Release release_;
   std::condition_variable returns_ready_;
-  std::deque<std::pair<Handle, uint64_t>> returns_;  // guarded by mu_
-  bool stopping_ = false;                            // guarded by mu_
+  std::condition_variable returns_done_;  // returns_ empty and the worker idle
+  std::deque<Return> returns_;            // guarded by mu_
+  bool returning_ = false;                // the worker is giving one back; guarded by mu_
+  bool stopping_ = false;                 // guarded by mu_
   std::thread returner_;
 };
 

@@ -9,6 +9,7 @@
 #include "client/client.h"
 #include "client/mount_state.h"
 #include "client/shared_file.h"
+#include "rpc/client_channel.h"
 
 namespace odafs {
 
@@ -85,6 +86,91 @@ void record_write(SharedFile& s, uint64_t offset, const char* src, size_t n,
   s.unstable = true;
   s.pending.push_back({offset, n});
   s.pending_data.insert(s.pending_data.end(), src, src + n);
+}
+
+// Writes buf[0, len) at offset in chunks of max_write with
+// write_one(src, n, offset, &verf, &committed) -> bytes written, keeping unstable copies in
+// sf and calling forget(offset, n) for each (the cached copies are out of date).
+template <class WriteOne, class Forget>
+void write_run(SharedFile& sf, size_t max_write, const char* buf, size_t len, uint64_t offset,
+               WriteOne&& write_one, Forget&& forget) {
+  for (size_t done = 0; done < len;) {
+    const size_t chunk = std::min<size_t>(len - done, max_write);
+    WriteVerifier verf;
+    int committed = 0;
+    size_t n = write_one(buf + done, chunk, offset + done, &verf, &committed);
+    record_write(sf, offset + done, buf + done, n, verf, committed);
+    forget(offset + done, n);
+    done += n;
+  }
+}
+
+// COMMIT of shared's unstable writes acknowledged so far (writes that finish meanwhile stay
+// for the next one): commit() -> the server's verifier. If the server restarted since one
+// was acknowledged, they may be lost, so all go again, in order, stable, through
+// write_stable(src, len, offset) -> bytes written (as NFS clients do). On failure they stay
+// uncommitted, ahead of newer ones, and the next try sends them again. `what` names the
+// file in errors. Shared by File (which finds a stale handle again) and by a write
+// delegation's write-back (which has only the handle).
+template <class CommitFn, class WriteStableFn>
+void commit_books(SharedFile& shared, const std::string& what, CommitFn&& commit,
+                  WriteStableFn&& write_stable) {
+  std::lock_guard commit_lock(shared.commit_mu);
+  std::vector<std::pair<uint64_t, size_t>> taken;
+  std::vector<char> taken_data;
+  std::optional<WriteVerifier> verifier;
+  bool changed;
+  {
+    std::lock_guard lock(shared.mu);
+    SharedFile& s = shared;
+    if (!s.unstable) return;
+    taken.swap(s.pending);
+    taken_data.swap(s.pending_data);
+    verifier = s.verifier;
+    changed = s.verifier_changed;
+    s.unstable = false;
+    s.verifier_changed = false;
+    s.verifier.reset();
+  }
+  auto give_back_buffers = [&] {  // keeps their capacity: a steady writer allocates nothing
+    std::lock_guard lock(shared.mu);
+    taken.clear();
+    taken_data.clear();
+    if (shared.pending.empty()) {
+      shared.pending.swap(taken);
+      shared.pending_data.swap(taken_data);
+    }
+  };
+  auto put_back = [&] {  // failed: the writes stay uncommitted, ahead of newer ones
+    std::lock_guard lock(shared.mu);
+    SharedFile& s = shared;
+    taken.insert(taken.end(), s.pending.begin(), s.pending.end());
+    taken_data.insert(taken_data.end(), s.pending_data.begin(), s.pending_data.end());
+    s.pending.swap(taken);
+    s.pending_data.swap(taken_data);
+    s.unstable = true;
+    s.verifier_changed = true;  // not known to be safe: the next fsync sends them again
+  };
+  try {
+    WriteVerifier v = commit();
+    if (changed || (verifier && *verifier != v)) {
+      try {
+        const char* src = taken_data.data();
+        for (const auto& [offset, len] : taken) {
+          for (size_t done = 0; done < len;)
+            done += write_stable(src + done, len - done, offset + done);
+          src += len;
+        }
+      } catch (const Error& e) {
+        fail(EIO, "commit " + what + ": the server restarted and unstable writes could not " +
+                      "be sent again: " + e.what());
+      }
+    }
+  } catch (...) {
+    put_back();
+    throw;
+  }
+  give_back_buffers();
 }
 
 }  // namespace
@@ -235,9 +321,19 @@ auto File::retry_stale(Fn&& fn) -> decltype(fn(Handle{}, uint64_t{})) {
 size_t File::pread(void* buf, size_t len, uint64_t offset) {
   check_readable();
   flush_behind(false);  // this client reads its own writes
-  size_t n = retry_stale([&](const Handle& fh, uint64_t key) {
-    return client_->read_file(fh, key, buf, len, offset, size_hint());
-  });
+  size_t n;
+  DelayBackoff delay(client_->options().timeout_ms);
+  for (;;) {
+    try {
+      n = retry_stale([&](const Handle& fh, uint64_t key) {
+        return client_->read_file(fh, key, buf, len, offset, size_hint());
+      });
+      break;
+    } catch (const Error& e) {
+      // DELAY: another client's write delegation is still out; the server read nothing.
+      if (e.errno_value() != kDelayErrno || !delay.wait()) throw;
+    }
+  }
   if (n > 0) saw_size_at_least(offset + n);
   return n;
 }
@@ -251,7 +347,8 @@ size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
   // engine's to pull; large writes gain nothing from waiting.
   if ((flags_ & O_APPEND) != 0 || o.direct_writes || len >= behind_cap) {
     flush_behind(true);
-    return write_through(static_cast<const char*>(buf), len, offset, o.stability);
+    return write_through(static_cast<const char*>(buf), len, offset, o.stability,
+                         (flags_ & O_APPEND) != 0);
   }
   SharedFile& sf = *state_->shared;
   std::lock_guard behind(sf.behind_mu);
@@ -268,10 +365,8 @@ size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
   return len;
 }
 
-size_t File::write_through(const char* buf, size_t len, uint64_t offset, Stability how) {
-  // O_APPEND: each chunk goes at the server's end of file, atomically there, and the
-  // reply's size says where it landed (no GETATTR first).
-  const bool append = (flags_ & O_APPEND) != 0;
+size_t File::write_through(const char* buf, size_t len, uint64_t offset, Stability how,
+                           bool append) {
   const MountOptions& o = client_->options();
   size_t done = 0;  // outside the retry: chunks that landed are not sent again
   return retry_stale([&](const Handle& fh, uint64_t key) {
@@ -296,7 +391,9 @@ size_t File::write_through(const char* buf, size_t len, uint64_t offset, Stabili
 
 void File::send_behind_locked(Stability how) {
   send_run_locked(*state_->shared, [this, how](const char* buf, size_t len, uint64_t offset) {
-    write_through(buf, len, offset, how);
+    // At its own offset even from an O_APPEND File: the run may be another File's (kept
+    // by a write delegation past its close), gathered by positioned writes.
+    write_through(buf, len, offset, how, /*append=*/false);
   });
 }
 
@@ -307,16 +404,72 @@ void Client::flush_writes_behind(const Handle& fh) {
   std::lock_guard behind(f->behind_mu);
   send_run_locked(*f, [&](const char* buf, size_t len, uint64_t offset) {
     const Stability how = options().stability;
-    for (size_t done = 0; done < len;) {
-      const size_t chunk = std::min<size_t>(len - done, mount_state()->limits.max_write);
-      WriteVerifier verf;
-      int committed = 0;
-      size_t n = write(fh, buf + done, chunk, offset + done, how, &verf, &committed);
-      record_write(*f, offset + done, buf + done, n, verf, committed);
-      forget_data(key, offset + done, n);
-      done += n;
-    }
+    write_run(
+        *f, mount_state()->limits.max_write, buf, len, offset,
+        [&](const char* src, size_t n, uint64_t at, WriteVerifier* verf, int* committed) {
+          return write(fh, src, n, at, how, verf, committed);
+        },
+        [&](uint64_t at, size_t n) { forget_data(key, at, n); });
   });
+}
+
+bool Client::write_back(const MountState& m, const Handle& fh, SharedFile& sf) {
+  bool any;
+  {
+    std::lock_guard lock(sf.mu);
+    any = sf.unstable || sf.has_behind.load(std::memory_order_acquire);
+  }
+  if (!any) return false;
+  const uint64_t key = odafs::cache_key(fh);
+  const uint64_t bs = m.limits.block_size;
+  auto forget = [&](uint64_t at, size_t n) {
+    if (n != 0) m.cache->forget_data(key, at / bs, (at + n - 1) / bs);
+  };
+  // On m's channel only: a re-mount here could free m's Delegations from its own worker.
+  auto write_one = [&](const char* src, size_t n, uint64_t at, Stability how, WriteVerifier* verf,
+                       int* committed) {
+    DelayBackoff delay(options_.timeout_ms);
+    for (;;) {
+      try {
+        thread_local rpc::Call call;
+        start_write(m, call, fh, src, n, at, how);
+        return finish_write(m, call, n, verf, committed);
+      } catch (const Error& e) {
+        if (e.errno_value() != kDelayErrno || !delay.wait()) throw;
+      } catch (const rpc::RpcError& e) {
+        throw error_from(e);
+      }
+    }
+  };
+  {
+    std::lock_guard behind(sf.behind_mu);
+    send_run_locked(sf, [&](const char* buf, size_t len, uint64_t offset) {
+      write_run(
+          sf, m.limits.max_write, buf, len, offset,
+          [&](const char* src, size_t n, uint64_t at, WriteVerifier* verf, int* committed) {
+            return write_one(src, n, at, options_.stability, verf, committed);
+          },
+          forget);
+    });
+  }
+  commit_books(
+      sf, "a write-delegated file",
+      [&] {
+        try {
+          return commit_on(m, fh);
+        } catch (const rpc::RpcError& e) {
+          throw error_from(e);
+        }
+      },
+      [&](const char* src, size_t len, uint64_t offset) {
+        WriteVerifier verf;
+        int committed = 0;
+        size_t n = write_one(src, std::min<size_t>(len, m.limits.max_write), offset,
+                             Stability::kFileSync, &verf, &committed);
+        forget(offset, n);
+        return n;
+      });
+  return true;
 }
 
 void File::throw_behind_error_locked() {
@@ -395,83 +548,18 @@ void File::fsync() {
 
 void File::commit_unstable() {
   if (client_ == nullptr) fail(EBADF, "file is closed");
-  SharedFile& shared = *state_->shared;
-  std::lock_guard commit(shared.commit_mu);
-  // Take the writes acknowledged so far: the COMMIT below covers them. Writes that finish
-  // meanwhile stay for the next fsync.
-  std::vector<std::pair<uint64_t, size_t>> taken;
-  std::vector<char> taken_data;
-  std::optional<WriteVerifier> verifier;
-  bool changed;
-  {
-    std::lock_guard lock(shared.mu);
-    SharedFile& s = shared;
-    if (!s.unstable) return;
-    taken.swap(s.pending);
-    taken_data.swap(s.pending_data);
-    verifier = s.verifier;
-    changed = s.verifier_changed;
-    s.unstable = false;
-    s.verifier_changed = false;
-    s.verifier.reset();
-  }
-  auto give_back_buffers = [&] {  // keeps their capacity: a steady writer allocates nothing
-    std::lock_guard lock(shared.mu);
-    taken.clear();
-    taken_data.clear();
-    if (shared.pending.empty()) {
-      shared.pending.swap(taken);
-      shared.pending_data.swap(taken_data);
-    }
-  };
-  auto put_back = [&] {  // failed: the writes stay uncommitted, ahead of newer ones
-    std::lock_guard lock(shared.mu);
-    SharedFile& s = shared;
-    taken.insert(taken.end(), s.pending.begin(), s.pending.end());
-    taken_data.insert(taken_data.end(), s.pending_data.begin(), s.pending_data.end());
-    s.pending.swap(taken);
-    s.pending_data.swap(taken_data);
-    s.unstable = true;
-    s.verifier_changed = true;  // not known to be safe: the next fsync sends them again
-  };
-  try {
-    WriteVerifier v = retry_stale([&](const Handle& fh, uint64_t) { return client_->commit(fh); });
-    if (changed || (verifier && *verifier != v)) {
-      // The server restarted since some of these writes were acknowledged, so they may
-      // be lost: send them all again, in their order, stable this time (as NFS clients
-      // do).
-      try {
-        resend(taken, taken_data);
-      } catch (const Error& e) {
-        fail(EIO, "commit " + path_ + ": the server restarted and unstable writes could not " +
-                      "be sent again: " + e.what());
-      }
-    }
-  } catch (...) {
-    put_back();
-    throw;
-  }
-  give_back_buffers();
-}
-
-void File::resend(const std::vector<std::pair<uint64_t, size_t>>& writes,
-                  const std::vector<char>& data) {
-  const char* src = data.data();
-  for (const auto& write : writes) {
-    const uint64_t offset = write.first;  // not a structured binding: lambdas capture it
-    const size_t len = write.second;
-    for (size_t done = 0; done < len;) {
-      WriteVerifier verf;
-      int committed = 0;
-      done += retry_stale([&](const Handle& fh, uint64_t key) {
-        size_t n = client_->write(fh, src + done, len - done, offset + done, Stability::kFileSync,
-                                  &verf, &committed);
-        client_->forget_data(key, offset + done, n);
-        return n;
+  commit_books(
+      *state_->shared, path_,
+      [&] { return retry_stale([&](const Handle& fh, uint64_t) { return client_->commit(fh); }); },
+      [&](const char* src, size_t len, uint64_t offset) {
+        return retry_stale([&](const Handle& fh, uint64_t key) {
+          WriteVerifier verf;
+          int committed = 0;
+          size_t n = client_->write(fh, src, len, offset, Stability::kFileSync, &verf, &committed);
+          client_->forget_data(key, offset, n);
+          return n;
+        });
       });
-    }
-    src += len;
-  }
 }
 
 void File::close() {
@@ -480,7 +568,19 @@ void File::close() {
   auto give_back = [&] { client->open_files_.release(state_->size_key, state_->shared); };
   try {
     client_ = client;
-    fsync();
+    SharedFile& sf = *state_->shared;
+    bool failed;
+    {
+      std::lock_guard behind(sf.behind_mu);
+      failed = sf.behind_errno != 0;
+    }
+    // Under a write delegation the SharedFile stays with it, unsent and uncommitted, until
+    // it is recalled or given back (client/delegations.h); an error waiting is reported
+    // now. Only UNSTABLE mounts: the others asked for their bytes durable by the close.
+    if (failed || client->options().stability != Stability::kUnstable ||
+        !client->mount_state()->delegations->keep_open(handle(), state_->shared)) {
+      fsync();
+    }
     client_ = nullptr;
   } catch (...) {
     client_ = nullptr;

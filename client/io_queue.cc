@@ -140,11 +140,13 @@ void IoQueue::drive(Slot& s, bool rpc_ready) {
       return;
     } catch (const Error& e) {
       s.in_flight = false;
-      // Others' delegations on the file are still out: the server wrote nothing; send the
-      // same chunk again after a pause (a rare wait, taken here as Client::write does).
-      if (e.errno_value() == kDelayErrno && s.op == Slot::Op::kWrite) {
+      // Others' delegations on the file are still out (a write one, for a read): the
+      // server did nothing; send the same again after a pause (a rare wait, taken here as
+      // Client::write and File::pread do). A read resumes where it stopped.
+      if (e.errno_value() == kDelayErrno) {
         if (!s.delay) s.delay.emplace(client_.options().timeout_ms);
         if (s.delay->wait()) {
+          if (s.op == Slot::Op::kRead) s.reader.reset();
           rpc_ready = false;
           continue;
         }
@@ -186,7 +188,7 @@ bool IoQueue::drive_read(Slot& s, bool rpc_ready) {
   if (!s.started) {
     s.started = true;
     s.file->check_readable();
-    s.file->flush_behind(false);  // this client reads its own writes
+    s.file->flush_behind(false);                     // this client reads its own writes
     if (client_.read_mode() == ReadMode::kDirect) {  // the engine's push: synchronous
       s.done = s.file->pread(s.buf, s.len, s.offset);
       return true;
@@ -241,7 +243,8 @@ bool IoQueue::drive_write(Slot& s, bool rpc_ready) {
   if (!s.mount) {
     s.mount = client_.mount_state();
     std::tie(s.fh, s.key) = s.file->current();
-    s.mount->delegations->forget_file(s.fh);  // this client's own change: see delegations.h
+    // Its own write (see delegations.h); File::wrote drops the cached copies.
+    s.mount->delegations->wrote(s.fh, s.offset + s.len);
   }
   s.chunk = std::min<size_t>(s.len - s.done, s.mount->limits.max_write);
   s.file->make_room_for(s.chunk);

@@ -172,11 +172,15 @@ std::pair<Handle, Attr> Client::open_existing(const std::string& path, int acces
   if (split_path(path).empty()) return resolve(path, true);  // the mount root
   auto [dir, name] = resolve_parent(path);
   std::shared_ptr<const MountState> current = mount_state();
-  if (access == O_RDONLY) {
-    if (std::optional<Delegations::Held> held = current->delegations->find(dir, name)) {
-      stats_.delegated_opens.fetch_add(1, std::memory_order_relaxed);
-      return {held->fh, held->attr};
+  // A read delegation serves opens for reading, a write one every open.
+  if (std::optional<Delegations::Held> held = current->delegations->find(dir, name);
+      held && (access == O_RDONLY || held->write)) {
+    stats_.delegated_opens.fetch_add(1, std::memory_order_relaxed);
+    // The sole writer's writes behind (not sent) may reach past what the entry knows.
+    if (OpenFiles::Ref f = held->write ? open_files_.find(cache_key(held->fh)) : nullptr) {
+      held->attr.size = std::max(held->attr.size, f->size.load(std::memory_order_relaxed));
     }
+    return {held->fh, held->attr};
   }
   std::optional<std::pair<Handle, Attr>> found;
   try {
@@ -191,10 +195,11 @@ std::pair<Handle, Attr> Client::open_existing(const std::string& path, int acces
       check(res.status, "open " + path);
       const open_ok& ok = res.open_res_u.ok;
       std::pair<Handle, Attr> out{get_fh(ok.fh), to_attr(ok.attr)};
-      if (access != O_RDONLY) {
+      if (ok.delegation != 0) {
+        m.delegations->insert(dir, name, out.first, out.second, ok.delegation, ok.lease_ms,
+                              ok.delegation_kind == ODAFS_DELEG_WRITE);
+      } else if (access != O_RDONLY) {
         m.delegations->forget_name(dir, name);  // this client is about to write it
-      } else if (ok.delegation != 0) {
-        m.delegations->insert(dir, name, out.first, out.second, ok.delegation, ok.lease_ms);
       }
       return out;
     });
@@ -273,15 +278,22 @@ void Client::mkdir(const std::string& path, mode_t mode) {
 
 void Client::remove_name(const std::string& path, uint32_t proc, const char* what) {
   auto [dir, name] = resolve_parent(path);
-  mount_state()->delegations->forget_name(dir, name);
-  with_channel(false, [&, &dir = dir, &name = name](rpc::Channel& ch) {
-    diropargs args{};
-    put_fh(args.dir, dir);
-    args.name = name.data();
-    stat_res res{};
-    ch.call(proc, to_xdrproc(xdr_diropargs), &args, to_xdrproc(xdr_stat_res), &res);
-    check(res.status, std::string(what) + " " + path);
-  });
+  Delegations& delegations = *mount_state()->delegations;
+  std::optional<Delegations::Return> held = delegations.take_for_remove(dir, name);
+  try {
+    with_channel(false, [&, &dir = dir, &name = name](rpc::Channel& ch) {
+      diropargs args{};
+      put_fh(args.dir, dir);
+      args.name = name.data();
+      stat_res res{};
+      ch.call(proc, to_xdrproc(xdr_diropargs), &args, to_xdrproc(xdr_stat_res), &res);
+      check(res.status, std::string(what) + " " + path);
+    });
+  } catch (...) {
+    if (held) delegations.removed(*held, false);  // still there: its bytes go back
+    throw;
+  }
+  if (held) delegations.removed(*held, true);
 }
 
 void Client::rmdir(const std::string& path) {

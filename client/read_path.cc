@@ -383,7 +383,9 @@ size_t Client::write_direct(const Handle& fh, const void* buf, size_t len, uint6
   std::shared_ptr<const MountState> m = mount_state();
   std::shared_ptr<ordma::EngineClient> eng = engine(*m);
   if (!eng) return write(fh, buf, len, offset, how, verf, committed);
-  m->delegations->forget_file(fh);  // this client's own change: see delegations.h
+  // This client's own write (see delegations.h); under a write delegation no open
+  // revalidates the cache, so its old copies go here.
+  if (m->delegations->wrote(fh, offset + len)) forget_data(cache_key(fh), offset, len);
   Registration reg(eng.get(), const_cast<void*>(buf), len);
   thread_local rpc::Call call;
   write_direct_args args{};

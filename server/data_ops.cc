@@ -88,6 +88,9 @@ void FileService::do_read(const rpc::CallContext& ctx, read_args& a, rpc::Reply&
     IdentityScope as(ctx.cred, options_.auth_sys);
     if (!as.permits(st, R_OK)) return reply_status<read_res>(r, xp(xdr_read_res), ODAFS_ERR_ACCES);
   }
+  if (!delegations_.await_writers(node->id, ctx.connection)) {
+    return reply_status<read_res>(r, xp(xdr_read_res), ODAFS_ERR_DELAY);
+  }
   uint64_t size = 0;
   auto locked = lock_for_read(node, &size);
   if (!locked.ok()) {
@@ -167,6 +170,7 @@ void FileService::do_read_direct(const rpc::CallContext& ctx, read_direct_args& 
     IdentityScope as(ctx.cred, options_.auth_sys);
     if (!as.permits(st, R_OK)) return fail(ODAFS_ERR_ACCES);
   }
+  if (!delegations_.await_writers(node->id, ctx.connection)) return fail(ODAFS_ERR_DELAY);
   if (!engine_ || a.session == 0) return fail(ODAFS_ERR_NOTSUPP);
   // Held while the bytes are gathered, not while the engine sends them: the pins keep
   // cached blocks whole from there on, and a slow client must not hold up writers.

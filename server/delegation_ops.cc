@@ -1,7 +1,8 @@
-// The open-delegation procedures of FileService: OPEN (LOOKUP that may grant a read
-// delegation), DELEGRETURN, and the CB_RECALL callbacks the server sends. The table of who
-// holds what is server/delegations.h; the changes that recall (WRITE, SETATTR, REMOVE,
-// RENAME, OPEN for writing) call begin_change from their own procedures.
+// The open-delegation procedures of FileService: OPEN (LOOKUP that may grant a read or
+// write delegation), DELEGRETURN, and the CB_RECALL callbacks the server sends. The table
+// of who holds what is server/delegations.h; the changes that recall (WRITE, SETATTR,
+// REMOVE, RENAME, OPEN for writing) call begin_change from their own procedures, and the
+// reads (READ, READ_DIRECT, GETATTR, LOOKUP, OPEN) await_writers.
 #include <fcntl.h>
 #include <sys/stat.h>
 
@@ -28,22 +29,31 @@ void FileService::do_open(const rpc::CallContext& ctx, open_args& a, rpc::Reply&
   const WireHandle fh = nodes_.handle_of(**node);
 
   open_res res{};
-  if (S_ISREG(st.st_mode) && (a.access & ODAFS_OPEN_WRITE) != 0) {
+  const bool regular = S_ISREG(st.st_mode);
+  const bool write = (a.access & ODAFS_OPEN_WRITE) != 0;
+  if (regular && write) {
     // Opening to write conflicts with others' delegations: take them back now, so that
     // their holders stop trusting their copies before this client starts writing.
     if (delegations_.begin_change((*node)->id, ctx.connection).delayed()) {
       return fail(ODAFS_ERR_DELAY);
     }
-  } else if (S_ISREG(st.st_mode) && options_.delegations && (a.access & ODAFS_OPEN_READ) != 0 &&
-             as.permits(st, R_OK)) {
-    res.open_res_u.ok.delegation = delegations_.grant((*node)->id, ctx.connection, fh);
-    if (res.open_res_u.ok.delegation != 0) {
+  } else if (regular && !delegations_.await_writers((*node)->id, ctx.connection)) {
+    return fail(ODAFS_ERR_DELAY);  // another's write delegation is still out
+  }
+  // A write delegation only for a caller who may read too: its holder serves later opens
+  // for reading from what it holds.
+  if (regular && options_.delegations && (a.access & ODAFS_OPEN_READ) != 0 &&
+      as.permits(st, write ? R_OK | W_OK : R_OK)) {
+    const Delegations::Grant g = delegations_.grant((*node)->id, ctx.connection, fh, write);
+    if (g.id != 0) {
       // The attributes the holder will trust must be from after the grant: a change that
       // slipped in between the lookup and the grant recalled nothing.
       Result<OpenNode> open = nodes_.open(*node);
       if (!open || fstat(open->fd(), &st) != 0) {
-        delegations_.returned((*node)->id, ctx.connection, res.open_res_u.ok.delegation);
-        res.open_res_u.ok.delegation = 0;
+        delegations_.returned((*node)->id, ctx.connection, g.id);
+      } else {
+        res.open_res_u.ok.delegation = g.id;
+        res.open_res_u.ok.delegation_kind = g.write ? ODAFS_DELEG_WRITE : ODAFS_DELEG_READ;
       }
     }
   }
@@ -54,12 +64,12 @@ void FileService::do_open(const rpc::CallContext& ctx, open_args& a, rpc::Reply&
   r.send(xp(xdr_open_res), &res);
 }
 
-void FileService::do_delegreturn(const rpc::CallContext& ctx, delegreturn_args& a,
-                                 rpc::Reply& r) {
+void FileService::do_delegreturn(const rpc::CallContext& ctx, delegreturn_args& a, rpc::Reply& r) {
   Result<NodeRef> node = nodes_.resolve(reinterpret_cast<const unsigned char*>(a.fh));
-  // A handle gone stale has nothing left to return: the answer is OK either way.
-  if (node) delegations_.returned((*node)->id, ctx.connection, a.delegation);
-  reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_OK);
+  // INVAL: not held (expired, or never granted); a write delegation's holder learns that
+  // its writes came back late. A handle gone stale has nothing left to return: OK.
+  const bool held = !node || delegations_.returned((*node)->id, ctx.connection, a.delegation);
+  reply_status<stat_res>(r, xp(xdr_stat_res), held ? ODAFS_OK : ODAFS_ERR_INVAL);
 }
 
 bool FileService::send_recall(uint64_t connection, const WireHandle& fh, uint64_t id) {
@@ -69,7 +79,10 @@ bool FileService::send_recall(uint64_t connection, const WireHandle& fh, uint64_
   args.delegation = id;
   thread_local std::vector<char> record;
   rpc::CallSpec spec{next_callback_xid_.fetch_add(1, std::memory_order_relaxed),
-                     ODAFS_CB_PROGRAM, ODAFS_CB_V1, ODAFSCBPROC_RECALL, {}};
+                     ODAFS_CB_PROGRAM,
+                     ODAFS_CB_V1,
+                     ODAFSCBPROC_RECALL,
+                     {}};
   Result<size_t> n = rpc::encode_call_record(spec, xp(xdr_cb_recall_args), &args, 4096, &record);
   return n.ok() && server_->send_to_connection(connection, record.data(), *n);
 }
@@ -83,6 +96,14 @@ Delegations::Change FileService::begin_change_of_name(const OpenNode& dir, const
   }
   // Node ids start at 1: id 0 is nobody's, so its Change never waits.
   return delegations_.begin_change(id, connection);
+}
+
+bool FileService::await_writers_of_name(const OpenNode& dir, const char* name,
+                                        uint64_t connection) {
+  if (!delegations_.writers_out()) return true;  // none anywhere: no fstatat
+  struct stat st;
+  if (fstatat(dir.fd(), name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) return true;
+  return delegations_.await_writers(nodes_.id_of(st.st_dev, st.st_ino), connection);
 }
 
 }  // namespace odafs::server

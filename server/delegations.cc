@@ -32,32 +32,55 @@ void Delegations::end_change(uint64_t node) {
   }
 }
 
-uint64_t Delegations::grant(uint64_t node, uint64_t connection, const WireHandle& fh) {
+Delegations::Grant Delegations::grant(uint64_t node, uint64_t connection, const WireHandle& fh,
+                                      bool write) {
   std::lock_guard lock(mu_);
-  if (std::find(changing_.begin(), changing_.end(), node) != changing_.end()) return 0;
+  if (std::find(changing_.begin(), changing_.end(), node) != changing_.end()) return {};
   FileState& f = files_[node];
   f.fh = fh;
-  for (const Holder& h : f.holders) {
-    if (h.recalled_at_ms != 0) return 0;  // a change is waiting for this file
-  }
+  Holder* own = nullptr;
   for (Holder& h : f.holders) {
+    if (h.recalled_at_ms != 0) return {};  // a change is waiting for this file
+    if (h.connection == connection) {
+      own = &h;
+    } else if (write || h.write) {
+      erase_if_empty_locked(node);
+      return {};  // conflicts with another connection's delegation
+    }
+  }
+  if (own != nullptr) {
     // A new id for each grant: a DELEGRETURN of the old one (the client forgot it while
     // this OPEN was on its way) then takes nothing away.
-    if (h.connection == connection) return h.id = next_id_++;
+    own->id = next_id_++;
+    if (write && !own->write) {
+      own->write = true;
+      write_held_.fetch_add(1, std::memory_order_relaxed);
+      stats_.granted_write.fetch_add(1, std::memory_order_relaxed);
+    }
+    return {own->id, own->write};
   }
   auto held = per_connection_.find(connection);
   if (held != per_connection_.end() && held->second >= options_.max_per_connection) {
     erase_if_empty_locked(node);
-    return 0;
+    return {};
   }
   uint64_t id = next_id_++;
-  f.holders.push_back({connection, id, 0});
+  f.holders.push_back({connection, id, 0, write});
   ++per_connection_[connection];
   stats_.granted.fetch_add(1, std::memory_order_relaxed);
-  return id;
+  if (write) {
+    write_held_.fetch_add(1, std::memory_order_relaxed);
+    stats_.granted_write.fetch_add(1, std::memory_order_relaxed);
+  }
+  return {id, write};
 }
 
-size_t Delegations::sweep_locked(uint64_t node, uint64_t connection, int64_t now,
+void Delegations::uncount_locked(const Holder& h) {
+  if (--per_connection_[h.connection] == 0) per_connection_.erase(h.connection);
+  if (h.write) write_held_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+size_t Delegations::sweep_locked(uint64_t node, uint64_t connection, bool writes_only, int64_t now,
                                  std::vector<Holder>* to_recall) {
   auto it = files_.find(node);
   if (it == files_.end()) return 0;
@@ -65,13 +88,13 @@ size_t Delegations::sweep_locked(uint64_t node, uint64_t connection, int64_t now
   size_t others = 0;
   for (size_t i = 0; i < holders.size();) {
     Holder& h = holders[i];
-    if (h.connection == connection) {
+    if (h.connection == connection || (writes_only && !h.write)) {
       ++i;
       continue;
     }
     if (h.recalled_at_ms != 0 && now - h.recalled_at_ms >= options_.lease_ms) {
       stats_.expired.fetch_add(1, std::memory_order_relaxed);
-      if (--per_connection_[h.connection] == 0) per_connection_.erase(h.connection);
+      uncount_locked(h);
       holders[i] = holders.back();
       holders.pop_back();
       continue;
@@ -93,26 +116,33 @@ void Delegations::erase_if_empty_locked(uint64_t node) {
 
 Delegations::Change Delegations::begin_change(uint64_t node, uint64_t connection) {
   std::unique_lock lock(mu_);
-  if (files_.find(node) == files_.end()) {  // the common case
-    changing_.push_back(node);
-    return Change(this, node);
+  if (!wait_for_holders_locked(lock, node, connection, /*writes_only=*/false)) {
+    return Change(nullptr, node);
   }
+  changing_.push_back(node);
+  return Change(this, node);
+}
+
+bool Delegations::await_writers_slow(uint64_t node, uint64_t connection) {
+  std::unique_lock lock(mu_);
+  return wait_for_holders_locked(lock, node, connection, /*writes_only=*/true);
+}
+
+bool Delegations::wait_for_holders_locked(std::unique_lock<std::mutex>& lock, uint64_t node,
+                                          uint64_t connection, bool writes_only) {
+  if (files_.find(node) == files_.end()) return true;  // the common case
   const int64_t start = now_ms();
   bool waiting = false;
   auto leave = [&](bool clear) {
     if (waiting) --waiters_;
     erase_if_empty_locked(node);
-    if (!clear) {
-      stats_.delayed.fetch_add(1, std::memory_order_relaxed);
-      return Change(nullptr, node);
-    }
-    changing_.push_back(node);
-    return Change(this, node);
+    if (!clear) stats_.delayed.fetch_add(1, std::memory_order_relaxed);
+    return clear;
   };
   for (;;) {
     std::vector<Holder> to_recall;
     const int64_t now = now_ms();
-    if (sweep_locked(node, connection, now, &to_recall) == 0) return leave(true);
+    if (sweep_locked(node, connection, writes_only, now, &to_recall) == 0) return leave(true);
     if (!to_recall.empty()) {
       const WireHandle fh = files_[node].fh;
       lock.unlock();
@@ -131,9 +161,9 @@ Delegations::Change Delegations::begin_change(uint64_t node, uint64_t connection
           return x.connection == h.connection && x.id == h.id;
         });
         if (gone == holders.end()) continue;
+        uncount_locked(*gone);
         holders.erase(gone);
         stats_.dropped.fetch_add(1, std::memory_order_relaxed);
-        if (--per_connection_[h.connection] == 0) per_connection_.erase(h.connection);
       }
       continue;
     }
@@ -146,25 +176,32 @@ Delegations::Change Delegations::begin_change(uint64_t node, uint64_t connection
     // Wake at the first lease to run out, or when this operation has waited long enough.
     int64_t until = start + options_.wait_ms;
     for (const Holder& h : files_[node].holders) {
-      if (h.connection != connection) until = std::min(until, h.recalled_at_ms + options_.lease_ms);
+      if (h.connection != connection && h.recalled_at_ms != 0) {
+        until = std::min(until, h.recalled_at_ms + options_.lease_ms);
+      }
     }
     changed_.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(until - now, 1)));
   }
 }
 
-void Delegations::returned(uint64_t node, uint64_t connection, uint64_t id) {
+bool Delegations::returned(uint64_t node, uint64_t connection, uint64_t id) {
   std::lock_guard lock(mu_);
   auto f = files_.find(node);
-  if (f == files_.end()) return;
+  if (f == files_.end()) return false;
   auto& holders = f->second.holders;
   auto it = std::find_if(holders.begin(), holders.end(),
                          [&](const Holder& h) { return h.connection == connection && h.id == id; });
-  if (it == holders.end()) return;
+  if (it == holders.end()) {
+    // Renewed under another id (an OPEN crossed the return): still held, nothing lost.
+    return std::any_of(holders.begin(), holders.end(),
+                       [&](const Holder& h) { return h.connection == connection; });
+  }
+  uncount_locked(*it);
   holders.erase(it);
-  if (--per_connection_[connection] == 0) per_connection_.erase(connection);
   stats_.returned.fetch_add(1, std::memory_order_relaxed);
   erase_if_empty_locked(node);
   changed_.notify_all();
+  return true;
 }
 
 void Delegations::connection_closed(uint64_t connection) {
@@ -173,7 +210,12 @@ void Delegations::connection_closed(uint64_t connection) {
   for (auto f = files_.begin(); f != files_.end();) {
     auto& holders = f->second.holders;
     size_t before = holders.size();
-    std::erase_if(holders, [&](const Holder& h) { return h.connection == connection; });
+    std::erase_if(holders, [&](const Holder& h) {
+      if (h.connection == connection && h.write) {
+        write_held_.fetch_sub(1, std::memory_order_relaxed);
+      }
+      return h.connection == connection;
+    });
     stats_.dropped.fetch_add(before - holders.size(), std::memory_order_relaxed);
     f = holders.empty() ? files_.erase(f) : std::next(f);
   }
@@ -186,7 +228,7 @@ void Delegations::file_gone(uint64_t node) {
   auto f = files_.find(node);
   if (f == files_.end()) return;
   for (const Holder& h : f->second.holders) {
-    if (--per_connection_[h.connection] == 0) per_connection_.erase(h.connection);
+    uncount_locked(h);
     stats_.dropped.fetch_add(1, std::memory_order_relaxed);
   }
   files_.erase(f);

@@ -12,8 +12,11 @@
 // returns); others, and any that would wait past wait_ms, are answered DELAY, and the
 // client sends them again.
 //
-// Only read delegations are granted: a client's own writes never conflict with its own
-// delegation (it updates its own cache), and a write by another recalls them all.
+// A read delegation conflicts with changes by others; a write delegation (granted to an
+// opener for writing when no other connection holds one on the file) with any access by
+// others: their reads (OPEN, READ, READ_DIRECT, GETATTR, LOOKUP) call await_writers, which
+// recalls only write delegations and costs one relaxed load while none exists anywhere.
+// A client's own accesses never conflict with its own delegation.
 //
 // Thread-safety: every member function is thread-safe. The recall sender is called
 // without the table's lock held.
@@ -48,10 +51,16 @@ class Delegations {
 
   Delegations(Options options, RecallFn send_recall);
 
-  // Grants `connection` a read delegation on file `node` (whose handle is fh), or renews
-  // the one it holds under a new id. 0 when none can be granted: one is being recalled, a
-  // change is under way, or the connection holds max_per_connection already.
-  uint64_t grant(uint64_t node, uint64_t connection, const WireHandle& fh);
+  struct Grant {
+    uint64_t id = 0;  // 0: none granted
+    bool write = false;
+  };
+  // Grants `connection` a read (or, if `write`, a write) delegation on file `node` (whose
+  // handle is fh), or renews the one it holds under a new id (a write one stays write; a
+  // read one becomes write when asked and no other connection holds one). None when one
+  // is being recalled, a change is under way, another connection holds a write one (or
+  // any, for a write grant), or the connection holds max_per_connection already.
+  Grant grant(uint64_t node, uint64_t connection, const WireHandle& fh, bool write);
 
   // A change to a file in progress: while one lives, no delegation on the file is
   // granted, so none can be granted between the recall and the change itself.
@@ -77,8 +86,19 @@ class Delegations {
   // delegations on the file.
   Change begin_change(uint64_t node, uint64_t connection);
 
-  // DELEGRETURN of delegation `id` on `node` by `connection`; unknown ones are ignored.
-  void returned(uint64_t node, uint64_t connection, uint64_t id);
+  // Before `connection` reads file `node` (its bytes or attributes): recalls other
+  // connections' write delegations on it and waits like begin_change. False: answer DELAY.
+  // One relaxed load when no write delegation exists anywhere (a read that races with a
+  // grant is ordered before it: the holder has written nothing yet).
+  bool await_writers(uint64_t node, uint64_t connection) {
+    return !writers_out() || await_writers_slow(node, connection);
+  }
+  // Some connection holds a write delegation (on some file).
+  bool writers_out() const { return write_held_.load(std::memory_order_relaxed) != 0; }
+
+  // DELEGRETURN of delegation `id` on `node` by `connection`. Nothing is done for an id it
+  // does not hold; false then if it holds none on `node` (expired, dropped, never granted).
+  bool returned(uint64_t node, uint64_t connection, uint64_t id);
 
   // The connection closed: its delegations are gone.
   void connection_closed(uint64_t connection);
@@ -89,6 +109,7 @@ class Delegations {
 
   struct Stats {
     std::atomic<uint64_t> granted{0};
+    std::atomic<uint64_t> granted_write{0};  // of them, write delegations
     std::atomic<uint64_t> recalled{0};
     std::atomic<uint64_t> returned{0};
     std::atomic<uint64_t> expired{0};  // not returned within the lease: taken back
@@ -103,16 +124,24 @@ class Delegations {
     uint64_t connection = 0;
     uint64_t id = 0;
     int64_t recalled_at_ms = 0;  // 0: not recalled
+    bool write = false;
   };
   struct FileState {
     WireHandle fh{};
     std::vector<Holder> holders;
   };
-  // Removes holders of `node` other than `connection` whose lease ran out; returns how
-  // many other holders remain, and in *to_recall those still to be sent a recall (marking
-  // them recalled). REQUIRES: mu_ held.
-  size_t sweep_locked(uint64_t node, uint64_t connection, int64_t now,
+  // Removes holders of `node` other than `connection` (only write ones if writes_only)
+  // whose lease ran out; returns how many such holders remain, and in *to_recall those
+  // still to be sent a recall (marking them recalled). REQUIRES: mu_ held.
+  size_t sweep_locked(uint64_t node, uint64_t connection, bool writes_only, int64_t now,
                       std::vector<Holder>* to_recall);
+  // Recalls the holders sweep_locked picks and waits for them to go; false: DELAY.
+  // REQUIRES: lock holds mu_.
+  bool wait_for_holders_locked(std::unique_lock<std::mutex>& lock, uint64_t node,
+                               uint64_t connection, bool writes_only);
+  bool await_writers_slow(uint64_t node, uint64_t connection);
+  // Forgets holder h's count in per_connection_ and write_held_. REQUIRES: mu_ held.
+  void uncount_locked(const Holder& h);
   void erase_if_empty_locked(uint64_t node);
   void end_change(uint64_t node);
 
@@ -122,6 +151,7 @@ class Delegations {
   std::condition_variable changed_;                      // a return, a drop or an expiry
   std::unordered_map<uint64_t, FileState> files_;        // by node id
   std::unordered_map<uint64_t, size_t> per_connection_;  // delegations held
+  std::atomic<size_t> write_held_{0};  // write holders in files_ (written under mu_)
   uint64_t next_id_ = 1;
   int waiters_ = 0;
   std::vector<uint64_t> changing_;  // nodes with a Change alive (few: one per RPC thread)

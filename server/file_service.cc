@@ -199,6 +199,7 @@ void FileService::do_stats(rpc::Reply& r) {
   const auto& ds = delegations_.stats();
   values.emplace_back("delegations.held", delegations_.held());
   values.emplace_back("delegations.granted", ds.granted.load());
+  values.emplace_back("delegations.granted_write", ds.granted_write.load());
   values.emplace_back("delegations.recalled", ds.recalled.load());
   values.emplace_back("delegations.returned", ds.returned.load());
   values.emplace_back("delegations.expired", ds.expired.load());

@@ -145,6 +145,9 @@ class FileService {
   // Sends CB_RECALL of delegation id on fh to connection (Delegations' recall sender).
   bool send_recall(uint64_t connection, const WireHandle& fh, uint64_t id);
   // Delegations::begin_change for the file (or none) that `name` in dir names now.
+  // await_writers for the regular file `name` in dir names, if any. Costs nothing more
+  // than Delegations::writers_out while no write delegation exists.
+  bool await_writers_of_name(const OpenNode& dir, const char* name, uint64_t connection);
   Delegations::Change begin_change_of_name(const OpenNode& dir, const char* name,
                                            uint64_t connection);
 

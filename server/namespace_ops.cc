@@ -98,10 +98,19 @@ void FileService::do_mount(const rpc::CallContext&, mount_args& a, rpc::Reply& r
   r.send(xp(xdr_mount_res), &res);
 }
 
-void FileService::do_getattr(const rpc::CallContext&, getattr_args& a, rpc::Reply& r) {
+void FileService::do_getattr(const rpc::CallContext& ctx, getattr_args& a, rpc::Reply& r) {
   struct stat st;
   OpenNode node = resolve_or_reply(a.fh, r, &st);
   if (!node) return;
+  if (delegations_.writers_out() && S_ISREG(st.st_mode)) {
+    // Another's write delegation: its holder writes back first, and the size is then new.
+    if (!delegations_.await_writers(node->id, ctx.connection)) {
+      return reply_status<attr_res>(r, xp(xdr_attr_res), ODAFS_ERR_DELAY);
+    }
+    if (fstat(node.fd(), &st) != 0) {
+      return reply_status<attr_res>(r, xp(xdr_attr_res), status_from_errno(errno));
+    }
+  }
   attr_res res{};
   res.status = ODAFS_OK;
   fill_attr(st, &res.attr_res_u.attr);
@@ -221,6 +230,9 @@ void FileService::do_lookup(const rpc::CallContext& ctx, diropargs& a, rpc::Repl
   } else if (!NodeTable::valid_name(a.name) && std::strcmp(a.name, ".") != 0 &&
              std::strcmp(a.name, "..") != 0) {
     status = ODAFS_ERR_INVAL;
+  }
+  if (status == ODAFS_OK && !await_writers_of_name(dir, a.name, ctx.connection)) {
+    status = ODAFS_ERR_DELAY;  // another's write delegation is still out
   }
   if (status != ODAFS_OK) return reply_status<dirop_res>(r, xp(xdr_dirop_res), status);
   reply_dirop(dir, a.name, r);

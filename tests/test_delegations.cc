@@ -101,9 +101,12 @@ TEST_CASE("a read delegation serves later opens without a call") {
     // client stays connected).
     CHECK(server_stat(*fs, "delegations.held") == 0);
   }
-  SUBCASE("a delegation this client voids by writing is given back") {
+  SUBCASE("opening to write makes it a write delegation; a chmod gives it back") {
     File w = fs->open("f", O_RDWR);
-    w.pwrite("H", 1, 0);
+    CHECK(server_stat(*fs, "delegations.granted_write") == 1);
+    w.pwrite("H", 1, 0);  // this client's own write keeps it
+    CHECK(server_stat(*fs, "delegations.held") == 1);
+    fs->chmod("f", 0600);
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     while (server_stat(*fs, "delegations.held") != 0 && std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));

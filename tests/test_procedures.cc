@@ -265,6 +265,7 @@ TEST_CASE("hard links: one file under two names, counted, outliving either name"
   // A write through one name is the other's: one inode on the server.
   File w = fs->open("e/b", O_WRONLY);
   CHECK(w.pwrite("SHARED", 6, 0) == 6);
+  w.fsync();  // a sole writer's close keeps its bytes (a write delegation): fsync sends them
   w.close();
   CHECK(read_local(dir / "d/a") == "SHARED bytes");
   // Removing one name leaves the file under the other.
