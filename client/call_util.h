@@ -6,8 +6,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <thread>
 #include <string>
+#include <thread>
 
 #include "base/log.h"
 #include "client/client.h"

@@ -7,8 +7,8 @@
 
 #include <ctime>
 
-#include "proto/odafs_prot.h"
 #include "proto/enums.h"
+#include "proto/odafs_prot.h"
 
 namespace odafs {
 
