@@ -12,64 +12,27 @@
 
 #include "client/client.h"
 #include "tests/support/client_util.h"
+#include "tests/support/delegation_holder.h"
 #include "tests/support/server_process.h"
 
 using odafs::Client;
 using odafs::File;
+using odafs::test::holder_process;
 using odafs::test::read_all;
+using odafs::test::reap;
+using odafs::test::seconds_since;
 using odafs::test::server_stat;
 using odafs::test::ServerProcess;
 using odafs::test::TempDir;
+using odafs::test::write_path;
 
 namespace {
 
-void write_path(Client& fs, const std::string& path, const std::string& text, int flags = 0) {
-  File f = fs.open(path, O_RDWR | O_CREAT | flags, 0644);
-  f.pwrite(text.data(), text.size(), 0);
-  f.close();
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-// Writes `path` through a client of its own, then starts a child process that mounts
-// url, opens `path` read-only (taking a delegation), reads it, says so on a pipe and then
-// waits to be stopped or killed. Returns its pid once it has the delegation.
-pid_t holder_process(const std::string& url, const std::string& path) {
-  {
-    auto setup = Client::mount(url);
-    write_path(*setup, path, "before");
-  }
-  int fds[2];
-  REQUIRE(pipe(fds) == 0);
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    close(fds[0]);
-    try {
-      auto fs = Client::mount(url);
-      File f = fs->open(path, O_RDONLY);
-      char buf[16];
-      f.pread(buf, sizeof buf, 0);
-      (void)!write(fds[1], "k", 1);
-      for (;;) pause();
-    } catch (...) {
-      _exit(2);
-    }
-  }
-  close(fds[1]);
-  char c = 0;
-  bool ready = read(fds[0], &c, 1) == 1;
-  close(fds[0]);
-  REQUIRE(ready);
-  return pid;
-}
-
-void reap(pid_t pid) {
-  kill(pid, SIGCONT);
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
+// The child's delegation: a read-only open and a read.
+void take_read_delegation(Client& fs, const std::string& path) {
+  File f = fs.open(path, O_RDONLY);
+  char buf[16];
+  f.pread(buf, sizeof buf, 0);
 }
 
 }  // namespace
@@ -173,7 +136,7 @@ TEST_CASE("opening to write, removing or renaming over a delegated file recalls 
 TEST_CASE("a holder that stops answering loses its delegation after the lease") {
   TempDir dir;
   ServerProcess server(dir.path(), {"--lease-ms", "1000"});
-  pid_t holder = holder_process(server.url(), "f");
+  pid_t holder = holder_process(server.url(), "f", [](Client& c) { take_read_delegation(c, "f"); });
   REQUIRE(kill(holder, SIGSTOP) == 0);
   auto b = Client::mount(server.url());
   auto start = std::chrono::steady_clock::now();
@@ -189,7 +152,7 @@ TEST_CASE("a holder that stops answering loses its delegation after the lease") 
 TEST_CASE("a holder that dies gives its delegations up at once") {
   TempDir dir;
   ServerProcess server(dir.path(), {"--lease-ms", "30000"});
-  pid_t holder = holder_process(server.url(), "f");
+  pid_t holder = holder_process(server.url(), "f", [](Client& c) { take_read_delegation(c, "f"); });
   reap(holder);
   auto b = Client::mount(server.url());
   auto start = std::chrono::steady_clock::now();

@@ -13,23 +13,22 @@
 
 #include "client/client.h"
 #include "tests/support/client_util.h"
+#include "tests/support/delegation_holder.h"
 #include "tests/support/server_process.h"
 
 using odafs::Client;
 using odafs::File;
+using odafs::test::holder_process;
 using odafs::test::read_all;
 using odafs::test::read_local;
+using odafs::test::reap;
+using odafs::test::seconds_since;
 using odafs::test::server_stat;
 using odafs::test::ServerProcess;
 using odafs::test::TempDir;
+using odafs::test::write_path;
 
 namespace {
-
-void write_path(Client& fs, const std::string& path, const std::string& text) {
-  File f = fs.open(path, O_RDWR | O_CREAT, 0644);  // CREATE: no delegation
-  f.pwrite(text.data(), text.size(), 0);
-  f.close();
-}
 
 // Opens an existing file to write (OPEN: a write delegation for a sole writer), writes
 // text at 0 and closes without fsync.
@@ -39,47 +38,12 @@ void write_held(Client& fs, const std::string& path, const std::string& text) {
   f.close();
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-// A child process that mounts url, takes a write delegation on `path` (holding "before"),
-// writes "child bytes" behind and closes, says so on a pipe, then waits to be stopped or
-// killed. Returns its pid once it holds the unwritten bytes.
-pid_t holder_process(const std::string& url, const std::string& path) {
-  {
-    auto setup = Client::mount(url);
-    write_path(*setup, path, "before");
-  }
-  int fds[2];
-  REQUIRE(pipe(fds) == 0);
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    close(fds[0]);
-    try {
-      auto fs = Client::mount(url);
-      File f = fs->open(path, O_RDWR);
-      f.pwrite("child bytes", 11, 0);
-      f.close();
-      (void)!write(fds[1], "k", 1);
-      for (;;) pause();
-    } catch (...) {
-      _exit(2);
-    }
-  }
-  close(fds[1]);
-  char c = 0;
-  bool ready = read(fds[0], &c, 1) == 1;
-  close(fds[0]);
-  REQUIRE(ready);
-  return pid;
-}
-
-void reap(pid_t pid) {
-  kill(pid, SIGKILL);  // first: continued, a holder would write back its late bytes
-  kill(pid, SIGCONT);
-  waitpid(pid, nullptr, 0);
+// The child's delegation: a write delegation on path, holding "child bytes" written behind
+// and never sent.
+void take_write_delegation(Client& fs, const std::string& path) {
+  File f = fs.open(path, O_RDWR);
+  f.pwrite("child bytes", 11, 0);
+  f.close();
 }
 
 }  // namespace
@@ -201,7 +165,8 @@ TEST_CASE("reads from the holder do not recall, and read delegations do not conf
 TEST_CASE("a write-delegation holder that stops answering loses it after the lease") {
   TempDir dir;
   ServerProcess server(dir.path(), {"--lease-ms", "1000"});
-  pid_t holder = holder_process(server.url(), "f");
+  pid_t holder =
+      holder_process(server.url(), "f", [](Client& c) { take_write_delegation(c, "f"); });
   REQUIRE(odafs::test::stop_child(holder));
   auto b = Client::mount(server.url());
   auto start = std::chrono::steady_clock::now();
@@ -218,7 +183,8 @@ TEST_CASE("a write-delegation holder that stops answering loses it after the lea
 TEST_CASE("a write-delegation holder that dies gives it up at once") {
   TempDir dir;
   ServerProcess server(dir.path(), {"--lease-ms", "30000"});
-  pid_t holder = holder_process(server.url(), "f");
+  pid_t holder =
+      holder_process(server.url(), "f", [](Client& c) { take_write_delegation(c, "f"); });
   reap(holder);
   auto b = Client::mount(server.url());
   auto start = std::chrono::steady_clock::now();
