@@ -121,6 +121,20 @@ class DelayBackoff {
   int pause_ms_ = 1;
 };
 
+// Runs fn(), and again after a pause while it throws DELAY (the server did nothing yet:
+// others' delegations are still out), for up to timeout_ms in all.
+template <class Fn>
+auto retry_delayed(int timeout_ms, Fn&& fn) -> decltype(fn()) {
+  DelayBackoff delay(timeout_ms);
+  for (;;) {
+    try {
+      return fn();
+    } catch (const Error& e) {
+      if (e.errno_value() != kDelayErrno || !delay.wait()) throw;
+    }
+  }
+}
+
 template <class Fn>
 auto Client::with_mount(bool idempotent, Fn&& fn)
     -> decltype(fn(std::declval<const MountState&>())) {

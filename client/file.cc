@@ -321,19 +321,12 @@ auto File::retry_stale(Fn&& fn) -> decltype(fn(Handle{}, uint64_t{})) {
 size_t File::pread(void* buf, size_t len, uint64_t offset) {
   check_readable();
   flush_behind(false);  // this client reads its own writes
-  size_t n;
-  DelayBackoff delay(client_->options().timeout_ms);
-  for (;;) {
-    try {
-      n = retry_stale([&](const Handle& fh, uint64_t key) {
-        return client_->read_file(fh, key, buf, len, offset, size_hint());
-      });
-      break;
-    } catch (const Error& e) {
-      // DELAY: another client's write delegation is still out; the server read nothing.
-      if (e.errno_value() != kDelayErrno || !delay.wait()) throw;
-    }
-  }
+  // DELAY: another client's write delegation is still out; the server read nothing.
+  size_t n = retry_delayed(client_->options().timeout_ms, [&] {
+    return retry_stale([&](const Handle& fh, uint64_t key) {
+      return client_->read_file(fh, key, buf, len, offset, size_hint());
+    });
+  });
   if (n > 0) saw_size_at_least(offset + n);
   return n;
 }
@@ -428,18 +421,15 @@ bool Client::write_back(const MountState& m, const Handle& fh, SharedFile& sf) {
   // On m's channel only: a re-mount here could free m's Delegations from its own worker.
   auto write_one = [&](const char* src, size_t n, uint64_t at, Stability how, WriteVerifier* verf,
                        int* committed) {
-    DelayBackoff delay(options_.timeout_ms);
-    for (;;) {
+    return retry_delayed(options_.timeout_ms, [&] {
       try {
         thread_local rpc::Call call;
         start_write(m, call, fh, src, n, at, how);
         return finish_write(m, call, n, verf, committed);
-      } catch (const Error& e) {
-        if (e.errno_value() != kDelayErrno || !delay.wait()) throw;
       } catch (const rpc::RpcError& e) {
         throw error_from(e);
       }
-    }
+    });
   };
   {
     std::lock_guard behind(sf.behind_mu);
