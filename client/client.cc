@@ -190,7 +190,7 @@ std::shared_ptr<const MountState> Client::remount() {
   // The worker writes back on this mount only (m outlives its Delegations' worker).
   const MountState* mount = m.get();
   m->delegations = std::make_shared<Delegations>(
-      m->channel.get(), m->cache.get(),
+      m->channel.get(), m->cache.get(), options_.delegated_bytes, options_.delegated_write_back_ms,
       [this, mount](const Handle& fh, const OpenFiles::Ref& kept) {
         OpenFiles::Ref sf = kept ? kept : open_files_.find(cache_key(fh));
         return sf && write_back(*mount, fh, *sf);
@@ -253,6 +253,16 @@ void Client::forget_data(uint64_t key, uint64_t offset, uint64_t len) {
 
 std::pair<Handle, Attr> Client::lookup(const Handle& dir, const std::string& name) {
   check_name(name);
+  // A file under a delegation keeps its name and attributes until it is recalled: another
+  // client's rename, removal or change of it recalls first. Only a file of one link: this
+  // client's removal of another name of it changes its link count unseen by the entry.
+  std::pair<Handle, Attr> found;
+  bool write = false;
+  if (delegated(*mount_state(), dir, name, &found.first, &found.second, &write) &&
+      found.second.nlink <= 1) {
+    stats_.delegated_lookups.fetch_add(1, std::memory_order_relaxed);
+    return found;
+  }
   return with_channel(true, [&](rpc::Channel& ch) {
     diropargs args{};
     put_fh(args.dir, dir);

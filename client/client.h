@@ -141,6 +141,14 @@ struct MountOptions {
   // of them until then (close-to-open: another client sees them after the close). 0: every
   // write is sent when made. Clamped to the server's max_write.
   size_t write_behind_bytes = 64u << 10;
+  // Under a write delegation a close keeps the file's unsent and uncommitted writes until
+  // the delegation is recalled or given back (docs/protocol.md, "Open delegations"); past
+  // this many bytes kept so, across the mount's files, a close sends and commits its own.
+  size_t delegated_bytes = 64u << 20;
+  // ...and for at most this long after the close that kept them: then they are written
+  // back (the delegation stays), so that a client that dies or is killed loses at most
+  // this much of what it closed without fsync, as a local file system's page cache does.
+  int delegated_write_back_ms = 5000;
   // How long a directory's handle found on the way to a file is used without looking the
   // directory up again (the path to it, not the file: open still looks the file up, for
   // close-to-open). Another client's rename of a directory may go unseen that long, as
@@ -170,6 +178,7 @@ struct ClientStats {
   std::atomic<uint64_t> fallbacks{0};      // faults answered with an RPC
   std::atomic<uint64_t> refs_received{0};
   std::atomic<uint64_t> delegated_opens{0};        // opens served by a read delegation: no call
+  std::atomic<uint64_t> delegated_lookups{0};      // lookups served by a delegation: no call
   std::array<std::atomic<uint64_t>, 10> faults{};  // by ordma::Fault value
 };
 
@@ -203,7 +212,12 @@ class File {
   // write (its write verifier changed), sends every uncommitted write again, stable; throws
   // EIO only if that fails.
   void fsync();
-  // fsync(), then forget the handle.
+  // What close(2) of one descriptor owes: the writes durable (fsync()), and an earlier
+  // failed write reported. Under a write delegation this mount may trust, nothing is sent:
+  // the writes stay with the delegation until it is recalled, given back or fsync'ed
+  // (client/delegations.h). May be called more than once (dup'ed descriptors).
+  void flush();
+  // flush(), then forget the handle.
   void close();
 
   bool is_open() const { return client_ != nullptr; }
@@ -248,6 +262,9 @@ class File {
   // does first). report: throw the error of this or an earlier run (writes, fsync);
   // otherwise keep it for them (reads).
   void flush_behind(bool report);
+  // Reads [offset, offset + len) from the run written behind, if it holds all of it (or
+  // all up to the end of the file): true, and *n bytes copied to buf.
+  bool read_behind(void* buf, size_t len, uint64_t offset, size_t* n);
   // After a WRITE of src[0, n) at offset came back with (verf, committed), sent with the
   // handle whose cache key is `key`: keeps an unstable write's copy and verifier for fsync,
   // drops the client's cached copies of the blocks, and grows the known size.
@@ -430,6 +447,11 @@ class Client {
   // from a read delegation this mount holds, without a call, or by OPEN, which may grant
   // one (and, to write, recalls other clients'). Follows symlinks.
   std::pair<Handle, Attr> open_existing(const std::string& path, int access);
+  // Whether m holds a delegation on `name` in dir that it may trust now: then *fh, *attr
+  // (its size grown by this client's writes behind) and *write (a write delegation) say
+  // what it holds. Allocates nothing.
+  bool delegated(const MountState& m, const Handle& dir, std::string_view name, Handle* fh,
+                 Attr* attr, bool* write);
   // Under a per-call credential (rpc::CallAs: one client serving several callers, as
   // odafs-mount does), the open of an existing regular file is where the caller's
   // permission for `access` (O_RDONLY, O_WRONLY, O_RDWR) is checked: after it, this

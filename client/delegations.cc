@@ -1,6 +1,7 @@
 #include "client/delegations.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <functional>
 
@@ -15,10 +16,12 @@
 
 namespace odafs {
 
-Delegations::Delegations(rpc::Channel* channel, ClientCache* cache, WriteBack write_back,
-                         Release release)
+Delegations::Delegations(rpc::Channel* channel, ClientCache* cache, size_t max_kept_bytes,
+                         int max_kept_ms, WriteBack write_back, Release release)
     : channel_(channel),
       cache_(cache),
+      max_kept_bytes_(max_kept_bytes),
+      max_kept_ns_(int64_t{max_kept_ms} * 1000000),
       write_back_(std::move(write_back)),
       release_(std::move(release)),
       returner_([this] { return_loop(); }) {}
@@ -31,6 +34,20 @@ bool same_caller(const std::optional<rpc::CallerCred>& a, const std::optional<rp
   if (!a || !b) return !a && !b;
   return a->uid == b->uid && a->gid == b->gid && a->ngids == b->ngids &&
          std::equal(a->gids, a->gids + std::min<uint32_t>(a->ngids, 16), b->gids);
+}
+
+// The bytes `shared` holds back from the server (its run, and its uncommitted copies), and
+// where its run ends (0: none).
+std::pair<size_t, uint64_t> held_back(SharedFile& shared) {
+  size_t n;
+  uint64_t end = 0;
+  {
+    std::lock_guard behind(shared.behind_mu);
+    n = shared.behind.size();
+    if (n != 0) end = shared.behind_offset + n;
+  }
+  std::lock_guard lock(shared.mu);
+  return {n + shared.pending_data.size(), end};
 }
 
 // Whether `shared` holds bytes the server may not have durably.
@@ -89,8 +106,20 @@ std::optional<Delegations::Held> Delegations::find(const Handle& dir, std::strin
   return it->second.held;
 }
 
+bool Delegations::holds_write(const Handle& fh) const {
+  if (held_.load(std::memory_order_acquire) == 0) return false;
+  std::lock_guard lock(mu_);
+  if (!trusted()) return false;
+  auto f = by_file_.find(cache_key(fh));
+  if (f == by_file_.end()) return false;
+  auto e = by_name_.find(f->second);
+  return e != by_name_.end() && e->second.held.write && e->second.held.fh == fh;
+}
+
 bool Delegations::keep_open(const Handle& fh, const OpenFiles::Ref& shared) {
   if (held_.load(std::memory_order_acquire) == 0) return false;
+  // Before mu_: pwrite takes behind_mu, then mu_.
+  const auto [bytes, run_end] = held_back(*shared);
   std::lock_guard lock(mu_);
   if (stopping_ || !trusted()) return false;
   auto f = by_file_.find(cache_key(fh));
@@ -100,11 +129,21 @@ bool Delegations::keep_open(const Handle& fh, const OpenFiles::Ref& shared) {
   const rpc::CallCredential* as = rpc::CallAs::current();
   std::optional<rpc::CallerCred> caller;
   if (as != nullptr) caller = as->id();
+  if (e.kept && e.kept != shared) return false;
+  if (run_end > e.held.space_limit) return false;  // the server promised no room for it
+  // Over the bound: this close sends its bytes, and the entry keeps what it kept before.
+  if (kept_bytes_ - e.kept_bytes + bytes > max_kept_bytes_) return false;
   if (!e.kept) {
     e.kept = shared;
     e.caller = caller;
+    e.kept_since_ns = monotonic_ns();
+    keeps_.emplace_back(f->first, e.kept_since_ns);
+    if (keeps_.size() == 1) returns_ready_.notify_one();  // the worker's next deadline
   }
-  return e.kept == shared && same_caller(e.caller, caller);
+  if (!same_caller(e.caller, caller)) return false;
+  kept_bytes_ = kept_bytes_ - e.kept_bytes + bytes;
+  e.kept_bytes = bytes;
+  return true;
 }
 
 bool Delegations::wrote(const Handle& fh, uint64_t end) {
@@ -128,22 +167,33 @@ bool Delegations::wrote(const Handle& fh, uint64_t end) {
 }
 
 void Delegations::insert(const Handle& dir, std::string_view name, const Handle& fh,
-                         const Attr& attr, uint64_t id, uint32_t lease_ms, bool write) {
+                         const Attr& attr, uint64_t id, uint32_t lease_ms, bool write,
+                         uint64_t space_limit) {
   const uint64_t key = name_key(dir, name);
   const uint64_t file = cache_key(fh);
   std::lock_guard lock(mu_);
   trust_ns_ = static_cast<int64_t>(lease_ms) * 750000;  // 3/4 of the lease
-  OpenFiles::Ref kept;
+  Return renewed{fh, 0, write, nullptr, {}};
   if (auto f = by_file_.find(file); write && f != by_file_.end()) {
-    kept = std::move(by_name_[f->second].kept);  // renewed: still this client's to write back
+    Entry& before = by_name_[f->second];  // renewed: its kept bytes still this client's
+    renewed.id = before.id;
+    renewed.kept = std::move(before.kept);
+    renewed.caller = before.caller;
   }
-  // Every grant has a new id (the server renews a holder's id at each OPEN), so giving an
-  // older one back can never take this one away.
-  erase_file_locked(file);  // one name per file
+  const size_t kept_bytes = renewed.kept ? by_name_[by_file_[file]].kept_bytes : 0;
+  const int64_t kept_since = renewed.kept ? by_name_[by_file_[file]].kept_since_ns : 0;
+  // Every grant has a new id (the server renews a holder's id at each OPEN): the older one
+  // is gone at the server, so it is dropped here without a DELEGRETURN.
+  erase_file_locked(file, nullptr, /*renewed=*/true);  // one name per file
   // Recalled (and given back) before the OPEN's reply got here: the server holds it no
-  // more. The recall went out first on this connection, so it was seen first.
+  // more. The recall went out first on this connection, so it was seen first. Kept bytes
+  // go back as a recall's would.
   if (std::find(recalled_unknown_.begin(), recalled_unknown_.end(), id) !=
       recalled_unknown_.end()) {
+    if (renewed.kept && !stopping_) {
+      returns_.push_back(std::move(renewed));
+      returns_ready_.notify_one();
+    }
     return;
   }
   auto old = by_name_.find(key);
@@ -151,24 +201,31 @@ void Delegations::insert(const Handle& dir, std::string_view name, const Handle&
   Entry& e = by_name_[key];
   e.dir = dir;
   e.name.assign(name);
-  e.held = {fh, attr, write};
+  e.held = {fh, attr, write, space_limit};
   e.id = id;
-  e.kept = std::move(kept);
+  if (renewed.kept) {
+    e.kept = std::move(renewed.kept);
+    e.caller = renewed.caller;
+    e.kept_bytes = kept_bytes;
+    e.kept_since_ns = kept_since;
+    kept_bytes_ += kept_bytes;
+  }
   by_file_[file] = key;
   held_.store(by_file_.size(), std::memory_order_release);
 }
 
-void Delegations::erase_file_locked(uint64_t file_key, std::optional<Return>* now) {
+void Delegations::erase_file_locked(uint64_t file_key, std::optional<Return>* now, bool renewed) {
   auto f = by_file_.find(file_key);
   if (f == by_file_.end()) return;
   auto e = by_name_.find(f->second);
   if (e != by_name_.end()) {
     // Given back, so the server holds no more than this client trusts.
     Entry& gone = e->second;
+    kept_bytes_ -= gone.kept_bytes;
     Return r{gone.held.fh, gone.id, gone.held.write, std::move(gone.kept), gone.caller};
-    if (now != nullptr && r.write) {
+    if (now != nullptr && (r.write || renewed)) {
       *now = std::move(r);
-    } else if (!stopping_) {
+    } else if (!stopping_ && (!renewed || r.kept)) {  // kept bytes still go back
       returns_.push_back(std::move(r));
     }
     by_name_.erase(e);
@@ -207,10 +264,10 @@ std::optional<Delegations::Return> Delegations::take_for_remove(const Handle& di
     std::lock_guard lock(mu_);
     auto it = by_name_.find(name_key(dir, name));
     if (it == by_name_.end() || it->second.dir != dir || it->second.name != name) return now;
-    // nlink is the OPEN's: while a write delegation is held no one else links the file,
-    // and this client's own LINK gives it back.
-    const bool only_link = it->second.held.write && it->second.held.attr.nlink <= 1;
-    erase_file_locked(cache_key(it->second.held.fh), &now);
+    // nlink is the OPEN's: while a delegation is held no one else links the file (a LINK
+    // by another client recalls it), and this client's own LINK gives it back.
+    const bool only_link = it->second.held.attr.nlink <= 1;
+    erase_file_locked(cache_key(it->second.held.fh), &now, /*renewed=*/only_link);
     if (now && only_link) return now;
   }
   returns_ready_.notify_one();
@@ -220,12 +277,9 @@ std::optional<Delegations::Return> Delegations::take_for_remove(const Handle& di
 
 void Delegations::removed(Return& r, bool done) {
   if (!done) return give_back(r);
-  if (r.kept) release_(r.fh, r.kept);  // the bytes went with the file
-  {
-    std::lock_guard lock(mu_);
-    if (!stopping_) returns_.push_back({r.fh, r.id, false, nullptr, {}});
-  }
-  returns_ready_.notify_one();
+  // The bytes went with the file, and the delegation too: the server drops a file's
+  // delegations when its last link goes, so there is nothing to give back.
+  if (r.kept) release_(r.fh, r.kept);
 }
 
 void Delegations::recall(const Handle& fh, uint64_t id) {
@@ -257,24 +311,48 @@ void Delegations::return_all() {
   returns_done_.wait(lock, [&] { return stopping_ || (returns_.empty() && !returning_); });
 }
 
+bool Delegations::write_back(Return& r) {
+  try {
+    // As the caller whose close kept them, as its own close would have sent them.
+    std::optional<rpc::CallCredential> cred;
+    std::optional<rpc::CallAs> as;
+    if (r.caller) {
+      cred.emplace(*r.caller, "odafs");
+      as.emplace(*cred);
+    }
+    return write_back_(r.fh, r.kept);
+  } catch (const Error& e) {
+    // Kept in the SharedFile: a File still open on it reports it at its fsync or close.
+    if (e.errno_value() != ESTALE) {  // ESTALE: the file is gone, and its bytes with it
+      ODAFS_LOG_ERROR("odafs: writing back a write delegation's writes failed: %s", e.what());
+    }
+    return false;
+  }
+}
+
+int64_t Delegations::take_due_locked(int64_t now, Return* due) {
+  while (!keeps_.empty()) {
+    const auto [file, since] = keeps_.front();
+    auto f = by_file_.find(file);
+    Entry* e = f == by_file_.end() ? nullptr : &by_name_[f->second];
+    if (e == nullptr || !e->kept || e->kept_since_ns != since) {
+      keeps_.pop_front();  // given back, or kept again later (queued again then)
+      continue;
+    }
+    if (now < since + max_kept_ns_) return since + max_kept_ns_;
+    keeps_.pop_front();
+    kept_bytes_ -= e->kept_bytes;
+    e->kept_bytes = 0;
+    *due = Return{e->held.fh, e->id, true, std::move(e->kept), e->caller};
+    return now;
+  }
+  return 0;
+}
+
 void Delegations::give_back(Return& r) {
   bool wrote_back = false;
   if (r.write) {
-    try {
-      // As the caller whose close kept them, as its own close would have sent them.
-      std::optional<rpc::CallCredential> cred;
-      std::optional<rpc::CallAs> as;
-      if (r.caller) {
-        cred.emplace(*r.caller, "odafs");
-        as.emplace(*cred);
-      }
-      wrote_back = write_back_(r.fh, r.kept);
-    } catch (const Error& e) {
-      // Kept in the SharedFile: a File still open on it reports it at its fsync or close.
-      if (e.errno_value() != ESTALE) {  // ESTALE: the file is gone, and its bytes with it
-        ODAFS_LOG_ERROR("odafs: writing back a write delegation's writes failed: %s", e.what());
-      }
-    }
+    wrote_back = write_back(r);
     // What this client cached may be old once another client changes the file.
     cache_->forget_file_data(cache_key(r.fh));
   }
@@ -300,16 +378,38 @@ void Delegations::give_back(Return& r) {
 void Delegations::return_loop() {
   std::unique_lock lock(mu_);
   for (;;) {
-    returns_ready_.wait(lock, [&] { return stopping_ || !returns_.empty(); });
     if (stopping_) return;
-    Return r = std::move(returns_.front());
-    returns_.pop_front();
-    returning_ = true;
-    lock.unlock();
-    give_back(r);
-    lock.lock();
-    returning_ = false;
-    if (returns_.empty()) returns_done_.notify_all();
+    if (!returns_.empty()) {
+      Return r = std::move(returns_.front());
+      returns_.pop_front();
+      returning_ = true;
+      lock.unlock();
+      give_back(r);
+      lock.lock();
+      returning_ = false;
+      if (returns_.empty()) returns_done_.notify_all();
+      continue;
+    }
+    Return due;
+    const int64_t now = monotonic_ns();
+    const int64_t next = take_due_locked(now, &due);
+    if (due.kept) {
+      // Written back by age: the delegation stays, and later closes keep again.
+      returning_ = true;  // return_all waits for this too
+      lock.unlock();
+      write_back(due);
+      release_(due.fh, due.kept);
+      lock.lock();
+      returning_ = false;
+      if (returns_.empty()) returns_done_.notify_all();
+      continue;
+    }
+    auto ready = [&] { return stopping_ || !returns_.empty() || keeps_.size() == 1; };
+    if (next == 0) {
+      returns_ready_.wait(lock, ready);
+    } else {
+      returns_ready_.wait_for(lock, std::chrono::nanoseconds(next - now));
+    }
   }
 }
 

@@ -19,16 +19,19 @@
 // changes the file or its name, and gives it back (DELEGRETURN), so that the server holds
 // no delegation the client no longer knows of. Its own writes keep a write delegation.
 //
-// A write delegation (OPEN to write, no other client holding one) is a read one that
-// also lets a close skip its COMMIT: the close leaves the file's SharedFile (size, run
-// written behind, unstable writes) in the entry (keep_open), so nothing is lost when the
-// last File goes. Whenever the entry goes (recalled, return_all: on the worker; this
-// client's own change: on its thread, before the change), the SharedFile first goes to
-// write_back (send the run, COMMIT, re-send after a server restart), then DELEGRETURN. A holder
-// that does not write back within the lease loses the delegation at the server: its bytes then land
-// later than the access that recalled it; DELEGRETURN answering INVAL tells, and the client logs
-// it. Bytes that cannot be written back (the connection lost, the server restarted) are reported by
-// the next fsync or close of a File still open on the file, else logged as lost.
+// A write delegation (OPEN or CREATE to write, no other client holding one) is a read one
+// that also lets a close skip its WRITE and COMMIT: the close leaves the file's SharedFile
+// (size, run written behind, unstable writes) in the entry (keep_open), so nothing is lost
+// when the last File goes. What is kept so is bounded in bytes (across the mount), in
+// offset (the server's space_limit: it saw room for them) and in time: the worker writes
+// it back max_kept_ms after the close that kept it, keeping the delegation. Whenever the entry goes
+// (recalled, return_all: on the worker; this client's own change: on its thread, before the
+// change), the SharedFile first goes to write_back (send the run, COMMIT, re-send after a server
+// restart), then DELEGRETURN. A holder that does not write back within the lease loses the
+// delegation at the server: its bytes then land later than the access that recalled it; DELEGRETURN
+// answering INVAL tells, and the client logs it. Bytes that cannot be written back (the connection
+// lost, the server restarted) are reported by the next fsync or close of a File still open on the
+// file, else logged as lost.
 //
 // Thread-safety: all members are thread-safe. recall() runs on the channel's receiver
 // thread and never waits for a reply.
@@ -70,8 +73,10 @@ class Delegations {
   // Gives back a Ref that keep_open took (OpenFiles::release).
   using Release = std::function<void(const Handle& fh, OpenFiles::Ref& shared)>;
   // REQUIRES: channel and cache outlive stop() (MountState stops it before freeing them),
-  // and so do what write_back and release use.
-  Delegations(rpc::Channel* channel, ClientCache* cache, WriteBack write_back, Release release);
+  // and so do what write_back and release use. max_kept_bytes, max_kept_ms:
+  // MountOptions::delegated_bytes, delegated_write_back_ms.
+  Delegations(rpc::Channel* channel, ClientCache* cache, size_t max_kept_bytes, int max_kept_ms,
+              WriteBack write_back, Release release);
   ~Delegations();
   Delegations(const Delegations&) = delete;
   Delegations& operator=(const Delegations&) = delete;
@@ -80,14 +85,18 @@ class Delegations {
     Handle fh{};
     Attr attr;
     bool write = false;
+    uint64_t space_limit = 0;  // a write one keeps unsent bytes past a close below this
   };
   // The file `name` in directory `dir` names under a delegation this mount may trust now.
   // Allocates nothing.
   std::optional<Held> find(const Handle& dir, std::string_view name) const;
+  // Whether this mount holds a write delegation on fh that it may trust now: no other
+  // client reads or writes the file until it is given back. Allocates nothing.
+  bool holds_write(const Handle& fh) const;
   // Records delegation `id` on fh, granted by an OPEN of `name` in `dir` that answered attr.
   // A write delegation keeps what an earlier entry of the file kept.
   void insert(const Handle& dir, std::string_view name, const Handle& fh, const Attr& attr,
-              uint64_t id, uint32_t lease_ms, bool write);
+              uint64_t id, uint32_t lease_ms, bool write, uint64_t space_limit);
   // This client is changing the file (truncation, attributes) or its name. A write
   // delegation is written back and returned here, on the caller's thread, before the
   // change goes out. REQUIRES: not on the channel's receiver thread.
@@ -101,17 +110,21 @@ class Delegations {
     OpenFiles::Ref kept;  // from keep_open
     std::optional<rpc::CallerCred> caller;
   };
-  // This client is about to remove `name` in dir: a write delegation on a file with no
-  // other link is taken out without writing its bytes back (the file goes with the name);
-  // hand it to removed() after the REMOVE. Otherwise as forget_name. REQUIRES: not on the
+  // This client is about to remove `name` in dir: a delegation on a file with no other
+  // link is taken out without writing its bytes back (the file goes with the name); hand
+  // it to removed() after the REMOVE. Otherwise as forget_name. REQUIRES: not on the
   // channel's receiver thread.
   std::optional<Return> take_for_remove(const Handle& dir, std::string_view name);
-  // After the REMOVE take_for_remove prepared: done, the kept bytes are dropped and the
-  // return queued; failed, they are written back and it is returned now.
+  // After the REMOVE take_for_remove prepared: done, the kept bytes are dropped, and so is
+  // the delegation (the server dropped it with the file's last link: no DELEGRETURN);
+  // failed, they are written back and it is returned now.
   void removed(Return& r, bool done);
 
   // A close of file fh under a write delegation this mount may trust now: keeps `shared`
   // in the entry (if it keeps none yet) and returns true; the close then commits nothing.
+  // False too when the bytes kept across the mount's files would pass max_kept_bytes, or
+  // the run written behind reaches past the delegation's space_limit.
+  // REQUIRES: no lock of `shared` held.
   // The bytes are written back later, on another thread, as the caller of the first keep
   // (rpc::CallAs::current(), or the channel's own): a close by another caller gets false.
   bool keep_open(const Handle& fh, const OpenFiles::Ref& shared);
@@ -138,15 +151,26 @@ class Delegations {
     Held held;
     uint64_t id = 0;
     OpenFiles::Ref kept;                    // a write delegation's SharedFile, from keep_open
+    size_t kept_bytes = 0;                  // its unsent and uncommitted bytes at the last keep
+    int64_t kept_since_ns = 0;              // monotonic time of the keep that took `kept`
     std::optional<rpc::CallerCred> caller;  // kept's writer, if not the channel's own
   };
   static uint64_t name_key(const Handle& dir, std::string_view name);
   bool trusted() const;
   // Drops the entry of file_key and queues its return for the worker; a write delegation's
   // goes to *now instead when given, for the caller to give back itself (its bytes reach
-  // the server before the caller's change does). REQUIRES: mu_ held.
-  void erase_file_locked(uint64_t file_key, std::optional<Return>* now = nullptr);
+  // the server before the caller's change does). `renewed`: the server holds it no more
+  // (renewed under a new id, or going with its file), so it is not given back; to *now if
+  // given, for its kept bytes. REQUIRES: mu_ held.
+  void erase_file_locked(uint64_t file_key, std::optional<Return>* now = nullptr,
+                         bool renewed = false);
   void return_loop();
+  // Takes out of its entry the first kept SharedFile due for writing back (max_kept_ms
+  // after its keep) into *due, or says when the next one is (0: none). REQUIRES: mu_ held.
+  int64_t take_due_locked(int64_t now, Return* due);
+  // Writes back r's kept bytes as the caller who kept them; true if there were any. Logs
+  // what fails.
+  bool write_back(Return& r);
   // Writes back a write delegation's bytes and sends the DELEGRETURN. Logs what fails.
   void give_back(Return& r);
 
@@ -162,6 +186,12 @@ class Delegations {
   size_t recalled_next_ = 0;
   std::atomic<size_t> held_{0};  // by_file_.size(), for a lock-free "none" (written under mu_)
 
+  const size_t max_kept_bytes_;
+  const int64_t max_kept_ns_;
+  size_t kept_bytes_ = 0;  // sum of the entries' kept_bytes; guarded by mu_
+  // Keeps in the order they were made, (file key, kept_since_ns), for the worker's
+  // write-back by age; one whose entry no longer keeps since then is skipped. Guarded by mu_.
+  std::deque<std::pair<uint64_t, int64_t>> keeps_;
   const WriteBack write_back_;
   const Release release_;
   std::condition_variable returns_ready_;

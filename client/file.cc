@@ -318,9 +318,26 @@ auto File::retry_stale(Fn&& fn) -> decltype(fn(Handle{}, uint64_t{})) {
   }
 }
 
+bool File::read_behind(void* buf, size_t len, uint64_t offset, size_t* n) {
+  SharedFile& sf = *state_->shared;
+  if (!sf.has_behind.load(std::memory_order_acquire)) return false;
+  std::lock_guard behind(sf.behind_mu);
+  const uint64_t start = sf.behind_offset;
+  const uint64_t end = start + sf.behind.size();
+  if (sf.behind.empty() || offset < start || offset >= end) return false;
+  // Past the run's end only if the run ends the file (as this client knows it).
+  if (offset + len > end && end < sf.size.load(std::memory_order_relaxed)) return false;
+  *n = static_cast<size_t>(std::min<uint64_t>(len, end - offset));
+  std::memcpy(buf, sf.behind.data() + (offset - start), *n);
+  return true;
+}
+
 size_t File::pread(void* buf, size_t len, uint64_t offset) {
   check_readable();
-  flush_behind(false);  // this client reads its own writes
+  // This client reads its own writes: from the run gathered behind when it holds them all
+  // (a file written and read back, as PostMark's are), else after sending it.
+  if (size_t n = 0; len != 0 && read_behind(buf, len, offset, &n)) return n;
+  flush_behind(false);
   // DELAY: another client's write delegation is still out; the server read nothing.
   size_t n = retry_delayed(client_->options().timeout_ms, [&] {
     return retry_stale([&](const Handle& fh, uint64_t key) {
@@ -336,16 +353,27 @@ size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
   const MountOptions& o = client_->options();
   const size_t behind_cap =
       std::min<size_t>(o.write_behind_bytes, client_->mount_state()->limits.max_write);
-  // O_APPEND goes to the server at once (it places the bytes); direct writes are the
-  // engine's to pull; large writes gain nothing from waiting.
-  if ((flags_ & O_APPEND) != 0 || o.direct_writes || len >= behind_cap) {
+  // O_APPEND goes to the server at once (it places the bytes), unless a write delegation
+  // says no one else writes the file; direct writes are the engine's to pull; large
+  // writes gain nothing from waiting.
+  const bool append = (flags_ & O_APPEND) != 0;
+  if (o.direct_writes || len >= behind_cap ||
+      (append && !client_->mount_state()->delegations->holds_write(handle()))) {
     flush_behind(true);
-    return write_through(static_cast<const char*>(buf), len, offset, o.stability,
-                         (flags_ & O_APPEND) != 0);
+    return write_through(static_cast<const char*>(buf), len, offset, o.stability, append);
   }
   SharedFile& sf = *state_->shared;
   std::lock_guard behind(sf.behind_mu);
   throw_behind_error_locked();
+  if (append) {
+    // The end this client knows is the file's while the delegation holds, and asked under
+    // behind_mu it holds until the run is sent: a recall's write-back waits for the lock.
+    if (!client_->mount_state()->delegations->holds_write(handle())) {  // recalled meanwhile
+      send_behind_locked(o.stability);
+      return write_through(static_cast<const char*>(buf), len, offset, o.stability, true);
+    }
+    offset = sf.size.load(std::memory_order_relaxed);
+  }
   const bool follows = offset == sf.behind_offset + sf.behind.size();
   if (!sf.behind.empty() && (!follows || sf.behind.size() + len > behind_cap)) {
     send_behind_locked(o.stability);
@@ -552,25 +580,29 @@ void File::commit_unstable() {
       });
 }
 
+void File::flush() {
+  if (client_ == nullptr) fail(EBADF, "file is closed");
+  SharedFile& sf = *state_->shared;
+  bool failed;
+  {
+    std::lock_guard behind(sf.behind_mu);
+    failed = sf.behind_errno != 0;
+  }
+  // Under a write delegation the SharedFile stays with it, unsent and uncommitted, until
+  // it is recalled or given back (client/delegations.h); an error waiting is reported
+  // now. Only UNSTABLE mounts: the others asked for their bytes durable by the close.
+  if (failed || client_->options().stability != Stability::kUnstable ||
+      !client_->mount_state()->delegations->keep_open(handle(), state_->shared)) {
+    fsync();
+  }
+}
+
 void File::close() {
   if (client_ == nullptr) return;
-  Client* client = std::exchange(client_, nullptr);
+  Client* client = client_;
   auto give_back = [&] { client->open_files_.release(state_->size_key, state_->shared); };
   try {
-    client_ = client;
-    SharedFile& sf = *state_->shared;
-    bool failed;
-    {
-      std::lock_guard behind(sf.behind_mu);
-      failed = sf.behind_errno != 0;
-    }
-    // Under a write delegation the SharedFile stays with it, unsent and uncommitted, until
-    // it is recalled or given back (client/delegations.h); an error waiting is reported
-    // now. Only UNSTABLE mounts: the others asked for their bytes durable by the close.
-    if (failed || client->options().stability != Stability::kUnstable ||
-        !client->mount_state()->delegations->keep_open(handle(), state_->shared)) {
-      fsync();
-    }
+    flush();
     client_ = nullptr;
   } catch (...) {
     client_ = nullptr;

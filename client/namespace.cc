@@ -121,24 +121,51 @@ std::string Client::readlink_handle(const Handle& fh) {
   });
 }
 
+namespace {
+
+uint32_t open_access(int access) {
+  return access == O_RDONLY ? ODAFS_OPEN_READ : ODAFS_OPEN_READ | ODAFS_OPEN_WRITE;
+}
+
+// The file an OPEN or CREATE of `name` in dir answered (checked: throws Error naming
+// `what`), its delegation, if granted, recorded.
+std::pair<Handle, Attr> opened(const MountState& m, const Handle& dir, std::string_view name,
+                               int access, const open_res& res, const std::string& what) {
+  check(res.status, what);
+  const open_ok& ok = res.open_res_u.ok;
+  std::pair<Handle, Attr> out{get_fh(ok.fh), to_attr(ok.attr)};
+  if (ok.delegation != 0) {
+    m.delegations->insert(dir, name, out.first, out.second, ok.delegation, ok.lease_ms,
+                          ok.delegation_kind == ODAFS_DELEG_WRITE, ok.space_limit);
+  } else if (access != O_RDONLY) {
+    m.delegations->forget_name(dir, name);  // this client is about to write it
+  }
+  return out;
+}
+
+}  // namespace
+
 File Client::open(const std::string& path, int flags, mode_t mode) {
   Handle fh;
   Attr attr;
   bool created = false;
+  const int access = flags & O_ACCMODE;
   if (flags & O_CREAT) {
     auto [dir, name] = resolve_parent(path);
     try {
-      std::tie(fh, attr) = with_channel(false, [&, &dir = dir, &name = name](rpc::Channel& ch) {
+      // Answered as OPEN: a file this client creates comes with a delegation, a write one
+      // when opened to write (docs/protocol.md, "Open delegations").
+      std::tie(fh, attr) = with_mount(false, [&, &dir = dir, &name = name](const MountState& m) {
         create_args args{};
         put_fh(args.dir, dir);
         args.name = name.data();
         args.mode = mode & 07777;
         args.how = (flags & O_EXCL) ? ODAFS_CREATE_EXCLUSIVE : ODAFS_CREATE_UNCHECKED;
-        dirop_res res{};
-        ch.call(ODAFSPROC_CREATE, to_xdrproc(xdr_create_args), &args, to_xdrproc(xdr_dirop_res),
-                &res);
-        check(res.status, "create " + path);
-        return std::make_pair(get_fh(res.dirop_res_u.ok.fh), to_attr(res.dirop_res_u.ok.attr));
+        args.access = open_access(access);
+        open_res res{};
+        m.channel->call(ODAFSPROC_CREATE, to_xdrproc(xdr_create_args), &args,
+                        to_xdrproc(xdr_open_res), &res);
+        return opened(m, dir, name, access, res, "create " + path);
       });
       created = true;
     } catch (const Error& e) {
@@ -146,12 +173,7 @@ File Client::open(const std::string& path, int flags, mode_t mode) {
       if (e.errno_value() != EEXIST || (flags & O_EXCL)) throw;
     }
   }
-  const int access = flags & O_ACCMODE;
-  if (!created) {
-    std::tie(fh, attr) = open_existing(path, access);
-  } else if (access != O_RDONLY) {
-    forget_delegation(fh);
-  }
+  if (!created) std::tie(fh, attr) = open_existing(path, access);
   if (!created && attr.type == FileType::kRegular) check_access(fh, attr, path, access);
   const uint64_t key = cache_key(fh);
   std::shared_ptr<const MountState> m = mount_state();
@@ -168,19 +190,31 @@ File Client::open(const std::string& path, int flags, mode_t mode) {
   return File(this, fh, attr, m->limits.write_verifier, path, flags);
 }
 
+bool Client::delegated(const MountState& m, const Handle& dir, std::string_view name, Handle* fh,
+                       Attr* attr, bool* write) {
+  std::optional<Delegations::Held> held = m.delegations->find(dir, name);
+  if (!held) return false;
+  // The sole writer's writes behind (not sent) may reach past what the entry knows.
+  if (OpenFiles::Ref f = held->write ? open_files_.find(cache_key(held->fh)) : nullptr) {
+    held->attr.size = std::max(held->attr.size, f->size.load(std::memory_order_relaxed));
+  }
+  *fh = held->fh;
+  *attr = held->attr;
+  *write = held->write;
+  return true;
+}
+
 std::pair<Handle, Attr> Client::open_existing(const std::string& path, int access) {
   if (split_path(path).empty()) return resolve(path, true);  // the mount root
   auto [dir, name] = resolve_parent(path);
   std::shared_ptr<const MountState> current = mount_state();
   // A read delegation serves opens for reading, a write one every open.
-  if (std::optional<Delegations::Held> held = current->delegations->find(dir, name);
-      held && (access == O_RDONLY || held->write)) {
+  Handle fh;
+  Attr attr;
+  bool write = false;
+  if (delegated(*current, dir, name, &fh, &attr, &write) && (access == O_RDONLY || write)) {
     stats_.delegated_opens.fetch_add(1, std::memory_order_relaxed);
-    // The sole writer's writes behind (not sent) may reach past what the entry knows.
-    if (OpenFiles::Ref f = held->write ? open_files_.find(cache_key(held->fh)) : nullptr) {
-      held->attr.size = std::max(held->attr.size, f->size.load(std::memory_order_relaxed));
-    }
-    return {held->fh, held->attr};
+    return {fh, attr};
   }
   std::optional<std::pair<Handle, Attr>> found;
   try {
@@ -188,20 +222,11 @@ std::pair<Handle, Attr> Client::open_existing(const std::string& path, int acces
       open_args args{};
       put_fh(args.dir, dir);
       args.name = name.data();
-      args.access = access == O_RDONLY ? ODAFS_OPEN_READ : ODAFS_OPEN_READ | ODAFS_OPEN_WRITE;
+      args.access = open_access(access);
       open_res res{};
       m.channel->call(ODAFSPROC_OPEN, to_xdrproc(xdr_open_args), &args, to_xdrproc(xdr_open_res),
                       &res);
-      check(res.status, "open " + path);
-      const open_ok& ok = res.open_res_u.ok;
-      std::pair<Handle, Attr> out{get_fh(ok.fh), to_attr(ok.attr)};
-      if (ok.delegation != 0) {
-        m.delegations->insert(dir, name, out.first, out.second, ok.delegation, ok.lease_ms,
-                              ok.delegation_kind == ODAFS_DELEG_WRITE);
-      } else if (access != O_RDONLY) {
-        m.delegations->forget_name(dir, name);  // this client is about to write it
-      }
-      return out;
+      return opened(m, dir, name, access, res, "open " + path);
     });
   } catch (const Error& e) {
     // A directory handle from the DirCache may be stale (removed, or a server restart):

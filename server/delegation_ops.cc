@@ -1,13 +1,15 @@
 // The open-delegation procedures of FileService: OPEN (LOOKUP that may grant a read or
-// write delegation), DELEGRETURN, and the CB_RECALL callbacks the server sends. The table
-// of who holds what is server/delegations.h; the changes that recall (WRITE, SETATTR,
-// REMOVE, RENAME, OPEN for writing) call begin_change from their own procedures, and the
-// reads (READ, READ_DIRECT, GETATTR, LOOKUP, OPEN) await_writers.
+// write delegation; CREATE answers the same way), DELEGRETURN, and the CB_RECALL callbacks the
+// server sends. The table of who holds what is server/delegations.h; the changes that recall
+// (WRITE, SETATTR, REMOVE, RENAME, OPEN for writing) call begin_change from their own procedures,
+// and the reads (READ, READ_DIRECT, GETATTR, LOOKUP, OPEN) await_writers.
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include <cstring>
 
+#include "base/setid.h"
 #include "proto/status.h"
 #include "rpc/message_header.h"
 #include "server/file_service.h"
@@ -26,34 +28,48 @@ void FileService::do_open(const rpc::CallContext& ctx, open_args& a, rpc::Reply&
   if (!as.permits(st, X_OK)) return fail(ODAFS_ERR_ACCES);
   Result<NodeRef> node = nodes_.lookup(dir, a.name, &st);
   if (!node) return fail(status_from_errno(node.errno_value()));
-  const WireHandle fh = nodes_.handle_of(**node);
+  if (!settle_for_open(**node, st, a.access, ctx.connection)) return fail(ODAFS_ERR_DELAY);
+  reply_open(ctx, as, *node, a.access, st, r);
+}
 
-  open_res res{};
-  const bool regular = S_ISREG(st.st_mode);
-  const bool write = (a.access & ODAFS_OPEN_WRITE) != 0;
-  if (regular && write) {
-    // Opening to write conflicts with others' delegations: take them back now, so that
-    // their holders stop trusting their copies before this client starts writing.
-    if (delegations_.begin_change((*node)->id, ctx.connection).delayed()) {
-      return fail(ODAFS_ERR_DELAY);
-    }
-  } else if (regular && !delegations_.await_writers((*node)->id, ctx.connection)) {
-    return fail(ODAFS_ERR_DELAY);  // another's write delegation is still out
+bool FileService::settle_for_open(const Node& node, const struct stat& st, uint32_t access,
+                                  uint64_t connection) {
+  if (!S_ISREG(st.st_mode)) return true;
+  // Opening to write conflicts with others' delegations: take them back now, so that
+  // their holders stop trusting their copies before this client starts writing.
+  if ((access & ODAFS_OPEN_WRITE) != 0) {
+    return !delegations_.begin_change(node.id, connection).delayed();
   }
+  return delegations_.await_writers(node.id, connection);  // another's write delegation
+}
+
+void FileService::reply_open(const rpc::CallContext& ctx, const IdentityScope& as,
+                             const NodeRef& node, uint32_t access, struct stat& st, rpc::Reply& r) {
+  const WireHandle fh = nodes_.handle_of(*node);
+  open_res res{};
+  const bool write = (access & ODAFS_OPEN_WRITE) != 0;
   // A write delegation only for a caller who may read too: its holder serves later opens
-  // for reading from what it holds.
-  if (regular && options_.delegations && (a.access & ODAFS_OPEN_READ) != 0 &&
-      as.permits(st, write ? R_OK | W_OK : R_OK)) {
-    const Delegations::Grant g = delegations_.grant((*node)->id, ctx.connection, fh, write);
+  // for reading from what it holds. None on a file whose setuid/setgid bits a write drops:
+  // the server drops them when the bytes arrive, which must not wait for a recall.
+  if (S_ISREG(st.st_mode) && options_.delegations && (access & ODAFS_OPEN_READ) != 0 &&
+      as.permits(st, write ? R_OK | W_OK : R_OK) &&
+      !(write && setid_bits_to_drop(st.st_mode) != 0)) {
+    const Delegations::Grant g = delegations_.grant(node->id, ctx.connection, fh, write);
     if (g.id != 0) {
       // The attributes the holder will trust must be from after the grant: a change that
       // slipped in between the lookup and the grant recalled nothing.
-      Result<OpenNode> open = nodes_.open(*node);
+      Result<OpenNode> open = nodes_.open(node);
       if (!open || fstat(open->fd(), &st) != 0) {
-        delegations_.returned((*node)->id, ctx.connection, g.id);
+        delegations_.returned(node->id, ctx.connection, g.id);
       } else {
         res.open_res_u.ok.delegation = g.id;
         res.open_res_u.ok.delegation_kind = g.write ? ODAFS_DELEG_WRITE : ODAFS_DELEG_READ;
+        if (g.write) res.open_res_u.ok.space_limit = space_limit(open->fd(), st);
+        // Others' references to the file's blocks go: their one-sided reads would bypass
+        // the recall a READ makes, and miss what the holder keeps unsent.
+        if (g.new_write && st.st_size > 0) {
+          drop_cached_blocks(node->id, 0, static_cast<uint64_t>(st.st_size));
+        }
       }
     }
   }
@@ -62,6 +78,18 @@ void FileService::do_open(const rpc::CallContext& ctx, open_args& a, rpc::Reply&
   fill_attr(st, &res.open_res_u.ok.attr);
   res.open_res_u.ok.lease_ms = static_cast<u_int>(delegations_.lease_ms());
   r.send(xp(xdr_open_res), &res);
+}
+
+uint64_t FileService::space_limit(int fd, const struct stat& st) const {
+  // Each write delegation's holder keeps at most one run written behind past a close,
+  // under max_io bytes: room for two such runs per delegation held, and the holder may
+  // keep one more run past the file's end. A soft promise (docs/protocol.md, "Open
+  // delegations"): the disk can still fill from elsewhere before the bytes come back.
+  struct statvfs vfs;
+  if (fstatvfs(fd, &vfs) != 0) return 0;
+  const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  const uint64_t need = 2 * (delegations_.writers() + 1) * uint64_t{options_.max_io};
+  return avail >= need ? static_cast<uint64_t>(st.st_size) + options_.max_io : 0;
 }
 
 void FileService::do_delegreturn(const rpc::CallContext& ctx, delegreturn_args& a, rpc::Reply& r) {

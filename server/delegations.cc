@@ -52,12 +52,13 @@ Delegations::Grant Delegations::grant(uint64_t node, uint64_t connection, const 
     // A new id for each grant: a DELEGRETURN of the old one (the client forgot it while
     // this OPEN was on its way) then takes nothing away.
     own->id = next_id_++;
-    if (write && !own->write) {
+    const bool new_write = write && !own->write;
+    if (new_write) {
       own->write = true;
       write_held_.fetch_add(1, std::memory_order_relaxed);
       stats_.granted_write.fetch_add(1, std::memory_order_relaxed);
     }
-    return {own->id, own->write};
+    return {own->id, own->write, new_write};
   }
   auto held = per_connection_.find(connection);
   if (held != per_connection_.end() && held->second >= options_.max_per_connection) {
@@ -72,7 +73,7 @@ Delegations::Grant Delegations::grant(uint64_t node, uint64_t connection, const 
     write_held_.fetch_add(1, std::memory_order_relaxed);
     stats_.granted_write.fetch_add(1, std::memory_order_relaxed);
   }
-  return {id, write};
+  return {id, write, write};
 }
 
 void Delegations::uncount_locked(const Holder& h) {

@@ -54,6 +54,7 @@ class Delegations {
   struct Grant {
     uint64_t id = 0;  // 0: none granted
     bool write = false;
+    bool new_write = false;  // this grant made it a write delegation
   };
   // Grants `connection` a read (or, if `write`, a write) delegation on file `node` (whose
   // handle is fh), or renews the one it holds under a new id (a write one stays write; a
@@ -95,6 +96,8 @@ class Delegations {
   }
   // Some connection holds a write delegation (on some file).
   bool writers_out() const { return write_held_.load(std::memory_order_relaxed) != 0; }
+  // How many write delegations are held (on all files).
+  size_t writers() const { return write_held_.load(std::memory_order_relaxed); }
 
   // DELEGRETURN of delegation `id` on `node` by `connection`. Nothing is done for an id it
   // does not hold; false then if it holds none on `node` (expired, dropped, never granted).

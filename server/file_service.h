@@ -27,6 +27,8 @@
 
 namespace odafs::server {
 
+class IdentityScope;
+
 class FileService {
  public:
   struct Options {
@@ -141,6 +143,19 @@ class FileService {
   // ---- delegation_ops.cc: OPEN, DELEGRETURN and recalls ----
 
   void do_open(const rpc::CallContext& ctx, struct open_args& a, rpc::Reply& r);
+  // Before `connection` opens node (attributes st) with `access` (ODAFS_OPEN_* bits): to
+  // write, others' delegations on a regular file are taken back; to read, others' write
+  // delegations. False: answer DELAY.
+  bool settle_for_open(const Node& node, const struct stat& st, uint32_t access,
+                       uint64_t connection);
+  // The offset below which a write delegation granted now on the file open at fd (of
+  // attributes st) may keep bytes unsent past a close: 0 unless the file system has room.
+  uint64_t space_limit(int fd, const struct stat& st) const;
+  // Answers OPEN or CREATE (an open_res) for node, opened with `access` by the caller `as`
+  // acts for: its handle, attributes and, on a regular file, a delegation when one can be
+  // granted. st: node's attributes, refreshed after a grant.
+  void reply_open(const rpc::CallContext& ctx, const IdentityScope& as, const NodeRef& node,
+                  uint32_t access, struct stat& st, rpc::Reply& r);
   void do_delegreturn(const rpc::CallContext& ctx, struct delegreturn_args& a, rpc::Reply& r);
   // Sends CB_RECALL of delegation id on fh to connection (Delegations' recall sender).
   bool send_recall(uint64_t connection, const WireHandle& fh, uint64_t id);

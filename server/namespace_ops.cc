@@ -239,27 +239,43 @@ void FileService::do_lookup(const rpc::CallContext& ctx, diropargs& a, rpc::Repl
 }
 
 void FileService::do_create(const rpc::CallContext& ctx, create_args& a, rpc::Reply& r) {
-  if (!valid(a.how)) return reply_status<dirop_res>(r, xp(xdr_dirop_res), ODAFS_ERR_INVAL);
+  auto fail = [&](odafs_stat status) { reply_status<open_res>(r, xp(xdr_open_res), status); };
+  if (!valid(a.how)) return fail(ODAFS_ERR_INVAL);
   OpenNode dir = resolve_dir_or_reply(a.dir, a.name, r);
   if (!dir) return;
   IdentityScope as(ctx.cred, options_.auth_sys);
-  int flags = O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_RDWR;
-  if (a.how != ODAFS_CREATE_UNCHECKED) flags |= O_EXCL;
-  int fd = openat(dir.fd(), a.name, flags, a.mode & 07777);
+  // Exclusive first, so that the server knows whether it created the file: a new file is
+  // this connection's alone, an existing one is opened as OPEN opens it. A name removed
+  // between the two tries is created on the next.
+  constexpr int kOpen = O_NOFOLLOW | O_CLOEXEC | O_RDWR;
+  int fd = -1;
+  bool created = false;
   bool writable = true;
-  if (fd < 0 && errno == EACCES && a.how == ODAFS_CREATE_UNCHECKED) {
-    writable = false;  // exists, but not writable by us: open read-only like LOOKUP would
-    fd = openat(dir.fd(), a.name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  for (int attempt = 0; attempt < 3 && fd < 0; ++attempt) {
+    fd = openat(dir.fd(), a.name, kOpen | O_CREAT | O_EXCL, a.mode & 07777);
+    created = fd >= 0;
+    if (fd >= 0 || errno != EEXIST || a.how != ODAFS_CREATE_UNCHECKED) break;
+    fd = openat(dir.fd(), a.name, kOpen);
+    if (fd < 0 && errno == EACCES) {
+      writable = false;  // exists, but not writable by us: open read-only like LOOKUP would
+      fd = openat(dir.fd(), a.name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    if (fd < 0 && errno != ENOENT) break;
   }
-  struct stat created;
-  if (fd < 0 || fstat(fd, &created) != 0) {
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
     int err = errno;
     if (fd >= 0) close(fd);
     if (err == ELOOP) err = EEXIST;  // a symlink sits at the name
-    return reply_status<dirop_res>(r, xp(xdr_dirop_res), status_from_errno(err));
+    return fail(status_from_errno(err));
   }
-  NodeRef node = nodes_.adopt(dir, a.name, fd, created, writable);
-  reply_node(*node, created, r);
+  NodeRef node = nodes_.adopt(dir, a.name, fd, st, writable);
+  uint32_t access = a.access;
+  if (!writable) access &= ~static_cast<uint32_t>(ODAFS_OPEN_WRITE);
+  if (!created && !settle_for_open(*node, st, access, ctx.connection)) {
+    return fail(ODAFS_ERR_DELAY);
+  }
+  reply_open(ctx, as, node, access, st, r);
 }
 
 void FileService::do_mkdir(const rpc::CallContext& ctx, mkdir_args& a, rpc::Reply& r) {

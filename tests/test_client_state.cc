@@ -205,6 +205,7 @@ TEST_CASE("an open file never switches to a file created later under its name") 
   {
     File a = other->open("a", O_RDWR | O_CREAT | O_EXCL);
     a.pwrite(new_bytes.data(), new_bytes.size(), 0);
+    a.fsync();  // on the server's disk, checked below (a close would keep it: delegated)
   }
   const std::string mine = pattern(4096, 3);
   // A small write is gathered behind (MountOptions::write_behind_bytes): the fsync that
@@ -232,10 +233,15 @@ TEST_CASE("directory handles on the way to a file are reused, and never lead ast
   auto fs = Client::mount(server.url());
   fs->mkdir("d");
   fs->mkdir("d/e");
-  for (const char* name : {"d/e/f1", "d/e/f2"}) {
-    File f = fs->open(name, O_RDWR | O_CREAT);
-    f.pwrite(name, 6, 0);
+  {
+    // Made by another client: a file this one created it would open under its delegation.
+    auto maker = Client::mount(server.url());
+    for (const char* name : {"d/e/f1", "d/e/f2"}) {
+      File f = maker->open(name, O_RDWR | O_CREAT);
+      f.pwrite(name, 6, 0);
+    }
   }
+  CHECK(read_all(*fs, "d/e/f2", 16) == "d/e/f2");  // walks d and d/e, which stay cached
   const uint64_t before = lookups(*fs);
   std::string got = read_all(*fs, "d/e/f1", 16);
   CHECK(got == "d/e/f1");

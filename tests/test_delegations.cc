@@ -18,6 +18,7 @@
 using odafs::Client;
 using odafs::File;
 using odafs::test::holder_process;
+using odafs::test::make_file;
 using odafs::test::read_all;
 using odafs::test::reap;
 using odafs::test::seconds_since;
@@ -41,13 +42,17 @@ TEST_CASE("a read delegation serves later opens without a call") {
   TempDir dir;
   ServerProcess server(dir.path());
   auto fs = Client::mount(server.url());
-  write_path(*fs, "f", "hello");
+  make_file(server.url(), "f", "hello");
+  // The maker's (a write delegation from its CREATE, given back at its unmount).
+  const uint64_t granted = server_stat(*fs, "delegations.granted");
+  const uint64_t granted_write = server_stat(*fs, "delegations.granted_write");
+  const uint64_t returned = server_stat(*fs, "delegations.returned");
   CHECK(read_all(*fs, "f", 64) == "hello");
   const uint64_t opens = server_stat(*fs, "calls.OPEN");
   for (int i = 0; i < 5; ++i) CHECK(read_all(*fs, "f", 64) == "hello");
   CHECK(server_stat(*fs, "calls.OPEN") == opens);
   CHECK(fs->stats().delegated_opens.load() == 5);
-  CHECK(server_stat(*fs, "delegations.granted") == 1);
+  CHECK(server_stat(*fs, "delegations.granted") == granted + 1);
 
   SUBCASE("this client's own changes void its own delegation") {
     write_path(*fs, "f", "hello, world");
@@ -66,7 +71,7 @@ TEST_CASE("a read delegation serves later opens without a call") {
   }
   SUBCASE("opening to write makes it a write delegation; a chmod gives it back") {
     File w = fs->open("f", O_RDWR);
-    CHECK(server_stat(*fs, "delegations.granted_write") == 1);
+    CHECK(server_stat(*fs, "delegations.granted_write") == granted_write + 1);
     w.pwrite("H", 1, 0);  // this client's own write keeps it
     CHECK(server_stat(*fs, "delegations.held") == 1);
     fs->chmod("f", 0600);
@@ -75,7 +80,7 @@ TEST_CASE("a read delegation serves later opens without a call") {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     CHECK(server_stat(*fs, "delegations.held") == 0);
-    CHECK(server_stat(*fs, "delegations.returned") == 1);
+    CHECK(server_stat(*fs, "delegations.returned") == returned + 1);
   }
 }
 
@@ -84,7 +89,8 @@ TEST_CASE("another client's write recalls the delegation; the holder then reads 
   ServerProcess server(dir.path(), {"--lease-ms", "5000"});
   auto a = Client::mount(server.url());
   auto b = Client::mount(server.url());
-  write_path(*b, "f", "old bytes");
+  make_file(server.url(), "f", "old bytes");
+  const uint64_t returned = server_stat(*b, "delegations.returned");  // the maker's
   File held = a->open("f", O_RDONLY);
   CHECK(read_all(held, 64) == "old bytes");  // cached by a
   CHECK(read_all(*a, "f", 64) == "old bytes");
@@ -94,7 +100,7 @@ TEST_CASE("another client's write recalls the delegation; the holder then reads 
   write_path(*b, "f", "new bytes");
   CHECK(seconds_since(start) < 2.0);  // a answered the recall at once: no lease wait
   CHECK(server_stat(*b, "delegations.recalled") == 1);
-  CHECK(server_stat(*b, "delegations.returned") == 1);
+  CHECK(server_stat(*b, "delegations.returned") == returned + 1);
   CHECK(server_stat(*b, "delegations.expired") == 0);
 
   CHECK(read_all(held, 64) == "new bytes");  // the open file: its cached blocks were dropped
@@ -107,8 +113,8 @@ TEST_CASE("opening to write, removing or renaming over a delegated file recalls 
   ServerProcess server(dir.path());
   auto a = Client::mount(server.url());
   auto b = Client::mount(server.url());
-  write_path(*b, "f", "first");
-  write_path(*b, "other", "second");
+  make_file(server.url(), "f", "first");
+  make_file(server.url(), "other", "second");
   CHECK(read_all(*a, "f", 64) == "first");
 
   SUBCASE("open for writing") {
@@ -159,7 +165,8 @@ TEST_CASE("a holder that dies gives its delegations up at once") {
   write_path(*b, "f", "after!");
   CHECK(seconds_since(start) < 5.0);  // far below the 30 s lease
   CHECK(server_stat(*b, "delegations.expired") == 0);
-  CHECK(server_stat(*b, "delegations.held") == 0);
+  CHECK(server_stat(*b, "delegations.dropped") == 1);  // with its connection
+  CHECK(server_stat(*b, "delegations.held") == 1);     // b's own, from its CREATE
 }
 
 TEST_CASE("without delegations every open asks the server") {

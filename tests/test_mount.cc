@@ -42,10 +42,10 @@ using Clock = std::chrono::steady_clock;
 
 MOUNT_TEST("files: create, read, write, append, truncate, O_EXCL, O_TRUNC, sparse") {
   Mounted fs;
-  // Create and read back; the bytes land in the export.
+  // Create and read back; the bytes reach other clients of the server.
   write_local(fs / "a", "hello");
   CHECK(cat(fs / "a") == "hello");
-  CHECK(read_local(fs.local("a")) == "hello");
+  CHECK(fs.read_by_another_client("a") == "hello");
   // Overwrite in the middle, then a large write that spans many server blocks.
   int fd = open((fs / "a").c_str(), O_RDWR);
   REQUIRE(fd >= 0);
@@ -59,7 +59,7 @@ MOUNT_TEST("files: create, read, write, append, truncate, O_EXCL, O_TRUNC, spars
   write_local(fs / "log", "one\n");
   fd = open((fs / "log").c_str(), O_WRONLY | O_APPEND);
   REQUIRE(fd >= 0);
-  write_local(fs.local("log"), "one\ntwo\n");  // someone else appends meanwhile
+  fs.write_by_another_client("log", "one\ntwo\n");  // someone else appends meanwhile
   CHECK(write(fd, "three\n", 6) == 6);
   CHECK(close(fd) == 0);
   CHECK(cat(fs / "log") == "one\ntwo\nthree\n");
@@ -134,7 +134,7 @@ MOUNT_TEST("names: rename over files and directories, unlink and rmdir errors, l
   CHECK(rename((fs / "d2").c_str(), (fs / "d3/moved").c_str()) == 0);
   CHECK(cat(fs / "d3/moved/inner") == "in");
   write_local(fs / "d3/moved/more", "more");
-  CHECK(read_local(fs.local("d3/moved/more")) == "more");
+  CHECK(fs.read_by_another_client("d3/moved/more") == "more");
   // RENAME_NOREPLACE is honoured; RENAME_EXCHANGE is not supported.
   write_local(fs / "g", "g");
   CHECK(failed_with(renameat2(AT_FDCWD, (fs / "g").c_str(), AT_FDCWD, (fs / "f2").c_str(),

@@ -41,7 +41,9 @@ void write_in_pieces(File& f, const std::string& bytes, size_t piece, uint64_t a
 
 TEST_CASE("small writes in a row go out as few WRITEs, only at fsync or when a run fills") {
   TempDir dir;
-  ServerProcess server(dir.path());
+  // Write-behind alone: under the write delegation a CREATE grants, another client's
+  // access would recall the bytes (test_write_delegations.cc).
+  ServerProcess server(dir.path(), {"--no-delegations"});
   auto fs = Client::mount(server.url());
   auto other = Client::mount(server.url());
   const std::string data = pattern(200 * 1024, 1);
@@ -64,7 +66,7 @@ TEST_CASE("small writes in a row go out as few WRITEs, only at fsync or when a r
 
 TEST_CASE("a break in the run sends what came before; the bytes land where they were written") {
   TempDir dir;
-  ServerProcess server(dir.path());
+  ServerProcess server(dir.path(), {"--no-delegations"});  // the close sends the last run
   auto fs = Client::mount(server.url());
   std::string want(64 * 1024, '\0');
   {
@@ -126,9 +128,12 @@ TEST_CASE("a run that cannot be sent fails the next write, fsync or close; never
   File held = fs->open("a", O_RDWR);
   other->unlink("a");
   const std::string bytes = pattern(1000, 3);
-  CHECK_NOTHROW(held.pwrite(bytes.data(), bytes.size(), 0));  // gathered
+  CHECK_NOTHROW(held.pwrite(bytes.data(), bytes.size(), 1000));  // gathered
   std::string got(100, '\0');
-  // A read sends the run first; its failure is kept for a write, fsync or close.
+  // A read of what the run holds is served from it; a read of anything else sends the run
+  // first, whose failure is kept for a write, fsync or close.
+  CHECK(held.pread(got.data(), got.size(), 1000) == got.size());
+  CHECK(got == bytes.substr(0, got.size()));
   CHECK(errno_of([&] { held.pread(got.data(), got.size(), 0); }) == ESTALE);
   CHECK(errno_of([&] { held.pwrite(bytes.data(), bytes.size(), 5000); }) == ESTALE);
   CHECK(errno_of([&] { held.fsync(); }) == 0);  // reported once, by the write above
@@ -155,7 +160,9 @@ TEST_CASE("times set after writes are kept (the writes go before the SETATTR)") 
 
 TEST_CASE("fsync and close make gathered writes durable: a crash after them loses nothing") {
   TempDir dir;
-  ServerProcess server(dir.path(), {"--simulate-crashes"});
+  // Without delegations: under a write delegation a close keeps its bytes in the client
+  // (test_write_delegations.cc), and only fsync makes them durable.
+  ServerProcess server(dir.path(), {"--simulate-crashes", "--no-delegations"});
   auto fs = Client::mount(server.url());
   const std::string one = pattern(10000, 5), two = pattern(10000, 6);
   File f = fs->open("d", O_RDWR | O_CREAT);

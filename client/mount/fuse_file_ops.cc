@@ -30,7 +30,7 @@ void FuseFs::op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     // fetched (through this open file) before a read stops at an old size.
     std::string path = fs.inodes_.path(ino);
     auto open = std::make_unique<OpenFile>(fs.client_.open(path, fi->flags & kOpenFlags), ino,
-                                           fs.attr_epoch_.load());
+                                           fs.attr_epoch_.load(), caller_of(req));
     fi->keep_cache = 0;
     fi->direct_io = direct_io_for(fi->flags);
     if (fs.session_ != nullptr) fuse_lowlevel_notify_inval_inode(fs.session_, ino, -1, 0);
@@ -53,7 +53,8 @@ void FuseFs::op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode
     Attr a = file.attributes_at_open();  // CREATE's reply: no GETATTR
     fuse_entry_param e{};
     e.ino = fs.inodes_.add_lookup(parent, name, a.fileid);
-    auto open = std::make_unique<OpenFile>(std::move(file), e.ino, fs.attr_epoch_.load());
+    auto open =
+        std::make_unique<OpenFile>(std::move(file), e.ino, fs.attr_epoch_.load(), caller_of(req));
     e.attr = fs.to_stat(a);
     e.attr_timeout = fs.options_.attr_timeout;
     e.entry_timeout = fs.options_.entry_timeout;
@@ -98,8 +99,9 @@ void FuseFs::op_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   (void)ino;
   guard(req, "flush", [&] {
     // Every close(2): commit the unstable writes (a no-op when there are none), so that
-    // close reports a failed write and the data is durable, as NFS does at close.
-    if (File* f = file_of(fi)) f->fsync();
+    // close reports a failed write and the data is durable, as NFS does at close; under
+    // a write delegation they stay with it (File::flush).
+    if (File* f = file_of(fi)) f->flush();
     fuse_reply_err(req, 0);
   });
 }
@@ -114,6 +116,8 @@ void FuseFs::discard_open(uint64_t fh) {
   std::unique_ptr<OpenNode> node = release(fh);
   if (node == nullptr || node->kind != OpenNode::Kind::kFile) return;
   auto* of = static_cast<OpenFile*>(node.get());
+  const rpc::CallCredential opener(of->opener, machine_);
+  const rpc::CallAs as(opener);
   try {
     of->file.close();  // flush already committed; an error here has no one to go to
   } catch (const std::exception& e) {

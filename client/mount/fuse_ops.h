@@ -82,8 +82,8 @@ class FuseFs {
     virtual ~OpenNode() = default;
   };
   struct OpenFile : OpenNode {
-    OpenFile(File f, Ino i, uint64_t epoch)
-        : OpenNode(Kind::kFile), file(std::move(f)), ino(i), attr_epoch(epoch) {}
+    OpenFile(File f, Ino i, uint64_t epoch, const rpc::CallerCred& by)
+        : OpenNode(Kind::kFile), file(std::move(f)), ino(i), attr_epoch(epoch), opener(by) {}
     File file;
     Ino ino;
     // The attributes the open brought still describe the file, but for the size this
@@ -95,6 +95,9 @@ class FuseFs {
     const uint64_t attr_epoch;
     std::atomic<bool> answered{false};
     std::atomic<bool> written{false};
+    // Who opened it: the release (which the kernel sends as no one in particular) closes
+    // as the opener, whose flushes a write delegation keeps (Delegations::keep_open).
+    const rpc::CallerCred opener;
   };
   struct OpenDir : OpenNode {
     OpenDir() : OpenNode(Kind::kDir) {}

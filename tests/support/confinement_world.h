@@ -78,7 +78,9 @@ class Raw {
     return dirop(ODAFSPROC_LOOKUP, Args().fh(dir).str(name), fh, attr);
   }
   int create(const Handle& dir, const std::string& name, uint32_t how = ODAFS_CREATE_GUARDED) {
-    return dirop(ODAFSPROC_CREATE, Args().fh(dir).str(name).u32(0644).u32(how));
+    open_res res{};  // CREATE answers as OPEN does; access 0: no delegation asked
+    return call(ODAFSPROC_CREATE, Args().fh(dir).str(name).u32(0644).u32(how).u32(0),
+                to_xdrproc(xdr_open_res), &res);
   }
   int mkdir(const Handle& dir, const std::string& name) {
     return dirop(ODAFSPROC_MKDIR, Args().fh(dir).str(name).u32(0755));

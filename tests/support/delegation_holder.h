@@ -18,12 +18,20 @@
 
 namespace odafs::test {
 
-// Creates (or opens) path, writes text at 0 and closes. A CREATE grants no delegation.
+// Creates (or opens) path, writes text at 0 and closes. The CREATE (or OPEN) may grant fs
+// a write delegation, which then keeps the bytes past the close.
 inline void write_path(Client& fs, const std::string& path, const std::string& text,
                        int flags = 0) {
   File f = fs.open(path, O_RDWR | O_CREAT | flags, 0644);
   f.pwrite(text.data(), text.size(), 0);
   f.close();
+}
+
+// write_path through a client of its own, unmounted before this returns: the bytes are on
+// the server and no client holds a delegation on the file.
+inline void make_file(const std::string& url, const std::string& path, const std::string& text) {
+  auto maker = Client::mount(url);
+  write_path(*maker, path, text);
 }
 
 inline double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -35,10 +43,7 @@ inline double seconds_since(std::chrono::steady_clock::time_point t) {
 // waits to be stopped or killed. Returns the child's pid once take has returned.
 inline pid_t holder_process(const std::string& url, const std::string& path,
                             const std::function<void(Client&)>& take) {
-  {
-    auto setup = Client::mount(url);
-    write_path(*setup, path, "before");
-  }
+  make_file(url, path, "before");
   int fds[2];
   REQUIRE(pipe(fds) == 0);
   pid_t pid = fork();

@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "client/client.h"
+#include "tests/support/client_util.h"
 #include "tests/support/mount_process.h"
 #include "tests/support/server_process.h"
 
@@ -29,6 +31,21 @@ struct Mounted {
       : server(exp.path(), std::move(server_args)), m(server.url(), mnt.path(), options) {}
   std::string operator/(const std::string& name) const { return m / name; }
   std::string local(const std::string& name) const { return exp / name; }
+  // File `name` of the export as another client of the server reads it. A close through
+  // the mount may keep its bytes in the mount (a write delegation's, as a page cache would);
+  // another client's access recalls them, so this is what the mount wrote.
+  std::string read_by_another_client(const std::string& name) const {
+    auto other = Client::mount(server.url());
+    return read_all(*other, name, 1 << 20);
+  }
+  // Writes text at offset 0 of `name` (created if need be) through another client of the
+  // server, whose unmount puts the bytes on the server before this returns.
+  void write_by_another_client(const std::string& name, const std::string& text) const {
+    auto other = Client::mount(server.url());
+    File f = other->open(name, O_WRONLY | O_CREAT, 0644);
+    f.pwrite(text.data(), text.size(), 0);
+    f.close();
+  }
 
   TempDir exp;
   TempDir mnt;
