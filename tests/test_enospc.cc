@@ -105,6 +105,9 @@ TEST_CASE(
     File f = writer->open(name, O_RDWR | O_CREAT | O_EXCL, 0644);
     REQUIRE(f.pwrite(bytes.data(), bytes.size(), 0) == bytes.size());
     f.close();
+    // On the disk at the close: the server promised no room for a write delegation to
+    // keep bytes past it (open_ok.space_limit), so the close sent them.
+    CHECK(odafs::test::read_local(root + "/" + name) == bytes);
   }
 
   // Fill: 64 KiB chunks until one fails. 1 MiB holds fewer than 16 of them beside the rest.

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -274,4 +275,126 @@ TEST_CASE("this client's truncate, rename and remove keep or give back its writt
   write_held(*a, "d/h", "kept through a failed rmdir");
   CHECK(odafs::test::errno_of([&] { a->rmdir("d/h"); }) == ENOTDIR);
   CHECK(read_local(dir / "d/h") == "kept through a failed rmdir");
+}
+
+namespace {
+
+// The server's call counters this suite watches, by name.
+std::map<std::string, uint64_t> calls(Client& fs) {
+  std::map<std::string, uint64_t> out;
+  for (const char* name : {"CREATE", "REMOVE", "OPEN", "LOOKUP", "GETATTR", "READ", "WRITE",
+                           "COMMIT", "DELEGRETURN", "SETATTR"}) {
+    out[name] = server_stat(fs, std::string("calls.") + name);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a file its creator writes, reads back, appends to, stats and removes costs two calls") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  auto fs = Client::mount(server.url());
+  const std::string data = odafs::test::pattern(5000, 1);
+  const auto before = calls(*fs);
+  {
+    File f = fs->open("f", O_RDWR | O_CREAT | O_TRUNC, 0644);  // CREATE: a write delegation
+    CHECK(f.pwrite(data.data(), data.size(), 0) == data.size());
+    f.close();  // kept: nothing sent
+  }
+  CHECK(read_local(dir / "f").empty());
+  CHECK(read_all(*fs, "f", 8192) == data);  // from the run the delegation kept
+  {
+    File a = fs->open("f", O_WRONLY | O_APPEND);
+    File b = fs->open("f", O_WRONLY | O_APPEND);
+    // Appends at the end this client knows (it is the only writer), in the order made.
+    CHECK(a.pwrite("<a>", 3, 0) == 3);
+    CHECK(b.pwrite("<b>", 3, 0) == 3);
+    CHECK(a.pwrite("<A>", 3, 0) == 3);
+  }
+  CHECK(fs->stat("f").size == data.size() + 9);  // by path: from the delegation
+  CHECK(read_all(*fs, "f", 8192) == data + "<a><b><A>");
+  fs->unlink("f");
+  auto after = calls(*fs);
+  CHECK(odafs::test::errno_of([&] { fs->open("f", O_RDONLY); }) == ENOENT);
+  CHECK(after["CREATE"] == before.at("CREATE") + 1);
+  CHECK(after["REMOVE"] == before.at("REMOVE") + 1);
+  after["CREATE"] = before.at("CREATE");
+  after["REMOVE"] = before.at("REMOVE");
+  for (const auto& [name, count] : before) {  // no OPEN, READ, WRITE, COMMIT, GETATTR...
+    CAPTURE(name);
+    CHECK(after[name] == count);
+  }
+  CHECK(server_stat(*fs, "delegations.held") == 0);  // gone with the file
+}
+
+TEST_CASE("another client sees what the creator kept; appends after a recall land at the end") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  auto a = Client::mount(server.url());
+  auto b = Client::mount(server.url());
+  {
+    File f = a->open("log", O_WRONLY | O_CREAT, 0644);
+    f.pwrite("first;", 6, 0);
+  }
+  CHECK(read_all(*b, "log", 64) == "first;");  // recalls a's: written back first
+  {
+    File f = a->open("log", O_WRONLY | O_APPEND);  // recalls b's read delegation
+    f.pwrite("second;", 7, 0);
+  }
+  {
+    File f = b->open("log", O_WRONLY | O_APPEND);  // recalls a's again
+    f.pwrite("third;", 6, 0);
+  }
+  {
+    File f = a->open("log", O_WRONLY | O_APPEND);
+    f.pwrite("fourth;", 7, 0);
+    f.fsync();
+  }
+  CHECK(read_local(dir / "log") == "first;second;third;fourth;");
+  CHECK(read_all(*b, "log", 64) == "first;second;third;fourth;");
+  CHECK(server_stat(*b, "delegations.expired") == 0);
+}
+
+TEST_CASE("kept bytes reach the server by age, and past the byte bound at the close") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  SUBCASE("by age: written back, the delegation kept") {
+    odafs::MountOptions o;
+    o.delegated_write_back_ms = 200;
+    auto fs = Client::mount(server.url(), o);
+    {
+      File f = fs->open("aged", O_WRONLY | O_CREAT, 0644);
+      f.pwrite("aged bytes", 10, 0);
+    }
+    CHECK(read_local(dir / "aged").empty());
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (read_local(dir / "aged") != "aged bytes" && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    CHECK(read_local(dir / "aged") == "aged bytes");
+    CHECK(server_stat(*fs, "delegations.held") == 1);
+    CHECK(server_stat(*fs, "delegations.returned") == 0);
+    const uint64_t opens = server_stat(*fs, "calls.OPEN");
+    write_held(*fs, "aged", "AGED");  // still delegated: a local open, kept again
+    CHECK(server_stat(*fs, "calls.OPEN") == opens);
+    until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (read_local(dir / "aged") != "AGED bytes" && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    CHECK(read_local(dir / "aged") == "AGED bytes");
+  }
+  SUBCASE("by bytes: a close past the bound sends its own") {
+    odafs::MountOptions o;
+    o.delegated_bytes = 4096;
+    auto fs = Client::mount(server.url(), o);
+    const std::string small = odafs::test::pattern(3000, 2), large = odafs::test::pattern(6000, 3);
+    write_path(*fs, "small", small);
+    CHECK(read_local(dir / "small").empty());  // kept: 3000 of 4096
+    write_path(*fs, "large", large);
+    CHECK(read_local(dir / "large") == large);  // would pass the bound: sent at the close
+    write_path(*fs, "more", small);
+    CHECK(read_local(dir / "more") == small);          // 3000 + 3000 would pass it too
+    CHECK(server_stat(*fs, "delegations.held") == 3);  // the delegations all stay
+  }
 }
