@@ -143,6 +143,10 @@ bool Delegations::keep_open(const Handle& fh, const OpenFiles::Ref& shared) {
   if (!same_caller(e.caller, caller)) return false;
   kept_bytes_ = kept_bytes_ - e.kept_bytes + bytes;
   e.kept_bytes = bytes;
+  // The size later opens start from once `shared` is gone (written back by age and let go):
+  // only this client's writes change it while the delegation holds, and its truncations
+  // give the delegation back.
+  e.held.attr.size = std::max(e.held.attr.size, shared->size.load(std::memory_order_relaxed));
   return true;
 }
 
