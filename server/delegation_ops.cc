@@ -51,25 +51,27 @@ void FileService::reply_open(const rpc::CallContext& ctx, const IdentityScope& a
   // A write delegation only for a caller who may read too: its holder serves later opens
   // for reading from what it holds. None on a file whose setuid/setgid bits a write drops:
   // the server drops them when the bytes arrive, which must not wait for a recall.
+  Delegations::Grant g;
   if (S_ISREG(st.st_mode) && options_.delegations && (access & ODAFS_OPEN_READ) != 0 &&
       as.permits(st, write ? R_OK | W_OK : R_OK) &&
       !(write && setid_bits_to_drop(st.st_mode) != 0)) {
-    const Delegations::Grant g = delegations_.grant(node->id, ctx.connection, fh, write);
-    if (g.id != 0) {
-      // The attributes the holder will trust must be from after the grant: a change that
-      // slipped in between the lookup and the grant recalled nothing.
-      Result<OpenNode> open = nodes_.open(node);
-      if (!open || fstat(open->fd(), &st) != 0) {
-        delegations_.returned(node->id, ctx.connection, g.id);
-      } else {
-        res.open_res_u.ok.delegation = g.id;
-        res.open_res_u.ok.delegation_kind = g.write ? ODAFS_DELEG_WRITE : ODAFS_DELEG_READ;
-        if (g.write) res.open_res_u.ok.space_limit = space_limit(open->fd(), st);
-        // Others' references to the file's blocks go: their one-sided reads would bypass
-        // the recall a READ makes, and miss what the holder keeps unsent.
-        if (g.new_write && st.st_size > 0) {
-          drop_cached_blocks(node->id, 0, static_cast<uint64_t>(st.st_size));
-        }
+    g = delegations_.grant(node->id, ctx.connection, fh, write);
+  }
+  if (S_ISREG(st.st_mode)) {
+    // The attributes answered are from after the grant (a change that slipped in between
+    // the lookup and the grant recalled nothing) and after the write-backs of the recalls
+    // settle_for_open waited for: the opener starts from the size they made.
+    Result<OpenNode> open = nodes_.open(node);
+    if (!open || fstat(open->fd(), &st) != 0) {
+      if (g.id != 0) delegations_.returned(node->id, ctx.connection, g.id);
+    } else if (g.id != 0) {
+      res.open_res_u.ok.delegation = g.id;
+      res.open_res_u.ok.delegation_kind = g.write ? ODAFS_DELEG_WRITE : ODAFS_DELEG_READ;
+      if (g.write) res.open_res_u.ok.space_limit = space_limit(open->fd(), st);
+      // Others' references to the file's blocks go: their one-sided reads would bypass
+      // the recall a READ makes, and miss what the holder keeps unsent.
+      if (g.new_write && st.st_size > 0) {
+        drop_cached_blocks(node->id, 0, static_cast<uint64_t>(st.st_size));
       }
     }
   }

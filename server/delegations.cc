@@ -61,7 +61,8 @@ Delegations::Grant Delegations::grant(uint64_t node, uint64_t connection, const 
     return {own->id, own->write, new_write};
   }
   auto held = per_connection_.find(connection);
-  if (held != per_connection_.end() && held->second >= options_.max_per_connection) {
+  if ((held != per_connection_.end() && held->second >= options_.max_per_connection) ||
+      cooling_locked(node, now_ms())) {
     erase_if_empty_locked(node);
     return {};
   }
@@ -74,6 +75,14 @@ Delegations::Grant Delegations::grant(uint64_t node, uint64_t connection, const 
     stats_.granted_write.fetch_add(1, std::memory_order_relaxed);
   }
   return {id, write, write};
+}
+
+bool Delegations::cooling_locked(uint64_t node, int64_t now) {
+  if (options_.cooldown_ms <= 0) return false;
+  const Recalled& r = recently_recalled_[node % recently_recalled_.size()];
+  if (r.node != node || now - r.at_ms >= options_.cooldown_ms) return false;
+  stats_.cooled.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 void Delegations::uncount_locked(const Holder& h) {
@@ -103,6 +112,8 @@ size_t Delegations::sweep_locked(uint64_t node, uint64_t connection, bool writes
     if (h.recalled_at_ms == 0) {
       h.recalled_at_ms = std::max<int64_t>(now, 1);
       to_recall->push_back(h);
+      // A write one's recall costs its holder a write-back: cool the file down.
+      if (h.write) recently_recalled_[node % recently_recalled_.size()] = {node, now};
     }
     ++others;
     ++i;

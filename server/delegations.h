@@ -22,6 +22,7 @@
 // without the table's lock held.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -44,6 +45,11 @@ class Delegations {
     // Delegations one connection may hold; past it none are granted to it (its opens
     // then ask the server, as without delegations). Bounds the table's memory.
     size_t max_per_connection = 4096;
+    // After a recall of a write delegation on a file, no delegation is granted on it for
+    // this long: a file clients take turns writing is served without delegations rather
+    // than recalled back and forth (every such recall costs its holder a write-back and a
+    // DELEGRETURN, and many of them at once outlast the lease). 0: off.
+    int cooldown_ms = 5000;
   };
   // Sends CB_RECALL of delegation `id` on file `fh` to `connection`; false if that
   // connection is gone.
@@ -60,7 +66,8 @@ class Delegations {
   // handle is fh), or renews the one it holds under a new id (a write one stays write; a
   // read one becomes write when asked and no other connection holds one). None when one
   // is being recalled, a change is under way, another connection holds a write one (or
-  // any, for a write grant), or the connection holds max_per_connection already.
+  // any, for a write grant), the connection holds max_per_connection already, or (a new
+  // one) the file had a write delegation recalled less than cooldown_ms ago.
   Grant grant(uint64_t node, uint64_t connection, const WireHandle& fh, bool write);
 
   // A change to a file in progress: while one lives, no delegation on the file is
@@ -118,6 +125,7 @@ class Delegations {
     std::atomic<uint64_t> expired{0};  // not returned within the lease: taken back
     std::atomic<uint64_t> dropped{0};  // the holder's connection closed
     std::atomic<uint64_t> delayed{0};  // operations answered DELAY
+    std::atomic<uint64_t> cooled{0};   // grants refused: the file was recalled lately
   };
   const Stats& stats() const { return stats_; }
   size_t held() const;
@@ -158,6 +166,14 @@ class Delegations {
   uint64_t next_id_ = 1;
   int waiters_ = 0;
   std::vector<uint64_t> changing_;  // nodes with a Change alive (few: one per RPC thread)
+  // Files recalled lately, by node id modulo the size, and when: a fixed table (a newer
+  // recall takes the slot), so remembering costs no allocation. Guarded by mu_.
+  struct Recalled {
+    uint64_t node = 0;
+    int64_t at_ms = 0;
+  };
+  std::array<Recalled, 4096> recently_recalled_{};
+  bool cooling_locked(uint64_t node, int64_t now);
   Stats stats_;
 };
 

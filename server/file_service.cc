@@ -205,6 +205,7 @@ void FileService::do_stats(rpc::Reply& r) {
   values.emplace_back("delegations.expired", ds.expired.load());
   values.emplace_back("delegations.dropped", ds.dropped.load());
   values.emplace_back("delegations.delayed", ds.delayed.load());
+  values.emplace_back("delegations.cooled", ds.cooled.load());
   if (engine_) {
     const ordma::EngineStats& es = engine_->stats();
     values.emplace_back(std::string("engine.backend.") + engine_->kind(), 1);

@@ -398,3 +398,20 @@ TEST_CASE("kept bytes reach the server by age, and past the byte bound at the cl
     CHECK(server_stat(*fs, "delegations.held") == 3);  // the delegations all stay
   }
 }
+
+TEST_CASE("a file whose write delegation was recalled is served without delegations for a while") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  auto a = Client::mount(server.url());
+  auto b = Client::mount(server.url());
+  write_path(*a, "f", "a's");             // CREATE: a write delegation, the bytes kept
+  CHECK(read_all(*b, "f", 64) == "a's");  // recalls it: written back first
+  CHECK(server_stat(*b, "delegations.recalled") == 1);
+  CHECK(server_stat(*b, "delegations.cooled") >= 1);  // b's OPEN was granted none
+  // Neither takes turns holding it now: a's write goes to the server at its close, and
+  // b's next read asks the server (no delegation to recall, no write-back to wait for).
+  write_held(*a, "f", "A's");
+  CHECK(read_local(dir / "f") == "A's");
+  CHECK(read_all(*b, "f", 64) == "A's");
+  CHECK(server_stat(*b, "delegations.recalled") == 1);
+}
