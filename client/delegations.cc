@@ -228,6 +228,7 @@ void Delegations::erase_file_locked(uint64_t file_key, std::optional<Return>* no
     kept_bytes_ -= gone.kept_bytes;
     Return r{gone.held.fh, gone.id, gone.held.write, std::move(gone.kept), gone.caller};
     if (now != nullptr && (r.write || renewed)) {
+      giving_back_.push_back(r.id);
       *now = std::move(r);
     } else if (!stopping_ && (!renewed || r.kept)) {  // kept bytes still go back
       returns_.push_back(std::move(r));
@@ -284,6 +285,15 @@ void Delegations::removed(Return& r, bool done) {
   // The bytes went with the file, and the delegation too: the server drops a file's
   // delegations when its last link goes, so there is nothing to give back.
   if (r.kept) release_(r.fh, r.kept);
+  given_back(r.id);
+}
+
+void Delegations::given_back(uint64_t id) {
+  std::lock_guard lock(mu_);
+  auto it = std::find(giving_back_.begin(), giving_back_.end(), id);
+  if (it == giving_back_.end()) return;
+  *it = giving_back_.back();
+  giving_back_.pop_back();
 }
 
 void Delegations::recall(const Handle& fh, uint64_t id) {
@@ -295,7 +305,9 @@ void Delegations::recall(const Handle& fh, uint64_t id) {
         f != by_file_.end() && by_name_.count(f->second) != 0 && by_name_[f->second].id == id;
     erase_file_locked(file);  // queues the return of what this client knew of
     if (stopping_) return;
-    if (!known) {  // forgotten already, or its OPEN's reply not here yet
+    const bool caller_returns =
+        std::find(giving_back_.begin(), giving_back_.end(), id) != giving_back_.end();
+    if (!known && !caller_returns) {  // forgotten already, or its OPEN's reply not here yet
       returns_.push_back({fh, id, false, nullptr, {}});
       recalled_unknown_[recalled_next_++ % recalled_unknown_.size()] = id;
     }
@@ -377,6 +389,7 @@ void Delegations::give_back(Return& r) {
     // The connection is gone, and with it every delegation it held.
     ODAFS_LOG_DEBUG("odafs: returning a delegation failed: %s", e.what());
   }
+  given_back(r.id);
 }
 
 void Delegations::return_loop() {

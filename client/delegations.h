@@ -50,6 +50,7 @@
 #include <thread>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "client/client.h"
 #include "client/open_files.h"
@@ -184,6 +185,12 @@ class Delegations {
   // after its recall, and must not be trusted. Guarded by mu_.
   std::array<uint64_t, 16> recalled_unknown_{};
   size_t recalled_next_ = 0;
+  // Ids a caller's thread took out of the table to give back (or drop, with a REMOVE)
+  // itself: a recall of one of them meanwhile is answered by that caller, after its
+  // write-back; an early DELEGRETURN from the worker would let the recaller in before the
+  // bytes. Guarded by mu_; as many as threads giving back at once.
+  std::vector<uint64_t> giving_back_;
+  void given_back(uint64_t id);
   std::atomic<size_t> held_{0};  // by_file_.size(), for a lock-free "none" (written under mu_)
 
   const size_t max_kept_bytes_;
