@@ -97,7 +97,20 @@ void Channel::wait(Call& c, XDR* results) {
   wait_until(c, results, deadline_after_ms(options_.timeout_ms));
 }
 
+namespace {
+thread_local BeforeBlockingHook before_blocking = nullptr;
+thread_local void* before_blocking_arg = nullptr;
+}  // namespace
+
+void set_before_blocking_hook(BeforeBlockingHook hook, void* arg) {
+  before_blocking = hook;
+  before_blocking_arg = arg;
+}
+
 void Channel::wait_until(Call& c, XDR* results, timespec deadline) {
+  if (before_blocking != nullptr && c.state_.load(std::memory_order_acquire) == Call::kPending) {
+    before_blocking(before_blocking_arg);
+  }
   while (c.state_.load(std::memory_order_acquire) == Call::kPending) {
     futex_wait(&c.state_, Call::kPending, &deadline);
     bool expired = deadline_passed(deadline);

@@ -40,6 +40,13 @@ struct AuthSysCred {
   std::vector<uint32_t> gids;
 };
 
+// What a thread runs just before it sleeps waiting for a reply (Channel::wait_until): a
+// thread that serves others (odafs-mount's FUSE reader) hands its duty to another thread
+// there, so that waiting for the server never stalls the requests behind it. Per thread;
+// nullptr (the default) for none. The hook must not make calls of its own.
+using BeforeBlockingHook = void (*)(void* arg);
+void set_before_blocking_hook(BeforeBlockingHook hook, void* arg);
+
 // One RPC: request and reply buffers plus completion state. Owned by the caller and
 // reusable for any number of calls, one at a time; buffers keep their capacity, so a
 // steady stream of calls allocates nothing.

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/delegation_holder.h"
 #include "tests/support/mount_process.h"
 #include "tests/support/mounted.h"
 #include "tests/support/server_process.h"
@@ -410,4 +411,38 @@ MOUNT_TEST("unmount with files open: busy, then lazy; the files work on; odafs-m
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
   CHECK(read_local(fs.local("w")) == "before after");
+}
+
+MOUNT_TEST("a request waiting for the server does not hold up the mount's other requests") {
+  // Another client holds a write delegation on "held" and stops answering: an open of it
+  // through the mount waits out the lease. Meanwhile other programs' requests on the mount
+  // (odafs-mount's request loop hands the reading to another thread) go on.
+  // In a directory of its own: the kernel keeps a directory locked while a name in it is
+  // looked up (for any file system), and the LOOKUP of the held file waits too.
+  Mounted fs({}, {"--lease-ms", "3000"});
+  REQUIRE(mkdir((fs / "d").c_str(), 0755) == 0);
+  pid_t holder = odafs::test::holder_process(fs.server.url(), "d/held", [](odafs::Client& c) {
+    odafs::File f = c.open("d/held", O_RDWR);
+    f.pwrite("holder's", 8, 0);
+    f.close();  // kept under the write delegation
+  });
+  REQUIRE(odafs::test::stop_child(holder));
+  write_local(fs / "other", "free");
+  const auto start = Clock::now();
+  std::string waited;
+  std::thread slow([&] { waited = cat(fs / "d/held"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the open is waiting now
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 20; ++i) {
+    CHECK(cat(fs / "other") == "free");
+    write_local(fs / ("new" + std::to_string(i)), "x");
+  }
+  const double others = std::chrono::duration<double>(Clock::now() - t0).count();
+  slow.join();
+  const double slow_secs = std::chrono::duration<double>(Clock::now() - start).count();
+  INFO("others took " << others << " s, the open of the held file " << slow_secs << " s");
+  CHECK(slow_secs >= 2.0);    // it did wait for the lease
+  CHECK(others < 1.5);        // the rest did not wait with it
+  CHECK(waited == "before");  // the stopped holder's bytes never came back
+  odafs::test::reap(holder);
 }

@@ -20,6 +20,7 @@
 
 #include "client/client.h"
 #include "client/mount/fuse_ops.h"
+#include "client/mount/request_loop.h"
 
 namespace {
 
@@ -223,22 +224,10 @@ int run(int argc, char** argv) {
       if (opts.singlethread) {
         rc = fuse_session_loop(se);
       } else {
-#if FUSE_USE_VERSION >= 312
-        fuse_loop_config* lc = fuse_loop_cfg_create();
-        fuse_loop_cfg_set_clone_fd(lc, static_cast<unsigned>(opts.clone_fd));
-        // Unset, these read as UINT_MAX, which libfuse refuses noisily: keep its defaults.
-        if (opts.max_idle_threads != UINT_MAX) {
-          fuse_loop_cfg_set_idle_threads(lc, opts.max_idle_threads);
-        }
-        if (opts.max_threads != UINT_MAX) fuse_loop_cfg_set_max_threads(lc, opts.max_threads);
-        rc = fuse_session_loop_mt(se, lc);
-        fuse_loop_cfg_destroy(lc);
-#else
-        fuse_loop_config lc{};
-        lc.clone_fd = opts.clone_fd;
-        lc.max_idle_threads = opts.max_idle_threads;
-        rc = fuse_session_loop_mt(se, &lc);
-#endif
+        // Our loop, not libfuse's (client/mount/request_loop.h says why); -o max_threads
+        // bounds it as it would libfuse's (default 10).
+        const unsigned threads = opts.max_threads != UINT_MAX ? opts.max_threads : 10;
+        rc = odafs::mount::RequestLoop(se, threads).run();
       }
       fuse_session_unmount(se);
     }
