@@ -14,6 +14,16 @@ namespace {
 
 thread_local bool this_thread_reads = false;
 
+// A thread's request buffer (libfuse allocates it at the first read): freed also when the
+// thread is cancelled in read(2), whose unwinding runs destructors.
+struct RequestBuffer {
+  fuse_buf buf{};
+  RequestBuffer() = default;
+  RequestBuffer(const RequestBuffer&) = delete;
+  RequestBuffer& operator=(const RequestBuffer&) = delete;
+  ~RequestBuffer() { std::free(buf.mem); }
+};
+
 }  // namespace
 
 RequestLoop::RequestLoop(fuse_session* se, unsigned max_threads)
@@ -67,7 +77,8 @@ void RequestLoop::release_reading_locked() {
 void RequestLoop::serve() {
   pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, nullptr);
   rpc::set_before_blocking_hook(&RequestLoop::hand_over, this);
-  fuse_buf buf{};
+  RequestBuffer request;
+  fuse_buf& buf = request.buf;
   std::unique_lock lock(mu_);
   while (!stopping_) {
     ++idle_;
@@ -109,7 +120,6 @@ void RequestLoop::serve() {
   }
   lock.unlock();
   rpc::set_before_blocking_hook(nullptr, nullptr);
-  std::free(buf.mem);
 }
 
 }  // namespace odafs::mount
