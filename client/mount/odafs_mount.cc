@@ -82,6 +82,9 @@ void usage(const char* prog) {
       "    entry_timeout=S        seconds the kernel trusts name lookups (default 1)\n"
       "    negative_timeout=S     seconds the kernel trusts that a name does not exist\n"
       "                           (default 1; 0: not kept)\n"
+      "    max_threads=N          requests served at once (default 10; -s: one, libfuse's\n"
+      "                           single-threaded loop); clone_fd and max_idle_threads\n"
+      "                           (libfuse's own loop's) do not apply\n"
       "    ro, allow_other, default_permissions, ...: as for any FUSE file system\n"
       "\n"
       "Unmount with: fusermount3 -u MOUNTPOINT (or SIGINT/SIGTERM to a -f odafs-mount)\n\n",
@@ -227,6 +230,11 @@ int run(int argc, char** argv) {
         // Our loop, not libfuse's (client/mount/request_loop.h says why); -o max_threads
         // bounds it as it would libfuse's (default 10).
         const unsigned threads = opts.max_threads != UINT_MAX ? opts.max_threads : 10;
+        if (opts.clone_fd != 0 || opts.max_idle_threads != UINT_MAX) {
+          std::fprintf(stderr,
+                       "odafs-mount: clone_fd and max_idle_threads are libfuse's own loop's: "
+                       "ignored\n");
+        }
         rc = odafs::mount::RequestLoop(se, threads).run();
       }
       fuse_session_unmount(se);
