@@ -97,6 +97,8 @@ bool Delegations::trusted() const {
 }
 
 std::optional<Delegations::Held> Delegations::find(const Handle& dir, std::string_view name) const {
+  // Every lookup and open asks: without delegations it costs one load, not the mutex.
+  if (held_.load(std::memory_order_acquire) == 0) return std::nullopt;
   std::lock_guard lock(mu_);
   if (by_name_.empty() || !trusted()) return std::nullopt;
   auto it = by_name_.find(name_key(dir, name));
@@ -178,14 +180,16 @@ void Delegations::insert(const Handle& dir, std::string_view name, const Handle&
   std::lock_guard lock(mu_);
   trust_ns_ = static_cast<int64_t>(lease_ms) * 750000;  // 3/4 of the lease
   Return renewed{fh, 0, write, nullptr, {}};
+  size_t kept_bytes = 0;
+  int64_t kept_since = 0;
   if (auto f = by_file_.find(file); write && f != by_file_.end()) {
     Entry& before = by_name_[f->second];  // renewed: its kept bytes still this client's
     renewed.id = before.id;
     renewed.kept = std::move(before.kept);
     renewed.caller = before.caller;
+    kept_bytes = before.kept_bytes;
+    kept_since = before.kept_since_ns;
   }
-  const size_t kept_bytes = renewed.kept ? by_name_[by_file_[file]].kept_bytes : 0;
-  const int64_t kept_since = renewed.kept ? by_name_[by_file_[file]].kept_since_ns : 0;
   // Every grant has a new id (the server renews a holder's id at each OPEN): the older one
   // is gone at the server, so it is dropped here without a DELEGRETURN.
   erase_file_locked(file, nullptr, /*renewed=*/true);  // one name per file

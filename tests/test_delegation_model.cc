@@ -17,7 +17,6 @@
 #include "tests/support/server_process.h"
 
 using odafs::Client;
-using odafs::Error;
 using odafs::File;
 using odafs::test::read_local;
 using odafs::test::ServerProcess;

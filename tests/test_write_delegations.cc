@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <thread>
@@ -38,6 +39,16 @@ void write_held(Client& fs, const std::string& path, const std::string& text) {
   File f = fs.open(path, O_RDWR);
   CHECK(f.pwrite(text.data(), text.size(), 0) == text.size());
   f.close();
+}
+
+// The export's file at path once it holds `want`, or after 5 s what it holds then: for
+// bytes written back by a thread of the client's own.
+std::string local_once(const std::filesystem::path& path, const std::string& want) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (read_local(path) != want && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return read_local(path);
 }
 
 // The child's delegation: a write delegation on path, holding "child bytes" written behind
@@ -256,11 +267,7 @@ TEST_CASE("this client's truncate, rename and remove keep or give back its writt
   write_held(*a, "f", "renamed with me");
   a->rename("f", "g");
   CHECK(read_all(*a, "g", 64) == "renamed with me");
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (read_local(dir / "g") != "renamed with me" && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  CHECK(read_local(dir / "g") == "renamed with me");  // written back by the give-back
+  CHECK(local_once(dir / "g", "renamed with me") == "renamed with me");  // by the give-back
   // Removing its only link: the kept bytes go with the file, never sent.
   write_held(*a, "g", "removed");
   const uint64_t writes = server_stat(*a, "calls.WRITE");
@@ -368,21 +375,13 @@ TEST_CASE("kept bytes reach the server by age, and past the byte bound at the cl
       f.pwrite("aged bytes", 10, 0);
     }
     CHECK(read_local(dir / "aged").empty());
-    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (read_local(dir / "aged") != "aged bytes" && std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    CHECK(read_local(dir / "aged") == "aged bytes");
+    CHECK(local_once(dir / "aged", "aged bytes") == "aged bytes");
     CHECK(server_stat(*fs, "delegations.held") == 1);
     CHECK(server_stat(*fs, "delegations.returned") == 0);
     const uint64_t opens = server_stat(*fs, "calls.OPEN");
     write_held(*fs, "aged", "AGED");  // still delegated: a local open, kept again
     CHECK(server_stat(*fs, "calls.OPEN") == opens);
-    until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (read_local(dir / "aged") != "AGED bytes" && std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    CHECK(read_local(dir / "aged") == "AGED bytes");
+    CHECK(local_once(dir / "aged", "AGED bytes") == "AGED bytes");
   }
   SUBCASE("by bytes: a close past the bound sends its own") {
     odafs::MountOptions o;
