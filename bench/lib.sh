@@ -14,8 +14,9 @@ build_targets() {
   ninja -C build "$@" >/dev/null
 }
 
-# start_odafsd NAME [LAUNCHER...] -- [ODAFSD FLAGS...]: starts odafsd on a fresh export
-# under $work (LAUNCHER is e.g. `taskset -c 1`), waits for its ready line, sets $pid, $addr.
+# start_odafsd NAME [LAUNCHER...] -- [ODAFSD FLAGS...]: starts odafsd ($ODAFSD_BIN, else
+# build/odafsd) on the export $work/export-NAME (made if need be; files put there first are
+# served), LAUNCHER e.g. `taskset -c 1`; waits for its ready line, sets $pid, $addr.
 start_odafsd() {
   local name=$1
   shift
@@ -26,7 +27,7 @@ start_odafsd() {
   done
   [ $# -gt 0 ] && shift
   mkdir -p "$work/export-$name"
-  ODAFS_LOG=warn "${launcher[@]}" build/odafsd --export "$work/export-$name" \
+  ODAFS_LOG=warn "${launcher[@]}" "${ODAFSD_BIN:-build/odafsd}" --export "$work/export-$name" \
     --listen 127.0.0.1:0 "$@" >"$work/ready-$name" &
   pid=$!
   for _ in $(seq 100); do grep -q ready "$work/ready-$name" 2>/dev/null && break; sleep 0.1; done

@@ -21,21 +21,12 @@ run=${RUN:-lat,q16,seq}
 rounds=${ROUNDS:-5}
 secs=${SECONDS_PER_POINT:-1}
 odafsd=$(realpath "${ODAFSD:-build/odafsd}")
-out=${OUT:-docs/results}
-mkdir -p "$out"
-work=$(mktemp -d "${TMPDIR:-/tmp}/odafs-ab-XXXXXX")
-srv_pid=""
-trap '[ -n "$srv_pid" ] && kill $srv_pid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+source bench/lib.sh  # $out, $work, start_odafsd (stopped at exit)
+source bench/peers/common.sh
 
-mkdir -p "$work/export"
-"$a" --make-file "$work/export/peers-64m.dat" --mb 64
-"$a" --make-file "$work/export/peers-256m.dat" --mb 256
-ODAFS_LOG=warn "$odafsd" --export "$work/export" --listen 127.0.0.1:0 --cache-mb 512 \
-  >"$work/ready" &
-srv_pid=$!
-for _ in $(seq 100); do grep -q ready "$work/ready" 2>/dev/null && break; sleep 0.1; done
-addr=$(sed -n 's/.*rpc=\([^ ]*\).*/\1/p' "$work/ready")
-[ -n "$addr" ] || { echo "ab.sh: odafsd did not start" >&2; exit 1; }
+make_peer_files "$a" "$work/export-peers"
+ODAFSD_BIN=$odafsd start_odafsd peers -- --cache-mb 512 || exit 1
+srv_pid=$pid
 
 rows=$out/peers-ab.jsonl
 : >"$rows"

@@ -26,6 +26,7 @@ with_ganesha=${GANESHA:-1}
 
 command -v perf >/dev/null || { echo "bound.sh: needs perf (linux-perf)" >&2; exit 1; }
 source bench/lib.sh
+source bench/peers/common.sh
 source bench/peers/ganesha.sh
 srv_pid="" ganesha_pid="" rpcbind_pid=""
 cleanup() {
@@ -36,9 +37,6 @@ cleanup() {
 }
 trap cleanup EXIT
 die() { echo "bound.sh: $*" >&2; exit 1; }
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 if [ "$with_ganesha" = 1 ] && ! command -v ganesha.nfsd >/dev/null; then
   die "GANESHA=1 needs nfs-ganesha (bench/peers/run.sh installs it), or run with GANESHA=0"
 fi
@@ -54,18 +52,12 @@ syscalls+=" epoll_ctl poll ppoll futex sched_yield clock_nanosleep"
 events="raw_syscalls:sys_enter,context-switches,cpu-migrations,task-clock"
 for s in $syscalls; do events+=",syscalls:sys_enter_$s"; done
 
-mkdir -p "$work/export"
-"$bin/odafs-peers" --make-file "$work/export/peers-64m.dat" --mb 64
-"$bin/odafs-peers" --make-file "$work/export/peers-256m.dat" --mb 256
-ODAFS_LOG=warn "$bin/odafsd" --export "$work/export" --listen 127.0.0.1:0 --cache-mb 512 \
-  >"$work/ready" &
-srv_pid=$!
-for _ in $(seq 100); do grep -q ready "$work/ready" 2>/dev/null && break; sleep 0.1; done
-addr=$(sed -n 's/.*rpc=\([^ ]*\).*/\1/p' "$work/ready")
-[ -n "$addr" ] || die "odafsd did not start"
+make_peer_files "$bin/odafs-peers" "$work/export-peers"
+ODAFSD_BIN=$bin/odafsd start_odafsd peers -- --cache-mb 512 || die "odafsd did not start"
+srv_pid=$pid
 if [ "$with_ganesha" = 1 ]; then  # the same files, exported by ganesha too
   start_rpcbind
-  start_ganesha "$work/export" "$work/ganesha"
+  start_ganesha "$work/export-peers" "$work/ganesha"
 fi
 
 rows=$out/peers-bound.jsonl
@@ -78,18 +70,14 @@ mkfifo "$work/c.ctl" "$work/c.ack" "$work/s.ctl" "$work/s.ack"
 to_row() {
   python3 - "$1" "$2" "$work" >>"$rows" <<'PY'
 import json, sys
+sys.path.insert(0, "bench/peers")
+from perf_csv import read_counts
 name, units, work = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 def load(path):
     out = {}
-    for line in open(path):
-        f = line.strip().split(",")
-        if len(f) > 2 and f[0] and not line.startswith("#"):
-            try:
-                v = float(f[0])
-            except ValueError:
-                continue  # <not counted>
-            k = f[2].replace("syscalls:sys_enter_", "")
-            out["cpu_us" if k == "task-clock" else k] = v * 1e3 if k == "task-clock" else v
+    for event, v in read_counts(path).items():
+        k = event.replace("syscalls:sys_enter_", "")
+        out["cpu_us" if k == "task-clock" else k] = v * 1e3 if k == "task-clock" else v
     return out
 row = {"name": name, "units": units}
 for side in ("cli", "srv"):
@@ -138,17 +126,9 @@ counted_floor() {
   done
   python3 - "$work/cli-$n1.csv" "$work/cli-$n2.csv" $((n2 - n1)) >"$work/cli.csv" <<'PY'
 import sys
-def load(path):
-    out = {}
-    for line in open(path):
-        f = line.strip().split(",")
-        if len(f) > 2 and f[0] and not line.startswith("#"):
-            try:
-                out[f[2]] = float(f[0])
-            except ValueError:
-                pass
-    return out
-a, b = load(sys.argv[1]), load(sys.argv[2])
+sys.path.insert(0, "bench/peers")
+from perf_csv import read_counts
+a, b = read_counts(sys.argv[1]), read_counts(sys.argv[2])
 for k, v in b.items():
     print(f"{max(0.0, v - a.get(k, 0))},,{k}")
 PY

@@ -1,7 +1,7 @@
-# Sourced by bench/peers/run.sh and bound.sh: rpcbind and nfs-ganesha (FSAL_VFS) on
-# 127.0.0.1, on free ports, in the foreground of a background job each, stopped by PID.
-# REQUIRES: root (FSAL_VFS opens by handle), the caller's `set -euo pipefail`, and
-# free_port / die defined by the caller.
+# Sourced by bench/peers/run.sh, bound.sh and nfs41.sh: rpcbind and nfs-ganesha (FSAL_VFS)
+# on 127.0.0.1, on free ports, in the foreground of a background job each, stopped by PID.
+# REQUIRES: root (FSAL_VFS opens by handle), the caller's `set -euo pipefail`,
+# bench/peers/common.sh sourced (free_port) and die defined by the caller.
 
 # start_rpcbind: rpcbind for ganesha's NFSv3 registrations (the client itself is given the
 # ports), unless one answers already; sets rpcbind_pid ("" when none was started).

@@ -7,9 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 die() { echo "nfs41.sh: $*" >&2; exit 1; }
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+source bench/peers/common.sh
 [ -x build/odafs-peers ] || die "build/odafs-peers missing: run bench/peers/run.sh first"
 inc=/usr/include/nfsc
 echo "== libnfs-dev $(dpkg-query -W -f='${Version}' libnfs-dev)"
@@ -27,8 +25,7 @@ source bench/peers/ganesha.sh
 work=$(mktemp -d "${TMPDIR:-/tmp}/odafs-nfs41-XXXXXX")
 ganesha_pid="" rpcbind_pid=""
 trap 'for p in $ganesha_pid $rpcbind_pid; do kill $p 2>/dev/null || true; done; wait 2>/dev/null; rm -rf "$work"' EXIT
-mkdir -p "$work/export"
-build/odafs-peers --make-file "$work/export/peers-64m.dat" --mb 64
+make_peer_files build/odafs-peers "$work/export" 64
 start_rpcbind
 for minors in "1" "0, 1"; do
   state=$work/ganesha-${minors//[ ,]/}

@@ -32,6 +32,7 @@ bash scripts/deps.sh nfs-ganesha nfs-ganesha-vfs libnfs-dev rpcbind iperf3 gnupl
 [ "$(id -u)" -eq 0 ] || { echo "run.sh: ganesha.nfsd needs root here (FSAL_VFS opens by handle)" >&2; exit 1; }
 
 source bench/lib.sh
+source bench/peers/common.sh
 source bench/peers/ganesha.sh
 ganesha_pid="" rpcbind_pid="" iperf_pid="" rpc_pid="" ordma_pid=""
 cleanup() {
@@ -52,14 +53,8 @@ build_targets odafsd odafs-peers odafs-tcp-pingpong
 [ -x build/odafs-peers ] || die "odafs-peers was not built (is libnfs-dev installed?)"
 
 # A TCP port nobody listens on now (the kernel's pick, released for the server to take).
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
 # --- the data: one 64 MiB and one 256 MiB file, hard-linked into every export
-mkdir -p "$work/data"
-build/odafs-peers --make-file "$work/data/peers-64m.dat" --mb 64
-build/odafs-peers --make-file "$work/data/peers-256m.dat" --mb 256
+make_peer_files build/odafs-peers "$work/data"
 for e in ganesha odafs-rpc odafs-ordma; do
   mkdir -p "$work/export-$e"
   ln "$work/data/"*.dat "$work/export-$e/"
