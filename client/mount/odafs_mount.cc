@@ -226,6 +226,7 @@ int run(int argc, char** argv) {
       bg.ready();
       if (opts.singlethread) {
         rc = fuse_session_loop(se);
+        if (rc < 0 && odafs::mount::connection_ended(-rc)) rc = 0;
       } else {
         // Our loop, not libfuse's (client/mount/request_loop.h says why); -o max_threads
         // bounds it as it would libfuse's (default 10).

@@ -26,6 +26,8 @@ struct RequestBuffer {
 
 }  // namespace
 
+bool connection_ended(int err) { return err == ENODEV || err == ECONNABORTED; }
+
 RequestLoop::RequestLoop(fuse_session* se, unsigned max_threads)
     : se_(se), max_threads_(max_threads == 0 ? 1 : max_threads) {}
 
@@ -100,7 +102,7 @@ void RequestLoop::serve() {
       in_read_ = false;
       if (res == -EINTR) continue;
       if (res <= 0 || fuse_session_exited(se_)) {
-        if (res < 0 && res != -ENODEV) {  // ENODEV: unmounted
+        if (res < 0 && !connection_ended(-res)) {
           error_ = -res;
           ODAFS_LOG_ERROR("odafs-mount: reading /dev/fuse: errno %d", -res);
         }

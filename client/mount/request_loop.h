@@ -29,6 +29,12 @@
 
 namespace odafs::mount {
 
+// Whether a read of /dev/fuse failing with errno `err` means the connection is over rather
+// than broken: ENODEV after an unmount; ECONNABORTED when the unmount's abort of the
+// connection (or an abort through /sys/fs/fuse/connections) overtakes a request being
+// read, as a lazy unmount's last close can. Either way the mount is gone; nothing is lost.
+bool connection_ended(int err);
+
 class RequestLoop {
  public:
   // REQUIRES: se mounted; max_threads >= 1.
