@@ -251,6 +251,19 @@ int odafs_truncate(odafs_client* client, const char* path, off_t size) {
 int odafs_chmod(odafs_client* client, const char* path, mode_t mode) {
   ODAFS_PATH_CALL(client->impl->chmod(path, mode));
 }
+int odafs_lchown(odafs_client* client, const char* path, uid_t uid, gid_t gid) {
+  ODAFS_PATH_CALL(client->impl->chown(path, uid, gid));
+}
+int odafs_access(odafs_client* client, const char* path, int mode) {
+  if (null_arg(client) || null_arg(path)) return -1;
+  if ((mode & ~(R_OK | W_OK | X_OK)) != 0) return errno = EINVAL, -1;
+  return guarded([&] {
+    if (client->impl->access(path, mode) != mode) {
+      throw odafs::Error(EACCES, std::string("access ") + path);
+    }
+    return 0;
+  });
+}
 int odafs_utimens(odafs_client* client, const char* path, const struct timespec times[2]) {
   if (null_arg(times)) return -1;
   ODAFS_PATH_CALL(client->impl->utimens(path, times));

@@ -456,15 +456,19 @@ WriteVerifier Client::commit_on(const MountState& m, const Handle& fh) {
 }
 
 Attr Client::setattr_size(const Handle& fh, uint64_t size) {
+  setattr_args args{};
+  args.size.set = TRUE;
+  args.size.odafs_set_u64_u.value = size;
+  return setattr(fh, args, "truncate");
+}
+
+Attr Client::setattr(const Handle& fh, setattr_args& args, const std::string& what) {
   forget_delegation(fh);
   return with_channel(true, [&](rpc::Channel& ch) {
-    setattr_args args{};
     put_fh(args.fh, fh);
-    args.size.set = TRUE;
-    args.size.odafs_set_u64_u.value = size;
     attr_res res{};
     ch.call(ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args, to_xdrproc(xdr_attr_res), &res);
-    check(res.status, "truncate");
+    check(res.status, what);
     return to_attr(res.attr_res_u.attr);
   });
 }

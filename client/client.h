@@ -35,6 +35,8 @@
 
 #include "client/open_files.h"
 
+struct setattr_args;  // proto/odafs_prot.x
+
 namespace odafs {
 
 namespace rpc {
@@ -348,6 +350,13 @@ class Client {
   std::vector<DirEntry> readdir(const std::string& path);
   void truncate(const std::string& path, uint64_t size);
   void chmod(const std::string& path, mode_t mode);
+  // Changes owner and group like lchown(2) (a symlink at the end is changed itself);
+  // (uid_t)-1 / (gid_t)-1 leave one as it is. Throws Error (EPERM where the server acting
+  // as the caller may not).
+  void chown(const std::string& path, uid_t uid, gid_t gid);
+  // Which of `want` (R_OK | W_OK | X_OK) the caller (CallAs, else this client) has on the
+  // object at path, as the server decides (ACCESS): the granted part of want.
+  int access(const std::string& path, int want);
   // Sets access and modification times like utimensat(2): tv_nsec may be UTIME_NOW (the
   // server's clock) or UTIME_OMIT (leave unchanged).
   void utimens(const std::string& path, const struct timespec times[2]);
@@ -506,6 +515,12 @@ class Client {
                       WriteVerifier* verf, int* committed);
   // Sets the file's size; returns its attributes after the change.
   Attr setattr_size(const Handle& fh, uint64_t size);
+  // SETATTR of fh with the fields `args` sets (its handle is filled in here), after giving
+  // back a delegation on it; `what` names the call in an error. Returns the attributes
+  // after. Throws Error.
+  Attr setattr(const Handle& fh, setattr_args& args, const std::string& what);
+  // ACCESS: the part of want (R_OK | W_OK | X_OK) the caller has on fh. Throws Error.
+  int access_handle(const Handle& fh, int want);
   std::string readlink_handle(const Handle& fh);
   void remove_name(const std::string& path, uint32_t proc, const char* what);
   // Drops what the current mount caches of the file's data (after this client changed it).

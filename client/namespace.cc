@@ -241,35 +241,26 @@ std::pair<Handle, Attr> Client::open_existing(const std::string& path, int acces
 void Client::check_access(const Handle& fh, const Attr& attr, const std::string& path, int access) {
   const rpc::CallCredential* as = rpc::CallAs::current();
   if (as == nullptr) return;  // one caller: what this client caches, it fetched itself
-  const bool read = access != O_WRONLY;
-  const bool write = access != O_RDONLY;
+  const int want = (access != O_WRONLY ? R_OK : 0) | (access != O_RDONLY ? W_OK : 0);
   // Attributes that allow it settle it: a server acting as the caller decides by the same
   // rule on the same bits (they are current: from OPEN, or a delegation not recalled).
-  if (rpc::caller_permits(as->id(), attr.mode, attr.uid, attr.gid, false,
-                          (read ? R_OK : 0) | (write ? W_OK : 0))) {
-    return;
-  }
-  // Otherwise the server decides, by a READ and a WRITE of no bytes, which read and change
-  // nothing: it refuses them (EACCES) when it acts as its callers, and allows them when it
-  // acts as itself for everyone.
-  char none = 0;
-  try {
-    if (read) {
-      thread_local rpc::Call call;
-      bool eof = false;
-      with_mount(true, [&](const MountState& m) {
-        return rpc_read(m, call, fh, cache_key(fh), &none, 0, 0, &eof);
-      });
-    }
-    if (write) {
-      WriteVerifier verf;
-      int committed = 0;
-      this->write(fh, &none, 0, 0, Stability::kUnstable, &verf, &committed);
-    }
-  } catch (const Error& e) {
-    if (e.errno_value() == EACCES) fail(EACCES, "open " + path);
-    throw;
-  }
+  if (rpc::caller_permits(as->id(), attr.mode, attr.uid, attr.gid, false, want)) return;
+  // Otherwise the server decides (ACCESS): it refuses when it acts as its callers, and
+  // allows when it acts as itself for everyone.
+  if (access_handle(fh, want) != want) fail(EACCES, "open " + path);
+}
+
+int Client::access_handle(const Handle& fh, int want) {
+  return with_channel(true, [&](rpc::Channel& ch) {
+    access_args args{};
+    put_fh(args.fh, fh);
+    args.want =
+        static_cast<u_int>(want) & (ODAFS_ACCESS_READ | ODAFS_ACCESS_WRITE | ODAFS_ACCESS_EXEC);
+    access_res res{};
+    ch.call(ODAFSPROC_ACCESS, to_xdrproc(xdr_access_args), &args, to_xdrproc(xdr_access_res), &res);
+    check(res.status, "access");
+    return static_cast<int>(res.access_res_u.granted & args.want);
+  });
 }
 
 void Client::forget_delegation(const Handle& fh) {
@@ -391,42 +382,42 @@ void Client::truncate(const std::string& path, uint64_t size) {
 }
 
 void Client::chmod(const std::string& path, mode_t mode) {
+  setattr_args args{};
+  args.mode.set = TRUE;
+  args.mode.odafs_set_u32_u.value = mode & 07777;
+  setattr(resolve(path, true).first, args, "chmod " + path);
+}
+
+void Client::chown(const std::string& path, uid_t uid, gid_t gid) {
+  setattr_args args{};
+  args.uid.set = uid != static_cast<uid_t>(-1);
+  args.uid.odafs_set_u32_u.value = uid;
+  args.gid.set = gid != static_cast<gid_t>(-1);
+  args.gid.odafs_set_u32_u.value = gid;
+  setattr(resolve(path, false).first, args, "chown " + path);
+}
+
+int Client::access(const std::string& path, int want) {
   auto [fh, attr] = resolve(path, true);
-  forget_delegation(fh);
-  with_channel(true, [&, &fh = fh](rpc::Channel& ch) {
-    setattr_args args{};
-    put_fh(args.fh, fh);
-    args.mode.set = TRUE;
-    args.mode.odafs_set_u32_u.value = mode & 07777;
-    attr_res res{};
-    ch.call(ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args, to_xdrproc(xdr_attr_res), &res);
-    check(res.status, "chmod " + path);
-  });
+  return access_handle(fh, want);
 }
 
 void Client::utimens(const std::string& path, const struct timespec times[2]) {
-  auto [fh, attr] = resolve(path, true);
-  forget_delegation(fh);
-  with_channel(true, [&, &fh = fh](rpc::Channel& ch) {
-    setattr_args args{};
-    put_fh(args.fh, fh);
-    odafs_set_time* out[2] = {&args.atime, &args.mtime};
-    for (int i = 0; i < 2; ++i) {
-      if (times[i].tv_nsec == UTIME_OMIT) {
-        out[i]->how = ODAFS_TIME_DONT_CHANGE;
-      } else if (times[i].tv_nsec == UTIME_NOW) {
-        out[i]->how = ODAFS_TIME_SERVER;
-      } else {
-        if (times[i].tv_nsec < 0 || times[i].tv_nsec >= 1000000000L) fail(EINVAL, "utimens");
-        out[i]->how = ODAFS_TIME_CLIENT;
-        out[i]->odafs_set_time_u.time.seconds = times[i].tv_sec;
-        out[i]->odafs_set_time_u.time.nseconds = static_cast<u_int>(times[i].tv_nsec);
-      }
+  setattr_args args{};
+  odafs_set_time* out[2] = {&args.atime, &args.mtime};
+  for (int i = 0; i < 2; ++i) {
+    if (times[i].tv_nsec == UTIME_OMIT) {
+      out[i]->how = ODAFS_TIME_DONT_CHANGE;
+    } else if (times[i].tv_nsec == UTIME_NOW) {
+      out[i]->how = ODAFS_TIME_SERVER;
+    } else {
+      if (times[i].tv_nsec < 0 || times[i].tv_nsec >= 1000000000L) fail(EINVAL, "utimens");
+      out[i]->how = ODAFS_TIME_CLIENT;
+      out[i]->odafs_set_time_u.time.seconds = times[i].tv_sec;
+      out[i]->odafs_set_time_u.time.nseconds = static_cast<u_int>(times[i].tv_nsec);
     }
-    attr_res res{};
-    ch.call(ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args, to_xdrproc(xdr_attr_res), &res);
-    check(res.status, "utimens " + path);
-  });
+  }
+  setattr(resolve(path, true).first, args, "utimens " + path);
 }
 
 void Client::symlink(const std::string& target, const std::string& path) {

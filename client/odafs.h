@@ -50,6 +50,10 @@ int odafs_unlink(odafs_client* client, const char* path);
 int odafs_rename(odafs_client* client, const char* from, const char* to);
 int odafs_truncate(odafs_client* client, const char* path, off_t size);
 int odafs_chmod(odafs_client* client, const char* path, mode_t mode);
+/* Like lchown(2): a symlink at the end is changed itself; -1 leaves uid or gid as is. */
+int odafs_lchown(odafs_client* client, const char* path, uid_t uid, gid_t gid);
+/* Like access(2) (R_OK, W_OK, X_OK; F_OK): 0, or -1 with EACCES, as the server decides. */
+int odafs_access(odafs_client* client, const char* path, int mode);
 /* Like utimensat(2) (UTIME_NOW, UTIME_OMIT allowed). */
 int odafs_utimens(odafs_client* client, const char* path, const struct timespec times[2]);
 int odafs_symlink(odafs_client* client, const char* target, const char* path);

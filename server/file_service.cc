@@ -130,6 +130,7 @@ void FileService::register_procedures(rpc::Server* server) {
       {ODAFSPROC_RMDIR, "RMDIR", bind_procedure<xdr_diropargs, &FileService::do_rmdir>},
       {ODAFSPROC_RENAME, "RENAME", bind_procedure<xdr_rename_args, &FileService::do_rename>},
       {ODAFSPROC_LINK, "LINK", bind_procedure<xdr_link_args, &FileService::do_link>},
+      {ODAFSPROC_ACCESS, "ACCESS", bind_procedure<xdr_access_args, &FileService::do_access>},
       {ODAFSPROC_READDIR, "READDIR", bind_procedure<xdr_readdir_args, &FileService::do_readdir>},
       {ODAFSPROC_READLINK, "READLINK", bind_procedure<xdr_getattr_args, &FileService::do_readlink>},
       {ODAFSPROC_SYMLINK, "SYMLINK", bind_procedure<xdr_symlink_args, &FileService::do_symlink>},

@@ -106,6 +106,7 @@ class FileService {
   void do_mount(const rpc::CallContext& ctx, struct mount_args& a, rpc::Reply& r);
   void do_getattr(const rpc::CallContext& ctx, struct getattr_args& a, rpc::Reply& r);
   void do_setattr(const rpc::CallContext& ctx, struct setattr_args& a, rpc::Reply& r);
+  void do_access(const rpc::CallContext& ctx, struct access_args& a, rpc::Reply& r);
   void do_lookup(const rpc::CallContext& ctx, struct diropargs& a, rpc::Reply& r);
   void do_create(const rpc::CallContext& ctx, struct create_args& a, rpc::Reply& r);
   void do_mkdir(const rpc::CallContext& ctx, struct mkdir_args& a, rpc::Reply& r);

@@ -1,6 +1,6 @@
-// The namespace procedures of FileService: MOUNT, GETATTR, SETATTR, LOOKUP, CREATE,
-// MKDIR, SYMLINK, REMOVE, RMDIR, RENAME, READDIR, READLINK, FSSTAT. They work on names,
-// handles and attributes through the node table; file bytes are the data path's
+// The namespace procedures of FileService: MOUNT, GETATTR, SETATTR, ACCESS, LOOKUP,
+// CREATE, MKDIR, SYMLINK, REMOVE, RMDIR, RENAME, LINK, READDIR, READLINK, FSSTAT. They work on
+// names, handles and attributes through the node table; file bytes are the data path's
 // (data_ops.cc), which they touch only to drop cached blocks a truncation or removal
 // makes stale.
 #include <dirent.h>
@@ -157,6 +157,14 @@ void FileService::do_setattr(const rpc::CallContext& ctx, setattr_args& a, rpc::
       if (err == 0) err = truncate_file(node, size);
     }
   }
+  if ((a.uid.set || a.gid.set) && err == 0) {
+    // The kernel judges the change as the caller (CAP_CHOWN only for root; the owner may
+    // give the file a group of its own) and drops setuid/setgid bits as chown(2) does.
+    // By the descriptor: a symlink's own owner changes (lchown), as the protocol says.
+    const uid_t uid = a.uid.set ? a.uid.odafs_set_u32_u.value : static_cast<uid_t>(-1);
+    const gid_t gid = a.gid.set ? a.gid.odafs_set_u32_u.value : static_cast<gid_t>(-1);
+    if (fchownat(node.fd(), "", uid, gid, AT_EMPTY_PATH) != 0) err = errno;
+  }
   if ((a.atime.how != ODAFS_TIME_DONT_CHANGE || a.mtime.how != ODAFS_TIME_DONT_CHANGE) &&
       err == 0) {
     timespec times[2];
@@ -181,6 +189,31 @@ void FileService::do_setattr(const rpc::CallContext& ctx, setattr_args& a, rpc::
     fill_attr(st, &res.attr_res_u.attr);
   }
   r.send(xp(xdr_attr_res), &res);
+}
+
+void FileService::do_access(const rpc::CallContext& ctx, access_args& a, rpc::Reply& r) {
+  struct stat st;
+  OpenNode node = resolve_or_reply(a.fh, r, &st);
+  if (!node) return;
+  access_res res{};
+  res.status = ODAFS_OK;
+  const unsigned want = a.want & (ODAFS_ACCESS_READ | ODAFS_ACCESS_WRITE | ODAFS_ACCESS_EXEC);
+  if (S_ISLNK(st.st_mode)) {
+    res.access_res_u.granted = want;  // a symlink's own bits are all set and never checked
+  } else {
+    // The kernel decides, with the credentials the scope set (AT_EACCESS: the fs ids, not
+    // the real ones), so ACLs and a read-only export count too. One bit at a time: a
+    // caller may have some of what it asks.
+    IdentityScope as(ctx.cred, options_.auth_sys);
+    const ProcPath path(node.fd());
+    for (unsigned bit : {ODAFS_ACCESS_READ, ODAFS_ACCESS_WRITE, ODAFS_ACCESS_EXEC}) {
+      if ((want & bit) != 0 &&
+          faccessat(AT_FDCWD, path.text, static_cast<int>(bit), AT_EACCESS) == 0) {
+        res.access_res_u.granted |= bit;
+      }
+    }
+  }
+  r.send(xp(xdr_access_res), &res);
 }
 
 OpenNode FileService::resolve_dir_or_reply(const char* fh, const char* name, rpc::Reply& r) {

@@ -169,3 +169,62 @@ TEST_CASE("per-call credentials (CallAs) under --auth-sys: access, ownership, de
   CHECK(mode_of(dir / "suid") == 0777);
   CHECK(read_local(dir / "suid") == "z");
 }
+
+TEST_CASE("ACCESS and owner changes under --auth-sys: judged as the caller, groups included" *
+          doctest::skip(geteuid() != 0) *
+          doctest::description("needs root: the server acts as another uid")) {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--auth-sys"});
+  REQUIRE(chmod(dir.path().c_str(), 0755) == 0);  // anyone may look names up
+  constexpr uint32_t kNobody = 65534;
+  constexpr uint32_t kTeam = 4242;
+  write_local(dir / "team", "t");
+  REQUIRE(chown((dir / "team").c_str(), 0, kTeam) == 0);
+  REQUIRE(chmod((dir / "team").c_str(), 0640) == 0);
+  REQUIRE(mkdir((dir / "d").c_str(), 0700) == 0);
+  auto fs = Client::mount(server.url());
+  odafs::rpc::CallerCred in_team = caller(kNobody, kNobody);
+  in_team.ngids = 1;
+  in_team.gids[0] = kTeam;
+  const odafs::rpc::CallCredential nobody(caller(kNobody, kNobody), "test");
+  const odafs::rpc::CallCredential member(in_team, "test");
+  // Root has all of it (this process's own calls); search permission only where an x bit is.
+  CHECK(fs->access("team", R_OK | W_OK | X_OK) == (R_OK | W_OK));
+  CHECK(fs->access("d", R_OK | W_OK | X_OK) == (R_OK | W_OK | X_OK));
+  {
+    odafs::rpc::CallAs as(nobody);
+    CHECK(fs->access("team", R_OK | W_OK) == 0);
+    CHECK(fs->access("d", X_OK) == 0);
+    CHECK(errno_of([&] { fs->access("missing", R_OK); }) == ENOENT);
+  }
+  {
+    odafs::rpc::CallAs as(member);
+    CHECK(fs->access("team", R_OK | W_OK) == R_OK);  // the part it has
+    File f = fs->open("team");
+    char b[4];
+    CHECK(f.pread(b, sizeof b, 0) == 1);
+    CHECK(errno_of([&] { fs->open("team", O_WRONLY); }) == EACCES);
+  }
+  // Owner changes: root may; the owner may pick a group of its own, nothing else.
+  fs->chown("team", kNobody, static_cast<gid_t>(-1));
+  struct stat st {};
+  REQUIRE(stat((dir / "team").c_str(), &st) == 0);
+  CHECK(st.st_uid == kNobody);
+  CHECK(st.st_gid == kTeam);
+  CHECK(fs->stat("team").uid == kNobody);
+  {
+    odafs::rpc::CallAs as(nobody);
+    CHECK(errno_of([&] { fs->chown("team", 0, static_cast<gid_t>(-1)); }) == EPERM);
+    fs->chown("team", static_cast<uid_t>(-1), kNobody);  // its primary group
+    CHECK(errno_of([&] { fs->chown("team", static_cast<uid_t>(-1), kTeam); }) == EPERM);
+  }
+  REQUIRE(stat((dir / "team").c_str(), &st) == 0);
+  CHECK(st.st_gid == kNobody);
+  {
+    odafs::rpc::CallAs as(member);
+    fs->chown("team", static_cast<uid_t>(-1), kTeam);
+  }
+  REQUIRE(stat((dir / "team").c_str(), &st) == 0);
+  CHECK(st.st_uid == kNobody);
+  CHECK(st.st_gid == kTeam);
+}

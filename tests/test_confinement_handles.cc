@@ -62,6 +62,16 @@ TEST_CASE("confinement: symlinks that lead out are objects, never ways out") {
     // Times apply to the link itself (utimensat never follows it).
     CHECK(raw.setattr(h, Raw::Set::kServerTimes) == ODAFS_OK);
     CHECK(raw.setattr(h, Raw::Set::kClientTimes) == ODAFS_OK);
+    // So does an owner change (lchown), which root may make to anyone.
+    const uint32_t owner = geteuid() == 0 ? 4321 : geteuid();
+    CHECK(raw.setattr(h, Raw::Set::kOwner, owner) == ODAFS_OK);
+    struct stat own {};
+    CHECK(::lstat((w.exp + "/" + path).c_str(), &own) == 0);
+    CHECK(own.st_uid == owner);
+    // ACCESS answers for the link (all bits), never for what it points at.
+    uint32_t granted = 0;
+    CHECK(raw.access(h, ODAFS_ACCESS_READ | ODAFS_ACCESS_WRITE, &granted) == ODAFS_OK);
+    CHECK(granted == (ODAFS_ACCESS_READ | ODAFS_ACCESS_WRITE));
     // GETATTR describes the link, READLINK gives its text.
     odafs_fattr a{};
     CHECK(raw.getattr(h, &a) == ODAFS_OK);
@@ -168,6 +178,8 @@ TEST_CASE("confinement: forged, stale and other-boot handles in every procedure"
       {"READ_DIRECT", [&](const Handle& h) { return raw.read_direct(h); }},
       {"WRITE_DIRECT", [&](const Handle& h) { return raw.write_direct(h); }},
       {"FSSTAT", [&](const Handle& h) { return raw.fsstat(h); }},
+      {"ACCESS", [&](const Handle& h) { return raw.access(h, ODAFS_ACCESS_READ); }},
+      {"SETATTR owner", [&](const Handle& h) { return raw.setattr(h, Raw::Set::kOwner, 4321); }},
   };
   for (const auto& [name, proc] : procs) {
     CAPTURE(name);

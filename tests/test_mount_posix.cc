@@ -282,6 +282,66 @@ TEST_CASE("--auth-sys through the mount: each caller's access and ownership" *
         }) == 0);
   CHECK(mode_of(fs.local("suid")) == 0777);
   CHECK(read_local(fs.local("suid")) == "y");
+
+  // access(2) answers for the caller, not for the mount.
+  CHECK(chmod(secret.c_str(), 0600) == 0);
+  CHECK(access(secret.c_str(), R_OK | W_OK) == 0);
+  CHECK(as_nobody([&] { return failed_with(access(secret.c_str(), R_OK) != 0); }) == EACCES);
+  CHECK(chmod(secret.c_str(), 0644) == 0);
+  CHECK(as_nobody([&] { return failed_with(access(secret.c_str(), R_OK) != 0); }) == 0);
+  CHECK(as_nobody([&] { return failed_with(access(secret.c_str(), W_OK) != 0); }) == EACCES);
+  CHECK(as_nobody([&] { return failed_with(access((fs / "mine").c_str(), R_OK | W_OK) != 0); }) ==
+        0);
+
+  // Supplementary groups count: access through a group other than the primary one.
+  constexpr gid_t kTeam = 4242;
+  const std::string team = fs / "team";
+  write_local(team, "for the team");
+  REQUIRE(chown(fs.local("team").c_str(), 0, kTeam) == 0);
+  REQUIRE(chmod(team.c_str(), 0660) == 0);
+  CHECK(cat(team) == "for the team");  // the mount holds it for root now
+  auto as_nobody_in_team = [&](auto fn) {
+    return in_child(std::chrono::seconds(20), [&] {
+      const gid_t groups[] = {kTeam};
+      if (setgroups(1, groups) != 0 || setresgid(kNobody, kNobody, kNobody) != 0 ||
+          setresuid(kNobody, kNobody, kNobody) != 0) {
+        return 90;
+      }
+      return fn();
+    });
+  };
+  CHECK(as_nobody([&] { return failed_with(open(team.c_str(), O_RDONLY) < 0); }) == EACCES);
+  CHECK(as_nobody_in_team([&] { return read_local(team) == "for the team" ? 0 : 1; }) == 0);
+  CHECK(as_nobody_in_team([&] {
+          int fd = open(team.c_str(), O_WRONLY | O_APPEND);
+          if (fd < 0) return 1;
+          bool ok = write(fd, "!", 1) == 1;
+          return close(fd) == 0 && ok ? 0 : 2;
+        }) == 0);
+  CHECK(as_nobody_in_team([&] { return failed_with(access(team.c_str(), R_OK | W_OK) != 0); }) ==
+        0);
+  CHECK(fs.read_by_another_client("team") == "for the team!");
+
+  // Ownership by the kernel's rules, judged as the caller: the owner may change a file's
+  // group only to one of its own, and its owner not at all; root gives a file away.
+  CHECK(as_nobody([&] { return failed_with(chown((fs / "mine").c_str(), 0, kNobody) != 0); }) ==
+        EPERM);
+  CHECK(as_nobody([&] {
+          return failed_with(chown((fs / "mine").c_str(), static_cast<uid_t>(-1), kTeam) != 0);
+        }) == EPERM);
+  CHECK(as_nobody_in_team([&] {
+          return failed_with(chown((fs / "mine").c_str(), static_cast<uid_t>(-1), kTeam) != 0);
+        }) == 0);
+  CHECK(stat(fs.local("mine").c_str(), &st) == 0);
+  CHECK(st.st_uid == kNobody);
+  CHECK(st.st_gid == kTeam);
+  CHECK(chown(team.c_str(), kNobody, kNobody) == 0);
+  CHECK(stat(fs.local("team").c_str(), &st) == 0);
+  CHECK(st.st_uid == kNobody);
+  CHECK(st.st_gid == kNobody);
+  // Now nobody's: its owner may chmod it.
+  CHECK(as_nobody([&] { return failed_with(chmod(team.c_str(), 0600) != 0); }) == 0);
+  CHECK(mode_of(fs.local("team")) == 0600);
 }
 
 MOUNT_TEST("a directory of 100 000 entries lists each name once, with types, in reasonable time") {

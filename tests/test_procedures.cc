@@ -468,6 +468,22 @@ TEST_CASE("the C API") {
   CHECK(odafs_stat(c, "/cdir/y", &st) == 0);
   CHECK(st.st_nlink == 2);
   CHECK(failed_with(odafs_link(c, "/cdir", "/cdir2") != 0) == EPERM);
+  // access and lchown, as the server (itself here) decides: x has no x bit, which even
+  // root needs to execute.
+  CHECK(odafs_access(c, "/cdir/x", R_OK | W_OK) == 0);
+  CHECK(failed_with(odafs_access(c, "/cdir/x", X_OK) != 0) == EACCES);
+  CHECK(failed_with(odafs_access(c, "/cdir/x", 0100) != 0) == EINVAL);
+  CHECK(failed_with(odafs_access(c, "/cdir/none", R_OK) != 0) == ENOENT);
+  CHECK(odafs_lchown(c, "/cdir/x", static_cast<uid_t>(-1), static_cast<gid_t>(-1)) == 0);
+  if (geteuid() == 0) {
+    CHECK(odafs_lchown(c, "/cdir/x", 1234, 5678) == 0);
+    CHECK(stat((dir / "cdir/x").c_str(), &st) == 0);
+    CHECK(st.st_uid == 1234u);
+    CHECK(st.st_gid == 5678u);
+  } else {
+    CHECK(failed_with(odafs_lchown(c, "/cdir/x", getuid() + 1, static_cast<gid_t>(-1)) != 0) ==
+          EPERM);
+  }
   CHECK(odafs_unlink(c, "/cdir/x") == 0);
   CHECK(odafs_unlink(c, "/cdir/y") == 0);
   CHECK(odafs_rmdir(c, "/cdir") == 0);

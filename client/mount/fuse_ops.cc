@@ -96,6 +96,7 @@ const fuse_lowlevel_ops& FuseFs::ops() {
     o.forget_multi = op_forget_multi;
     o.getattr = op_getattr;
     o.setattr = op_setattr;
+    o.access = op_access;
     o.readlink = op_readlink;
     o.mknod = op_mknod;
     o.mkdir = op_mkdir;
@@ -127,6 +128,7 @@ rpc::CallerCred FuseFs::caller_of(fuse_req_t req) {
   id.auth_sys = true;
   id.uid = ctx->uid;
   id.gid = ctx->gid;
+  self(req).groups_.fill(req, &id);
   return id;
 }
 
@@ -218,8 +220,8 @@ void FuseFs::op_init(void* userdata, fuse_conn_info* conn) {
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
   // Dropping setuid/setgid bits at a write, truncation or chown is ours where libfuse can
   // say so (it cannot before 3.16): the server drops them at WRITE and at SETATTR of the
-  // size (the root it runs as would keep them), op_setattr at a chown, which the protocol
-  // cannot carry. Otherwise the kernel drops them itself, by a chmod as a writer without
+  // size (the root it runs as would keep them), and at a chown (as the kernel does for
+  // any chown). Otherwise the kernel drops them itself, by a chmod as a writer without
   // CAP_FSETID (op_setattr lets pass the one a server acting as the writer refuses).
   if (conn->capable & FUSE_CAP_HANDLE_KILLPRIV) conn->want |= FUSE_CAP_HANDLE_KILLPRIV;
 }
@@ -281,21 +283,14 @@ void FuseFs::op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int t
     FuseFs& fs = self(req);
     fs.attr_epoch_.fetch_add(1);  // opens stop answering getattrs from what they knew
     File* f = file_of(fi);
-    // The protocol has no owner change (no SETATTR of uid/gid): chown to what already
-    // is succeeds (cp -a, tar x as the owner do that), anything else is EPERM.
     if (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
-      Attr cur = f != nullptr ? f->stat() : fs.attr_of(ino);
-      if (((to_set & FUSE_SET_ATTR_UID) && attr->st_uid != cur.uid) ||
-          ((to_set & FUSE_SET_ATTR_GID) && attr->st_gid != cur.gid)) {
-        throw Error(EPERM, "odafs-mount: the protocol cannot change owners");
-      }
-      // chown(2) of a non-directory drops its setuid/setgid bits, whoever calls (Linux).
-      // Where the kernel leaves that to us (FUSE_CAP_HANDLE_KILLPRIV, op_init), it sends
-      // the owner alone; otherwise it sends the mode without them too (below).
-      const mode_t drop = setid_bits_to_drop(cur.mode);
-      if (drop != 0 && cur.type != FileType::kDirectory && !(to_set & FUSE_SET_ATTR_MODE)) {
-        fs.client_.chmod(fs.inodes_.path(ino), cur.mode & 07777 & ~drop);
-      }
+      // The server judges it as the caller (--auth-sys) and drops setuid/setgid bits as
+      // chown(2) does (the kernel leaves that to us: FUSE_CAP_HANDLE_KILLPRIV, op_init;
+      // without it, it sends the mode without them too, below). The inode is the object
+      // itself, a symlink included (lchown).
+      fs.client_.chown(fs.inodes_.path(ino),
+                       (to_set & FUSE_SET_ATTR_UID) ? attr->st_uid : static_cast<uid_t>(-1),
+                       (to_set & FUSE_SET_ATTR_GID) ? attr->st_gid : static_cast<gid_t>(-1));
     }
     if (to_set & FUSE_SET_ATTR_SIZE) {
       if (f != nullptr) {
@@ -344,6 +339,19 @@ void FuseFs::op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int t
     Attr a = f != nullptr ? f->stat() : fs.attr_of(ino);
     struct stat st = fs.to_stat(a);
     fuse_reply_attr(req, &st, fs.options_.attr_timeout);
+  });
+}
+
+void FuseFs::op_access(fuse_req_t req, fuse_ino_t ino, int mask) {
+  guard(req, "access", [&] {
+    FuseFs& fs = self(req);
+    const int want = mask & (R_OK | W_OK | X_OK);
+    // A symlink's own bits are never checked (faccessat with AT_SYMLINK_NOFOLLOW).
+    if (want != 0 && fs.attr_of(ino).type != FileType::kSymlink &&
+        fs.client_.access(fs.inodes_.path(ino), want) != want) {
+      throw Error(EACCES, "access");
+    }
+    fuse_reply_err(req, 0);
   });
 }
 

@@ -11,9 +11,9 @@
 // session ended first: SIGTERM, an unmount with files open) are closed at its end.
 //
 // Callers: every operation's calls carry the FUSE request's caller (uid and gid, from
-// fuse_req_ctx) as their AUTH_SYS credential (rpc::CallAs, set by guard()), so that a
-// server run with --auth-sys checks and creates as that caller. Supplementary groups are
-// not sent: libfuse finds them only by reading /proc for each request.
+// fuse_req_ctx, and its supplementary groups, from CallerGroups) as their AUTH_SYS
+// credential (rpc::CallAs, set by guard()), so that a server run with --auth-sys checks
+// and creates as that caller.
 //
 // Thread-safety: the operations run on libfuse's worker threads, any number at once. The
 // Client and the InodeTable are thread-safe; an open File is used by concurrent read,
@@ -39,6 +39,7 @@
 
 #include "base/log.h"
 #include "client/client.h"
+#include "client/mount/caller_groups.h"
 #include "client/mount/inode_table.h"
 #include "rpc/call_credential.h"
 
@@ -148,6 +149,7 @@ class FuseFs {
   static void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
   static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set,
                          fuse_file_info* fi);
+  static void op_access(fuse_req_t req, fuse_ino_t ino, int mask);
   static void op_readlink(fuse_req_t req, fuse_ino_t ino);
   static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
                        dev_t rdev);
@@ -176,11 +178,12 @@ class FuseFs {
   static void op_releasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
   static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi);
 
-  // The request's caller (uid, gid), for its calls' AUTH_SYS credential.
+  // The request's caller (uid, gid, groups), for its calls' AUTH_SYS credential.
   static rpc::CallerCred caller_of(fuse_req_t req);
 
   Client& client_;
   const std::string machine_;  // this host's name, in every caller's credential
+  CallerGroups groups_;
   InodeTable inodes_;
   // Bumped by every setattr: opens from before it stop answering getattrs themselves.
   std::atomic<uint64_t> attr_epoch_{0};

@@ -3,7 +3,7 @@
 // process, over one kept-open connection).
 //
 // Input layout: byte 0 picks the procedure, modulo the number the server registered
-// (rpc::Server::procedure_count(): NULL through the highest, LINK today), so a procedure
+// (rpc::Server::procedure_count(): NULL through the highest, ACCESS today), so a procedure
 // added to FileService's table is fuzzed without touching this file. Byte 1 says whether to
 // splice valid file handles into the arguments (random handles are rejected by their MAC at
 // once, so without this little past the handle check would be reached): bit 0 puts handle
@@ -142,7 +142,7 @@ Harness& harness() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 5) return 0;
   Harness& h = harness();
-  // 0 .. the highest registered number (all of them registered today, LINK = 23 the last).
+  // 0 .. the highest registered number (all of them registered today, ACCESS = 24 the last).
   uint32_t proc = data[0] % static_cast<uint32_t>(h.server->procedure_count());
   std::vector<unsigned char> args(data + 5, data + size);
   auto splice = [&](size_t at, const WireHandle& handle) {

@@ -131,8 +131,9 @@ class Raw {
     if (st == ODAFS_OK && attr != nullptr) *attr = res.attr_res_u.attr;
     return st;
   }
-  enum class Set { kMode, kSize, kServerTimes, kClientTimes };
-  int setattr(const Handle& fh, Set what) {
+  enum class Set { kMode, kSize, kServerTimes, kClientTimes, kOwner };
+  // kOwner sets uid and gid to owner_id.
+  int setattr(const Handle& fh, Set what, uint32_t owner_id = 0) {
     Args a;
     a.fh(fh);
     if (what == Set::kMode)
@@ -151,6 +152,12 @@ class Raw {
       } else {
         a.u32(ODAFS_TIME_DONT_CHANGE);
       }
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (what == Set::kOwner)
+        a.u32(1).u32(owner_id);
+      else
+        a.u32(0);
     }
     attr_res res{};
     return call(ODAFSPROC_SETATTR, a, to_xdrproc(xdr_attr_res), &res);
@@ -188,6 +195,12 @@ class Raw {
     return call(ODAFSPROC_WRITE_DIRECT,
                 Args().fh(fh).u64(0).u32(ODAFS_FILE_SYNC).u32(5).u64(1).u32(1).u32(0).u32(7),
                 to_xdrproc(xdr_write_res), &res);
+  }
+  int access(const Handle& fh, uint32_t want, uint32_t* granted = nullptr) {
+    access_res res{};
+    int st = call(ODAFSPROC_ACCESS, Args().fh(fh).u32(want), to_xdrproc(xdr_access_res), &res);
+    if (st == ODAFS_OK && granted != nullptr) *granted = res.access_res_u.granted;
+    return st;
   }
   int fsstat(const Handle& fh) {
     fsstat_res res{};
@@ -260,7 +273,7 @@ inline std::map<std::string, std::string> stat_snapshot(const std::vector<std::s
     s << st.st_ino << " " << std::oct << st.st_mode << std::dec << " " << st.st_nlink << " "
       << st.st_size << " " << st.st_atim.tv_sec << "." << st.st_atim.tv_nsec << " "
       << st.st_mtim.tv_sec << "." << st.st_mtim.tv_nsec << " " << st.st_ctim.tv_sec << "."
-      << st.st_ctim.tv_nsec;
+      << st.st_ctim.tv_nsec << " " << st.st_uid << ":" << st.st_gid;
     if (S_ISLNK(st.st_mode)) s << " -> " << fsys::read_symlink(p).string();
     snap[p] = s.str();
   }
