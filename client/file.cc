@@ -13,33 +13,6 @@
 
 namespace odafs {
 
-OpenFiles::Ref OpenFiles::acquire(uint64_t key, uint64_t at_open) {
-  std::lock_guard lock(mu_);
-  Ref& f = files_[key];
-  if (!f) f = std::make_shared<SharedFile>();
-  f->size.store(at_open, std::memory_order_relaxed);
-  return f;
-}
-
-void OpenFiles::release(uint64_t key, Ref& ref) {
-  std::lock_guard lock(mu_);
-  auto it = files_.find(key);
-  // Two references left (the map's and this one): no other File has it.
-  if (it != files_.end() && it->second == ref && ref.use_count() == 2) files_.erase(it);
-  ref.reset();
-}
-
-OpenFiles::Ref OpenFiles::find(uint64_t key) const {
-  std::lock_guard lock(mu_);
-  auto it = files_.find(key);
-  return it == files_.end() ? nullptr : it->second;
-}
-
-size_t OpenFiles::files() const {
-  std::lock_guard lock(mu_);
-  return files_.size();
-}
-
 // What changes while the file is open, shared by the threads using it.
 struct File::State {
   std::mutex mu;  // guards fh, key and instance

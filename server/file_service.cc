@@ -1,7 +1,7 @@
 // FileService's construction and its glue: to the RPC server (the procedure table,
 // resolving handles, STATS) and to the one-sided engine (the export table hooks on the
 // cache, starting the engine, sealing references to cache blocks). The procedures
-// themselves are in namespace_ops.cc and data_ops.cc.
+// themselves are in namespace_ops.cc, attribute_ops.cc and data_ops.cc.
 #include "server/file_service.h"
 
 #include <openssl/rand.h>

@@ -2,8 +2,9 @@
 // block cache. One FileService serves one export.
 //
 // One class owns the state; its code is split by job: file_service.cc (construction, the
-// procedure table, STATS, the engine glue), namespace_ops.cc (names, handles, attributes)
-// and data_ops.cc (file bytes through the cache; block_span.h cuts ranges into blocks).
+// procedure table, STATS, the engine glue), namespace_ops.cc (names and handles),
+// attribute_ops.cc (one object's attributes and the caller's access to it) and data_ops.cc
+// (file bytes through the cache; block_span.h cuts ranges into blocks).
 //
 // Thread-safety: every handler may run on any pool thread concurrently with others.
 #pragma once
@@ -101,12 +102,15 @@ class FileService {
   bool make_ref(const cache::BlockCache::ReadPin& pin, uint64_t block, uint64_t session,
                 odafs_ref* out);
 
-  // ---- namespace_ops.cc: names, handles, attributes ----
+  // ---- attribute_ops.cc: one object's attributes ----
 
-  void do_mount(const rpc::CallContext& ctx, struct mount_args& a, rpc::Reply& r);
   void do_getattr(const rpc::CallContext& ctx, struct getattr_args& a, rpc::Reply& r);
   void do_setattr(const rpc::CallContext& ctx, struct setattr_args& a, rpc::Reply& r);
   void do_access(const rpc::CallContext& ctx, struct access_args& a, rpc::Reply& r);
+
+  // ---- namespace_ops.cc: names and handles ----
+
+  void do_mount(const rpc::CallContext& ctx, struct mount_args& a, rpc::Reply& r);
   void do_lookup(const rpc::CallContext& ctx, struct diropargs& a, rpc::Reply& r);
   void do_create(const rpc::CallContext& ctx, struct create_args& a, rpc::Reply& r);
   void do_mkdir(const rpc::CallContext& ctx, struct mkdir_args& a, rpc::Reply& r);

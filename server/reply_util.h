@@ -1,6 +1,6 @@
 // What every procedure file of FileService (file_service.cc, namespace_ops.cc,
-// data_ops.cc) needs to encode its replies: the XDR function cast, the status-only
-// reply, and a file's attributes in wire form (proto/attr.h). Internal to server/.
+// attribute_ops.cc, data_ops.cc) needs to encode its replies: the XDR function cast, the
+// status-only reply, and a file's attributes in wire form (proto/attr.h). Internal to server/.
 #pragma once
 
 #include <sys/stat.h>

@@ -1,0 +1,147 @@
+// The attribute procedures of FileService: GETATTR, SETATTR and ACCESS. They read and
+// change one object's attributes by its node's descriptor, as the caller under --auth-sys
+// (IdentityScope); a truncation drops the cached blocks it makes stale (namespace_ops.cc's
+// truncate_file).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+
+#include "proto/enums.h"
+#include "proto/status.h"
+#include "server/file_service.h"
+#include "server/identity.h"
+#include "server/reply_util.h"
+
+namespace odafs::server {
+namespace {
+
+// Path of an open descriptor, for the calls that have no fd form for O_PATH descriptors.
+struct ProcPath {
+  explicit ProcPath(int fd) { std::snprintf(text, sizeof text, "/proc/self/fd/%d", fd); }
+  char text[40];
+};
+
+}  // namespace
+
+void FileService::do_getattr(const rpc::CallContext& ctx, getattr_args& a, rpc::Reply& r) {
+  struct stat st;
+  OpenNode node = resolve_or_reply(a.fh, r, &st);
+  if (!node) return;
+  if (delegations_.writers_out() && S_ISREG(st.st_mode)) {
+    // Another's write delegation: its holder writes back first, and the size is then new.
+    if (!delegations_.await_writers(node->id, ctx.connection)) {
+      return reply_status<attr_res>(r, xp(xdr_attr_res), ODAFS_ERR_DELAY);
+    }
+    if (fstat(node.fd(), &st) != 0) {
+      return reply_status<attr_res>(r, xp(xdr_attr_res), status_from_errno(errno));
+    }
+  }
+  attr_res res{};
+  res.status = ODAFS_OK;
+  fill_attr(st, &res.attr_res_u.attr);
+  r.send(xp(xdr_attr_res), &res);
+}
+
+void FileService::do_setattr(const rpc::CallContext& ctx, setattr_args& a, rpc::Reply& r) {
+  if (!valid(a.atime.how) || !valid(a.mtime.how)) {
+    return reply_status<attr_res>(r, xp(xdr_attr_res), ODAFS_ERR_INVAL);
+  }
+  struct stat st;
+  OpenNode node = resolve_or_reply(a.fh, r, &st);
+  if (!node) return;
+  // Delegation holders trust cached attributes too: any change takes them back.
+  Delegations::Change change = delegations_.begin_change(node->id, ctx.connection);
+  if (change.delayed()) return reply_status<attr_res>(r, xp(xdr_attr_res), ODAFS_ERR_DELAY);
+  IdentityScope as(ctx.cred, options_.auth_sys);
+  int err = 0;
+  if (a.mode.set && err == 0) {
+    if (as.active() && as.permits(st, 0) && st.st_uid != ctx.cred->uid && ctx.cred->uid != 0) {
+      err = EPERM;
+    } else if (S_ISLNK(st.st_mode)) {
+      err = EOPNOTSUPP;
+    } else if (fchmod(node.fd(), a.mode.odafs_set_u32_u.value & 07777) != 0) {
+      if (errno != EBADF || chmod(ProcPath(node.fd()).text, a.mode.odafs_set_u32_u.value & 07777))
+        err = errno;
+    }
+  }
+  if (a.size.set && err == 0) {
+    u_quad_t size = a.size.odafs_set_u64_u.value;
+    if (!S_ISREG(st.st_mode)) {
+      err = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+    } else if (!as.permits(st, W_OK)) {
+      err = EACCES;
+    } else if (size > static_cast<u_quad_t>(INT64_MAX)) {
+      err = EFBIG;
+    } else if (Status w = nodes_.make_writable(node); !w.ok()) {
+      err = w.errno_value() == EBADF ? EACCES : w.errno_value();
+    } else {
+      // Acting as an unprivileged caller, the kernel drops setuid/setgid bits at the
+      // ftruncate itself; acting as the server (root), it keeps them, so drop them here
+      // (unless the same call set the mode: that mode is what the caller asked for).
+      if (!as.active() && !a.mode.set) err = drop_setid_bits(ctx, node, st);
+      if (err == 0) err = truncate_file(node, size);
+    }
+  }
+  if ((a.uid.set || a.gid.set) && err == 0) {
+    // The kernel judges the change as the caller (CAP_CHOWN only for root; the owner may
+    // give the file a group of its own) and drops setuid/setgid bits as chown(2) does.
+    // By the descriptor: a symlink's own owner changes (lchown), as the protocol says.
+    const uid_t uid = a.uid.set ? a.uid.odafs_set_u32_u.value : static_cast<uid_t>(-1);
+    const gid_t gid = a.gid.set ? a.gid.odafs_set_u32_u.value : static_cast<gid_t>(-1);
+    if (fchownat(node.fd(), "", uid, gid, AT_EMPTY_PATH) != 0) err = errno;
+  }
+  if ((a.atime.how != ODAFS_TIME_DONT_CHANGE || a.mtime.how != ODAFS_TIME_DONT_CHANGE) &&
+      err == 0) {
+    timespec times[2];
+    const odafs_set_time* in[2] = {&a.atime, &a.mtime};
+    for (int i = 0; i < 2; ++i) {
+      if (in[i]->how == ODAFS_TIME_DONT_CHANGE) {
+        times[i] = {0, UTIME_OMIT};
+      } else if (in[i]->how == ODAFS_TIME_SERVER) {
+        times[i] = {0, UTIME_NOW};
+      } else {
+        times[i] = {static_cast<time_t>(in[i]->odafs_set_time_u.time.seconds),
+                    static_cast<long>(in[i]->odafs_set_time_u.time.nseconds % 1000000000u)};
+      }
+    }
+    if (utimensat(AT_FDCWD, ProcPath(node.fd()).text, times, 0) != 0) err = errno;
+  }
+  attr_res res{};
+  if (err != 0 || fstat(node.fd(), &st) != 0) {
+    res.status = status_from_errno(err != 0 ? err : errno);
+  } else {
+    res.status = ODAFS_OK;
+    fill_attr(st, &res.attr_res_u.attr);
+  }
+  r.send(xp(xdr_attr_res), &res);
+}
+
+void FileService::do_access(const rpc::CallContext& ctx, access_args& a, rpc::Reply& r) {
+  struct stat st;
+  OpenNode node = resolve_or_reply(a.fh, r, &st);
+  if (!node) return;
+  access_res res{};
+  res.status = ODAFS_OK;
+  const unsigned want = a.want & (ODAFS_ACCESS_READ | ODAFS_ACCESS_WRITE | ODAFS_ACCESS_EXEC);
+  if (S_ISLNK(st.st_mode)) {
+    res.access_res_u.granted = want;  // a symlink's own bits are all set and never checked
+  } else {
+    // The kernel decides, with the credentials the scope set (AT_EACCESS: the fs ids, not
+    // the real ones), so ACLs and a read-only export count too. One bit at a time: a
+    // caller may have some of what it asks.
+    IdentityScope as(ctx.cred, options_.auth_sys);
+    const ProcPath path(node.fd());
+    for (unsigned bit : {ODAFS_ACCESS_READ, ODAFS_ACCESS_WRITE, ODAFS_ACCESS_EXEC}) {
+      if ((want & bit) != 0 &&
+          faccessat(AT_FDCWD, path.text, static_cast<int>(bit), AT_EACCESS) == 0) {
+        res.access_res_u.granted |= bit;
+      }
+    }
+  }
+  r.send(xp(xdr_access_res), &res);
+}
+
+}  // namespace odafs::server
