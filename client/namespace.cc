@@ -403,6 +403,14 @@ int Client::access(const std::string& path, int want) {
 }
 
 void Client::utimens(const std::string& path, const struct timespec times[2]) {
+  set_times(path, times, true);
+}
+
+void Client::lutimens(const std::string& path, const struct timespec times[2]) {
+  set_times(path, times, false);
+}
+
+void Client::set_times(const std::string& path, const struct timespec times[2], bool follow_last) {
   setattr_args args{};
   odafs_set_time* out[2] = {&args.atime, &args.mtime};
   for (int i = 0; i < 2; ++i) {
@@ -417,7 +425,7 @@ void Client::utimens(const std::string& path, const struct timespec times[2]) {
       out[i]->odafs_set_time_u.time.nseconds = static_cast<u_int>(times[i].tv_nsec);
     }
   }
-  setattr(resolve(path, true).first, args, "utimens " + path);
+  setattr(resolve(path, follow_last).first, args, "utimens " + path);
 }
 
 void Client::symlink(const std::string& target, const std::string& path) {

@@ -205,6 +205,24 @@ MOUNT_TEST("symlinks: symlink, readlink, relative and absolute targets, ELOOP") 
   CHECK(symlink("nothing", (fs / "dangling").c_str()) == 0);
   CHECK(lstat((fs / "dangling").c_str(), &st) == 0);
   CHECK(failed_with(stat((fs / "dangling").c_str(), &st) != 0) == ENOENT);
+  // A symlink's own times (lutimes), its target's left alone; and the target's through it.
+  struct stat target_before {};
+  REQUIRE(stat(fs.local("target").c_str(), &target_before) == 0);
+  const timespec link_times[2] = {{1000000000, 5}, {1100000000, 7}};
+  CHECK(utimensat(AT_FDCWD, (fs / "link").c_str(), link_times, AT_SYMLINK_NOFOLLOW) == 0);
+  CHECK(lstat(fs.local("link").c_str(), &st) == 0);
+  CHECK(st.st_mtim.tv_sec == 1100000000);
+  CHECK(st.st_mtim.tv_nsec == 7);
+  CHECK(lstat((fs / "link").c_str(), &st) == 0);
+  CHECK(st.st_mtim.tv_sec == 1100000000);
+  CHECK(stat(fs.local("target").c_str(), &st) == 0);
+  CHECK(st.st_mtim.tv_sec == target_before.st_mtim.tv_sec);
+  const timespec target_times[2] = {{1200000000, 0}, {1200000000, 0}};
+  CHECK(utimensat(AT_FDCWD, (fs / "link").c_str(), target_times, 0) == 0);
+  CHECK(stat(fs.local("target").c_str(), &st) == 0);
+  CHECK(st.st_mtim.tv_sec == 1200000000);
+  CHECK(lstat(fs.local("link").c_str(), &st) == 0);
+  CHECK(st.st_mtim.tv_sec == 1100000000);
   CHECK(unlink((fs / "link").c_str()) == 0);
   CHECK(cat(fs / "target") == "data");
 }

@@ -314,13 +314,9 @@ void FuseFs::op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int t
         if (mode != (cur.mode & 07777 & ~setid_bits_to_drop(cur.mode))) throw;
       }
     }
-    // Times on a symlink itself (lutimes; the kernel follows symlinks for everything else)
-    // cannot be set: Client::utimens follows the last symlink, and would change the
-    // target. They are left as they are and the call succeeds, so that cp -a and tar x
-    // work (docs/mount.md, "Gaps").
-    bool times = (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME)) != 0;
-    if (times && f == nullptr && fs.attr_of(ino).type == FileType::kSymlink) times = false;
-    if (times) {
+    // The inode is the object itself, a symlink included (lutimes: the kernel resolved
+    // every symlink it was to follow).
+    if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME)) {
       struct timespec t[2];
       t[0].tv_sec = t[1].tv_sec = 0;
       t[0].tv_nsec = t[1].tv_nsec = UTIME_OMIT;
@@ -334,7 +330,7 @@ void FuseFs::op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int t
       } else if (to_set & FUSE_SET_ATTR_MTIME) {
         t[1] = attr->st_mtim;
       }
-      fs.client_.utimens(fs.inodes_.path(ino), t);
+      fs.client_.lutimens(fs.inodes_.path(ino), t);
     }
     Attr a = f != nullptr ? f->stat() : fs.attr_of(ino);
     struct stat st = fs.to_stat(a);
