@@ -76,6 +76,9 @@ struct DirEntry {
   std::string name;
   FileType type = FileType::kRegular;
   uint64_t fileid = 0;
+  // With Client::readdir's attributes: the entry's (not following a symlink), as lstat
+  // would answer now; absent where the listing cannot vouch for them.
+  std::optional<Attr> attr;
 };
 
 struct FsStat {
@@ -347,7 +350,10 @@ class Client {
   void rmdir(const std::string& path);
   void unlink(const std::string& path);
   void rename(const std::string& from, const std::string& to);
-  std::vector<DirEntry> readdir(const std::string& path);
+  // The entries but "." and "..", with their attributes if `attributes` (one READDIR with
+  // plus: no LOOKUP per entry). An entry's attributes are left out where another client
+  // or this one may hold newer ones than the listing (write delegations, writes behind).
+  std::vector<DirEntry> readdir(const std::string& path, bool attributes = false);
   void truncate(const std::string& path, uint64_t size);
   void chmod(const std::string& path, mode_t mode);
   // Changes owner and group like lchown(2) (a symlink at the end is changed itself);

@@ -342,7 +342,7 @@ void Client::rename(const std::string& from, const std::string& to) {
   });
 }
 
-std::vector<DirEntry> Client::readdir(const std::string& path) {
+std::vector<DirEntry> Client::readdir(const std::string& path, bool attributes) {
   auto [dir, attr] = resolve(path, true);
   if (attr.type != FileType::kDirectory) fail(ENOTDIR, path);
   std::vector<DirEntry> out;
@@ -353,6 +353,7 @@ std::vector<DirEntry> Client::readdir(const std::string& path) {
       put_fh(args.dir, dir);
       args.cookie = cookie;
       args.max_bytes = 64 * 1024;
+      args.plus = attributes;
       readdir_res res{};
       XdrFree<readdir_res> guard{to_xdrproc(xdr_readdir_res), &res};
       ch.call(ODAFSPROC_READDIR, to_xdrproc(xdr_readdir_args), &args, to_xdrproc(xdr_readdir_res),
@@ -361,11 +362,30 @@ std::vector<DirEntry> Client::readdir(const std::string& path) {
       const readdir_ok& ok = res.readdir_res_u.ok;
       for (u_int i = 0; i < ok.entries.entries_len; ++i) {
         const odafs_dirent& e = ok.entries.entries_val[i];
-        out.push_back(DirEntry{e.name, file_type(e.type), e.fileid});
+        DirEntry& entry = out.emplace_back(DirEntry{e.name, file_type(e.type), e.fileid, {}});
+        if (attributes && e.attr.present) entry.attr = to_attr(e.attr.odafs_post_attr_u.attr);
         cookie = e.cookie;
       }
       eof = ok.eof || ok.entries.entries_len == 0;
     });
+  }
+  if (attributes) {
+    // What this client holds of a regular file may be newer than the server's copy: under
+    // a delegation, the delegation's view (as lstat gives it); while any file is open
+    // here, writes behind may be unsent, so no regular file's attributes at all.
+    std::shared_ptr<const MountState> current = mount_state();
+    const bool files_open = open_files_.files() != 0;
+    for (DirEntry& e : out) {
+      if (e.type != FileType::kRegular) continue;
+      Handle fh;
+      Attr held;
+      bool write = false;
+      if (delegated(*current, dir, e.name, &fh, &held, &write)) {
+        e.attr = held;
+      } else if (files_open) {
+        e.attr.reset();
+      }
+    }
   }
   return out;
 }

@@ -123,6 +123,9 @@ class FileService {
   void do_rename(const rpc::CallContext& ctx, struct rename_args& a, rpc::Reply& r);
   void do_link(const rpc::CallContext& ctx, struct link_args& a, rpc::Reply& r);
   void do_readdir(const rpc::CallContext& ctx, struct readdir_args& a, rpc::Reply& r);
+  // READDIR's plus: the attributes of entry `name` of the directory open as dir_fd, where
+  // the server vouches for them (docs/protocol.md), else out->present false.
+  void entry_attributes(int dir_fd, const char* name, struct odafs_post_attr* out);
   void do_readlink(const rpc::CallContext& ctx, struct getattr_args& a, rpc::Reply& r);
   void do_fsstat(const rpc::CallContext& ctx, struct getattr_args& a, rpc::Reply& r);
   // Resolves the directory handle of a call on entry `name` in it, like resolve_or_reply;

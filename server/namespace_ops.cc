@@ -26,7 +26,27 @@ namespace {
 
 bool is_dir(const Node& n) { return S_ISDIR(n.type); }
 
+// XDR bytes of an odafs_fattr: what READDIR's plus adds to each entry.
+const size_t kAttrBytes = [] {
+  odafs_fattr attr{};
+  return static_cast<size_t>(xdr_sizeof(xp(xdr_odafs_fattr), &attr));
+}();
+
 }  // namespace
+
+void FileService::entry_attributes(int dir_fd, const char* name, odafs_post_attr* out) {
+  out->present = FALSE;
+  struct stat st;
+  // As the caller (the scope of do_readdir): no search permission, no attributes.
+  if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return;
+  // A write delegation's holder may have newer bytes (and size, times) than the file
+  // here; which files those are would take the node table's lock per entry, so while any
+  // is out no regular file's attributes are given: the client then looks the name up,
+  // which recalls the holder's.
+  if (S_ISREG(st.st_mode) && delegations_.writers_out()) return;
+  out->present = TRUE;
+  fill_attr(st, &out->odafs_post_attr_u.attr);
+}
 
 void FileService::do_mount(const rpc::CallContext&, mount_args& a, rpc::Reply& r) {
   mount_res res{};
@@ -387,7 +407,8 @@ void FileService::do_readdir(const rpc::CallContext& ctx, readdir_args& a, rpc::
       off += d->d_reclen;
       if (std::strcmp(d->d_name, ".") == 0 || std::strcmp(d->d_name, "..") == 0) continue;
       size_t len = std::strlen(d->d_name);
-      size_t cost = 8 + 4 + 4 + ((len + 3) & ~size_t{3}) + 8 + 4;
+      // fileid, type, name, cookie, the attributes' flag (and the attributes, with plus).
+      size_t cost = 8 + 4 + 4 + ((len + 3) & ~size_t{3}) + 8 + 4 + 4 + (a.plus ? kAttrBytes : 0);
       if (used + cost > budget) {
         full = true;
         break;
@@ -420,6 +441,7 @@ void FileService::do_readdir(const rpc::CallContext& ctx, readdir_args& a, rpc::
       }
       e.name = d->d_name;
       e.cookie = static_cast<u_quad_t>(d->d_off);
+      if (a.plus) entry_attributes(fd, d->d_name, &e.attr);
       entries.push_back(e);
     }
   }

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -304,6 +305,110 @@ MOUNT_TEST("attributes: chmod, utimensat with UTIME_NOW and UTIME_OMIT, chown, s
   const double ltotal = static_cast<double>(lv.f_blocks) * lv.f_frsize;
   CHECK(total == doctest::Approx(ltotal).epsilon(0.01));
   CHECK(v.f_namemax == 255);
+}
+
+MOUNT_TEST("a listing's attributes (readdirplus) are what stat says, whoever holds newer bytes") {
+  Mounted fs;
+  CHECK(mkdir((fs / "d").c_str(), 0755) == 0);
+  for (int i = 0; i < 300; ++i) {
+    write_local(fs.local("d/f" + std::to_string(i)), std::string(static_cast<size_t>(i), 'x'));
+  }
+  CHECK(mkdir(fs.local("d/sub").c_str(), 0700) == 0);
+  CHECK(symlink("f1", fs.local("d/link").c_str()) == 0);
+  // What ls -l does: each entry stat'ed as it is read (a lookup of one makes the kernel
+  // ask for the next slice with attributes).
+  auto ls_l = [&] {
+    std::map<std::string, struct stat> seen;
+    DIR* d = opendir((fs / "d").c_str());
+    REQUIRE(d != nullptr);
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      struct stat st {};
+      CHECK(lstat((fs / ("d/" + name)).c_str(), &st) == 0);
+      seen[name] = st;
+    }
+    closedir(d);
+    return seen;
+  };
+  // Every entry as the export has it.
+  auto check_all = [&] {
+    const auto seen = ls_l();
+    CHECK(seen.size() == 300 + 2);
+    int wrong = 0;
+    for (const auto& [name, here] : seen) {
+      struct stat there {};
+      if (lstat(fs.local("d/" + name).c_str(), &there) != 0 || here.st_size != there.st_size ||
+          here.st_mode != there.st_mode || here.st_ino != there.st_ino ||
+          here.st_mtim.tv_sec != there.st_mtim.tv_sec || here.st_nlink != there.st_nlink) {
+        ++wrong;
+      }
+    }
+    CHECK(wrong == 0);
+  };
+  check_all();
+  // Another client writes files and keeps the bytes (its write delegations): the listing
+  // must not show the server's stale sizes; stat gets the recalled ones.
+  auto other = odafs::Client::mount(fs.server.url());
+  for (int i = 0; i < 300; i += 30) {
+    odafs::File f = other->open("d/f" + std::to_string(i), O_RDWR);
+    f.pwrite("0123456789abcdef", 16, 300);
+    f.close();  // kept by the other client
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // past attr_timeout
+  auto seen = ls_l();
+  for (int i = 0; i < 300; i += 30) CHECK(seen["f" + std::to_string(i)].st_size == 316);
+  // This mount's own writes not yet sent: its listing keeps to what it knows.
+  int fd = open((fs / "d/f7").c_str(), O_WRONLY | O_APPEND);
+  REQUIRE(fd >= 0);
+  CHECK(write(fd, "more", 4) == 4);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  CHECK(ls_l()["f7"].st_size == 7 + 4);
+  CHECK(close(fd) == 0);
+  // Renamed and removed behind its back: the next listing and its attributes follow.
+  CHECK(rename(fs.local("d/f9").c_str(), fs.local("d/moved").c_str()) == 0);
+  CHECK(unlink(fs.local("d/f11").c_str()) == 0);
+  write_local(fs.local("d/f11"), "new file");
+  // Written back (the other client's unmount; another's read recalls the mount's), so the
+  // export has them too.
+  other.reset();
+  CHECK(read_local(fs.local("d/f30")).size() == 316);
+  CHECK(fs.read_by_another_client("d/f7") == std::string(7, 'x') + "more");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  check_all();
+  seen = ls_l();
+  CHECK(seen.count("f9") == 0);
+  CHECK(seen["moved"].st_size == 9);
+  CHECK(seen["f11"].st_size == 8);
+}
+
+MOUNT_TEST("a listing's attributes leave out files with writes behind (no delegations)") {
+  Mounted fs({}, {"--no-delegations"});
+  for (int i = 0; i < 100; ++i) write_local(fs.local("f" + std::to_string(i)), "x");
+  // Writes gathered behind and not sent while the files stay open: the server's sizes
+  // are stale, and a listing's attributes must not stand in for what this mount knows.
+  std::vector<int> fds;
+  for (int i = 0; i < 100; i += 10) {
+    int fd = open((fs / ("f" + std::to_string(i))).c_str(), O_WRONLY);
+    REQUIRE(fd >= 0);
+    CHECK(write_at(fd, "0123456789", 0) == 10);
+    fds.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // past attr_timeout
+  DIR* d = opendir(fs.m.mountpoint().c_str());
+  REQUIRE(d != nullptr);
+  int wrong = 0;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat st {};
+    CHECK(lstat((fs / name).c_str(), &st) == 0);
+    const bool written = std::stoi(name.substr(1)) % 10 == 0;
+    wrong += st.st_size != (written ? 10 : 1);
+  }
+  closedir(d);
+  CHECK(wrong == 0);
+  for (int fd : fds) CHECK(close(fd) == 0);
 }
 
 MOUNT_TEST("two mounts of one export see each other's changes after close and open") {

@@ -225,6 +225,34 @@ TEST_CASE("readdir with many entries resumes by cookie") {
   for (auto& [k, v] : before)
     if (k == "calls.READDIR") calls = v;
   CHECK(calls >= 2);  // 3000 names do not fit one 64 KiB reply
+
+  SUBCASE(
+      "with attributes: each entry's, as lstat; none for regular files under a write "
+      "delegation") {
+    write_local(dir / "many/file-with-a-longish-name-7", "seven");
+    REQUIRE(symlink("x", (dir / "many/link").c_str()) == 0);
+    seen.clear();
+    int mismatched = 0;
+    for (auto& e : fs->readdir("many", true)) {
+      CHECK(seen.insert(e.name).second);
+      REQUIRE(e.attr.has_value());
+      const odafs::Attr want = fs->lstat("many/" + e.name);
+      mismatched += e.attr->fileid != e.fileid || e.attr->size != want.size ||
+                    e.attr->mode != want.mode || e.attr->type != e.type;
+    }
+    CHECK(seen.size() == made.size() + 1);
+    CHECK(mismatched == 0);
+    // Another client holds a write delegation (its bytes unsent): regular files come
+    // without attributes; the symlink keeps its own.
+    auto other = Client::mount(server.url());
+    File f = other->open("many/file-with-a-longish-name-7", O_RDWR);
+    f.pwrite("longer now", 10, 0);
+    f.close();
+    for (auto& e : fs->readdir("many", true)) {
+      CHECK(e.attr.has_value() == (e.type == odafs::FileType::kSymlink));
+    }
+    CHECK(fs->stat("many/file-with-a-longish-name-7").size == 10);  // recalled
+  }
 }
 
 TEST_CASE("symlinks: created, read, followed inside the export only") {

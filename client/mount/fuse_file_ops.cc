@@ -142,8 +142,9 @@ void FuseFs::op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     dir->path = fs.inodes_.path(ino);
     // The whole listing now: readdir then serves it in the kernel's slices, and offsets
     // stay valid whatever happens in the directory meanwhile (as on a local file system,
-    // names created or removed after opendir may or may not show up).
-    dir->entries = fs.client_.readdir(dir->path);
+    // names created or removed after opendir may or may not show up). With attributes
+    // where the kernel may ask for them: it does with a listing's first slice.
+    dir->entries = fs.client_.readdir(dir->path, fs.options_.readdirplus);
     fi->fh = fs.adopt(std::move(dir));
     if (fuse_reply_open(req, fi) != 0) fs.release(fi->fh);
   });
@@ -151,43 +152,72 @@ void FuseFs::op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 
 void FuseFs::op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                         fuse_file_info* fi) {
-  guard(req, "readdir", [&] {
-    FuseFs& fs = self(req);
-    auto* dir = static_cast<OpenDir*>(reinterpret_cast<OpenNode*>(fi->fh));
-    if (dir == nullptr || dir->kind != OpenNode::Kind::kDir) {
-      throw Error(EBADF, "odafs-mount: readdir without an open directory");
+  guard(req, "readdir", [&] { self(req).list(req, ino, size, off, fi, false); });
+}
+
+void FuseFs::op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                            fuse_file_info* fi) {
+  guard(req, "readdirplus", [&] { self(req).list(req, ino, size, off, fi, true); });
+}
+
+void FuseFs::list(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi,
+                  bool plus) {
+  auto* dir = static_cast<OpenDir*>(reinterpret_cast<OpenNode*>(fi->fh));
+  if (dir == nullptr || dir->kind != OpenNode::Kind::kDir) {
+    throw Error(EBADF, "odafs-mount: readdir without an open directory");
+  }
+  // rewinddir(3) (offset 0 again) lists afresh, as POSIX asks.
+  if (off == 0 && dir->served) dir->entries = client_.readdir(dir->path, options_.readdirplus);
+  dir->served = true;
+  std::unique_ptr<char[]> buf(new char[size]);
+  size_t used = 0;
+  // Every entry a readdirplus reply carries with an inode counts as a lookup of it (the
+  // kernel will FORGET it): counted as added, taken back if the reply does not go out.
+  std::vector<Ino> looked_up;
+  // Offsets: 1 and 2 after "." and "..", 3 + i after entries[i].
+  const size_t total = dir->entries.size() + 2;
+  for (size_t i = static_cast<size_t>(off); i < total; ++i) {
+    fuse_entry_param e{};
+    const char* name;
+    const DirEntry* entry = nullptr;
+    if (i == 0) {
+      name = ".";
+      e.attr.st_ino = inodes_.fileid(ino);
+      e.attr.st_mode = S_IFDIR;
+    } else if (i == 1) {
+      name = "..";
+      e.attr.st_ino = inodes_.parent_fileid(ino);
+      e.attr.st_mode = S_IFDIR;
+    } else {
+      entry = &dir->entries[i - 2];
+      name = entry->name.c_str();
+      e.attr.st_ino = entry->fileid;
+      e.attr.st_mode = type_bits(entry->type);
     }
-    // rewinddir(3) (offset 0 again) lists afresh, as POSIX asks.
-    if (off == 0 && dir->served) dir->entries = fs.client_.readdir(dir->path);
-    dir->served = true;
-    std::unique_ptr<char[]> buf(new char[size]);
-    size_t used = 0;
-    // Offsets: 1 and 2 after "." and "..", 3 + i after entries[i].
-    const size_t total = dir->entries.size() + 2;
-    for (size_t i = static_cast<size_t>(off); i < total; ++i) {
-      struct stat st {};
-      const char* name;
-      if (i == 0) {
-        name = ".";
-        st.st_ino = fs.inodes_.fileid(ino);
-        st.st_mode = S_IFDIR;
-      } else if (i == 1) {
-        name = "..";
-        st.st_ino = fs.inodes_.parent_fileid(ino);
-        st.st_mode = S_IFDIR;
-      } else {
-        const DirEntry& e = dir->entries[i - 2];
-        name = e.name.c_str();
-        st.st_ino = e.fileid;
-        st.st_mode = type_bits(e.type);
+    // With no buffer, the calls only size the entry.
+    const size_t need = plus ? fuse_add_direntry_plus(req, nullptr, 0, name, nullptr, 0)
+                             : fuse_add_direntry(req, nullptr, 0, name, nullptr, 0);
+    if (need > size - used) break;
+    const auto next = static_cast<off_t>(i + 1);
+    if (!plus) {
+      fuse_add_direntry(req, buf.get() + used, size - used, name, &e.attr, next);
+    } else {
+      // Without attributes (".", "..", or none known) the entry goes with inode 0: a plain
+      // entry, which the kernel looks up when it needs more.
+      if (entry != nullptr && entry->attr.has_value()) {
+        e.ino = inodes_.add_lookup(ino, entry->name, entry->fileid);
+        looked_up.push_back(e.ino);
+        e.attr = to_stat(*entry->attr);
+        e.attr_timeout = options_.attr_timeout;
+        e.entry_timeout = options_.entry_timeout;
       }
-      size_t need = fuse_add_direntry(req, buf.get() + used, size - used, name, &st,
-                                      static_cast<off_t>(i + 1));
-      if (need > size - used) break;
-      used += need;
+      fuse_add_direntry_plus(req, buf.get() + used, size - used, name, &e, next);
     }
-    fuse_reply_buf(req, buf.get(), used);
-  });
+    used += need;
+  }
+  if (fuse_reply_buf(req, buf.get(), used) != 0) {
+    for (Ino n : looked_up) inodes_.forget(n, 1);
+  }
 }
 
 void FuseFs::op_releasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {

@@ -56,6 +56,9 @@ struct FsOptions {
   // mount's create of the name goes unseen that long; this mount's own creates replace
   // the entry at once. 0: not kept.
   double negative_timeout = 1.0;
+  // Listings carry attributes (READDIR with plus, the kernel's readdirplus): `ls -l` and
+  // `find` need no LOOKUP per entry.
+  bool readdirplus = true;
 };
 
 class FuseFs {
@@ -173,6 +176,11 @@ class FuseFs {
   static void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
   static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi);
   static void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
+  static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                             fuse_file_info* fi);
+  // readdir and readdirplus: the open directory's listing from offset off, as much as
+  // fits in size; with plus, each entry with its attributes (a lookup of it) where known.
+  void list(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus);
   static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                          fuse_file_info* fi);
   static void op_releasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);

@@ -37,6 +37,7 @@ struct Config {
   double attr_timeout = 1.0;
   double entry_timeout = 1.0;
   double negative_timeout = 1.0;
+  int no_readdirplus = 0;
   int show_help = 0;
 };
 
@@ -52,6 +53,7 @@ const fuse_opt kSpec[] = {ODAFS_OPT("cache_blocks=%lu", cache_blocks, 0),
                           ODAFS_OPT("attr_timeout=%lf", attr_timeout, 0),
                           ODAFS_OPT("entry_timeout=%lf", entry_timeout, 0),
                           ODAFS_OPT("negative_timeout=%lf", negative_timeout, 0),
+                          ODAFS_OPT("noreaddirplus", no_readdirplus, 1),
                           ODAFS_OPT("-h", show_help, 1),
                           ODAFS_OPT("--help", show_help, 1),
                           FUSE_OPT_END};
@@ -82,6 +84,8 @@ void usage(const char* prog) {
       "    entry_timeout=S        seconds the kernel trusts name lookups (default 1)\n"
       "    negative_timeout=S     seconds the kernel trusts that a name does not exist\n"
       "                           (default 1; 0: not kept)\n"
+      "    noreaddirplus          list directories without attributes (ls -l then\n"
+      "                           looks each name up)\n"
       "    max_threads=N          requests served at once (default 10; -s: one, libfuse's\n"
       "                           single-threaded loop); clone_fd and max_idle_threads\n"
       "                           (libfuse's own loop's) do not apply\n"
@@ -213,6 +217,7 @@ int run(int argc, char** argv) {
   fo.attr_timeout = conf.attr_timeout;
   fo.entry_timeout = conf.entry_timeout;
   fo.negative_timeout = conf.negative_timeout;
+  fo.readdirplus = conf.no_readdirplus == 0;
   odafs::mount::FuseFs fs(*client, root, fo);
 
   const fuse_lowlevel_ops& ops = odafs::mount::FuseFs::ops();

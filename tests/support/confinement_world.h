@@ -108,7 +108,7 @@ class Raw {
   }
   int readdir(const Handle& dir, std::set<std::string>* names = nullptr) {
     readdir_res res{};
-    int st = call(ODAFSPROC_READDIR, Args().fh(dir).u64(0).u32(64 * 1024),
+    int st = call(ODAFSPROC_READDIR, Args().fh(dir).u64(0).u32(64 * 1024).u32(1),
                   to_xdrproc(xdr_readdir_res), &res);
     if (st == ODAFS_OK && names != nullptr) {
       for (u_int i = 0; i < res.readdir_res_u.ok.entries.entries_len; ++i) {
