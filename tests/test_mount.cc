@@ -382,6 +382,37 @@ MOUNT_TEST("a listing's attributes (readdirplus) are what stat says, whoever hol
   CHECK(seen["f11"].st_size == 8);
 }
 
+MOUNT_TEST("a listing read slowly does not bring back attributes this mount changed since") {
+  Mounted fs;
+  for (int i = 0; i < 2000; ++i) write_local(fs.local("f" + std::to_string(i)), "x");
+  // The server lists in the export's order: its last name comes in the listing's last
+  // slice, long after opendir fetched the listing (and its attributes).
+  std::string last;
+  {
+    DIR* local = opendir(fs.exp.path().c_str());
+    REQUIRE(local != nullptr);
+    while (dirent* e = readdir(local)) last = e->d_name;
+    closedir(local);
+  }
+  REQUIRE(last.rfind("f", 0) == 0);
+  DIR* d = opendir(fs.m.mountpoint().c_str());
+  REQUIRE(d != nullptr);
+  REQUIRE(readdir(d) != nullptr);  // the first slice
+  // This mount appends to the last file (and fsyncs: the server has it too).
+  int fd = open((fs / last).c_str(), O_WRONLY | O_APPEND);
+  REQUIRE(fd >= 0);
+  CHECK(write(fd, "yz", 2) == 2);
+  CHECK(fsync(fd) == 0);
+  CHECK(close(fd) == 0);
+  size_t seen = 1;
+  while (readdir(d) != nullptr) ++seen;  // the rest, the last file's slice among them
+  closedir(d);
+  CHECK(seen == 2000 + 2);
+  struct stat st {};
+  CHECK(stat((fs / last).c_str(), &st) == 0);
+  CHECK(st.st_size == 3);
+}
+
 MOUNT_TEST("a listing's attributes leave out files with writes behind (no delegations)") {
   Mounted fs({}, {"--no-delegations"});
   for (int i = 0; i < 100; ++i) write_local(fs.local("f" + std::to_string(i)), "x");

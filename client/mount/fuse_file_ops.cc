@@ -1,6 +1,8 @@
 // FuseFs: open files (open, create, read, write, flush, release, fsync) and directories
-// (opendir, readdir, releasedir).
+// (opendir, readdir, readdirplus, releasedir).
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <memory>
 
 #include "client/mount/fuse_ops.h"
@@ -24,6 +26,7 @@ unsigned direct_io_for(int open_flags) { return (open_flags & O_APPEND) != 0 ? 1
 void FuseFs::op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   guard(req, "open", [&] {
     FuseFs& fs = self(req);
+    if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) fs.changing();
     // libodafs looks the file up again and revalidates its cached blocks at open
     // (close-to-open). The kernel's copy goes too: keep_cache off drops its pages, and its
     // attributes are invalidated so that the size another client gave the file is
@@ -47,6 +50,7 @@ void FuseFs::op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode
                        fuse_file_info* fi) {
   guard(req, "create", [&] {
     FuseFs& fs = self(req);
+    fs.changing();
     std::string path = fs.inodes_.child_path(parent, name);
     int flags = (fi->flags & (kOpenFlags | O_EXCL)) | O_CREAT;
     File file = fs.client_.open(path, flags, mode & 07777);
@@ -142,9 +146,8 @@ void FuseFs::op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     dir->path = fs.inodes_.path(ino);
     // The whole listing now: readdir then serves it in the kernel's slices, and offsets
     // stay valid whatever happens in the directory meanwhile (as on a local file system,
-    // names created or removed after opendir may or may not show up). With attributes
-    // where the kernel may ask for them: it does with a listing's first slice.
-    dir->entries = fs.client_.readdir(dir->path, fs.options_.readdirplus);
+    // names created or removed after opendir may or may not show up).
+    fs.fetch_listing(*dir);
     fi->fh = fs.adopt(std::move(dir));
     if (fuse_reply_open(req, fi) != 0) fs.release(fi->fh);
   });
@@ -167,8 +170,15 @@ void FuseFs::list(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_f
     throw Error(EBADF, "odafs-mount: readdir without an open directory");
   }
   // rewinddir(3) (offset 0 again) lists afresh, as POSIX asks.
-  if (off == 0 && dir->served) dir->entries = client_.readdir(dir->path, options_.readdirplus);
+  if (off == 0 && dir->served) fetch_listing(*dir);
   dir->served = true;
+  // The listing's attributes stand for now only while nothing this mount did since may
+  // have changed them (the kernel's own attribute versions cannot tell: they date from
+  // this request, not from the listing), and for what is left of attr_timeout.
+  const double age =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - dir->listed_at).count();
+  const bool vouch = plus && changes_.load(std::memory_order_relaxed) == dir->changes_at_list &&
+                     age < options_.attr_timeout;
   std::unique_ptr<char[]> buf(new char[size]);
   size_t used = 0;
   // Every entry a readdirplus reply carries with an inode counts as a lookup of it (the
@@ -204,12 +214,12 @@ void FuseFs::list(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_f
     } else {
       // Without attributes (".", "..", or none known) the entry goes with inode 0: a plain
       // entry, which the kernel looks up when it needs more.
-      if (entry != nullptr && entry->attr.has_value()) {
+      if (vouch && entry != nullptr && entry->attr.has_value()) {
         e.ino = inodes_.add_lookup(ino, entry->name, entry->fileid);
         looked_up.push_back(e.ino);
         e.attr = to_stat(*entry->attr);
-        e.attr_timeout = options_.attr_timeout;
-        e.entry_timeout = options_.entry_timeout;
+        e.attr_timeout = options_.attr_timeout - age;
+        e.entry_timeout = std::max(0.0, options_.entry_timeout - age);
       }
       fuse_add_direntry_plus(req, buf.get() + used, size - used, name, &e, next);
     }
@@ -218,6 +228,12 @@ void FuseFs::list(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_f
   if (fuse_reply_buf(req, buf.get(), used) != 0) {
     for (Ino n : looked_up) inodes_.forget(n, 1);
   }
+}
+
+void FuseFs::fetch_listing(OpenDir& dir) {
+  dir.changes_at_list = changes_.load(std::memory_order_relaxed);
+  dir.listed_at = std::chrono::steady_clock::now();
+  dir.entries = client_.readdir(dir.path, options_.readdirplus);
 }
 
 void FuseFs::op_releasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {

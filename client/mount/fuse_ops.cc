@@ -293,6 +293,7 @@ void FuseFs::op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int t
                         fuse_file_info* fi) {
   guard(req, "setattr", [&] {
     FuseFs& fs = self(req);
+    fs.changing();
     fs.attr_epoch_.fetch_add(1);  // opens stop answering getattrs from what they knew
     File* f = file_of(fi);
     if (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
@@ -376,6 +377,7 @@ void FuseFs::op_mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_
   (void)rdev;
   guard(req, "mknod", [&] {
     FuseFs& fs = self(req);
+    fs.changing();
     // The protocol creates regular files, directories and symlinks only: FIFOs, sockets
     // and devices are EPERM (as mknod(2) on a file system that does not support them).
     if (!S_ISREG(mode)) throw Error(EPERM, "odafs-mount: mknod of a special file");
@@ -390,6 +392,7 @@ void FuseFs::op_mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_
 void FuseFs::op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   guard(req, "mkdir", [&] {
     FuseFs& fs = self(req);
+    fs.changing();
     std::string path = fs.inodes_.child_path(parent, name);
     fs.client_.mkdir(path, mode & 07777);
     fs.reply_entry(req, parent, name, fs.client_.lstat(path));
@@ -399,6 +402,7 @@ void FuseFs::op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_
 void FuseFs::op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   guard(req, "unlink", [&] {
     FuseFs& fs = self(req);
+    fs.changing();
     if (Ino open = fs.inodes_.open_node_at(parent, name)) {
       fs.hide_open(parent, name, open);
     } else {
@@ -412,6 +416,7 @@ void FuseFs::op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
 void FuseFs::op_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   guard(req, "rmdir", [&] {
     FuseFs& fs = self(req);
+    fs.changing();
     fs.client_.rmdir(fs.inodes_.child_path(parent, name));
     fs.inodes_.removed(parent, name);
     fuse_reply_err(req, 0);
@@ -421,6 +426,7 @@ void FuseFs::op_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
 void FuseFs::op_symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
   guard(req, "symlink", [&] {
     FuseFs& fs = self(req);
+    fs.changing();
     std::string path = fs.inodes_.child_path(parent, name);
     fs.client_.symlink(link, path);
     fs.reply_entry(req, parent, name, fs.client_.lstat(path));
@@ -431,6 +437,7 @@ void FuseFs::op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse
                        const char* newname, unsigned int flags) {
   guard(req, "rename", [&] {
     FuseFs& fs = self(req);
+    fs.changing();
     // RENAME_EXCHANGE needs an atomic swap the protocol lacks; RENAME_WHITEOUT is for
     // overlay file systems. RENAME_NOREPLACE is emulated: a look at the target first, so
     // a name another client creates in between is replaced (documented in docs/mount.md).
@@ -463,6 +470,7 @@ void FuseFs::op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse
 void FuseFs::op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
   guard(req, "link", [&] {
     FuseFs& fs = self(req);
+    fs.changing();
     // The new name gets a node of its own (nodes go by name here); st_ino is the server's
     // file id for both, so programs comparing inode numbers (tar, cp -a, du) see one file.
     std::string path = fs.inodes_.child_path(newparent, newname);

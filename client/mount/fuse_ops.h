@@ -30,6 +30,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -108,6 +109,8 @@ class FuseFs {
     std::string path;
     std::vector<DirEntry> entries;  // the server's listing, without "." and ".."
     bool served = false;            // a readdir at offset 0 after this lists again
+    uint64_t changes_at_list = 0;   // FuseFs::changes_ when the listing was fetched
+    std::chrono::steady_clock::time_point listed_at{};
   };
 
   // Takes ownership of an open node and returns its fi->fh; release() gives it back.
@@ -181,6 +184,11 @@ class FuseFs {
   // readdir and readdirplus: the open directory's listing from offset off, as much as
   // fits in size; with plus, each entry with its attributes (a lookup of it) where known.
   void list(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi, bool plus);
+  // (Re)fetches dir's listing, with attributes if options_.readdirplus.
+  void fetch_listing(OpenDir& dir);
+  // This mount is about to change attributes or names (an open for writing, a create,
+  // setattr, a namespace change): listings fetched before stop vouching for attributes.
+  void changing() { changes_.fetch_add(1, std::memory_order_relaxed); }
   static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                          fuse_file_info* fi);
   static void op_releasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi);
@@ -195,6 +203,7 @@ class FuseFs {
   InodeTable inodes_;
   // Bumped by every setattr: opens from before it stop answering getattrs themselves.
   std::atomic<uint64_t> attr_epoch_{0};
+  std::atomic<uint64_t> changes_{0};  // see changing()
   const FsOptions options_;
   uint32_t block_size_;  // reported as st_blksize
   fuse_session* session_ = nullptr;
