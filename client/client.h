@@ -361,8 +361,9 @@ class Client {
   // as the caller may not).
   void chown(const std::string& path, uid_t uid, gid_t gid);
   // Which of `want` (R_OK | W_OK | X_OK) the caller (CallAs, else this client) has on the
-  // object at path, as the server decides (ACCESS): the granted part of want.
-  int access(const std::string& path, int want);
+  // object at path, as the server decides (ACCESS): the granted part of want. Without
+  // follow_last a symlink at the end is asked about itself (it has every bit).
+  int access(const std::string& path, int want, bool follow_last = true);
   // Sets access and modification times like utimensat(2): tv_nsec may be UTIME_NOW (the
   // server's clock) or UTIME_OMIT (leave unchanged).
   void utimens(const std::string& path, const struct timespec times[2]);

@@ -417,9 +417,8 @@ void Client::chown(const std::string& path, uid_t uid, gid_t gid) {
   setattr(resolve(path, false).first, args, "chown " + path);
 }
 
-int Client::access(const std::string& path, int want) {
-  auto [fh, attr] = resolve(path, true);
-  return access_handle(fh, want);
+int Client::access(const std::string& path, int want, bool follow_last) {
+  return access_handle(resolve(path, follow_last).first, want);
 }
 
 void Client::utimens(const std::string& path, const struct timespec times[2]) {

@@ -39,10 +39,7 @@ void FileService::do_getattr(const rpc::CallContext& ctx, getattr_args& a, rpc::
       return reply_status<attr_res>(r, xp(xdr_attr_res), status_from_errno(errno));
     }
   }
-  attr_res res{};
-  res.status = ODAFS_OK;
-  fill_attr(st, &res.attr_res_u.attr);
-  r.send(xp(xdr_attr_res), &res);
+  reply_attr(st, r);
 }
 
 void FileService::do_setattr(const rpc::CallContext& ctx, setattr_args& a, rpc::Reply& r) {
@@ -109,14 +106,9 @@ void FileService::do_setattr(const rpc::CallContext& ctx, setattr_args& a, rpc::
     }
     if (utimensat(AT_FDCWD, ProcPath(node.fd()).text, times, 0) != 0) err = errno;
   }
-  attr_res res{};
-  if (err != 0 || fstat(node.fd(), &st) != 0) {
-    res.status = status_from_errno(err != 0 ? err : errno);
-  } else {
-    res.status = ODAFS_OK;
-    fill_attr(st, &res.attr_res_u.attr);
-  }
-  r.send(xp(xdr_attr_res), &res);
+  if (err == 0 && fstat(node.fd(), &st) != 0) err = errno;
+  if (err != 0) return reply_status<attr_res>(r, xp(xdr_attr_res), status_from_errno(err));
+  reply_attr(st, r);
 }
 
 void FileService::do_access(const rpc::CallContext& ctx, access_args& a, rpc::Reply& r) {

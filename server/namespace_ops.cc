@@ -349,10 +349,7 @@ void FileService::do_link(const rpc::CallContext& ctx, link_args& a, rpc::Reply&
   if (fstat(file.fd(), &st) != 0) {
     return reply_status<attr_res>(r, xp(xdr_attr_res), status_from_errno(errno));
   }
-  attr_res res{};
-  res.status = ODAFS_OK;
-  fill_attr(st, &res.attr_res_u.attr);
-  r.send(xp(xdr_attr_res), &res);
+  reply_attr(st, r);
 }
 
 void FileService::do_readdir(const rpc::CallContext& ctx, readdir_args& a, rpc::Reply& r) {

@@ -26,4 +26,12 @@ void reply_status(rpc::Reply& r, xdrproc_t xres, odafs_stat status) {
   r.send(xres, &res);
 }
 
+// Replies attr_res (GETATTR, SETATTR, LINK) with the attributes st.
+inline void reply_attr(const struct stat& st, rpc::Reply& r) {
+  attr_res res{};
+  res.status = ODAFS_OK;
+  fill_attr(st, &res.attr_res_u.attr);
+  r.send(xp(xdr_attr_res), &res);
+}
+
 }  // namespace odafs::server

@@ -355,9 +355,9 @@ void FuseFs::op_access(fuse_req_t req, fuse_ino_t ino, int mask) {
   guard(req, "access", [&] {
     FuseFs& fs = self(req);
     const int want = mask & (R_OK | W_OK | X_OK);
-    // A symlink's own bits are never checked (faccessat with AT_SYMLINK_NOFOLLOW).
-    if (want != 0 && fs.attr_of(ino).type != FileType::kSymlink &&
-        fs.client_.access(fs.inodes_.path(ino), want) != want) {
+    // The inode is the object itself (faccessat with AT_SYMLINK_NOFOLLOW reaches a
+    // symlink's, which has every bit).
+    if (want != 0 && fs.client_.access(fs.inodes_.path(ino), want, false) != want) {
       throw Error(EACCES, "access");
     }
     fuse_reply_err(req, 0);
