@@ -6,6 +6,7 @@
 #include <linux/fs.h>  // RENAME_NOREPLACE, RENAME_EXCHANGE
 #include <signal.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
@@ -686,4 +687,46 @@ MOUNT_TEST("listings with attributes while names change under them; the kernel f
   CHECK(wrong == 0);
   CHECK(seen == 200);
   CHECK(cat(fs / "d/f0").substr(0, 1) == "x");
+}
+
+MOUNT_TEST("the kernel keeps a file's pages across opens while nobody changed the file") {
+  Mounted fs;
+  const std::string data = pattern(1 << 20, 7);
+  write_local(fs.local("f"), data);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t pages = data.size() / page;
+  // Opens the file (which keeps or drops the kernel's pages) and counts the pages of it
+  // the kernel holds, without reading any.
+  auto resident_after_open = [&] {
+    int fd = open((fs / "f").c_str(), O_RDONLY);
+    REQUIRE(fd >= 0);
+    void* map = mmap(nullptr, data.size(), PROT_READ, MAP_SHARED, fd, 0);
+    REQUIRE(map != MAP_FAILED);
+    std::vector<unsigned char> in(pages);
+    REQUIRE(mincore(map, data.size(), in.data()) == 0);
+    munmap(map, data.size());
+    close(fd);
+    size_t n = 0;
+    for (unsigned char c : in) n += c & 1;
+    return n;
+  };
+  CHECK(cat(fs / "f") == data);  // the pages come in
+  CHECK(resident_after_open() == pages);
+  CHECK(cat(fs / "f") == data);
+  // Another client changes the bytes, not the size: the next open drops the pages.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // past a coarse clock tick
+  const std::string changed = pattern(1 << 20, 8);
+  fs.write_by_another_client("f", changed);
+  CHECK(resident_after_open() == 0);
+  CHECK(cat(fs / "f") == changed);
+  CHECK(resident_after_open() == pages);
+  // This mount's own writes go through the pages it keeps.
+  int fd = open((fs / "f").c_str(), O_WRONLY);
+  REQUIRE(fd >= 0);
+  CHECK(write_at(fd, "written here", 4096) == 12);
+  CHECK(close(fd) == 0);
+  std::string expect = changed;
+  expect.replace(4096, 12, "written here");
+  CHECK(cat(fs / "f") == expect);
+  CHECK(fs.read_by_another_client("f") == expect);
 }

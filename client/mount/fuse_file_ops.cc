@@ -28,14 +28,20 @@ void FuseFs::op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     FuseFs& fs = self(req);
     if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) fs.changing();
     // libodafs looks the file up again and revalidates its cached blocks at open
-    // (close-to-open). The kernel's copy goes too: keep_cache off drops its pages, and its
+    // (close-to-open). The kernel's copy likewise: its pages are kept (keep_cache) only
+    // when the file's times and size are what the last open here found (nobody changed it
+    // since; this mount's own writes went through those pages), else dropped; its
     // attributes are invalidated so that the size another client gave the file is
     // fetched (through this open file) before a read stops at an old size.
     std::string path = fs.inodes_.path(ino);
     auto open = std::make_unique<OpenFile>(fs.client_.open(path, fi->flags & kOpenFlags), ino,
                                            fs.attr_epoch_.load(), caller_of(req));
-    fi->keep_cache = 0;
+    const Attr& at_open = open->file.attributes_at_open();
+    const InodeTable::PageVersion version{at_open.mtime.tv_sec, at_open.mtime.tv_nsec,
+                                          at_open.ctime.tv_sec, at_open.ctime.tv_nsec,
+                                          at_open.size};
     fi->direct_io = direct_io_for(fi->flags);
+    fi->keep_cache = fs.inodes_.pages_still_valid(ino, version) && !(fi->flags & O_TRUNC) ? 1 : 0;
     if (fs.session_ != nullptr) fuse_lowlevel_notify_inval_inode(fs.session_, ino, -1, 0);
     fi->fh = fs.adopt(std::move(open));
     fs.opened(ino);

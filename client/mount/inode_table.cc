@@ -131,6 +131,17 @@ bool InodeTable::release_open(Ino ino) {
   return --it->second.opens == 0 && it->second.hidden && !it->second.detached;
 }
 
+bool InodeTable::pages_still_valid(Ino ino, const PageVersion& v) {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(ino);
+  if (it == nodes_.end()) return false;
+  Node& node = it->second;
+  const bool valid = node.pages_known && node.page_version == v;
+  node.pages_known = true;
+  node.page_version = v;
+  return valid;
+}
+
 Ino InodeTable::open_node_at(Ino parent, const std::string& name) const {
   std::lock_guard lock(mu_);
   auto it = by_name_.find(Key{parent, name});

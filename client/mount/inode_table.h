@@ -76,6 +76,19 @@ class InodeTable {
   // release removes it); false if it was closed meanwhile (the caller removes it now).
   bool mark_hidden(Ino ino);
 
+  // What the kernel's cached pages of a file were validated against: its modification and
+  // change times and size as an open found them. Equal at the next open: nobody changed
+  // the file in between (the rule libodafs's own block cache revalidates by).
+  struct PageVersion {
+    int64_t mtime_sec = 0, mtime_nsec = 0, ctime_sec = 0, ctime_nsec = 0;
+    uint64_t size = 0;
+    bool operator==(const PageVersion&) const = default;
+  };
+  // An open of ino found the file at version v: returns whether the kernel's pages
+  // (validated at the last such open) may be kept, and records v. False for a node never
+  // opened (or unknown).
+  bool pages_still_valid(Ino ino, const PageVersion& v);
+
   // For tests and statistics: how many nodes are alive (the root included).
   size_t size() const;
 
@@ -88,7 +101,9 @@ class InodeTable {
     uint64_t children = 0;  // live nodes whose parent this is
     uint64_t opens = 0;     // open files (add_open .. release_open)
     bool detached = false;
-    bool hidden = false;  // renamed to a hidden name instead of being removed
+    bool hidden = false;       // renamed to a hidden name instead of being removed
+    bool pages_known = false;  // page_version holds an open's
+    PageVersion page_version;
   };
   using Key = std::pair<Ino, std::string>;
 
