@@ -396,12 +396,14 @@ MOUNT_TEST("a directory of 100 000 entries lists each name once, with types, in 
   CHECK(inodes_match);
   CHECK(again == want.size() + 1);
   CHECK(late);
-  // Most of the time goes to making the files; listing them through the mount takes
-  // about 0.1 s here.
+  // Most of the time goes to making the files; listing them through the mount (with
+  // their attributes) takes about 0.6 s here.
   const double secs = std::chrono::duration<double>(Clock::now() - test_start).count();
   INFO("listing took " << list_secs << " s, the test " << secs << " s");
   CHECK(list_secs < 10);
-  CHECK(secs < 60);
+  // The whole case, making 100 000 files included: a bound against something pathological,
+  // with room for a loaded machine (two CPU hogs on 2 cores took it to 70 s).
+  CHECK(secs < 180);
 }
 
 MOUNT_TEST("SIGKILL of odafs-mount: ENOTCONN until fusermount3 -u, then the directory is usable") {
