@@ -365,10 +365,9 @@ class Client {
   // follow_last a symlink at the end is asked about itself (it has every bit).
   int access(const std::string& path, int want, bool follow_last = true);
   // Sets access and modification times like utimensat(2): tv_nsec may be UTIME_NOW (the
-  // server's clock) or UTIME_OMIT (leave unchanged).
-  void utimens(const std::string& path, const struct timespec times[2]);
-  // As utimens, but a symlink at the end of path gets the times itself (lutimes(3)).
-  void lutimens(const std::string& path, const struct timespec times[2]);
+  // server's clock) or UTIME_OMIT (leave unchanged). Without follow_last a symlink at the
+  // end of path gets the times itself (AT_SYMLINK_NOFOLLOW).
+  void utimens(const std::string& path, const struct timespec times[2], bool follow_last = true);
   void symlink(const std::string& target, const std::string& path);
   // A hard link: new_path names the object at existing (not a directory: EPERM), like
   // link(2), which follows no symlink at existing. Returns its attributes after.
@@ -528,8 +527,6 @@ class Client {
   // back a delegation on it; `what` names the call in an error. Returns the attributes
   // after. Throws Error.
   Attr setattr(const Handle& fh, setattr_args& args, const std::string& what);
-  // utimens and lutimens: follow_last says whether a final symlink is followed.
-  void set_times(const std::string& path, const struct timespec times[2], bool follow_last);
   // ACCESS: the part of want (R_OK | W_OK | X_OK) the caller has on fh. Throws Error.
   int access_handle(const Handle& fh, int want);
   std::string readlink_handle(const Handle& fh);

@@ -421,15 +421,7 @@ int Client::access(const std::string& path, int want, bool follow_last) {
   return access_handle(resolve(path, follow_last).first, want);
 }
 
-void Client::utimens(const std::string& path, const struct timespec times[2]) {
-  set_times(path, times, true);
-}
-
-void Client::lutimens(const std::string& path, const struct timespec times[2]) {
-  set_times(path, times, false);
-}
-
-void Client::set_times(const std::string& path, const struct timespec times[2], bool follow_last) {
+void Client::utimens(const std::string& path, const struct timespec times[2], bool follow_last) {
   setattr_args args{};
   odafs_set_time* out[2] = {&args.atime, &args.mtime};
   for (int i = 0; i < 2; ++i) {

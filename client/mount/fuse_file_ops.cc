@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <chrono>
 #include <memory>
+#include <vector>
 
 #include "client/mount/fuse_ops.h"
 
@@ -20,6 +21,15 @@ constexpr int kOpenFlags = O_ACCMODE | O_APPEND | O_TRUNC;
 // could land between the pieces. Direct, a write(2) up to the connection's max_write is
 // one request, one atomic append at the server.
 unsigned direct_io_for(int open_flags) { return (open_flags & O_APPEND) != 0 ? 1 : 0; }
+
+// Room for one reply of `size` bytes (read data, a listing slice). A thread serves one
+// request at a time, and the room stays with it: the requests allocate nothing once it
+// has grown to the largest (max_read, or the kernel's readdir size).
+char* reply_room(size_t size) {
+  thread_local std::vector<char> room;
+  if (room.size() < size) room.resize(size);
+  return room.data();
+}
 
 }  // namespace
 
@@ -84,9 +94,9 @@ void FuseFs::op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fus
   guard(req, "read", [&] {
     File* f = file_of(fi);
     if (f == nullptr) throw Error(EBADF, "odafs-mount: read without an open file");
-    std::unique_ptr<char[]> buf(new char[size ? size : 1]);
-    size_t n = f->pread(buf.get(), size, static_cast<uint64_t>(off));
-    fuse_reply_buf(req, buf.get(), n);
+    char* buf = reply_room(size ? size : 1);
+    size_t n = f->pread(buf, size, static_cast<uint64_t>(off));
+    fuse_reply_buf(req, buf, n);
   });
 }
 
@@ -185,11 +195,13 @@ void FuseFs::list(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_f
       std::chrono::duration<double>(std::chrono::steady_clock::now() - dir->listed_at).count();
   const bool vouch = plus && changes_.load(std::memory_order_relaxed) == dir->changes_at_list &&
                      age < options_.attr_timeout;
-  std::unique_ptr<char[]> buf(new char[size]);
+  char* buf = reply_room(size);
   size_t used = 0;
   // Every entry a readdirplus reply carries with an inode counts as a lookup of it (the
   // kernel will FORGET it): counted as added, taken back if the reply does not go out.
-  std::vector<Ino> looked_up;
+  // Kept per thread, like the reply's room.
+  thread_local std::vector<Ino> looked_up;
+  looked_up.clear();
   // Offsets: 1 and 2 after "." and "..", 3 + i after entries[i].
   const size_t total = dir->entries.size() + 2;
   for (size_t i = static_cast<size_t>(off); i < total; ++i) {
@@ -216,7 +228,7 @@ void FuseFs::list(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_f
     if (need > size - used) break;
     const auto next = static_cast<off_t>(i + 1);
     if (!plus) {
-      fuse_add_direntry(req, buf.get() + used, size - used, name, &e.attr, next);
+      fuse_add_direntry(req, buf + used, size - used, name, &e.attr, next);
     } else {
       // Without attributes (".", "..", or none known) the entry goes with inode 0: a plain
       // entry, which the kernel looks up when it needs more.
@@ -227,11 +239,11 @@ void FuseFs::list(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_f
         e.attr_timeout = options_.attr_timeout - age;
         e.entry_timeout = std::max(0.0, options_.entry_timeout - age);
       }
-      fuse_add_direntry_plus(req, buf.get() + used, size - used, name, &e, next);
+      fuse_add_direntry_plus(req, buf + used, size - used, name, &e, next);
     }
     used += need;
   }
-  if (fuse_reply_buf(req, buf.get(), used) != 0) {
+  if (fuse_reply_buf(req, buf, used) != 0) {
     for (Ino n : looked_up) inodes_.forget(n, 1);
   }
 }

@@ -343,7 +343,7 @@ void FuseFs::op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int t
       } else if (to_set & FUSE_SET_ATTR_MTIME) {
         t[1] = attr->st_mtim;
       }
-      fs.client_.lutimens(fs.inodes_.path(ino), t);
+      fs.client_.utimens(fs.inodes_.path(ino), t, /*follow_last=*/false);
     }
     Attr a = f != nullptr ? f->stat() : fs.attr_of(ino);
     struct stat st = fs.to_stat(a);
