@@ -2,6 +2,9 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -323,6 +326,94 @@ void write_all_until(int fd, iovec* iov, int iovcnt, const timespec* deadline) {
     }
     advance(iov, iovcnt, static_cast<size_t>(n));
   }
+}
+
+bool is_loopback(const sockaddr_storage& addr) {
+  if (addr.ss_family == AF_INET) {
+    const auto& in = reinterpret_cast<const sockaddr_in&>(addr);
+    return (ntohl(in.sin_addr.s_addr) >> 24) == 127;
+  }
+  if (addr.ss_family != AF_INET6) return false;
+  const auto& in6 = reinterpret_cast<const sockaddr_in6&>(addr).sin6_addr;
+  if (IN6_IS_ADDR_LOOPBACK(&in6)) return true;
+  return IN6_IS_ADDR_V4MAPPED(&in6) && in6.s6_addr[12] == 127;
+}
+
+namespace {
+
+// Fills a sock_diag address from a socket address: IPv4 as is, IPv4 mapped into IPv6 as
+// IPv4 (the other end's socket is then an AF_INET one).
+bool diag_address(const sockaddr_storage& a, uint8_t* family, __be16* port, __be32 out[4]) {
+  std::memset(out, 0, 16);
+  if (a.ss_family == AF_INET) {
+    const auto& in = reinterpret_cast<const sockaddr_in&>(a);
+    *family = AF_INET;
+    *port = in.sin_port;
+    std::memcpy(out, &in.sin_addr, 4);
+    return true;
+  }
+  if (a.ss_family != AF_INET6) return false;
+  const auto& in6 = reinterpret_cast<const sockaddr_in6&>(a);
+  *port = in6.sin6_port;
+  if (IN6_IS_ADDR_V4MAPPED(&in6.sin6_addr)) {
+    *family = AF_INET;
+    std::memcpy(out, in6.sin6_addr.s6_addr + 12, 4);
+  } else {
+    *family = AF_INET6;
+    std::memcpy(out, in6.sin6_addr.s6_addr, 16);
+  }
+  return true;
+}
+
+}  // namespace
+
+int64_t local_peer_uid(int fd) {
+  sockaddr_storage local{}, peer{};
+  socklen_t local_len = sizeof local, peer_len = sizeof peer;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+      getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0 || !is_loopback(peer)) {
+    return -1;
+  }
+  struct {
+    nlmsghdr header;
+    inet_diag_req_v2 request;
+  } query{};
+  query.header.nlmsg_len = sizeof query;
+  query.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  query.header.nlmsg_flags = NLM_F_REQUEST;
+  inet_diag_req_v2& r = query.request;
+  r.sdiag_protocol = IPPROTO_TCP;
+  r.idiag_states = ~0u;
+  // The peer's socket, seen from its side: its source is our peer, its destination us.
+  uint8_t peer_family = 0, local_family = 0;
+  if (!diag_address(peer, &peer_family, &r.id.idiag_sport, r.id.idiag_src) ||
+      !diag_address(local, &local_family, &r.id.idiag_dport, r.id.idiag_dst) ||
+      peer_family != local_family) {
+    return -1;
+  }
+  r.sdiag_family = peer_family;
+  r.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+  r.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+  int nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+  if (nl < 0) return -1;
+  int64_t uid = -1;
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  if (sendto(nl, &query, sizeof query, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) ==
+      static_cast<ssize_t>(sizeof query)) {
+    alignas(nlmsghdr) char buf[8192];
+    ssize_t n;
+    do {
+      n = recv(nl, buf, sizeof buf, 0);
+    } while (n < 0 && errno == EINTR);
+    auto* h = reinterpret_cast<nlmsghdr*>(buf);
+    if (n > 0 && NLMSG_OK(h, static_cast<size_t>(n)) && h->nlmsg_type == SOCK_DIAG_BY_FAMILY &&
+        h->nlmsg_len >= NLMSG_LENGTH(sizeof(inet_diag_msg))) {
+      uid = static_cast<const inet_diag_msg*>(NLMSG_DATA(h))->idiag_uid;
+    }
+  }
+  close(nl);
+  return uid;
 }
 
 }  // namespace odafs::net

@@ -30,6 +30,15 @@ int listen_tcp(const Endpoint& where, Endpoint* bound, int backlog = 128);
 // The address and port of a socket address (IPv4 or IPv6; host "?" for another family).
 Endpoint endpoint_of(const sockaddr_storage& addr);
 
+// Whether addr is a loopback address (127.0.0.0/8, ::1, or 127.x mapped into IPv6).
+bool is_loopback(const sockaddr_storage& addr);
+
+// The uid that owns the other end of connected TCP socket fd, when that end is a socket
+// of this host (a loopback peer): the kernel's own record (NETLINK_SOCK_DIAG), which a
+// process cannot forge. -1 when the peer is not on this host, or the kernel would not say.
+// Costs a netlink round trip: call it once per connection.
+int64_t local_peer_uid(int fd);
+
 // Connects a blocking TCP socket with TCP_NODELAY set.
 int connect_tcp(const Endpoint& where);
 

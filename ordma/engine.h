@@ -16,6 +16,7 @@
 // without changes to server/ or client/.
 #pragma once
 
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <array>
@@ -142,6 +143,10 @@ struct EngineOptions {
   std::string rdma_device;
   std::function<void()> on_thread_start;  // CPU accounting hooks
   std::function<void()> on_thread_exit;
+  // Whether a TCP peer may connect at all (the server's export rules); refused peers are
+  // closed at accept (engine.refused). Unset: every peer. Same-host rings are local
+  // sockets, admitted by the file system permissions of their socket.
+  std::function<bool(const sockaddr_storage& peer)> admit_peer;
 };
 
 // The backends built into this binary ("soft" always; "verbs" where rdma-core was found).

@@ -20,6 +20,22 @@
 namespace odafs::rpc {
 namespace {
 
+// What a server's AUTH_ERROR means for the user (RFC 5531 auth_stat).
+std::string auth_refusal(uint32_t why) {
+  switch (why) {
+    case AUTH_BADCRED:
+      return "rpc denied: AUTH_BADCRED (the server will not act as the credential sent: a "
+             "uid, gid or group it refuses, or one the kernel says this process is not)";
+    case AUTH_TOOWEAK:
+      return "rpc denied: AUTH_TOOWEAK (the server's export rules do not admit this client "
+             "from this address or port)";
+    case AUTH_REJECTEDCRED:
+      return "rpc denied: AUTH_REJECTEDCRED";
+    default:
+      return "rpc denied: AUTH_ERROR " + std::to_string(why);
+  }
+}
+
 uint32_t load_be32(const char* p) {
   uint32_t v;
   std::memcpy(&v, p, 4);
@@ -134,9 +150,9 @@ void Channel::wait_until(Call& c, XDR* results, timespec deadline) {
     throw RpcError(RpcError::Kind::kTransport, EPROTO, "malformed rpc reply header");
   }
   if (h.reply_stat == MSG_DENIED) {
-    throw RpcError(
-        RpcError::Kind::kDenied, EACCES,
-        h.reject_stat == RPC_MISMATCH ? "rpc denied: RPC_MISMATCH" : "rpc denied: AUTH_ERROR");
+    throw RpcError(RpcError::Kind::kDenied, EACCES,
+                   h.reject_stat == RPC_MISMATCH ? std::string("rpc denied: RPC_MISMATCH")
+                                                 : auth_refusal(h.auth_stat));
   }
   switch (h.accept_stat) {
     case SUCCESS:

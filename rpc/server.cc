@@ -173,6 +173,8 @@ void Server::accept_all() {
     if (fd < 0) break;
     net::Endpoint from = net::endpoint_of(addr);
     const char* host = from.host.c_str();
+    Admission admission;
+    if (options_.admit) admission = options_.admit(fd, addr);
     std::shared_ptr<Connection> conn;
     {
       std::lock_guard lock(conns_mu_);
@@ -194,8 +196,8 @@ void Server::accept_all() {
       }
       ++from_host;
       uint64_t id = next_conn_id_++;
-      conn = std::make_shared<Connection>(id, fd, from.host, from.to_string(), options_.max_record,
-                                          now_ms());
+      conn = std::make_shared<Connection>(id, fd, from.host, from.to_string(), admission,
+                                          options_.max_record, now_ms());
       conns_.emplace(id, conn);
     }
     net::set_nodelay(fd);
@@ -461,14 +463,20 @@ void Server::dispatch(Connection& conn, std::vector<char>& record, Worker& w) {
     reject(accept_error(PROC_UNAVAIL));
     return;
   }
-  procs_[proc].calls->fetch_add(1, std::memory_order_relaxed);
-
   CallContext ctx;
   ctx.xid = call.xid;
   ctx.proc = proc;
   ctx.cred = &cred;
   ctx.peer = &conn.peer;
   ctx.connection = conn.id;
+  ctx.admission = &conn.admission;
+  if (options_.authorize) {
+    if (auth_stat why = options_.authorize(ctx, &cred); why != AUTH_OK) {
+      reject(auth_error(why));
+      return;
+    }
+  }
+  procs_[proc].calls->fetch_add(1, std::memory_order_relaxed);
   XDR in;
   xdrmem_create(&in, record.data() + args_offset, static_cast<u_int>(record.size() - args_offset),
                 XDR_DECODE);
@@ -476,6 +484,11 @@ void Server::dispatch(Connection& conn, std::vector<char>& record, Worker& w) {
   bool decoded = false;
   try {
     decoded = procs_[proc].fn(ctx, &in, r);
+  } catch (const CallRefused& e) {
+    ODAFS_LOG_WARN_THROTTLED("%s from %s refused: the kernel would not act as uid %u gid %u",
+                             procs_[proc].name, conn.peer.c_str(), cred.uid, cred.gid);
+    reject(auth_error(e.why()));
+    return;
   } catch (const std::exception& e) {
     ODAFS_LOG_ERROR("%s from %s failed: %s", procs_[proc].name, conn.peer.c_str(), e.what());
     reject(accept_error(SYSTEM_ERR));

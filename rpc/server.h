@@ -28,13 +28,41 @@
 
 namespace odafs::rpc {
 
+// What the program decided about a connection's peer when it accepted it (Options::admit),
+// handed to every call on the connection. The RPC layer only carries it.
+struct Admission {
+  static constexpr uint32_t kNone = UINT32_MAX;
+  uint32_t rule = kNone;     // the program's own index (an access rule); kNone: none matched
+  uint16_t source_port = 0;  // the peer's TCP port
+  bool loopback = false;     // the peer's address is a loopback one: it is on this host
+  // The peer is a process on this host and the kernel named the owner of its socket:
+  // owner.uid, with owner.gid and owner.gids as the host's user database has them.
+  bool owner_known = false;
+  CallerCred owner;
+};
+
 // What a procedure handler may know about its call. Valid during the handler only.
 struct CallContext {
   uint32_t xid = 0;
   uint32_t proc = 0;
+  // Who the call runs as: its credential as Options::authorize left it.
   const CallerCred* cred = nullptr;
   const std::string* peer = nullptr;  // "HOST:PORT" of the client
   uint64_t connection = 0;            // the connection's id: Server::send_to_connection
+  const Admission* admission = nullptr;
+};
+
+// Thrown by a handler that finds, once running, that it cannot act as the call's
+// credential (the kernel refused to take it on): the server answers AUTH_ERROR with `why`,
+// whatever the handler had encoded.
+class CallRefused : public std::exception {
+ public:
+  explicit CallRefused(auth_stat why) : why_(why) {}
+  auth_stat why() const { return why_; }
+  const char* what() const noexcept override { return "call refused: credential not usable"; }
+
+ private:
+  auth_stat why_;
 };
 
 // Builds the reply of one call. A handler must call results() (then encode into the
@@ -127,6 +155,14 @@ class Server {
     // Called once for each connection as it closes, with its id, on the closing thread
     // (with no server lock held: it may call send_to_connection for other connections).
     std::function<void(uint64_t connection)> on_connection_closed;
+    // Called once for each accepted connection, on the accepting thread, before any of its
+    // calls: what the program makes of the peer (socket fd, address). Unset: Admission{}.
+    std::function<Admission(int fd, const sockaddr_storage& peer)> admit;
+    // Called for every call (NULL included) after its header and credential decoded and
+    // before its procedure runs; may rewrite *cred (squashing it, say). A result other than
+    // AUTH_OK refuses the call with AUTH_ERROR and that status. Unset: every call runs.
+    // Thread-safety: called concurrently from every pool thread.
+    std::function<auth_stat(const CallContext& ctx, CallerCred* cred)> authorize;
   };
 
   // Binds the listening socket (so bound() is known) but serves nothing until start().

@@ -21,13 +21,14 @@
 namespace odafs::rpc {
 
 struct Server::Connection : std::enable_shared_from_this<Connection> {
-  Connection(uint64_t id, int fd, std::string host, std::string peer, size_t max_record,
-             int64_t now_ms)
+  Connection(uint64_t id, int fd, std::string host, std::string peer, Admission admission,
+             size_t max_record, int64_t now_ms)
       : id(id),
         fd(fd),
         write_fd(dup(fd)),
         host(std::move(host)),
         peer(std::move(peer)),
+        admission(admission),
         assembler(max_record),
         last_active_ms(now_ms) {}
   ~Connection() {
@@ -43,6 +44,7 @@ struct Server::Connection : std::enable_shared_from_this<Connection> {
   const int write_fd;
   const std::string host;  // the peer's address: the per-address limit counts by it
   const std::string peer;
+  const Admission admission;
   RecordAssembler assembler;  // touched only by the thread holding the read event
   // Holds a large-record permit. Changed by the read-event holder, or under write_mu by
   // the permit's hand-over while the connection waits for one.

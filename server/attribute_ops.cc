@@ -52,7 +52,7 @@ void FileService::do_setattr(const rpc::CallContext& ctx, setattr_args& a, rpc::
   // Delegation holders trust cached attributes too: any change takes them back.
   Delegations::Change change = delegations_.begin_change(node->id, ctx.connection);
   if (change.delayed()) return reply_status<attr_res>(r, xp(xdr_attr_res), ODAFS_ERR_DELAY);
-  IdentityScope as(ctx.cred, options_.auth_sys);
+  IdentityScope as(ctx.cred, options_.act_as_callers);
   int err = 0;
   if (a.mode.set && err == 0) {
     if (as.active() && as.permits(st, 0) && st.st_uid != ctx.cred->uid && ctx.cred->uid != 0) {
@@ -117,14 +117,15 @@ void FileService::do_access(const rpc::CallContext& ctx, access_args& a, rpc::Re
   if (!node) return;
   access_res res{};
   res.status = ODAFS_OK;
-  const unsigned want = a.want & (ODAFS_ACCESS_READ | ODAFS_ACCESS_WRITE | ODAFS_ACCESS_EXEC);
+  unsigned want = a.want & (ODAFS_ACCESS_READ | ODAFS_ACCESS_WRITE | ODAFS_ACCESS_EXEC);
+  if (authority_.read_only(ctx)) want &= ~static_cast<unsigned>(ODAFS_ACCESS_WRITE);
   if (S_ISLNK(st.st_mode)) {
     res.access_res_u.granted = want;  // a symlink's own bits are all set and never checked
   } else {
     // The kernel decides, with the credentials the scope set (AT_EACCESS: the fs ids, not
     // the real ones), so ACLs and a read-only export count too. One bit at a time: a
     // caller may have some of what it asks.
-    IdentityScope as(ctx.cred, options_.auth_sys);
+    IdentityScope as(ctx.cred, options_.act_as_callers);
     const ProcPath path(node.fd());
     for (unsigned bit : {ODAFS_ACCESS_READ, ODAFS_ACCESS_WRITE, ODAFS_ACCESS_EXEC}) {
       if ((want & bit) != 0 &&

@@ -84,12 +84,8 @@ void FileService::do_read(const rpc::CallContext& ctx, read_args& a, rpc::Reply&
   struct stat st;
   OpenNode node = resolve_file_or_reply(a.fh, r, &st);
   if (!node) return;
-  {
-    IdentityScope as(ctx.cred, options_.auth_sys);
-    if (!as.permits(st, R_OK)) return reply_status<read_res>(r, xp(xdr_read_res), ODAFS_ERR_ACCES);
-  }
-  if (!delegations_.await_writers(node->id, ctx.connection)) {
-    return reply_status<read_res>(r, xp(xdr_read_res), ODAFS_ERR_DELAY);
+  if (odafs_stat s = check_read(ctx, node, st); s != ODAFS_OK) {
+    return reply_status<read_res>(r, xp(xdr_read_res), s);
   }
   uint64_t size = 0;
   auto locked = lock_for_read(node, &size);
@@ -166,11 +162,7 @@ void FileService::do_read_direct(const rpc::CallContext& ctx, read_direct_args& 
   auto fail = [&](odafs_stat status) {
     reply_status<read_direct_res>(r, xp(xdr_read_direct_res), status);
   };
-  {
-    IdentityScope as(ctx.cred, options_.auth_sys);
-    if (!as.permits(st, R_OK)) return fail(ODAFS_ERR_ACCES);
-  }
-  if (!delegations_.await_writers(node->id, ctx.connection)) return fail(ODAFS_ERR_DELAY);
+  if (odafs_stat s = check_read(ctx, node, st); s != ODAFS_OK) return fail(s);
   if (!engine_ || a.session == 0) return fail(ODAFS_ERR_NOTSUPP);
   // Held while the bytes are gathered, not while the engine sends them: the pins keep
   // cached blocks whole from there on, and a slow client must not hold up writers.
@@ -230,10 +222,15 @@ void FileService::do_read_direct(const rpc::CallContext& ctx, read_direct_args& 
   r.send(xp(xdr_read_direct_res), &res);
 }
 
-void FileService::do_getrefs(const rpc::CallContext&, getrefs_args& a, rpc::Reply& r) {
+void FileService::do_getrefs(const rpc::CallContext& ctx, getrefs_args& a, rpc::Reply& r) {
   struct stat st;
   OpenNode node = resolve_file_or_reply(a.fh, r, &st);
   if (!node) return;
+  // A reference lets its holder read the block for as long as it stands: minted only for
+  // a caller who may read the file now, and not past another's write delegation.
+  if (odafs_stat s = check_read(ctx, node, st); s != ODAFS_OK) {
+    return reply_status<getrefs_res>(r, xp(xdr_getrefs_res), s);
+  }
   if (!engine_ || a.session == 0) {
     return reply_status<getrefs_res>(r, xp(xdr_getrefs_res), ODAFS_ERR_NOTSUPP);
   }
@@ -267,13 +264,24 @@ void FileService::do_getrefs(const rpc::CallContext&, getrefs_args& a, rpc::Repl
   r.send(xp(xdr_getrefs_res), &res);
 }
 
+odafs_stat FileService::check_read(const rpc::CallContext& ctx, const OpenNode& node,
+                                   const struct stat& st) {
+  if (!IdentityScope::permits(ctx.cred, options_.act_as_callers, st, R_OK)) return ODAFS_ERR_ACCES;
+  if (!delegations_.await_writers(node->id, ctx.connection)) return ODAFS_ERR_DELAY;
+  // The node's descriptor may be one a caller without read permission left (O_PATH): the
+  // server reads as itself, for this caller who may.
+  if (Status s = nodes_.make_readable(node); !s.ok()) return status_from_errno(s.errno_value());
+  return ODAFS_OK;
+}
+
 odafs_stat FileService::check_write(const rpc::CallContext& ctx, const OpenNode& node,
                                     const struct stat& st, uint64_t offset, size_t len) {
   if (!S_ISREG(st.st_mode)) return not_regular(st);
-  {
-    IdentityScope as(ctx.cred, options_.auth_sys);
-    if (!as.permits(st, W_OK)) return ODAFS_ERR_ACCES;
+  if (authority_.read_only(ctx)) {
+    authority_.counters().read_only.fetch_add(1, std::memory_order_relaxed);
+    return ODAFS_ERR_ROFS;
   }
+  if (!IdentityScope::permits(ctx.cred, options_.act_as_callers, st, W_OK)) return ODAFS_ERR_ACCES;
   if (len > options_.max_io) return ODAFS_ERR_FBIG;
   if (offset != kAppendOffset && offset > static_cast<u_quad_t>(INT64_MAX) - len) {
     return ODAFS_ERR_FBIG;
@@ -301,7 +309,7 @@ void FileService::do_write(const rpc::CallContext& ctx, write_args& a, rpc::Repl
 int FileService::drop_setid_bits(const rpc::CallContext& ctx, const OpenNode& node,
                                  const struct stat& st) {
   // The common case costs one test: no setuid bit, no setgid bit.
-  if (setid_bits_to_drop(st.st_mode) == 0 || IdentityScope::privileged(ctx.cred, options_.auth_sys))
+  if (setid_bits_to_drop(st.st_mode) == 0 || IdentityScope::privileged(ctx.cred, options_.act_as_callers))
     return 0;
   struct stat now;  // the mode as of now: a chmod may have come in since st
   if (fstat(node.fd(), &now) != 0) return errno;
@@ -412,12 +420,21 @@ void FileService::write_through(const OpenNode& node, uint64_t offset, odafs_sta
   r.send(xp(xdr_write_res), &res);
 }
 
-void FileService::do_commit(const rpc::CallContext&, commit_args& a, rpc::Reply& r) {
+void FileService::do_commit(const rpc::CallContext& ctx, commit_args& a, rpc::Reply& r) {
   struct stat st;
   OpenNode node = resolve_or_reply(a.fh, r, &st);
   if (!node) return;
   if (!S_ISREG(st.st_mode)) {
     return reply_status<commit_res>(r, xp(xdr_commit_res), ODAFS_ERR_INVAL);
+  }
+  // As knfsd: a COMMIT is part of writing (its owner may commit a file it made read-only
+  // since its writes), so no one else makes the server sync another's file.
+  if (!IdentityScope::permits(ctx.cred, options_.act_as_callers, st, W_OK) &&
+      !(ctx.cred->auth_sys && ctx.cred->uid == st.st_uid)) {
+    return reply_status<commit_res>(r, xp(xdr_commit_res), ODAFS_ERR_ACCES);
+  }
+  if (Status s = nodes_.make_readable(node); !s.ok()) {
+    return reply_status<commit_res>(r, xp(xdr_commit_res), status_from_errno(s.errno_value()));
   }
   if (env_->fsync(node.fd()) != 0) {
     return reply_status<commit_res>(r, xp(xdr_commit_res), status_from_errno(errno));

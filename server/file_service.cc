@@ -41,6 +41,7 @@ rpc::ProcedureFn bind_procedure(FileService* self) {
 
 FileService::FileService(Options options, CpuAccounting* cpu)
     : options_(std::move(options)),
+      authority_(options_.access),
       cpu_(cpu),
       env_(options_.env != nullptr ? options_.env : &posix_file_env()),
       nodes_(options_.export_root, options_.max_nodes, options_.max_open_files),
@@ -114,28 +115,32 @@ OpenNode FileService::resolve_or_reply(const char* fh, rpc::Reply& r, struct sta
 
 void FileService::register_procedures(rpc::Server* server) {
   server_ = server;
+  // changes: the procedure changes the export, so a read-only client gets EROFS before its
+  // arguments are decoded. WRITE_DIRECT (check_write: it must cancel the client's wait on
+  // the engine) and OPEN (only opens for writing change anything) check for themselves.
   struct Entry {
     uint32_t proc;
     const char* name;
     rpc::ProcedureFn (*bind)(FileService*);
+    bool changes = false;
   };
   static constexpr Entry kProcedures[] = {
       {ODAFSPROC_MOUNT, "MOUNT", bind_procedure<xdr_mount_args, &FileService::do_mount>},
       {ODAFSPROC_GETATTR, "GETATTR", bind_procedure<xdr_getattr_args, &FileService::do_getattr>},
-      {ODAFSPROC_SETATTR, "SETATTR", bind_procedure<xdr_setattr_args, &FileService::do_setattr>},
+      {ODAFSPROC_SETATTR, "SETATTR", bind_procedure<xdr_setattr_args, &FileService::do_setattr>, true},
       {ODAFSPROC_LOOKUP, "LOOKUP", bind_procedure<xdr_diropargs, &FileService::do_lookup>},
-      {ODAFSPROC_CREATE, "CREATE", bind_procedure<xdr_create_args, &FileService::do_create>},
-      {ODAFSPROC_MKDIR, "MKDIR", bind_procedure<xdr_mkdir_args, &FileService::do_mkdir>},
-      {ODAFSPROC_REMOVE, "REMOVE", bind_procedure<xdr_diropargs, &FileService::do_remove>},
-      {ODAFSPROC_RMDIR, "RMDIR", bind_procedure<xdr_diropargs, &FileService::do_rmdir>},
-      {ODAFSPROC_RENAME, "RENAME", bind_procedure<xdr_rename_args, &FileService::do_rename>},
-      {ODAFSPROC_LINK, "LINK", bind_procedure<xdr_link_args, &FileService::do_link>},
+      {ODAFSPROC_CREATE, "CREATE", bind_procedure<xdr_create_args, &FileService::do_create>, true},
+      {ODAFSPROC_MKDIR, "MKDIR", bind_procedure<xdr_mkdir_args, &FileService::do_mkdir>, true},
+      {ODAFSPROC_REMOVE, "REMOVE", bind_procedure<xdr_diropargs, &FileService::do_remove>, true},
+      {ODAFSPROC_RMDIR, "RMDIR", bind_procedure<xdr_diropargs, &FileService::do_rmdir>, true},
+      {ODAFSPROC_RENAME, "RENAME", bind_procedure<xdr_rename_args, &FileService::do_rename>, true},
+      {ODAFSPROC_LINK, "LINK", bind_procedure<xdr_link_args, &FileService::do_link>, true},
       {ODAFSPROC_ACCESS, "ACCESS", bind_procedure<xdr_access_args, &FileService::do_access>},
       {ODAFSPROC_READDIR, "READDIR", bind_procedure<xdr_readdir_args, &FileService::do_readdir>},
       {ODAFSPROC_READLINK, "READLINK", bind_procedure<xdr_getattr_args, &FileService::do_readlink>},
-      {ODAFSPROC_SYMLINK, "SYMLINK", bind_procedure<xdr_symlink_args, &FileService::do_symlink>},
+      {ODAFSPROC_SYMLINK, "SYMLINK", bind_procedure<xdr_symlink_args, &FileService::do_symlink>, true},
       {ODAFSPROC_READ, "READ", bind_procedure<xdr_read_args, &FileService::do_read>},
-      {ODAFSPROC_WRITE, "WRITE", bind_procedure<xdr_write_args, &FileService::do_write>},
+      {ODAFSPROC_WRITE, "WRITE", bind_procedure<xdr_write_args, &FileService::do_write>, true},
       {ODAFSPROC_COMMIT, "COMMIT", bind_procedure<xdr_commit_args, &FileService::do_commit>},
       {ODAFSPROC_FSSTAT, "FSSTAT", bind_procedure<xdr_getattr_args, &FileService::do_fsstat>},
       {ODAFSPROC_GETREFS, "GETREFS", bind_procedure<xdr_getrefs_args, &FileService::do_getrefs>},
@@ -152,7 +157,18 @@ void FileService::register_procedures(rpc::Server* server) {
     r.results();
     return true;
   });
-  for (const Entry& e : kProcedures) server->add_procedure(e.proc, e.name, e.bind(this));
+  for (const Entry& e : kProcedures) {
+    rpc::ProcedureFn fn = e.bind(this);
+    if (e.changes) {
+      fn = [this, fn = std::move(fn)](const rpc::CallContext& c, XDR* in, rpc::Reply& r) {
+        if (!authority_.read_only(c)) return fn(c, in, r);
+        authority_.counters().read_only.fetch_add(1, std::memory_order_relaxed);
+        reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_ERR_ROFS);
+        return true;
+      };
+    }
+    server->add_procedure(e.proc, e.name, std::move(fn));
+  }
   server->add_procedure(ODAFSPROC_STATS, "STATS",
                         [this](const rpc::CallContext&, XDR*, rpc::Reply& r) {
                           do_stats(r);
@@ -182,6 +198,13 @@ void FileService::do_stats(rpc::Reply& r) {
   values.emplace_back("rpc.input_waits", rc.input_waits.load());
   values.emplace_back("rpc.bytes_in", rc.bytes_in.load());
   values.emplace_back("rpc.bytes_out", rc.bytes_out.load());
+  const auto& ac = authority_.counters();
+  values.emplace_back("auth.refused.no_rule", ac.no_rule.load());
+  values.emplace_back("auth.refused.insecure_port", ac.insecure_port.load());
+  values.emplace_back("auth.refused.bad_credential", ac.bad_credential.load());
+  values.emplace_back("auth.refused.not_socket_owner", ac.not_socket_owner.load());
+  values.emplace_back("auth.read_only", ac.read_only.load());
+  values.emplace_back("auth.squashed", ac.squashed.load());
   values.emplace_back("io.bytes_read", bytes_read_.load());
   values.emplace_back("io.bytes_written", bytes_written_.load());
   const auto& cs = cache_.stats();

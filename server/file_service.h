@@ -21,6 +21,7 @@
 #include "proto/odafs_prot.h"
 #include "proto/wire_layout.h"
 #include "rpc/server.h"
+#include "server/call_authority.h"
 #include "server/cpu_accounting.h"
 #include "server/delegations.h"
 #include "server/file_env.h"
@@ -40,7 +41,11 @@ class FileService {
     size_t max_nodes = 65536;
     // Descriptors the node table keeps open, at most half of RLIMIT_NOFILE (see NodeTable).
     size_t max_open_files = kDefaultMaxOpenFiles;
-    bool auth_sys = false;  // act as the AUTH_SYS caller (needs root)
+    // Act as each call's credential (server/identity.h; needs root). false: every call
+    // runs as the server's own user, whoever sent it (--identity server).
+    bool act_as_callers = false;
+    // Who may call, and how (server/call_authority.h).
+    CallAuthority::Options access;
     bool ordma = true;      // false: RPC only, no references (the DAFS baseline)
     // Direct writes waiting on their client's bytes at once. Each holds an RPC thread until
     // the client answers (or kPullTimeoutMs), so keep this below the RPC thread count: a
@@ -82,6 +87,9 @@ class FileService {
 
   // The RPC server's hook for a closed connection: its delegations are gone.
   void connection_closed(uint64_t connection) { delegations_.connection_closed(connection); }
+
+  // The export rules: the RPC server's admit and authorize hooks.
+  const CallAuthority& authority() const { return authority_; }
 
   cache::BlockCache& cache() { return cache_; }
   NodeTable& nodes() { return nodes_; }
@@ -185,6 +193,9 @@ class FileService {
   void do_getrefs(const rpc::CallContext& ctx, struct getrefs_args& a, rpc::Reply& r);
   void do_read_direct(const rpc::CallContext& ctx, struct read_direct_args& a, rpc::Reply& r);
   void do_write_direct(const rpc::CallContext& ctx, struct write_direct_args& a, rpc::Reply& r);
+  // ODAFS_OK if the caller may read node (a regular file, attributes st) now: permission,
+  // no other client's write delegation out (DELAY), a descriptor that reads.
+  odafs_stat check_read(const rpc::CallContext& ctx, const OpenNode& node, const struct stat& st);
   // ODAFS_OK if the caller may write len bytes at offset of node (a regular file).
   odafs_stat check_write(const rpc::CallContext& ctx, const OpenNode& node, const struct stat& st,
                          uint64_t offset, size_t len);
@@ -211,6 +222,7 @@ class FileService {
                    cache::BlockCache::ReadPin* pin);
 
   Options options_;
+  CallAuthority authority_;
   CpuAccounting* cpu_;
   FileEnv* env_;
   NodeTable nodes_;

@@ -1,9 +1,11 @@
-// Acting as the caller (AUTH_SYS) for the duration of one call, like a kernel NFS server.
+// Acting as the caller for the duration of one call, like a kernel NFS server.
 //
 // Linux file-system credentials (fsuid, fsgid, supplementary groups) are per thread when
 // set by raw system calls, so one pool thread can serve uid 1000 while its neighbour
-// serves uid 0. Only a server running with CAP_SETUID/CAP_SETGID can switch; otherwise
-// active() is false and the server acts as itself.
+// serves uid 0. odafsd acts as its callers when it runs as root (--identity caller, the
+// default then); the credential a call runs as is what CallAuthority left of the one it
+// sent (squashed, confined, anonymous for AUTH_NONE). Acting is all or nothing: a
+// credential the kernel will not take on refuses the call; it never runs as the server.
 #pragma once
 
 #include <sys/stat.h>
@@ -14,28 +16,33 @@ namespace odafs::server {
 
 class IdentityScope {
  public:
-  // REQUIRES: cred outlives the scope. enabled=false makes this a no-op.
-  IdentityScope(const rpc::CallerCred* cred, bool enabled);
+  // Acts as *cred until destroyed when `acting`; otherwise does nothing.
+  // Throws rpc::CallRefused (AUTH_BADCRED) when the kernel refuses the uid, gid or groups
+  // (each is read back), or (AUTH_TOOWEAK) when cred runs as no one; the thread is the
+  // server again by then. REQUIRES: cred outlives the scope; destroyed on its thread.
+  IdentityScope(const rpc::CallerCred* cred, bool acting);
   ~IdentityScope();
   IdentityScope(const IdentityScope&) = delete;
   IdentityScope& operator=(const IdentityScope&) = delete;
 
-  bool active() const { return active_; }
+  // Whether this scope acts as the caller (the server acts as its callers).
+  bool active() const { return acting_; }
+  bool permits(const struct stat& st, int want) const { return permits(cred_, acting_, st, want); }
 
-  // Whether a scope for cred would act as root: the server acts as its callers (enabled,
-  // running as root) and this one is uid 0. Such a caller keeps setuid/setgid bits when it
+  // POSIX permission check of `want` (R_OK/W_OK/X_OK bits) for the caller cred on an
+  // object with attributes st, without switching (no system call). Always true when the
+  // server does not act as its callers (the kernel checks as the server). Root passes,
+  // except X_OK needs some x bit on non-directories.
+  static bool permits(const rpc::CallerCred* cred, bool acting, const struct stat& st, int want);
+
+  // Whether a scope for cred acts as root. Such a caller keeps setuid/setgid bits when it
   // writes, as a process with CAP_FSETID does; every other caller is an unprivileged one,
-  // and so is everyone without --auth-sys (the server cannot tell who they are).
-  static bool privileged(const rpc::CallerCred* cred, bool enabled);
-
-  // POSIX permission check of `want` (R_OK/W_OK/X_OK bits) for the caller on an object
-  // with attributes st. Always true when the scope is not active (the kernel checked as
-  // the server). Root passes, except X_OK needs some x bit on non-directories.
-  bool permits(const struct stat& st, int want) const;
+  // and so is everyone when the server acts as itself (it cannot tell who they are).
+  static bool privileged(const rpc::CallerCred* cred, bool acting);
 
  private:
   const rpc::CallerCred* cred_;
-  bool active_ = false;
+  bool acting_;
 };
 
 }  // namespace odafs::server

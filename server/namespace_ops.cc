@@ -149,7 +149,7 @@ void FileService::do_lookup(const rpc::CallContext& ctx, diropargs& a, rpc::Repl
   struct stat st;
   OpenNode dir = resolve_or_reply(a.dir, r, &st);
   if (!dir) return;
-  IdentityScope as(ctx.cred, options_.auth_sys);
+  IdentityScope as(ctx.cred, options_.act_as_callers);
   odafs_stat status = ODAFS_OK;
   if (!is_dir(*dir)) {
     status = ODAFS_ERR_NOTDIR;
@@ -171,7 +171,7 @@ void FileService::do_create(const rpc::CallContext& ctx, create_args& a, rpc::Re
   if (!valid(a.how)) return fail(ODAFS_ERR_INVAL);
   OpenNode dir = resolve_dir_or_reply(a.dir, a.name, r);
   if (!dir) return;
-  IdentityScope as(ctx.cred, options_.auth_sys);
+  IdentityScope as(ctx.cred, options_.act_as_callers);
   // Exclusive first, so that the server knows whether it created the file: a new file is
   // this connection's alone, an existing one is opened as OPEN opens it. A name removed
   // between the two tries is created on the next.
@@ -209,7 +209,7 @@ void FileService::do_create(const rpc::CallContext& ctx, create_args& a, rpc::Re
 void FileService::do_mkdir(const rpc::CallContext& ctx, mkdir_args& a, rpc::Reply& r) {
   OpenNode dir = resolve_dir_or_reply(a.dir, a.name, r);
   if (!dir) return;
-  IdentityScope as(ctx.cred, options_.auth_sys);
+  IdentityScope as(ctx.cred, options_.act_as_callers);
   if (mkdirat(dir.fd(), a.name, a.mode & 07777) != 0) {
     return reply_status<dirop_res>(r, xp(xdr_dirop_res), status_from_errno(errno));
   }
@@ -222,7 +222,7 @@ void FileService::do_symlink(const rpc::CallContext& ctx, symlink_args& a, rpc::
   if (a.target == nullptr || a.target[0] == '\0') {
     return reply_status<dirop_res>(r, xp(xdr_dirop_res), ODAFS_ERR_INVAL);
   }
-  IdentityScope as(ctx.cred, options_.auth_sys);
+  IdentityScope as(ctx.cred, options_.act_as_callers);
   // The target is stored as given: it is never followed by the server (every open uses
   // O_NOFOLLOW and walks by handle), so an absolute or ".." target cannot escape.
   if (symlinkat(a.target, dir.fd(), a.name) != 0) {
@@ -274,7 +274,7 @@ void FileService::remove_entry(const rpc::CallContext& ctx, diropargs& a, rpc::R
                                bool dir_wanted) {
   OpenNode dir = resolve_dir_or_reply(a.dir, a.name, r);
   if (!dir) return;
-  IdentityScope as(ctx.cred, options_.auth_sys);
+  IdentityScope as(ctx.cred, options_.act_as_callers);
   struct stat victim;
   if (fstatat(dir.fd(), a.name, &victim, AT_SYMLINK_NOFOLLOW) != 0) {
     return reply_status<stat_res>(r, xp(xdr_stat_res), status_from_errno(errno));
@@ -310,7 +310,7 @@ void FileService::do_rename(const rpc::CallContext& ctx, rename_args& a, rpc::Re
   if (moving.delayed()) return reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_ERR_DELAY);
   Delegations::Change replacing = begin_change_of_name(to, a.to_name, ctx.connection);
   if (replacing.delayed()) return reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_ERR_DELAY);
-  IdentityScope as(ctx.cred, options_.auth_sys);
+  IdentityScope as(ctx.cred, options_.act_as_callers);
   struct stat replaced;
   bool had_target = fstatat(to.fd(), a.to_name, &replaced, AT_SYMLINK_NOFOLLOW) == 0;
   if (renameat(from.fd(), a.from_name, to.fd(), a.to_name) != 0) {
@@ -338,7 +338,7 @@ void FileService::do_link(const rpc::CallContext& ctx, link_args& a, rpc::Reply&
   // Holders trust the file's attributes, its link count among them.
   Delegations::Change change = delegations_.begin_change(file->id, ctx.connection);
   if (change.delayed()) return reply_status<attr_res>(r, xp(xdr_attr_res), ODAFS_ERR_DELAY);
-  IdentityScope as(ctx.cred, options_.auth_sys);
+  IdentityScope as(ctx.cred, options_.act_as_callers);
   // By the node's descriptor, not by a name it may no longer have: linkat through
   // /proc/self/fd needs no privilege (AT_EMPTY_PATH would need CAP_DAC_READ_SEARCH).
   char by_fd[32];
@@ -357,7 +357,7 @@ void FileService::do_readdir(const rpc::CallContext& ctx, readdir_args& a, rpc::
   OpenNode dir = resolve_or_reply(a.dir, r, &st);
   if (!dir) return;
   if (!is_dir(*dir)) return reply_status<readdir_res>(r, xp(xdr_readdir_res), ODAFS_ERR_NOTDIR);
-  IdentityScope as(ctx.cred, options_.auth_sys);
+  IdentityScope as(ctx.cred, options_.act_as_callers);
   if (!as.permits(st, R_OK)) {
     return reply_status<readdir_res>(r, xp(xdr_readdir_res), ODAFS_ERR_ACCES);
   }

@@ -86,7 +86,10 @@ size_t effective_max_open_files(size_t wanted) {
 }  // namespace
 
 OpenFile::OpenFile(int fd_in, bool writable_in, std::atomic<size_t>* count)
-    : fd(fd_in), writable(writable_in), open_count(count) {
+    : fd(fd_in),
+      writable(writable_in),
+      readable(writable_in || (fcntl(fd_in, F_GETFL) & O_PATH) == 0),
+      open_count(count) {
   open_count->fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -442,28 +445,46 @@ void NodeTable::renamed(const OpenNode& dir, const char* name, dev_t dev, ino_t 
 }
 
 Status NodeTable::make_writable(const OpenNode& node) {
+  if (node.file_->writable.load(std::memory_order_relaxed)) return {};
+  return reopen_in_place(node, true);
+}
+
+Status NodeTable::make_readable(const OpenNode& node) {
+  if (node.file_->readable.load(std::memory_order_relaxed)) return {};
+  return reopen_in_place(node, false);
+}
+
+Status NodeTable::reopen_in_place(const OpenNode& node, bool write) {
   std::lock_guard lock(mu_);
   OpenFile& f = *node.file_;
-  if (f.writable.load(std::memory_order_relaxed)) return {};
-  if (!S_ISREG(node->type)) return Status(EISDIR, "make_writable: not a file");
+  if (f.writable.load(std::memory_order_relaxed) ||
+      (!write && f.readable.load(std::memory_order_relaxed))) {
+    return {};  // another thread got here first
+  }
+  if (!S_ISREG(node->type)) return Status(EISDIR, "reopening in place: not a file");
   char path[64];
   std::snprintf(path, sizeof path, "/proc/self/fd/%d", f.fd);
-  int fd = ::open(path, O_RDWR | O_CLOEXEC);
-  if (fd < 0) return Status::from_errno("make_writable: open");
+  int fd = ::open(path, O_RDWR | O_CLOEXEC | O_NOCTTY);
+  const bool rdwr = fd >= 0;
+  if (fd < 0 && !write && (errno == EACCES || errno == EROFS || errno == ETXTBSY)) {
+    fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  }
+  if (fd < 0) return Status::from_errno("reopening in place: open");
   struct stat st;
   if (fstat(fd, &st) != 0 || st.st_ino != node->ino) {
     close(fd);
-    return Status(ESTALE, "make_writable: replaced");
+    return Status(ESTALE, "reopening in place: replaced");
   }
   // dup3 swaps the descriptor under the same number, so concurrent users never see a
   // closed fd.
   if (dup3(fd, f.fd, O_CLOEXEC) < 0) {
-    Status failed = Status::from_errno("make_writable: dup3");
+    Status failed = Status::from_errno("reopening in place: dup3");
     close(fd);
     return failed;
   }
   close(fd);
-  f.writable.store(true, std::memory_order_relaxed);
+  f.readable.store(true, std::memory_order_relaxed);
+  if (rdwr) f.writable.store(true, std::memory_order_relaxed);
   return {};
 }
 

@@ -87,6 +87,9 @@ struct OpenFile {
 
   const int fd;
   std::atomic<bool> writable;  // fd is O_RDWR; only make_writable changes it (in place)
+  // fd reads (not O_PATH, which LOOKUP leaves when its caller could not open the object;
+  // make_readable changes it, in place).
+  std::atomic<bool> readable;
   std::atomic<size_t>* const open_count;
 };
 
@@ -207,6 +210,10 @@ class NodeTable {
   // number. Ok at once if it already is. Fails with EISDIR for anything but a regular
   // file, ESTALE if the object is not the node's any more, or what open/dup3 said.
   Status make_writable(const OpenNode& node);
+  // The same for reading: a regular file's O_PATH descriptor (opened for a caller who could
+  // not read it) is reopened by the server, in place. Ok at once if fd() reads. The caller
+  // checks the permission of whoever the bytes are for. REQUIRES: called as the server.
+  Status make_readable(const OpenNode& node);
 
   // The id of the node of object (dev, ino), 0 if the table has none.
   uint64_t id_of(dev_t dev, ino_t ino) const;
@@ -276,6 +283,10 @@ class NodeTable {
   // the node or an ancestor was dropped or an object on the way is gone or replaced, or
   // with what openat said.
   Result<OpenNode> reopen(const NodeRef& node);
+  // make_writable and make_readable: reopens node's regular file through its descriptor,
+  // read-write (or, unless `write`, read-only where read-write is refused), under the same
+  // descriptor number.
+  Status reopen_in_place(const OpenNode& node, bool write);
 
   KeyedMac mac_;
   uint32_t instance_;

@@ -1,7 +1,9 @@
 // odafsd: the odafs file server. Exports one directory over ONC RPC.
 //
 //   odafsd --export DIR --listen HOST:PORT [--cache-mb N] [--block-size N] [--threads N]
-//          [--max-io N] [--max-nodes N] [--max-open-files N] [--max-connections N] [--auth-sys]
+//          [--max-io N] [--max-nodes N] [--max-open-files N] [--max-connections N]
+//          [--clients SPEC]... [--read-only] [--identity caller|server]
+//          [--anon-uid N] [--anon-gid N]
 //          [--max-connections-per-address N] [--idle-timeout SECONDS]
 //          [--engine-max-connections N] [--engine-handshake-timeout MS]
 //          [--engine-listen HOST:PORT] [--engine-threads N] [--no-ordma]
@@ -11,6 +13,8 @@
 // Once ready it prints one line on stdout,
 //   "odafsd ready rpc=HOST:PORT engine=HOST:PORT|none export=DIR",
 // which scripts and tests wait for. SIGTERM or SIGINT shut it down cleanly.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -18,7 +22,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "base/log.h"
 #include "proto/odafs_prot.h"
@@ -34,7 +40,9 @@ namespace {
   std::fprintf(stderr,
                "usage: odafsd --export DIR --listen HOST:PORT [--cache-mb N] [--block-size N]\n"
                "              [--threads N] [--max-io BYTES] [--max-nodes N]\n"
-               "              [--max-open-files N] [--max-connections N] [--auth-sys]\n"
+               "              [--max-open-files N] [--max-connections N]\n"
+               "              [--clients SPEC]... [--read-only] [--identity caller|server]\n"
+               "              [--anon-uid N] [--anon-gid N]\n"
                "              [--max-connections-per-address N] [--idle-timeout SECONDS]\n"
                "              [--engine-max-connections N] [--engine-handshake-timeout MS]\n"
                "              [--engine-listen HOST:PORT] [--engine-threads N] [--no-ordma]\n"
@@ -55,7 +63,16 @@ namespace {
                "  --max-open-files the descriptors kept open for them (default 1024,\n"
                "  never more than half of RLIMIT_NOFILE); others are reopened on use.\n"
                "  --listen 127.0.0.1:0 picks a free port; the ready line names it.\n"
-               "  --auth-sys acts as each caller's AUTH_SYS uid/gid (needs root).\n"
+               "  --clients SPEC (repeatable; first match wins): who may use the export,\n"
+               "  SPEC = CIDR|address|host|*[(rw|ro,root_squash|no_root_squash|all_squash,\n"
+               "  anonuid=N,anongid=N,secure|insecure)], defaults rw,root_squash,insecure.\n"
+               "  Without it a loopback --listen admits this host's processes only (each\n"
+               "  acting as the owner of its socket; root as anyone); any other --listen\n"
+               "  needs it. --read-only refuses every change to the export (EROFS).\n"
+               "  --identity caller (the default as root) acts as each call's uid/gid and\n"
+               "  groups, after squashing (AUTH_NONE: --anon-uid/--anon-gid, default\n"
+               "  65534); --identity server acts as odafsd's own user for every caller\n"
+               "  (the only choice when not run as root). --auth-sys = --identity caller.\n"
                "  --simulate-crashes (testing only): SIGUSR1 drops every change not yet\n"
                "  synced, as a power loss would, and exits at once (status 86).\n"
                "  --lease-ms (default 5000): how long a client has to return a recalled\n"
@@ -86,6 +103,53 @@ unsigned long number(const char* flag, const char* text, unsigned long lo, unsig
   return v;
 }
 
+bool is_loopback_host(const std::string& host) {
+  if (host == "localhost") return true;
+  unsigned char addr[16];
+  if (inet_pton(AF_INET, host.c_str(), addr) == 1) return addr[0] == 127;
+  return inet_pton(AF_INET6, host.c_str(), addr) == 1 && IN6_IS_ADDR_LOOPBACK(addr);
+}
+
+// Who may call and as whom calls run, from the flags. Calls usage() on a bad combination.
+struct AccessFlags {
+  std::vector<std::string> clients;
+  bool read_only = false;
+  std::string identity;  // "", "caller" or "server"
+  uint32_t anon_uid = 65534;
+  uint32_t anon_gid = 65534;
+};
+
+void configure_access(const AccessFlags& flags, const std::string& listen_host,
+                      odafs::server::FileService::Options* fs) {
+  fs->access.read_only = flags.read_only;
+  try {
+    for (const std::string& spec : flags.clients) {
+      fs->access.rules.add(spec, flags.anon_uid, flags.anon_gid);
+    }
+  } catch (const std::invalid_argument& e) {
+    usage(e.what());
+  }
+  if (flags.clients.empty()) {
+    if (!is_loopback_host(listen_host)) {
+      usage(("--listen " + (listen_host.empty() ? std::string("0.0.0.0") : listen_host) +
+             " is reachable from other hosts: say who may use the export, e.g. --clients "
+             "10.0.0.0/8(rw,root_squash)")
+                .c_str());
+    }
+    fs->access.rules.add_loopback_default(flags.anon_uid, flags.anon_gid);
+  }
+  const bool root = geteuid() == 0;
+  if (flags.identity == "caller" && !root) {
+    usage("--identity caller needs root: only root can act as each caller");
+  }
+  fs->act_as_callers = flags.identity.empty() ? root : flags.identity == "caller";
+  if (!fs->act_as_callers && root) {
+    ODAFS_LOG_WARN("--identity server: every caller acts as root over the export");
+  } else if (!fs->act_as_callers) {
+    ODAFS_LOG_INFO("not root: every caller acts as uid %u over the export", geteuid());
+  }
+}
+
 void raise_fd_limit() {
   rlimit lim{};
   if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
@@ -111,6 +175,7 @@ int main(int argc, char** argv) {
   long max_direct_writes = -1;  // -1: --threads - 1
   bool simulate_crashes = false;
   unsigned slow_write_us = 0;
+  AccessFlags access;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     auto value = [&]() -> const char* {
@@ -179,7 +244,20 @@ int main(int argc, char** argv) {
     } else if (flag == "--slow-writes") {
       slow_write_us = static_cast<unsigned>(number("--slow-writes", value(), 1, 1000000));
     } else if (flag == "--auth-sys") {
-      fs.auth_sys = true;
+      access.identity = "caller";
+    } else if (flag == "--identity") {
+      access.identity = value();
+      if (access.identity != "caller" && access.identity != "server") {
+        usage("--identity wants caller or server");
+      }
+    } else if (flag == "--clients") {
+      access.clients.emplace_back(value());
+    } else if (flag == "--read-only") {
+      access.read_only = true;
+    } else if (flag == "--anon-uid") {
+      access.anon_uid = static_cast<uint32_t>(number("--anon-uid", value(), 0, UINT32_MAX - 1));
+    } else if (flag == "--anon-gid") {
+      access.anon_gid = static_cast<uint32_t>(number("--anon-gid", value(), 0, UINT32_MAX - 1));
     } else if (flag == "--help" || flag == "-h") {
       usage(nullptr);
     } else {
@@ -187,6 +265,13 @@ int main(int argc, char** argv) {
     }
   }
   if (fs.export_root.empty() || listen.empty()) usage("--export and --listen are required");
+  odafs::net::Endpoint listen_at;
+  try {
+    listen_at = odafs::net::parse_endpoint(listen);
+  } catch (const std::invalid_argument& e) {
+    usage(e.what());
+  }
+  configure_access(access, listen_at.host, &fs);
   // One RPC thread always stays free of direct writes waiting on clients.
   fs.max_delegation_waiters = std::max(threads - 1, 1);
   fs.max_direct_writes = max_direct_writes >= 0 ? static_cast<size_t>(max_direct_writes)
@@ -213,7 +298,7 @@ int main(int argc, char** argv) {
     odafs::server::CpuAccounting cpu;
     odafs::server::FileService service(fs, &cpu);
     odafs::rpc::Server::Options ro;
-    ro.listen = odafs::net::parse_endpoint(listen);
+    ro.listen = listen_at;
     ro.threads = threads;
     ro.max_record = service.max_request_record();
     ro.max_reply = service.max_reply_record();
@@ -227,6 +312,13 @@ int main(int argc, char** argv) {
     ro.on_thread_start = [&cpu] { cpu.join("rpc"); };
     ro.on_connection_closed = [&service](uint64_t c) { service.connection_closed(c); };
     ro.on_thread_exit = [&cpu] { cpu.leave(); };
+    const odafs::server::CallAuthority& authority = service.authority();
+    ro.admit = [&authority](int fd, const sockaddr_storage& peer) {
+      return authority.admit(fd, peer);
+    };
+    ro.authorize = [&authority](const odafs::rpc::CallContext& ctx, odafs::rpc::CallerCred* c) {
+      return authority.authorize(ctx, c);
+    };
     odafs::rpc::Server server(ro);
     service.register_procedures(&server);
     if (fs.ordma) {
@@ -237,6 +329,9 @@ int main(int argc, char** argv) {
       eo.threads = engine_threads;
       eo.on_thread_start = [&cpu] { cpu.join("engine"); };
       eo.on_thread_exit = [&cpu] { cpu.leave(); };
+      eo.admit_peer = [&authority](const sockaddr_storage& peer) {
+        return authority.admits(peer);
+      };
       service.start_engine(eo);
     }
     server.start();

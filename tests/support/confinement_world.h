@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -66,12 +67,24 @@ inline bool_t xdr_args_bytes(XDR* x, Args* a) {
   return xdr_opaque(x, a->b.data(), static_cast<u_int>(a->b.size()));
 }
 
-constexpr int kGarbage = -1;  // the server answered GARBAGE_ARGS
+constexpr int kGarbage = -1;     // the server answered GARBAGE_ARGS
+constexpr int kBadCred = -2;     // AUTH_ERROR / AUTH_BADCRED
+constexpr int kTooWeak = -3;     // AUTH_ERROR / AUTH_TOOWEAK
+constexpr int kOtherDenial = -4;  // another MSG_DENIED
 
-// Raw calls on one connection. Each returns the reply's status (or kGarbage).
+// This process as itself: its uid and gid, no groups.
+inline odafs::rpc::AuthSysCred self_credential() {
+  return odafs::rpc::AuthSysCred{getuid(), getgid(), "test", {}};
+}
+
+// Raw calls on one connection. Each returns the reply's status (or kGarbage, or one of
+// the refusals above).
 class Raw {
  public:
-  explicit Raw(uint16_t port) : ch_({"127.0.0.1", port}, options()) {}
+  // auth: the credential every call carries; nullopt sends AUTH_NONE.
+  explicit Raw(uint16_t port,
+               std::optional<odafs::rpc::AuthSysCred> auth = self_credential())
+      : ch_({"127.0.0.1", port}, options(std::move(auth))) {}
 
   int lookup(const Handle& dir, const std::string& name, Handle* fh = nullptr,
              odafs_fattr* attr = nullptr) {
@@ -206,6 +219,16 @@ class Raw {
     fsstat_res res{};
     return call(ODAFSPROC_FSSTAT, Args().fh(fh), to_xdrproc(xdr_fsstat_res), &res);
   }
+  // NULL: 0 when answered.
+  int null() {
+    try {
+      ch_.call(ODAFSPROC_NULL, to_xdrproc(odafs::rpc::xdr_nothing), nullptr,
+               to_xdrproc(odafs::rpc::xdr_nothing), nullptr);
+    } catch (const RpcError& e) {
+      return refusal(e);
+    }
+    return 0;
+  }
   int mount(const std::string& path, Handle* root = nullptr) {
     mount_res res{};
     int st = call(ODAFSPROC_MOUNT, Args().str(path), to_xdrproc(xdr_mount_res), &res);
@@ -215,11 +238,12 @@ class Raw {
   }
 
  private:
-  static odafs::rpc::Channel::Options options() {
+  static odafs::rpc::Channel::Options options(std::optional<odafs::rpc::AuthSysCred> auth) {
     odafs::rpc::Channel::Options o;
     o.program = ODAFS_PROGRAM;
     o.version = ODAFS_V1;
     o.timeout_ms = 10000;
+    o.auth = std::move(auth);
     return o;
   }
   template <class Res>
@@ -228,12 +252,20 @@ class Raw {
     try {
       ch_.call(proc, to_xdrproc(enc), &args, xres, res);
     } catch (const RpcError& e) {
-      if (e.kind() == RpcError::Kind::kGarbageArgs) return kGarbage;
-      throw;
+      return refusal(e);
     }
     int status;
     std::memcpy(&status, res, sizeof status);  // every result starts with its status
     return status;
+  }
+  // What a refused call returns; rethrows a transport error.
+  static int refusal(const RpcError& e) {
+    if (e.kind() == RpcError::Kind::kGarbageArgs) return kGarbage;
+    if (e.kind() != RpcError::Kind::kDenied) throw e;
+    const std::string& m = e.message();
+    if (m.find("AUTH_BADCRED") != std::string::npos) return kBadCred;
+    if (m.find("AUTH_TOOWEAK") != std::string::npos) return kTooWeak;
+    return kOtherDenial;
   }
   int dirop(uint32_t proc, Args args, Handle* fh = nullptr, odafs_fattr* attr = nullptr) {
     dirop_res res{};

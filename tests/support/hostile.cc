@@ -122,6 +122,7 @@ rpc::Channel::Options channel_options() {
   o.program = ODAFS_PROGRAM;
   o.version = ODAFS_V1;
   o.timeout_ms = 30000;
+  o.auth = rpc::AuthSysCred{getuid(), getgid(), "test", {}};  // this process, as itself
   return o;
 }
 }  // namespace

@@ -195,9 +195,17 @@ const std::vector<Conn*>& SoftEngineImpl::late_handshakes(int ep, int64_t now,
 void SoftEngineImpl::accept_all(bool local) {
   int listener = local ? local_fd_ : listen_fd_;
   for (;;) {
-    int fd = acceptor_.accept(listener, nullptr);
+    sockaddr_storage peer{};
+    int fd = acceptor_.accept(listener, local ? nullptr : &peer);
     if (fd == net::Acceptor::kShed) continue;
     if (fd < 0) return;
+    if (!local && options_.admit_peer && !options_.admit_peer(peer)) {
+      stats_.refused.fetch_add(1, std::memory_order_relaxed);
+      ODAFS_LOG_WARN_THROTTLED("engine: refusing %s: no --clients rule admits it",
+                               net::endpoint_of(peer).host.c_str());
+      close(fd);
+      continue;
+    }
     {
       std::lock_guard lock(conns_mu_);
       if (conns_.size() >= options_.max_connections) {

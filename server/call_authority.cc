@@ -1,0 +1,158 @@
+#include "server/call_authority.h"
+
+#include <grp.h>
+#include <pwd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "base/log.h"
+#include "base/net.h"
+#include "proto/odafs_prot.h"
+
+namespace odafs::server {
+namespace {
+
+constexpr uint32_t kNoId = UINT32_MAX;  // what (uid_t)-1 means to the kernel: "no change"
+
+// Fills owner's gid and groups from the user database (at most 16 groups, the rest
+// dropped: fewer groups, never more). Without an entry, gid is kNoId and there are none.
+void fill_groups_of(uint32_t uid, rpc::CallerCred* owner) {
+  owner->gid = kNoId;
+  owner->ngids = 0;
+  std::vector<char> buf(16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  if (getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr) return;
+  owner->gid = pw.pw_gid;
+  int n = 64;
+  std::vector<gid_t> groups(static_cast<size_t>(n));
+  if (getgrouplist(pw.pw_name, pw.pw_gid, groups.data(), &n) < 0) {
+    groups.resize(static_cast<size_t>(n));
+    if (getgrouplist(pw.pw_name, pw.pw_gid, groups.data(), &n) < 0) n = 0;
+  }
+  for (int i = 0; i < n && owner->ngids < 16; ++i) owner->gids[owner->ngids++] = groups[i];
+}
+
+bool owner_has_group(const rpc::CallerCred& owner, uint32_t gid) {
+  if (gid == owner.gid) return true;
+  return std::find(owner.gids, owner.gids + owner.ngids, gid) != owner.gids + owner.ngids;
+}
+
+bool names_no_id(const rpc::CallerCred& c) {
+  if (c.uid == kNoId || c.gid == kNoId) return true;
+  return std::find(c.gids, c.gids + c.ngids, kNoId) != c.gids + c.ngids;
+}
+
+void make_anonymous(const ClientRule& rule, rpc::CallerCred* cred) {
+  *cred = rpc::CallerCred{};
+  cred->auth_sys = true;  // runs as someone: the anonymous user
+  cred->uid = rule.anon_uid;
+  cred->gid = rule.anon_gid;
+}
+
+}  // namespace
+
+CallAuthority::CallAuthority(Options options) : options_(std::move(options)) {}
+
+rpc::Admission CallAuthority::admit(int fd, const sockaddr_storage& peer) const {
+  rpc::Admission a;
+  a.rule = options_.rules.match(peer);
+  a.source_port = net::endpoint_of(peer).port;
+  a.loopback = net::is_loopback(peer);
+  if (a.rule == rpc::Admission::kNone) {
+    ODAFS_LOG_WARN_THROTTLED("client %s: no --clients rule admits it; its calls are refused",
+                             net::endpoint_of(peer).host.c_str());
+    return a;
+  }
+  if (int64_t uid = net::local_peer_uid(fd); uid >= 0) {
+    a.owner_known = true;
+    a.owner.auth_sys = true;
+    a.owner.uid = static_cast<uint32_t>(uid);
+    if (uid != 0) fill_groups_of(a.owner.uid, &a.owner);
+  } else if (a.loopback) {
+    ODAFS_LOG_WARN_THROTTLED("client %s: the kernel did not name the owner of this local "
+                             "socket; its calls run as the rule allows an unknown peer",
+                             net::endpoint_of(peer).to_string().c_str());
+  }
+  return a;
+}
+
+auth_stat CallAuthority::authorize(const rpc::CallContext& ctx, rpc::CallerCred* cred) const {
+  if (ctx.proc == ODAFSPROC_NULL) return AUTH_OK;
+  const rpc::Admission& a = *ctx.admission;
+  if (a.rule == rpc::Admission::kNone) {
+    counters_.no_rule.fetch_add(1, std::memory_order_relaxed);
+    return AUTH_TOOWEAK;
+  }
+  const ClientRule& rule = options_.rules.rule(a.rule);
+  if (rule.secure && a.source_port >= 1024) {
+    counters_.insecure_port.fetch_add(1, std::memory_order_relaxed);
+    ODAFS_LOG_WARN_THROTTLED("call from %s refused: rule '%s' says secure (a port below 1024)",
+                             ctx.peer->c_str(), rule.spec.c_str());
+    return AUTH_TOOWEAK;
+  }
+  if (!cred->auth_sys || rule.squash == ClientRule::Squash::kAll) {
+    counters_.squashed.fetch_add(1, std::memory_order_relaxed);
+    make_anonymous(rule, cred);
+    return AUTH_OK;
+  }
+  if (names_no_id(*cred)) {
+    counters_.bad_credential.fetch_add(1, std::memory_order_relaxed);
+    ODAFS_LOG_WARN_THROTTLED("call from %s refused: credential names id 4294967295",
+                             ctx.peer->c_str());
+    return AUTH_BADCRED;
+  }
+  bool changed = false;
+  // A local peer that is not root may act only as itself.
+  if (a.owner_known && a.owner.uid != 0) {
+    if (cred->uid != a.owner.uid) {
+      counters_.not_socket_owner.fetch_add(1, std::memory_order_relaxed);
+      ODAFS_LOG_WARN_THROTTLED("call from %s refused: claims uid %u, its socket is uid %u's",
+                               ctx.peer->c_str(), cred->uid, a.owner.uid);
+      return AUTH_BADCRED;
+    }
+    if (!owner_has_group(a.owner, cred->gid)) {
+      cred->gid = a.owner.gid != kNoId ? a.owner.gid : rule.anon_gid;
+      changed = true;
+    }
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < cred->ngids; ++i) {
+      if (owner_has_group(a.owner, cred->gids[i])) cred->gids[kept++] = cred->gids[i];
+    }
+    changed |= kept != cred->ngids;
+    cred->ngids = kept;
+  }
+  // Squash root unless the rule trusts it; a local peer whose owner the kernel did not
+  // name is never trusted with root (the loopback default says no_root_squash only for
+  // peers it can name).
+  const bool trust_root =
+      rule.squash == ClientRule::Squash::kNone && (a.owner_known || !a.loopback);
+  if (!trust_root) {
+    if (cred->uid == 0) {
+      cred->uid = rule.anon_uid;
+      changed = true;
+    }
+    if (cred->gid == 0) {
+      cred->gid = rule.anon_gid;
+      changed = true;
+    }
+    for (uint32_t i = 0; i < cred->ngids; ++i) {
+      if (cred->gids[i] == 0) {
+        cred->gids[i] = rule.anon_gid;
+        changed = true;
+      }
+    }
+  }
+  if (changed) counters_.squashed.fetch_add(1, std::memory_order_relaxed);
+  return AUTH_OK;
+}
+
+bool CallAuthority::read_only(const rpc::CallContext& ctx) const {
+  if (options_.read_only) return true;
+  const uint32_t rule = ctx.admission != nullptr ? ctx.admission->rule : rpc::Admission::kNone;
+  return rule == rpc::Admission::kNone || options_.rules.rule(rule).read_only;
+}
+
+}  // namespace odafs::server

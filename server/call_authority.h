@@ -1,0 +1,68 @@
+// Who may call odafsd, and as whom each call runs: the export rules (export_rules.h)
+// applied to every connection and call, before any procedure runs.
+//
+// At accept (admit): the first rule matching the peer's address, and, for a peer on this
+// host, the owner of its socket as the kernel records it, with that user's groups from
+// the host's user database.
+//
+// At every call (authorize), in order, failing closed:
+//   1. no rule admitted the peer: AUTH_TOOWEAK (NULL still answers: it is a ping);
+//   2. the rule says `secure` and the source port is 1024 or above: AUTH_TOOWEAK;
+//   3. AUTH_NONE runs as the rule's anonymous uid/gid;
+//   4. AUTH_SYS naming uid or gid 0xffffffff (the kernel's "no id") in any field:
+//      AUTH_BADCRED (more than 16 groups never decodes: AUTH_BADCRED too);
+//   5. a local peer whose socket belongs to a user other than root may act only as that
+//      user: another uid is AUTH_BADCRED; a gid or group the user database does not give
+//      that user is dropped (the primary gid falls back to the user's own);
+//   6. the rule's squashing: all_squash makes every caller anonymous; root_squash makes
+//      uid 0 the anonymous uid and gid 0 (primary or supplementary) the anonymous gid.
+// What is left is the credential the call runs as (CallContext::cred).
+//
+// Thread-safety: admit and authorize may run concurrently on any threads.
+#pragma once
+
+#include <rpc/rpc.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "rpc/server.h"
+#include "server/export_rules.h"
+
+namespace odafs::server {
+
+class CallAuthority {
+ public:
+  struct Options {
+    ExportRules rules;
+    bool read_only = false;  // the whole export, whatever the rules say
+  };
+  explicit CallAuthority(Options options);
+
+  rpc::Admission admit(int fd, const sockaddr_storage& peer) const;
+  // Whether some rule admits peer (the engine's accept filter).
+  bool admits(const sockaddr_storage& peer) const {
+    return options_.rules.match(peer) != rpc::Admission::kNone;
+  }
+  auth_stat authorize(const rpc::CallContext& ctx, rpc::CallerCred* cred) const;
+
+  // Whether the call's client may change nothing (its rule says ro, or --read-only).
+  bool read_only(const rpc::CallContext& ctx) const;
+
+  // Refusals by reason, and the calls whose credential was squashed or confined.
+  struct Counters {
+    std::atomic<uint64_t> no_rule{0};
+    std::atomic<uint64_t> insecure_port{0};
+    std::atomic<uint64_t> bad_credential{0};
+    std::atomic<uint64_t> not_socket_owner{0};
+    std::atomic<uint64_t> read_only{0};       // EROFS answers
+    std::atomic<uint64_t> squashed{0};        // run as another than claimed (3, 5, 6)
+  };
+  Counters& counters() const { return counters_; }
+
+ private:
+  Options options_;
+  mutable Counters counters_;
+};
+
+}  // namespace odafs::server

@@ -1,0 +1,412 @@
+// Trust, tried as an attacker would: raw calls from an unprivileged local user (a forked
+// child that became uid 1002) with AUTH_NONE, forged AUTH_SYS credentials and odd ids; the
+// export rules (--clients: no match, ro, root_squash, all_squash, anonuid, secure;
+// --read-only); the procedure table of docs/protocol.md walked as another user against a
+// 0600 file and a 0700 directory; and the node table's descriptors, which one user's
+// LOOKUPs must not turn against another's reads.
+#include <arpa/inet.h>
+#include <doctest/doctest.h>
+#include <grp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/net.h"
+#include "rpc/message_header.h"
+#include "rpc/record.h"
+#include "tests/support/confinement_world.h"
+
+using namespace odafs::test::confinement;
+using odafs::rpc::AuthSysCred;
+
+namespace {
+
+constexpr uint32_t kAlice = 1001;
+constexpr uint32_t kBob = 1002;
+constexpr uint32_t kNobody = 65534;
+
+AuthSysCred as_user(uint32_t uid, uint32_t gid, std::vector<uint32_t> groups = {}) {
+  return AuthSysCred{uid, gid, "attacker", std::move(groups)};
+}
+
+uid_t owner_of(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 ? st.st_uid : static_cast<uid_t>(-1);
+}
+
+// Runs body in a child process that has become uid:gid (no groups) and returns what body
+// returned: a list of results, one per check, for the parent to compare.
+std::vector<int> as_local_user(uint32_t uid, uint32_t gid,
+                               const std::function<std::vector<int>()>& body) {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    close(fds[0]);
+    std::vector<int> out;
+    if (setgroups(0, nullptr) == 0 && setgid(gid) == 0 && setuid(uid) == 0) {
+      try {
+        out = body();
+      } catch (...) {
+        out = {-1000};
+      }
+    } else {
+      out = {-1001};
+    }
+    [[maybe_unused]] ssize_t n = write(fds[1], out.data(), out.size() * sizeof(int));
+    _exit(0);
+  }
+  close(fds[1]);
+  std::vector<int> results;
+  int v;
+  while (read(fds[0], &v, sizeof v) == sizeof v) results.push_back(v);
+  close(fds[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  return results;
+}
+
+// An export as an attacker finds it: root's 0600 file, alice's 0600 file and 0700
+// directory (with a file in it), a 0640 file of group 0, and a world-writable directory.
+struct Export {
+  TempDir dir;
+  Export() {
+    REQUIRE(chmod(dir.path().c_str(), 0755) == 0);
+    write_local(dir / "rootfile", "root's secret");
+    REQUIRE(chmod((dir / "rootfile").c_str(), 0600) == 0);
+    write_local(dir / "alicefile", "alice's secret");
+    REQUIRE(chmod((dir / "alicefile").c_str(), 0600) == 0);
+    REQUIRE(chown((dir / "alicefile").c_str(), kAlice, kAlice) == 0);
+    REQUIRE(mkdir((dir / "alicedir").c_str(), 0700) == 0);
+    write_local(dir / "alicedir/inner", "inner");
+    REQUIRE(chown((dir / "alicedir/inner").c_str(), kAlice, kAlice) == 0);
+    REQUIRE(chown((dir / "alicedir").c_str(), kAlice, kAlice) == 0);
+    write_local(dir / "group0", "for group 0");
+    REQUIRE(chmod((dir / "group0").c_str(), 0640) == 0);
+    REQUIRE(mkdir((dir / "pub").c_str(), 0777) == 0);
+    REQUIRE(chmod((dir / "pub").c_str(), 0777) == 0);
+  }
+};
+
+uint64_t stat_of(uint16_t port, const std::string& name) {
+  auto fs = odafs::Client::mount("odafs://127.0.0.1:" + std::to_string(port) + "/");
+  for (const auto& [k, v] : fs->server_stats()) {
+    if (k == name) return v;
+  }
+  FAIL("no counter " << name);
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("an unprivileged local user's raw calls: AUTH_NONE is anonymous, forged ids refused" *
+          doctest::skip(geteuid() != 0) *
+          doctest::description("needs root: becomes another user, and odafsd acts as callers")) {
+  Export e;
+  ServerProcess server(e.dir.path());
+  const uint16_t port = server.port();
+  std::vector<int> got = as_local_user(kBob, kBob, [port] {
+    std::vector<int> r;
+    Handle root, f;
+    {
+      Raw none(port, std::nullopt);  // AUTH_NONE
+      r.push_back(none.mount("/", &root));
+      r.push_back(none.lookup(root, "rootfile", &f));
+      r.push_back(none.read(f));
+      r.push_back(none.setattr(f, Raw::Set::kOwner, kBob));
+      Handle pub;
+      r.push_back(none.lookup(root, "pub", &pub));
+      r.push_back(none.create(pub, "by_none"));
+    }
+    // Claiming someone else: root, alice.
+    r.push_back(Raw(port, as_user(0, 0)).mount("/"));
+    r.push_back(Raw(port, as_user(kAlice, kAlice)).mount("/"));
+    // Ids the kernel cannot take.
+    r.push_back(Raw(port, as_user(kBob, UINT32_MAX)).mount("/"));
+    r.push_back(Raw(port, as_user(kBob, kBob, {UINT32_MAX})).mount("/"));
+    r.push_back(Raw(port, as_user(UINT32_MAX, kBob)).mount("/"));
+    // Himself, claiming group 0: he is not in it, so it is dropped.
+    Raw self(port, as_user(kBob, 0, {0}));
+    Handle g;
+    r.push_back(self.mount("/", &root));
+    r.push_back(self.lookup(root, "group0", &g));
+    r.push_back(self.read(g));
+    return r;
+  });
+  const std::vector<int> want = {
+      ODAFS_OK,  ODAFS_OK,  ODAFS_ERR_ACCES, ODAFS_ERR_PERM, ODAFS_OK, ODAFS_OK,  // AUTH_NONE
+      kBadCred,  kBadCred,                                                        // others
+      kBadCred,  kBadCred,  kBadCred,                                             // odd ids
+      ODAFS_OK,  ODAFS_OK,  ODAFS_ERR_ACCES};                                     // group 0
+  CHECK(got == want);
+  CHECK(owner_of(e.dir / "rootfile") == 0);
+  CHECK(read_local(e.dir / "rootfile") == "root's secret");
+  CHECK(owner_of(e.dir / "pub/by_none") == kNobody);
+  CHECK(stat_of(port, "auth.refused.not_socket_owner") == 2);
+  CHECK(stat_of(port, "auth.refused.bad_credential") == 3);
+}
+
+TEST_CASE("a credential with more than 16 groups, or none decodable, is AUTH_BADCRED") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  // A NULL call by hand: AUTH_SYS with 17 groups.
+  std::string body;
+  auto put = [&body](uint32_t v) {
+    v = htonl(v);
+    body.append(reinterpret_cast<const char*>(&v), 4);
+  };
+  for (uint32_t v : {7u, 0u /*CALL*/, 2u, static_cast<uint32_t>(ODAFS_PROGRAM),
+                     static_cast<uint32_t>(ODAFS_V1), static_cast<uint32_t>(ODAFSPROC_GETATTR),
+                     1u /*AUTH_SYS*/, 4u * (1 + 1 + 1 + 1 + 1 + 17)}) {
+    put(v);
+  }
+  put(0);  // stamp
+  put(0);  // machine name: empty
+  put(getuid());
+  put(getgid());
+  put(17);
+  for (int i = 0; i < 17; ++i) put(100 + i);
+  put(0);  // verifier AUTH_NONE
+  put(0);
+  body.append(40, '\0');  // a handle's worth of arguments
+  std::string record(4, '\0');
+  uint32_t mark = htonl(0x80000000u | static_cast<uint32_t>(body.size()));
+  std::memcpy(record.data(), &mark, 4);
+  record += body;
+  int fd = odafs::net::connect_tcp({"127.0.0.1", server.port()});
+  REQUIRE(write(fd, record.data(), record.size()) == static_cast<ssize_t>(record.size()));
+  char reply[256];
+  REQUIRE(odafs::net::read_full(fd, reply, 4));
+  const uint32_t len = ntohl(*reinterpret_cast<uint32_t*>(reply)) & 0x7fffffffu;
+  REQUIRE(len <= sizeof reply);
+  REQUIRE(odafs::net::read_full(fd, reply, len));
+  close(fd);
+  odafs::rpc::ReplyHeader h;
+  size_t offset = 0;
+  REQUIRE(odafs::rpc::decode_reply_header(reply, len, &h, &offset));
+  CHECK(h.xid == 7);
+  CHECK(h.reply_stat == MSG_DENIED);
+  CHECK(h.reject_stat == AUTH_ERROR);
+  CHECK(h.auth_stat == AUTH_BADCRED);
+}
+
+TEST_CASE("--clients: no rule matches, secure, ro, root_squash, all_squash, anonuid" *
+          doctest::skip(geteuid() != 0) *
+          doctest::description("needs root: squashing acts as other uids")) {
+  Export e;
+  SUBCASE("a client no rule admits is refused at MOUNT and after; NULL still answers") {
+    ServerProcess server(e.dir.path(), {"--clients", "10.0.0.0/8(rw)"});
+    Raw raw(server.port());
+    CHECK(raw.null() == 0);
+    CHECK(raw.mount("/") == kTooWeak);
+    Handle root{};  // a handle guessed or kept from elsewhere does not help
+    CHECK(raw.getattr(root) == kTooWeak);
+  }
+  SUBCASE("secure: a source port of 1024 and above is refused") {
+    ServerProcess server(e.dir.path(), {"--clients", "127.0.0.1(rw,secure,no_root_squash)"});
+    CHECK(Raw(server.port()).mount("/") == kTooWeak);
+  }
+  SUBCASE("root_squash (the default of a rule): root's calls run as the anonymous user") {
+    ServerProcess server(e.dir.path(), {"--clients", "127.0.0.1"});
+    Raw raw(server.port(), as_user(0, 0));
+    Handle root, f, pub;
+    REQUIRE(raw.mount("/", &root) == ODAFS_OK);
+    REQUIRE(raw.lookup(root, "rootfile", &f) == ODAFS_OK);
+    CHECK(raw.read(f) == ODAFS_ERR_ACCES);
+    REQUIRE(raw.lookup(root, "pub", &pub) == ODAFS_OK);
+    CHECK(raw.create(pub, "squashed") == ODAFS_OK);
+    CHECK(owner_of(e.dir / "pub/squashed") == kNobody);
+  }
+  SUBCASE("no_root_squash: root is root") {
+    ServerProcess server(e.dir.path(), {"--clients", "127.0.0.1(no_root_squash)"});
+    Raw raw(server.port(), as_user(0, 0));
+    Handle root, f;
+    REQUIRE(raw.mount("/", &root) == ODAFS_OK);
+    REQUIRE(raw.lookup(root, "rootfile", &f) == ODAFS_OK);
+    CHECK(raw.read(f) == ODAFS_OK);
+  }
+  SUBCASE("all_squash with anonuid/anongid: everyone is that user") {
+    ServerProcess server(e.dir.path(),
+                         {"--clients", "127.0.0.0/8(all_squash,anonuid=4242,anongid=4243)"});
+    Raw raw(server.port(), as_user(0, 0));
+    Handle root, pub;
+    REQUIRE(raw.mount("/", &root) == ODAFS_OK);
+    REQUIRE(raw.lookup(root, "pub", &pub) == ODAFS_OK);
+    CHECK(raw.create(pub, "everyone") == ODAFS_OK);
+    struct stat st {};
+    REQUIRE(stat((e.dir / "pub/everyone").c_str(), &st) == 0);
+    CHECK(st.st_uid == 4242);
+    CHECK(st.st_gid == 4243);
+  }
+}
+
+TEST_CASE("ro rules and --read-only: EROFS from every change, reads as before") {
+  Export e;
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--clients", "127.0.0.1(ro,no_root_squash)"},
+        std::vector<std::string>{"--read-only"}}) {
+    CAPTURE(args[0]);
+    ServerProcess server(e.dir.path(), args);
+    Raw raw(server.port());
+    Handle root, f, pub;
+    REQUIRE(raw.mount("/", &root) == ODAFS_OK);
+    REQUIRE(raw.lookup(root, "rootfile", &f) == ODAFS_OK);
+    REQUIRE(raw.lookup(root, "pub", &pub) == ODAFS_OK);
+    CHECK(raw.read(f) == ODAFS_OK);
+    CHECK(raw.write(f) == ODAFS_ERR_ROFS);
+    CHECK(raw.write_direct(f) == ODAFS_ERR_ROFS);
+    CHECK(raw.setattr(f, Raw::Set::kMode) == ODAFS_ERR_ROFS);
+    CHECK(raw.create(pub, "x") == ODAFS_ERR_ROFS);
+    CHECK(raw.mkdir(pub, "d") == ODAFS_ERR_ROFS);
+    CHECK(raw.symlink(pub, "l", "t") == ODAFS_ERR_ROFS);
+    CHECK(raw.link(f, pub, "h") == ODAFS_ERR_ROFS);
+    CHECK(raw.rename(root, "rootfile", pub, "moved") == ODAFS_ERR_ROFS);
+    CHECK(raw.remove(root, "rootfile") == ODAFS_ERR_ROFS);
+    uint32_t granted = 0;
+    CHECK(raw.access(f, ODAFS_ACCESS_READ | ODAFS_ACCESS_WRITE, &granted) == ODAFS_OK);
+    CHECK(granted == ODAFS_ACCESS_READ);
+    CHECK(read_local(e.dir / "rootfile") == "root's secret");
+    CHECK(stat_of(server.port(), "auth.read_only") == 9);
+  }
+}
+
+TEST_CASE("odafsd refuses a non-loopback --listen without --clients, and bad rules") {
+  TempDir dir;
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{"--listen", "0.0.0.0:0"},
+        std::vector<std::string>{"--listen", "127.0.0.1:0", "--clients", "10.0.0.0/99"},
+        std::vector<std::string>{"--listen", "127.0.0.1:0", "--clients", "*(rw,bogus)"}}) {
+    CAPTURE(extra[1]);
+    std::vector<std::string> args = {ODAFSD_PATH, "--export", dir.path()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::string cmd;
+    for (const std::string& a : args) cmd += "'" + a + "' ";
+    cmd += "2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    REQUIRE(p != nullptr);
+    std::string out;
+    char buf[512];
+    while (fgets(buf, sizeof buf, p) != nullptr) out += buf;
+    int status = pclose(p);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 2);
+    CHECK(out.find("--clients") != std::string::npos);
+  }
+}
+
+// The procedure table of docs/protocol.md ("Who may call what"), walked as bob against
+// alice's 0600 file and her 0700 directory.
+TEST_CASE("every procedure, as another user, against a 0600 file and a 0700 directory" *
+          doctest::skip(geteuid() != 0) *
+          doctest::description("needs root: becomes another user, and odafsd acts as callers")) {
+  Export e;
+  ServerProcess server(e.dir.path());
+  Handle root, file, dir, inner;
+  {
+    Raw admin(server.port());
+    REQUIRE(admin.mount("/", &root) == ODAFS_OK);
+    REQUIRE(admin.lookup(root, "alicefile", &file) == ODAFS_OK);
+    REQUIRE(admin.lookup(root, "alicedir", &dir) == ODAFS_OK);
+    REQUIRE(admin.lookup(dir, "inner", &inner) == ODAFS_OK);
+  }
+  struct Row {
+    const char* what;
+    std::function<int(Raw&)> call;
+    int want;
+  };
+  const std::vector<Row> table = {
+      {"GETATTR file", [&](Raw& r) { return r.getattr(file); }, ODAFS_OK},
+      {"READ file", [&](Raw& r) { return r.read(file); }, ODAFS_ERR_ACCES},
+      {"READ_DIRECT file", [&](Raw& r) { return r.read_direct(file); }, ODAFS_ERR_ACCES},
+      {"GETREFS file", [&](Raw& r) { return r.getrefs(file); }, ODAFS_ERR_ACCES},
+      {"WRITE file", [&](Raw& r) { return r.write(file); }, ODAFS_ERR_ACCES},
+      {"WRITE_DIRECT file", [&](Raw& r) { return r.write_direct(file); }, ODAFS_ERR_ACCES},
+      {"COMMIT file", [&](Raw& r) { return r.commit(file); }, ODAFS_ERR_ACCES},
+      {"SETATTR mode", [&](Raw& r) { return r.setattr(file, Raw::Set::kMode); }, ODAFS_ERR_PERM},
+      {"SETATTR size", [&](Raw& r) { return r.setattr(file, Raw::Set::kSize); }, ODAFS_ERR_ACCES},
+      {"SETATTR times",
+       [&](Raw& r) { return r.setattr(file, Raw::Set::kClientTimes); }, ODAFS_ERR_PERM},
+      {"SETATTR owner",
+       [&](Raw& r) { return r.setattr(file, Raw::Set::kOwner, kBob); }, ODAFS_ERR_PERM},
+      {"ACCESS file",
+       [&](Raw& r) {
+         uint32_t granted = 99;
+         int st = r.access(file, ODAFS_ACCESS_READ | ODAFS_ACCESS_WRITE, &granted);
+         return st == ODAFS_OK ? static_cast<int>(granted) : st;
+       },
+       0},
+      {"REMOVE file", [&](Raw& r) { return r.remove(root, "alicefile"); }, ODAFS_ERR_ACCES},
+      {"RENAME file",
+       [&](Raw& r) { return r.rename(root, "alicefile", root, "stolen"); }, ODAFS_ERR_ACCES},
+      {"LOOKUP in dir", [&](Raw& r) { return r.lookup(dir, "inner"); }, ODAFS_ERR_ACCES},
+      {"READDIR dir", [&](Raw& r) { return r.readdir(dir); }, ODAFS_ERR_ACCES},
+      {"CREATE in dir", [&](Raw& r) { return r.create(dir, "x"); }, ODAFS_ERR_ACCES},
+      {"MKDIR in dir", [&](Raw& r) { return r.mkdir(dir, "x"); }, ODAFS_ERR_ACCES},
+      {"SYMLINK in dir", [&](Raw& r) { return r.symlink(dir, "x", "t"); }, ODAFS_ERR_ACCES},
+      {"REMOVE in dir", [&](Raw& r) { return r.remove(dir, "inner"); }, ODAFS_ERR_ACCES},
+      {"RENAME out of dir",
+       [&](Raw& r) { return r.rename(dir, "inner", root, "pub"); }, ODAFS_ERR_ACCES},
+      {"LINK into dir", [&](Raw& r) { return r.link(file, dir, "x"); }, ODAFS_ERR_ACCES},
+      // A handle is checked against its object's own mode, not the path it was found by
+      // (as NFS without subtree_check): inner is 0644, and bob got its handle from root.
+      {"READ of dir's file by handle", [&](Raw& r) { return r.read(inner); }, ODAFS_OK},
+  };
+  const uint16_t port = server.port();
+  std::vector<int> got = as_local_user(kBob, kBob, [&] {
+    std::vector<int> r;
+    Raw bob(port, as_user(kBob, kBob));
+    for (const Row& row : table) r.push_back(row.call(bob));
+    return r;
+  });
+  REQUIRE(got.size() == table.size());
+  for (size_t i = 0; i < table.size(); ++i) {
+    CAPTURE(std::string(table[i].what));
+    CHECK(got[i] == table[i].want);
+  }
+  CHECK(read_local(e.dir / "alicefile") == "alice's secret");
+  CHECK(read_local(e.dir / "alicedir/inner") == "inner");
+}
+
+TEST_CASE("bob's LOOKUPs of alice's 0600 file never change what alice's reads return" *
+          doctest::skip(geteuid() != 0) *
+          doctest::description("needs root: becomes another user, and odafsd acts as callers")) {
+  Export e;
+  ServerProcess server(e.dir.path());
+  const uint16_t port = server.port();
+  // bob looks the file up first: the server could only open it O_PATH as him.
+  std::vector<int> got = as_local_user(kBob, kBob, [port] {
+    Raw bob(port, as_user(kBob, kBob));
+    Handle root, f;
+    std::vector<int> r = {bob.mount("/", &root)};
+    for (int i = 0; i < 10; ++i) r.push_back(bob.lookup(root, "alicefile", &f));
+    r.push_back(bob.read(f));
+    return r;
+  });
+  REQUIRE(got.size() == 12);
+  CHECK(got[0] == ODAFS_OK);
+  CHECK(got[1] == ODAFS_OK);
+  CHECK(got[11] == ODAFS_ERR_ACCES);
+  // alice, through root's connection (root may act as her), and root itself, read it.
+  for (uint32_t uid : {kAlice, 0u}) {
+    CAPTURE(uid);
+    Raw reader(port, as_user(uid, uid));
+    Handle root, f;
+    REQUIRE(reader.mount("/", &root) == ODAFS_OK);
+    REQUIRE(reader.lookup(root, "alicefile", &f) == ODAFS_OK);
+    CHECK(reader.read(f) == ODAFS_OK);
+    CHECK(reader.getrefs(f) == ODAFS_OK);
+    CHECK(reader.commit(f) == ODAFS_OK);
+  }
+  // And through the library, as a program of root's reads it.
+  auto fs = odafs::Client::mount(server.url());
+  odafs::File f = fs->open("alicefile");
+  char buf[64] = {};
+  CHECK(std::string(buf, f.pread(buf, sizeof buf, 0)) == "alice's secret");
+}
