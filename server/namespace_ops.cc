@@ -48,7 +48,7 @@ void FileService::entry_attributes(int dir_fd, const char* name, odafs_post_attr
   fill_attr(st, &out->odafs_post_attr_u.attr);
 }
 
-void FileService::do_mount(const rpc::CallContext&, mount_args& a, rpc::Reply& r) {
+void FileService::do_mount(const rpc::CallContext& ctx, mount_args& a, rpc::Reply& r) {
   mount_res res{};
   Result<OpenNode> root = nodes_.open(nodes_.root());  // the root is always open
   if (!root) {
@@ -75,6 +75,13 @@ void FileService::do_mount(const rpc::CallContext&, mount_args& a, rpc::Reply& r
     if (part.empty() || part == ".") continue;
     if (part == ".." || !NodeTable::valid_name(part.c_str()) || !is_dir(*node)) {
       res.status = part == ".." ? ODAFS_ERR_INVAL : ODAFS_ERR_NOTDIR;
+      r.send(xp(xdr_mount_res), &res);
+      return;
+    }
+    // As LOOKUP: search permission on each directory, and the lookup as the caller.
+    IdentityScope as(ctx.cred, options_.act_as_callers);
+    if (fstat(node.fd(), &st) != 0 || !as.permits(st, X_OK)) {
+      res.status = ODAFS_ERR_ACCES;
       r.send(xp(xdr_mount_res), &res);
       return;
     }

@@ -181,7 +181,9 @@ MOUNT_TEST("O_DIRECTORY, O_NOFOLLOW, a rename into its own subdirectory, ftrunca
 MOUNT_TEST(
     "setuid/setgid bits go at a write, a truncation and a chown, as for an unprivileged "
     "writer") {
-  Mounted fs;
+  // Acting as itself, the server takes every caller for an unprivileged one; acting as its
+  // callers, root (this test) would keep the bits as a local root does.
+  Mounted fs({}, {"--identity", "server"});
   const std::string f = fs / "f";
   write_local(f, "x");
   // A write drops setuid, and setgid with group-execute.
@@ -228,7 +230,7 @@ MOUNT_TEST(
   CHECK(mode_of(f) == 04755);
 }
 
-TEST_CASE("--auth-sys through the mount: each caller's access and ownership" *
+TEST_CASE("acting as callers through the mount: each caller's access and ownership" *
           doctest::skip(*root_mount_skip() != '\0') * doctest::description(root_mount_skip())) {
   Mounted fs({"allow_other"}, {"--auth-sys"});
   REQUIRE(chmod(fs.exp.path().c_str(), 0777) == 0);  // anyone may create at the top
@@ -342,6 +344,38 @@ TEST_CASE("--auth-sys through the mount: each caller's access and ownership" *
   // Now nobody's: its owner may chmod it.
   CHECK(as_nobody([&] { return failed_with(chmod(team.c_str(), 0600) != 0); }) == 0);
   CHECK(mode_of(fs.local("team")) == 0600);
+}
+
+TEST_CASE("two users on one mount: bob's looks at alice's 0600 file never break her reads" *
+          doctest::skip(*root_mount_skip() != '\0') * doctest::description(root_mount_skip())) {
+  Mounted fs({"allow_other"});  // odafsd as root acts as each caller by default
+  constexpr uid_t kAlice = 1001;
+  constexpr uid_t kBob = 65534;
+  auto as_user = [](uid_t uid, auto fn) {
+    return in_child(std::chrono::seconds(20), [&] {
+      if (setgroups(0, nullptr) != 0 || setresgid(uid, uid, uid) != 0 ||
+          setresuid(uid, uid, uid) != 0) {
+        return 90;
+      }
+      return fn();
+    });
+  };
+  REQUIRE(chmod(fs.exp.path().c_str(), 0755) == 0);
+  const std::string diary = fs / "diary";
+  write_local(fs.local("diary"), "dear diary");
+  REQUIRE(chown(fs.local("diary").c_str(), kAlice, kAlice) == 0);
+  REQUIRE(chmod(fs.local("diary").c_str(), 0600) == 0);
+  // bob looks first, many times: the server can open the file only O_PATH as him.
+  CHECK(as_user(kBob, [&] {
+          struct stat st {};
+          for (int i = 0; i < 20; ++i) {
+            if (stat(diary.c_str(), &st) != 0) return 1;
+          }
+          return failed_with(open(diary.c_str(), O_RDONLY) < 0) == EACCES ? 0 : 2;
+        }) == 0);
+  CHECK(as_user(kAlice, [&] { return read_local(diary) == "dear diary" ? 0 : 1; }) == 0);
+  CHECK(cat(diary) == "dear diary");  // root too
+  CHECK(as_user(kBob, [&] { return failed_with(open(diary.c_str(), O_RDONLY) < 0); }) == EACCES);
 }
 
 MOUNT_TEST("a directory of 100 000 entries lists each name once, with types, in reasonable time") {

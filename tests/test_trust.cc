@@ -346,6 +346,8 @@ TEST_CASE("every procedure, as another user, against a 0600 file and a 0700 dire
       {"RENAME file",
        [&](Raw& r) { return r.rename(root, "alicefile", root, "stolen"); }, ODAFS_ERR_ACCES},
       {"LOOKUP in dir", [&](Raw& r) { return r.lookup(dir, "inner"); }, ODAFS_ERR_ACCES},
+      {"MOUNT of a path through dir",
+       [&](Raw& r) { return r.mount("/alicedir/inner"); }, ODAFS_ERR_ACCES},
       {"READDIR dir", [&](Raw& r) { return r.readdir(dir); }, ODAFS_ERR_ACCES},
       {"CREATE in dir", [&](Raw& r) { return r.create(dir, "x"); }, ODAFS_ERR_ACCES},
       {"MKDIR in dir", [&](Raw& r) { return r.mkdir(dir, "x"); }, ODAFS_ERR_ACCES},

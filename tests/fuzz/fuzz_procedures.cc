@@ -9,7 +9,10 @@
 // once, so without this little past the handle check would be reached): bit 0 puts handle
 // #(byte 2 % 4) at offset 0, bit 1 puts handle #(byte 3 % 4) at offset byte 4 (the second
 // handle of RENAME or LINK, say). The rest are the XDR arguments. Handles: the root, a file,
-// a directory, a symlink.
+// a directory, a symlink. Bits 2-3 of byte 1 pick the credential: AUTH_NONE, AUTH_SYS root,
+// AUTH_SYS uid 1002 claiming groups 0 and 0xffffffff, or AUTH_SYS with 17 groups (which
+// never decodes). The server applies its default export rules and, run as root, acts as
+// each caller, as odafsd does.
 // Every well-formed call must get a reply with its XID; the server must never crash, and
 // nothing may appear outside the export (checked every 256 inputs).
 #include <arpa/inet.h>
@@ -67,6 +70,8 @@ struct Harness {
     so.block_size = 4096;
     so.max_io = 65536;
     so.max_direct_writes = 0;  // a pull would wait for a client that is not there
+    so.act_as_callers = geteuid() == 0;
+    so.access.rules.add_loopback_default(65534, 65534);
     service = std::make_unique<FileService>(so, &cpu);
     odafs::rpc::Server::Options ro;
     ro.listen = {"127.0.0.1", 0};
@@ -75,6 +80,13 @@ struct Harness {
     ro.max_reply = service->max_reply_record();
     ro.program = ODAFS_PROGRAM;
     ro.version = ODAFS_V1;
+    const odafs::server::CallAuthority* authority = &service->authority();
+    ro.admit = [authority](int fd, const sockaddr_storage& peer) {
+      return authority->admit(fd, peer);
+    };
+    ro.authorize = [authority](const odafs::rpc::CallContext& ctx, odafs::rpc::CallerCred* c) {
+      return authority->authorize(ctx, c);
+    };
     server = std::make_unique<odafs::rpc::Server>(ro);
     service->register_procedures(server.get());
     odafs::ordma::EngineOptions eo;
@@ -96,17 +108,39 @@ struct Harness {
     }
   }
 
+  // The credential (flavor, then body) of kind 0..3; see the file comment.
+  static std::vector<uint32_t> credential(unsigned kind) {
+    if (kind == 0) return {0, 0};  // AUTH_NONE
+    std::vector<uint32_t> gids;
+    uint32_t uid = 0, gid = 0;
+    if (kind == 2) {
+      uid = gid = 1002;
+      gids = {0, 0xffffffffu};
+    } else if (kind == 3) {
+      gids.assign(17, 100);
+    }
+    // stamp, empty machine name, uid, gid, groups
+    std::vector<uint32_t> c = {1 /*AUTH_SYS*/, 4u * (5 + static_cast<uint32_t>(gids.size())), 0, 0,
+                               uid, gid, static_cast<uint32_t>(gids.size())};
+    c.insert(c.end(), gids.begin(), gids.end());
+    return c;
+  }
+
   // Sends one call and waits for its reply. False if the connection broke.
-  bool call(uint32_t proc, const std::vector<unsigned char>& args) {
+  bool call(uint32_t proc, unsigned cred_kind, const std::vector<unsigned char>& args) {
     uint32_t id = xid++;
-    uint32_t words[] = {
-        htonl(id), 0, htonl(2), htonl(ODAFS_PROGRAM), htonl(ODAFS_V1), htonl(proc), 0, 0, 0, 0};
-    uint32_t body = static_cast<uint32_t>(sizeof words + args.size());
+    std::vector<uint32_t> words = {id, 0, 2, ODAFS_PROGRAM, ODAFS_V1, proc};
+    for (uint32_t w : credential(cred_kind)) words.push_back(w);
+    words.push_back(0);  // verifier: AUTH_NONE
+    words.push_back(0);
+    for (uint32_t& w : words) w = htonl(w);
+    const size_t header = words.size() * 4;
+    uint32_t body = static_cast<uint32_t>(header + args.size());
     uint32_t mark = htonl(0x80000000u | body);
     std::vector<unsigned char> msg(4 + body);
     std::memcpy(msg.data(), &mark, 4);
-    std::memcpy(msg.data() + 4, words, sizeof words);
-    if (!args.empty()) std::memcpy(msg.data() + 4 + sizeof words, args.data(), args.size());
+    std::memcpy(msg.data() + 4, words.data(), header);
+    if (!args.empty()) std::memcpy(msg.data() + 4 + header, args.data(), args.size());
     if (send(fd, msg.data(), msg.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(msg.size())) {
       return false;
     }
@@ -151,7 +185,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   };
   if (data[1] & 1) splice(0, h.handles[data[2] % 4]);
   if (data[1] & 2) splice(data[4], h.handles[data[3] % 4]);
-  if (!h.call(proc, args)) {
+  if (!h.call(proc, (data[1] >> 2) & 3, args)) {
     // The server closed the connection (an oversized record, say): reconnect.
     close(h.fd);
     h.fd = odafs::net::connect_tcp(h.server->bound());

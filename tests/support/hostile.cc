@@ -1,5 +1,7 @@
 #include "tests/support/hostile.h"
 
+#include "rpc/call_credential.h"
+
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <netinet/in.h>
@@ -94,8 +96,13 @@ bool ensure_fd_limit(rlim_t n) {
 }
 
 std::string rpc_call_record(uint32_t xid, uint32_t proc, xdrproc_t xargs, const void* args) {
-  // Record mark, a call header with AUTH_NONE (40 bytes), then the arguments.
-  std::string rec(4 + 64 + xdr_sizeof(xargs, const_cast<void*>(args)), '\0');
+  // Record mark, a call header with this process's AUTH_SYS credential (a hostile peer
+  // is still someone: AUTH_NONE would run as the anonymous user), then the arguments.
+  rpc::CallerCred me;
+  me.uid = getuid();
+  me.gid = getgid();
+  static const rpc::CallCredential cred(me, "hostile");
+  std::string rec(4 + 64 + cred.body().size() + xdr_sizeof(xargs, const_cast<void*>(args)), '\0');
   XDR x;
   xdrmem_create(&x, rec.data() + 4, static_cast<u_int>(rec.size() - 4), XDR_ENCODE);
   rpc_msg call{};
@@ -105,7 +112,9 @@ std::string rpc_call_record(uint32_t xid, uint32_t proc, xdrproc_t xargs, const 
   call.rm_call.cb_prog = ODAFS_PROGRAM;
   call.rm_call.cb_vers = ODAFS_V1;
   call.rm_call.cb_proc = proc;
-  call.rm_call.cb_cred = _null_auth;
+  call.rm_call.cb_cred.oa_flavor = AUTH_SYS;
+  call.rm_call.cb_cred.oa_base = const_cast<char*>(cred.body().data());
+  call.rm_call.cb_cred.oa_length = static_cast<u_int>(cred.body().size());
   call.rm_call.cb_verf = _null_auth;
   REQUIRE(xdr_callmsg(&x, &call));
   REQUIRE(xargs(&x, const_cast<void*>(args), 0));
