@@ -485,8 +485,8 @@ void Server::dispatch(Connection& conn, std::vector<char>& record, Worker& w) {
   try {
     decoded = procs_[proc].fn(ctx, &in, r);
   } catch (const CallRefused& e) {
-    ODAFS_LOG_WARN_THROTTLED("%s from %s refused: the kernel would not act as uid %u gid %u",
-                             procs_[proc].name, conn.peer.c_str(), cred.uid, cred.gid);
+    ODAFS_LOG_WARN_THROTTLED("%s from %s refused: cannot act as uid %u gid %u (%u groups)",
+                             procs_[proc].name, conn.peer.c_str(), cred.uid, cred.gid, cred.ngids);
     reject(auth_error(e.why()));
     return;
   } catch (const std::exception& e) {

@@ -34,7 +34,6 @@ struct Admission {
   static constexpr uint32_t kNone = UINT32_MAX;
   uint32_t rule = kNone;     // the program's own index (an access rule); kNone: none matched
   uint16_t source_port = 0;  // the peer's TCP port
-  bool loopback = false;     // the peer's address is a loopback one: it is on this host
   // The peer is a process on this host and the kernel named the owner of its socket:
   // owner.uid, with owner.gid and owner.gids as the host's user database has them.
   bool owner_known = false;

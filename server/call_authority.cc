@@ -60,7 +60,6 @@ rpc::Admission CallAuthority::admit(int fd, const sockaddr_storage& peer) const 
   rpc::Admission a;
   a.rule = options_.rules.match(peer);
   a.source_port = net::endpoint_of(peer).port;
-  a.loopback = net::is_loopback(peer);
   if (a.rule == rpc::Admission::kNone) {
     ODAFS_LOG_WARN_THROTTLED("client %s: no --clients rule admits it; its calls are refused",
                              net::endpoint_of(peer).host.c_str());
@@ -71,10 +70,11 @@ rpc::Admission CallAuthority::admit(int fd, const sockaddr_storage& peer) const 
     a.owner.auth_sys = true;
     a.owner.uid = static_cast<uint32_t>(uid);
     if (uid != 0) fill_groups_of(a.owner.uid, &a.owner);
-  } else if (a.loopback) {
-    ODAFS_LOG_WARN_THROTTLED("client %s: the kernel did not name the owner of this local "
-                             "socket; its calls run as the rule allows an unknown peer",
-                             net::endpoint_of(peer).to_string().c_str());
+  } else if (net::is_loopback(peer)) {
+    ODAFS_LOG_WARN_THROTTLED(
+        "client %s: the kernel did not name the owner of this local "
+        "socket; under the loopback default its calls run as the anonymous user",
+        net::endpoint_of(peer).to_string().c_str());
   }
   return a;
 }
@@ -93,7 +93,8 @@ auth_stat CallAuthority::authorize(const rpc::CallContext& ctx, rpc::CallerCred*
                              ctx.peer->c_str(), rule.spec.c_str());
     return AUTH_TOOWEAK;
   }
-  if (!cred->auth_sys || rule.squash == ClientRule::Squash::kAll) {
+  if (!cred->auth_sys || rule.squash == ClientRule::Squash::kAll ||
+      (rule.named_peers_only && !a.owner_known)) {
     counters_.squashed.fetch_add(1, std::memory_order_relaxed);
     make_anonymous(rule, cred);
     return AUTH_OK;
@@ -124,11 +125,7 @@ auth_stat CallAuthority::authorize(const rpc::CallContext& ctx, rpc::CallerCred*
     changed |= kept != cred->ngids;
     cred->ngids = kept;
   }
-  // Squash root unless the rule trusts it; a local peer whose owner the kernel did not
-  // name is never trusted with root (the loopback default says no_root_squash only for
-  // peers it can name).
-  const bool trust_root =
-      rule.squash == ClientRule::Squash::kNone && (a.owner_known || !a.loopback);
+  const bool trust_root = rule.squash == ClientRule::Squash::kNone;
   if (!trust_root) {
     if (cred->uid == 0) {
       cred->uid = rule.anon_uid;

@@ -8,7 +8,8 @@
 // At every call (authorize), in order, failing closed:
 //   1. no rule admitted the peer: AUTH_TOOWEAK (NULL still answers: it is a ping);
 //   2. the rule says `secure` and the source port is 1024 or above: AUTH_TOOWEAK;
-//   3. AUTH_NONE runs as the rule's anonymous uid/gid;
+//   3. AUTH_NONE runs as the rule's anonymous uid/gid, and so does every call of a peer
+//      the loopback default admits but the kernel could not name;
 //   4. AUTH_SYS naming uid or gid 0xffffffff (the kernel's "no id") in any field:
 //      AUTH_BADCRED (more than 16 groups never decodes: AUTH_BADCRED too);
 //   5. a local peer whose socket belongs to a user other than root may act only as that
@@ -55,8 +56,8 @@ class CallAuthority {
     std::atomic<uint64_t> insecure_port{0};
     std::atomic<uint64_t> bad_credential{0};
     std::atomic<uint64_t> not_socket_owner{0};
-    std::atomic<uint64_t> read_only{0};       // EROFS answers
-    std::atomic<uint64_t> squashed{0};        // run as another than claimed (3, 5, 6)
+    std::atomic<uint64_t> read_only{0};  // EROFS answers
+    std::atomic<uint64_t> squashed{0};   // run as another than claimed (3, 5, 6)
   };
   Counters& counters() const { return counters_; }
 

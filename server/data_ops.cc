@@ -309,7 +309,8 @@ void FileService::do_write(const rpc::CallContext& ctx, write_args& a, rpc::Repl
 int FileService::drop_setid_bits(const rpc::CallContext& ctx, const OpenNode& node,
                                  const struct stat& st) {
   // The common case costs one test: no setuid bit, no setgid bit.
-  if (setid_bits_to_drop(st.st_mode) == 0 || IdentityScope::privileged(ctx.cred, options_.act_as_callers))
+  if (setid_bits_to_drop(st.st_mode) == 0 ||
+      IdentityScope::privileged(ctx.cred, options_.act_as_callers))
     return 0;
   struct stat now;  // the mode as of now: a chmod may have come in since st
   if (fstat(node.fd(), &now) != 0) return errno;

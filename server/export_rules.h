@@ -34,6 +34,9 @@ struct ClientRule {
   uint32_t anon_uid = 65534;
   uint32_t anon_gid = 65534;
   bool secure = false;  // only from a source port below 1024 (which only root can bind)
+  // Believes a peer's credential only when the kernel named the peer (the loopback
+  // default): a peer it could not name runs as the anonymous user, whatever it claims.
+  bool named_peers_only = false;
 
   bool matches(const sockaddr_storage& peer) const;
 };

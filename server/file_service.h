@@ -46,7 +46,7 @@ class FileService {
     bool act_as_callers = false;
     // Who may call, and how (server/call_authority.h).
     CallAuthority::Options access;
-    bool ordma = true;      // false: RPC only, no references (the DAFS baseline)
+    bool ordma = true;  // false: RPC only, no references (the DAFS baseline)
     // Direct writes waiting on their client's bytes at once. Each holds an RPC thread until
     // the client answers (or kPullTimeoutMs), so keep this below the RPC thread count: a
     // client that never answers must not stall everyone. Past it, WRITE_DIRECT replies

@@ -59,8 +59,8 @@ bool IdentityScope::permits(const rpc::CallerCred* cred, bool acting, const stru
                             int want) {
   if (!acting) return true;
   if (cred == nullptr || !cred->auth_sys) return false;
-  return rpc::caller_permits(*cred, st.st_mode & 07777, st.st_uid, st.st_gid,
-                             S_ISDIR(st.st_mode), want);
+  return rpc::caller_permits(*cred, st.st_mode & 07777, st.st_uid, st.st_gid, S_ISDIR(st.st_mode),
+                             want);
 }
 
 bool IdentityScope::privileged(const rpc::CallerCred* cred, bool acting) {

@@ -329,9 +329,7 @@ int main(int argc, char** argv) {
       eo.threads = engine_threads;
       eo.on_thread_start = [&cpu] { cpu.join("engine"); };
       eo.on_thread_exit = [&cpu] { cpu.leave(); };
-      eo.admit_peer = [&authority](const sockaddr_storage& peer) {
-        return authority.admits(peer);
-      };
+      eo.admit_peer = [&authority](const sockaddr_storage& peer) { return authority.admits(peer); };
       service.start_engine(eo);
     }
     server.start();

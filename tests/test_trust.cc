@@ -140,11 +140,11 @@ TEST_CASE("an unprivileged local user's raw calls: AUTH_NONE is anonymous, forge
     r.push_back(self.read(g));
     return r;
   });
-  const std::vector<int> want = {
-      ODAFS_OK,  ODAFS_OK,  ODAFS_ERR_ACCES, ODAFS_ERR_PERM, ODAFS_OK, ODAFS_OK,  // AUTH_NONE
-      kBadCred,  kBadCred,                                                        // others
-      kBadCred,  kBadCred,  kBadCred,                                             // odd ids
-      ODAFS_OK,  ODAFS_OK,  ODAFS_ERR_ACCES};                                     // group 0
+  const std::vector<int> want = {ODAFS_OK,       ODAFS_OK, ODAFS_ERR_ACCES,
+                                 ODAFS_ERR_PERM, ODAFS_OK, ODAFS_OK,          // AUTH_NONE
+                                 kBadCred,       kBadCred,                    // others
+                                 kBadCred,       kBadCred, kBadCred,          // odd ids
+                                 ODAFS_OK,       ODAFS_OK, ODAFS_ERR_ACCES};  // group 0
   CHECK(got == want);
   CHECK(owner_of(e.dir / "rootfile") == 0);
   CHECK(read_local(e.dir / "rootfile") == "root's secret");
@@ -162,9 +162,9 @@ TEST_CASE("a credential with more than 16 groups, or none decodable, is AUTH_BAD
     v = htonl(v);
     body.append(reinterpret_cast<const char*>(&v), 4);
   };
-  for (uint32_t v : {7u, 0u /*CALL*/, 2u, static_cast<uint32_t>(ODAFS_PROGRAM),
-                     static_cast<uint32_t>(ODAFS_V1), static_cast<uint32_t>(ODAFSPROC_GETATTR),
-                     1u /*AUTH_SYS*/, 4u * (1 + 1 + 1 + 1 + 1 + 17)}) {
+  for (uint32_t v :
+       {7u, 0u /*CALL*/, 2u, static_cast<uint32_t>(ODAFS_PROGRAM), static_cast<uint32_t>(ODAFS_V1),
+        static_cast<uint32_t>(ODAFSPROC_GETATTR), 1u /*AUTH_SYS*/, 4u * (1 + 1 + 1 + 1 + 1 + 17)}) {
     put(v);
   }
   put(0);  // stamp
@@ -331,10 +331,10 @@ TEST_CASE("every procedure, as another user, against a 0600 file and a 0700 dire
       {"COMMIT file", [&](Raw& r) { return r.commit(file); }, ODAFS_ERR_ACCES},
       {"SETATTR mode", [&](Raw& r) { return r.setattr(file, Raw::Set::kMode); }, ODAFS_ERR_PERM},
       {"SETATTR size", [&](Raw& r) { return r.setattr(file, Raw::Set::kSize); }, ODAFS_ERR_ACCES},
-      {"SETATTR times",
-       [&](Raw& r) { return r.setattr(file, Raw::Set::kClientTimes); }, ODAFS_ERR_PERM},
-      {"SETATTR owner",
-       [&](Raw& r) { return r.setattr(file, Raw::Set::kOwner, kBob); }, ODAFS_ERR_PERM},
+      {"SETATTR times", [&](Raw& r) { return r.setattr(file, Raw::Set::kClientTimes); },
+       ODAFS_ERR_PERM},
+      {"SETATTR owner", [&](Raw& r) { return r.setattr(file, Raw::Set::kOwner, kBob); },
+       ODAFS_ERR_PERM},
       {"ACCESS file",
        [&](Raw& r) {
          uint32_t granted = 99;
@@ -343,18 +343,18 @@ TEST_CASE("every procedure, as another user, against a 0600 file and a 0700 dire
        },
        0},
       {"REMOVE file", [&](Raw& r) { return r.remove(root, "alicefile"); }, ODAFS_ERR_ACCES},
-      {"RENAME file",
-       [&](Raw& r) { return r.rename(root, "alicefile", root, "stolen"); }, ODAFS_ERR_ACCES},
+      {"RENAME file", [&](Raw& r) { return r.rename(root, "alicefile", root, "stolen"); },
+       ODAFS_ERR_ACCES},
       {"LOOKUP in dir", [&](Raw& r) { return r.lookup(dir, "inner"); }, ODAFS_ERR_ACCES},
-      {"MOUNT of a path through dir",
-       [&](Raw& r) { return r.mount("/alicedir/inner"); }, ODAFS_ERR_ACCES},
+      {"MOUNT of a path through dir", [&](Raw& r) { return r.mount("/alicedir/inner"); },
+       ODAFS_ERR_ACCES},
       {"READDIR dir", [&](Raw& r) { return r.readdir(dir); }, ODAFS_ERR_ACCES},
       {"CREATE in dir", [&](Raw& r) { return r.create(dir, "x"); }, ODAFS_ERR_ACCES},
       {"MKDIR in dir", [&](Raw& r) { return r.mkdir(dir, "x"); }, ODAFS_ERR_ACCES},
       {"SYMLINK in dir", [&](Raw& r) { return r.symlink(dir, "x", "t"); }, ODAFS_ERR_ACCES},
       {"REMOVE in dir", [&](Raw& r) { return r.remove(dir, "inner"); }, ODAFS_ERR_ACCES},
-      {"RENAME out of dir",
-       [&](Raw& r) { return r.rename(dir, "inner", root, "pub"); }, ODAFS_ERR_ACCES},
+      {"RENAME out of dir", [&](Raw& r) { return r.rename(dir, "inner", root, "pub"); },
+       ODAFS_ERR_ACCES},
       {"LINK into dir", [&](Raw& r) { return r.link(file, dir, "x"); }, ODAFS_ERR_ACCES},
       // A handle is checked against its object's own mode, not the path it was found by
       // (as NFS without subtree_check): inner is 0644, and bob got its handle from root.

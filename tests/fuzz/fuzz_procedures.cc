@@ -120,8 +120,13 @@ struct Harness {
       gids.assign(17, 100);
     }
     // stamp, empty machine name, uid, gid, groups
-    std::vector<uint32_t> c = {1 /*AUTH_SYS*/, 4u * (5 + static_cast<uint32_t>(gids.size())), 0, 0,
-                               uid, gid, static_cast<uint32_t>(gids.size())};
+    std::vector<uint32_t> c = {1 /*AUTH_SYS*/,
+                               4u * (5 + static_cast<uint32_t>(gids.size())),
+                               0,
+                               0,
+                               uid,
+                               gid,
+                               static_cast<uint32_t>(gids.size())};
     c.insert(c.end(), gids.begin(), gids.end());
     return c;
   }

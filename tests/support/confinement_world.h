@@ -67,9 +67,9 @@ inline bool_t xdr_args_bytes(XDR* x, Args* a) {
   return xdr_opaque(x, a->b.data(), static_cast<u_int>(a->b.size()));
 }
 
-constexpr int kGarbage = -1;     // the server answered GARBAGE_ARGS
-constexpr int kBadCred = -2;     // AUTH_ERROR / AUTH_BADCRED
-constexpr int kTooWeak = -3;     // AUTH_ERROR / AUTH_TOOWEAK
+constexpr int kGarbage = -1;      // the server answered GARBAGE_ARGS
+constexpr int kBadCred = -2;      // AUTH_ERROR / AUTH_BADCRED
+constexpr int kTooWeak = -3;      // AUTH_ERROR / AUTH_TOOWEAK
 constexpr int kOtherDenial = -4;  // another MSG_DENIED
 
 // This process as itself: its uid and gid, no groups.
@@ -82,8 +82,7 @@ inline odafs::rpc::AuthSysCred self_credential() {
 class Raw {
  public:
   // auth: the credential every call carries; nullopt sends AUTH_NONE.
-  explicit Raw(uint16_t port,
-               std::optional<odafs::rpc::AuthSysCred> auth = self_credential())
+  explicit Raw(uint16_t port, std::optional<odafs::rpc::AuthSysCred> auth = self_credential())
       : ch_({"127.0.0.1", port}, options(std::move(auth))) {}
 
   int lookup(const Handle& dir, const std::string& name, Handle* fh = nullptr,

@@ -1,7 +1,5 @@
 #include "tests/support/hostile.h"
 
-#include "rpc/call_credential.h"
-
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <netinet/in.h>
@@ -22,6 +20,7 @@
 #include "ordma/engine_impl/soft/wire.h"
 #include "proto/odafs_prot.h"
 #include "proto/ref_xdr.h"
+#include "rpc/call_credential.h"
 #include "rpc/xdr_util.h"
 
 namespace odafs::test {
