@@ -284,7 +284,8 @@ TEST_CASE("odafsd refuses a non-loopback --listen without --clients, and bad rul
         std::vector<std::string>{"--listen", "127.0.0.1:0", "--clients", "10.0.0.0/99"},
         std::vector<std::string>{"--listen", "127.0.0.1:0", "--clients", "*(rw,bogus)"}}) {
     CAPTURE(extra[1]);
-    std::vector<std::string> args = {ODAFSD_PATH, "--export", dir.path()};
+    // Bounded: a server that wrongly starts would otherwise be waited for for ever.
+    std::vector<std::string> args = {"timeout", "10", ODAFSD_PATH, "--export", dir.path()};
     args.insert(args.end(), extra.begin(), extra.end());
     std::string cmd;
     for (const std::string& a : args) cmd += "'" + a + "' ";
