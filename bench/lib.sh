@@ -14,6 +14,36 @@ build_targets() {
   ninja -C build "$@" >/dev/null
 }
 
+# build_base REV TARGET...: a Release build of TARGETs of revision REV, made once in a git
+# worktree beside the checkout ($BASE_DIR, else /tmp/odafs-base-SHORTREV) and reused (ninja
+# adds targets it lacks); sets $base_dir. For side-by-side runs of two builds.
+build_base() {
+  local rev=$1
+  shift
+  base_dir=${BASE_DIR:-/tmp/odafs-base-$(git rev-parse --short "$rev")}
+  if [ ! -d "$base_dir/.git" ] && [ ! -f "$base_dir/.git" ]; then
+    rm -rf "$base_dir"
+    git worktree add --detach -f "$base_dir" "$rev" >/dev/null
+  fi
+  cmake -S "$base_dir" -B "$base_dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DODAFS_BUILD_TESTS=OFF >/dev/null
+  ninja -C "$base_dir/build" "$@" >/dev/null
+}
+
+# interleave ROUNDS: runs the caller's `run_one LABEL BUILD_DIR ROUND` for the base build
+# (build_base) and this checkout's ROUNDS times each, alternating which goes first, so that
+# the machine's drift over minutes hits both alike.
+interleave() {
+  local r
+  for r in $(seq "$1"); do
+    if [ $((r % 2)) -eq 1 ]; then
+      run_one base "$base_dir/build" "$r"; run_one new build "$r"
+    else
+      run_one new build "$r"; run_one base "$base_dir/build" "$r"
+    fi
+  done
+}
+
 # start_odafsd NAME [LAUNCHER...] -- [ODAFSD FLAGS...]: starts odafsd ($ODAFSD_BIN, else
 # build/odafsd) on the export $work/export-NAME (made if need be; files put there first are
 # served), LAUNCHER e.g. `taskset -c 1`; waits for its ready line, sets $pid, $addr.

@@ -25,6 +25,11 @@
 using namespace odafs::test::confinement;
 using odafs::rpc::AuthSysCred;
 
+// A case that becomes other users and needs odafsd to act as its callers: root only.
+#define ROOT_TEST(name)                           \
+  TEST_CASE(name* doctest::skip(geteuid() != 0) * \
+            doctest::description("needs root: becomes other users, odafsd acts as callers"))
+
 namespace {
 
 constexpr uint32_t kAlice = 1001;
@@ -106,9 +111,7 @@ uint64_t stat_of(uint16_t port, const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("an unprivileged local user's raw calls: AUTH_NONE is anonymous, forged ids refused" *
-          doctest::skip(geteuid() != 0) *
-          doctest::description("needs root: becomes another user, and odafsd acts as callers")) {
+ROOT_TEST("an unprivileged local user's raw calls: AUTH_NONE is anonymous, forged ids refused") {
   Export e;
   ServerProcess server(e.dir.path());
   const uint16_t port = server.port();
@@ -197,9 +200,7 @@ TEST_CASE("a credential with more than 16 groups, or none decodable, is AUTH_BAD
   CHECK(h.auth_stat == AUTH_BADCRED);
 }
 
-TEST_CASE("--clients: no rule matches, secure, ro, root_squash, all_squash, anonuid" *
-          doctest::skip(geteuid() != 0) *
-          doctest::description("needs root: squashing acts as other uids")) {
+ROOT_TEST("--clients: no rule matches, secure, ro, root_squash, all_squash, anonuid") {
   Export e;
   SUBCASE("a client no rule admits is refused at MOUNT and after; NULL still answers") {
     ServerProcess server(e.dir.path(), {"--clients", "10.0.0.0/8(rw)"});
@@ -247,7 +248,7 @@ TEST_CASE("--clients: no rule matches, secure, ro, root_squash, all_squash, anon
   }
 }
 
-TEST_CASE("ro rules and --read-only: EROFS from every change, reads as before") {
+ROOT_TEST("ro rules and --read-only: EROFS from every change, reads as before") {
   Export e;
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--clients", "127.0.0.1(ro,no_root_squash)"},
@@ -304,9 +305,7 @@ TEST_CASE("odafsd refuses a non-loopback --listen without --clients, and bad rul
 
 // The procedure table of docs/protocol.md ("Who may call what"), walked as bob against
 // alice's 0600 file and her 0700 directory.
-TEST_CASE("every procedure, as another user, against a 0600 file and a 0700 directory" *
-          doctest::skip(geteuid() != 0) *
-          doctest::description("needs root: becomes another user, and odafsd acts as callers")) {
+ROOT_TEST("every procedure, as another user, against a 0600 file and a 0700 directory") {
   Export e;
   ServerProcess server(e.dir.path());
   Handle root, file, dir, inner;
@@ -377,9 +376,7 @@ TEST_CASE("every procedure, as another user, against a 0600 file and a 0700 dire
   CHECK(read_local(e.dir / "alicedir/inner") == "inner");
 }
 
-TEST_CASE("bob's LOOKUPs of alice's 0600 file never change what alice's reads return" *
-          doctest::skip(geteuid() != 0) *
-          doctest::description("needs root: becomes another user, and odafsd acts as callers")) {
+ROOT_TEST("bob's LOOKUPs of alice's 0600 file never change what alice's reads return") {
   Export e;
   ServerProcess server(e.dir.path());
   const uint16_t port = server.port();
