@@ -30,6 +30,11 @@ using rpc::to_xdrproc;
 // 32-bit status, and loading one outside odafs_stat's enumerators is undefined behaviour.
 inline void check(const odafs_stat& status, const std::string& what) {
   const auto raw = static_cast<int>(raw_enum(status));
+  if (raw == ODAFS_ERR_BAD_STATEID) {
+    fail(EIO, what +
+                  " (the server had revoked this client's write delegation: its lease ran "
+                  "out before the bytes came back, and they are lost)");
+  }
   if (raw != ODAFS_OK) fail(errno_from_status(raw), what);
 }
 

@@ -110,6 +110,8 @@ inline int errno_from_status(int status) {
       return EOPNOTSUPP;
     case ODAFS_ERR_DELAY:
       return EAGAIN;
+    case ODAFS_ERR_BAD_STATEID:
+      return EIO;  // the bytes were lost with the delegation: as a failed write
     default:
       return EIO;
   }

@@ -282,6 +282,7 @@ odafs_stat FileService::check_write(const rpc::CallContext& ctx, const OpenNode&
     return ODAFS_ERR_ROFS;
   }
   if (!IdentityScope::permits(ctx.cred, options_.act_as_callers, st, W_OK)) return ODAFS_ERR_ACCES;
+  if (delegations_.revoked(node->id, ctx.connection)) return ODAFS_ERR_BAD_STATEID;
   if (len > options_.max_io) return ODAFS_ERR_FBIG;
   if (offset != kAppendOffset && offset > static_cast<u_quad_t>(INT64_MAX) - len) {
     return ODAFS_ERR_FBIG;

@@ -59,7 +59,7 @@ void FileService::reply_open(const rpc::CallContext& ctx, const IdentityScope& a
   if (S_ISREG(st.st_mode) && options_.delegations && (access & ODAFS_OPEN_READ) != 0 &&
       as.permits(st, write ? R_OK | W_OK : R_OK) &&
       !(write && setid_bits_to_drop(st.st_mode) != 0)) {
-    g = delegations_.grant(node->id, ctx.connection, fh, write);
+    g = delegations_.grant(node, ctx.connection, fh, write);
   }
   if (S_ISREG(st.st_mode)) {
     // The attributes answered are from after the grant (a change that slipped in between

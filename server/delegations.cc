@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "base/log.h"
+
 namespace odafs::server {
 namespace {
 
@@ -32,11 +34,13 @@ void Delegations::end_change(uint64_t node) {
   }
 }
 
-Delegations::Grant Delegations::grant(uint64_t node, uint64_t connection, const WireHandle& fh,
-                                      bool write) {
+Delegations::Grant Delegations::grant(const NodeRef& node_ref, uint64_t connection,
+                                      const WireHandle& fh, bool write) {
+  const uint64_t node = node_ref->id;
   std::lock_guard lock(mu_);
   if (std::find(changing_.begin(), changing_.end(), node) != changing_.end()) return {};
   FileState& f = files_[node];
+  f.node = node_ref;
   f.fh = fh;
   Holder* own = nullptr;
   for (Holder& h : f.holders) {
@@ -62,7 +66,7 @@ Delegations::Grant Delegations::grant(uint64_t node, uint64_t connection, const 
   }
   auto held = per_connection_.find(connection);
   if ((held != per_connection_.end() && held->second >= options_.max_per_connection) ||
-      cooling_locked(node, now_ms())) {
+      cooling_locked(node, connection, now_ms())) {
     erase_if_empty_locked(node);
     return {};
   }
@@ -77,10 +81,10 @@ Delegations::Grant Delegations::grant(uint64_t node, uint64_t connection, const 
   return {id, write, write};
 }
 
-bool Delegations::cooling_locked(uint64_t node, int64_t now) {
+bool Delegations::cooling_locked(uint64_t node, uint64_t connection, int64_t now) {
   if (options_.cooldown_ms <= 0) return false;
   const Recalled& r = recently_recalled_[node % recently_recalled_.size()];
-  if (r.node != node || now - r.at_ms >= options_.cooldown_ms) return false;
+  if (r.node != node || now - r.at_ms >= options_.cooldown_ms || r.by == connection) return false;
   stats_.cooled.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
@@ -104,6 +108,15 @@ size_t Delegations::sweep_locked(uint64_t node, uint64_t connection, bool writes
     }
     if (h.recalled_at_ms != 0 && now - h.recalled_at_ms >= options_.lease_ms) {
       stats_.expired.fetch_add(1, std::memory_order_relaxed);
+      if (h.write) {
+        if (revoked_.size() >= kMaxRevoked) {
+          ODAFS_LOG_WARN_THROTTLED("delegations: over %zu revoked at once; forgetting the oldest",
+                                   kMaxRevoked);
+          revoked_.erase(revoked_.begin());
+        }
+        revoked_.emplace_back(node, h.connection);
+        revoked_count_.store(revoked_.size(), std::memory_order_relaxed);
+      }
       uncount_locked(h);
       holders[i] = holders.back();
       holders.pop_back();
@@ -112,8 +125,14 @@ size_t Delegations::sweep_locked(uint64_t node, uint64_t connection, bool writes
     if (h.recalled_at_ms == 0) {
       h.recalled_at_ms = std::max<int64_t>(now, 1);
       to_recall->push_back(h);
-      // A write one's recall costs its holder a write-back: cool the file down.
-      if (h.write) recently_recalled_[node % recently_recalled_.size()] = {node, now};
+      // Cool the file down (see Options::cooldown_ms). A write one's recall cost its
+      // holder a write-back: no one gets a new delegation for a while. A read one's: no
+      // one but the connection whose call recalled it (a reader re-opening at every turn
+      // must not make each write wait for a recall; the writer may still be granted one).
+      Recalled& r = recently_recalled_[node % recently_recalled_.size()];
+      const bool write_cooling =
+          r.node == node && r.by == 0 && now - r.at_ms < options_.cooldown_ms;
+      r = {node, now, h.write || write_cooling ? 0 : connection};
     }
     ++others;
     ++i;
@@ -196,8 +215,25 @@ bool Delegations::wait_for_holders_locked(std::unique_lock<std::mutex>& lock, ui
   }
 }
 
+bool Delegations::revoked_slow(uint64_t node, uint64_t connection) {
+  std::lock_guard lock(mu_);
+  const bool found = std::find(revoked_.begin(), revoked_.end(),
+                               std::make_pair(node, connection)) != revoked_.end();
+  if (found) stats_.refused_revoked.fetch_add(1, std::memory_order_relaxed);
+  return found;
+}
+
+void Delegations::unrevoke_locked(uint64_t node, uint64_t connection) {
+  if (revoked_.empty()) return;
+  std::erase_if(revoked_, [&](const std::pair<uint64_t, uint64_t>& r) {
+    return (node == 0 || r.first == node) && (connection == 0 || r.second == connection);
+  });
+  revoked_count_.store(revoked_.size(), std::memory_order_relaxed);
+}
+
 bool Delegations::returned(uint64_t node, uint64_t connection, uint64_t id) {
   std::lock_guard lock(mu_);
+  unrevoke_locked(node, connection);
   auto f = files_.find(node);
   if (f == files_.end()) return false;
   auto& holders = f->second.holders;
@@ -218,6 +254,7 @@ bool Delegations::returned(uint64_t node, uint64_t connection, uint64_t id) {
 
 void Delegations::connection_closed(uint64_t connection) {
   std::lock_guard lock(mu_);
+  unrevoke_locked(0, connection);
   if (per_connection_.find(connection) == per_connection_.end()) return;
   for (auto f = files_.begin(); f != files_.end();) {
     auto& holders = f->second.holders;
@@ -237,6 +274,7 @@ void Delegations::connection_closed(uint64_t connection) {
 
 void Delegations::file_gone(uint64_t node) {
   std::lock_guard lock(mu_);
+  unrevoke_locked(node, 0);
   auto f = files_.find(node);
   if (f == files_.end()) return;
   for (const Holder& h : f->second.holders) {

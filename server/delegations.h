@@ -45,10 +45,14 @@ class Delegations {
     // Delegations one connection may hold; past it none are granted to it (its opens
     // then ask the server, as without delegations). Bounds the table's memory.
     size_t max_per_connection = 4096;
-    // After a recall of a write delegation on a file, no delegation is granted on it for
-    // this long: a file clients take turns writing is served without delegations rather
-    // than recalled back and forth (every such recall costs its holder a write-back and a
-    // DELEGRETURN, and many of them at once outlast the lease). 0: off.
+    // After a recall of a delegation on a file, no delegation of either kind is granted
+    // on it for this long: after a write delegation's, to no one (a file clients take
+    // turns writing is served without delegations rather than recalled back and forth:
+    // every such recall costs its holder a write-back and a DELEGRETURN, and many of them
+    // at once outlast the lease); after a read delegation's, to no one but the connection
+    // whose call recalled it (a reader re-opening a file every few milliseconds cannot
+    // make each of a writer's changes wait for a recall, and the writer may still take a
+    // write delegation). 0: off. FileService sets it to the lease.
     int cooldown_ms = 5000;
   };
   // Sends CB_RECALL of delegation `id` on file `fh` to `connection`; false if that
@@ -67,8 +71,13 @@ class Delegations {
   // read one becomes write when asked and no other connection holds one). None when one
   // is being recalled, a change is under way, another connection holds a write one (or
   // any, for a write grant), the connection holds max_per_connection already, or (a new
-  // one) the file had a write delegation recalled less than cooldown_ms ago.
-  Grant grant(uint64_t node, uint64_t connection, const WireHandle& fh, bool write);
+  // one) the file had a delegation recalled less than cooldown_ms ago.
+  //
+  // The table keeps `node` while any delegation on it is out: a node shared elsewhere is
+  // never evicted from the NodeTable, so a holder's handle stays good, its recall reaches
+  // the right file, and its DELEGRETURN finds its entry, however many other objects
+  // clients look up meanwhile (the node table grows past its bound for them instead).
+  Grant grant(const NodeRef& node, uint64_t connection, const WireHandle& fh, bool write);
 
   // A change to a file in progress: while one lives, no delegation on the file is
   // granted, so none can be granted between the recall and the change itself.
@@ -106,8 +115,19 @@ class Delegations {
   // How many write delegations are held (on all files).
   size_t writers() const { return write_held_.load(std::memory_order_relaxed); }
 
+  // Whether `connection`'s write delegation on `node` was taken back from it (its lease
+  // ran out after a recall) and the connection has not given it back since. Its writes to
+  // the file are then refused (BAD_STATEID, as NFSv4 refuses a revoked state id): they are
+  // write-backs of bytes kept under the lost delegation, and others may have written the
+  // file since. One relaxed load while nothing is revoked.
+  bool revoked(uint64_t node, uint64_t connection) {
+    return revoked_count_.load(std::memory_order_relaxed) != 0 && revoked_slow(node, connection);
+  }
+
   // DELEGRETURN of delegation `id` on `node` by `connection`. Nothing is done for an id it
   // does not hold; false then if it holds none on `node` (expired, dropped, never granted).
+  // Either way a revocation of the connection's delegation on `node` ends: the holder has
+  // heard of it (the answer INVAL says so).
   bool returned(uint64_t node, uint64_t connection, uint64_t id);
 
   // The connection closed: its delegations are gone.
@@ -122,10 +142,11 @@ class Delegations {
     std::atomic<uint64_t> granted_write{0};  // of them, write delegations
     std::atomic<uint64_t> recalled{0};
     std::atomic<uint64_t> returned{0};
-    std::atomic<uint64_t> expired{0};  // not returned within the lease: taken back
-    std::atomic<uint64_t> dropped{0};  // the holder's connection closed
-    std::atomic<uint64_t> delayed{0};  // operations answered DELAY
-    std::atomic<uint64_t> cooled{0};   // grants refused: the file was recalled lately
+    std::atomic<uint64_t> expired{0};          // not returned within the lease: taken back
+    std::atomic<uint64_t> dropped{0};          // the holder's connection closed
+    std::atomic<uint64_t> delayed{0};          // operations answered DELAY
+    std::atomic<uint64_t> cooled{0};           // grants refused: the file was recalled lately
+    std::atomic<uint64_t> refused_revoked{0};  // writes refused: their delegation was revoked
   };
   const Stats& stats() const { return stats_; }
   size_t held() const;
@@ -138,6 +159,7 @@ class Delegations {
     bool write = false;
   };
   struct FileState {
+    NodeRef node;  // pinned in the NodeTable while delegated (see grant)
     WireHandle fh{};
     std::vector<Holder> holders;
   };
@@ -151,6 +173,10 @@ class Delegations {
   bool wait_for_holders_locked(std::unique_lock<std::mutex>& lock, uint64_t node,
                                uint64_t connection, bool writes_only);
   bool await_writers_slow(uint64_t node, uint64_t connection);
+  bool revoked_slow(uint64_t node, uint64_t connection);
+  // Forgets revocations of (node, connection); node 0: all of connection's; connection 0:
+  // all on node. REQUIRES: mu_ held.
+  void unrevoke_locked(uint64_t node, uint64_t connection);
   // Forgets holder h's count in per_connection_ and write_held_. REQUIRES: mu_ held.
   void uncount_locked(const Holder& h);
   void erase_if_empty_locked(uint64_t node);
@@ -166,14 +192,21 @@ class Delegations {
   uint64_t next_id_ = 1;
   int waiters_ = 0;
   std::vector<uint64_t> changing_;  // nodes with a Change alive (few: one per RPC thread)
+  // Write delegations taken back by expiry, (node, connection), until their holder returns
+  // them or goes away. At most kMaxRevoked (the oldest go first, logged).
+  static constexpr size_t kMaxRevoked = 4096;
+  std::vector<std::pair<uint64_t, uint64_t>> revoked_;
+  std::atomic<size_t> revoked_count_{0};  // revoked_.size(), for the lock-free check
   // Files recalled lately, by node id modulo the size, and when: a fixed table (a newer
   // recall takes the slot), so remembering costs no allocation. Guarded by mu_.
   struct Recalled {
     uint64_t node = 0;
     int64_t at_ms = 0;
+    uint64_t by = 0;  // the connection that may still be granted one; 0: none may
   };
   std::array<Recalled, 4096> recently_recalled_{};
-  bool cooling_locked(uint64_t node, int64_t now);
+  // Whether node cools down for a grant to connection (and counts it). REQUIRES: mu_ held.
+  bool cooling_locked(uint64_t node, uint64_t connection, int64_t now);
   Stats stats_;
 };
 

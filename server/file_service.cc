@@ -46,8 +46,10 @@ FileService::FileService(Options options, CpuAccounting* cpu)
       env_(options_.env != nullptr ? options_.env : &posix_file_env()),
       nodes_(options_.export_root, options_.max_nodes, options_.max_open_files),
       cache_(cache::BlockCache::Options{options_.cache_bytes, options_.block_size}),
-      delegations_(Delegations::Options{options_.lease_ms, std::min(options_.lease_ms, 1000),
-                                        options_.max_delegation_waiters},
+      delegations_(Delegations::Options{.lease_ms = options_.lease_ms,
+                                        .wait_ms = std::min(options_.lease_ms, 1000),
+                                        .max_waiters = options_.max_delegation_waiters,
+                                        .cooldown_ms = options_.lease_ms},
                    [this](uint64_t connection, const WireHandle& fh, uint64_t id) {
                      return send_recall(connection, fh, id);
                    }) {
@@ -232,6 +234,7 @@ void FileService::do_stats(rpc::Reply& r) {
   values.emplace_back("delegations.dropped", ds.dropped.load());
   values.emplace_back("delegations.delayed", ds.delayed.load());
   values.emplace_back("delegations.cooled", ds.cooled.load());
+  values.emplace_back("delegations.refused_revoked", ds.refused_revoked.load());
   if (engine_) {
     const ordma::EngineStats& es = engine_->stats();
     values.emplace_back(std::string("engine.backend.") + engine_->kind(), 1);

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -167,6 +168,35 @@ TEST_CASE("a holder that dies gives its delegations up at once") {
   CHECK(server_stat(*b, "delegations.expired") == 0);
   CHECK(server_stat(*b, "delegations.dropped") == 1);  // with its connection
   CHECK(server_stat(*b, "delegations.held") == 1);     // b's own, from its CREATE
+}
+
+TEST_CASE(
+    "after a read delegation is recalled, its reader takes none for a lease; the writer may") {
+  TempDir dir;
+  ServerProcess server(dir.path());  // a lease, and so a cool-down, of 5 s
+  make_file(server.url(), "log", "start\n");
+  auto reader = Client::mount(server.url());
+  auto writer = Client::mount(server.url());
+  CHECK(read_all(*reader, "log", 64) == "start\n");  // the reader takes a read delegation
+  CHECK(read_all(*reader, "log", 64) == "start\n");
+  const uint64_t delegated = reader->stats().delegated_opens.load();
+  CHECK(delegated == 1);
+  writer->truncate("log", 5);  // a change by another: recalls it
+  CHECK(server_stat(*writer, "delegations.recalled") == 1);
+  // A reader re-opening the file at every turn would take a new delegation each time, and
+  // each of the writer's changes would wait for its recall (c5ddafe): now its opens ask the
+  // server and are granted none for a lease.
+  const uint64_t cooled = server_stat(*writer, "delegations.cooled");
+  for (int i = 0; i < 3; ++i) CHECK(read_all(*reader, "log", 64) == "start");
+  CHECK(reader->stats().delegated_opens.load() == delegated);
+  CHECK(server_stat(*writer, "delegations.cooled") >= cooled + 3);
+  const uint64_t recalled = server_stat(*writer, "delegations.recalled");
+  writer->truncate("log", 4);  // no delegation to recall
+  CHECK(server_stat(*writer, "delegations.recalled") == recalled);
+  // The writer, whose change recalled it, may still take one: a write delegation.
+  const uint64_t granted_write = server_stat(*writer, "delegations.granted_write");
+  File w = writer->open("log", O_RDWR);
+  CHECK(server_stat(*writer, "delegations.granted_write") == granted_write + 1);
 }
 
 TEST_CASE("without delegations every open asks the server") {

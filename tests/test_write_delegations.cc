@@ -106,6 +106,30 @@ TEST_CASE("an O_APPEND open sends a kept run at its own offset, then appends") {
   CHECK(read_local(dir / "f") == "AB23456789Z");
 }
 
+TEST_CASE("a delegated file stays in a full node table: lookups of 200 other names evict it not") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--max-nodes", "16", "--lease-ms", "5000"});
+  for (int i = 0; i < 200; ++i) odafs::test::write_local(dir / ("n" + std::to_string(i)), "x");
+  auto a = Client::mount(server.url());
+  auto b = Client::mount(server.url());
+  auto c = Client::mount(server.url());
+  write_path(*a, "f", "old");
+  write_held(*a, "f", "a's bytes, kept");  // a holds a write delegation and the bytes
+  CHECK(read_local(dir / "f") == "old");
+  for (int i = 0; i < 200; ++i) c->stat("n" + std::to_string(i));  // fills the table
+  CHECK(server_stat(*c, "nodes.live") <= 17);  // the others were evicted (a bound, kept)
+  // b's open recalls a's delegation (a's handle still names f): b reads a's bytes, and gets
+  // no second write delegation while a held one.
+  File fb = b->open("f", O_RDWR);
+  CHECK(read_all(fb, 64) == "a's bytes, kept");
+  CHECK(server_stat(*b, "delegations.recalled") == 1);
+  CHECK(server_stat(*b, "delegations.expired") == 0);
+  CHECK(read_local(dir / "f") == "a's bytes, kept");
+  fb.close();
+  // Every DELEGRETURN found its entry: nothing is held for a, and a reads on.
+  CHECK(read_all(*a, "f", 64) == "a's bytes, kept");
+}
+
 TEST_CASE("another client's open for reading recalls it and reads the holder's latest bytes") {
   TempDir dir;
   ServerProcess server(dir.path(), {"--lease-ms", "5000"});
@@ -197,6 +221,34 @@ TEST_CASE("a write-delegation holder that stops answering loses it after the lea
   CHECK(server_stat(*b, "delegations.expired") == 1);
   reap(holder);
   CHECK(read_local(dir / "f") == "before");
+}
+
+TEST_CASE("a holder stopped past its lease never overwrites a write committed after it") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--lease-ms", "1000"});
+  pid_t holder =
+      holder_process(server.url(), "f", [](Client& c) { take_write_delegation(c, "f"); });
+  REQUIRE(odafs::test::stop_child(holder));
+  {
+    auto b = Client::mount(server.url());
+    write_path(*b, "f", "BBBB, committed");  // waits out the lease, then writes
+    File f = b->open("f", O_RDWR);
+    f.fsync();
+  }
+  CHECK(read_local(dir / "f") == "BBBB, committed");
+  // The holder resumes: its recall is waiting for it, and it writes back what it kept.
+  kill(holder, SIGCONT);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  auto c = Client::mount(server.url());
+  while (server_stat(*c, "delegations.refused_revoked") == 0 &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(server_stat(*c, "delegations.refused_revoked") >= 1);   // its write-back, refused
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // anything else it sends
+  CHECK(read_local(dir / "f").substr(0, 15) == "BBBB, committed");
+  reap(holder);
+  CHECK(read_local(dir / "f").substr(0, 15) == "BBBB, committed");
 }
 
 TEST_CASE("a write-delegation holder that dies gives it up at once") {
