@@ -49,6 +49,13 @@ class CallAuthority {
 
   // Whether the call's client may change nothing (its rule says ro, or --read-only).
   bool read_only(const rpc::CallContext& ctx) const;
+  // read_only() for a call that would change the export, counted (auth.read_only) when
+  // true: the caller answers ROFS.
+  bool refuses_change(const rpc::CallContext& ctx) const {
+    if (!read_only(ctx)) return false;
+    counters_.read_only.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
 
   // Refusals by reason, and the calls whose credential was squashed or confined.
   struct Counters {
@@ -59,7 +66,7 @@ class CallAuthority {
     std::atomic<uint64_t> read_only{0};  // EROFS answers
     std::atomic<uint64_t> squashed{0};   // run as another than claimed (3, 5, 6)
   };
-  Counters& counters() const { return counters_; }
+  const Counters& counters() const { return counters_; }
 
  private:
   Options options_;

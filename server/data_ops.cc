@@ -277,10 +277,7 @@ odafs_stat FileService::check_read(const rpc::CallContext& ctx, const OpenNode& 
 odafs_stat FileService::check_write(const rpc::CallContext& ctx, const OpenNode& node,
                                     const struct stat& st, uint64_t offset, size_t len) {
   if (!S_ISREG(st.st_mode)) return not_regular(st);
-  if (authority_.read_only(ctx)) {
-    authority_.counters().read_only.fetch_add(1, std::memory_order_relaxed);
-    return ODAFS_ERR_ROFS;
-  }
+  if (authority_.refuses_change(ctx)) return ODAFS_ERR_ROFS;
   if (!IdentityScope::permits(ctx.cred, options_.act_as_callers, st, W_OK)) return ODAFS_ERR_ACCES;
   if (delegations_.revoked(node->id, ctx.connection)) return ODAFS_ERR_BAD_STATEID;
   if (len > options_.max_io) return ODAFS_ERR_FBIG;

@@ -22,8 +22,7 @@ void FileService::do_open(const rpc::CallContext& ctx, open_args& a, rpc::Reply&
   auto fail = [&](odafs_stat status) { reply_status<open_res>(r, xp(xdr_open_res), status); };
   OpenNode dir = resolve_dir_or_reply(a.dir, a.name, r);
   if (!dir) return;
-  if ((a.access & ODAFS_OPEN_WRITE) != 0 && authority_.read_only(ctx)) {
-    authority_.counters().read_only.fetch_add(1, std::memory_order_relaxed);
+  if ((a.access & ODAFS_OPEN_WRITE) != 0 && authority_.refuses_change(ctx)) {
     return fail(ODAFS_ERR_ROFS);
   }
   IdentityScope as(ctx.cred, options_.act_as_callers);

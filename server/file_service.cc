@@ -165,8 +165,7 @@ void FileService::register_procedures(rpc::Server* server) {
     rpc::ProcedureFn fn = e.bind(this);
     if (e.changes) {
       fn = [this, fn = std::move(fn)](const rpc::CallContext& c, XDR* in, rpc::Reply& r) {
-        if (!authority_.read_only(c)) return fn(c, in, r);
-        authority_.counters().read_only.fetch_add(1, std::memory_order_relaxed);
+        if (!authority_.refuses_change(c)) return fn(c, in, r);
         reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_ERR_ROFS);
         return true;
       };

@@ -21,9 +21,11 @@
 #include "rpc/message_header.h"
 #include "rpc/record.h"
 #include "tests/support/confinement_world.h"
+#include "tests/support/hostile.h"
 
 using namespace odafs::test::confinement;
 using odafs::rpc::AuthSysCred;
+using odafs::test::stat_of;
 
 // A case that becomes other users and needs odafsd to act as its callers: root only.
 #define ROOT_TEST(name)                           \
@@ -100,15 +102,6 @@ struct Export {
   }
 };
 
-uint64_t stat_of(uint16_t port, const std::string& name) {
-  auto fs = odafs::Client::mount("odafs://127.0.0.1:" + std::to_string(port) + "/");
-  for (const auto& [k, v] : fs->server_stats()) {
-    if (k == name) return v;
-  }
-  FAIL("no counter " << name);
-  return 0;
-}
-
 }  // namespace
 
 ROOT_TEST("an unprivileged local user's raw calls: AUTH_NONE is anonymous, forged ids refused") {
@@ -152,8 +145,9 @@ ROOT_TEST("an unprivileged local user's raw calls: AUTH_NONE is anonymous, forge
   CHECK(owner_of(e.dir / "rootfile") == 0);
   CHECK(read_local(e.dir / "rootfile") == "root's secret");
   CHECK(owner_of(e.dir / "pub/by_none") == kNobody);
-  CHECK(stat_of(port, "auth.refused.not_socket_owner") == 2);
-  CHECK(stat_of(port, "auth.refused.bad_credential") == 3);
+  auto admin = odafs::Client::mount(server.url());
+  CHECK(stat_of(*admin, "auth.refused.not_socket_owner") == 2);
+  CHECK(stat_of(*admin, "auth.refused.bad_credential") == 3);
 }
 
 TEST_CASE("a credential with more than 16 groups, or none decodable, is AUTH_BADCRED") {
@@ -248,6 +242,27 @@ ROOT_TEST("--clients: no rule matches, secure, ro, root_squash, all_squash, anon
   }
 }
 
+ROOT_TEST("a restarted server squashes and refuses as before; admissions are made anew") {
+  Export e;
+  ServerProcess server(e.dir.path(), {"--clients", "127.0.0.1"});  // root_squash
+  for (int round = 0; round < 2; ++round) {
+    CAPTURE(round);
+    if (round == 1) server.restart();  // same port, export and flags; every connection new
+    Raw root(server.port(), as_user(0, 0));
+    Handle dir, pub;
+    REQUIRE(root.mount("/", &dir) == ODAFS_OK);
+    REQUIRE(root.lookup(dir, "pub", &pub) == ODAFS_OK);
+    const std::string name = "squashed" + std::to_string(round);
+    CHECK(root.create(pub, name) == ODAFS_OK);
+    CHECK(owner_of(e.dir / ("pub/" + name)) == kNobody);
+    std::vector<int> bob = as_local_user(kBob, kBob, [&] {
+      return std::vector<int>{Raw(server.port(), as_user(kAlice, kAlice)).mount("/"),
+                              Raw(server.port(), std::nullopt).mount("/")};
+    });
+    CHECK(bob == std::vector<int>{kBadCred, ODAFS_OK});
+  }
+}
+
 ROOT_TEST("ro rules and --read-only: EROFS from every change, reads as before") {
   Export e;
   for (const std::vector<std::string>& args :
@@ -274,7 +289,7 @@ ROOT_TEST("ro rules and --read-only: EROFS from every change, reads as before") 
     CHECK(raw.access(f, ODAFS_ACCESS_READ | ODAFS_ACCESS_WRITE, &granted) == ODAFS_OK);
     CHECK(granted == ODAFS_ACCESS_READ);
     CHECK(read_local(e.dir / "rootfile") == "root's secret");
-    CHECK(stat_of(server.port(), "auth.read_only") == 9);
+    CHECK(stat_of(*odafs::Client::mount(server.url()), "auth.read_only") == 9);
   }
 }
 

@@ -41,13 +41,21 @@ void write_held(Client& fs, const std::string& path, const std::string& text) {
   f.close();
 }
 
+// Polls done() every 10 ms for up to 5 s; whether it came true.
+template <class Done>
+bool eventually(Done&& done) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
 // The export's file at path once it holds `want`, or after 5 s what it holds then: for
 // bytes written back by a thread of the client's own.
 std::string local_once(const std::filesystem::path& path, const std::string& want) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (read_local(path) != want && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  eventually([&] { return read_local(path) == want; });
   return read_local(path);
 }
 
@@ -57,6 +65,15 @@ void take_write_delegation(Client& fs, const std::string& path) {
   File f = fs.open(path, O_RDWR);
   f.pwrite("child bytes", 11, 0);
   f.close();
+}
+
+// A child process holding a write delegation on "f" with "child bytes" kept unsent,
+// stopped (SIGSTOP) so that it answers no recall.
+pid_t stopped_write_holder(const ServerProcess& server) {
+  pid_t holder =
+      holder_process(server.url(), "f", [](Client& c) { take_write_delegation(c, "f"); });
+  REQUIRE(odafs::test::stop_child(holder));
+  return holder;
 }
 
 }  // namespace
@@ -208,9 +225,7 @@ TEST_CASE("reads from the holder do not recall, and read delegations do not conf
 TEST_CASE("a write-delegation holder that stops answering loses it after the lease") {
   TempDir dir;
   ServerProcess server(dir.path(), {"--lease-ms", "1000"});
-  pid_t holder =
-      holder_process(server.url(), "f", [](Client& c) { take_write_delegation(c, "f"); });
-  REQUIRE(odafs::test::stop_child(holder));
+  pid_t holder = stopped_write_holder(server);
   auto b = Client::mount(server.url());
   auto start = std::chrono::steady_clock::now();
   // The holder's bytes never reached the server: b reads what the server has.
@@ -226,9 +241,7 @@ TEST_CASE("a write-delegation holder that stops answering loses it after the lea
 TEST_CASE("a holder stopped past its lease never overwrites a write committed after it") {
   TempDir dir;
   ServerProcess server(dir.path(), {"--lease-ms", "1000"});
-  pid_t holder =
-      holder_process(server.url(), "f", [](Client& c) { take_write_delegation(c, "f"); });
-  REQUIRE(odafs::test::stop_child(holder));
+  pid_t holder = stopped_write_holder(server);
   {
     auto b = Client::mount(server.url());
     write_path(*b, "f", "BBBB, committed");  // waits out the lease, then writes
@@ -238,13 +251,9 @@ TEST_CASE("a holder stopped past its lease never overwrites a write committed af
   CHECK(read_local(dir / "f") == "BBBB, committed");
   // The holder resumes: its recall is waiting for it, and it writes back what it kept.
   kill(holder, SIGCONT);
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   auto c = Client::mount(server.url());
-  while (server_stat(*c, "delegations.refused_revoked") == 0 &&
-         std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  CHECK(server_stat(*c, "delegations.refused_revoked") >= 1);   // its write-back, refused
+  // Its write-back, refused:
+  CHECK(eventually([&] { return server_stat(*c, "delegations.refused_revoked") >= 1; }));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // anything else it sends
   CHECK(read_local(dir / "f").substr(0, 15) == "BBBB, committed");
   reap(holder);
