@@ -57,8 +57,11 @@ start_odafsd() {
   done
   [ $# -gt 0 ] && shift
   mkdir -p "$work/export-$name"
-  ODAFS_LOG=warn "${launcher[@]}" "${ODAFSD_BIN:-build/odafsd}" --export "$work/export-$name" \
-    --listen 127.0.0.1:0 "$@" >"$work/ready-$name" &
+  local bin=${ODAFSD_BIN:-build/odafsd} state=()
+  # The recovery record stays in $work (builds from before it have no --state-dir).
+  if "$bin" --help 2>&1 | grep -q -- --state-dir; then state=(--state-dir "$work/state-$name"); fi
+  ODAFS_LOG=warn "${launcher[@]}" "$bin" --export "$work/export-$name" \
+    --listen 127.0.0.1:0 "${state[@]}" "$@" >"$work/ready-$name" &
   pid=$!
   for _ in $(seq 100); do grep -q ready "$work/ready-$name" 2>/dev/null && break; sleep 0.1; done
   addr=$(sed -n 's/.*rpc=\([^ ]*\).*/\1/p' "$work/ready-$name")

@@ -101,6 +101,7 @@ Client::Client(const std::string& url, MountOptions options)
     : url_(url), options_(options), read_mode_(options.read_mode) {}
 
 Client::~Client() {
+  stop_reconnecting();
   // Write delegations keep writes nobody else has: written back and returned first. The
   // mount goes before open_files_, which its Delegations release into.
   if (std::shared_ptr<const MountState> m = mount_.load()) {
@@ -195,7 +196,23 @@ std::shared_ptr<const MountState> Client::remount() {
         OpenFiles::Ref sf = kept ? kept : open_files_.find(cache_key(fh));
         return sf && write_back(*mount, fh, *sf);
       },
-      [this](const Handle& fh, OpenFiles::Ref& sf) { open_files_.release(cache_key(fh), sf); });
+      [this](const Handle& fh, OpenFiles::Ref& sf) { open_files_.release(cache_key(fh), sf); },
+      [this] { reconnect_soon(); });
+  // Named, this client may be granted write delegations, and reclaim what the last mount's
+  // kept if the server restarted: before anything else goes out on the new mount.
+  const bool may_reclaim = name_client(*m);
+  if (std::shared_ptr<const MountState> old = mount_.load()) {
+    reclaim(*m, *old->delegations, may_reclaim);
+  }
+  if (may_reclaim) {
+    stat_res done{};
+    try {
+      m->channel->call(ODAFSPROC_RECLAIM_COMPLETE, to_xdrproc(rpc::xdr_nothing), nullptr,
+                       to_xdrproc(xdr_stat_res), &done);
+    } catch (const rpc::RpcError& e) {
+      throw error_from(e, "reclaim complete");
+    }
+  }
   std::weak_ptr<Delegations> delegations = m->delegations;
   m->channel->set_callback_handler([delegations](const rpc::CallHeader& h, XDR* args) {
     if (h.prog != ODAFS_CB_PROGRAM || h.vers != ODAFS_CB_V1 || h.proc != ODAFSCBPROC_RECALL) {

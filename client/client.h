@@ -23,6 +23,7 @@
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -30,9 +31,11 @@
 #include <span>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "client/lost_writes.h"
 #include "client/open_files.h"
 
 struct setattr_args;  // proto/odafs_prot.x
@@ -47,8 +50,10 @@ namespace ordma {
 class EngineClient;
 }  // namespace ordma
 class ClientCache;
+class Delegations;
 class DirCache;
 struct MountState;
+struct SharedFile;
 
 class Error : public std::system_error {
  public:
@@ -112,6 +117,8 @@ enum class Stability { kUnstable, kDataSync, kFileSync };
 
 using Handle = std::array<unsigned char, 40>;
 using WriteVerifier = std::array<unsigned char, 8>;
+// Names one Client to the server across its connections (CLIENT_ID).
+using ClientOwner = std::array<unsigned char, 16>;
 
 struct MountOptions {
   ReadMode read_mode = ReadMode::kOrdma;
@@ -184,6 +191,10 @@ struct ClientStats {
   std::atomic<uint64_t> refs_received{0};
   std::atomic<uint64_t> delegated_opens{0};        // opens served by a read delegation: no call
   std::atomic<uint64_t> delegated_lookups{0};      // lookups served by a delegation: no call
+  // Files whose kept writes were written back after a server restart (client/reclaim.cc),
+  // and files whose kept writes could not be (reported: logged, then EIO).
+  std::atomic<uint64_t> reclaimed_files{0};
+  std::atomic<uint64_t> lost_files{0};
   std::array<std::atomic<uint64_t>, 10> faults{};  // by ordma::Fault value
 };
 
@@ -436,8 +447,32 @@ class Client {
   // The current mount; re-mounts first when there is none or its connection broke.
   // Throws Error.
   std::shared_ptr<const MountState> mount_state();
-  // Connects and mounts afresh. REQUIRES: remount_mu_ held.
+  // Connects and mounts afresh; after a lost connection, reclaims what the old mount's
+  // write delegations kept (reclaim) before the new mount is published. REQUIRES:
+  // remount_mu_ held.
   std::shared_ptr<const MountState> remount();
+
+  // ---- reclaim.cc: restart and reclaim ----
+
+  // A random owner id: names this client to the server across its connections.
+  static ClientOwner make_owner();
+  // CLIENT_ID on m's channel: true if the server lets this client reclaim (it restarted and
+  // its record names this client). A server without CLIENT_ID: false. Throws Error.
+  bool name_client(const MountState& m);
+  // Writes back on m what old's write delegations kept and did not send (old's connection
+  // broke), each found again by its path and file id, if `allowed`; reports the rest lost
+  // (report_lost). REQUIRES: m not published yet.
+  void reclaim(const MountState& m, Delegations& old, bool allowed);
+  // Logs that sf's bytes (`bytes` of them) are lost and why, drops them, and makes the
+  // file's next write, fsync or close through this client fail with EIO.
+  void report_lost(SharedFile& sf, size_t bytes, const std::string& why);
+  // Throws EIO if writes to path were lost (report_lost) and not yet reported.
+  void check_lost(const std::string& path);
+  // The connection broke while write delegations kept bytes: re-mount (and so reclaim)
+  // soon, on a thread of the client's, even if no call comes. Never blocks.
+  void reconnect_soon();
+  void reconnect_loop();
+  void stop_reconnecting();
   // Runs fn(mount) on the current mount; on a lost connection re-mounts and, if
   // idempotent, runs it once more on the new mount. rpc::RpcError becomes Error here.
   template <class Fn>
@@ -542,6 +577,14 @@ class Client {
   std::atomic<std::shared_ptr<const MountState>> mount_;
   ClientStats stats_;
   OpenFiles open_files_;  // what the Files of one file share
+  const ClientOwner owner_ = make_owner();
+  LostWrites lost_writes_;
+  // The re-mounting thread of reconnect_soon, started the first time it is wanted.
+  std::mutex reconnect_mu_;
+  std::condition_variable reconnect_cv_;
+  bool reconnect_wanted_ = false;  // guarded by reconnect_mu_
+  bool closing_ = false;           // guarded by reconnect_mu_
+  std::thread reconnector_;
 };
 
 }  // namespace odafs

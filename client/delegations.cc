@@ -17,13 +17,15 @@
 namespace odafs {
 
 Delegations::Delegations(rpc::Channel* channel, ClientCache* cache, size_t max_kept_bytes,
-                         int max_kept_ms, WriteBack write_back, Release release)
+                         int max_kept_ms, WriteBack write_back, Release release,
+                         ConnectionLost connection_lost)
     : channel_(channel),
       cache_(cache),
       max_kept_bytes_(max_kept_bytes),
       max_kept_ns_(int64_t{max_kept_ms} * 1000000),
       write_back_(std::move(write_back)),
       release_(std::move(release)),
+      connection_lost_(std::move(connection_lost)),
       returner_([this] { return_loop(); }) {}
 
 Delegations::~Delegations() { stop(); }
@@ -59,20 +61,41 @@ bool unwritten(SharedFile& shared) {
 
 }  // namespace
 
-void Delegations::stop() {
-  std::deque<Return> dropped;
+std::vector<Delegations::Return> Delegations::take_unsent() {
   {
     std::lock_guard lock(mu_);
-    if (stopping_) return;
     stopping_ = true;
-    dropped.swap(returns_);
-    for (auto& [key, e] : by_name_) {
-      if (e.kept) dropped.push_back({e.held.fh, e.id, true, std::move(e.kept), e.caller});
-    }
   }
   returns_ready_.notify_all();
   returns_done_.notify_all();
   if (returner_.joinable()) returner_.join();
+  std::lock_guard lock(mu_);
+  std::vector<Return> out = std::move(unsent_);
+  unsent_.clear();
+  for (Return& r : returns_) {
+    if (r.kept) out.push_back(std::move(r));
+  }
+  returns_.clear();
+  for (auto& [key, e] : by_name_) {
+    if (e.kept) out.push_back({e.held.fh, e.id, true, std::move(e.kept), e.caller});
+  }
+  return out;
+}
+
+bool Delegations::keep_unsent(Return& r) {
+  if (!r.kept) return false;
+  std::lock_guard lock(mu_);
+  unsent_.push_back(std::move(r));
+  return true;
+}
+
+void Delegations::stop() {
+  std::vector<Return> dropped;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+  }
+  dropped = take_unsent();
   for (Return& r : dropped) {
     if (!r.kept) continue;
     // A File still open on the file reports it at its next fsync or close; otherwise this
@@ -331,7 +354,8 @@ void Delegations::return_all() {
   returns_done_.wait(lock, [&] { return stopping_ || (returns_.empty() && !returning_); });
 }
 
-bool Delegations::write_back(Return& r) {
+bool Delegations::write_back(Return& r, bool* lost) {
+  *lost = false;
   try {
     // As the caller whose close kept them, as its own close would have sent them.
     std::optional<rpc::CallCredential> cred;
@@ -342,6 +366,10 @@ bool Delegations::write_back(Return& r) {
     }
     return write_back_(r.fh, r.kept);
   } catch (const Error& e) {
+    if (channel_->broken()) {  // for the next mount to reclaim (take_unsent)
+      *lost = true;
+      return false;
+    }
     // Kept in the SharedFile: a File still open on it reports it at its fsync or close.
     if (e.errno_value() != ESTALE) {  // ESTALE: the file is gone, and its bytes with it
       ODAFS_LOG_ERROR("odafs: writing back a write delegation's writes failed: %s", e.what());
@@ -372,7 +400,12 @@ int64_t Delegations::take_due_locked(int64_t now, Return* due) {
 void Delegations::give_back(Return& r) {
   bool wrote_back = false;
   if (r.write) {
-    wrote_back = write_back(r);
+    bool lost = false;
+    wrote_back = write_back(r, &lost);
+    if (lost && keep_unsent(r)) {  // the connection went, and the delegation with it
+      given_back(r.id);
+      return;
+    }
     // What this client cached may be old once another client changes the file.
     cache_->forget_file_data(cache_key(r.fh));
   }
@@ -418,18 +451,32 @@ void Delegations::return_loop() {
       // Written back by age: the delegation stays, and later closes keep again.
       returning_ = true;  // return_all waits for this too
       lock.unlock();
-      write_back(due);
-      release_(due.fh, due.kept);
+      bool lost = false;
+      write_back(due, &lost);
+      if (!lost || !keep_unsent(due)) release_(due.fh, due.kept);
       lock.lock();
       returning_ = false;
       if (returns_.empty()) returns_done_.notify_all();
       continue;
     }
+    // Kept bytes wait: a connection broken meanwhile is noticed within kLostPoll, so
+    // that the client re-mounts and reclaims them within the server's grace period even
+    // when nothing else calls.
+    constexpr int64_t kLostPollNs = 200'000'000;
+    const bool keeping = !keeps_.empty() || !unsent_.empty();
+    if (keeping && !lost_told_ && channel_->broken() && connection_lost_) {
+      lost_told_ = true;
+      lock.unlock();
+      connection_lost_();
+      lock.lock();
+      continue;
+    }
     auto ready = [&] { return stopping_ || !returns_.empty() || keeps_.size() == 1; };
-    if (next == 0) {
+    if (next == 0 && !(keeping && !lost_told_)) {
       returns_ready_.wait(lock, ready);
     } else {
-      returns_ready_.wait_for(lock, std::chrono::nanoseconds(next - now));
+      const int64_t wait_ns = next == 0 ? kLostPollNs : std::min(next - now, kLostPollNs);
+      returns_ready_.wait_for(lock, std::chrono::nanoseconds(wait_ns));
     }
   }
 }

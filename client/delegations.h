@@ -73,11 +73,14 @@ class Delegations {
   using WriteBack = std::function<bool(const Handle& fh, const OpenFiles::Ref& kept)>;
   // Gives back a Ref that keep_open took (OpenFiles::release).
   using Release = std::function<void(const Handle& fh, OpenFiles::Ref& shared)>;
+  // Called (once, on the worker) when the channel breaks while kept bytes wait: the
+  // client should re-mount soon and reclaim them (take_unsent). Must not block.
+  using ConnectionLost = std::function<void()>;
   // REQUIRES: channel and cache outlive stop() (MountState stops it before freeing them),
   // and so do what write_back and release use. max_kept_bytes, max_kept_ms:
   // MountOptions::delegated_bytes, delegated_write_back_ms.
   Delegations(rpc::Channel* channel, ClientCache* cache, size_t max_kept_bytes, int max_kept_ms,
-              WriteBack write_back, Release release);
+              WriteBack write_back, Release release, ConnectionLost connection_lost);
   ~Delegations();
   Delegations(const Delegations&) = delete;
   Delegations& operator=(const Delegations&) = delete;
@@ -144,6 +147,10 @@ class Delegations {
   // Stops the return worker (pending returns are dropped: the connection goes with the
   // mount; kept bytes not written back are logged as lost). Idempotent.
   void stop();
+  // Stops the worker like stop(), but hands over instead of dropping what this mount's
+  // write delegations kept and did not get written back (the connection broke): the
+  // caller reclaims them on a new mount, or reports them lost, and releases them.
+  std::vector<Return> take_unsent();
 
  private:
   struct Entry {
@@ -170,8 +177,12 @@ class Delegations {
   // after its keep) into *due, or says when the next one is (0: none). REQUIRES: mu_ held.
   int64_t take_due_locked(int64_t now, Return* due);
   // Writes back r's kept bytes as the caller who kept them; true if there were any. Logs
-  // what fails.
-  bool write_back(Return& r);
+  // what fails, except when the channel broke: then *lost is set, and the bytes stay for
+  // take_unsent.
+  bool write_back(Return& r, bool* lost);
+  // Keeps r (its write-back failed with the connection) for take_unsent. Returns false
+  // (and keeps nothing) if r keeps no bytes.
+  bool keep_unsent(Return& r);
   // Writes back a write delegation's bytes and sends the DELEGRETURN. Logs what fails.
   void give_back(Return& r);
 
@@ -201,6 +212,9 @@ class Delegations {
   std::deque<std::pair<uint64_t, int64_t>> keeps_;
   const WriteBack write_back_;
   const Release release_;
+  const ConnectionLost connection_lost_;
+  bool lost_told_ = false;       // connection_lost_ called; the worker's alone
+  std::vector<Return> unsent_;   // write-backs the broken connection stopped; guarded by mu_
   std::condition_variable returns_ready_;
   std::condition_variable returns_done_;  // returns_ empty and the worker idle
   std::deque<Return> returns_;            // guarded by mu_

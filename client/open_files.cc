@@ -4,10 +4,15 @@
 
 namespace odafs {
 
-OpenFiles::Ref OpenFiles::acquire(uint64_t key, uint64_t at_open) {
+OpenFiles::Ref OpenFiles::acquire(uint64_t key, uint64_t at_open, const std::string& path,
+                                  uint64_t fileid) {
   std::lock_guard lock(mu_);
   Ref& f = files_[key];
-  if (!f) f = std::make_shared<SharedFile>();
+  if (!f) {
+    f = std::make_shared<SharedFile>();
+    f->path = path;
+    f->fileid = fileid;
+  }
   f->size.store(at_open, std::memory_order_relaxed);
   return f;
 }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 namespace odafs {
@@ -23,8 +24,9 @@ class OpenFiles {
   using Ref = std::shared_ptr<SharedFile>;
 
   // The shared state of file `key`, its size set to `at_open` (the server's, fresh from
-  // the open: close-to-open makes it the truth, also for the other opens).
-  Ref acquire(uint64_t key, uint64_t at_open);
+  // the open: close-to-open makes it the truth, also for the other opens). A new one is
+  // named by path and fileid (SharedFile::path).
+  Ref acquire(uint64_t key, uint64_t at_open, const std::string& path, uint64_t fileid);
   // Gives back what acquire(key) returned (reset); the entry goes with the last File.
   void release(uint64_t key, Ref& ref);
   // The shared state of file `key` if the client has it open, else null.

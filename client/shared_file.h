@@ -20,6 +20,11 @@
 namespace odafs {
 
 struct SharedFile {
+  // The file, as its first open named it: a write delegation's bytes are found a home by
+  // them after a server restart (client/reclaim.cc). Set at creation, then constant.
+  std::string path;
+  uint64_t fileid = 0;
+
   // The file's size as this client knows it: at open, from stat(), after its own writes
   // and truncations, and as reads find it. Reads stop here without asking the server, as
   // an NFS client's reads stop at its cached size: close-to-open promises the size at open,

@@ -109,6 +109,7 @@ inline int errno_from_status(int status) {
     case ODAFS_ERR_NOTSUPP:
       return EOPNOTSUPP;
     case ODAFS_ERR_DELAY:
+    case ODAFS_ERR_GRACE:  // retried as DELAY is: the grace period ends within grace_ms
       return EAGAIN;
     case ODAFS_ERR_BAD_STATEID:
       return EIO;  // the bytes were lost with the delegation: as a failed write

@@ -16,7 +16,7 @@ cleanup() {
 trap cleanup EXIT
 
 mkdir "$work/export"
-ODAFS_LOG=warn build/odafsd --export "$work/export" --listen 127.0.0.1:0 --cache-mb 64 --block-size 4096 \
+ODAFS_LOG=warn build/odafsd --export "$work/export" --listen 127.0.0.1:0 --state-dir "$work/state" --cache-mb 64 --block-size 4096 \
   >"$work/ready" 2>"$work/odafsd.log" &
 server_pid=$!
 for _ in $(seq 100); do grep -q ready "$work/ready" 2>/dev/null && break; sleep 0.1; done

@@ -54,11 +54,15 @@ void FileService::reply_open(const rpc::CallContext& ctx, const IdentityScope& a
   // A write delegation only for a caller who may read too: its holder serves later opens
   // for reading from what it holds. None on a file whose setuid/setgid bits a write drops:
   // the server drops them when the bytes arrive, which must not wait for a recall.
+  // None in a grace period (a reclaimer's write-back must find no one holding the file).
+  // A write one only for a client named in the recovery record, which lets it reclaim
+  // what it keeps after a restart; otherwise a read one.
   Delegations::Grant g;
   if (S_ISREG(st.st_mode) && options_.delegations && (access & ODAFS_OPEN_READ) != 0 &&
-      as.permits(st, write ? R_OK | W_OK : R_OK) &&
-      !(write && setid_bits_to_drop(st.st_mode) != 0)) {
-    g = delegations_.grant(node, ctx.connection, fh, write);
+      as.permits(st, write ? R_OK | W_OK : R_OK) && !recovery_.in_grace()) {
+    const bool may_write = write && setid_bits_to_drop(st.st_mode) == 0 &&
+                           recovery_.may_hold_writes(ctx.connection);
+    if (may_write || !write) g = delegations_.grant(node, ctx.connection, fh, may_write);
   }
   if (S_ISREG(st.st_mode)) {
     // The attributes answered are from after the grant (a change that slipped in between
@@ -103,6 +107,24 @@ void FileService::do_delegreturn(const rpc::CallContext& ctx, delegreturn_args& 
   // its writes came back late. A handle gone stale has nothing left to return: OK.
   const bool held = !node || delegations_.returned((*node)->id, ctx.connection, a.delegation);
   reply_status<stat_res>(r, xp(xdr_stat_res), held ? ODAFS_OK : ODAFS_ERR_INVAL);
+}
+
+void FileService::do_client_id(const rpc::CallContext& ctx, client_id_args& a, rpc::Reply& r) {
+  Recovery::Owner owner;
+  std::memcpy(owner.data(), a.owner, owner.size());
+  Result<Recovery::Joined> j = recovery_.join(ctx.connection, owner);
+  client_id_res res{};
+  res.status = j ? ODAFS_OK : status_from_errno(j.errno_value());
+  if (j) {
+    res.client_id_res_u.ok.reclaim = j->reclaim;
+    res.client_id_res_u.ok.grace_ms = j->grace_ms;
+  }
+  r.send(xp(xdr_client_id_res), &res);
+}
+
+void FileService::do_reclaim_complete(const rpc::CallContext& ctx, rpc::Reply& r) {
+  recovery_.reclaim_complete(ctx.connection);
+  reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_OK);
 }
 
 bool FileService::send_recall(uint64_t connection, const WireHandle& fh, uint64_t id) {

@@ -52,7 +52,8 @@ FileService::FileService(Options options, CpuAccounting* cpu)
                                         .cooldown_ms = options_.lease_ms},
                    [this](uint64_t connection, const WireHandle& fh, uint64_t id) {
                      return send_recall(connection, fh, id);
-                   }) {
+                   }),
+      recovery_(Recovery::Options{options_.recovery_record, options_.grace_ms}) {
   if (RAND_bytes(write_verf_.data(), static_cast<int>(write_verf_.size())) != 1) {
     throw std::runtime_error("RAND_bytes failed: no write verifier");
   }
@@ -120,14 +121,20 @@ void FileService::register_procedures(rpc::Server* server) {
   // changes: the procedure changes the export, so a read-only client gets EROFS before its
   // arguments are decoded. WRITE_DIRECT (check_write: it must cancel the client's wait on
   // the engine) and OPEN (only opens for writing change anything) check for themselves.
+  // in_grace: served in the grace period after a restart to everyone; the others only to
+  // clients reclaiming (server/recovery.h).
   struct Entry {
     uint32_t proc;
     const char* name;
     rpc::ProcedureFn (*bind)(FileService*);
     bool changes = false;
+    bool in_grace = false;
   };
   static constexpr Entry kProcedures[] = {
-      {ODAFSPROC_MOUNT, "MOUNT", bind_procedure<xdr_mount_args, &FileService::do_mount>},
+      {ODAFSPROC_MOUNT, "MOUNT", bind_procedure<xdr_mount_args, &FileService::do_mount>, false,
+       true},
+      {ODAFSPROC_CLIENT_ID, "CLIENT_ID",
+       bind_procedure<xdr_client_id_args, &FileService::do_client_id>, false, true},
       {ODAFSPROC_GETATTR, "GETATTR", bind_procedure<xdr_getattr_args, &FileService::do_getattr>},
       {ODAFSPROC_SETATTR, "SETATTR", bind_procedure<xdr_setattr_args, &FileService::do_setattr>,
        true},
@@ -146,7 +153,8 @@ void FileService::register_procedures(rpc::Server* server) {
       {ODAFSPROC_READ, "READ", bind_procedure<xdr_read_args, &FileService::do_read>},
       {ODAFSPROC_WRITE, "WRITE", bind_procedure<xdr_write_args, &FileService::do_write>, true},
       {ODAFSPROC_COMMIT, "COMMIT", bind_procedure<xdr_commit_args, &FileService::do_commit>},
-      {ODAFSPROC_FSSTAT, "FSSTAT", bind_procedure<xdr_getattr_args, &FileService::do_fsstat>},
+      {ODAFSPROC_FSSTAT, "FSSTAT", bind_procedure<xdr_getattr_args, &FileService::do_fsstat>,
+       false, true},
       {ODAFSPROC_GETREFS, "GETREFS", bind_procedure<xdr_getrefs_args, &FileService::do_getrefs>},
       {ODAFSPROC_READ_DIRECT, "READ_DIRECT",
        bind_procedure<xdr_read_direct_args, &FileService::do_read_direct>},
@@ -154,7 +162,7 @@ void FileService::register_procedures(rpc::Server* server) {
        bind_procedure<xdr_write_direct_args, &FileService::do_write_direct>},
       {ODAFSPROC_OPEN, "OPEN", bind_procedure<xdr_open_args, &FileService::do_open>},
       {ODAFSPROC_DELEGRETURN, "DELEGRETURN",
-       bind_procedure<xdr_delegreturn_args, &FileService::do_delegreturn>},
+       bind_procedure<xdr_delegreturn_args, &FileService::do_delegreturn>, false, true},
   };
   // NULL and STATS take no arguments.
   server->add_procedure(ODAFSPROC_NULL, "NULL", [](const rpc::CallContext&, XDR*, rpc::Reply& r) {
@@ -170,8 +178,20 @@ void FileService::register_procedures(rpc::Server* server) {
         return true;
       };
     }
+    if (!e.in_grace) {
+      fn = [this, fn = std::move(fn)](const rpc::CallContext& c, XDR* in, rpc::Reply& r) {
+        if (!recovery_.holds_back(c.connection)) return fn(c, in, r);
+        reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_ERR_GRACE);
+        return true;
+      };
+    }
     server->add_procedure(e.proc, e.name, std::move(fn));
   }
+  server->add_procedure(ODAFSPROC_RECLAIM_COMPLETE, "RECLAIM_COMPLETE",
+                        [this](const rpc::CallContext& c, XDR*, rpc::Reply& r) {
+                          do_reclaim_complete(c, r);
+                          return true;
+                        });
   server->add_procedure(ODAFSPROC_STATS, "STATS",
                         [this](const rpc::CallContext&, XDR*, rpc::Reply& r) {
                           do_stats(r);
@@ -234,6 +254,12 @@ void FileService::do_stats(rpc::Reply& r) {
   values.emplace_back("delegations.delayed", ds.delayed.load());
   values.emplace_back("delegations.cooled", ds.cooled.load());
   values.emplace_back("delegations.refused_revoked", ds.refused_revoked.load());
+  const auto& gs = recovery_.stats();
+  values.emplace_back("recovery.in_grace", recovery_.in_grace() ? 1 : 0);
+  values.emplace_back("recovery.reclaimers", gs.reclaimers.load());
+  values.emplace_back("recovery.reclaimed", gs.reclaimed.load());
+  values.emplace_back("recovery.held_back", gs.held_back.load());
+  values.emplace_back("recovery.record_writes", gs.record_writes.load());
   if (engine_) {
     const ordma::EngineStats& es = engine_->stats();
     values.emplace_back(std::string("engine.backend.") + engine_->kind(), 1);

@@ -26,6 +26,7 @@
 #include "server/delegations.h"
 #include "server/file_env.h"
 #include "server/node_table.h"
+#include "server/recovery.h"
 
 namespace odafs::server {
 
@@ -61,6 +62,10 @@ class FileService {
     bool delegations = true;
     int lease_ms = 5000;
     int max_delegation_waiters = 3;
+    // Restart and reclaim (server/recovery.h): the recovery record's file (empty: none,
+    // and so no write delegations) and the longest grace period after a start.
+    std::string recovery_record;
+    int grace_ms = 10000;
   };
 
   // Throws std::system_error when the export cannot be opened.
@@ -86,7 +91,13 @@ class FileService {
   const ordma::Engine* engine() const { return engine_.get(); }
 
   // The RPC server's hook for a closed connection: its delegations are gone.
-  void connection_closed(uint64_t connection) { delegations_.connection_closed(connection); }
+  void connection_closed(uint64_t connection) {
+    delegations_.connection_closed(connection);
+    recovery_.connection_closed(connection);
+  }
+  // The server is stopping: connections closing from now on keep their clients' place in
+  // the recovery record (they come back to reclaim after the restart).
+  void stopping() { recovery_.stopping(); }
 
   // The export rules: the RPC server's admit and authorize hooks.
   const CallAuthority& authority() const { return authority_; }
@@ -173,6 +184,8 @@ class FileService {
   void reply_open(const rpc::CallContext& ctx, const IdentityScope& as, const NodeRef& node,
                   uint32_t access, struct stat& st, rpc::Reply& r);
   void do_delegreturn(const rpc::CallContext& ctx, struct delegreturn_args& a, rpc::Reply& r);
+  void do_client_id(const rpc::CallContext& ctx, struct client_id_args& a, rpc::Reply& r);
+  void do_reclaim_complete(const rpc::CallContext& ctx, rpc::Reply& r);
   // Sends CB_RECALL of delegation id on fh to connection (Delegations' recall sender).
   bool send_recall(uint64_t connection, const WireHandle& fh, uint64_t id);
   // Delegations::begin_change for the file (or none) that `name` in dir names now.
@@ -233,6 +246,7 @@ class FileService {
   std::array<unsigned char, 8> write_verf_;
   rpc::Server* server_ = nullptr;
   Delegations delegations_;
+  Recovery recovery_;
   std::atomic<uint32_t> next_callback_xid_{1};
   std::atomic<uint64_t> bytes_read_{0};
   std::atomic<uint64_t> bytes_written_{0};

@@ -9,6 +9,7 @@
 //          [--engine-listen HOST:PORT] [--engine-threads N] [--no-ordma]
 //          [--max-rings N] [--no-local-rings] [--max-direct-writes N]
 //          [--max-input-mb N] [--max-backlog-mb N] [--lease-ms MS] [--no-delegations]
+//          [--grace-ms MS] [--state-dir DIR]
 //
 // Once ready it prints one line on stdout,
 //   "odafsd ready rpc=HOST:PORT engine=HOST:PORT|none export=DIR",
@@ -17,6 +18,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <openssl/sha.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -49,6 +51,7 @@ namespace {
                "              [--max-rings N] [--no-local-rings] [--max-direct-writes N]\n"
                "              [--max-input-mb N] [--max-backlog-mb N]\n"
                "              [--lease-ms MS] [--no-delegations]\n"
+               "              [--grace-ms MS] [--state-dir DIR]\n"
                "              [--engine soft|verbs] [--rdma-dev NAME]\n"
                "  --engine picks the one-sided engine's backend (default soft); verbs\n"
                "  needs an RDMA device (--rdma-dev names one; default: the one serving\n"
@@ -77,6 +80,10 @@ namespace {
                "  synced, as a power loss would, and exits at once (status 86).\n"
                "  --lease-ms (default 5000): how long a client has to return a recalled\n"
                "  delegation before it is taken back; --no-delegations grants none.\n"
+               "  --state-dir (default /var/lib/odafs as root, else\n"
+               "  $XDG_STATE_HOME/odafs or ~/.local/state/odafs) keeps the recovery record:\n"
+               "  the clients that may hold writes to reclaim after a restart. --grace-ms\n"
+               "  (default 2 leases) bounds the grace period after a start in which they do.\n"
                "  --slow-writes US (testing only): each write lands in two halves US\n"
                "  microseconds apart, so that reads racing writes can be checked.\n"
                "  --max-connections-per-address (default 256; 0: none) keeps one host from\n"
@@ -150,6 +157,35 @@ void configure_access(const AccessFlags& flags, const std::string& listen_host,
   }
 }
 
+// Where the recovery record of this export lives (server/recovery.h): one file per export
+// directory in the state directory, so servers of other exports share it safely (two
+// servers of one export at once each need a --state-dir of their own).
+std::string recovery_record_path(std::string state_dir, const std::string& export_root) {
+  if (state_dir.empty()) {
+    const char* xdg = std::getenv("XDG_STATE_HOME");
+    const char* home = std::getenv("HOME");
+    if (geteuid() == 0) {
+      state_dir = "/var/lib/odafs";
+    } else if (xdg != nullptr && *xdg == '/') {
+      state_dir = std::string(xdg) + "/odafs";
+    } else if (home != nullptr && *home == '/') {
+      state_dir = std::string(home) + "/.local/state/odafs";
+    } else {
+      ODAFS_LOG_WARN("no state directory (no HOME): no write delegations; see --state-dir");
+      return "";
+    }
+  }
+  char* real = realpath(export_root.c_str(), nullptr);
+  std::string key = real != nullptr ? real : export_root;
+  std::free(real);
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(key.data()), key.size(), digest);
+  char name[32];
+  std::snprintf(name, sizeof name, "recovery-%02x%02x%02x%02x%02x%02x%02x%02x", digest[0],
+                digest[1], digest[2], digest[3], digest[4], digest[5], digest[6], digest[7]);
+  return state_dir + "/" + name;
+}
+
 void raise_fd_limit() {
   rlimit lim{};
   if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
@@ -173,6 +209,8 @@ int main(int argc, char** argv) {
   int engine_threads = 1;
   odafs::ordma::EngineOptions engine_options;
   long max_direct_writes = -1;  // -1: --threads - 1
+  int grace_ms = -1;            // -1: two leases
+  std::string state_dir;
   bool simulate_crashes = false;
   unsigned slow_write_us = 0;
   AccessFlags access;
@@ -241,6 +279,10 @@ int main(int argc, char** argv) {
       fs.lease_ms = static_cast<int>(number("--lease-ms", value(), 10, 600000));
     } else if (flag == "--no-delegations") {
       fs.delegations = false;
+    } else if (flag == "--grace-ms") {
+      grace_ms = static_cast<int>(number("--grace-ms", value(), 0, 3600000));
+    } else if (flag == "--state-dir") {
+      state_dir = value();
     } else if (flag == "--slow-writes") {
       slow_write_us = static_cast<unsigned>(number("--slow-writes", value(), 1, 1000000));
     } else if (flag == "--auth-sys") {
@@ -272,6 +314,8 @@ int main(int argc, char** argv) {
     usage(e.what());
   }
   configure_access(access, listen_at.host, &fs);
+  fs.grace_ms = grace_ms >= 0 ? grace_ms : 2 * fs.lease_ms;
+  fs.recovery_record = recovery_record_path(state_dir, fs.export_root);
   // One RPC thread always stays free of direct writes waiting on clients.
   fs.max_delegation_waiters = std::max(threads - 1, 1);
   fs.max_direct_writes = max_direct_writes >= 0 ? static_cast<size_t>(max_direct_writes)
@@ -351,6 +395,7 @@ int main(int argc, char** argv) {
       _exit(86);  // no cleanup: a crash
     }
     ODAFS_LOG_INFO("signal %d: shutting down", sig);
+    service.stopping();
     service.stop_engine();
     server.stop();
   } catch (const std::exception& e) {

@@ -15,7 +15,7 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 mkdir "$work/export"
-ODAFS_LOG=warn "$odafsd" --export "$work/export" --listen 127.0.0.1:0 >"$work/ready" &
+ODAFS_LOG=warn "$odafsd" --export "$work/export" --listen 127.0.0.1:0 --state-dir "$work/state" >"$work/ready" &
 pid=$!
 for _ in $(seq 150); do grep -q ready "$work/ready" 2>/dev/null && break; sleep 0.1; done
 addr=$(sed -n 's/.*rpc=\([^ ]*\).*/\1/p' "$work/ready")

@@ -34,7 +34,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ODAFS_LOG=warn taskset -c 0 build/odafsd --export "$shm" --listen 127.0.0.1:0 --threads 2 \
+ODAFS_LOG=warn taskset -c 0 build/odafsd --export "$shm" --listen 127.0.0.1:0 --state-dir "$work/state" --threads 2 \
   --block-size 65536 --cache-mb 512 >"$work/ready" &
 pid=$!
 for _ in $(seq 100); do grep -q ready "$work/ready" 2>/dev/null && break; sleep 0.1; done

@@ -34,7 +34,7 @@ trap cleanup EXIT
 mkdir -p "$shm/tmpfs" "$shm/pt-src" "$shm/export" "$work/pt" "$work/ordma" "$work/rpc"
 "$work/passthrough_ll" -o source="$shm/pt-src" "$work/pt"
 mounts+=("$work/pt")
-ODAFS_LOG=warn build/odafsd --export "$shm/export" --listen 127.0.0.1:0 --threads 2 \
+ODAFS_LOG=warn build/odafsd --export "$shm/export" --listen 127.0.0.1:0 --state-dir "$work/state" --threads 2 \
   --cache-mb 256 >"$work/ready" &
 pid=$!
 for _ in $(seq 100); do grep -q ready "$work/ready" 2>/dev/null && break; sleep 0.1; done

@@ -87,6 +87,10 @@ void ServerProcess::start() {
   if (pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
   std::string listen = "127.0.0.1:" + std::to_string(port_);
   std::vector<std::string> argv_s = {ODAFSD_PATH, "--export", export_dir_, "--listen", listen};
+  // The recovery record goes with this server (and its restarts), not into the machine's.
+  if (std::find(args_.begin(), args_.end(), "--state-dir") == args_.end()) {
+    argv_s.insert(argv_s.end(), {"--state-dir", state_dir_.path()});
+  }
   argv_s.insert(argv_s.end(), args_.begin(), args_.end());
   std::vector<char*> argv;
   for (auto& s : argv_s) argv.push_back(s.data());

@@ -68,6 +68,7 @@ class ServerProcess {
  private:
   void start();
   std::string export_dir_;
+  TempDir state_dir_;  // --state-dir, unless args name one
   std::vector<std::string> args_;
   uint16_t port_;
   unsigned long nofile_;

@@ -1,0 +1,45 @@
+// LostWrites: the files whose writes this client acknowledged and then could not get to the
+// server (kept under a write delegation when the server restarted, and not reclaimable:
+// client/reclaim.cc). The next write, fsync or close of such a file through this client
+// fails with EIO, once, as a failed write-behind does; the log has named it already.
+//
+// Thread-safety: thread-safe; `any` is one relaxed load, for the write path.
+#pragma once
+
+#include <atomic>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+namespace odafs {
+
+class LostWrites {
+ public:
+  // Remembers that path lost its writes, and why. At most kMax files (the oldest go).
+  void add(const std::string& path, std::string why) {
+    std::lock_guard lock(mu_);
+    if (lost_.size() >= kMax) lost_.erase(lost_.begin());
+    lost_[path] = std::move(why);
+    count_.store(lost_.size(), std::memory_order_relaxed);
+  }
+  bool any() const { return count_.load(std::memory_order_relaxed) != 0; }
+  // Why path lost its writes, forgetting it; nothing if it did not.
+  std::optional<std::string> take(const std::string& path) {
+    std::lock_guard lock(mu_);
+    auto it = lost_.find(path);
+    if (it == lost_.end()) return std::nullopt;
+    std::string why = std::move(it->second);
+    lost_.erase(it);
+    count_.store(lost_.size(), std::memory_order_relaxed);
+    return why;
+  }
+
+ private:
+  static constexpr size_t kMax = 1024;
+  std::mutex mu_;
+  std::unordered_map<std::string, std::string> lost_;
+  std::atomic<size_t> count_{0};
+};
+
+}  // namespace odafs

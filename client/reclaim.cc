@@ -1,0 +1,192 @@
+// Client: restart and reclaim (docs/protocol.md, "Restart and reclaim"). A write
+// delegation lets a close keep bytes only this client has; when the connection breaks,
+// the mount's Delegations hand them over (take_unsent) and the next mount writes them
+// back, before anything else goes out on it, if the server says this client may reclaim
+// (it restarted, and its recovery record names this client). Bytes that cannot be written
+// back are reported: logged with the file and the byte count, and EIO at the file's next
+// write, fsync or close through this client. None is dropped silently.
+#include <sys/random.h>
+
+#include <chrono>
+#include <optional>
+
+#include "client/call_util.h"
+#include "client/client.h"
+#include "client/delegations.h"
+#include "client/mount_state.h"
+#include "client/shared_file.h"
+#include "client/url.h"
+#include "rpc/call_credential.h"
+
+namespace odafs {
+namespace {
+
+// The bytes sf holds back from the server: its run and its uncommitted copies.
+size_t unsent_bytes(SharedFile& sf) {
+  size_t n;
+  {
+    std::lock_guard behind(sf.behind_mu);
+    n = sf.behind.size();
+  }
+  std::lock_guard lock(sf.mu);
+  return n + (sf.unstable ? sf.pending_data.size() : 0);
+}
+
+// The file at `path` under m's root, by LOOKUPs on m's channel (the mount is not published
+// yet: nothing else may go out on it before the write-backs). Symbolic links on the way are
+// not followed: a path through one is not found. Nothing if it is not there.
+std::optional<std::pair<Handle, Attr>> lookup_path(const MountState& m, const std::string& path) {
+  Handle cur = m.root;
+  std::optional<Attr> attr;
+  for (const std::string& name : split_path(path)) {
+    diropargs args{};
+    put_fh(args.dir, cur);
+    args.name = const_cast<char*>(name.c_str());
+    dirop_res res{};
+    m.channel->call(ODAFSPROC_LOOKUP, to_xdrproc(xdr_diropargs), &args, to_xdrproc(xdr_dirop_res),
+                    &res);
+    if (raw_enum(res.status) != ODAFS_OK) return std::nullopt;
+    cur = get_fh(res.dirop_res_u.ok.fh);
+    attr = to_attr(res.dirop_res_u.ok.attr);
+  }
+  if (!attr) return std::nullopt;
+  return std::make_pair(cur, *attr);
+}
+
+}  // namespace
+
+ClientOwner Client::make_owner() {
+  ClientOwner o{};
+  for (size_t got = 0; got < o.size();) {
+    ssize_t n = getrandom(o.data() + got, o.size() - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+    else if (errno != EINTR) fail(errno, "getrandom: no client owner id");
+  }
+  return o;
+}
+
+bool Client::name_client(const MountState& m) {
+  client_id_args args{};
+  std::memcpy(args.owner, owner_.data(), owner_.size());
+  client_id_res res{};
+  try {
+    m.channel->call(ODAFSPROC_CLIENT_ID, to_xdrproc(xdr_client_id_args), &args,
+                    to_xdrproc(xdr_client_id_res), &res);
+  } catch (const rpc::RpcError& e) {
+    if (e.kind() == rpc::RpcError::Kind::kTransport) throw error_from(e, "client id");
+    return false;  // a server without it: no write delegations, nothing to reclaim
+  }
+  check(res.status, "client id");
+  return res.client_id_res_u.ok.reclaim;
+}
+
+void Client::reclaim(const MountState& m, Delegations& old, bool allowed) {
+  std::vector<Delegations::Return> unsent = old.take_unsent();
+  for (Delegations::Return& r : unsent) {
+    SharedFile& sf = *r.kept;
+    const size_t bytes = unsent_bytes(sf);
+    std::string why;
+    if (bytes == 0) {
+      // nothing held back
+    } else if (!allowed) {
+      why = "the server did not let this client reclaim them (its grace period was over, or "
+            "it lost track of this client's write delegation)";
+    } else {
+      try {
+        std::optional<rpc::CallCredential> cred;
+        std::optional<rpc::CallAs> as;
+        if (r.caller) {  // as the caller whose close kept them
+          cred.emplace(*r.caller, "odafs");
+          as.emplace(*cred);
+        }
+        auto found = lookup_path(m, sf.path);
+        if (!found || found->second.fileid != sf.fileid ||
+            found->second.type != FileType::kRegular) {
+          why = "the file is no longer at its path";
+        } else {
+          write_back(m, found->first, sf);
+          stats_.reclaimed_files.fetch_add(1, std::memory_order_relaxed);
+          ODAFS_LOG_INFO("odafs: reclaimed %zu byte(s) of %s after a server restart", bytes,
+                         sf.path.c_str());
+        }
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+    }
+    if (!why.empty()) report_lost(sf, bytes, why);
+    open_files_.release(cache_key(r.fh), r.kept);
+  }
+}
+
+void Client::report_lost(SharedFile& sf, size_t bytes, const std::string& why) {
+  const std::string message = std::to_string(bytes) + " byte(s) written to " + sf.path +
+                              " under a write delegation were lost at a server restart: " + why;
+  ODAFS_LOG_ERROR("odafs: %s", message.c_str());
+  stats_.lost_files.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard behind(sf.behind_mu);
+    sf.behind.clear();
+    sf.has_behind.store(false, std::memory_order_release);
+    if (sf.behind_errno == 0) {  // a File still open on it hears it next
+      sf.behind_errno = EIO;
+      sf.behind_error = message;
+    }
+  }
+  {
+    std::lock_guard lock(sf.mu);
+    sf.unstable = false;
+    sf.pending.clear();
+    sf.pending_data.clear();
+  }
+  lost_writes_.add(sf.path, message);  // and a later open of it
+}
+
+void Client::check_lost(const std::string& path) {
+  if (!lost_writes_.any()) return;
+  if (std::optional<std::string> why = lost_writes_.take(path)) fail(EIO, *why);
+}
+
+void Client::reconnect_soon() {
+  std::lock_guard lock(reconnect_mu_);
+  if (closing_) return;
+  reconnect_wanted_ = true;
+  if (!reconnector_.joinable()) reconnector_ = std::thread([this] { reconnect_loop(); });
+  reconnect_cv_.notify_one();
+}
+
+void Client::reconnect_loop() {
+  std::unique_lock lock(reconnect_mu_);
+  for (;;) {
+    reconnect_cv_.wait(lock, [&] { return closing_ || reconnect_wanted_; });
+    if (closing_) return;
+    reconnect_wanted_ = false;
+    // Until the server is back (it restarts within its grace period, or the kept bytes are
+    // lost anyway), or the client closes.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(
+                                                                std::max(options_.timeout_ms, 1000));
+    while (!closing_ && std::chrono::steady_clock::now() < give_up) {
+      lock.unlock();
+      bool done = false;
+      try {
+        mount_state();
+        done = true;
+      } catch (const std::exception& e) {
+        ODAFS_LOG_DEBUG("odafs: re-mounting to reclaim: %s", e.what());
+      }
+      lock.lock();
+      if (done) break;
+      reconnect_cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return closing_; });
+    }
+  }
+}
+
+void Client::stop_reconnecting() {
+  {
+    std::lock_guard lock(reconnect_mu_);
+    closing_ = true;
+  }
+  reconnect_cv_.notify_all();
+  if (reconnector_.joinable()) reconnector_.join();
+}
+
+}  // namespace odafs

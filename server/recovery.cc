@@ -1,0 +1,244 @@
+#include "server/recovery.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string_view>
+
+#include "base/futex.h"
+#include "base/log.h"
+
+namespace odafs::server {
+namespace {
+
+constexpr std::string_view kRecordHeader = "odafs-recovery 1";
+
+std::string to_hex(const Recovery::Owner& o) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string s;
+  s.reserve(o.size() * 2);
+  for (unsigned char c : o) {
+    s.push_back(kDigits[c >> 4]);
+    s.push_back(kDigits[c & 15]);
+  }
+  return s;
+}
+
+bool from_hex(std::string_view s, Recovery::Owner* o) {
+  if (s.size() != o->size() * 2) return false;
+  auto digit = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < o->size(); ++i) {
+    int hi = digit(s[2 * i]), lo = digit(s[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    (*o)[i] = static_cast<unsigned char>(hi << 4 | lo);
+  }
+  return true;
+}
+
+// mkdir -p with mode 0700 for what it makes. Returns 0 or the errno.
+int make_dirs(const std::string& dir) {
+  if (dir.empty()) return 0;
+  struct stat st;
+  if (stat(dir.c_str(), &st) == 0) return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+  const size_t slash = dir.find_last_of('/');
+  if (slash != std::string::npos && slash > 0) {
+    if (int err = make_dirs(dir.substr(0, slash))) return err;
+  }
+  return mkdir(dir.c_str(), 0700) == 0 || errno == EEXIST ? 0 : errno;
+}
+
+std::string dir_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
+}
+
+}  // namespace
+
+Recovery::Recovery(Options options) : options_(std::move(options)) {
+  if (options_.record_path.empty()) return;
+  if (int err = make_dirs(dir_of(options_.record_path))) {
+    ODAFS_LOG_ERROR("recovery record %s: cannot make its directory (%s); no write delegations",
+                    options_.record_path.c_str(), std::strerror(err));
+    return;
+  }
+  usable_ = true;
+  read_record();
+  if (pending_.empty()) return;
+  stats_.reclaimers.store(pending_.size(), std::memory_order_relaxed);
+  grace_ends_ms_ = now_ms() + options_.grace_ms;
+  grace_.store(options_.grace_ms > 0, std::memory_order_relaxed);
+  ODAFS_LOG_INFO("grace period of up to %d ms: %zu client(s) may hold writes to reclaim",
+                 options_.grace_ms, pending_.size());
+  if (options_.grace_ms <= 0) {
+    std::lock_guard lock(mu_);
+    end_grace_locked();
+  }
+}
+
+void Recovery::read_record() {
+  std::ifstream in;
+  if (access(options_.record_path.c_str(), F_OK) != 0 && errno == ENOENT) return;
+  in.open(options_.record_path);
+  if (!in) {
+    {
+      ODAFS_LOG_ERROR("recovery record %s unreadable (%s): its clients' kept writes are lost",
+                      options_.record_path.c_str(), std::strerror(errno));
+    }
+    return;
+  }
+  std::string line;
+  if (!std::getline(in, line) || line != kRecordHeader) {
+    ODAFS_LOG_ERROR("recovery record %s is not one (no '%s' line): ignored",
+                    options_.record_path.c_str(), std::string(kRecordHeader).c_str());
+    return;
+  }
+  while (std::getline(in, line)) {
+    Owner o;
+    if (!from_hex(line, &o)) {
+      ODAFS_LOG_ERROR("recovery record %s: a bad line ignored", options_.record_path.c_str());
+      continue;
+    }
+    recorded_.insert(o);
+  }
+  pending_ = recorded_;
+}
+
+bool Recovery::write_record_locked() {
+  const std::string tmp = options_.record_path + ".tmp";
+  std::string text(kRecordHeader);
+  text.push_back('\n');
+  for (const Owner& o : recorded_) {
+    text += to_hex(o);
+    text.push_back('\n');
+  }
+  // Write, sync, rename over the old one, sync the directory: a crash leaves the old
+  // record or the new one, never a torn one.
+  const char* failed = nullptr;
+  int err = 0;
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    failed = "open", err = errno;
+  } else {
+    if (write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+      failed = "write", err = errno != 0 ? errno : ENOSPC;
+    } else if (fsync(fd) != 0) {
+      failed = "fsync", err = errno;
+    }
+    close(fd);
+  }
+  if (failed == nullptr && rename(tmp.c_str(), options_.record_path.c_str()) != 0) {
+    failed = "rename", err = errno;
+  }
+  if (failed == nullptr) {
+    int dir = open(dir_of(options_.record_path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0 || fsync(dir) != 0) failed = "fsync of its directory", err = errno;
+    if (dir >= 0) close(dir);
+  }
+  if (failed != nullptr) {
+    ODAFS_LOG_ERROR("recovery record %s: %s failed (%s)", options_.record_path.c_str(), failed,
+                    std::strerror(err));
+    return false;
+  }
+  stats_.record_writes.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+Result<Recovery::Joined> Recovery::join(uint64_t connection, const Owner& owner) {
+  std::lock_guard lock(mu_);
+  auto [it, fresh] = owners_.emplace(connection, owner);
+  if (!fresh && it->second != owner) return Status(EINVAL, "client id: the connection named another owner");
+  Joined j;
+  const int64_t now = now_ms();
+  if (grace_.load(std::memory_order_relaxed) && !grace_over_locked(now)) {
+    j.reclaim = pending_.count(owner) != 0;
+    j.grace_ms = static_cast<uint32_t>(grace_ends_ms_ - now);
+  }
+  return j;
+}
+
+void Recovery::reclaim_complete(uint64_t connection) {
+  std::lock_guard lock(mu_);
+  auto it = owners_.find(connection);
+  if (it == owners_.end() || pending_.erase(it->second) == 0) return;
+  stats_.reclaimed.fetch_add(1, std::memory_order_relaxed);
+  grace_over_locked(now_ms());
+}
+
+bool Recovery::holds_back_slow(uint64_t connection) {
+  std::lock_guard lock(mu_);
+  if (grace_over_locked(now_ms())) return false;
+  auto it = owners_.find(connection);
+  if (it != owners_.end() && pending_.count(it->second) != 0) return false;
+  stats_.held_back.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+bool Recovery::grace_over_now() {
+  std::lock_guard lock(mu_);
+  return grace_over_locked(now_ms());
+}
+
+bool Recovery::grace_over_locked(int64_t now) {
+  if (!grace_.load(std::memory_order_relaxed)) return true;
+  if (!pending_.empty() && now < grace_ends_ms_) return false;
+  end_grace_locked();
+  return true;
+}
+
+void Recovery::end_grace_locked() {
+  if (!pending_.empty()) {
+    ODAFS_LOG_WARN("grace period over: %zu client(s) did not come back to reclaim",
+                   pending_.size());
+  } else {
+    ODAFS_LOG_INFO("grace period over: every client reclaimed");
+  }
+  // Those who did not come back hold nothing here any more; those who did hold nothing
+  // yet (no delegation was granted in the grace period).
+  for (const Owner& o : pending_) recorded_.erase(o);
+  pending_.clear();
+  std::set<Owner> holding;
+  for (const auto& [connection, owner] : owners_) {
+    if (recorded_.count(owner) != 0) holding.insert(owner);
+  }
+  recorded_.swap(holding);
+  write_record_locked();
+  grace_.store(false, std::memory_order_relaxed);
+}
+
+bool Recovery::may_hold_writes(uint64_t connection) {
+  if (!usable_) return false;
+  std::lock_guard lock(mu_);
+  auto it = owners_.find(connection);
+  if (it == owners_.end()) return false;
+  if (recorded_.count(it->second) != 0) return true;
+  recorded_.insert(it->second);
+  if (write_record_locked()) return true;
+  recorded_.erase(it->second);
+  return false;
+}
+
+void Recovery::connection_closed(uint64_t connection) {
+  std::lock_guard lock(mu_);
+  auto it = owners_.find(connection);
+  if (it == owners_.end()) return;
+  const Owner owner = it->second;
+  owners_.erase(it);
+  if (stopping_.load(std::memory_order_relaxed) || recorded_.count(owner) == 0) return;
+  if (pending_.count(owner) != 0) return;  // still to reclaim (it may reconnect)
+  for (const auto& [c, o] : owners_) {
+    if (o == owner) return;  // another connection of the client holds on
+  }
+  recorded_.erase(owner);
+  write_record_locked();
+}
+
+}  // namespace odafs::server

@@ -1,0 +1,105 @@
+// Recovery after a restart: which clients may hold bytes the server never saw, and the
+// grace period in which they write them back (docs/protocol.md, "Restart and reclaim").
+//
+// After NFSv4's stable client records and grace period (RFC 8881, 8.4.2 and 8.4.3). A
+// client holding a write delegation may keep bytes past a close that only it has. A
+// server that crashes forgets its delegations, so before it grants a client its first
+// write delegation it writes the client's owner id (CLIENT_ID) into the recovery record,
+// a small file on stable storage. A server that starts and finds owners in the record
+// opens a grace period: until each of them has sent RECLAIM_COMPLETE, or grace_ms have
+// passed, calls from their connections are served (their write-backs) and every other
+// call waits (GRACE, which clients retry), so nobody reads or overwrites a file before its
+// holder's bytes are back; no delegation is granted meanwhile. A record without owners
+// opens no grace period: a restart with no write delegation out costs nothing.
+//
+// An owner leaves the record when its last connection closes while the server runs (its
+// delegations went with it); a server stopping or crashing leaves the record as it is.
+//
+// Thread-safety: thread-safe. holds_back and in_grace cost one relaxed load once the grace
+// period is over.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "base/status.h"
+
+namespace odafs::server {
+
+class Recovery {
+ public:
+  struct Options {
+    // The record's file; its directory is made (0700) if missing. Empty: no record, so no
+    // write delegations (nothing could be reclaimed) and no grace period.
+    std::string record_path;
+    int grace_ms = 10000;  // the longest grace period after a start
+  };
+  using Owner = std::array<unsigned char, 16>;
+
+  // Reads the record the previous instance left and opens the grace period if it names
+  // owners. A record that cannot be read or parsed is logged and treated as empty (its
+  // clients then report their kept bytes lost); a directory that cannot be made turns
+  // write delegations off (logged).
+  explicit Recovery(Options options);
+
+  struct Joined {
+    bool reclaim = false;    // the owner was in the record: it may write back now
+    uint32_t grace_ms = 0;   // left of the grace period
+  };
+  // CLIENT_ID: `connection` belongs to `owner`. EINVAL if the connection named another
+  // owner before.
+  Result<Joined> join(uint64_t connection, const Owner& owner);
+  // RECLAIM_COMPLETE: the connection's owner has written back all it kept. Ends the grace
+  // period when it was the last owner to come back.
+  void reclaim_complete(uint64_t connection);
+  // Whether a call from `connection` must wait for the grace period to end: true in the
+  // grace period unless the connection's owner is reclaiming.
+  bool holds_back(uint64_t connection) {
+    return grace_.load(std::memory_order_relaxed) && holds_back_slow(connection);
+  }
+  // The grace period is on: grant no delegation.
+  bool in_grace() { return grace_.load(std::memory_order_relaxed) && !grace_over_now(); }
+  // Before a write delegation goes to `connection`: its owner is in the record (written
+  // and synced the first time). False: grant none (no owner named, or no record kept).
+  bool may_hold_writes(uint64_t connection);
+  void connection_closed(uint64_t connection);
+  // The server is stopping: its connections close now, but their owners stay recorded.
+  void stopping() { stopping_.store(true, std::memory_order_relaxed); }
+
+  struct Stats {
+    std::atomic<uint64_t> held_back{0};  // calls answered GRACE
+    std::atomic<uint64_t> reclaimers{0};  // owners found in the record at start
+    std::atomic<uint64_t> reclaimed{0};   // of them, RECLAIM_COMPLETE received
+    std::atomic<uint64_t> record_writes{0};
+  };
+  const Stats& stats() const { return stats_; }
+
+ private:
+  bool holds_back_slow(uint64_t connection);
+  // Ends the grace period if its time is up or nobody is left to reclaim; true if over.
+  bool grace_over_now();
+  // REQUIRES: mu_ held.
+  bool grace_over_locked(int64_t now_ms);
+  void end_grace_locked();
+  // Writes recorded_ to the record file, atomically and synced. REQUIRES: mu_ held.
+  bool write_record_locked();
+  void read_record();
+
+  const Options options_;
+  bool usable_ = false;  // the record's directory exists; set at construction
+  std::mutex mu_;
+  std::atomic<bool> grace_{false};
+  std::atomic<bool> stopping_{false};
+  int64_t grace_ends_ms_ = 0;                   // steady clock; guarded by mu_
+  std::set<Owner> recorded_;                    // in the record file; guarded by mu_
+  std::set<Owner> pending_;                     // to reclaim still; guarded by mu_
+  std::map<uint64_t, Owner> owners_;            // by connection; guarded by mu_
+  Stats stats_;
+};
+
+}  // namespace odafs::server
