@@ -189,8 +189,8 @@ struct ClientStats {
   std::atomic<uint64_t> direct_writes{0};  // WRITE_DIRECT calls
   std::atomic<uint64_t> fallbacks{0};      // faults answered with an RPC
   std::atomic<uint64_t> refs_received{0};
-  std::atomic<uint64_t> delegated_opens{0};        // opens served by a read delegation: no call
-  std::atomic<uint64_t> delegated_lookups{0};      // lookups served by a delegation: no call
+  std::atomic<uint64_t> delegated_opens{0};    // opens served by a read delegation: no call
+  std::atomic<uint64_t> delegated_lookups{0};  // lookups served by a delegation: no call
   // Files whose kept writes were written back after a server restart (client/reclaim.cc),
   // and files whose kept writes could not be (reported: logged, then EIO).
   std::atomic<uint64_t> reclaimed_files{0};
@@ -463,8 +463,8 @@ class Client {
   // broke), each found again by its path and file id, if `allowed`; reports the rest lost
   // (report_lost). REQUIRES: m not published yet.
   void reclaim(const MountState& m, Delegations& old, bool allowed);
-  // Logs that sf's bytes (`bytes` of them) are lost and why, drops them, and makes the
-  // file's next write, fsync or close through this client fail with EIO.
+  // Logs that sf's bytes (`bytes` of them) are lost and why, and makes the file's next
+  // write, fsync or close through this client fail with EIO.
   void report_lost(SharedFile& sf, size_t bytes, const std::string& why);
   // Throws EIO if writes to path were lost (report_lost) and not yet reported.
   void check_lost(const std::string& path);
@@ -521,6 +521,10 @@ class Client {
   // re-mounting. True if there was anything to send. Throws Error; what failed stays in
   // sf.
   bool write_back(const MountState& m, const Handle& fh, SharedFile& sf);
+  // One WRITE of src[0, n) (n <= max_write) at `at` on m's channel, sent again while
+  // answered DELAY; never re-mounts. Returns the bytes written. Throws Error.
+  size_t write_on(const MountState& m, const Handle& fh, const char* src, size_t n, uint64_t at,
+                  Stability how, WriteVerifier* verf, int* committed);
   // COMMIT on m's channel; throws rpc::RpcError or Error.
   WriteVerifier commit_on(const MountState& m, const Handle& fh);
   // Attributes the server gave for fh, with the size grown to what this client has written

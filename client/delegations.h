@@ -213,8 +213,8 @@ class Delegations {
   const WriteBack write_back_;
   const Release release_;
   const ConnectionLost connection_lost_;
-  bool lost_told_ = false;       // connection_lost_ called; the worker's alone
-  std::vector<Return> unsent_;   // write-backs the broken connection stopped; guarded by mu_
+  bool lost_told_ = false;      // connection_lost_ called; the worker's alone
+  std::vector<Return> unsent_;  // write-backs the broken connection stopped; guarded by mu_
   std::condition_variable returns_ready_;
   std::condition_variable returns_done_;  // returns_ empty and the worker idle
   std::deque<Return> returns_;            // guarded by mu_

@@ -408,6 +408,19 @@ void Client::flush_writes_behind(const Handle& fh) {
   });
 }
 
+size_t Client::write_on(const MountState& m, const Handle& fh, const char* src, size_t n,
+                        uint64_t at, Stability how, WriteVerifier* verf, int* committed) {
+  return retry_delayed(options_.timeout_ms, [&] {
+    try {
+      thread_local rpc::Call call;
+      start_write(m, call, fh, src, n, at, how);
+      return finish_write(m, call, n, verf, committed);
+    } catch (const rpc::RpcError& e) {
+      throw error_from(e);
+    }
+  });
+}
+
 bool Client::write_back(const MountState& m, const Handle& fh, SharedFile& sf) {
   bool any;
   {
@@ -423,15 +436,7 @@ bool Client::write_back(const MountState& m, const Handle& fh, SharedFile& sf) {
   // On m's channel only: a re-mount here could free m's Delegations from its own worker.
   auto write_one = [&](const char* src, size_t n, uint64_t at, Stability how, WriteVerifier* verf,
                        int* committed) {
-    return retry_delayed(options_.timeout_ms, [&] {
-      try {
-        thread_local rpc::Call call;
-        start_write(m, call, fh, src, n, at, how);
-        return finish_write(m, call, n, verf, committed);
-      } catch (const rpc::RpcError& e) {
-        throw error_from(e);
-      }
-    });
+    return write_on(m, fh, src, n, at, how, verf, committed);
   };
   {
     std::lock_guard behind(sf.behind_mu);

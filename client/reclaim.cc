@@ -21,15 +21,37 @@
 namespace odafs {
 namespace {
 
-// The bytes sf holds back from the server: its run and its uncommitted copies.
-size_t unsent_bytes(SharedFile& sf) {
-  size_t n;
+// What a SharedFile held back from the server, taken out of it for reclaim: its uncommitted
+// writes (older), then its run (newer), in the order they must land.
+struct Taken {
+  std::vector<std::pair<uint64_t, size_t>> pieces;  // (offset, length)
+  std::vector<char> data;                           // their bytes end to end
+  size_t bytes() const { return data.size(); }
+};
+
+// Takes sf's unsent bytes. A run whose lock a thread holds is that thread's to send: it
+// is sending it, and called for this re-mount to do so (it sends it after, on the new
+// mount); taking the lock here would deadlock with it.
+Taken take_unsent_bytes(SharedFile& sf) {
+  Taken t;
+  std::unique_lock behind(sf.behind_mu, std::try_to_lock);
   {
-    std::lock_guard behind(sf.behind_mu);
-    n = sf.behind.size();
+    std::lock_guard lock(sf.mu);
+    if (sf.unstable) {
+      t.pieces.swap(sf.pending);
+      t.data.swap(sf.pending_data);
+      sf.unstable = false;
+      sf.verifier.reset();
+      sf.verifier_changed = false;
+    }
   }
-  std::lock_guard lock(sf.mu);
-  return n + (sf.unstable ? sf.pending_data.size() : 0);
+  if (behind.owns_lock() && !sf.behind.empty()) {
+    t.pieces.emplace_back(sf.behind_offset, sf.behind.size());
+    t.data.insert(t.data.end(), sf.behind.begin(), sf.behind.end());
+    sf.behind.clear();
+    sf.has_behind.store(false, std::memory_order_release);
+  }
+  return t;
 }
 
 // The file at `path` under m's root, by LOOKUPs on m's channel (the mount is not published
@@ -59,8 +81,10 @@ ClientOwner Client::make_owner() {
   ClientOwner o{};
   for (size_t got = 0; got < o.size();) {
     ssize_t n = getrandom(o.data() + got, o.size() - got, 0);
-    if (n > 0) got += static_cast<size_t>(n);
-    else if (errno != EINTR) fail(errno, "getrandom: no client owner id");
+    if (n > 0)
+      got += static_cast<size_t>(n);
+    else if (errno != EINTR)
+      fail(errno, "getrandom: no client owner id");
   }
   return o;
 }
@@ -84,13 +108,14 @@ void Client::reclaim(const MountState& m, Delegations& old, bool allowed) {
   std::vector<Delegations::Return> unsent = old.take_unsent();
   for (Delegations::Return& r : unsent) {
     SharedFile& sf = *r.kept;
-    const size_t bytes = unsent_bytes(sf);
+    const Taken taken = take_unsent_bytes(sf);
     std::string why;
-    if (bytes == 0) {
+    if (taken.bytes() == 0) {
       // nothing held back
     } else if (!allowed) {
-      why = "the server did not let this client reclaim them (its grace period was over, or "
-            "it lost track of this client's write delegation)";
+      why =
+          "the server did not let this client reclaim them (its grace period was over, or "
+          "it lost track of this client's write delegation)";
     } else {
       try {
         std::optional<rpc::CallCredential> cred;
@@ -104,16 +129,29 @@ void Client::reclaim(const MountState& m, Delegations& old, bool allowed) {
             found->second.type != FileType::kRegular) {
           why = "the file is no longer at its path";
         } else {
-          write_back(m, found->first, sf);
+          // Stable: durable when answered, so no COMMIT (and no verifier) to keep track of.
+          const char* src = taken.data.data();
+          for (const auto& [offset, len] : taken.pieces) {
+            for (size_t done = 0; done < len;) {
+              WriteVerifier verf;
+              int committed = 0;
+              const size_t n = write_on(m, found->first, src + done,
+                                        std::min<size_t>(len - done, m.limits.max_write),
+                                        offset + done, Stability::kFileSync, &verf, &committed);
+              if (n == 0) fail(EIO, "the server wrote nothing");
+              done += n;
+            }
+            src += len;
+          }
           stats_.reclaimed_files.fetch_add(1, std::memory_order_relaxed);
-          ODAFS_LOG_INFO("odafs: reclaimed %zu byte(s) of %s after a server restart", bytes,
+          ODAFS_LOG_INFO("odafs: reclaimed %zu byte(s) of %s after a server restart", taken.bytes(),
                          sf.path.c_str());
         }
       } catch (const std::exception& e) {
         why = e.what();
       }
     }
-    if (!why.empty()) report_lost(sf, bytes, why);
+    if (!why.empty()) report_lost(sf, taken.bytes(), why);
     open_files_.release(cache_key(r.fh), r.kept);
   }
 }
@@ -123,22 +161,7 @@ void Client::report_lost(SharedFile& sf, size_t bytes, const std::string& why) {
                               " under a write delegation were lost at a server restart: " + why;
   ODAFS_LOG_ERROR("odafs: %s", message.c_str());
   stats_.lost_files.fetch_add(1, std::memory_order_relaxed);
-  {
-    std::lock_guard behind(sf.behind_mu);
-    sf.behind.clear();
-    sf.has_behind.store(false, std::memory_order_release);
-    if (sf.behind_errno == 0) {  // a File still open on it hears it next
-      sf.behind_errno = EIO;
-      sf.behind_error = message;
-    }
-  }
-  {
-    std::lock_guard lock(sf.mu);
-    sf.unstable = false;
-    sf.pending.clear();
-    sf.pending_data.clear();
-  }
-  lost_writes_.add(sf.path, message);  // and a later open of it
+  lost_writes_.add(sf.path, message);  // the file's next write, fsync or close hears it
 }
 
 void Client::check_lost(const std::string& path) {
@@ -162,8 +185,8 @@ void Client::reconnect_loop() {
     reconnect_wanted_ = false;
     // Until the server is back (it restarts within its grace period, or the kept bytes are
     // lost anyway), or the client closes.
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(
-                                                                std::max(options_.timeout_ms, 1000));
+    const auto give_up = std::chrono::steady_clock::now() +
+                         std::chrono::milliseconds(std::max(options_.timeout_ms, 1000));
     while (!closing_ && std::chrono::steady_clock::now() < give_up) {
       lock.unlock();
       bool done = false;

@@ -60,8 +60,8 @@ void FileService::reply_open(const rpc::CallContext& ctx, const IdentityScope& a
   Delegations::Grant g;
   if (S_ISREG(st.st_mode) && options_.delegations && (access & ODAFS_OPEN_READ) != 0 &&
       as.permits(st, write ? R_OK | W_OK : R_OK) && !recovery_.in_grace()) {
-    const bool may_write = write && setid_bits_to_drop(st.st_mode) == 0 &&
-                           recovery_.may_hold_writes(ctx.connection);
+    const bool may_write =
+        write && setid_bits_to_drop(st.st_mode) == 0 && recovery_.may_hold_writes(ctx.connection);
     if (may_write || !write) g = delegations_.grant(node, ctx.connection, fh, may_write);
   }
   if (S_ISREG(st.st_mode)) {

@@ -16,9 +16,9 @@
 // which scripts and tests wait for. SIGTERM or SIGINT shut it down cleanly.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <openssl/sha.h>
 #include <signal.h>
 #include <sys/resource.h>
-#include <openssl/sha.h>
 #include <unistd.h>
 
 #include <cstdio>

@@ -155,7 +155,8 @@ bool Recovery::write_record_locked() {
 Result<Recovery::Joined> Recovery::join(uint64_t connection, const Owner& owner) {
   std::lock_guard lock(mu_);
   auto [it, fresh] = owners_.emplace(connection, owner);
-  if (!fresh && it->second != owner) return Status(EINVAL, "client id: the connection named another owner");
+  if (!fresh && it->second != owner)
+    return Status(EINVAL, "client id: the connection named another owner");
   Joined j;
   const int64_t now = now_ms();
   if (grace_.load(std::memory_order_relaxed) && !grace_over_locked(now)) {

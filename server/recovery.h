@@ -48,8 +48,8 @@ class Recovery {
   explicit Recovery(Options options);
 
   struct Joined {
-    bool reclaim = false;    // the owner was in the record: it may write back now
-    uint32_t grace_ms = 0;   // left of the grace period
+    bool reclaim = false;   // the owner was in the record: it may write back now
+    uint32_t grace_ms = 0;  // left of the grace period
   };
   // CLIENT_ID: `connection` belongs to `owner`. EINVAL if the connection named another
   // owner before.
@@ -72,7 +72,7 @@ class Recovery {
   void stopping() { stopping_.store(true, std::memory_order_relaxed); }
 
   struct Stats {
-    std::atomic<uint64_t> held_back{0};  // calls answered GRACE
+    std::atomic<uint64_t> held_back{0};   // calls answered GRACE
     std::atomic<uint64_t> reclaimers{0};  // owners found in the record at start
     std::atomic<uint64_t> reclaimed{0};   // of them, RECLAIM_COMPLETE received
     std::atomic<uint64_t> record_writes{0};
@@ -95,10 +95,10 @@ class Recovery {
   std::mutex mu_;
   std::atomic<bool> grace_{false};
   std::atomic<bool> stopping_{false};
-  int64_t grace_ends_ms_ = 0;                   // steady clock; guarded by mu_
-  std::set<Owner> recorded_;                    // in the record file; guarded by mu_
-  std::set<Owner> pending_;                     // to reclaim still; guarded by mu_
-  std::map<uint64_t, Owner> owners_;            // by connection; guarded by mu_
+  int64_t grace_ends_ms_ = 0;         // steady clock; guarded by mu_
+  std::set<Owner> recorded_;          // in the record file; guarded by mu_
+  std::set<Owner> pending_;           // to reclaim still; guarded by mu_
+  std::map<uint64_t, Owner> owners_;  // by connection; guarded by mu_
   Stats stats_;
 };
 

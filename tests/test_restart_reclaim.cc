@@ -1,0 +1,242 @@
+// Restart and reclaim end to end: a real odafsd killed or stopped while a client keeps a
+// closed file's bytes under a write delegation, restarted on the same port, export and
+// state directory; the client writes them back in the grace period before anyone else
+// is served, or reports them lost (log, EIO), never silently.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "client/client.h"
+#include "proto/odafs_prot.h"
+#include "rpc/client_channel.h"
+#include "rpc/xdr_util.h"
+#include "tests/support/client_util.h"
+#include "tests/support/delegation_holder.h"
+#include "tests/support/mount_process.h"
+#include "tests/support/server_process.h"
+
+using odafs::Client;
+using odafs::File;
+using odafs::test::errno_of;
+using odafs::test::pattern;
+using odafs::test::read_all;
+using odafs::test::read_local;
+using odafs::test::seconds_since;
+using odafs::test::server_stat;
+using odafs::test::ServerProcess;
+using odafs::test::TempDir;
+using odafs::test::write_path;
+
+namespace {
+
+// Polls done() every 20 ms for up to `seconds`; whether it came true.
+template <class Done>
+bool eventually(Done&& done, double seconds = 10) {
+  const auto start = std::chrono::steady_clock::now();
+  while (!done()) {
+    if (seconds_since(start) >= seconds) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+// How the server goes down in a case.
+enum class Down { kKill, kTerm };
+
+void bring_down(ServerProcess& server, Down how) {
+  if (how == Down::kKill) {
+    server.kill_hard();
+  } else {
+    server.stop();
+  }
+}
+
+// A raw connection to the server that has mounted the export: for calls no library client
+// would make.
+struct RawMount {
+  explicit RawMount(uint16_t port)
+      : ch({"127.0.0.1", port}, [] {
+          odafs::rpc::Channel::Options o;
+          o.program = ODAFS_PROGRAM;
+          o.version = ODAFS_V1;
+          o.timeout_ms = 10000;
+          return o;
+        }()) {
+    mount_args a{};
+    a.path = const_cast<char*>("/");
+    mount_res res{};
+    ch.call(ODAFSPROC_MOUNT, odafs::rpc::to_xdrproc(xdr_mount_args), &a,
+            odafs::rpc::to_xdrproc(xdr_mount_res), &res);
+    REQUIRE(res.status == ODAFS_OK);
+    std::memcpy(root, res.mount_res_u.ok.root, sizeof root);
+    xdr_free(odafs::rpc::to_xdrproc(xdr_mount_res), reinterpret_cast<char*>(&res));
+  }
+  // CLIENT_ID with an owner of all `fill` bytes; the status, and *reclaim.
+  int client_id(unsigned char fill, bool* reclaim = nullptr) {
+    client_id_args a{};
+    std::memset(a.owner, fill, sizeof a.owner);
+    client_id_res res{};
+    ch.call(ODAFSPROC_CLIENT_ID, odafs::rpc::to_xdrproc(xdr_client_id_args), &a,
+            odafs::rpc::to_xdrproc(xdr_client_id_res), &res);
+    if (reclaim != nullptr) *reclaim = res.status == ODAFS_OK && res.client_id_res_u.ok.reclaim;
+    return res.status;
+  }
+  int getattr_root() {
+    getattr_args a{};
+    std::memcpy(a.fh, root, sizeof root);
+    attr_res res{};
+    ch.call(ODAFSPROC_GETATTR, odafs::rpc::to_xdrproc(xdr_getattr_args), &a,
+            odafs::rpc::to_xdrproc(xdr_attr_res), &res);
+    return res.status;
+  }
+  odafs::rpc::Channel ch;
+  char root[ODAFS_FHSIZE];
+};
+
+}  // namespace
+
+TEST_CASE("a closed file kept under a write delegation survives a server crash or stop") {
+  for (Down how : {Down::kKill, Down::kTerm}) {
+    CAPTURE(how == Down::kKill ? "SIGKILL" : "SIGTERM");
+    TempDir dir;
+    ServerProcess server(dir.path());
+    const std::string text = pattern(20000, 7);
+    auto writer = Client::mount(server.url());
+    write_path(*writer, "/f", text);
+    // The scenario: the close kept the bytes, so the server has none of them yet.
+    REQUIRE(read_local(dir / "f").empty());
+    bring_down(server, how);
+    server.start_again();
+    // Nobody calls on the writer: its own thread notices the broken connection, re-mounts
+    // and writes the bytes back in the grace period, before the reader is served.
+    auto reader = Client::mount(server.url());
+    CHECK(read_all(*reader, "/f", text.size() + 10) == text);
+    CHECK(read_local(dir / "f") == text);
+    CHECK(writer->stats().reclaimed_files.load() == 1);
+    CHECK(writer->stats().lost_files.load() == 0);
+    CHECK(server_stat(*reader, "recovery.reclaimed") == 1);
+    // The writer's mount goes on as before.
+    CHECK(read_all(*writer, "/f", text.size() + 10) == text);
+  }
+}
+
+TEST_CASE("kept bytes whose file went while the server was down are reported, not dropped") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  auto writer = Client::mount(server.url());
+  write_path(*writer, "/gone", "kept bytes");
+  REQUIRE(read_local(dir / "gone").empty());
+  server.kill_hard();
+  std::filesystem::remove(dir / "gone");
+  server.start_again();
+  REQUIRE(eventually([&] { return writer->stats().lost_files.load() == 1; }));
+  CHECK(writer->stats().reclaimed_files.load() == 0);
+  // The next write of that file through this client fails with EIO, once.
+  File again = writer->open("/gone", O_RDWR | O_CREAT, 0644);
+  CHECK(errno_of([&] { again.pwrite("x", 1, 0); }) == EIO);
+  CHECK(again.pwrite("y", 1, 0) == 1);
+  again.fsync();
+  again.close();
+  // A file created under the name since is not written with the old bytes.
+  CHECK(read_local(dir / "gone") == "y");
+}
+
+TEST_CASE(
+    "the grace period holds others back, ends when every recorded client is back, "
+    "and lasts at most --grace-ms") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--grace-ms", "3000"});
+  odafs::test::make_file(server.url(), "/other", "other");
+
+  SUBCASE("no write delegation out: a restart opens no grace period") {
+    { auto reader = Client::mount(server.url()); }
+    server.kill_hard();
+    server.start_again();
+    const auto start = std::chrono::steady_clock::now();
+    auto reader = Client::mount(server.url());
+    CHECK(read_all(*reader, "/other", 10) == "other");
+    CHECK(seconds_since(start) < 1.0);
+    CHECK(server_stat(*reader, "recovery.held_back") == 0);
+  }
+
+  SUBCASE("a recorded client that never comes back: others wait out --grace-ms") {
+    // A holder in a child process keeps bytes; the server goes down while it is connected
+    // (so its record stays), and the holder is stopped before it can come back.
+    pid_t holder = odafs::test::holder_process(
+        server.url(), "/held", [](Client& fs) { write_path(fs, "/held", "never written back"); });
+    REQUIRE(odafs::test::stop_child(holder));
+    server.kill_hard();
+    server.start_again();
+    {
+      // An attacker's raw connection in the grace period: an owner the record does not
+      // name may not reclaim, its calls wait (GRACE), and it may not switch owners.
+      RawMount raw(server.port());
+      bool reclaim = true;
+      CHECK(raw.client_id(0x41, &reclaim) == ODAFS_OK);
+      CHECK_FALSE(reclaim);
+      CHECK(raw.getattr_root() == ODAFS_ERR_GRACE);
+      CHECK(raw.client_id(0x42) == ODAFS_ERR_INVAL);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    auto reader = Client::mount(server.url());
+    CHECK(read_all(*reader, "/other", 10) == "other");
+    const double waited = seconds_since(start);
+    CHECK(waited > 2.0);
+    CHECK(waited < 8.0);
+    CHECK(server_stat(*reader, "recovery.reclaimers") == 1);
+    CHECK(server_stat(*reader, "recovery.reclaimed") == 0);
+    CHECK(server_stat(*reader, "recovery.in_grace") == 0);
+    CHECK(server_stat(*reader, "recovery.held_back") >= 2);
+    odafs::test::reap(holder);
+    // The holder's bytes never reached the server: it was stopped, so it reports them
+    // itself when it comes back (the previous case); the server keeps the old ones.
+    CHECK(read_local(dir / "held") == "before");
+  }
+}
+
+TEST_CASE("a client's unmount leaves the record: the next restart opens no grace period") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--grace-ms", "5000"});
+  {
+    auto writer = Client::mount(server.url());
+    write_path(*writer, "/f", "written back at unmount");
+  }
+  CHECK(read_local(dir / "f") == "written back at unmount");
+  {
+    // The server forgets the owner once it has seen the connection close: the record is
+    // written at the first write delegation and again then.
+    auto watcher = Client::mount(server.url());
+    CHECK(eventually([&] { return server_stat(*watcher, "recovery.record_writes") == 2; }));
+  }
+  server.kill_hard();
+  server.start_again();
+  const auto start = std::chrono::steady_clock::now();
+  auto reader = Client::mount(server.url());
+  CHECK(read_all(*reader, "/f", 100) == "written back at unmount");
+  CHECK(seconds_since(start) < 1.0);
+}
+
+ODAFS_MOUNT_TEST("through a mount: cp, a server crash and restart, and cat reads the bytes") {
+  TempDir dir;
+  TempDir mnt;
+  ServerProcess server(dir.path());
+  odafs::test::MountProcess mount(server.url(), mnt.path());
+  const std::string text = pattern(20000, 11);
+  odafs::test::write_local(mnt / "f", text);  // open, write, close: kept by the mount
+  REQUIRE(read_local(dir / "f").empty());
+  server.kill_hard();
+  server.start_again();
+  CHECK(read_local(mnt / "f") == text);
+  REQUIRE(eventually([&] { return read_local(dir / "f") == text; }));
+  auto other = Client::mount(server.url());
+  CHECK(read_all(*other, "/f", text.size() + 10) == text);
+}
