@@ -115,6 +115,8 @@ uint64_t Delegations::name_key(const Handle& dir, std::string_view name) {
 }
 
 bool Delegations::trusted() const {
+  // A broken connection's delegations are gone at the server (dropped with it).
+  if (channel_->broken()) return false;
   int64_t confirmed = channel_->confirmed_since_ns();
   return confirmed != 0 && monotonic_ns() < confirmed + trust_ns_;
 }

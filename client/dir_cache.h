@@ -17,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "client/client.h"
@@ -29,7 +30,7 @@ class DirCache {
   DirCache(int64_t lifetime_ms, size_t max_entries);
   // The handle of the directory at `path` (components joined by '/', from the mount root,
   // no symlinks on the way), if known and not expired.
-  std::optional<Handle> find(const std::string& path);
+  std::optional<Handle> find(std::string_view path);
   void insert(const std::string& path, const Handle& dir);
   void clear();
 
@@ -41,7 +42,12 @@ class DirCache {
   const int64_t lifetime_ms_;
   const size_t max_entries_;
   std::mutex mu_;
-  std::unordered_map<std::string, Entry> entries_;
+  // Found by string_view: a walk asks for prefixes of one path without copying them.
+  struct PathHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, Entry, PathHash, std::equal_to<>> entries_;
 };
 
 }  // namespace odafs

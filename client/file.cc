@@ -40,6 +40,12 @@ void send_run_locked(SharedFile& sf, WriteFn&& write) {
       sf.behind_errno = e.errno_value();
       sf.behind_error = e.what();
     }
+    // The size the run made is not the file's (EFBIG at 2^62 left stat saying 2^62 + 1):
+    // back to what it was before the run, unless a truncation set it lower since.
+    uint64_t now = sf.size.load(std::memory_order_relaxed);
+    if (now > sf.size_before_run) {
+      sf.size.compare_exchange_strong(now, sf.size_before_run, std::memory_order_relaxed);
+    }
     sf.behind.clear();
     sf.has_behind.store(false, std::memory_order_release);
     throw;
@@ -352,7 +358,10 @@ size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
   if (!sf.behind.empty() && (!follows || sf.behind.size() + len > behind_cap)) {
     send_behind_locked(o.stability);
   }
-  if (sf.behind.empty()) sf.behind_offset = offset;
+  if (sf.behind.empty()) {
+    sf.behind_offset = offset;
+    sf.size_before_run = sf.size.load(std::memory_order_relaxed);
+  }
   const char* src = static_cast<const char*>(buf);
   sf.behind.insert(sf.behind.end(), src, src + len);
   sf.has_behind.store(true, std::memory_order_release);

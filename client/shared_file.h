@@ -45,6 +45,7 @@ struct SharedFile {
   std::mutex behind_mu;  // guards the write-behind run and its error
   uint64_t behind_offset = 0;
   std::vector<char> behind;             // written, not yet sent: [behind_offset, + behind.size())
+  uint64_t size_before_run = 0;         // `size` when the run began (restored if it fails)
   std::atomic<bool> has_behind{false};  // behind is not empty (checked without the lock)
   // A write-behind run that could not be sent: reported by the next write, fsync or close.
   int behind_errno = 0;
