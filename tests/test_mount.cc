@@ -732,3 +732,22 @@ MOUNT_TEST("the kernel keeps a file's pages across opens while nobody changed th
   CHECK(cat(fs / "f") == expect);
   CHECK(fs.read_by_another_client("f") == expect);
 }
+
+MOUNT_TEST("a write that fails with EFBIG leaves the file's size as it was") {
+  Mounted fs;
+  int fd = open((fs / "f").c_str(), O_RDWR | O_CREAT, 0644);
+  REQUIRE(fd >= 0);
+  CHECK(pwrite(fd, "hello", 5, 0) == 5);
+  // Past any file system's limit: gathered behind by the mount, refused by the server.
+  const off_t far = off_t{1} << 62;
+  const ssize_t n = pwrite(fd, "x", 1, far);
+  const int err = n < 0 ? errno : (fsync(fd) != 0 ? errno : 0);
+  CHECK(err == EFBIG);
+  struct stat st {};
+  CHECK(fstat(fd, &st) == 0);
+  CHECK(st.st_size == 5);  // the old mount said 2^62 + 1
+  close(fd);
+  CHECK(stat((fs / "f").c_str(), &st) == 0);
+  CHECK(st.st_size == 5);
+  CHECK(fs.read_by_another_client("f") == "hello");
+}
