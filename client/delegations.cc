@@ -231,6 +231,7 @@ void Delegations::insert(const Handle& dir, std::string_view name, const Handle&
   }
   auto old = by_name_.find(key);
   if (old != by_name_.end()) erase_file_locked(cache_key(old->second.held.fh));
+  held_write_ = held_write_ || write;
   Entry& e = by_name_[key];
   e.dir = dir;
   e.name.assign(name);
@@ -464,8 +465,10 @@ void Delegations::return_loop() {
     // Kept bytes wait: a connection broken meanwhile is noticed within kLostPoll, so
     // that the client re-mounts and reclaims them within the server's grace period even
     // when nothing else calls.
+    // Also once it held a write delegation: the server's recovery record names this client
+    // then, and a restarted server waits for it (its grace period) until it comes back.
     constexpr int64_t kLostPollNs = 200'000'000;
-    const bool keeping = !keeps_.empty() || !unsent_.empty();
+    const bool keeping = !keeps_.empty() || !unsent_.empty() || held_write_;
     if (keeping && !lost_told_ && channel_->broken() && connection_lost_) {
       lost_told_ = true;
       lock.unlock();
