@@ -165,6 +165,17 @@ auto Client::with_mount(bool idempotent, Fn&& fn)
 }
 
 template <class Fn>
+auto Client::again_after_restart(Fn&& fn) -> decltype(fn()) {
+  const WriteVerifier before = mount_state()->limits.write_verifier;
+  try {
+    return fn();
+  } catch (const Error& e) {
+    if (e.errno_value() != ESTALE || mount_state()->limits.write_verifier == before) throw;
+  }
+  return fn();
+}
+
+template <class Fn>
 auto Client::with_channel(bool idempotent, Fn&& fn) -> decltype(fn(std::declval<rpc::Channel&>())) {
   return with_mount(idempotent, [&](const MountState& m) { return fn(*m.channel); });
 }

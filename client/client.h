@@ -479,6 +479,11 @@ class Client {
   auto with_mount(bool idempotent, Fn&& fn) -> decltype(fn(std::declval<const MountState&>()));
   template <class Fn>
   auto with_channel(bool idempotent, Fn&& fn) -> decltype(fn(std::declval<rpc::Channel&>()));
+  // Runs fn() (a path operation: resolve, then calls on the handles it found), and once more
+  // if it failed ESTALE because the server restarted meanwhile (its handles named the old
+  // instance). Safe for any operation: a stale handle means the server did nothing.
+  template <class Fn>
+  auto again_after_restart(Fn&& fn) -> decltype(fn());
   // The mount's engine (see EngineSlot::get); engine_for_reads: only in read mode kOrdma.
   std::shared_ptr<ordma::EngineClient> engine(const MountState& m);
   std::shared_ptr<ordma::EngineClient> engine_for_reads(const MountState& m);

@@ -214,7 +214,7 @@ class Delegations {
   const Release release_;
   const ConnectionLost connection_lost_;
   bool lost_told_ = false;      // connection_lost_ called; the worker's alone
-  bool held_write_ = false;  // a write delegation was granted on this connection; guarded by mu_
+  bool held_write_ = false;     // a write delegation was granted on this connection; guarded by mu_
   std::vector<Return> unsent_;  // write-backs the broken connection stopped; guarded by mu_
   std::condition_variable returns_ready_;
   std::condition_variable returns_done_;  // returns_ empty and the worker idle

@@ -26,8 +26,9 @@ std::pair<Handle, Attr> Client::resolve(const std::string& path, bool follow_las
   // on its next call, so a walk that started before it meets ESTALE from an old handle:
   // it then starts over, once, from the new root. A directory handle from the DirCache
   // may be stale too (the directory removed by another client): start over without it.
-  Handle start = root();
-  DirCache* dirs = mount_state()->dirs.get();
+  const std::shared_ptr<const MountState> m = mount_state();  // keeps dirs alive
+  const Handle start = m->root;
+  DirCache* dirs = m->dirs.get();
   bool used_cache = false;
   try {
     return walk(path, follow_last, start, for_parent, dirs, &used_cache);
@@ -158,48 +159,50 @@ std::pair<Handle, Attr> opened(const MountState& m, const Handle& dir, std::stri
 }  // namespace
 
 File Client::open(const std::string& path, int flags, mode_t mode) {
-  Handle fh;
-  Attr attr;
-  bool created = false;
-  const int access = flags & O_ACCMODE;
-  if (flags & O_CREAT) {
-    auto [dir, name] = resolve_parent(path);
-    try {
-      // Answered as OPEN: a file this client creates comes with a delegation, a write one
-      // when opened to write (docs/protocol.md, "Open delegations").
-      std::tie(fh, attr) = with_mount(false, [&, &dir = dir, &name = name](const MountState& m) {
-        create_args args{};
-        put_fh(args.dir, dir);
-        args.name = name.data();
-        args.mode = mode & 07777;
-        args.how = (flags & O_EXCL) ? ODAFS_CREATE_EXCLUSIVE : ODAFS_CREATE_UNCHECKED;
-        args.access = open_access(access);
-        open_res res{};
-        m.channel->call(ODAFSPROC_CREATE, to_xdrproc(xdr_create_args), &args,
-                        to_xdrproc(xdr_open_res), &res);
-        return opened(m, dir, name, access, res, "create " + path);
-      });
-      created = true;
-    } catch (const Error& e) {
-      // A symlink at the name: POSIX open(O_CREAT) without O_EXCL follows it.
-      if (e.errno_value() != EEXIST || (flags & O_EXCL)) throw;
+  return again_after_restart([&] {
+    Handle fh;
+    Attr attr;
+    bool created = false;
+    const int access = flags & O_ACCMODE;
+    if (flags & O_CREAT) {
+      auto [dir, name] = resolve_parent(path);
+      try {
+        // Answered as OPEN: a file this client creates comes with a delegation, a write one
+        // when opened to write (docs/protocol.md, "Open delegations").
+        std::tie(fh, attr) = with_mount(false, [&, &dir = dir, &name = name](const MountState& m) {
+          create_args args{};
+          put_fh(args.dir, dir);
+          args.name = name.data();
+          args.mode = mode & 07777;
+          args.how = (flags & O_EXCL) ? ODAFS_CREATE_EXCLUSIVE : ODAFS_CREATE_UNCHECKED;
+          args.access = open_access(access);
+          open_res res{};
+          m.channel->call(ODAFSPROC_CREATE, to_xdrproc(xdr_create_args), &args,
+                          to_xdrproc(xdr_open_res), &res);
+          return opened(m, dir, name, access, res, "create " + path);
+        });
+        created = true;
+      } catch (const Error& e) {
+        // A symlink at the name: POSIX open(O_CREAT) without O_EXCL follows it.
+        if (e.errno_value() != EEXIST || (flags & O_EXCL)) throw;
+      }
     }
-  }
-  if (!created) std::tie(fh, attr) = open_existing(path, access);
-  if (!created && attr.type == FileType::kRegular) check_access(fh, attr, path, access);
-  const uint64_t key = cache_key(fh);
-  std::shared_ptr<const MountState> m = mount_state();
-  ClientCache& cache = *m->cache;
-  cache.revalidate(key, attr.mtime, attr.ctime, attr.size);  // close-to-open
+    if (!created) std::tie(fh, attr) = open_existing(path, access);
+    if (!created && attr.type == FileType::kRegular) check_access(fh, attr, path, access);
+    const uint64_t key = cache_key(fh);
+    std::shared_ptr<const MountState> m = mount_state();
+    ClientCache& cache = *m->cache;
+    cache.revalidate(key, attr.mtime, attr.ctime, attr.size);  // close-to-open
 
-  if (attr.type == FileType::kDirectory && access != O_RDONLY) fail(EISDIR, path);
-  if ((flags & O_DIRECTORY) && attr.type != FileType::kDirectory) fail(ENOTDIR, path);
-  if ((flags & O_TRUNC) && access != O_RDONLY && attr.type == FileType::kRegular && attr.size) {
-    attr = setattr_size(fh, 0);  // the times change too: File::attributes_at_open
-    cache.forget_file_data(key);
-  }
-  if ((flags & O_TRUNC) && access != O_RDONLY) attr.size = 0;
-  return File(this, fh, attr, m->limits.write_verifier, path, flags);
+    if (attr.type == FileType::kDirectory && access != O_RDONLY) fail(EISDIR, path);
+    if ((flags & O_DIRECTORY) && attr.type != FileType::kDirectory) fail(ENOTDIR, path);
+    if ((flags & O_TRUNC) && access != O_RDONLY && attr.type == FileType::kRegular && attr.size) {
+      attr = setattr_size(fh, 0);  // the times change too: File::attributes_at_open
+      cache.forget_file_data(key);
+    }
+    if ((flags & O_TRUNC) && access != O_RDONLY) attr.size = 0;
+    return File(this, fh, attr, m->limits.write_verifier, path, flags);
+  });
 }
 
 bool Client::delegated(const MountState& m, const Handle& dir, std::string_view name, Handle* fh,
@@ -283,45 +286,55 @@ void Client::forget_delegation(const Handle& fh) {
 }
 
 Attr Client::stat(const std::string& path) {
-  auto [fh, attr] = resolve(path, true);
-  return with_writes_behind(fh, attr);
+  return again_after_restart([&] {
+    auto [fh, attr] = resolve(path, true);
+    return with_writes_behind(fh, attr);
+  });
 }
 Attr Client::lstat(const std::string& path) {
-  auto [fh, attr] = resolve(path, false);
-  return with_writes_behind(fh, attr);
+  return again_after_restart([&] {
+    auto [fh, attr] = resolve(path, false);
+    return with_writes_behind(fh, attr);
+  });
 }
 
 void Client::mkdir(const std::string& path, mode_t mode) {
-  auto [dir, name] = resolve_parent(path);
-  with_channel(false, [&, &dir = dir, &name = name](rpc::Channel& ch) {
-    mkdir_args args{};
-    put_fh(args.dir, dir);
-    args.name = name.data();
-    args.mode = mode & 07777;
-    dirop_res res{};
-    ch.call(ODAFSPROC_MKDIR, to_xdrproc(xdr_mkdir_args), &args, to_xdrproc(xdr_dirop_res), &res);
-    check(res.status, "mkdir " + path);
+  again_after_restart([&] {
+    auto [dir, name] = resolve_parent(path);
+    with_channel(false, [&, &dir = dir, &name = name](rpc::Channel& ch) {
+      mkdir_args args{};
+      put_fh(args.dir, dir);
+      args.name = name.data();
+      args.mode = mode & 07777;
+      dirop_res res{};
+      ch.call(ODAFSPROC_MKDIR, to_xdrproc(xdr_mkdir_args), &args, to_xdrproc(xdr_dirop_res), &res);
+      check(res.status, "mkdir " + path);
+    });
   });
 }
 
 void Client::remove_name(const std::string& path, uint32_t proc, const char* what) {
-  auto [dir, name] = resolve_parent(path);
-  Delegations& delegations = *mount_state()->delegations;
-  std::optional<Delegations::Return> held = delegations.take_for_remove(dir, name);
-  try {
-    with_channel(false, [&, &dir = dir, &name = name](rpc::Channel& ch) {
-      diropargs args{};
-      put_fh(args.dir, dir);
-      args.name = name.data();
-      stat_res res{};
-      ch.call(proc, to_xdrproc(xdr_diropargs), &args, to_xdrproc(xdr_stat_res), &res);
-      check(res.status, std::string(what) + " " + path);
-    });
-  } catch (...) {
-    if (held) delegations.removed(*held, false);  // still there: its bytes go back
-    throw;
-  }
-  if (held) delegations.removed(*held, true);
+  again_after_restart([&] {
+    auto [dir, name] = resolve_parent(path);
+    // Held, not just dereferenced: a re-mount meanwhile frees the mount it replaced.
+    const std::shared_ptr<const MountState> m = mount_state();
+    Delegations& delegations = *m->delegations;
+    std::optional<Delegations::Return> held = delegations.take_for_remove(dir, name);
+    try {
+      with_channel(false, [&, &dir = dir, &name = name](rpc::Channel& ch) {
+        diropargs args{};
+        put_fh(args.dir, dir);
+        args.name = name.data();
+        stat_res res{};
+        ch.call(proc, to_xdrproc(xdr_diropargs), &args, to_xdrproc(xdr_stat_res), &res);
+        check(res.status, std::string(what) + " " + path);
+      });
+    } catch (...) {
+      if (held) delegations.removed(*held, false);  // still there: its bytes go back
+      throw;
+    }
+    if (held) delegations.removed(*held, true);
+  });
 }
 
 void Client::rmdir(const std::string& path) {
@@ -331,161 +344,181 @@ void Client::rmdir(const std::string& path) {
 void Client::unlink(const std::string& path) { remove_name(path, ODAFSPROC_REMOVE, "unlink"); }
 
 void Client::rename(const std::string& from, const std::string& to) {
-  auto [from_dir, from_name] = resolve_parent(from);
-  // A renamed directory changes every cached path through either name.
-  struct ClearAfter {
-    DirCache& dirs;
-    ~ClearAfter() { dirs.clear(); }
-  } clear_after{*mount_state()->dirs};
-  auto [to_dir, to_name] = resolve_parent(to);
-  Delegations& delegations = *mount_state()->delegations;
-  delegations.forget_name(from_dir, from_name);
-  delegations.forget_name(to_dir, to_name);
-  with_channel(false, [&, &from_dir = from_dir, &from_name = from_name, &to_dir = to_dir,
-                       &to_name = to_name](rpc::Channel& ch) {
-    rename_args args{};
-    put_fh(args.from_dir, from_dir);
-    args.from_name = from_name.data();
-    put_fh(args.to_dir, to_dir);
-    args.to_name = to_name.data();
-    stat_res res{};
-    ch.call(ODAFSPROC_RENAME, to_xdrproc(xdr_rename_args), &args, to_xdrproc(xdr_stat_res), &res);
-    check(res.status, "rename " + from + " to " + to);
+  again_after_restart([&] {
+    auto [from_dir, from_name] = resolve_parent(from);
+    // A renamed directory changes every cached path through either name.
+    struct ClearAfter {
+      DirCache& dirs;
+      ~ClearAfter() { dirs.clear(); }
+    };
+    const std::shared_ptr<const MountState> m = mount_state();  // held: see remove_name
+    ClearAfter clear_after{*m->dirs};
+    auto [to_dir, to_name] = resolve_parent(to);
+    Delegations& delegations = *m->delegations;
+    delegations.forget_name(from_dir, from_name);
+    delegations.forget_name(to_dir, to_name);
+    with_channel(false, [&, &from_dir = from_dir, &from_name = from_name, &to_dir = to_dir,
+                         &to_name = to_name](rpc::Channel& ch) {
+      rename_args args{};
+      put_fh(args.from_dir, from_dir);
+      args.from_name = from_name.data();
+      put_fh(args.to_dir, to_dir);
+      args.to_name = to_name.data();
+      stat_res res{};
+      ch.call(ODAFSPROC_RENAME, to_xdrproc(xdr_rename_args), &args, to_xdrproc(xdr_stat_res), &res);
+      check(res.status, "rename " + from + " to " + to);
+    });
   });
 }
 
 std::vector<DirEntry> Client::readdir(const std::string& path, bool attributes) {
-  auto [dir, attr] = resolve(path, true);
-  if (attr.type != FileType::kDirectory) fail(ENOTDIR, path);
-  std::vector<DirEntry> out;
-  uint64_t cookie = 0;
-  for (bool eof = false; !eof;) {
-    with_channel(true, [&, &dir = dir](rpc::Channel& ch) {
-      readdir_args args{};
-      put_fh(args.dir, dir);
-      args.cookie = cookie;
-      args.max_bytes = 64 * 1024;
-      args.plus = attributes;
-      readdir_res res{};
-      XdrFree<readdir_res> guard{to_xdrproc(xdr_readdir_res), &res};
-      ch.call(ODAFSPROC_READDIR, to_xdrproc(xdr_readdir_args), &args, to_xdrproc(xdr_readdir_res),
-              &res);
-      check(res.status, "readdir " + path);
-      const readdir_ok& ok = res.readdir_res_u.ok;
-      for (u_int i = 0; i < ok.entries.entries_len; ++i) {
-        const odafs_dirent& e = ok.entries.entries_val[i];
-        DirEntry& entry = out.emplace_back(DirEntry{e.name, file_type(e.type), e.fileid, {}});
-        if (attributes && e.attr.present) entry.attr = to_attr(e.attr.odafs_post_attr_u.attr);
-        cookie = e.cookie;
-      }
-      eof = ok.eof || ok.entries.entries_len == 0;
-    });
-  }
-  if (attributes) {
-    // What this client holds of a regular file may be newer than the server's copy: under
-    // a delegation, the delegation's view (as lstat gives it); while any file is open
-    // here, writes behind may be unsent, so no regular file's attributes at all.
-    std::shared_ptr<const MountState> current = mount_state();
-    const bool files_open = open_files_.files() != 0;
-    for (DirEntry& e : out) {
-      if (e.type != FileType::kRegular) continue;
-      Handle fh;
-      Attr held;
-      bool write = false;
-      if (delegated(*current, dir, e.name, &fh, &held, &write)) {
-        e.attr = held;
-      } else if (files_open) {
-        e.attr.reset();
+  return again_after_restart([&] {
+    auto [dir, attr] = resolve(path, true);
+    if (attr.type != FileType::kDirectory) fail(ENOTDIR, path);
+    std::vector<DirEntry> out;
+    uint64_t cookie = 0;
+    for (bool eof = false; !eof;) {
+      with_channel(true, [&, &dir = dir](rpc::Channel& ch) {
+        readdir_args args{};
+        put_fh(args.dir, dir);
+        args.cookie = cookie;
+        args.max_bytes = 64 * 1024;
+        args.plus = attributes;
+        readdir_res res{};
+        XdrFree<readdir_res> guard{to_xdrproc(xdr_readdir_res), &res};
+        ch.call(ODAFSPROC_READDIR, to_xdrproc(xdr_readdir_args), &args, to_xdrproc(xdr_readdir_res),
+                &res);
+        check(res.status, "readdir " + path);
+        const readdir_ok& ok = res.readdir_res_u.ok;
+        for (u_int i = 0; i < ok.entries.entries_len; ++i) {
+          const odafs_dirent& e = ok.entries.entries_val[i];
+          DirEntry& entry = out.emplace_back(DirEntry{e.name, file_type(e.type), e.fileid, {}});
+          if (attributes && e.attr.present) entry.attr = to_attr(e.attr.odafs_post_attr_u.attr);
+          cookie = e.cookie;
+        }
+        eof = ok.eof || ok.entries.entries_len == 0;
+      });
+    }
+    if (attributes) {
+      // What this client holds of a regular file may be newer than the server's copy: under
+      // a delegation, the delegation's view (as lstat gives it); while any file is open
+      // here, writes behind may be unsent, so no regular file's attributes at all.
+      std::shared_ptr<const MountState> current = mount_state();
+      const bool files_open = open_files_.files() != 0;
+      for (DirEntry& e : out) {
+        if (e.type != FileType::kRegular) continue;
+        Handle fh;
+        Attr held;
+        bool write = false;
+        if (delegated(*current, dir, e.name, &fh, &held, &write)) {
+          e.attr = held;
+        } else if (files_open) {
+          e.attr.reset();
+        }
       }
     }
-  }
-  return out;
+    return out;
+  });
 }
 
 void Client::truncate(const std::string& path, uint64_t size) {
-  auto [fh, attr] = resolve(path, true);
-  if (attr.type == FileType::kDirectory) fail(EISDIR, path);
-  setattr_size(fh, size);
-  forget_data(cache_key(fh), 0, UINT64_MAX);
-  // This client's opens of the file know its size: it is this one now.
-  if (OpenFiles::Ref f = open_files_.find(cache_key(fh))) {
-    f->size.store(size, std::memory_order_relaxed);
-  }
+  again_after_restart([&] {
+    auto [fh, attr] = resolve(path, true);
+    if (attr.type == FileType::kDirectory) fail(EISDIR, path);
+    setattr_size(fh, size);
+    forget_data(cache_key(fh), 0, UINT64_MAX);
+    // This client's opens of the file know its size: it is this one now.
+    if (OpenFiles::Ref f = open_files_.find(cache_key(fh))) {
+      f->size.store(size, std::memory_order_relaxed);
+    }
+  });
 }
 
 void Client::chmod(const std::string& path, mode_t mode) {
-  setattr_args args{};
-  args.mode.set = TRUE;
-  args.mode.odafs_set_u32_u.value = mode & 07777;
-  setattr(resolve(path, true).first, args, "chmod " + path);
+  again_after_restart([&] {
+    setattr_args args{};
+    args.mode.set = TRUE;
+    args.mode.odafs_set_u32_u.value = mode & 07777;
+    setattr(resolve(path, true).first, args, "chmod " + path);
+  });
 }
 
 void Client::chown(const std::string& path, uid_t uid, gid_t gid) {
-  setattr_args args{};
-  args.uid.set = uid != static_cast<uid_t>(-1);
-  args.uid.odafs_set_u32_u.value = uid;
-  args.gid.set = gid != static_cast<gid_t>(-1);
-  args.gid.odafs_set_u32_u.value = gid;
-  setattr(resolve(path, false).first, args, "chown " + path);
+  again_after_restart([&] {
+    setattr_args args{};
+    args.uid.set = uid != static_cast<uid_t>(-1);
+    args.uid.odafs_set_u32_u.value = uid;
+    args.gid.set = gid != static_cast<gid_t>(-1);
+    args.gid.odafs_set_u32_u.value = gid;
+    setattr(resolve(path, false).first, args, "chown " + path);
+  });
 }
 
 int Client::access(const std::string& path, int want, bool follow_last) {
-  return access_handle(resolve(path, follow_last).first, want);
+  return again_after_restart([&] { return access_handle(resolve(path, follow_last).first, want); });
 }
 
 void Client::utimens(const std::string& path, const struct timespec times[2], bool follow_last) {
-  setattr_args args{};
-  odafs_set_time* out[2] = {&args.atime, &args.mtime};
-  for (int i = 0; i < 2; ++i) {
-    if (times[i].tv_nsec == UTIME_OMIT) {
-      out[i]->how = ODAFS_TIME_DONT_CHANGE;
-    } else if (times[i].tv_nsec == UTIME_NOW) {
-      out[i]->how = ODAFS_TIME_SERVER;
-    } else {
-      if (times[i].tv_nsec < 0 || times[i].tv_nsec >= 1000000000L) fail(EINVAL, "utimens");
-      out[i]->how = ODAFS_TIME_CLIENT;
-      out[i]->odafs_set_time_u.time.seconds = times[i].tv_sec;
-      out[i]->odafs_set_time_u.time.nseconds = static_cast<u_int>(times[i].tv_nsec);
+  again_after_restart([&] {
+    setattr_args args{};
+    odafs_set_time* out[2] = {&args.atime, &args.mtime};
+    for (int i = 0; i < 2; ++i) {
+      if (times[i].tv_nsec == UTIME_OMIT) {
+        out[i]->how = ODAFS_TIME_DONT_CHANGE;
+      } else if (times[i].tv_nsec == UTIME_NOW) {
+        out[i]->how = ODAFS_TIME_SERVER;
+      } else {
+        if (times[i].tv_nsec < 0 || times[i].tv_nsec >= 1000000000L) fail(EINVAL, "utimens");
+        out[i]->how = ODAFS_TIME_CLIENT;
+        out[i]->odafs_set_time_u.time.seconds = times[i].tv_sec;
+        out[i]->odafs_set_time_u.time.nseconds = static_cast<u_int>(times[i].tv_nsec);
+      }
     }
-  }
-  setattr(resolve(path, follow_last).first, args, "utimens " + path);
+    setattr(resolve(path, follow_last).first, args, "utimens " + path);
+  });
 }
 
 void Client::symlink(const std::string& target, const std::string& path) {
-  if (target.find('\0') != std::string::npos) fail(EINVAL, "a link target holding a NUL byte");
-  auto [dir, name] = resolve_parent(path);
-  with_channel(false, [&, &dir = dir, &name = name](rpc::Channel& ch) {
-    symlink_args args{};
-    put_fh(args.dir, dir);
-    args.name = name.data();
-    args.target = const_cast<char*>(target.c_str());
-    dirop_res res{};
-    ch.call(ODAFSPROC_SYMLINK, to_xdrproc(xdr_symlink_args), &args, to_xdrproc(xdr_dirop_res),
-            &res);
-    check(res.status, "symlink " + path);
+  again_after_restart([&] {
+    if (target.find('\0') != std::string::npos) fail(EINVAL, "a link target holding a NUL byte");
+    auto [dir, name] = resolve_parent(path);
+    with_channel(false, [&, &dir = dir, &name = name](rpc::Channel& ch) {
+      symlink_args args{};
+      put_fh(args.dir, dir);
+      args.name = name.data();
+      args.target = const_cast<char*>(target.c_str());
+      dirop_res res{};
+      ch.call(ODAFSPROC_SYMLINK, to_xdrproc(xdr_symlink_args), &args, to_xdrproc(xdr_dirop_res),
+              &res);
+      check(res.status, "symlink " + path);
+    });
   });
 }
 
 Attr Client::link(const std::string& existing, const std::string& new_path) {
-  auto [fh, attr] = resolve(existing, false);
-  auto [dir, name] = resolve_parent(new_path);
-  mount_state()->delegations->forget_file(fh);  // this client changes its attributes
-  return with_channel(false, [&, &fh = fh, &dir = dir, &name = name](rpc::Channel& ch) {
-    link_args args{};
-    put_fh(args.fh, fh);
-    put_fh(args.dir, dir);
-    args.name = name.data();
-    attr_res res{};
-    ch.call(ODAFSPROC_LINK, to_xdrproc(xdr_link_args), &args, to_xdrproc(xdr_attr_res), &res);
-    check(res.status, "link " + existing + " to " + new_path);
-    return to_attr(res.attr_res_u.attr);
+  return again_after_restart([&] {
+    auto [fh, attr] = resolve(existing, false);
+    auto [dir, name] = resolve_parent(new_path);
+    mount_state()->delegations->forget_file(fh);  // this client changes its attributes
+    return with_channel(false, [&, &fh = fh, &dir = dir, &name = name](rpc::Channel& ch) {
+      link_args args{};
+      put_fh(args.fh, fh);
+      put_fh(args.dir, dir);
+      args.name = name.data();
+      attr_res res{};
+      ch.call(ODAFSPROC_LINK, to_xdrproc(xdr_link_args), &args, to_xdrproc(xdr_attr_res), &res);
+      check(res.status, "link " + existing + " to " + new_path);
+      return to_attr(res.attr_res_u.attr);
+    });
   });
 }
 
 std::string Client::readlink(const std::string& path) {
-  auto [fh, attr] = resolve(path, false);
-  if (attr.type != FileType::kSymlink) fail(EINVAL, path);
-  return readlink_handle(fh);
+  return again_after_restart([&] {
+    auto [fh, attr] = resolve(path, false);
+    if (attr.type != FileType::kSymlink) fail(EINVAL, path);
+    return readlink_handle(fh);
+  });
 }
 
 FsStat Client::statfs() {

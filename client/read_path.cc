@@ -409,9 +409,10 @@ size_t Client::write_direct(const Handle& fh, const void* buf, size_t len, uint6
     m->channel->wait(call, &x);
     write_res res{};
     if (!xdr_write_res(&x, &res)) fail(EPROTO, "write_direct: malformed reply");
-    // No engine, every direct-write place taken, or others' delegations still out (DELAY):
-    // nothing was written; write by RPC, which waits out a DELAY.
-    if (raw_enum(res.status) == ODAFS_ERR_NOTSUPP || raw_enum(res.status) == ODAFS_ERR_DELAY) {
+    // No engine, every direct-write place taken, the pull failed, others' delegations still
+    // out (DELAY) or a grace period: nothing was written; write by RPC, which waits them out.
+    if (raw_enum(res.status) == ODAFS_ERR_NOTSUPP || raw_enum(res.status) == ODAFS_ERR_DELAY ||
+        raw_enum(res.status) == ODAFS_ERR_GRACE) {
       return write(fh, buf, len, offset, how, verf, committed);
     }
     check(res.status, "write_direct");

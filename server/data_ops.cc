@@ -353,8 +353,9 @@ void FileService::do_write_direct(const rpc::CallContext& ctx, write_direct_args
   if (f != ordma::Fault::kNone) {
     if (f == ordma::Fault::kTransport) cancel();  // timed out: the client may still wait
     ODAFS_LOG_WARN("WRITE_DIRECT: pulling from the client failed: %s", ordma::fault_name(f));
-    return reply_status<write_res>(
-        r, xp(xdr_write_res), f == ordma::Fault::kWrongSession ? ODAFS_ERR_NOTSUPP : ODAFS_ERR_IO);
+    // Nothing was written: NOTSUPP sends the client to a plain WRITE (a client whose engine
+    // connection broke, or a server stopping, which stops its engine first: never EIO).
+    return reply_status<write_res>(r, xp(xdr_write_res), ODAFS_ERR_NOTSUPP);
   }
   int err = a.count > 0 ? drop_setid_bits(ctx, node, st) : 0;
   if (err != 0) return reply_status<write_res>(r, xp(xdr_write_res), status_from_errno(err));

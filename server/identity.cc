@@ -27,8 +27,7 @@ struct ThreadIdentity {
 thread_local ThreadIdentity t_now;
 
 bool same_groups(const gid_t* groups, uint32_t n) {
-  return t_now.groups_known && t_now.ngroups == n &&
-         std::equal(groups, groups + n, t_now.groups);
+  return t_now.groups_known && t_now.ngroups == n && std::equal(groups, groups + n, t_now.groups);
 }
 
 // Sets the thread's fsuid, fsgid and groups to these, each only if it differs, reading

@@ -202,15 +202,11 @@ void Recovery::end_grace_locked() {
   } else {
     ODAFS_LOG_INFO("grace period over: every client reclaimed");
   }
-  // Those who did not come back hold nothing here any more; those who did hold nothing
-  // yet (no delegation was granted in the grace period).
-  for (const Owner& o : pending_) recorded_.erase(o);
+  // Nobody holds a write delegation of this instance yet (none is granted in a grace
+  // period): the record starts empty, and each holder's first grant writes it in again.
+  // Those who did not come back have lost what they kept.
   pending_.clear();
-  std::set<Owner> holding;
-  for (const auto& [connection, owner] : owners_) {
-    if (recorded_.count(owner) != 0) holding.insert(owner);
-  }
-  recorded_.swap(holding);
+  recorded_.clear();
   write_record_locked();
   grace_.store(false, std::memory_order_relaxed);
 }

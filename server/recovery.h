@@ -13,7 +13,9 @@
 // opens no grace period: a restart with no write delegation out costs nothing.
 //
 // An owner leaves the record when its last connection closes while the server runs (its
-// delegations went with it); a server stopping or crashing leaves the record as it is.
+// delegations went with it), and every owner leaves it when a grace period ends (none holds
+// a write delegation of the new instance yet); a server stopping or crashing leaves the
+// record as it is.
 //
 // Thread-safety: thread-safe. holds_back and in_grace cost one relaxed load once the grace
 // period is over.

@@ -46,7 +46,8 @@ struct Options {
   int shared_files = 32;
   int cache_mb = 64;
   int sample_seconds = 5;
-  int max_rss_mb = 0;  // 0: cache_mb + kRssSlackMb
+  int max_rss_mb = 0;     // 0: cache_mb + kRssSlackMb
+  int restart_every = 0;  // seconds between server restarts (SIGKILL, SIGTERM in turn); 0: none
   std::string json;
 };
 
@@ -98,6 +99,7 @@ Child spawn_child(const std::string& self, int id, const std::string& url, const
                                    std::to_string(o.seconds),
                                    "--shared-files",
                                    std::to_string(o.shared_files)};
+  if (o.restart_every > 0) args.emplace_back("--restarts");
   std::vector<char*> argv = odafs::test::argv_of(args);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
@@ -162,6 +164,8 @@ int run(const Options& o, const std::string& self) {
   std::vector<Sample> samples;
   const double give_up = o.seconds + 120.0;
   double next_sample = o.sample_seconds;
+  double next_restart = o.restart_every > 0 ? o.restart_every : give_up + 1;
+  int restarts = 0;
   size_t running = children.size();
   while (running > 0 && elapsed() < give_up) {
     std::vector<pollfd> fds;
@@ -178,6 +182,20 @@ int run(const Options& o, const std::string& self) {
         c.done = true;
         --running;
       }
+    }
+    if (elapsed() >= next_restart && elapsed() < o.seconds) {
+      // A crash, then a clean stop, in turn; the clients reconnect and reclaim.
+      if (restarts % 2 == 0) {
+        server.kill_hard();
+      } else {
+        server.stop();
+      }
+      server.start_again();
+      ++restarts;
+      std::printf("%8.0f server restarted (%s), pid %d\n", elapsed(),
+                  restarts % 2 == 1 ? "SIGKILL" : "SIGTERM", server.pid());
+      next_restart += o.restart_every;
+      before = sample(server.pid(), elapsed());  // the CPU figure is the last instance's
     }
     if (elapsed() >= next_sample) {
       Sample s = sample(server.pid(), elapsed());
@@ -219,6 +237,7 @@ int run(const Options& o, const std::string& self) {
     }
     total.ops += r.ops;
     total.races += r.races;
+    total.interrupted += r.interrupted;
     total.errors += r.errors;
     total.checksum_errors += r.checksum_errors;
     total.bytes_checked += r.bytes_checked;
@@ -257,6 +276,9 @@ int run(const Options& o, const std::string& self) {
               static_cast<double>(total.ops) / o.seconds);
   std::printf("%-28s %.1f MiB\n", "bytes checked", total.bytes_checked / 1048576.0);
   std::printf("%-28s %llu\n", "races (expected)", static_cast<unsigned long long>(total.races));
+  std::printf("%-28s %d\n", "server restarts", restarts);
+  std::printf("%-28s %llu\n", "cut off by a restart",
+              static_cast<unsigned long long>(total.interrupted));
   std::printf("%-28s %llu\n", "unexpected errors", static_cast<unsigned long long>(total.errors));
   std::printf("%-28s %llu\n", "checksum errors",
               static_cast<unsigned long long>(total.checksum_errors));
@@ -274,7 +296,8 @@ int run(const Options& o, const std::string& self) {
 
   std::ostringstream js;
   js << "{\"clients\":" << o.clients << ",\"seconds\":" << o.seconds << ",\"ops\":" << total.ops
-     << ",\"races\":" << total.races << ",\"errors\":" << total.errors
+     << ",\"races\":" << total.races << ",\"restarts\":" << restarts
+     << ",\"interrupted\":" << total.interrupted << ",\"errors\":" << total.errors
      << ",\"checksum_errors\":" << total.checksum_errors << ",\"bad_files_on_disk\":" << disk_bad
      << ",\"clients_died\":" << died + failures << ",\"bytes_checked\":" << total.bytes_checked
      << ",\"server\":{\"rss_max_kb\":" << peak.rss_kb << ",\"rss_bound_kb\":" << max_rss_mb * 1024
@@ -302,7 +325,8 @@ int run(const Options& o, const std::string& self) {
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "odafs_soak: %s\nusage: odafs_soak [--clients N] [--seconds S] [--shared-files N] "
-               "[--cache-mb N] [--sample-seconds S] [--max-rss-mb N] [--json FILE]\n",
+               "[--cache-mb N] [--sample-seconds S] [--max-rss-mb N] [--restart-every S] "
+               "[--json FILE]\n",
                why);
   std::exit(2);
 }
@@ -347,6 +371,11 @@ int main(int argc, char** argv) {
       o.max_rss_mb = number("--max-rss-mb", value(), 1, 1 << 20);
     else if (flag == "--json")
       o.json = value();
+    else if (flag == "--restart-every") {
+      o.restart_every = number("--restart-every", value(), 1, 86400);
+      child.restarts = true;
+    } else if (flag == "--restarts")
+      child.restarts = true;
     else if (flag == "--child") {
       is_child = true;
       child.id = number("--child", value(), 0, 1 << 20);

@@ -22,6 +22,11 @@ constexpr uint64_t kPrivateMaxBlocks = 24;
 constexpr int kPrivateFiles = 4;
 
 bool is_race(int err) { return err == ENOENT || err == ESTALE || err == EEXIST; }
+// What a call cut off by a server restart fails with (never EIO: lost bytes report that).
+bool is_cut_off(int err) {
+  return err == ECONNRESET || err == EPIPE || err == ECONNREFUSED || err == ECONNABORTED ||
+         err == ENOTCONN || err == ETIMEDOUT;
+}
 
 class Workload {
  public:
@@ -35,6 +40,7 @@ class Workload {
     o.direct_writes = cfg_.mode == "tcp";
     o.cache_blocks = 256;  // small: blocks are evicted and re-read all the time
     o.stability = cfg_.id % 4 == 3 ? Stability::kDataSync : Stability::kUnstable;
+    if (cfg_.restarts) o.reconnect_window_ms = 30000;
     fs_ = Client::mount(cfg_.url, o);
     bs_ = fs_->limits().block_size;
     ensure_dir("shared");
@@ -53,6 +59,7 @@ class Workload {
 
  private:
   void one_op() {
+    picked_.clear();
     unsigned pick = static_cast<unsigned>(rng_() % 100);
     if (pick < 30) return shared("read", [&] { shared_read(); });
     if (pick < 45) return shared("write", [&] { shared_write(); });
@@ -203,7 +210,9 @@ class Workload {
   void private_write() {
     std::string name = private_name();
     bool exists = model_.count(name) != 0;
-    File f = fs_->open(name, exists ? O_RDWR : O_RDWR | O_CREAT | O_EXCL, 0644);
+    // After a restart cut an operation off, a file left out of the model may exist.
+    const int create = cfg_.restarts ? O_CREAT | O_TRUNC : O_CREAT | O_EXCL;
+    File f = fs_->open(name, exists ? O_RDWR : O_RDWR | create, 0644);
     uint64_t first = rng_() % kPrivateMaxBlocks;
     write_blocks(f, private_id(), first, 1 + rng_() % 3, first * bs_, &model_[name]);
     f.close();
@@ -266,6 +275,8 @@ class Workload {
     } catch (const Error& e) {
       if (is_race(e.errno_value())) {
         ++rep_.races;
+      } else if (cfg_.restarts && is_cut_off(e.errno_value())) {
+        ++rep_.interrupted;
       } else {
         unexpected(std::string("shared ") + what + ": " + e.what());
       }
@@ -277,7 +288,23 @@ class Workload {
     try {
       fn();
     } catch (const Error& e) {
-      unexpected(std::string("private ") + what + ": " + e.what());
+      if (!cfg_.restarts || !is_cut_off(e.errno_value())) {
+        unexpected(std::string("private ") + what + ": " + e.what());
+        return;
+      }
+      // Cut off by a restart: what the server did is unknown, so the files the operation
+      // picked leave the model and the export.
+      ++rep_.interrupted;
+      for (const std::string& name : picked_) forget_private(name);
+    }
+  }
+
+  void forget_private(const std::string& name) {
+    model_.erase(name);
+    try {
+      fs_->unlink(name);
+    } catch (const Error&) {
+      // gone already, or the server is still away: the next create of it is O_EXCL-free
     }
   }
 
@@ -306,7 +333,8 @@ class Workload {
   }
   std::string private_dir() const { return "c" + std::to_string(cfg_.id); }
   std::string private_name() {
-    return private_dir() + "/p" + std::to_string(rng_() % kPrivateFiles);
+    picked_.push_back(private_dir() + "/p" + std::to_string(rng_() % kPrivateFiles));
+    return picked_.back();
   }
   uint64_t private_id() const { return (static_cast<uint64_t>(cfg_.id) + 1) << 48; }
 
@@ -319,6 +347,7 @@ class Workload {
   uint64_t files_created_ = 0;
   std::vector<unsigned char> buf_, out_;
   std::map<std::string, std::vector<unsigned char>> model_;
+  std::vector<std::string> picked_;  // the private files the current operation picked
 };
 
 }  // namespace
@@ -337,8 +366,9 @@ ClientReport run_client(const ClientConfig& cfg) {
 
 std::string ClientReport::to_line() const {
   std::ostringstream s;
-  s << "SOAK id=" << id << " ops=" << ops << " races=" << races << " errors=" << errors
-    << " checksum=" << checksum_errors << " bytes=" << bytes_checked << " per_s=";
+  s << "SOAK id=" << id << " ops=" << ops << " races=" << races << " interrupted=" << interrupted
+    << " errors=" << errors << " checksum=" << checksum_errors << " bytes=" << bytes_checked
+    << " per_s=";
   for (size_t i = 0; i < ops_per_second.size(); ++i) s << (i ? "," : "") << ops_per_second[i];
   std::string problem = first_problem;
   std::replace(problem.begin(), problem.end(), '\n', ' ');
@@ -373,6 +403,8 @@ bool ClientReport::parse(const std::string& line, ClientReport* out) {
       r.ops = n;
     else if (key == "races")
       r.races = n;
+    else if (key == "interrupted")
+      r.interrupted = n;
     else if (key == "errors")
       r.errors = n;
     else if (key == "checksum")

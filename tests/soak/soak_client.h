@@ -25,12 +25,17 @@ struct ClientConfig {
   int seconds = 60;
   int shared_files = 32;
   uint64_t seed = 1;
+  // The server restarts under the soak: the client reconnects (and reclaims), and an
+  // operation the restart cut off (its effect unknown) counts as interrupted, not as an
+  // error; a private file it touched leaves the model (its bytes are unknown).
+  bool restarts = false;
 };
 
 struct ClientReport {
   int id = 0;
   uint64_t ops = 0;
   uint64_t races = 0;            // expected conflicts with other clients
+  uint64_t interrupted = 0;      // operations a server restart cut off (restarts only)
   uint64_t errors = 0;           // unexpected errors
   uint64_t checksum_errors = 0;  // bytes that break the model
   uint64_t bytes_checked = 0;
