@@ -463,6 +463,19 @@ class Client {
   // broke), each found again by its path and file id, if `allowed`; reports the rest lost
   // (report_lost). REQUIRES: m not published yet.
   void reclaim(const MountState& m, Delegations& old, bool allowed);
+  // The file at `path` (from m's root, symbolic links not followed), by LOOKUPs on m's
+  // channel only (the mount may not be published yet); DELAY and GRACE waited out.
+  // Nothing if it is not there. Throws Error or rpc::RpcError.
+  std::optional<std::pair<Handle, Attr>> find_again(const MountState& m, const std::string& path);
+  // Writes (stable) pieces (offset, length; their bytes end to end in data) of sf's file,
+  // found again on m by sf's path and file id. Returns "" or why they could not be.
+  std::string write_home(const MountState& m, SharedFile& sf,
+                         const std::vector<std::pair<uint64_t, size_t>>& pieces,
+                         const std::vector<char>& data);
+  // A run kept under a write delegation whose send failed because the connection broke,
+  // on a thread that held its lock through the re-mount (so reclaim left it): written home
+  // on the current mount as reclaim would, or reported lost. REQUIRES: sf.behind_mu held.
+  void rehome_run_locked(SharedFile& sf);
   // Logs that sf's bytes (`bytes` of them) are lost and why, and makes the file's next
   // write, fsync or close through this client fail with EIO.
   void report_lost(SharedFile& sf, size_t bytes, const std::string& why);

@@ -29,13 +29,16 @@ namespace {
 
 // Sends sf's write-behind run with write(bytes, length, offset) and empties it. On failure
 // records the error for the next write, fsync or close, drops the run (the server never
-// got it, as an NFS client's failed write-behind), and rethrows. REQUIRES sf.behind_mu.
-template <class WriteFn>
-void send_run_locked(SharedFile& sf, WriteFn&& write) {
+// got it, as an NFS client's failed write-behind), and rethrows; but when kept() says so
+// (a write delegation's kept bytes whose connection broke: the next mount reclaims them,
+// client/reclaim.cc) it leaves the run as it was and only rethrows. REQUIRES sf.behind_mu.
+template <class WriteFn, class KeepFn>
+void send_run_locked(SharedFile& sf, WriteFn&& write, KeepFn&& kept) {
   if (sf.behind.empty()) return;
   try {
     write(sf.behind.data(), sf.behind.size(), sf.behind_offset);
   } catch (const Error& e) {
+    if (kept()) throw;
     if (sf.behind_errno == 0) {
       sf.behind_errno = e.errno_value();
       sf.behind_error = e.what();
@@ -394,11 +397,14 @@ size_t File::write_through(const char* buf, size_t len, uint64_t offset, Stabili
 }
 
 void File::send_behind_locked(Stability how) {
-  send_run_locked(*state_->shared, [this, how](const char* buf, size_t len, uint64_t offset) {
-    // At its own offset even from an O_APPEND File: the run may be another File's (kept
-    // by a write delegation past its close), gathered by positioned writes.
-    write_through(buf, len, offset, how, /*append=*/false);
-  });
+  send_run_locked(
+      *state_->shared,
+      [this, how](const char* buf, size_t len, uint64_t offset) {
+        // At its own offset even from an O_APPEND File: the run may be another File's (kept
+        // by a write delegation past its close), gathered by positioned writes.
+        write_through(buf, len, offset, how, /*append=*/false);
+      },
+      [] { return false; });  // an open File's own run: its next call reports the failure
 }
 
 void Client::flush_writes_behind(const Handle& fh) {
@@ -406,15 +412,27 @@ void Client::flush_writes_behind(const Handle& fh) {
   OpenFiles::Ref f = open_files_.find(key);
   if (!f || !f->has_behind.load(std::memory_order_acquire)) return;
   std::lock_guard behind(f->behind_mu);
-  send_run_locked(*f, [&](const char* buf, size_t len, uint64_t offset) {
-    const Stability how = options().stability;
-    write_run(
-        *f, mount_state()->limits.max_write, buf, len, offset,
-        [&](const char* src, size_t n, uint64_t at, WriteVerifier* verf, int* committed) {
-          return write(fh, src, n, at, how, verf, committed);
+  const std::shared_ptr<const MountState> m = mount_state();
+  try {
+    send_run_locked(
+        *f,
+        [&](const char* buf, size_t len, uint64_t offset) {
+          const Stability how = options().stability;
+          write_run(
+              *f, m->limits.max_write, buf, len, offset,
+              [&](const char* src, size_t n, uint64_t at, WriteVerifier* verf, int* committed) {
+                return write(fh, src, n, at, how, verf, committed);
+              },
+              [&](uint64_t at, size_t n) { forget_data(key, at, n); });
         },
-        [&](uint64_t at, size_t n) { forget_data(key, at, n); });
-  });
+        [&] { return m->channel->broken(); });
+  } catch (const Error&) {
+    if (!m->channel->broken()) throw;
+    // The connection broke under the send, and the re-mount's reclaim could not take the
+    // run (this thread held it): it goes home now, then the caller's call starts over.
+    rehome_run_locked(*f);
+    throw;
+  }
 }
 
 size_t Client::write_on(const MountState& m, const Handle& fh, const char* src, size_t n,
@@ -449,14 +467,18 @@ bool Client::write_back(const MountState& m, const Handle& fh, SharedFile& sf) {
   };
   {
     std::lock_guard behind(sf.behind_mu);
-    send_run_locked(sf, [&](const char* buf, size_t len, uint64_t offset) {
-      write_run(
-          sf, m.limits.max_write, buf, len, offset,
-          [&](const char* src, size_t n, uint64_t at, WriteVerifier* verf, int* committed) {
-            return write_one(src, n, at, options_.stability, verf, committed);
-          },
-          forget);
-    });
+    send_run_locked(
+        sf,
+        [&](const char* buf, size_t len, uint64_t offset) {
+          write_run(
+              sf, m.limits.max_write, buf, len, offset,
+              [&](const char* src, size_t n, uint64_t at, WriteVerifier* verf, int* committed) {
+                return write_one(src, n, at, options_.stability, verf, committed);
+              },
+              forget);
+        },
+        // The connection broke: the run stays for the next mount to reclaim.
+        [&] { return m.channel->broken(); });
   }
   commit_books(
       sf, "a write-delegated file",

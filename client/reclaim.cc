@@ -21,58 +21,32 @@
 namespace odafs {
 namespace {
 
-// What a SharedFile held back from the server, taken out of it for reclaim: its uncommitted
-// writes (older), then its run (newer), in the order they must land.
-struct Taken {
-  std::vector<std::pair<uint64_t, size_t>> pieces;  // (offset, length)
-  std::vector<char> data;                           // their bytes end to end
-  size_t bytes() const { return data.size(); }
-};
-
-// Takes sf's unsent bytes. A run whose lock a thread holds is that thread's to send: it
-// is sending it, and called for this re-mount to do so (it sends it after, on the new
-// mount); taking the lock here would deadlock with it.
-Taken take_unsent_bytes(SharedFile& sf) {
-  Taken t;
-  std::unique_lock behind(sf.behind_mu, std::try_to_lock);
+// Takes sf's unsent bytes into *pieces (offset, length) and *data (their bytes end to
+// end): its uncommitted writes (older), then its run (newer), in the order they must land.
+// run_locked: the caller holds sf.behind_mu. Otherwise a run whose lock another thread
+// holds is left to that thread: it is sending it, and waits for this re-mount to do so
+// (taking the lock here would deadlock with it); it sends the run itself, or hands it to
+// rehome_run_locked.
+void take_unsent_bytes(SharedFile& sf, bool run_locked,
+                       std::vector<std::pair<uint64_t, size_t>>* pieces, std::vector<char>* data) {
+  std::unique_lock behind(sf.behind_mu, std::defer_lock);
+  if (!run_locked) (void)behind.try_lock();
   {
     std::lock_guard lock(sf.mu);
     if (sf.unstable) {
-      t.pieces.swap(sf.pending);
-      t.data.swap(sf.pending_data);
+      pieces->swap(sf.pending);
+      data->swap(sf.pending_data);
       sf.unstable = false;
       sf.verifier.reset();
       sf.verifier_changed = false;
     }
   }
-  if (behind.owns_lock() && !sf.behind.empty()) {
-    t.pieces.emplace_back(sf.behind_offset, sf.behind.size());
-    t.data.insert(t.data.end(), sf.behind.begin(), sf.behind.end());
+  if ((run_locked || behind.owns_lock()) && !sf.behind.empty()) {
+    pieces->emplace_back(sf.behind_offset, sf.behind.size());
+    data->insert(data->end(), sf.behind.begin(), sf.behind.end());
     sf.behind.clear();
     sf.has_behind.store(false, std::memory_order_release);
   }
-  return t;
-}
-
-// The file at `path` under m's root, by LOOKUPs on m's channel (the mount is not published
-// yet: nothing else may go out on it before the write-backs). Symbolic links on the way are
-// not followed: a path through one is not found. Nothing if it is not there.
-std::optional<std::pair<Handle, Attr>> lookup_path(const MountState& m, const std::string& path) {
-  Handle cur = m.root;
-  std::optional<Attr> attr;
-  for (const std::string& name : split_path(path)) {
-    diropargs args{};
-    put_fh(args.dir, cur);
-    args.name = const_cast<char*>(name.c_str());
-    dirop_res res{};
-    m.channel->call(ODAFSPROC_LOOKUP, to_xdrproc(xdr_diropargs), &args, to_xdrproc(xdr_dirop_res),
-                    &res);
-    if (raw_enum(res.status) != ODAFS_OK) return std::nullopt;
-    cur = get_fh(res.dirop_res_u.ok.fh);
-    attr = to_attr(res.dirop_res_u.ok.attr);
-  }
-  if (!attr) return std::nullopt;
-  return std::make_pair(cur, *attr);
 }
 
 }  // namespace
@@ -104,56 +78,103 @@ bool Client::name_client(const MountState& m) {
   return res.client_id_res_u.ok.reclaim;
 }
 
+std::optional<std::pair<Handle, Attr>> Client::find_again(const MountState& m,
+                                                          const std::string& path) {
+  Handle cur = m.root;
+  std::optional<Attr> attr;
+  for (const std::string& name : split_path(path)) {
+    diropargs args{};
+    put_fh(args.dir, cur);
+    args.name = const_cast<char*>(name.c_str());
+    auto [fh, a] = retry_delayed(options_.timeout_ms, [&] {
+      dirop_res res{};
+      m.channel->call(ODAFSPROC_LOOKUP, to_xdrproc(xdr_diropargs), &args, to_xdrproc(xdr_dirop_res),
+                      &res);
+      const int status = raw_enum(res.status);
+      if (status == ODAFS_ERR_DELAY || status == ODAFS_ERR_GRACE) fail(kDelayErrno, "lookup");
+      return status == ODAFS_OK ? std::make_pair(get_fh(res.dirop_res_u.ok.fh),
+                                                 std::optional(to_attr(res.dirop_res_u.ok.attr)))
+                                : std::make_pair(Handle{}, std::optional<Attr>());
+    });
+    if (!a) return std::nullopt;
+    cur = fh;
+    attr = a;
+  }
+  if (!attr) return std::nullopt;
+  return std::make_pair(cur, *attr);
+}
+
+std::string Client::write_home(const MountState& m, SharedFile& sf,
+                               const std::vector<std::pair<uint64_t, size_t>>& pieces,
+                               const std::vector<char>& data) {
+  try {
+    auto found = find_again(m, sf.path);
+    if (!found || found->second.fileid != sf.fileid || found->second.type != FileType::kRegular) {
+      return "the file is no longer at its path";
+    }
+    // Stable: durable when answered, so no COMMIT (and no verifier) to keep track of.
+    const char* src = data.data();
+    for (const auto& [offset, len] : pieces) {
+      for (size_t done = 0; done < len;) {
+        WriteVerifier verf;
+        int committed = 0;
+        const size_t n =
+            write_on(m, found->first, src + done, std::min<size_t>(len - done, m.limits.max_write),
+                     offset + done, Stability::kFileSync, &verf, &committed);
+        if (n == 0) return "the server wrote nothing";
+        done += n;
+      }
+      src += len;
+    }
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  stats_.reclaimed_files.fetch_add(1, std::memory_order_relaxed);
+  ODAFS_LOG_INFO("odafs: reclaimed %zu byte(s) of %s after a server restart", data.size(),
+                 sf.path.c_str());
+  return "";
+}
+
 void Client::reclaim(const MountState& m, Delegations& old, bool allowed) {
   std::vector<Delegations::Return> unsent = old.take_unsent();
   for (Delegations::Return& r : unsent) {
     SharedFile& sf = *r.kept;
-    const Taken taken = take_unsent_bytes(sf);
-    std::string why;
-    if (taken.bytes() == 0) {
-      // nothing held back
-    } else if (!allowed) {
-      why =
-          "the server did not let this client reclaim them (its grace period was over, or "
-          "it lost track of this client's write delegation)";
-    } else {
-      try {
+    std::vector<std::pair<uint64_t, size_t>> pieces;
+    std::vector<char> data;
+    take_unsent_bytes(sf, /*run_locked=*/false, &pieces, &data);
+    if (!data.empty()) {
+      std::string why;
+      if (!allowed) {
+        why =
+            "the server did not let this client reclaim them (its grace period was over, or "
+            "it lost track of this client's write delegation)";
+      } else {
         std::optional<rpc::CallCredential> cred;
         std::optional<rpc::CallAs> as;
         if (r.caller) {  // as the caller whose close kept them
           cred.emplace(*r.caller, "odafs");
           as.emplace(*cred);
         }
-        auto found = lookup_path(m, sf.path);
-        if (!found || found->second.fileid != sf.fileid ||
-            found->second.type != FileType::kRegular) {
-          why = "the file is no longer at its path";
-        } else {
-          // Stable: durable when answered, so no COMMIT (and no verifier) to keep track of.
-          const char* src = taken.data.data();
-          for (const auto& [offset, len] : taken.pieces) {
-            for (size_t done = 0; done < len;) {
-              WriteVerifier verf;
-              int committed = 0;
-              const size_t n = write_on(m, found->first, src + done,
-                                        std::min<size_t>(len - done, m.limits.max_write),
-                                        offset + done, Stability::kFileSync, &verf, &committed);
-              if (n == 0) fail(EIO, "the server wrote nothing");
-              done += n;
-            }
-            src += len;
-          }
-          stats_.reclaimed_files.fetch_add(1, std::memory_order_relaxed);
-          ODAFS_LOG_INFO("odafs: reclaimed %zu byte(s) of %s after a server restart", taken.bytes(),
-                         sf.path.c_str());
-        }
-      } catch (const std::exception& e) {
-        why = e.what();
+        why = write_home(m, sf, pieces, data);
       }
+      if (!why.empty()) report_lost(sf, data.size(), why);
     }
-    if (!why.empty()) report_lost(sf, taken.bytes(), why);
     open_files_.release(cache_key(r.fh), r.kept);
   }
+}
+
+void Client::rehome_run_locked(SharedFile& sf) {
+  std::vector<std::pair<uint64_t, size_t>> pieces;
+  std::vector<char> data;
+  take_unsent_bytes(sf, /*run_locked=*/true, &pieces, &data);
+  if (data.empty()) return;
+  std::string why;
+  try {
+    why = write_home(*mount_state(), sf, pieces, data);
+  } catch (const std::exception& e) {  // no mount to be had
+    why = e.what();
+  }
+  if (!why.empty()) report_lost(sf, data.size(), why);
 }
 
 void Client::report_lost(SharedFile& sf, size_t bytes, const std::string& why) {

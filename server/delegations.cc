@@ -38,6 +38,7 @@ Delegations::Grant Delegations::grant(const NodeRef& node_ref, uint64_t connecti
                                       const WireHandle& fh, bool write) {
   const uint64_t node = node_ref->id;
   std::lock_guard lock(mu_);
+  if (stopping_) return {};
   if (std::find(changing_.begin(), changing_.end(), node) != changing_.end()) return {};
   FileState& f = files_[node];
   f.node = node_ref;
@@ -171,6 +172,9 @@ bool Delegations::wait_for_holders_locked(std::unique_lock<std::mutex>& lock, ui
     return clear;
   };
   for (;;) {
+    // A stopping server lets no change past a delegation: the holder's bytes come back to
+    // the next instance (reclaim), and must not find the file changed under them.
+    if (stopping_) return leave(false);
     std::vector<Holder> to_recall;
     const int64_t now = now_ms();
     if (sweep_locked(node, connection, writes_only, now, &to_recall) == 0) return leave(true);
@@ -252,8 +256,15 @@ bool Delegations::returned(uint64_t node, uint64_t connection, uint64_t id) {
   return true;
 }
 
+void Delegations::stop_serving() {
+  std::lock_guard lock(mu_);
+  stopping_ = true;
+  changed_.notify_all();
+}
+
 void Delegations::connection_closed(uint64_t connection) {
   std::lock_guard lock(mu_);
+  if (stopping_) return;  // the server is going: its delegations stay in force to the end
   unrevoke_locked(0, connection);
   if (per_connection_.find(connection) == per_connection_.end()) return;
   for (auto f = files_.begin(); f != files_.end();) {

@@ -132,6 +132,10 @@ class Delegations {
 
   // The connection closed: its delegations are gone.
   void connection_closed(uint64_t connection);
+  // The server is stopping: from now on no change or read waits its way past a delegation
+  // (DELAY), no delegation is granted, and closing connections keep theirs, so nothing
+  // overtakes bytes their holders will reclaim from the next instance.
+  void stop_serving();
   // File `node` is gone (removed, its handles stale): so are its delegations.
   void file_gone(uint64_t node);
 
@@ -191,6 +195,7 @@ class Delegations {
   std::atomic<size_t> write_held_{0};  // write holders in files_ (written under mu_)
   uint64_t next_id_ = 1;
   int waiters_ = 0;
+  bool stopping_ = false;           // stop_serving was called; guarded by mu_
   std::vector<uint64_t> changing_;  // nodes with a Change alive (few: one per RPC thread)
   // Write delegations taken back by expiry, (node, connection), until their holder returns
   // them or goes away. At most kMaxRevoked (the oldest go first, logged).

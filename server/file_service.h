@@ -97,7 +97,10 @@ class FileService {
   }
   // The server is stopping: connections closing from now on keep their clients' place in
   // the recovery record (they come back to reclaim after the restart).
-  void stopping() { recovery_.stopping(); }
+  void stopping() {
+    recovery_.stopping();
+    delegations_.stop_serving();
+  }
 
   // The export rules: the RPC server's admit and authorize hooks.
   const CallAuthority& authority() const { return authority_; }

@@ -27,6 +27,7 @@
 using odafs::Client;
 using odafs::File;
 using odafs::test::errno_of;
+using odafs::test::eventually;
 using odafs::test::pattern;
 using odafs::test::read_all;
 using odafs::test::read_local;
@@ -37,17 +38,6 @@ using odafs::test::TempDir;
 using odafs::test::write_path;
 
 namespace {
-
-// Polls done() every 20 ms for up to `seconds`; whether it came true.
-template <class Done>
-bool eventually(Done&& done, double seconds = 10) {
-  const auto start = std::chrono::steady_clock::now();
-  while (!done()) {
-    if (seconds_since(start) >= seconds) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
-}
 
 // How the server goes down in a case.
 enum class Down { kKill, kTerm };
@@ -138,7 +128,7 @@ TEST_CASE("kept bytes whose file went while the server was down are reported, no
   server.kill_hard();
   std::filesystem::remove(dir / "gone");
   server.start_again();
-  REQUIRE(eventually([&] { return writer->stats().lost_files.load() == 1; }));
+  REQUIRE(eventually([&] { return writer->stats().lost_files.load() == 1; }, 10));
   CHECK(writer->stats().reclaimed_files.load() == 0);
   // The next write of that file through this client fails with EIO, once.
   File again = writer->open("/gone", O_RDWR | O_CREAT, 0644);
@@ -236,7 +226,7 @@ ODAFS_MOUNT_TEST("through a mount: cp, a server crash and restart, and cat reads
   server.kill_hard();
   server.start_again();
   CHECK(read_local(mnt / "f") == text);
-  REQUIRE(eventually([&] { return read_local(dir / "f") == text; }));
+  REQUIRE(eventually([&] { return read_local(dir / "f") == text; }, 10));
   auto other = Client::mount(server.url());
   CHECK(read_all(*other, "/f", text.size() + 10) == text);
 }

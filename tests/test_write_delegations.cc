@@ -20,6 +20,7 @@
 
 using odafs::Client;
 using odafs::File;
+using odafs::test::eventually;
 using odafs::test::holder_process;
 using odafs::test::make_file;
 using odafs::test::read_all;
@@ -39,17 +40,6 @@ void write_held(Client& fs, const std::string& path, const std::string& text) {
   File f = fs.open(path, O_RDWR);
   CHECK(f.pwrite(text.data(), text.size(), 0) == text.size());
   f.close();
-}
-
-// Polls done() every 10 ms for up to 5 s; whether it came true.
-template <class Done>
-bool eventually(Done&& done) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
 }
 
 // The export's file at path once it holds `want`, or after 5 s what it holds then: for

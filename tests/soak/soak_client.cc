@@ -287,7 +287,9 @@ class Workload {
   void own(const char* what, Fn&& fn) {
     try {
       fn();
+      note(what, "ok");
     } catch (const Error& e) {
+      note(what, e.what());
       if (!cfg_.restarts || !is_cut_off(e.errno_value())) {
         unexpected(std::string("private ") + what + ": " + e.what());
         return;
@@ -313,7 +315,28 @@ class Workload {
     std::fprintf(stderr, "soak client %d: %s\n", cfg_.id, what.c_str());
   }
 
+  // The last few private operations on each file the current one picked, for the report of
+  // a checksum failure: when a restart cut in, what the file went through.
+  void note(const char* what, const std::string& outcome) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count() %
+                    100000000;
+    for (const std::string& name : picked_) {
+      auto& h = history_[name];
+      h.push_back(std::to_string(ms) + " " + what + " " + outcome.substr(0, 80) + " size " +
+                  std::to_string(model_.count(name) ? model_[name].size() : 0));
+      if (h.size() > 6) h.erase(h.begin());
+    }
+  }
+
   void checksum_problem(const std::string& what) {
+    for (const std::string& name : picked_) {
+      for (const std::string& line : history_[name]) {
+        std::fprintf(stderr, "soak client %d: history of %s: %s\n", cfg_.id, name.c_str(),
+                     line.c_str());
+      }
+    }
     if (rep_.checksum_errors++ == 0) rep_.first_problem = what;
     std::fprintf(stderr, "soak client %d: CHECK FAILED %s\n", cfg_.id, what.c_str());
   }
@@ -348,6 +371,7 @@ class Workload {
   std::vector<unsigned char> buf_, out_;
   std::map<std::string, std::vector<unsigned char>> model_;
   std::vector<std::string> picked_;  // the private files the current operation picked
+  std::map<std::string, std::vector<std::string>> history_;
 };
 
 }  // namespace

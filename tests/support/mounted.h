@@ -70,17 +70,6 @@ inline std::set<std::string> list(const std::string& dir) {
   return names;
 }
 
-// Polls pred for up to 5 s.
-template <class Pred>
-bool eventually(Pred&& pred) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
-
 // Runs fn in a child process and waits up to `bound` for it; returns its exit code, or -1
 // if it had to be killed (a hang) or died of a signal. fn must use system calls only (the
 // child of a process with threads).

@@ -4,8 +4,10 @@
 #include <sys/types.h>
 
 #include <cerrno>
+#include <chrono>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace odafs::test {
@@ -96,5 +98,19 @@ int errno_of(const std::function<void()>& fn);
 inline int failed_with(bool failed) { return failed ? errno : 0; }
 // Deterministic pseudo-random bytes.
 std::string pattern(size_t len, uint64_t seed);
+
+// Polls pred every 10 ms for up to `seconds`; whether it came true. For what another
+// process or a client's own thread does in its own time.
+template <class Pred>
+bool eventually(Pred&& pred, double seconds = 5.0) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(seconds));
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
 
 }  // namespace odafs::test
