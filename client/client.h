@@ -45,6 +45,7 @@ namespace odafs {
 namespace rpc {
 class Channel;
 class Call;
+struct CallerCred;
 }  // namespace rpc
 namespace ordma {
 class EngineClient;
@@ -472,6 +473,11 @@ class Client {
   std::string write_home(const MountState& m, SharedFile& sf,
                          const std::vector<std::pair<uint64_t, size_t>>& pieces,
                          const std::vector<char>& data);
+  // Bytes a write delegation kept whose write-back failed with the connection after the
+  // re-mount had taken the rest (Delegations' adopt hook): written home on the current mount
+  // as reclaim would, or reported lost; `kept` released.
+  // caller: whose close kept them (null: the channel's own credential).
+  void adopt_unsent(const Handle& fh, OpenFiles::Ref& kept, const rpc::CallerCred* caller);
   // A run kept under a write delegation whose send failed because the connection broke,
   // on a thread that held its lock through the re-mount (so reclaim left it): written home
   // on the current mount as reclaim would, or reported lost. REQUIRES: sf.behind_mu held.

@@ -18,7 +18,7 @@ namespace odafs {
 
 Delegations::Delegations(rpc::Channel* channel, ClientCache* cache, size_t max_kept_bytes,
                          int max_kept_ms, WriteBack write_back, Release release,
-                         ConnectionLost connection_lost)
+                         ConnectionLost connection_lost, Adopt adopt)
     : channel_(channel),
       cache_(cache),
       max_kept_bytes_(max_kept_bytes),
@@ -26,6 +26,7 @@ Delegations::Delegations(rpc::Channel* channel, ClientCache* cache, size_t max_k
       write_back_(std::move(write_back)),
       release_(std::move(release)),
       connection_lost_(std::move(connection_lost)),
+      adopt_(std::move(adopt)),
       returner_([this] { return_loop(); }) {}
 
 Delegations::~Delegations() { stop(); }
@@ -70,6 +71,7 @@ std::vector<Delegations::Return> Delegations::take_unsent() {
   returns_done_.notify_all();
   if (returner_.joinable()) returner_.join();
   std::lock_guard lock(mu_);
+  taken_ = true;
   std::vector<Return> out = std::move(unsent_);
   unsent_.clear();
   for (Return& r : returns_) {
@@ -84,8 +86,14 @@ std::vector<Delegations::Return> Delegations::take_unsent() {
 
 bool Delegations::keep_unsent(Return& r) {
   if (!r.kept) return false;
-  std::lock_guard lock(mu_);
-  unsent_.push_back(std::move(r));
+  {
+    std::lock_guard lock(mu_);
+    if (!taken_) {
+      unsent_.push_back(std::move(r));
+      return true;
+    }
+  }
+  if (adopt_) adopt_(r);  // the re-mount has been and gone: reclaimed here and now
   return true;
 }
 

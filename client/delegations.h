@@ -76,11 +76,16 @@ class Delegations {
   // Called (once, on the worker) when the channel breaks while kept bytes wait: the
   // client should re-mount soon and reclaim them (take_unsent). Must not block.
   using ConnectionLost = std::function<void()>;
+  struct Return;
+  // Takes a Return whose write-back failed with the connection after take_unsent (its bytes
+  // would otherwise have no one to reclaim them). Runs on the thread that gave it back.
+  using Adopt = std::function<void(Return&)>;
   // REQUIRES: channel and cache outlive stop() (MountState stops it before freeing them),
   // and so do what write_back and release use. max_kept_bytes, max_kept_ms:
   // MountOptions::delegated_bytes, delegated_write_back_ms.
   Delegations(rpc::Channel* channel, ClientCache* cache, size_t max_kept_bytes, int max_kept_ms,
-              WriteBack write_back, Release release, ConnectionLost connection_lost);
+              WriteBack write_back, Release release, ConnectionLost connection_lost,
+              Adopt adopt);
   ~Delegations();
   Delegations(const Delegations&) = delete;
   Delegations& operator=(const Delegations&) = delete;
@@ -213,6 +218,8 @@ class Delegations {
   const WriteBack write_back_;
   const Release release_;
   const ConnectionLost connection_lost_;
+  const Adopt adopt_;
+  bool taken_ = false;  // take_unsent has run; guarded by mu_
   bool lost_told_ = false;      // connection_lost_ called; the worker's alone
   bool held_write_ = false;     // a write delegation was granted on this connection; guarded by mu_
   std::vector<Return> unsent_;  // write-backs the broken connection stopped; guarded by mu_

@@ -27,8 +27,15 @@ namespace {
 // holds is left to that thread: it is sending it, and waits for this re-mount to do so
 // (taking the lock here would deadlock with it); it sends the run itself, or hands it to
 // rehome_run_locked.
+//
+// A commit in progress (commit_mu held) has the older uncommitted writes in its hands, and
+// will send them again itself after its COMMIT fails: taking the newer ones here would let
+// those older ones land last. Then nothing is taken, and the committing thread (a File's
+// fsync, or a write-back whose failure hands the bytes to adopt_unsent) sends them all.
 void take_unsent_bytes(SharedFile& sf, bool run_locked,
                        std::vector<std::pair<uint64_t, size_t>>* pieces, std::vector<char>* data) {
+  std::unique_lock commit(sf.commit_mu, std::try_to_lock);
+  if (!commit.owns_lock()) return;
   std::unique_lock behind(sf.behind_mu, std::defer_lock);
   if (!run_locked) (void)behind.try_lock();
   {
@@ -161,6 +168,28 @@ void Client::reclaim(const MountState& m, Delegations& old, bool allowed) {
     }
     open_files_.release(cache_key(r.fh), r.kept);
   }
+}
+
+void Client::adopt_unsent(const Handle& fh, OpenFiles::Ref& kept, const rpc::CallerCred* caller) {
+  std::vector<std::pair<uint64_t, size_t>> pieces;
+  std::vector<char> data;
+  take_unsent_bytes(*kept, /*run_locked=*/false, &pieces, &data);
+  if (!data.empty()) {
+    std::string why;
+    try {
+      std::optional<rpc::CallCredential> cred;
+      std::optional<rpc::CallAs> as;
+      if (caller != nullptr) {
+        cred.emplace(*caller, "odafs");
+        as.emplace(*cred);
+      }
+      why = write_home(*mount_state(), *kept, pieces, data);
+    } catch (const std::exception& e) {  // no mount to be had
+      why = e.what();
+    }
+    if (!why.empty()) report_lost(*kept, data.size(), why);
+  }
+  open_files_.release(cache_key(fh), kept);
 }
 
 void Client::rehome_run_locked(SharedFile& sf) {
