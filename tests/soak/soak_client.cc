@@ -199,9 +199,17 @@ class Workload {
       size_t at = static_cast<size_t>(
           std::mismatch(want.begin(), want.begin() + std::min(n, want.size()), buf_.begin()).first -
           want.begin());
+      // Whether the export holds it so (lost bytes) or only this read saw it (a read bug).
+      std::string on_disk = "?";
+      if (const char* dir = std::getenv("ODAFS_SOAK_EXPORT")) {
+        const std::string bytes = test::read_local(std::string(dir) + "/" + name);
+        on_disk = bytes.size() == want.size() && std::equal(want.begin(), want.end(), bytes.begin())
+                      ? "right"
+                      : "wrong";
+      }
       checksum_problem(name + ": size " + std::to_string(size) + ", read " + std::to_string(n) +
                        ", want " + std::to_string(want.size()) + ", first difference at " +
-                       std::to_string(at));
+                       std::to_string(at) + ", on disk " + on_disk);
     }
     rep_.bytes_checked += n;
     f.close();
