@@ -172,9 +172,6 @@ bool Delegations::wait_for_holders_locked(std::unique_lock<std::mutex>& lock, ui
     return clear;
   };
   for (;;) {
-    // A stopping server lets no change past a delegation: the holder's bytes come back to
-    // the next instance (reclaim), and must not find the file changed under them.
-    if (stopping_) return leave(false);
     std::vector<Holder> to_recall;
     const int64_t now = now_ms();
     if (sweep_locked(node, connection, writes_only, now, &to_recall) == 0) return leave(true);
@@ -188,6 +185,9 @@ bool Delegations::wait_for_holders_locked(std::unique_lock<std::mutex>& lock, ui
       }
       lock.lock();
       for (const Holder& h : unreachable) {
+        // A stopping server keeps it (its bytes come back to the next instance, and must not
+        // find the file changed under them): the change waits, then answers DELAY.
+        if (stopping_) break;
         // Its connection is closing: connection_closed drops it too, whichever is first.
         auto f = files_.find(node);
         if (f == files_.end()) break;

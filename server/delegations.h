@@ -132,8 +132,8 @@ class Delegations {
 
   // The connection closed: its delegations are gone.
   void connection_closed(uint64_t connection);
-  // The server is stopping: from now on no change or read waits its way past a delegation
-  // (DELAY), no delegation is granted, and closing connections keep theirs, so nothing
+  // The server is stopping: from now on no delegation is granted, and the delegations of
+  // closing connections stay in force (a change waiting on one answers DELAY), so nothing
   // overtakes bytes their holders will reclaim from the next instance.
   void stop_serving();
   // File `node` is gone (removed, its handles stale): so are its delegations.
