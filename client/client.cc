@@ -197,8 +197,9 @@ std::shared_ptr<const MountState> Client::remount() {
         return sf && write_back(*mount, fh, *sf);
       },
       [this](const Handle& fh, OpenFiles::Ref& sf) { open_files_.release(cache_key(fh), sf); },
-      [this] { reconnect_soon(); }, [this](Delegations::Return& r) {
-        adopt_unsent(r.fh, r.kept, r.caller ? &*r.caller : nullptr);
+      [this] { reconnect_soon(); },
+      [this](Delegations::Return& r) {
+        adopt_unsent(r.fh, r.kept, r.caller ? &*r.caller : nullptr, r.removing);
       });
   // Named, this client may be granted write delegations, and reclaim what the last mount's
   // kept if the server restarted: before anything else goes out on the new mount.

@@ -476,8 +476,10 @@ class Client {
   // Bytes a write delegation kept whose write-back failed with the connection after the
   // re-mount had taken the rest (Delegations' adopt hook): written home on the current mount
   // as reclaim would, or reported lost; `kept` released.
-  // caller: whose close kept them (null: the channel's own credential).
-  void adopt_unsent(const Handle& fh, OpenFiles::Ref& kept, const rpc::CallerCred* caller);
+  // caller: whose close kept them (null: the channel's own credential); removing: see
+  // Delegations::Return.
+  void adopt_unsent(const Handle& fh, OpenFiles::Ref& kept, const rpc::CallerCred* caller,
+                    bool removing);
   // A run kept under a write delegation whose send failed because the connection broke,
   // on a thread that held its lock through the re-mount (so reclaim left it): written home
   // on the current mount as reclaim would, or reported lost. REQUIRES: sf.behind_mu held.
@@ -485,8 +487,8 @@ class Client {
   // Logs that sf's bytes (`bytes` of them) are lost and why, and makes the file's next
   // write, fsync or close through this client fail with EIO.
   void report_lost(SharedFile& sf, size_t bytes, const std::string& why);
-  // Throws EIO if writes to path were lost (report_lost) and not yet reported.
-  void check_lost(const std::string& path);
+  // Throws EIO if writes to file `fileid` were lost (report_lost) and not yet reported.
+  void check_lost(uint64_t fileid);
   // The connection broke while write delegations kept bytes: re-mount (and so reclaim)
   // soon, on a thread of the client's, even if no call comes. Never blocks.
   void reconnect_soon();

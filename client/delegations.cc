@@ -319,7 +319,10 @@ std::optional<Delegations::Return> Delegations::take_for_remove(const Handle& di
 }
 
 void Delegations::removed(Return& r, bool done) {
-  if (!done) return give_back(r);
+  if (!done) {
+    r.removing = true;
+    return give_back(r);
+  }
   // The bytes went with the file, and the delegation too: the server drops a file's
   // delegations when its last link goes, so there is nothing to give back.
   if (r.kept) release_(r.fh, r.kept);

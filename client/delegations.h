@@ -84,8 +84,7 @@ class Delegations {
   // and so do what write_back and release use. max_kept_bytes, max_kept_ms:
   // MountOptions::delegated_bytes, delegated_write_back_ms.
   Delegations(rpc::Channel* channel, ClientCache* cache, size_t max_kept_bytes, int max_kept_ms,
-              WriteBack write_back, Release release, ConnectionLost connection_lost,
-              Adopt adopt);
+              WriteBack write_back, Release release, ConnectionLost connection_lost, Adopt adopt);
   ~Delegations();
   Delegations(const Delegations&) = delete;
   Delegations& operator=(const Delegations&) = delete;
@@ -118,6 +117,9 @@ class Delegations {
     bool write = false;   // written back before the DELEGRETURN
     OpenFiles::Ref kept;  // from keep_open
     std::optional<rpc::CallerCred> caller;
+    // Its file was being removed by this client when the connection broke: if it is gone
+    // after the restart, the REMOVE went through and the bytes went with the file.
+    bool removing = false;
   };
   // This client is about to remove `name` in dir: a delegation on a file with no other
   // link is taken out without writing its bytes back (the file goes with the name); hand
@@ -219,7 +221,7 @@ class Delegations {
   const Release release_;
   const ConnectionLost connection_lost_;
   const Adopt adopt_;
-  bool taken_ = false;  // take_unsent has run; guarded by mu_
+  bool taken_ = false;          // take_unsent has run; guarded by mu_
   bool lost_told_ = false;      // connection_lost_ called; the worker's alone
   bool held_write_ = false;     // a write delegation was granted on this connection; guarded by mu_
   std::vector<Return> unsent_;  // write-backs the broken connection stopped; guarded by mu_

@@ -94,10 +94,19 @@ void write_run(SharedFile& sf, size_t max_write, const char* buf, size_t len, ui
 // uncommitted, ahead of newer ones, and the next try sends them again. `what` names the
 // file in errors. Shared by File (which finds a stale handle again) and by a write
 // delegation's write-back (which has only the handle).
+//
+// try_only: if another thread is committing, do nothing (it has the writes in hand and
+// commits or keeps them). A write delegation's worker uses it: blocking there could wait on
+// a thread that waits for the worker to stop (a re-mount freeing the old mount).
 template <class CommitFn, class WriteStableFn>
 void commit_books(SharedFile& shared, const std::string& what, CommitFn&& commit,
-                  WriteStableFn&& write_stable) {
-  std::lock_guard commit_lock(shared.commit_mu);
+                  WriteStableFn&& write_stable, bool try_only = false) {
+  std::unique_lock commit_lock(shared.commit_mu, std::defer_lock);
+  if (!try_only) {
+    commit_lock.lock();
+  } else if (!commit_lock.try_lock()) {
+    return;
+  }
   std::vector<std::pair<uint64_t, size_t>> taken;
   std::vector<char> taken_data;
   std::optional<WriteVerifier> verifier;
@@ -332,7 +341,7 @@ size_t File::pread(void* buf, size_t len, uint64_t offset) {
 
 size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
   check_writable();
-  client_->check_lost(path_);
+  client_->check_lost(fileid_);
   const MountOptions& o = client_->options();
   const size_t behind_cap =
       std::min<size_t>(o.write_behind_bytes, client_->mount_state()->limits.max_write);
@@ -466,19 +475,22 @@ bool Client::write_back(const MountState& m, const Handle& fh, SharedFile& sf) {
     return write_on(m, fh, src, n, at, how, verf, committed);
   };
   {
-    std::lock_guard behind(sf.behind_mu);
-    send_run_locked(
-        sf,
-        [&](const char* buf, size_t len, uint64_t offset) {
-          write_run(
-              sf, m.limits.max_write, buf, len, offset,
-              [&](const char* src, size_t n, uint64_t at, WriteVerifier* verf, int* committed) {
-                return write_one(src, n, at, options_.stability, verf, committed);
-              },
-              forget);
-        },
-        // The connection broke: the run stays for the next mount to reclaim.
-        [&] { return m.channel->broken(); });
+    // Not waiting for a thread that is sending the run itself (see commit_books' try_only).
+    std::unique_lock behind(sf.behind_mu, std::try_to_lock);
+    if (behind.owns_lock()) {
+      send_run_locked(
+          sf,
+          [&](const char* buf, size_t len, uint64_t offset) {
+            write_run(
+                sf, m.limits.max_write, buf, len, offset,
+                [&](const char* src, size_t n, uint64_t at, WriteVerifier* verf, int* committed) {
+                  return write_one(src, n, at, options_.stability, verf, committed);
+                },
+                forget);
+          },
+          // The connection broke: the run stays for the next mount to reclaim.
+          [&] { return m.channel->broken(); });
+    }
   }
   commit_books(
       sf, "a write-delegated file",
@@ -496,7 +508,8 @@ bool Client::write_back(const MountState& m, const Handle& fh, SharedFile& sf) {
                              Stability::kFileSync, &verf, &committed);
         forget(offset, n);
         return n;
-      });
+      },
+      /*try_only=*/true);
   return true;
 }
 
@@ -549,7 +562,7 @@ void File::truncate(uint64_t size) {
 
 void File::fsync() {
   if (client_ == nullptr) fail(EBADF, "file is closed");
-  client_->check_lost(path_);
+  client_->check_lost(fileid_);
   SharedFile& sf = *state_->shared;
   if (client_->options().stability == Stability::kUnstable &&
       sf.has_behind.load(std::memory_order_acquire)) {
@@ -593,7 +606,7 @@ void File::commit_unstable() {
 
 void File::flush() {
   if (client_ == nullptr) fail(EBADF, "file is closed");
-  client_->check_lost(path_);
+  client_->check_lost(fileid_);
   SharedFile& sf = *state_->shared;
   bool failed;
   {

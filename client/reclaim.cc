@@ -56,6 +56,18 @@ void take_unsent_bytes(SharedFile& sf, bool run_locked,
   }
 }
 
+constexpr const char* kNotAtPath = "the file is no longer at its path";
+
+// Why bytes could not be written home, or "" when that is no loss: the file was going with
+// this client's own REMOVE (cut off by the restart), and is gone.
+std::string loss(std::string why, bool removing, const SharedFile& sf) {
+  if (removing && why == kNotAtPath) {
+    ODAFS_LOG_INFO("odafs: %s went with its REMOVE across a server restart", sf.path.c_str());
+    return "";
+  }
+  return why;
+}
+
 }  // namespace
 
 ClientOwner Client::make_owner() {
@@ -117,7 +129,7 @@ std::string Client::write_home(const MountState& m, SharedFile& sf,
   try {
     auto found = find_again(m, sf.path);
     if (!found || found->second.fileid != sf.fileid || found->second.type != FileType::kRegular) {
-      return "the file is no longer at its path";
+      return kNotAtPath;
     }
     // Stable: durable when answered, so no COMMIT (and no verifier) to keep track of.
     const char* src = data.data();
@@ -162,7 +174,7 @@ void Client::reclaim(const MountState& m, Delegations& old, bool allowed) {
           cred.emplace(*r.caller, "odafs");
           as.emplace(*cred);
         }
-        why = write_home(m, sf, pieces, data);
+        why = loss(write_home(m, sf, pieces, data), r.removing, sf);
       }
       if (!why.empty()) report_lost(sf, data.size(), why);
     }
@@ -170,7 +182,8 @@ void Client::reclaim(const MountState& m, Delegations& old, bool allowed) {
   }
 }
 
-void Client::adopt_unsent(const Handle& fh, OpenFiles::Ref& kept, const rpc::CallerCred* caller) {
+void Client::adopt_unsent(const Handle& fh, OpenFiles::Ref& kept, const rpc::CallerCred* caller,
+                          bool removing) {
   std::vector<std::pair<uint64_t, size_t>> pieces;
   std::vector<char> data;
   take_unsent_bytes(*kept, /*run_locked=*/false, &pieces, &data);
@@ -183,7 +196,7 @@ void Client::adopt_unsent(const Handle& fh, OpenFiles::Ref& kept, const rpc::Cal
         cred.emplace(*caller, "odafs");
         as.emplace(*cred);
       }
-      why = write_home(*mount_state(), *kept, pieces, data);
+      why = loss(write_home(*mount_state(), *kept, pieces, data), removing, *kept);
     } catch (const std::exception& e) {  // no mount to be had
       why = e.what();
     }
@@ -211,12 +224,12 @@ void Client::report_lost(SharedFile& sf, size_t bytes, const std::string& why) {
                               " under a write delegation were lost at a server restart: " + why;
   ODAFS_LOG_ERROR("odafs: %s", message.c_str());
   stats_.lost_files.fetch_add(1, std::memory_order_relaxed);
-  lost_writes_.add(sf.path, message);  // the file's next write, fsync or close hears it
+  lost_writes_.add(sf.fileid, message);  // the file's next write, fsync or close hears it
 }
 
-void Client::check_lost(const std::string& path) {
+void Client::check_lost(uint64_t fileid) {
   if (!lost_writes_.any()) return;
-  if (std::optional<std::string> why = lost_writes_.take(path)) fail(EIO, *why);
+  if (std::optional<std::string> why = lost_writes_.take(fileid)) fail(EIO, *why);
 }
 
 void Client::reconnect_soon() {
