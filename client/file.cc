@@ -43,10 +43,12 @@ void send_run_locked(SharedFile& sf, WriteFn&& write, KeepFn&& kept) {
       sf.behind_errno = e.errno_value();
       sf.behind_error = e.what();
     }
-    // The size the run made is not the file's (EFBIG at 2^62 left stat saying 2^62 + 1):
-    // back to what it was before the run, unless a truncation set it lower since.
+    // Refused by the server (EFBIG at 2^62 left stat saying 2^62 + 1): the size the run made
+    // is not the file's; back to what it was before the run, unless a truncation set it
+    // lower since. (Other failures, a file gone say, keep reads asking the server.)
+    const int err = e.errno_value();
     uint64_t now = sf.size.load(std::memory_order_relaxed);
-    if (now > sf.size_before_run) {
+    if ((err == EFBIG || err == ENOSPC || err == EDQUOT) && now > sf.size_before_run) {
       sf.size.compare_exchange_strong(now, sf.size_before_run, std::memory_order_relaxed);
     }
     sf.behind.clear();
