@@ -21,6 +21,7 @@
 #include "rpc/message_header.h"
 #include "rpc/record.h"
 #include "tests/support/confinement_world.h"
+#include "tests/support/delegation_holder.h"
 #include "tests/support/hostile.h"
 
 using namespace odafs::test::confinement;
@@ -424,4 +425,35 @@ ROOT_TEST("bob's LOOKUPs of alice's 0600 file never change what alice's reads re
   odafs::File f = fs->open("alicefile");
   char buf[64] = {};
   CHECK(std::string(buf, f.pread(buf, sizeof buf, 0)) == "alice's secret");
+}
+
+ROOT_TEST("an unprivileged user in a grace period: cannot reclaim, waits, cannot end it") {
+  Export e;
+  ServerProcess server(e.dir.path(), {"--grace-ms", "3000"});
+  // root's client keeps bytes under a write delegation, and is stopped before the restart:
+  // the new instance's grace period waits for it.
+  pid_t holder = odafs::test::holder_process(server.url(), "/pub/held", [](Client& fs) {
+    odafs::test::write_path(fs, "/pub/held", "kept");
+  });
+  REQUIRE(odafs::test::stop_child(holder));
+  server.kill_hard();
+  server.start_again();
+  const uint16_t port = server.port();
+  std::vector<int> got = as_local_user(kBob, kBob, [port] {
+    std::vector<int> r;
+    Raw bob(port, as_user(kBob, kBob));
+    Handle root;
+    r.push_back(bob.mount("/", &root));
+    client_id_res id{};
+    r.push_back(bob.call(ODAFSPROC_CLIENT_ID, Args().u32(1).u32(2).u32(3).u32(4),
+                         to_xdrproc(xdr_client_id_res), &id));
+    r.push_back(id.client_id_res_u.ok.reclaim ? 1 : 0);
+    r.push_back(bob.getattr(root));
+    // RECLAIM_COMPLETE takes no arguments; the helper cannot send none (a word more is ignored).
+    r.push_back(bob.bare(ODAFSPROC_RECLAIM_COMPLETE, Args().u32(0)));
+    r.push_back(bob.getattr(root));  // his RECLAIM_COMPLETE ended nothing
+    return r;
+  });
+  CHECK(got == std::vector<int>{ODAFS_OK, ODAFS_OK, 0, ODAFS_ERR_GRACE, ODAFS_OK, ODAFS_ERR_GRACE});
+  odafs::test::reap(holder);
 }

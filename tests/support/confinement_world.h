@@ -245,6 +245,9 @@ class Raw {
     o.auth = std::move(auth);
     return o;
   }
+
+ public:
+  // Any procedure, by its encoded arguments: its status, and *res decoded.
   template <class Res>
   int call(uint32_t proc, Args args, xdrproc_t xres, Res* res) {
     bool_t (*enc)(XDR*, Args*) = xdr_args_bytes;
@@ -266,6 +269,8 @@ class Raw {
     if (m.find("AUTH_TOOWEAK") != std::string::npos) return kTooWeak;
     return kOtherDenial;
   }
+
+ private:
   int dirop(uint32_t proc, Args args, Handle* fh = nullptr, odafs_fattr* attr = nullptr) {
     dirop_res res{};
     int st = call(proc, std::move(args), to_xdrproc(xdr_dirop_res), &res);
@@ -273,10 +278,15 @@ class Raw {
     if (st == ODAFS_OK && attr != nullptr) *attr = res.dirop_res_u.ok.attr;
     return st;
   }
+
+ public:
+  // A procedure answering a bare stat_res.
   int bare(uint32_t proc, Args args) {
     stat_res res{};
     return call(proc, std::move(args), to_xdrproc(xdr_stat_res), &res);
   }
+
+ private:
   odafs::rpc::Channel ch_;
 };
 
