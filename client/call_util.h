@@ -166,11 +166,11 @@ auto Client::with_mount(bool idempotent, Fn&& fn)
 
 template <class Fn>
 auto Client::again_after_restart(Fn&& fn) -> decltype(fn()) {
-  const WriteVerifier before = mount_state()->limits.write_verifier;
+  const uint64_t before = mounts_.load(std::memory_order_acquire);
   try {
     return fn();
   } catch (const Error& e) {
-    if (e.errno_value() != ESTALE || mount_state()->limits.write_verifier == before) throw;
+    if (e.errno_value() != ESTALE || mounts_.load(std::memory_order_acquire) == before) throw;
   }
   return fn();
 }

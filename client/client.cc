@@ -229,6 +229,7 @@ std::shared_ptr<const MountState> Client::remount() {
   });
   std::shared_ptr<const MountState> published = std::move(m);
   mount_.store(published);
+  mounts_.fetch_add(1, std::memory_order_release);
   return published;
 }
 

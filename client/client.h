@@ -501,8 +501,8 @@ class Client {
   template <class Fn>
   auto with_channel(bool idempotent, Fn&& fn) -> decltype(fn(std::declval<rpc::Channel&>()));
   // Runs fn() (a path operation: resolve, then calls on the handles it found), and once more
-  // if it failed ESTALE because the server restarted meanwhile (its handles named the old
-  // instance). Safe for any operation: a stale handle means the server did nothing.
+  // if it failed ESTALE after a re-mount meanwhile (a server restart: its handles named the
+  // old instance). Safe for any operation: a stale handle means the server did nothing.
   template <class Fn>
   auto again_after_restart(Fn&& fn) -> decltype(fn());
   // The mount's engine (see EngineSlot::get); engine_for_reads: only in read mode kOrdma.
@@ -605,6 +605,9 @@ class Client {
   std::atomic<ReadMode> read_mode_;
   std::mutex remount_mu_;  // serialises re-mounts; nothing else takes it
   std::atomic<std::shared_ptr<const MountState>> mount_;
+  // Mounts published so far: a path operation that met ESTALE runs again if this moved
+  // (again_after_restart), for the cost of one load instead of loading the mount.
+  std::atomic<uint64_t> mounts_{0};
   ClientStats stats_;
   OpenFiles open_files_;  // what the Files of one file share
   const ClientOwner owner_ = make_owner();
