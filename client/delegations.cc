@@ -239,7 +239,12 @@ void Delegations::insert(const Handle& dir, std::string_view name, const Handle&
   }
   auto old = by_name_.find(key);
   if (old != by_name_.end()) erase_file_locked(cache_key(old->second.held.fh));
-  held_write_ = held_write_ || write;
+  if (write && !held_write_) {
+    held_write_ = true;
+    // The worker may sleep untimed (nothing kept yet): from now on it watches the
+    // connection, so that a restart is noticed and reclaimed even if nothing else calls.
+    returns_ready_.notify_one();
+  }
   Entry& e = by_name_[key];
   e.dir = dir;
   e.name.assign(name);
@@ -487,7 +492,11 @@ void Delegations::return_loop() {
       lock.lock();
       continue;
     }
-    auto ready = [&] { return stopping_ || !returns_.empty() || keeps_.size() == 1; };
+    // Also wakes for the first write delegation (held_write_, set by the grant), which
+    // makes this loop watch the connection from then on.
+    auto ready = [&] {
+      return stopping_ || !returns_.empty() || keeps_.size() == 1 || (held_write_ && !lost_told_);
+    };
     if (next == 0 && !(keeping && !lost_told_)) {
       returns_ready_.wait(lock, ready);
     } else {

@@ -52,20 +52,27 @@ Server::Server(Options options) : options_(std::move(options)), acceptor_("rpc")
   total_backlog_budget_ =
       std::max(options_.max_total_backlog,
                static_cast<size_t>(options_.threads + 1) * (options_.max_reply + 4));
+  options_.threads = std::max(options_.threads, 1);
+  options_.max_blocked_threads = std::max(options_.max_blocked_threads, 0);
   listen_fd_ = net::listen_tcp(options_.listen, &bound_);
-  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   sweep_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-  if (epoll_fd_ < 0 || wake_fd_ < 0 || sweep_fd_ < 0) {
-    throw std::system_error(errno, std::generic_category(), "epoll/eventfd/timerfd");
+  if (wake_fd_ < 0 || sweep_fd_ < 0) {
+    throw std::system_error(errno, std::generic_category(), "eventfd/timerfd");
   }
   epoll_event ev{};
+  for (int i = 0; i < options_.threads; ++i) {
+    int fd = epoll_create1(EPOLL_CLOEXEC);
+    if (fd < 0) throw std::system_error(errno, std::generic_category(), "epoll_create1");
+    loops_.push_back(std::make_unique<Loop>(fd));
+    ev.events = EPOLLIN;  // level-triggered: wakes every loop at stop
+    ev.data.u64 = kWakeTag;
+    epoll_ctl(fd, EPOLL_CTL_ADD, wake_fd_, &ev);
+  }
+  const int first = loops_[0]->epoll_fd;  // accepts and sweeps
   ev.events = EPOLLIN | EPOLLONESHOT;
   ev.data.u64 = kListenTag;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
-  ev.events = EPOLLIN;  // level-triggered: wakes every thread at stop
-  ev.data.u64 = kWakeTag;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+  epoll_ctl(first, EPOLL_CTL_ADD, listen_fd_, &ev);
   if (options_.idle_timeout_ms > 0) {
     // Sweep a few times per timeout, so a connection lives at most ~1.25x the timeout.
     int64_t period = std::clamp<int64_t>(options_.idle_timeout_ms / 4, 50, 1000);
@@ -76,14 +83,13 @@ Server::Server(Options options) : options_(std::move(options)), acceptor_("rpc")
     timerfd_settime(sweep_fd_, 0, &spec, nullptr);
     ev.events = EPOLLIN | EPOLLONESHOT;  // one thread sweeps at a time
     ev.data.u64 = kSweepTag;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, sweep_fd_, &ev);
+    epoll_ctl(first, EPOLL_CTL_ADD, sweep_fd_, &ev);
   }
 }
 
 Server::~Server() {
   stop();
   close(listen_fd_);
-  close(epoll_fd_);
   close(wake_fd_);
   close(sweep_fd_);
 }
@@ -105,13 +111,19 @@ const char* Server::procedure_name(uint32_t proc) const {
 }
 
 void Server::start() {
-  for (int i = 0; i < options_.threads; ++i) threads_.emplace_back([this] { worker_loop(); });
+  std::lock_guard lock(drivers_mu_);
+  for (auto& loop : loops_) threads_.emplace_back([this, l = loop.get()] { worker_loop(l); });
 }
 
 void Server::stop() {
-  if (stopping_.exchange(true)) return;
+  {
+    std::lock_guard lock(drivers_mu_);  // no spare is spawned after this
+    if (stopping_.exchange(true)) return;
+  }
   uint64_t one = 1;
   [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof one);
+  drivers_cv_.notify_all();
+  // Threads are only added under drivers_mu_ while not stopping: the set is final now.
   for (std::thread& t : threads_) t.join();
   threads_.clear();
   {
@@ -126,16 +138,67 @@ void Server::stop() {
   conns_.clear();
 }
 
-void Server::worker_loop() {
+thread_local Server::Worker* Server::current_worker_ = nullptr;
+
+void before_blocking() {
+  Server::Worker* w = Server::current_worker_;
+  if (w == nullptr || w->loop == nullptr || w->handed_over) return;
+  w->server->hand_over(*w);
+}
+
+void Server::hand_over(Worker& w) {
+  flush_replies(w, /*call_running=*/true);  // replies made must not wait for this call
+  std::lock_guard lock(drivers_mu_);
+  if (stopping_.load(std::memory_order_relaxed)) return;
+  // Spares already promised to other loops are not free.
+  if (idle_spares_ <= static_cast<int>(driverless_.size())) {
+    if (blocked_threads_ >= options_.max_blocked_threads) {
+      ODAFS_LOG_WARN_THROTTLED("all %d spare rpc threads wait in calls: a loop waits too",
+                               options_.max_blocked_threads);
+      return;
+    }
+    ++blocked_threads_;
+    counters_.spare_threads.fetch_add(1, std::memory_order_relaxed);
+    spawn_thread(w.loop);
+  } else {
+    driverless_.push_back(w.loop);
+    drivers_cv_.notify_one();
+  }
+  counters_.handovers.fetch_add(1, std::memory_order_relaxed);
+  w.loop = nullptr;
+  w.handed_over = true;
+}
+
+void Server::spawn_thread(Loop* loop) {
+  threads_.emplace_back([this, loop] { worker_loop(loop); });
+}
+
+Server::Loop* Server::wait_for_loop() {
+  std::unique_lock lock(drivers_mu_);
+  ++idle_spares_;
+  drivers_cv_.wait(
+      lock, [this] { return stopping_.load(std::memory_order_relaxed) || !driverless_.empty(); });
+  --idle_spares_;
+  if (driverless_.empty()) return nullptr;
+  Loop* loop = driverless_.front();
+  driverless_.pop_front();
+  return loop;
+}
+
+void Server::worker_loop(Loop* loop) {
   if (options_.on_thread_start) options_.on_thread_start();
   Worker w;
-  w.reply.resize(options_.max_reply + 4);
-  // One event at a time: a handler may block (a direct write waits up to seconds for its
-  // client's data), and events taken with it would wait behind it, their connections
-  // disarmed for every other thread.
+  w.server = this;
+  w.out.resize(kCoalesceBytes + options_.max_reply + 4);
+  current_worker_ = &w;
+  // One event at a time: a handler may block without handing its loop over (no spare to
+  // be had), and events taken with it would wait behind it.
   epoll_event events[1];
   while (!stopping_.load(std::memory_order_acquire)) {
-    int n = epoll_wait(epoll_fd_, events, 1, -1);
+    if (loop == nullptr && (loop = wait_for_loop()) == nullptr) break;
+    w.loop = loop;
+    w.handed_over = false;
+    int n = epoll_wait(loop->epoll_fd, events, 1, -1);
     if (n < 0) {
       if (errno == EINTR) continue;
       ODAFS_LOG_ERROR("epoll_wait: %s", strerror(errno));
@@ -146,20 +209,29 @@ void Server::worker_loop() {
       if (tag == kWakeTag) break;
       if (tag == kListenTag) {
         accept_all();
-        continue;
-      }
-      if (tag == kSweepTag) {
+      } else if (tag == kSweepTag) {
         sweep_idle();
-        continue;
-      }
-      if (tag & kWriteTag) {
+      } else if (tag & kWriteTag) {
         on_writable(tag >> 1, w);
-        continue;
+      } else {
+        on_readable(reinterpret_cast<Connection*>(events[i].data.ptr), w);
       }
-      on_readable(reinterpret_cast<Connection*>(events[i].data.ptr), w);
+    }
+    if (w.handed_over) loop = nullptr;  // a spare drives it now; this thread becomes one
+  }
+  current_worker_ = nullptr;
+  if (options_.on_thread_exit) options_.on_thread_exit();
+}
+
+Server::Loop& Server::least_loaded_loop() {
+  Loop* best = loops_[0].get();
+  for (auto& loop : loops_) {
+    if (loop->connections.load(std::memory_order_relaxed) <
+        best->connections.load(std::memory_order_relaxed)) {
+      best = loop.get();
     }
   }
-  if (options_.on_thread_exit) options_.on_thread_exit();
+  return *best;
 }
 
 void Server::accept_all() {
@@ -196,7 +268,9 @@ void Server::accept_all() {
       }
       ++from_host;
       uint64_t id = next_conn_id_++;
-      conn = std::make_shared<Connection>(id, fd, from.host, from.to_string(), admission,
+      Loop& loop = least_loaded_loop();
+      loop.connections.fetch_add(1, std::memory_order_relaxed);
+      conn = std::make_shared<Connection>(id, fd, loop, from.host, from.to_string(), admission,
                                           options_.max_record, now_ms());
       conns_.emplace(id, conn);
     }
@@ -206,15 +280,15 @@ void Server::accept_all() {
     epoll_event ev{};
     ev.events = EPOLLONESHOT;  // registered, disarmed until a reply has to wait
     ev.data.u64 = (conn->id << 1) | kWriteTag;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, conn->write_fd, &ev);
+    epoll_ctl(conn->loop.epoll_fd, EPOLL_CTL_ADD, conn->write_fd, &ev);
     ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
     ev.data.ptr = conn.get();
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+    epoll_ctl(conn->loop.epoll_fd, EPOLL_CTL_ADD, fd, &ev);
   }
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLONESHOT;
   ev.data.u64 = kListenTag;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+  epoll_ctl(loops_[0]->epoll_fd, EPOLL_CTL_MOD, listen_fd_, &ev);
 }
 
 void Server::sweep_idle() {
@@ -239,13 +313,14 @@ void Server::sweep_idle() {
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLONESHOT;
   ev.data.u64 = kSweepTag;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, sweep_fd_, &ev);
+  epoll_ctl(loops_[0]->epoll_fd, EPOLL_CTL_MOD, sweep_fd_, &ev);
 }
 
 void Server::close_connection(Connection* conn) {
   if (conn->closed.exchange(true)) return;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, conn->fd, nullptr);
-  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, conn->write_fd, nullptr);
+  epoll_ctl(conn->loop.epoll_fd, EPOLL_CTL_DEL, conn->fd, nullptr);
+  epoll_ctl(conn->loop.epoll_fd, EPOLL_CTL_DEL, conn->write_fd, nullptr);
+  conn->loop.connections.fetch_sub(1, std::memory_order_relaxed);
   shutdown(conn->fd, SHUT_RDWR);
   ODAFS_LOG_DEBUG("connection from %s closed", conn->peer.c_str());
   bool had_permit;
@@ -354,7 +429,7 @@ void Server::on_readable(Connection* raw, Worker& w) {
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
     ev.data.ptr = raw;
-    if (epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, conn->fd, &ev) != 0) open = false;
+    if (epoll_ctl(conn->loop.epoll_fd, EPOLL_CTL_MOD, conn->fd, &ev) != 0) open = false;
   }
   if (!open) {
     close_connection(raw);
@@ -377,8 +452,9 @@ void Server::dispatch(Connection& conn, std::vector<char>& record, Worker& w) {
     return;
   }
 
-  XDR out;
-  xdrmem_create(&out, w.reply.data() + 4, static_cast<u_int>(w.reply.size() - 4), XDR_ENCODE);
+  XDR out;  // encoded in place, after the replies the worker holds (send_reply)
+  xdrmem_create(&out, w.out.data() + w.out_used + 4, static_cast<u_int>(options_.max_reply),
+                XDR_ENCODE);
   rpc_msg reply{};
   reply.rm_xid = call.xid;
   reply.rm_direction = REPLY;

@@ -1,9 +1,18 @@
-// The server side of ONC RPC over TCP: many connections, a pool of threads, one program.
+// The server side of ONC RPC over TCP: many connections, event loops, one program.
 //
-// Every pool thread waits on one shared epoll set. A connection is armed one-shot, so one
-// thread at a time reads it; that thread cuts the bytes into records (bounded by
-// max_record), re-arms the connection so others may read on, and then decodes and runs
-// the calls it cut. Replies go back in completion order, matched by XID at the client.
+// The server runs `threads` event loops, each an epoll set with the connections it was
+// given at accept (the loop with the fewest), driven by one thread at a time. A loop's
+// thread reads a connection (armed one-shot), cuts the bytes into records (bounded by
+// max_record), re-arms it, then decodes and runs the calls it cut, in order, and sends
+// their replies together: one send per batch of calls, not one per reply. Nothing is
+// shared between loops on the way of a call but the program's own state, so a call costs
+// the same whatever the number of loops, and a connection's calls stay on one core.
+//
+// A procedure that is about to wait (for a client, a lease, the disk) calls
+// before_blocking(): its thread's replies go out and its loop is handed to a spare thread,
+// so the loop's other connections go on while this thread waits; once done, the thread
+// becomes a spare itself. Spares are made on demand, up to max_blocked_threads.
+// Replies go back in completion order, matched by XID at the client.
 //
 // libtirpc provides the XDR of message headers and credentials; its svc_run loop is
 // single-threaded and global, so the loop here is our own.
@@ -12,6 +21,7 @@
 #include <rpc/rpc.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -27,6 +37,13 @@
 #include "rpc/message_header.h"
 
 namespace odafs::rpc {
+
+// Called by a procedure handler about to wait for something other than the CPU (a client,
+// a lease, a disk flush): sends the replies its thread holds and hands the thread's event
+// loop to a spare thread, so that the loop's other connections are served meanwhile. Cheap
+// to call more than once per call; a no-op outside a server's pool thread, and when no
+// spare can be had (max_blocked_threads), in which case the loop waits with the handler.
+void before_blocking();
 
 // What the program decided about a connection's peer when it accepted it (Options::admit),
 // handed to every call on the connection. The RPC layer only carries it.
@@ -115,7 +132,9 @@ class Server {
  public:
   struct Options {
     net::Endpoint listen;
-    int threads = 4;
+    int threads = 4;  // event loops: one thread drives each (see the header comment)
+    // Threads waiting in handlers (before_blocking) beyond the loops' own, at most.
+    int max_blocked_threads = 16;
     size_t max_record = 4u << 20;  // larger request records close the connection
     size_t max_reply = 4u << 20;   // per-thread reply buffer
     // Reply bytes queued for a client that does not read them; past this the connection
@@ -148,7 +167,8 @@ class Server {
     int64_t idle_timeout_ms = 300000;
     uint32_t program = 0;
     uint32_t version = 0;
-    // Called on each pool thread as it starts and before it exits (e.g. CPU accounting).
+    // Called on each pool thread (loop drivers and spares) as it starts and before it exits
+    // (e.g. CPU accounting).
     std::function<void()> on_thread_start;
     std::function<void()> on_thread_exit;
     // Called once for each connection as it closes, with its id, on the closing thread
@@ -201,22 +221,37 @@ class Server {
     std::atomic<uint64_t> input_waits{0};   // waited for a large-record permit
     std::atomic<uint64_t> bytes_in{0};
     std::atomic<uint64_t> bytes_out{0};
+    std::atomic<uint64_t> handovers{0};      // loops handed to a spare (before_blocking)
+    std::atomic<uint64_t> spare_threads{0};  // threads started beyond the loops' own
+    std::atomic<uint64_t> batches{0};        // reply sends (each holds one or more replies)
   };
   const Counters& counters() const { return counters_; }
   uint64_t calls(uint32_t proc) const;
   const char* procedure_name(uint32_t proc) const;
   size_t procedure_count() const { return procs_.size(); }
+  int loops() const { return options_.threads; }
 
  private:
   struct Connection;
   struct Worker;
+  struct Loop;
+  friend void before_blocking();
+  static thread_local Worker* current_worker_;  // the calling pool thread's, else null
   struct Procedure {
     const char* name = nullptr;
     ProcedureFn fn;
     std::unique_ptr<std::atomic<uint64_t>> calls;
   };
 
-  void worker_loop();
+  // A pool thread: drives `loop` until it hands it over (before_blocking), then waits as a
+  // spare for a loop to drive (loop null: starts as a spare).
+  void worker_loop(Loop* loop);
+  // Spares: blocks until a loop needs a driver; null when the server stops.
+  Loop* wait_for_loop();
+  // before_blocking() for the calling worker w: flush, then give w's loop to a spare.
+  void hand_over(Worker& w);
+  void spawn_thread(Loop* loop);  // REQUIRES: drivers_mu_ held
+  Loop& least_loaded_loop();
   void accept_all();
   void sweep_idle();
   void on_readable(Connection* conn, Worker& w);
@@ -226,7 +261,11 @@ class Server {
   void run_records(Connection& conn, std::vector<std::vector<char>>& records, size_t count,
                    Worker& w);
   void dispatch(Connection& conn, std::vector<char>& record, Worker& w);
+  // Adds the reply encoded at w's output position to w's batch; sends the batch once it
+  // holds kCoalesceBytes. flush_replies sends what w holds (at the end of every run, and
+  // from a handler about to wait: call_running keeps the running call's place).
   void send_reply(Connection& conn, Worker& w, size_t body_len);
+  void flush_replies(Worker& w, bool call_running);
   // Sends or queues a whole record on conn. False when conn can take no more.
   bool send_record(Connection& conn, const char* data, size_t len);
   void arm_readable(Connection& conn);
@@ -251,13 +290,20 @@ class Server {
   size_t total_backlog_budget_ = 0;
   net::Endpoint bound_;
   int listen_fd_ = -1;
-  int epoll_fd_ = -1;
   int wake_fd_ = -1;
   int sweep_fd_ = -1;  // timerfd of the idle sweep
   net::Acceptor acceptor_;
   std::vector<Procedure> procs_;
-  std::vector<std::thread> threads_;
+  std::vector<std::unique_ptr<Loop>> loops_;  // fixed at construction; loops_[0] accepts
   std::atomic<bool> stopping_{false};
+
+  // Pool threads and hand-overs. drivers_mu_ is never held with another lock.
+  std::mutex drivers_mu_;
+  std::condition_variable drivers_cv_;
+  std::vector<std::thread> threads_;  // every pool thread ever started; drivers_mu_
+  std::deque<Loop*> driverless_;      // loops handed over, waiting for a spare; drivers_mu_
+  int idle_spares_ = 0;               // drivers_mu_
+  int blocked_threads_ = 0;           // threads beyond the loops' own; drivers_mu_
   Counters counters_;
 
   // Owns every open connection, by id. Read events carry the Connection* (only the one

@@ -127,12 +127,13 @@ void Server::shed_backlog() {
 
 void Server::run_records(Connection& conn, std::vector<std::vector<char>>& records, size_t count,
                          Worker& w) {
+  w.out_conn = &conn;
   for (size_t i = 0; i < count; ++i) {
     if (conn.backlog_bytes.load(std::memory_order_relaxed) > 0) {
       std::lock_guard lock(conn.write_mu);
       if (conn.write_failed) {  // closing: nowhere to reply
         for (size_t j = i; j < count; ++j) recycle(records[j]);
-        return;
+        break;
       }
       if (conn.unsent() > 0) {
         // Replies back up: the rest wait, cut, until on_writable has sent the backlog.
@@ -143,18 +144,33 @@ void Server::run_records(Connection& conn, std::vector<std::vector<char>>& recor
           conn.pending[conn.pending_used++].swap(records[j]);
           recycle(records[j]);
         }
-        return;
+        break;
       }
     }
     counters_.records.fetch_add(1, std::memory_order_relaxed);
     dispatch(conn, records[i], w);
     recycle(records[i]);
   }
+  flush_replies(w, /*call_running=*/false);
+  w.out_conn = nullptr;
 }
 
 void Server::send_reply(Connection& conn, Worker& w, size_t body_len) {
-  put_record_mark(w.reply.data(), static_cast<uint32_t>(body_len), true);
-  send_record(conn, w.reply.data(), body_len + 4);
+  put_record_mark(w.out.data() + w.out_used, static_cast<uint32_t>(body_len), true);
+  w.out_used += body_len + 4;
+  w.out_conn = &conn;
+  if (w.out_used >= kCoalesceBytes) flush_replies(w, /*call_running=*/false);
+}
+
+void Server::flush_replies(Worker& w, bool call_running) {
+  if (w.out_used > w.out_head) {
+    size_t from = w.out_head;
+    w.out_head = w.out_used;
+    counters_.batches.fetch_add(1, std::memory_order_relaxed);
+    send_record(*w.out_conn, w.out.data() + from, w.out_used - from);
+  }
+  // A running call encodes its reply at out_used + 4: its place must stay.
+  if (!call_running) w.out_head = w.out_used = 0;
 }
 
 bool Server::send_to_connection(uint64_t connection, const char* record, size_t len) {
@@ -164,6 +180,10 @@ bool Server::send_to_connection(uint64_t connection, const char* record, size_t 
     auto it = conns_.find(connection);
     if (it == conns_.end()) return false;
     conn = it->second;
+  }
+  // A handler's record follows the replies its thread made before it on that connection.
+  if (Worker* w = current_worker_; w != nullptr && w->out_conn == conn.get()) {
+    flush_replies(*w, /*call_running=*/true);
   }
   return send_record(*conn, record, len);
 }
@@ -214,14 +234,14 @@ void Server::arm_readable(Connection& conn) {
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
   ev.data.ptr = &conn;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, conn.fd, &ev);
+  epoll_ctl(conn.loop.epoll_fd, EPOLL_CTL_MOD, conn.fd, &ev);
 }
 
 void Server::arm_writable(Connection& conn) {
   epoll_event ev{};
   ev.events = EPOLLOUT | EPOLLONESHOT;
   ev.data.u64 = (conn.id << 1) | kWriteTag;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, conn.write_fd, &ev);
+  epoll_ctl(conn.loop.epoll_fd, EPOLL_CTL_MOD, conn.write_fd, &ev);
 }
 
 void Server::on_writable(uint64_t conn_id, Worker& w) {

@@ -20,12 +20,22 @@
 
 namespace odafs::rpc {
 
+// An event loop: an epoll set and the connections registered in it. Driven by one thread
+// at a time (the one that holds it: its first thread, or a spare it was handed to).
+struct Server::Loop {
+  explicit Loop(int epoll_fd) : epoll_fd(epoll_fd) {}
+  ~Loop() { close(epoll_fd); }
+  const int epoll_fd;
+  std::atomic<size_t> connections{0};  // open connections given to it (for accept's choice)
+};
+
 struct Server::Connection : std::enable_shared_from_this<Connection> {
-  Connection(uint64_t id, int fd, std::string host, std::string peer, Admission admission,
-             size_t max_record, int64_t now_ms)
+  Connection(uint64_t id, int fd, Loop& loop, std::string host, std::string peer,
+             Admission admission, size_t max_record, int64_t now_ms)
       : id(id),
         fd(fd),
         write_fd(dup(fd)),
+        loop(loop),
         host(std::move(host)),
         peer(std::move(peer)),
         admission(admission),
@@ -42,6 +52,7 @@ struct Server::Connection : std::enable_shared_from_this<Connection> {
   // while replies are queued. Separate registrations keep the one-shot read arming (one
   // reader at a time) independent of write readiness.
   const int write_fd;
+  Loop& loop;              // whose epoll set holds fd and write_fd, for the connection's life
   const std::string host;  // the peer's address: the per-address limit counts by it
   const std::string peer;
   const Admission admission;
@@ -78,13 +89,27 @@ struct Server::Connection : std::enable_shared_from_this<Connection> {
   size_t unsent() const { return backlog.size() - backlog_head; }
 };
 
+// Replies of one run of calls are sent together once they hold this many bytes, and at the
+// end of the run: one send for a batch of small replies instead of one each.
+inline constexpr size_t kCoalesceBytes = 64 * 1024;
+
 // Per pool thread: reusable buffers, so serving a call allocates nothing in steady state.
 struct Server::Worker {
+  Server* server = nullptr;
+  Loop* loop = nullptr;      // the loop this thread drives; null for a waiting spare
+  bool handed_over = false;  // before_blocking gave `loop` away during this event
   std::vector<char> staging = std::vector<char>(64 * 1024);
   std::vector<std::vector<char>> batch;  // records cut in this round; slots reused
   size_t batch_used = 0;
   std::vector<std::vector<char>> resumed;  // a blocked connection's records, run on drain
-  std::vector<char> reply;                 // 4-byte record mark + reply body
+  // Replies of the current run, whole records (mark + body) back to back in
+  // out[out_head, out_used), for out_conn (out[0, out_head) went out while a call ran);
+  // the next reply is encoded at out_used + 4. Sized kCoalesceBytes + max_reply + 4, and
+  // out_used < kCoalesceBytes when a call starts, so a reply always fits.
+  std::vector<char> out;
+  size_t out_head = 0;
+  size_t out_used = 0;
+  Connection* out_conn = nullptr;
   CallerCred cred;
 };
 

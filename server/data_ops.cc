@@ -347,6 +347,7 @@ void FileService::do_write_direct(const rpc::CallContext& ctx, write_direct_args
     return reply_status<write_res>(r, xp(xdr_write_res), status);
   }
   thread_local std::vector<char> data;
+  rpc::before_blocking();  // up to kPullTimeoutMs for the client's engine to answer
   ordma::Fault f =
       engine_->pull(a.session, a.buffer, a.buffer_offset, a.tag, a.count, kPullTimeoutMs, &data);
   direct_writes_waiting_.fetch_sub(1, std::memory_order_acq_rel);

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "base/log.h"
+#include "rpc/server.h"
 
 namespace odafs::server {
 namespace {
@@ -207,6 +208,11 @@ bool Delegations::wait_for_holders_locked(std::unique_lock<std::mutex>& lock, ui
       if (waiters_ >= options_.max_waiters) return leave(false);
       ++waiters_;
       waiting = true;
+      // The holders answer on other connections, perhaps of this thread's event loop.
+      lock.unlock();
+      rpc::before_blocking();
+      lock.lock();
+      continue;
     }
     // Wake at the first lease to run out, or when this operation has waited long enough.
     int64_t until = start + options_.wait_ms;

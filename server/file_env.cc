@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "rpc/server.h"
+
 namespace odafs::server {
 namespace {
 
@@ -18,8 +20,15 @@ class PosixFileEnv final : public FileEnv {
     return ::pwrite(fd, buf, len, offset);
   }
   int ftruncate(int fd, off_t size) override { return ::ftruncate(fd, size); }
-  int fsync(int fd) override { return ::fsync(fd); }
-  int fdatasync(int fd) override { return ::fdatasync(fd); }
+  // A flush waits for the disk: the RPC thread's event loop goes on without it.
+  int fsync(int fd) override {
+    rpc::before_blocking();
+    return ::fsync(fd);
+  }
+  int fdatasync(int fd) override {
+    rpc::before_blocking();
+    return ::fdatasync(fd);
+  }
 };
 
 // Reads [offset, offset + len) of fd, short at end of file.
@@ -100,6 +109,7 @@ int CrashSimulatingEnv::ftruncate(int fd, off_t new_size) {
 }
 
 int CrashSimulatingEnv::sync(int fd, bool data_only) {
+  rpc::before_blocking();
   std::lock_guard lock(mu_);
   if (crashed_) {
     errno = EIO;

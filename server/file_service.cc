@@ -75,6 +75,7 @@ FileService::FileService(Options options, CpuAccounting* cpu)
 void FileService::start_engine(const ordma::EngineOptions& options) {
   ordma::ExportedMemory memory{cache_.arena(), cache_.block_size(), cache_.block_count()};
   engine_ = ordma::make_engine(options, memory);
+  engine_threads_ = options.threads;
   engine_->start();
 }
 
@@ -221,6 +222,10 @@ void FileService::do_stats(rpc::Reply& r) {
   values.emplace_back("rpc.input_waits", rc.input_waits.load());
   values.emplace_back("rpc.bytes_in", rc.bytes_in.load());
   values.emplace_back("rpc.bytes_out", rc.bytes_out.load());
+  values.emplace_back("rpc.loops", static_cast<uint64_t>(server_->loops()));
+  values.emplace_back("rpc.handovers", rc.handovers.load());
+  values.emplace_back("rpc.spare_threads", rc.spare_threads.load());
+  values.emplace_back("rpc.reply_batches", rc.batches.load());
   const auto& ac = authority_.counters();
   values.emplace_back("auth.refused.no_rule", ac.no_rule.load());
   values.emplace_back("auth.refused.insecure_port", ac.insecure_port.load());
@@ -263,6 +268,7 @@ void FileService::do_stats(rpc::Reply& r) {
   if (engine_) {
     const ordma::EngineStats& es = engine_->stats();
     values.emplace_back(std::string("engine.backend.") + engine_->kind(), 1);
+    values.emplace_back("engine.threads", static_cast<uint64_t>(engine_threads_));
     values.emplace_back("engine.connections", es.connections.load());
     values.emplace_back("engine.rings", es.rings.load());
     values.emplace_back("engine.reads", es.reads.load());

@@ -246,6 +246,7 @@ class FileService {
   // The one-sided engine over the cache arena (segment i is block i); null without ORDMA.
   // Set by start_engine() before serving, then never changed.
   std::unique_ptr<ordma::Engine> engine_;
+  int engine_threads_ = 0;  // as started, for STATS
   std::array<unsigned char, 8> write_verf_;
   rpc::Server* server_ = nullptr;
   Delegations delegations_;

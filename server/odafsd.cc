@@ -12,15 +12,18 @@
 //          [--grace-ms MS] [--state-dir DIR]
 //
 // Once ready it prints one line on stdout,
-//   "odafsd ready rpc=HOST:PORT engine=HOST:PORT|none export=DIR",
+//   "odafsd ready rpc=HOST:PORT engine=HOST:PORT|none export=DIR backend=NAME threads=N
+//   engine_threads=N",
 // which scripts and tests wait for. SIGTERM or SIGINT shut it down cleanly.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <openssl/sha.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -36,6 +39,15 @@
 #include "server/file_service.h"
 
 namespace {
+
+// The cores this process may run on (its affinity mask: taskset, cgroups' cpusets), at
+// least one.
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
 
 [[noreturn]] void usage(const char* why) {
   if (why != nullptr) std::fprintf(stderr, "odafsd: %s\n", why);
@@ -59,8 +71,12 @@ namespace {
                "  --engine-listen defaults to the --listen host, port 0 (a free port).\n"
                "  --max-rings caps the shared-memory rings offered to same-host clients;\n"
                "  --no-local-rings offers none (those clients then read over TCP).\n"
+               "  --threads sets the RPC event loops (default: one per usable core, from\n"
+               "  the affinity mask); --engine-threads the engine's (default: one per two\n"
+               "  usable cores). Calls that wait hand their loop to a spare thread (at\n"
+               "  most max(8, 2 x --threads) spares).\n"
                "  --max-direct-writes caps direct writes waiting on clients (default:\n"
-               "  --threads - 1; 0 turns them off); past it clients write by RPC.\n"
+               "  half the spare threads; 0 turns them off); past it clients write by RPC.\n"
                "  --no-ordma serves RPC only: no one-sided engine, no references.\n"
                "  --max-nodes bounds the objects with valid handles (default 65536);\n"
                "  --max-open-files the descriptors kept open for them (default 1024,\n"
@@ -199,16 +215,17 @@ void raise_fd_limit() {
 int main(int argc, char** argv) {
   odafs::server::FileService::Options fs;
   std::string listen;
-  int threads = 4;
+  const int cores = usable_cores();
+  int threads = -1;  // -1: one event loop per usable core
   size_t max_connections = 1024;
   size_t max_per_address = 256;
   int64_t idle_timeout_s = 300;
   size_t max_input_mb = 32;
   size_t max_backlog_mb = 32;
   std::string engine_listen;
-  int engine_threads = 1;
+  int engine_threads = -1;  // -1: one per two usable cores, at least one
   odafs::ordma::EngineOptions engine_options;
-  long max_direct_writes = -1;  // -1: --threads - 1
+  long max_direct_writes = -1;  // -1: half of the spare threads
   int grace_ms = -1;            // -1: two leases
   std::string state_dir;
   bool simulate_crashes = false;
@@ -316,10 +333,14 @@ int main(int argc, char** argv) {
   configure_access(access, listen_at.host, &fs);
   fs.grace_ms = grace_ms >= 0 ? grace_ms : 2 * fs.lease_ms;
   fs.recovery_record = recovery_record_path(state_dir, fs.export_root);
-  // One RPC thread always stays free of direct writes waiting on clients.
-  fs.max_delegation_waiters = std::max(threads - 1, 1);
+  if (threads < 0) threads = cores;
+  if (engine_threads < 0) engine_threads = std::max(1, cores / 2);
+  // Calls that wait (on clients, leases) hand their loop to a spare thread; they share the
+  // spares, so that waits of one kind leave room for the other's and for disk flushes.
+  const int spare_threads = std::max(8, 2 * threads);
+  fs.max_delegation_waiters = spare_threads / 2;
   fs.max_direct_writes = max_direct_writes >= 0 ? static_cast<size_t>(max_direct_writes)
-                                                : static_cast<size_t>(threads - 1);
+                                                : static_cast<size_t>(spare_threads / 2);
 
   // Signals go to the main thread's sigwait only; pool threads inherit the mask.
   sigset_t stop_signals;
@@ -344,6 +365,7 @@ int main(int argc, char** argv) {
     odafs::rpc::Server::Options ro;
     ro.listen = listen_at;
     ro.threads = threads;
+    ro.max_blocked_threads = spare_threads;
     ro.max_record = service.max_request_record();
     ro.max_reply = service.max_reply_record();
     ro.max_connections = max_connections;
@@ -377,13 +399,17 @@ int main(int argc, char** argv) {
       service.start_engine(eo);
     }
     server.start();
-    ODAFS_LOG_INFO("serving %s on %s: %d threads, cache %zu MiB in %u-byte blocks, %zu open files",
-                   fs.export_root.c_str(), server.bound().to_string().c_str(), threads,
-                   fs.cache_bytes >> 20, fs.block_size, service.nodes().max_open_files());
+    ODAFS_LOG_INFO(
+        "serving %s on %s: %d rpc loops (up to %d spare threads), %d engine threads for %d "
+        "usable cores, cache %zu MiB in %u-byte blocks, %zu open files",
+        fs.export_root.c_str(), server.bound().to_string().c_str(), threads, spare_threads,
+        fs.ordma ? engine_threads : 0, cores, fs.cache_bytes >> 20, fs.block_size,
+        service.nodes().max_open_files());
     std::string engine = service.engine() ? service.engine()->endpoint() : "none";
-    std::printf("odafsd ready rpc=%s engine=%s export=%s backend=%s\n",
+    std::printf("odafsd ready rpc=%s engine=%s export=%s backend=%s threads=%d engine_threads=%d\n",
                 server.bound().to_string().c_str(), engine.c_str(), fs.export_root.c_str(),
-                service.engine() ? service.engine()->kind() : "none");
+                service.engine() ? service.engine()->kind() : "none", threads,
+                fs.ordma ? engine_threads : 0);
     std::fflush(stdout);
     int sig = 0;
     sigwait(&stop_signals, &sig);

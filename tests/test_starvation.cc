@@ -331,8 +331,8 @@ TEST_CASE("starvation: direct writes whose data never comes hold neither the ser
   std::string data = pattern(kFileBytes, 43);
   write_local(dir / "data", data);
   write_local(dir / "target", std::string(1 << 20, 'a'));
-  // Four RPC threads: --max-direct-writes is then 3, and one thread stays free of them.
-  ServerProcess server(dir.path(), {"--threads", "4"});
+  // Three direct writes may wait on their clients; their loops go on without them.
+  ServerProcess server(dir.path(), {"--threads", "4", "--max-direct-writes", "3"});
   HostileMount h(server.port(), "target");
   int engine_fd = h.engine_connection(server.engine_port());  // gets the GETs, never answers
   // Six WRITE_DIRECTs on six connections: three wait for their data (the cap), three are
