@@ -1,6 +1,9 @@
 // Small helpers the benchmarks share: argument lists, server counters, JSON output.
 #pragma once
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +16,8 @@
 #include <vector>
 
 #include "client/client.h"
+
+extern char** environ;
 
 namespace odafs::bench {
 
@@ -71,6 +76,74 @@ inline void emit_json(const std::string& json, const std::string& path) {
   out << json;
   if (!out.flush()) throw odafs::Error(errno ? errno : EIO, "cannot write " + path);
   std::printf("JSON written to %s\n", path.c_str());
+}
+
+// A client process spawned from this very binary (argv[0] = /proc/self/exe, then args),
+// talked to over its stdin (a byte: go) and stdout (lines). The benchmarks that need
+// several client processes at once use it: one process per client, so that the clients
+// do not share a library's locks.
+class ChildProcess {
+ public:
+  // Throws odafs::Error.
+  explicit ChildProcess(const std::vector<std::string>& args) {
+    int to_child[2], from_child[2];
+    if (pipe2(to_child, O_CLOEXEC) != 0) throw odafs::Error(errno, "pipe");
+    if (pipe2(from_child, O_CLOEXEC) != 0) {
+      close(to_child[0]);
+      close(to_child[1]);
+      throw odafs::Error(errno, "pipe");
+    }
+    std::vector<std::string> all = {"/proc/self/exe"};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, to_child[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, from_child[1], 1);
+    int rc = posix_spawn(&pid_, "/proc/self/exe", &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(to_child[0]);
+    close(from_child[1]);
+    in_ = to_child[1];
+    out_ = fdopen(from_child[0], "r");
+    if (rc != 0) {
+      pid_ = -1;
+      throw odafs::Error(rc, "spawn a client process");
+    }
+  }
+  ChildProcess(ChildProcess&& o) noexcept : pid_(o.pid_), out_(o.out_), in_(o.in_) {
+    o.pid_ = -1;
+    o.out_ = nullptr;
+    o.in_ = -1;
+  }
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+  ~ChildProcess() {
+    if (in_ >= 0) close(in_);
+    if (out_ != nullptr) std::fclose(out_);
+    if (pid_ > 0) waitpid(pid_, nullptr, 0);
+  }
+
+  // The next line the child printed. Throws odafs::Error when it died instead.
+  std::string read_line() {
+    char line[256];
+    if (std::fgets(line, sizeof line, out_) == nullptr) throw odafs::Error(EIO, "a client died");
+    return line;
+  }
+  void go() { (void)!write(in_, "g", 1); }
+
+ private:
+  pid_t pid_ = -1;
+  FILE* out_ = nullptr;
+  int in_ = -1;
+};
+
+// In a child: waits for the parent's go byte. False when the parent went away.
+inline bool wait_for_go() {
+  char go;
+  return read(0, &go, 1) == 1;
 }
 
 }  // namespace odafs::bench

@@ -18,8 +18,6 @@
 // Each round runs every mechanism once, their order rotating from round to round. Every
 // block read is checked (a word per 512 bytes).
 #include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,8 +33,6 @@
 #include "bench/bench_util.h"
 #include "client/client.h"
 #include "client/io_queue.h"
-
-extern char** environ;
 
 namespace {
 
@@ -109,8 +105,7 @@ int run_child(const Options& o) {
   read_pass(*c, f, file_bytes, block, buf.size(), per_block, buf);
   std::printf("READY\n");
   std::fflush(stdout);
-  char go;
-  if (read(0, &go, 1) != 1) return 1;
+  if (!odafs::bench::wait_for_go()) return 1;
   const uint64_t ordma0 = c->stats().ordma_reads, rpc0 = c->stats().rpc_reads;
   auto t0 = std::chrono::steady_clock::now();
   uint64_t bytes = read_pass(*c, f, file_bytes, block, buf.size(), per_block, buf);
@@ -122,64 +117,28 @@ int run_child(const Options& o) {
   return 0;
 }
 
-struct Child {
-  pid_t pid = -1;
-  FILE* out = nullptr;  // its stdout
-  int in = -1;          // its stdin
-};
-
-Child spawn(const Options& o, const std::string& mechanism) {
-  int to_child[2], from_child[2];
-  if (pipe2(to_child, O_CLOEXEC) != 0 || pipe2(from_child, O_CLOEXEC) != 0) {
-    throw odafs::Error(errno, "pipe");
-  }
-  std::vector<std::string> args = {"/proc/self/exe", "--child",
-                                   "--url",          o.url,
-                                   "--mechanism",    mechanism,
-                                   "--file-mb",      std::to_string(o.file_mb),
-                                   "--request-kb",   std::to_string(o.request_kb)};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, to_child[0], 0);
-  posix_spawn_file_actions_adddup2(&fa, from_child[1], 1);
-  Child c;
-  int rc = posix_spawn(&c.pid, "/proc/self/exe", &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  close(to_child[0]);
-  close(from_child[1]);
-  if (rc != 0) throw odafs::Error(rc, "spawn a client");
-  c.in = to_child[1];
-  c.out = fdopen(from_child[0], "r");
-  return c;
-}
-
-std::string read_line(Child& c) {
-  char line[256];
-  if (std::fgets(line, sizeof line, c.out) == nullptr) throw odafs::Error(EIO, "a client died");
-  return line;
-}
-
 struct Sample {
   double mib_per_s = 0, cpu_us_per_mib = 0, one_sided_share = 0;
 };
 
 Sample measure(const Options& o, odafs::Client& stats, const std::string& mechanism) {
-  std::vector<Child> kids;
-  for (size_t i = 0; i < o.clients; ++i) kids.push_back(spawn(o, mechanism));
-  for (Child& k : kids) {
-    if (read_line(k).rfind("READY", 0) != 0) throw odafs::Error(EIO, "a client failed pass 1");
+  std::vector<odafs::bench::ChildProcess> kids;
+  for (size_t i = 0; i < o.clients; ++i) {
+    kids.emplace_back(std::vector<std::string>{
+        "--child", "--url", o.url, "--mechanism", mechanism, "--file-mb",
+        std::to_string(o.file_mb), "--request-kb", std::to_string(o.request_kb)});
+  }
+  for (auto& k : kids) {
+    if (k.read_line().rfind("READY", 0) != 0) throw odafs::Error(EIO, "a client failed pass 1");
   }
   const uint64_t cpu0 = odafs::bench::server_cpu_us(stats)["total"];
   auto t0 = std::chrono::steady_clock::now();
-  for (Child& k : kids) (void)!write(k.in, "g", 1);
+  for (auto& k : kids) k.go();
   uint64_t bytes = 0, ordma = 0, rpc = 0;
-  for (Child& k : kids) {
+  for (auto& k : kids) {
     unsigned long long b = 0, od = 0, rp = 0;
     double secs = 0;
-    if (std::sscanf(read_line(k).c_str(), "DONE %llu %lf %llu %llu", &b, &secs, &od, &rp) != 4) {
+    if (std::sscanf(k.read_line().c_str(), "DONE %llu %lf %llu %llu", &b, &secs, &od, &rp) != 4) {
       throw odafs::Error(EIO, "a client failed pass 2");
     }
     bytes += b;
@@ -188,11 +147,7 @@ Sample measure(const Options& o, odafs::Client& stats, const std::string& mechan
   }
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const uint64_t cpu1 = odafs::bench::server_cpu_us(stats)["total"];
-  for (Child& k : kids) {
-    close(k.in);
-    std::fclose(k.out);
-    waitpid(k.pid, nullptr, 0);
-  }
+  kids.clear();
   double mib = static_cast<double>(bytes) / (1 << 20);
   Sample s;
   s.mib_per_s = mib / elapsed;

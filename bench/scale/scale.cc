@@ -1,0 +1,198 @@
+// odafs-scale: one point of bench/scale/run.sh's sweep: N client processes running one
+// workload against one odafsd for a fixed time, each one operation at a time.
+//
+//   odafs-scale --url odafs://127.0.0.1:PORT/ --workload W [--clients N] [--seconds S]
+//               [--file-mb M]
+//
+// Workloads (every one's operation leaves the client: no client data cache):
+//   read_rpc       4 KiB pread at a random block of a file warm in the server's cache, by
+//                  a pre-posted READ;
+//   read_ring      the same read one-sided, over the local shared-memory ring (a reference
+//                  for every block was brought by a warm-up pass);
+//   read_tcp       the same one-sided over the engine's TCP connection;
+//   getattr        GETATTR of an open file;
+//   create_remove  create and close an empty file, then remove it, in a private directory
+//                  (one operation: the pair);
+//   write_commit   a 4 KiB write and an fsync (WRITE + COMMIT) of a private file.
+// Prints one JSON object: ops/s over all clients, and the server's CPU per operation (from
+// its STATS cpu_us.total over the measured time).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include "client/client.h"
+
+namespace {
+
+const char* const kDataPath = "/odafs-scale.dat";
+constexpr size_t kBlock = 4096;
+
+struct Options {
+  std::string url, workload;
+  size_t clients = 1, file_mb = 16;
+  double seconds = 2;
+  bool child = false;
+};
+
+[[noreturn]] void usage(const char* why) {
+  if (why != nullptr) std::fprintf(stderr, "odafs-scale: %s\n", why);
+  std::fprintf(stderr,
+               "usage: odafs-scale --url URL --workload "
+               "read_rpc|read_ring|read_tcp|getattr|create_remove|write_commit\n"
+               "                   [--clients N] [--seconds S] [--file-mb M]\n");
+  std::exit(why != nullptr ? 2 : 0);
+}
+
+odafs::MountOptions mount_options(const std::string& workload, size_t blocks) {
+  odafs::MountOptions mo;
+  mo.read_mode = workload == "read_ring" || workload == "read_tcp" ? odafs::ReadMode::kOrdma
+                                                                   : odafs::ReadMode::kPrePosted;
+  mo.local_rings = workload != "read_tcp";
+  mo.cache_blocks = 0;
+  mo.directory_entries = blocks * 2;
+  mo.write_behind_bytes = 0;  // a write is a WRITE
+  return mo;
+}
+
+// A client process: sets up, prints READY, waits for go, runs for o.seconds, prints
+// "DONE ops".
+int run_child(const Options& o) {
+  const uint64_t file_bytes = static_cast<uint64_t>(o.file_mb) << 20;
+  auto c = odafs::Client::mount(o.url, mount_options(o.workload, file_bytes / kBlock));
+  const std::string mine = "/odafs-scale-" + std::to_string(getpid());
+  std::vector<char> buf(kBlock, 'x');
+  std::mt19937_64 rng(static_cast<uint64_t>(getpid()));
+  odafs::File f;
+  if (o.workload.rfind("read_", 0) == 0 || o.workload == "getattr") {
+    f = c->open(kDataPath, O_RDONLY);
+    for (uint64_t at = 0; at < file_bytes; at += kBlock) f.pread(buf.data(), kBlock, at);
+  } else if (o.workload == "create_remove") {
+    c->mkdir(mine, 0755);
+  } else if (o.workload == "write_commit") {
+    f = c->open(mine, O_RDWR | O_CREAT | O_TRUNC, 0644);
+  } else {
+    usage("unknown workload");
+  }
+  std::printf("READY\n");
+  std::fflush(stdout);
+  if (!odafs::bench::wait_for_go()) return 1;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.seconds);
+  uint64_t ops = 0;
+  const uint64_t blocks = file_bytes / kBlock;
+  while (std::chrono::steady_clock::now() < end) {
+    for (int i = 0; i < 16; ++i, ++ops) {  // the clock read once per 16 operations
+      if (o.workload == "getattr") {
+        f.stat();
+      } else if (o.workload == "create_remove") {
+        const std::string name = mine + "/f" + std::to_string(ops);
+        c->open(name, O_RDWR | O_CREAT | O_EXCL, 0644).close();
+        c->unlink(name);
+      } else if (o.workload == "write_commit") {
+        f.pwrite(buf.data(), kBlock, (ops % 256) * kBlock);
+        f.fsync();
+      } else if (f.pread(buf.data(), kBlock, (rng() % blocks) * kBlock) != kBlock) {
+        throw odafs::Error(EIO, "short read");
+      }
+    }
+  }
+  if (o.workload == "create_remove") c->rmdir(mine);
+  if (o.workload == "write_commit") {
+    f.close();
+    c->unlink(mine);
+  }
+  std::printf("DONE %llu\n", static_cast<unsigned long long>(ops));
+  std::fflush(stdout);
+  return 0;
+}
+
+int run_parent(const Options& o) {
+  auto stats = odafs::Client::mount(o.url);
+  const uint64_t file_bytes = static_cast<uint64_t>(o.file_mb) << 20;
+  try {
+    if (stats->stat(kDataPath).size != file_bytes) throw odafs::Error(ENOENT, "resize");
+  } catch (const odafs::Error&) {
+    odafs::File f = stats->open(kDataPath, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    std::vector<char> chunk(1 << 20, 'd');
+    for (uint64_t at = 0; at < file_bytes; at += chunk.size())
+      f.pwrite(chunk.data(), chunk.size(), at);
+    f.close();
+  }
+  std::vector<odafs::bench::ChildProcess> kids;
+  for (size_t i = 0; i < o.clients; ++i) {
+    kids.emplace_back(std::vector<std::string>{"--child", "--url", o.url, "--workload",
+                                               o.workload, "--seconds", std::to_string(o.seconds),
+                                               "--file-mb", std::to_string(o.file_mb)});
+  }
+  for (auto& k : kids) {
+    if (k.read_line().rfind("READY", 0) != 0) throw odafs::Error(EIO, "a client failed to set up");
+  }
+  const uint64_t cpu0 = odafs::bench::server_cpu_us(*stats)["total"];
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& k : kids) k.go();
+  uint64_t ops = 0;
+  for (auto& k : kids) {
+    unsigned long long n = 0;
+    if (std::sscanf(k.read_line().c_str(), "DONE %llu", &n) != 1) {
+      throw odafs::Error(EIO, "a client failed");
+    }
+    ops += n;
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const uint64_t cpu1 = odafs::bench::server_cpu_us(*stats)["total"];
+  kids.clear();
+  std::printf(
+      "{\"workload\": \"%s\", \"clients\": %zu, \"ops\": %llu, \"seconds\": %.3f, "
+      "\"ops_per_s\": %.1f, \"server_cpu_us_per_op\": %.2f}\n",
+      o.workload.c_str(), o.clients, static_cast<unsigned long long>(ops), secs,
+      static_cast<double>(ops) / secs,
+      ops ? static_cast<double>(cpu1 - cpu0) / static_cast<double>(ops) : 0.0);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") usage(nullptr);
+    if (a == "--child") {
+      o.child = true;
+      continue;
+    }
+    if (i + 1 >= argc) usage(("missing value for " + a).c_str());
+    std::string v = argv[++i];
+    try {
+      if (a == "--url") {
+        o.url = v;
+      } else if (a == "--workload") {
+        o.workload = v;
+      } else if (a == "--clients") {
+        o.clients = std::stoul(v);
+      } else if (a == "--seconds") {
+        o.seconds = std::stod(v);
+      } else if (a == "--file-mb") {
+        o.file_mb = std::stoul(v);
+      } else {
+        usage(("unknown option " + a).c_str());
+      }
+    } catch (const std::logic_error&) {
+      usage(("bad value for " + a).c_str());
+    }
+  }
+  if (o.url.empty() || o.workload.empty()) usage("--url and --workload are required");
+  if (o.clients == 0 || o.file_mb == 0 || o.seconds <= 0) usage("counts must be positive");
+  try {
+    return o.child ? run_child(o) : run_parent(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "odafs-scale: %s\n", e.what());
+    return 1;
+  }
+}
