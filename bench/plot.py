@@ -4,7 +4,7 @@ same plot as a PNG with gnuplot when --png is given (skipped, saying so, without
 
     plot.py IN.json OUT.svg --x inflight --y ops_per_s --series mechanism [--title T] [--logx]
             [--key throughput]   (rows under that key of a JSON object)
-            [--png OUT.png]
+            [--png OUT.png] [--xlabel TEXT] [--ylabel TEXT]   (axis titles; default: the keys)
 """
 import argparse
 import json
@@ -28,7 +28,11 @@ def main():
     ap.add_argument("--logx", action="store_true")
     ap.add_argument("--key", default=None)
     ap.add_argument("--png", default=None)
+    ap.add_argument("--xlabel", default=None)
+    ap.add_argument("--ylabel", default=None)
     a = ap.parse_args()
+    xlabel = a.xlabel or a.x
+    ylabel = a.ylabel or a.y
     rows = json.load(open(a.input))
     if a.key:
         rows = rows[a.key]
@@ -49,9 +53,9 @@ def main():
            f'<text x="{w / 2}" y="20" text-anchor="middle" font-size="14">{a.title}</text>',
            f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="black"/>',
            f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="black"/>',
-           f'<text x="{w / 2}" y="{h - 10}" text-anchor="middle">{a.x}</text>',
+           f'<text x="{w / 2}" y="{h - 10}" text-anchor="middle">{xlabel}</text>',
            f'<text x="15" y="{h / 2}" text-anchor="middle" '
-           f'transform="rotate(-90 15 {h / 2})">{a.y}</text>']
+           f'transform="rotate(-90 15 {h / 2})">{ylabel}</text>']
     for x in sorted(set(xs)):
         out.append(f'<text x="{px(x)}" y="{h - bottom + 16}" text-anchor="middle">{x:g}</text>')
     for i in range(6):
@@ -93,8 +97,8 @@ def png(a, series):
             "set termoption noenhanced",  # names hold underscores, not subscripts
             f"set output '{a.png}'",
             f"set title '{a.title}'",
-            f"set xlabel '{a.x}'",
-            f"set ylabel '{a.y}'",
+            f"set xlabel '{xlabel}'",
+            f"set ylabel '{ylabel}'",
             "set grid",
             "set key top left",
             "set yrange [0:*]",
