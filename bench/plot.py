@@ -31,8 +31,8 @@ def main():
     ap.add_argument("--xlabel", default=None)
     ap.add_argument("--ylabel", default=None)
     a = ap.parse_args()
-    xlabel = a.xlabel or a.x
-    ylabel = a.ylabel or a.y
+    a.xlabel = a.xlabel or a.x
+    a.ylabel = a.ylabel or a.y
     rows = json.load(open(a.input))
     if a.key:
         rows = rows[a.key]
@@ -53,9 +53,9 @@ def main():
            f'<text x="{w / 2}" y="20" text-anchor="middle" font-size="14">{a.title}</text>',
            f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="black"/>',
            f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="black"/>',
-           f'<text x="{w / 2}" y="{h - 10}" text-anchor="middle">{xlabel}</text>',
+           f'<text x="{w / 2}" y="{h - 10}" text-anchor="middle">{a.xlabel}</text>',
            f'<text x="15" y="{h / 2}" text-anchor="middle" '
-           f'transform="rotate(-90 15 {h / 2})">{ylabel}</text>']
+           f'transform="rotate(-90 15 {h / 2})">{a.ylabel}</text>']
     for x in sorted(set(xs)):
         out.append(f'<text x="{px(x)}" y="{h - bottom + 16}" text-anchor="middle">{x:g}</text>')
     for i in range(6):
@@ -97,8 +97,8 @@ def png(a, series):
             "set termoption noenhanced",  # names hold underscores, not subscripts
             f"set output '{a.png}'",
             f"set title '{a.title}'",
-            f"set xlabel '{xlabel}'",
-            f"set ylabel '{ylabel}'",
+            f"set xlabel '{a.xlabel}'",
+            f"set ylabel '{a.ylabel}'",
             "set grid",
             "set key top left",
             "set yrange [0:*]",

@@ -124,9 +124,9 @@ struct Sample {
 Sample measure(const Options& o, odafs::Client& stats, const std::string& mechanism) {
   std::vector<odafs::bench::ChildProcess> kids;
   for (size_t i = 0; i < o.clients; ++i) {
-    kids.emplace_back(std::vector<std::string>{
-        "--child", "--url", o.url, "--mechanism", mechanism, "--file-mb",
-        std::to_string(o.file_mb), "--request-kb", std::to_string(o.request_kb)});
+    kids.emplace_back(std::vector<std::string>{"--child", "--url", o.url, "--mechanism", mechanism,
+                                               "--file-mb", std::to_string(o.file_mb),
+                                               "--request-kb", std::to_string(o.request_kb)});
   }
   for (auto& k : kids) {
     if (k.read_line().rfind("READY", 0) != 0) throw odafs::Error(EIO, "a client failed pass 1");

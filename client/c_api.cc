@@ -15,6 +15,7 @@ struct odafs_client {
 };
 struct odafs_file {
   odafs::File impl;
+  uint32_t block_size;  // the mount's, for st_blksize
 };
 struct odafs_ioq {
   odafs::IoQueue impl;
@@ -39,44 +40,6 @@ auto guarded(Fn&& fn) -> decltype(fn()) {
     errno = EIO;
   }
   return static_cast<decltype(fn())>(-1);
-}
-
-void to_stat(const odafs::Attr& a, struct stat* st) {
-  std::memset(st, 0, sizeof *st);
-  mode_t type = S_IFREG;
-  switch (a.type) {
-    case odafs::FileType::kDirectory:
-      type = S_IFDIR;
-      break;
-    case odafs::FileType::kSymlink:
-      type = S_IFLNK;
-      break;
-    case odafs::FileType::kBlock:
-      type = S_IFBLK;
-      break;
-    case odafs::FileType::kChar:
-      type = S_IFCHR;
-      break;
-    case odafs::FileType::kSocket:
-      type = S_IFSOCK;
-      break;
-    case odafs::FileType::kFifo:
-      type = S_IFIFO;
-      break;
-    default:
-      break;
-  }
-  st->st_mode = type | a.mode;
-  st->st_nlink = a.nlink;
-  st->st_uid = a.uid;
-  st->st_gid = a.gid;
-  st->st_size = static_cast<off_t>(a.size);
-  st->st_blocks = static_cast<blkcnt_t>((a.used + 511) / 512);
-  st->st_blksize = 4096;
-  st->st_ino = a.fileid;
-  st->st_atim = a.atime;
-  st->st_mtim = a.mtime;
-  st->st_ctim = a.ctime;
 }
 
 unsigned char dtype(odafs::FileType t) {
@@ -153,7 +116,7 @@ odafs_file* odafs_open(odafs_client* client, const char* path, int flags, mode_t
   if (null_arg(client) || null_arg(path)) return nullptr;
   odafs_file* f = nullptr;
   guarded([&] {
-    f = new odafs_file{client->impl->open(path, flags, mode)};
+    f = new odafs_file{client->impl->open(path, flags, mode), client->impl->limits().block_size};
     return 0;
   });
   return f;
@@ -207,7 +170,7 @@ int odafs_ftruncate(odafs_file* file, off_t size) {
 int odafs_fstat(odafs_file* file, struct stat* st) {
   if (null_arg(file) || null_arg(st)) return -1;
   return guarded([&] {
-    to_stat(file->impl.stat(), st);
+    *st = odafs::to_stat(file->impl.stat(), file->block_size);
     return 0;
   });
 }
@@ -215,7 +178,7 @@ int odafs_fstat(odafs_file* file, struct stat* st) {
 int odafs_stat(odafs_client* client, const char* path, struct stat* st) {
   if (null_arg(client) || null_arg(path) || null_arg(st)) return -1;
   return guarded([&] {
-    to_stat(client->impl->stat(path), st);
+    *st = odafs::to_stat(client->impl->stat(path), client->impl->limits().block_size);
     return 0;
   });
 }
@@ -223,7 +186,7 @@ int odafs_stat(odafs_client* client, const char* path, struct stat* st) {
 int odafs_lstat(odafs_client* client, const char* path, struct stat* st) {
   if (null_arg(client) || null_arg(path) || null_arg(st)) return -1;
   return guarded([&] {
-    to_stat(client->impl->lstat(path), st);
+    *st = odafs::to_stat(client->impl->lstat(path), client->impl->limits().block_size);
     return 0;
   });
 }

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <array>
@@ -77,6 +78,13 @@ struct Attr {
   struct timespec mtime {};
   struct timespec ctime {};
 };
+
+// The S_IF* bits of t.
+mode_t type_bits(FileType t);
+// a as stat(2) reports it: st_mode the type and permission bits (setuid, setgid and sticky
+// included), st_ino the file id, st_blksize `block_size` (the server's block: the size
+// reads go best in). The one conversion the C API and odafs-mount both answer with.
+struct stat to_stat(const Attr& a, uint32_t block_size);
 
 struct DirEntry {
   std::string name;

@@ -237,10 +237,10 @@ void Channel::receive_loop() {
         fail_all("server closed the connection");
         return;
       }
-      uint32_t mark = load_be32(head);
+      const RecordMark mark = read_record_mark(head);
       uint32_t xid = load_be32(head + 4);
-      size_t frag = mark & ~kLastFragment;
-      bool last = (mark & kLastFragment) != 0;
+      size_t frag = mark.length;
+      bool last = mark.last;
       if (frag < 8 || frag > options_.max_record) {
         fail_all("bad record mark from server");
         return;
@@ -338,9 +338,9 @@ void Channel::read_generic(Call* c, size_t frag_left, bool last) {
     if (last) return;
     char head[4];
     net::read_full(fd_, head, 4);
-    uint32_t mark = load_be32(head);
-    frag_left = mark & ~kLastFragment;
-    last = (mark & kLastFragment) != 0;
+    const RecordMark mark = read_record_mark(head);
+    frag_left = mark.length;
+    last = mark.last;
   }
 }
 
@@ -355,9 +355,9 @@ void Channel::discard(size_t frag_left, bool last) {
     if (last) return;
     char head[4];
     net::read_full(fd_, head, 4);
-    uint32_t mark = load_be32(head);
-    frag_left = mark & ~kLastFragment;
-    last = (mark & kLastFragment) != 0;
+    const RecordMark mark = read_record_mark(head);
+    frag_left = mark.length;
+    last = mark.last;
   }
 }
 

@@ -24,6 +24,19 @@ inline void put_record_mark(char* out, uint32_t length, bool last) {
   std::memcpy(out, &mark, 4);
 }
 
+// A fragment's 4-byte record mark (RFC 5531, 11), decoded: the one reader of the layout
+// put_record_mark writes.
+struct RecordMark {
+  size_t length = 0;  // bytes of the fragment after its mark
+  bool last = false;  // the fragment ends its record
+};
+inline RecordMark read_record_mark(const char* in) {
+  uint32_t mark;
+  std::memcpy(&mark, in, 4);
+  mark = ntohl(mark);
+  return {mark & ~kLastFragment, (mark & kLastFragment) != 0};
+}
+
 // Reassembles records from a byte stream, refusing any record longer than max_record.
 //
 // Memory stays bounded by max_record per assembler whatever the peer sends: fragment
@@ -76,12 +89,10 @@ Status RecordAssembler::feed(const char* data, size_t len, OnRecord&& on_record)
       data += take;
       len -= take;
       if (header_have_ < 4) return Status();
-      uint32_t mark;
-      std::memcpy(&mark, header_, 4);
-      mark = ntohl(mark);
+      const RecordMark mark = read_record_mark(header_);
       header_have_ = 0;
-      last_ = (mark & kLastFragment) != 0;
-      fragment_left_ = mark & ~kLastFragment;
+      last_ = mark.last;
+      fragment_left_ = mark.length;
       if (fragment_left_ > max_record_ - record_.size()) {
         return Status(EMSGSIZE,
                       "a record of at least " + std::to_string(record_.size() + fragment_left_) +

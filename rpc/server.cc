@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -140,9 +141,14 @@ void Server::stop() {
 
 thread_local Server::Worker* Server::current_worker_ = nullptr;
 
-void before_blocking() {
+void before_blocking(Wait wait) {
   Server::Worker* w = Server::current_worker_;
   if (w == nullptr || w->loop == nullptr || w->handed_over) return;
+  if (wait == Wait::kShort) {
+    // An epoll set polls readable while it has ready events: nothing is taken from it.
+    pollfd ready{w->loop->epoll_fd, POLLIN, 0};
+    if (poll(&ready, 1, 0) <= 0) return;
+  }
   w->server->hand_over(*w);
 }
 

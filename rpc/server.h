@@ -38,12 +38,18 @@
 
 namespace odafs::rpc {
 
-// Called by a procedure handler about to wait for something other than the CPU (a client,
-// a lease, a disk flush): sends the replies its thread holds and hands the thread's event
-// loop to a spare thread, so that the loop's other connections are served meanwhile. Cheap
-// to call more than once per call; a no-op outside a server's pool thread, and when no
-// spare can be had (max_blocked_threads), in which case the loop waits with the handler.
-void before_blocking();
+// Called by a procedure handler about to wait for something other than the CPU: sends
+// the replies its thread holds and hands the thread's event loop to a spare thread, so
+// that the loop's other connections are served meanwhile.
+//   kLong   a wait on another party (a client's bytes, a delegation holder's return), as
+//           long as seconds: the loop is always handed over;
+//   kShort  a wait on this machine (a disk flush): handed over only when another
+//           connection of the loop has something ready now, since a hand-over costs two
+//           context switches, more than a flush that the device acknowledges at once.
+// Cheap to call more than once per call; a no-op outside a server's pool thread, and when
+// no spare can be had (max_blocked_threads), in which case the loop waits with the handler.
+enum class Wait { kShort, kLong };
+void before_blocking(Wait wait = Wait::kLong);
 
 // What the program decided about a connection's peer when it accepted it (Options::admit),
 // handed to every call on the connection. The RPC layer only carries it.
@@ -235,7 +241,7 @@ class Server {
   struct Connection;
   struct Worker;
   struct Loop;
-  friend void before_blocking();
+  friend void before_blocking(Wait wait);
   static thread_local Worker* current_worker_;  // the calling pool thread's, else null
   struct Procedure {
     const char* name = nullptr;

@@ -4,13 +4,16 @@
 # breaks, and exits 1 if there is any. Run by scripts/test.sh; cheap enough to run always.
 #
 #   base/    uses nothing of ours          (sockets, futexes, logging, keyed MAC)
-#   proto/   base/ and ordma/ value types  (the odafs protocol and its conversions)
+#   ordma/   base/                         (the engines: never proto/, rpc/, server/, client/,
+#                                           cache/; its references are plain value types)
+#   proto/   base/ and ordma/ value types  (the odafs protocol and its conversions, the
+#                                           references' wire form among them)
 #   rpc/     base/                         (ONC RPC only: never server/, client/, ordma/)
 #   cache/   base/                         (never server/ or client/; ORDMA reaches it by hooks)
-#   ordma/   base/, proto/                 (the engines: never rpc/, server/, client/, cache/)
 #   server/  base/ proto/ rpc/ cache/ ordma/
 #   client/  base/ proto/ rpc/ ordma/      (never server/)
-# tests/ and bench/ may use every layer.
+# Every pair of layers has one direction: the rules above form no cycle, and neither do the
+# includes found (checked with tsort). tests/ and bench/ may use every layer.
 # Backends: only ordma/ itself reaches into ordma/engine_impl/ (server/ and client/ see the
 # Engine interface), and one backend's folder never includes another's.
 set -euo pipefail
@@ -21,12 +24,22 @@ declare -A allowed=(
   [proto]="base proto ordma"
   [rpc]="base rpc"
   [cache]="base cache"
-  [ordma]="base proto ordma"
+  [ordma]="base ordma"
   [server]="base proto rpc cache ordma server"
   [client]="base proto rpc ordma client"
 )
 
 status=0
+edges=$(mktemp)
+trap 'rm -f "$edges"' EXIT
+for layer in "${!allowed[@]}"; do
+  for a in ${allowed[$layer]}; do [ "$a" != "$layer" ] && echo "$layer $a" >>"$edges"; done
+done
+if ! tsort "$edges" >/dev/null 2>"$edges.err"; then
+  echo "scripts/check-layers.sh: the layer rules form a cycle: $(tr '\n' ' ' <"$edges.err")" >&2
+  status=1
+fi
+: >"$edges"
 for layer in "${!allowed[@]}"; do
   [ -d "$layer" ] || continue
   while IFS= read -r hit; do
@@ -37,6 +50,7 @@ for layer in "${!allowed[@]}"; do
     target=$(sed -E 's/.*#include "([^"]+)".*/\1/' <<<"$rest")
     dir=${target%%/*}
     [ "$dir" = "$target" ] && continue  # a same-folder include without a path
+    [ "$dir" != "$layer" ] && [ -d "$dir" ] && echo "$layer $dir" >>"$edges"
     ok=0
     for a in ${allowed[$layer]}; do [ "$dir" = "$a" ] && ok=1; done
     if [ $ok = 0 ]; then
@@ -46,6 +60,13 @@ for layer in "${!allowed[@]}"; do
     fi
   done < <(grep -rnE '^\s*#\s*include\s+"' "$layer" --include='*.h' --include='*.cc' || true)
 done
+
+if ! tsort "$edges" >/dev/null 2>"$edges.err"; then
+  echo "scripts/check-layers.sh: the includes between layers form a cycle:" \
+       "$(tr '\n' ' ' <"$edges.err")" >&2
+  status=1
+fi
+rm -f "$edges.err"
 
 # Backends stay behind ordma/engine.h, and apart from each other.
 while IFS= read -r hit; do

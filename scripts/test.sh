@@ -1,9 +1,20 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test: once in the release build and
 # once under AddressSanitizer + UndefinedBehaviorSanitizer (ODAFS_SKIP_SANITIZE=1 skips it),
-# then each fuzz target for a few seconds (ODAFS_SKIP_FUZZ=1 skips that).
+# then each fuzz target for a few seconds (ODAFS_SKIP_FUZZ=1 skips that). What CI runs.
+#
+#   bash scripts/test.sh [--quick]
+#
+# --quick, for everyday work: the release build and its tests, as many at once as there
+# are cores, without the soak (soak_*) and without the sanitizer and fuzz runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=0
+case "${1:-}" in
+  --quick) quick=1 ;;
+  "") ;;
+  *) echo "usage: bash scripts/test.sh [--quick]" >&2; exit 2 ;;
+esac
 bash scripts/deps.sh
 
 echo "== layers"
@@ -11,6 +22,11 @@ bash scripts/check-layers.sh
 
 echo "== build (Release)"
 bash scripts/build.sh build -DCMAKE_BUILD_TYPE=Release
+if [ "$quick" = 1 ]; then
+  echo "== tests (quick: $(nproc) at once, no soak)"
+  ctest --test-dir build --output-on-failure --timeout 600 -j"$(nproc)" -E '^soak_'
+  exit 0
+fi
 echo "== tests"
 ctest --test-dir build --output-on-failure --timeout 600
 

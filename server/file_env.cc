@@ -20,13 +20,13 @@ class PosixFileEnv final : public FileEnv {
     return ::pwrite(fd, buf, len, offset);
   }
   int ftruncate(int fd, off_t size) override { return ::ftruncate(fd, size); }
-  // A flush waits for the disk: the RPC thread's event loop goes on without it.
+  // A flush waits for the disk: the RPC thread's event loop may go on without it.
   int fsync(int fd) override {
-    rpc::before_blocking();
+    rpc::before_blocking(rpc::Wait::kShort);
     return ::fsync(fd);
   }
   int fdatasync(int fd) override {
-    rpc::before_blocking();
+    rpc::before_blocking(rpc::Wait::kShort);
     return ::fdatasync(fd);
   }
 };
@@ -109,7 +109,7 @@ int CrashSimulatingEnv::ftruncate(int fd, off_t new_size) {
 }
 
 int CrashSimulatingEnv::sync(int fd, bool data_only) {
-  rpc::before_blocking();
+  rpc::before_blocking(rpc::Wait::kShort);
   std::lock_guard lock(mu_);
   if (crashed_) {
     errno = EIO;

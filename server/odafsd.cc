@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "base/flags.h"
 #include "base/log.h"
 #include "proto/odafs_prot.h"
 #include "rpc/server.h"
@@ -49,81 +50,13 @@ int usable_cores() {
   return std::max(1, CPU_COUNT(&set));
 }
 
+// The usage text, made from the flag table in main (odafs::Flags).
+std::string usage_text;
+
 [[noreturn]] void usage(const char* why) {
   if (why != nullptr) std::fprintf(stderr, "odafsd: %s\n", why);
-  std::fprintf(stderr,
-               "usage: odafsd --export DIR --listen HOST:PORT [--cache-mb N] [--block-size N]\n"
-               "              [--threads N] [--max-io BYTES] [--max-nodes N]\n"
-               "              [--max-open-files N] [--max-connections N]\n"
-               "              [--clients SPEC]... [--read-only] [--identity caller|server]\n"
-               "              [--anon-uid N] [--anon-gid N]\n"
-               "              [--max-connections-per-address N] [--idle-timeout SECONDS]\n"
-               "              [--engine-max-connections N] [--engine-handshake-timeout MS]\n"
-               "              [--engine-listen HOST:PORT] [--engine-threads N] [--no-ordma]\n"
-               "              [--max-rings N] [--no-local-rings] [--max-direct-writes N]\n"
-               "              [--max-input-mb N] [--max-backlog-mb N]\n"
-               "              [--lease-ms MS] [--no-delegations]\n"
-               "              [--grace-ms MS] [--state-dir DIR]\n"
-               "              [--engine soft|verbs] [--rdma-dev NAME]\n"
-               "  --engine picks the one-sided engine's backend (default soft); verbs\n"
-               "  needs an RDMA device (--rdma-dev names one; default: the one serving\n"
-               "  --engine-listen's address).\n"
-               "  --engine-listen defaults to the --listen host, port 0 (a free port).\n"
-               "  --max-rings caps the shared-memory rings offered to same-host clients;\n"
-               "  --no-local-rings offers none (those clients then read over TCP).\n"
-               "  --threads sets the RPC event loops (default: one per usable core, from\n"
-               "  the affinity mask); --engine-threads the engine's (default: one per two\n"
-               "  usable cores). Calls that wait hand their loop to a spare thread (at\n"
-               "  most max(8, 2 x --threads) spares).\n"
-               "  --max-direct-writes caps direct writes waiting on clients (default:\n"
-               "  half the spare threads; 0 turns them off); past it clients write by RPC.\n"
-               "  --no-ordma serves RPC only: no one-sided engine, no references.\n"
-               "  --max-nodes bounds the objects with valid handles (default 65536);\n"
-               "  --max-open-files the descriptors kept open for them (default 1024,\n"
-               "  never more than half of RLIMIT_NOFILE); others are reopened on use.\n"
-               "  --listen 127.0.0.1:0 picks a free port; the ready line names it.\n"
-               "  --clients SPEC (repeatable; first match wins): who may use the export,\n"
-               "  SPEC = CIDR|address|host|*[(rw|ro,root_squash|no_root_squash|all_squash,\n"
-               "  anonuid=N,anongid=N,secure|insecure)], defaults rw,root_squash,insecure.\n"
-               "  Without it a loopback --listen admits this host's processes only (each\n"
-               "  acting as the owner of its socket; root as anyone); any other --listen\n"
-               "  needs it. --read-only refuses every change to the export (EROFS).\n"
-               "  --identity caller (the default as root) acts as each call's uid/gid and\n"
-               "  groups, after squashing (AUTH_NONE: --anon-uid/--anon-gid, default\n"
-               "  65534); --identity server acts as odafsd's own user for every caller\n"
-               "  (the only choice when not run as root). --auth-sys = --identity caller.\n"
-               "  --simulate-crashes (testing only): SIGUSR1 drops every change not yet\n"
-               "  synced, as a power loss would, and exits at once (status 86).\n"
-               "  --lease-ms (default 5000): how long a client has to return a recalled\n"
-               "  delegation before it is taken back; --no-delegations grants none.\n"
-               "  --state-dir (default /var/lib/odafs as root, else\n"
-               "  $XDG_STATE_HOME/odafs or ~/.local/state/odafs) keeps the recovery record:\n"
-               "  the clients that may hold writes to reclaim after a restart. --grace-ms\n"
-               "  (default 2 leases) bounds the grace period after a start in which they do.\n"
-               "  --slow-writes US (testing only): each write lands in two halves US\n"
-               "  microseconds apart, so that reads racing writes can be checked.\n"
-               "  --max-connections-per-address (default 256; 0: none) keeps one host from\n"
-               "  taking every connection; --idle-timeout (default 300; 0: never) closes RPC\n"
-               "  connections that complete no call for that long.\n"
-               "  --engine-max-connections (default 1024) caps engine connections; one that\n"
-               "  does not authenticate within --engine-handshake-timeout (5000) is closed.\n"
-               "  --max-input-mb (default 32) bounds the request records over 32 KiB being\n"
-               "  received at once (others wait); --max-backlog-mb (default 32) the replies\n"
-               "  queued for clients slow to read them, and the engine's answers likewise\n"
-               "  (the slowest are disconnected).\n");
+  std::fputs(usage_text.c_str(), stderr);
   std::exit(2);
-}
-
-unsigned long number(const char* flag, const char* text, unsigned long lo, unsigned long hi) {
-  char* end = nullptr;
-  errno = 0;
-  unsigned long v = std::strtoul(text, &end, 10);
-  if (errno != 0 || end == text || *end != '\0' || v < lo || v > hi) {
-    std::string msg = std::string(flag) + " wants a number in " + std::to_string(lo) + ".." +
-                      std::to_string(hi) + ", got '" + text + "'";
-    usage(msg.c_str());
-  }
-  return v;
 }
 
 bool is_loopback_host(const std::string& host) {
@@ -225,104 +158,98 @@ int main(int argc, char** argv) {
   std::string engine_listen;
   int engine_threads = -1;  // -1: one per two usable cores, at least one
   odafs::ordma::EngineOptions engine_options;
-  long max_direct_writes = -1;  // -1: half of the spare threads
-  int grace_ms = -1;            // -1: two leases
+  int max_direct_writes = -1;  // -1: half of the spare threads
+  int grace_ms = -1;           // -1: two leases
   std::string state_dir;
   bool simulate_crashes = false;
-  unsigned slow_write_us = 0;
+  uint32_t slow_write_us = 0;
   AccessFlags access;
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) usage((flag + " needs a value").c_str());
-      return argv[++i];
-    };
-    if (flag == "--export") {
-      fs.export_root = value();
-    } else if (flag == "--listen") {
-      listen = value();
-    } else if (flag == "--cache-mb") {
-      fs.cache_bytes = number("--cache-mb", value(), 1, 1u << 20) << 20;
-    } else if (flag == "--block-size") {
-      fs.block_size =
-          static_cast<uint32_t>(number("--block-size", value(), ODAFS_MINBLOCK, ODAFS_MAXBLOCK));
-      if ((fs.block_size & (fs.block_size - 1)) != 0) usage("--block-size must be a power of two");
-    } else if (flag == "--threads") {
-      threads = static_cast<int>(number("--threads", value(), 1, 256));
-    } else if (flag == "--max-io") {
-      fs.max_io = static_cast<uint32_t>(number("--max-io", value(), 4096, 16u << 20));
-    } else if (flag == "--max-nodes") {
-      fs.max_nodes = number("--max-nodes", value(), 16, 1u << 24);
-    } else if (flag == "--max-open-files") {
-      fs.max_open_files = number("--max-open-files", value(), 2, 1u << 24);
-    } else if (flag == "--max-connections") {
-      max_connections = number("--max-connections", value(), 1, 1u << 20);
-    } else if (flag == "--max-connections-per-address") {
-      max_per_address = number("--max-connections-per-address", value(), 0, 1u << 20);
-    } else if (flag == "--idle-timeout") {
-      idle_timeout_s = static_cast<int64_t>(number("--idle-timeout", value(), 0, 1u << 24));
-    } else if (flag == "--max-input-mb") {
-      max_input_mb = number("--max-input-mb", value(), 1, 1u << 20);
-    } else if (flag == "--max-backlog-mb") {
-      max_backlog_mb = number("--max-backlog-mb", value(), 1, 1u << 20);
-    } else if (flag == "--engine-max-connections") {
-      engine_options.max_connections = number("--engine-max-connections", value(), 1, 1u << 20);
-    } else if (flag == "--engine-handshake-timeout") {
-      engine_options.handshake_timeout_ms =
-          static_cast<int>(number("--engine-handshake-timeout", value(), 10, 600000));
-    } else if (flag == "--engine-listen") {
-      engine_listen = value();
-    } else if (flag == "--engine-threads") {
-      engine_threads = static_cast<int>(number("--engine-threads", value(), 1, 64));
-    } else if (flag == "--max-rings") {
-      engine_options.max_rings = number("--max-rings", value(), 1, 1u << 16);
-    } else if (flag == "--max-direct-writes") {
-      max_direct_writes = static_cast<long>(number("--max-direct-writes", value(), 0, 1024));
-    } else if (flag == "--engine") {
-      engine_options.kind = value();
-      std::string why;
-      if (!odafs::ordma::backend_usable(engine_options.kind, &why)) {
-        usage(("--engine " + engine_options.kind + ": " + why).c_str());
-      }
-    } else if (flag == "--rdma-dev") {
-      engine_options.rdma_device = value();
-    } else if (flag == "--no-local-rings") {
-      engine_options.local_rings = false;
-    } else if (flag == "--no-ordma") {
-      fs.ordma = false;
-    } else if (flag == "--simulate-crashes") {
-      simulate_crashes = true;
-    } else if (flag == "--lease-ms") {
-      fs.lease_ms = static_cast<int>(number("--lease-ms", value(), 10, 600000));
-    } else if (flag == "--no-delegations") {
-      fs.delegations = false;
-    } else if (flag == "--grace-ms") {
-      grace_ms = static_cast<int>(number("--grace-ms", value(), 0, 3600000));
-    } else if (flag == "--state-dir") {
-      state_dir = value();
-    } else if (flag == "--slow-writes") {
-      slow_write_us = static_cast<unsigned>(number("--slow-writes", value(), 1, 1000000));
-    } else if (flag == "--auth-sys") {
-      access.identity = "caller";
-    } else if (flag == "--identity") {
-      access.identity = value();
-      if (access.identity != "caller" && access.identity != "server") {
-        usage("--identity wants caller or server");
-      }
-    } else if (flag == "--clients") {
-      access.clients.emplace_back(value());
-    } else if (flag == "--read-only") {
-      access.read_only = true;
-    } else if (flag == "--anon-uid") {
-      access.anon_uid = static_cast<uint32_t>(number("--anon-uid", value(), 0, UINT32_MAX - 1));
-    } else if (flag == "--anon-gid") {
-      access.anon_gid = static_cast<uint32_t>(number("--anon-gid", value(), 0, UINT32_MAX - 1));
-    } else if (flag == "--help" || flag == "-h") {
-      usage(nullptr);
-    } else {
-      usage(("unknown option " + flag).c_str());
-    }
+  size_t cache_mb = fs.cache_bytes >> 20;
+  bool no_local_rings = false, no_ordma = false, no_delegations = false, auth_sys = false;
+  odafs::Flags flags("odafsd", "--export DIR --listen HOST:PORT [flags]");
+  flags.add("--export", &fs.export_root, "the directory to export");
+  flags.add("--listen", &listen, "RPC address; port 0 picks a free one (the ready line names it)");
+  flags.add("--cache-mb", &cache_mb, "block cache size", 1, 1u << 20);
+  flags.add("--block-size", &fs.block_size, "cache block size, a power of two", ODAFS_MINBLOCK,
+            ODAFS_MAXBLOCK);
+  flags.add("--threads", &threads,
+            "RPC event loops (-1: one per usable core, from the affinity mask)", -1, 256);
+  flags.add("--max-io", &fs.max_io, "largest READ/WRITE payload", 4096, 16u << 20);
+  flags.add("--max-nodes", &fs.max_nodes, "objects with valid handles", 16, 1u << 24);
+  flags.add("--max-open-files", &fs.max_open_files,
+            "descriptors kept open for them (never more than half of RLIMIT_NOFILE)", 2, 1u << 24);
+  flags.add("--max-connections", &max_connections, "RPC connections in all", 1, 1u << 20);
+  flags.add("--max-connections-per-address", &max_per_address,
+            "RPC connections from one host (0: no limit)", 0, 1u << 20);
+  flags.add("--idle-timeout", &idle_timeout_s,
+            "seconds after which a connection that completes no call is closed (0: never)", 0,
+            1u << 24);
+  flags.add("--max-input-mb", &max_input_mb, "request records over 32 KiB received at once", 1,
+            1u << 20);
+  flags.add("--max-backlog-mb", &max_backlog_mb,
+            "replies (and engine answers) queued for clients slow to read them", 1, 1u << 20);
+  flags.add_each("--clients", "SPEC", "who may use the export (repeatable; first match wins)",
+                 [&access](const std::string& v) {
+                   access.clients.push_back(v);
+                   return std::string();
+                 });
+  flags.add("--read-only", &access.read_only, "refuse every change to the export (EROFS)");
+  flags.add_each("--identity", "caller|server",
+                 "act as each caller (default as root) or as odafsd's own user",
+                 [&access](const std::string& v) {
+                   if (v != "caller" && v != "server") return std::string("caller or server");
+                   access.identity = v;
+                   return std::string();
+                 });
+  flags.add("--auth-sys", &auth_sys, "the same as --identity caller");
+  flags.add("--anon-uid", &access.anon_uid, "uid of squashed callers", 0, UINT32_MAX - 1);
+  flags.add("--anon-gid", &access.anon_gid, "gid of squashed callers", 0, UINT32_MAX - 1);
+  flags.add("--engine", &engine_options.kind, "the one-sided engine's backend: soft or verbs");
+  flags.add("--rdma-dev", &engine_options.rdma_device,
+            "RDMA device for --engine verbs (default: the one serving --engine-listen)");
+  flags.add("--engine-listen", &engine_listen,
+            "engine address (default: the --listen host, a free port)");
+  flags.add("--engine-threads", &engine_threads, "engine threads (-1: one per two usable cores)",
+            -1, 64);
+  flags.add("--engine-max-connections", &engine_options.max_connections, "engine connections", 1,
+            1u << 20);
+  flags.add("--engine-handshake-timeout", &engine_options.handshake_timeout_ms,
+            "ms an engine connection has to authenticate", 10, 600000);
+  flags.add("--max-rings", &engine_options.max_rings,
+            "shared-memory rings offered to same-host clients", 1, 1u << 16);
+  flags.add("--no-local-rings", &no_local_rings, "offer no rings (same-host clients use TCP)");
+  flags.add("--no-ordma", &no_ordma, "RPC only: no one-sided engine, no references");
+  flags.add("--max-direct-writes", &max_direct_writes,
+            "direct writes waiting on clients (-1: half the spare threads; 0: none)", -1, 1024);
+  flags.add("--lease-ms", &fs.lease_ms, "time to return a recalled delegation", 10, 600000);
+  flags.add("--no-delegations", &no_delegations, "grant no delegations");
+  flags.add("--grace-ms", &grace_ms, "grace period after a start (-1: two leases)", -1, 3600000);
+  flags.add("--state-dir", &state_dir,
+            "where the recovery record is kept (default /var/lib/odafs as root, else "
+            "$XDG_STATE_HOME/odafs or ~/.local/state/odafs)");
+  flags.add("--simulate-crashes", &simulate_crashes,
+            "(testing) SIGUSR1 drops every unsynced change and exits 86, as a power loss");
+  flags.add("--slow-writes", &slow_write_us,
+            "(testing) each write lands in two halves this many us apart", 0, 1000000);
+  flags.set_epilog(
+      "SPEC = CIDR|address|host|*[(rw|ro,root_squash|no_root_squash|all_squash,anonuid=N,\n"
+      "  anongid=N,secure|insecure)], defaults rw,root_squash,insecure. Without --clients a\n"
+      "  loopback --listen admits this host's processes only (each acting as the owner of\n"
+      "  its socket; root as anyone); any other --listen needs it.\n"
+      "Calls that wait (on a client, a lease, a disk flush) hand their event loop to a spare\n"
+      "  thread, at most max(8, 2 x --threads) of them.\n");
+  usage_text = flags.usage();
+  if (!flags.parse(argc, argv).empty()) usage("no arguments besides flags");
+  fs.cache_bytes = cache_mb << 20;
+  if (threads == 0 || engine_threads == 0) usage("--threads and --engine-threads want 1 or more");
+  if ((fs.block_size & (fs.block_size - 1)) != 0) usage("--block-size must be a power of two");
+  if (std::string why; !odafs::ordma::backend_usable(engine_options.kind, &why)) {
+    usage(("--engine " + engine_options.kind + ": " + why).c_str());
   }
+  if (no_local_rings) engine_options.local_rings = false;
+  if (no_ordma) fs.ordma = false;
+  if (no_delegations) fs.delegations = false;
+  if (auth_sys) access.identity = "caller";
   if (fs.export_root.empty() || listen.empty()) usage("--export and --listen are required");
   odafs::net::Endpoint listen_at;
   try {

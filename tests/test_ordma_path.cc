@@ -413,12 +413,12 @@ TEST_CASE("direct writes: the server's engine pulls from the caller's buffer") {
 TEST_CASE("direct writes past the server's cap go by RPC; the data is the same") {
   TempDir dir;
   std::vector<std::string> flags = {"--block-size", "4096", "--threads", "2"};
-  size_t cap = 1;  // odafsd's default with 2 RPC threads: one always stays free
+  size_t cap = 1;
   SUBCASE("direct writes turned off") {
     flags.insert(flags.end(), {"--max-direct-writes", "0"});
     cap = 0;
   }
-  SUBCASE("many writers, one place") {}
+  SUBCASE("many writers, one place") { flags.insert(flags.end(), {"--max-direct-writes", "1"}); }
   ServerProcess server(dir.path(), flags);
   odafs::MountOptions mo = remote_only();
   mo.direct_writes = true;

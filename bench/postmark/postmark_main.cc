@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "base/flags.h"
 #include "bench/bench_util.h"
 #include "bench/postmark/postmark.h"
 
@@ -56,8 +57,7 @@ std::vector<double> parse_fractions(const std::string& text) {
 }
 
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr, "odafs-postmark: %s (see the header of bench/postmark/postmark_main.cc)\n",
-               why.c_str());
+  std::fprintf(stderr, "odafs-postmark: %s (odafs-postmark --help lists the flags)\n", why.c_str());
   std::exit(2);
 }
 
@@ -75,66 +75,44 @@ int main(int argc, char** argv) {
   std::vector<double> fractions;
   size_t repeat = 1, warmup = 0;
   size_t write_behind = odafs::MountOptions{}.write_behind_bytes;
+  std::string mode_list = "ordma", fraction_list;
+  odafs::Flags flags("odafs-postmark", "--url odafs://HOST:PORT/PATH [flags]");
+  flags.add("--url", &url, "the directory to run in");
+  flags.add("--files", &cfg.files, "files in the pool", 1, 100000000);
+  flags.add("--transactions", &cfg.transactions, "transactions", 0, 1000000000);
+  flags.add("--size-low", &cfg.size_low, "smallest file, bytes", 1, 1ull << 40);
+  flags.add("--size-high", &cfg.size_high, "largest file, bytes", 1, 1ull << 40);
+  flags.add("--read-block", &cfg.read_block, "bytes per read", 1, 64u << 20);
+  flags.add("--write-block", &cfg.write_block, "bytes per write", 1, 64u << 20);
+  flags.add("--bias-read", &cfg.bias_read, "reads (vs appends) out of 10; -1: neither", -1, 10);
+  flags.add("--bias-create", &cfg.bias_create, "creates (vs deletes) out of 10; -1: neither", -1,
+            10);
+  flags.add("--subdirectories", &cfg.subdirectories, "subdirectories of the pool", 0, 100000);
+  flags.add("--seed", &cfg.seed, "random seed", 0, UINT64_MAX);
+  flags.add("--read-modes", &mode_list, "ordma, rpc_preposted, rpc_inline, direct (a list)");
+  flags.add("--cache-fractions", &fraction_list,
+            "compare client data caches of these fractions of the pool (a list)");
+  flags.add("--write-behind", &write_behind, "MountOptions::write_behind_bytes", 0, 1u << 30);
+  flags.add("--repeat", &repeat, "rounds of a comparison", 1, 1000);
+  flags.add("--warmup", &warmup, "transactions before each contender's measured ones", 0,
+            1000000000);
+  flags.add("--verify", &cfg.verify, "check every byte read");
+  flags.add("--json", &json, "write the results there (else stdout)");
+  if (!flags.parse(argc, argv).empty()) usage("no arguments besides flags");
   try {
-    for (int i = 1; i < argc; ++i) {
-      std::string flag = argv[i];
-      auto value = [&]() -> std::string {
-        if (i + 1 >= argc) usage(flag + " needs a value");
-        return argv[++i];
-      };
-      if (flag == "--url")
-        url = value();
-      else if (flag == "--files")
-        cfg.files = std::stoul(value());
-      else if (flag == "--transactions")
-        cfg.transactions = std::stoul(value());
-      else if (flag == "--size-low")
-        cfg.size_low = std::stoull(value());
-      else if (flag == "--size-high")
-        cfg.size_high = std::stoull(value());
-      else if (flag == "--read-block")
-        cfg.read_block = std::stoul(value());
-      else if (flag == "--write-block")
-        cfg.write_block = std::stoul(value());
-      else if (flag == "--bias-read")
-        cfg.bias_read = std::stoi(value());
-      else if (flag == "--bias-create")
-        cfg.bias_create = std::stoi(value());
-      else if (flag == "--subdirectories")
-        cfg.subdirectories = std::stoul(value());
-      else if (flag == "--seed")
-        cfg.seed = std::stoull(value());
-      else if (flag == "--read-modes") {
-        modes.clear();
-        std::istringstream in(value());
-        for (std::string m; std::getline(in, m, ',');) {
-          mode_of(m);
-          modes.push_back(m);
-        }
-      } else if (flag == "--cache-fractions")
-        fractions = parse_fractions(value());
-      else if (flag == "--write-behind")
-        write_behind = std::stoul(value());
-      else if (flag == "--repeat")
-        repeat = std::stoul(value());
-      else if (flag == "--warmup")
-        warmup = std::stoul(value());
-      else if (flag == "--verify")
-        cfg.verify = true;
-      else if (flag == "--json")
-        json = value();
-      else
-        usage("unknown option " + flag);
+    modes.clear();
+    std::istringstream in(mode_list);
+    for (std::string m; std::getline(in, m, ',');) {
+      mode_of(m);
+      modes.push_back(m);
     }
+    if (!fraction_list.empty()) fractions = parse_fractions(fraction_list);
   } catch (const std::logic_error& e) {
     usage(std::string("bad value: ") + e.what());
   }
   if (url.empty()) usage("--url is required");
   if (cfg.size_low == 0 || cfg.size_high < cfg.size_low) usage("need 0 < size-low <= size-high");
   if (cfg.read_block == 0 || cfg.write_block == 0) usage("block sizes must be positive");
-  if (cfg.bias_read < -1 || cfg.bias_read > 10 || cfg.bias_create < -1 || cfg.bias_create > 10) {
-    usage("biases are 0..10, or -1 to turn that half of a transaction off");
-  }
 
   try {
     auto setup = Client::mount(url);

@@ -14,7 +14,8 @@
 #
 # BASE adds the odafsd of another revision (built in a worktree, bench/lib.sh) as a second
 # contender in the same run. Writes $OUT/scale.json (rows, medians, spreads, checks) and
-# $OUT/scale-WORKLOAD-{ops,cpu}.svg/.png; prints a table. Runs on any core count.
+# $OUT/scale-WORKLOAD-{ops,cpu}.svg/.png, keeps the raw rows in $OUT/scale-rows.jsonl;
+# prints a table. Runs on any core count (about 10 minutes on 2 cores with BASE).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/lib.sh
@@ -34,7 +35,7 @@ if [ -n "${BASE:-}" ]; then
   build_base "$BASE" odafsd
   contenders+=("base:$base_dir/build/odafsd")
 fi
-rows=$work/rows.jsonl
+rows=$out/scale-rows.jsonl # kept as it grows: a run stopped half way keeps its rows
 : >"$rows"
 
 # Every (contender, threads) pair, rotated by the round.
@@ -79,7 +80,7 @@ print(json.dumps({"limit": "tcp_roundtrips", "clients": n,
 PY
 done
 for ((j = 0; j < cores; j++)); do
-  build/odafs-tcp-pingpong --mode memcpy --bytes 4096 --iters 2000000 | tail -1 >"$work/mc-$j" &
+  build/odafs-tcp-pingpong --mode memcpy --bytes 4096 --iters 100000 | tail -1 >"$work/mc-$j" &
 done
 wait
 python3 - "$work" "$cores" >>"$limits" <<'PY'

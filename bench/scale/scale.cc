@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "base/flags.h"
 #include "bench/bench_util.h"
 #include "client/client.h"
 
@@ -40,15 +41,6 @@ struct Options {
   double seconds = 2;
   bool child = false;
 };
-
-[[noreturn]] void usage(const char* why) {
-  if (why != nullptr) std::fprintf(stderr, "odafs-scale: %s\n", why);
-  std::fprintf(stderr,
-               "usage: odafs-scale --url URL --workload "
-               "read_rpc|read_ring|read_tcp|getattr|create_remove|write_commit\n"
-               "                   [--clients N] [--seconds S] [--file-mb M]\n");
-  std::exit(why != nullptr ? 2 : 0);
-}
 
 odafs::MountOptions mount_options(const std::string& workload, size_t blocks) {
   odafs::MountOptions mo;
@@ -78,7 +70,7 @@ int run_child(const Options& o) {
   } else if (o.workload == "write_commit") {
     f = c->open(mine, O_RDWR | O_CREAT | O_TRUNC, 0644);
   } else {
-    usage("unknown workload");
+    throw odafs::Error(EINVAL, "unknown workload " + o.workload);
   }
   std::printf("READY\n");
   std::fflush(stdout);
@@ -126,9 +118,9 @@ int run_parent(const Options& o) {
   }
   std::vector<odafs::bench::ChildProcess> kids;
   for (size_t i = 0; i < o.clients; ++i) {
-    kids.emplace_back(std::vector<std::string>{"--child", "--url", o.url, "--workload",
-                                               o.workload, "--seconds", std::to_string(o.seconds),
-                                               "--file-mb", std::to_string(o.file_mb)});
+    kids.emplace_back(std::vector<std::string>{"--child", "--url", o.url, "--workload", o.workload,
+                                               "--seconds", std::to_string(o.seconds), "--file-mb",
+                                               std::to_string(o.file_mb)});
   }
   for (auto& k : kids) {
     if (k.read_line().rfind("READY", 0) != 0) throw odafs::Error(EIO, "a client failed to set up");
@@ -160,35 +152,23 @@ int run_parent(const Options& o) {
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--help" || a == "-h") usage(nullptr);
-    if (a == "--child") {
-      o.child = true;
-      continue;
-    }
-    if (i + 1 >= argc) usage(("missing value for " + a).c_str());
-    std::string v = argv[++i];
-    try {
-      if (a == "--url") {
-        o.url = v;
-      } else if (a == "--workload") {
-        o.workload = v;
-      } else if (a == "--clients") {
-        o.clients = std::stoul(v);
-      } else if (a == "--seconds") {
-        o.seconds = std::stod(v);
-      } else if (a == "--file-mb") {
-        o.file_mb = std::stoul(v);
-      } else {
-        usage(("unknown option " + a).c_str());
-      }
-    } catch (const std::logic_error&) {
-      usage(("bad value for " + a).c_str());
-    }
+  odafs::Flags flags("odafs-scale", "--url URL --workload W [flags]");
+  flags.add("--url", &o.url, "the export (odafs://HOST:PORT/)");
+  flags.add("--workload", &o.workload,
+            "read_rpc, read_ring, read_tcp, getattr, create_remove or write_commit");
+  flags.add("--clients", &o.clients, "client processes", 1, 4096);
+  flags.add("--seconds", &o.seconds, "measured time", 0.001, 3600);
+  flags.add("--file-mb", &o.file_mb, "size of the file the reads read", 1, 1 << 20);
+  flags.add("--child", &o.child, "(internal) run as one client process");
+  if (!flags.parse(argc, argv).empty()) {
+    std::fprintf(stderr, "odafs-scale: no arguments besides flags\n%s", flags.usage().c_str());
+    return 2;
   }
-  if (o.url.empty() || o.workload.empty()) usage("--url and --workload are required");
-  if (o.clients == 0 || o.file_mb == 0 || o.seconds <= 0) usage("counts must be positive");
+  if (o.url.empty() || o.workload.empty()) {
+    std::fprintf(stderr, "odafs-scale: --url and --workload are required\n%s",
+                 flags.usage().c_str());
+    return 2;
+  }
   try {
     return o.child ? run_child(o) : run_parent(o);
   } catch (const std::exception& e) {

@@ -13,26 +13,6 @@
 
 namespace odafs::mount {
 
-mode_t type_bits(FileType t) {
-  switch (t) {
-    case FileType::kRegular:
-      return S_IFREG;
-    case FileType::kDirectory:
-      return S_IFDIR;
-    case FileType::kSymlink:
-      return S_IFLNK;
-    case FileType::kBlock:
-      return S_IFBLK;
-    case FileType::kChar:
-      return S_IFCHR;
-    case FileType::kSocket:
-      return S_IFSOCK;
-    case FileType::kFifo:
-      return S_IFIFO;
-  }
-  return S_IFREG;
-}
-
 int errno_of_exception(const std::exception& e) {
   if (const auto* oe = dynamic_cast<const Error*>(&e)) {
     int err = oe->errno_value();
@@ -146,21 +126,9 @@ File* FuseFs::file_of(const fuse_file_info* fi) {
 }
 
 struct stat FuseFs::to_stat(const Attr& a) const {
-  struct stat st {};
-  // The server's file id is st_ino (FUSE reports attr.ino, not the node id), so that
+  // st_ino is the server's file id (FUSE reports attr.ino, not the node id), so that
   // programs that compare inode numbers (find, tar, cp -a) see stable ones.
-  st.st_ino = a.fileid;
-  st.st_mode = type_bits(a.type) | (a.mode & 07777);
-  st.st_nlink = a.nlink;
-  st.st_uid = a.uid;
-  st.st_gid = a.gid;
-  st.st_size = static_cast<off_t>(a.size);
-  st.st_blocks = static_cast<blkcnt_t>((a.used + 511) / 512);
-  st.st_blksize = block_size_;
-  st.st_atim = a.atime;
-  st.st_mtim = a.mtime;
-  st.st_ctim = a.ctime;
-  return st;
+  return odafs::to_stat(a, block_size_);
 }
 
 void FuseFs::reply_entry(fuse_req_t req, Ino parent, const std::string& name, const Attr& a) {

@@ -46,9 +46,6 @@
 
 namespace odafs::mount {
 
-// The S_IFMT bits of a file type, for st_mode.
-mode_t type_bits(FileType t);
-
 struct FsOptions {
   double attr_timeout = 1.0;   // seconds the kernel may trust attributes
   double entry_timeout = 1.0;  // seconds the kernel may trust a name → inode lookup

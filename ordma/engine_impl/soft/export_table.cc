@@ -17,32 +17,6 @@ ExportTable::State state_of(uint64_t word) {
 
 }  // namespace
 
-const char* fault_name(Fault f) {
-  switch (f) {
-    case Fault::kNone:
-      return "none";
-    case Fault::kBadCapability:
-      return "bad_capability";
-    case Fault::kStaleGeneration:
-      return "stale_generation";
-    case Fault::kRevoked:
-      return "revoked";
-    case Fault::kLocked:
-      return "locked";
-    case Fault::kOutOfBounds:
-      return "out_of_bounds";
-    case Fault::kUnknownSegment:
-      return "unknown_segment";
-    case Fault::kWrongSession:
-      return "wrong_session";
-    case Fault::kTransport:
-      return "transport";
-    case Fault::kBadRequest:
-      return "bad_request";
-  }
-  return "unknown";
-}
-
 ExportTable::ExportTable(size_t segments)
     : count_(segments), entries_(std::make_unique<Entry[]>(segments)) {}
 
