@@ -2,8 +2,8 @@
 # Standard PostMark on the library from 1 and from 2 (or PROCS="1 2 4") processes at once,
 # each in its own directory of one export, for this checkout's odafsd and, with BASE,
 # another revision's, interleaved and repeated. The server's CPU (all its threads, from
-# /proc/PID/stat) over every process's transactions is its CPU per transaction: it should
-# stay flat as processes are added. odafsd runs with its defaults (loops from the cores)
+# /proc/PID/stat) over the whole runs (pools created, transactions, pools deleted) divided
+# by the transactions is its CPU per transaction: it should stay flat as processes are added. odafsd runs with its defaults (loops from the cores)
 # and --block-size 4096 --cache-mb 256; read mode ordma.
 #   [BASE=REV] [PROCS="1 2"] bash bench/postmark/processes.sh [ROUNDS] [FILES] [TRANSACTIONS]
 # Prints a table of medians and spreads and writes $OUT/postmark-processes.json.
@@ -48,7 +48,7 @@ ticks = os.sysconf("SC_CLK_TCK")
 done = 0
 for k in range(1, p + 1):
     d = json.load(open(f"{work}/pm-{k}.json"))
-    done += sum(1 for _ in d["results"]) * txns
+    done += d["transactions"]
 print(json.dumps({"contender": label, "processes": p, "round": r,
                   "txn_per_s": done / (t1 - t0),
                   "server_cpu_us_per_txn": (cpu1 - cpu0) * 1e6 / ticks / done}))
