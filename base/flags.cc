@@ -72,29 +72,27 @@ void Flags::add(const char* name, bool* value, const char* help) {
             }});
 }
 
+template <class T, class Bound>
+void Flags::add_number(const char* name, T* value, const char* help, Bound min, Bound max,
+                       const char* value_name) {
+  add_flag({name, value_name, help, text_of(*value), true,
+            [value, min, max](const std::string& v) { return parse_number(v, value, min, max); }});
+}
+
 void Flags::add(const char* name, int* value, const char* help, int64_t min, int64_t max) {
-  add_flag({name, "N", help, text_of(*value), true,
-            [value, min, max](const std::string& v) { return parse_number(v, value, min, max); }});
+  add_number(name, value, help, min, max, "N");
 }
-
 void Flags::add(const char* name, int64_t* value, const char* help, int64_t min, int64_t max) {
-  add_flag({name, "N", help, text_of(*value), true,
-            [value, min, max](const std::string& v) { return parse_number(v, value, min, max); }});
+  add_number(name, value, help, min, max, "N");
 }
-
 void Flags::add(const char* name, size_t* value, const char* help, uint64_t min, uint64_t max) {
-  add_flag({name, "N", help, text_of(*value), true,
-            [value, min, max](const std::string& v) { return parse_number(v, value, min, max); }});
+  add_number(name, value, help, min, max, "N");
 }
-
 void Flags::add(const char* name, uint32_t* value, const char* help, uint64_t min, uint64_t max) {
-  add_flag({name, "N", help, text_of(*value), true,
-            [value, min, max](const std::string& v) { return parse_number(v, value, min, max); }});
+  add_number(name, value, help, min, max, "N");
 }
-
 void Flags::add(const char* name, double* value, const char* help, double min, double max) {
-  add_flag({name, "X", help, text_of(*value), true,
-            [value, min, max](const std::string& v) { return parse_number(v, value, min, max); }});
+  add_number(name, value, help, min, max, "X");
 }
 
 void Flags::add_each(const char* name, const char* value_name, const char* help,

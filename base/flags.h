@@ -57,6 +57,9 @@ class Flags {
     std::function<std::string(const std::string&)> take;  // "" or the error
   };
   void add_flag(Flag f);
+  template <class T, class Bound>
+  void add_number(const char* name, T* value, const char* help, Bound min, Bound max,
+                  const char* value_name);
 
   std::string program_, synopsis_, epilog_;
   std::vector<Flag> flags_;

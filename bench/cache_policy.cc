@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "base/flags.h"
 #include "bench/bench_util.h"
 #include "client/client.h"
 #include "client/client_cache.h"
@@ -162,21 +163,14 @@ int main(int argc, char** argv) {
   uint32_t block = 4096;
   size_t repeats = 5;
   std::string json_path, contender_list = "lru,mq";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i], v = argv[i + 1];
-    if (a == "--headers")
-      headers = std::stoul(v);
-    else if (a == "--data")
-      data = std::stoul(v);
-    else if (a == "--block")
-      block = static_cast<uint32_t>(std::stoul(v));
-    else if (a == "--repeats")
-      repeats = std::stoul(v);
-    else if (a == "--contenders")
-      contender_list = v;
-    else if (a == "--json")
-      json_path = v;
-  }
+  odafs::Flags flags("odafs-cache-policy", "[flags]");
+  flags.add("--headers", &headers, "directory entries (references)", 1, 1u << 30);
+  flags.add("--data", &data, "data blocks (at most --headers)", 1, 1u << 30);
+  flags.add("--block", &block, "block size", 1, 16u << 20);
+  flags.add("--repeats", &repeats, "repeats of each trace", 1, 1000);
+  flags.add("--contenders", &contender_list, "lru, mq, mq-lifeK (a list)");
+  flags.add("--json", &json_path, "write the results there (else stdout)");
+  if (!flags.parse(argc, argv).empty()) headers = 0;  // reported below
   if (headers == 0 || data == 0 || data > headers || block == 0 || repeats == 0) {
     std::fprintf(stderr,
                  "usage: odafs-cache-policy [--headers H] [--data D <= H] [--block B] "

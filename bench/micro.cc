@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/flags.h"
 #include "bench/bench_util.h"
 #include "client/client.h"
 
@@ -62,25 +63,23 @@ int main(int argc, char** argv) {
   size_t file_mb = 8, block = 4096;
   int rate_ms = 1500;
   std::vector<size_t> inflight = {1, 2, 4, 8, 16, 32, 64};
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i], v = argv[i + 1];
-    if (a == "--url")
-      url = v;
-    else if (a == "--file-mb")
-      file_mb = std::stoul(v);
-    else if (a == "--block")
-      block = std::stoul(v);
-    else if (a == "--rate-ms")
-      rate_ms = std::stoi(v);
-    else if (a == "--inflight")
-      inflight = odafs::bench::parse_list(v);
-    else if (a == "--json")
-      json_path = v;
+  std::string inflight_list = "1,2,4,8,16,32,64";
+  odafs::Flags flags("odafs-micro", "--url URL [flags]");
+  flags.add("--url", &url, "the export (odafs://HOST:PORT/)");
+  flags.add("--file-mb", &file_mb, "file size", 1, 1 << 20);
+  flags.add("--block", &block, "bytes per read", 1, 16 << 20);
+  flags.add("--rate-ms", &rate_ms, "ms per throughput point", 1, 3600000);
+  flags.add("--inflight", &inflight_list, "reads in flight, a list");
+  flags.add("--json", &json_path, "write the results there (else stdout)");
+  if (!flags.parse(argc, argv).empty() || url.empty()) {
+    std::fprintf(stderr, "odafs-micro: --url is required, and nothing besides flags\n%s",
+                 flags.usage().c_str());
+    return 2;
   }
-  if (url.empty() || block == 0) {
-    std::fprintf(stderr,
-                 "usage: odafs-micro --url URL [--file-mb M] [--block B] [--rate-ms MS] "
-                 "[--inflight LIST] [--json FILE]\n");
+  try {
+    inflight = odafs::bench::parse_list(inflight_list);
+  } catch (const std::logic_error&) {
+    std::fprintf(stderr, "odafs-micro: --inflight wants a list of numbers\n");
     return 2;
   }
   // ordma reaches the engine the way a client on its host does by default (local rings);

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "base/flags.h"
 #include "bench/bench_util.h"
 #include "client/client.h"
 #include "client/io_queue.h"
@@ -168,41 +169,27 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   Options o;
   bool child = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--child") {
-      child = true;
-      continue;
-    }
-    if (i + 1 >= argc) {
-      std::fprintf(stderr,
-                   "usage: odafs-server-throughput --url URL [--clients N] [--file-mb M] "
-                   "[--request-kb K] [--rounds R] [--mechanisms LIST] [--json FILE]\n");
-      return 2;
-    }
-    std::string v = argv[++i];
-    if (a == "--url")
-      o.url = v;
-    else if (a == "--clients")
-      o.clients = std::stoul(v);
-    else if (a == "--file-mb")
-      o.file_mb = std::stoul(v);
-    else if (a == "--request-kb")
-      o.request_kb = std::stoul(v);
-    else if (a == "--rounds")
-      o.rounds = std::stoul(v);
-    else if (a == "--mechanism")
-      o.mechanism = v;
-    else if (a == "--json")
-      o.json_path = v;
-    else if (a == "--mechanisms") {
-      o.mechanisms.clear();
-      for (size_t p = 0; p <= v.size();) {
-        size_t comma = std::min(v.find(',', p), v.size());
-        if (comma > p) o.mechanisms.push_back(v.substr(p, comma - p));
-        p = comma + 1;
-      }
-    }
+  std::string mechanisms = "rpc,ordma,ordma_tcp";
+  odafs::Flags flags("odafs-server-throughput", "--url URL [flags]");
+  flags.add("--url", &o.url, "the export (odafs://HOST:PORT/)");
+  flags.add("--clients", &o.clients, "client processes", 1, 4096);
+  flags.add("--file-mb", &o.file_mb, "file per client", 1, 1 << 20);
+  flags.add("--request-kb", &o.request_kb, "bytes per request (all its blocks in flight)", 1,
+            1 << 20);
+  flags.add("--rounds", &o.rounds, "rounds (mechanisms rotate)", 1, 1000);
+  flags.add("--mechanisms", &mechanisms, "rpc, ordma, ordma_tcp (a list)");
+  flags.add("--json", &o.json_path, "write the results there (else stdout)");
+  flags.add("--child", &child, "(internal) run as one client process");
+  flags.add("--mechanism", &o.mechanism, "(internal) the child's mechanism");
+  if (!flags.parse(argc, argv).empty()) {
+    std::fprintf(stderr, "odafs-server-throughput: no arguments besides flags\n");
+    return 2;
+  }
+  o.mechanisms.clear();
+  for (size_t p = 0; p <= mechanisms.size();) {
+    size_t comma = std::min(mechanisms.find(',', p), mechanisms.size());
+    if (comma > p) o.mechanisms.push_back(mechanisms.substr(p, comma - p));
+    p = comma + 1;
   }
   try {
     if (child) return run_child(o);

@@ -45,6 +45,7 @@
 #include <system_error>
 #include <vector>
 
+#include "base/flags.h"
 #include "base/net.h"
 
 namespace {
@@ -99,22 +100,16 @@ uint64_t spin_until_changed(const std::atomic<uint64_t>& seq, uint64_t last,
 int main(int argc, char** argv) {
   size_t iters = 20000, bytes = 64;
   std::string mode = "blocking";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--iters")
-      iters = std::stoul(argv[i + 1]);
-    else if (a == "--bytes")
-      bytes = std::stoul(argv[i + 1]);
-    else if (a == "--mode")
-      mode = argv[i + 1];
-  }
+  odafs::Flags flags("odafs-tcp-pingpong", "[flags]");
+  flags.add("--iters", &iters, "exchanges (or copies)", 1, 1u << 30);
+  flags.add("--bytes", &bytes, "bytes per message", 1, 64u << 20);
+  flags.add("--mode", &mode, "blocking, busy, client_poll, shm, shm_doorbell or memcpy");
+  if (!flags.parse(argc, argv).empty()) mode.clear();  // reported below
   const bool doorbell = mode == "shm_doorbell";
   if (iters == 0 || bytes == 0 ||
       (mode != "blocking" && mode != "busy" && mode != "client_poll" && mode != "shm" &&
        !doorbell && mode != "memcpy")) {
-    std::fprintf(stderr,
-                 "usage: odafs-tcp-pingpong [--iters N] [--bytes B] "
-                 "[--mode blocking|busy|client_poll|shm|shm_doorbell|memcpy]\n");
+    std::fprintf(stderr, "odafs-tcp-pingpong: unknown --mode\n%s", flags.usage().c_str());
     return 2;
   }
   std::vector<double> lat(iters);

@@ -24,15 +24,15 @@
 
 namespace {
 
-[[noreturn]] void usage() {
-  std::fprintf(stderr,
+[[noreturn]] void usage(FILE* out = stderr, int status = 2) {
+  std::fprintf(out,
                "usage: odafs [--timeout MS] ls|stat|cat|mkdir|rm|rmdir|df|ping|stats URL\n"
                "       odafs [--timeout MS] mv URL URL2\n"
                "       odafs [--timeout MS] put LOCAL URL\n"
                "       odafs [--timeout MS] get URL LOCAL\n"
                "URL is odafs://HOST:PORT/PATH[?timeout_ms=N][&cache_policy=lru|mq]\n"
                "--timeout MS: give up on a server that does not answer within MS ms\n");
-  std::exit(2);
+  std::exit(status);
 }
 
 // --timeout, if given; a URL's ?timeout_ms wins over it, as in Client::mount.
@@ -206,6 +206,7 @@ int parse_globals(int argc, char** argv) {
   while (i < argc && std::strncmp(argv[i], "--", 2) == 0) {
     std::string opt = argv[i++];
     std::string value;
+    if (opt == "--help") usage(stdout, 0);
     if (opt == "--timeout" && i < argc) {
       value = argv[i++];
     } else if (opt.rfind("--timeout=", 0) == 0) {

@@ -183,7 +183,9 @@ TEST_CASE("odafs get that fails mid-way leaves an existing LOCAL as it was") {
   write_local(dir / "big", data);
   const std::string before = "the local file, before get";
   write_local(local / "out", before);
-  Tool tool({"get", server.url("/big"), local / "out"});
+  // --timeout bounds how long the tool may wait on the dead server, whatever it was doing
+  // when the server died (a one-sided read on a local ring is answered by nobody then).
+  Tool tool({"--timeout", "5000", "get", server.url("/big"), local / "out"});
   // Wait until the copy is under way (bytes written to a file beside LOCAL, or to LOCAL
   // itself), then freeze the tool there, so that the server dies mid-transfer whatever
   // the machine's speed.

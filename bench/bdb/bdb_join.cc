@@ -202,13 +202,13 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-int usage() {
-  std::fprintf(stderr,
+int usage(FILE* out = stderr, int status = 2) {
+  std::fprintf(out,
                "usage: odafs-bdb --url URL [--load N] [--copies 1,1024,...] [--mechanisms "
                "inline,preposted,direct,ordma_ring,ordma_tcp,mount]\n"
                "                 [--mount-dir DIR --mount-pid PID] [--window 16] [--reps 3] "
                "[--cache-mb 4] [--json FILE]\n");
-  return 2;
+  return status;
 }
 
 }  // namespace
@@ -219,6 +219,7 @@ int main(int argc, char** argv) {
   try {
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
+      if (a == "--help" || a == "-h") return usage(stdout, 0);
       auto next = [&]() -> std::string {
         if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
         return argv[++i];

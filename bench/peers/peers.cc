@@ -431,6 +431,12 @@ int main(int argc, char** argv) {
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string flag = argv[i];
+      if (flag == "--help" || flag == "-h") {
+        std::printf(
+            "odafs-peers: the flags are listed in the header of bench/peers/peers.cc;\n"
+            "bench/peers/run.sh runs it (docs/PERFORMANCE.md)\n");
+        return 0;
+      }
       if (i + 1 >= argc) usage(flag + " needs a value");
       const std::string v = argv[++i];
       if (flag == "--target")

@@ -10,7 +10,10 @@
 # stream): the ceiling of one-at-a-time RPC clients here.
 #
 #   [BASE=REV] [THREADS="1 2 8"] [CLIENTS="1 2 4"] [WORKLOADS="read_rpc getattr"] \
-#     bash bench/scale/run.sh [ROUNDS] [SECONDS]
+#     [THREADS_PER_CLIENT=T] bash bench/scale/run.sh [ROUNDS] [SECONDS]
+#
+# THREADS_PER_CLIENT runs T threads in each client process on its one connection, so that
+# T calls of a client are in flight together (default 1: one operation at a time).
 #
 # BASE adds the odafsd of another revision (built in a worktree, bench/lib.sh) as a second
 # contender in the same run. Writes $OUT/scale.json (rows, medians, spreads, checks) and
@@ -29,6 +32,7 @@ if [ -z "${CLIENTS:-}" ]; then
   CLIENTS="$CLIENTS $((2 * cores))"
 fi
 workloads=${WORKLOADS:-"read_rpc read_ring read_tcp getattr create_remove write_commit"}
+per_client=${THREADS_PER_CLIENT:-1} # threads per client process, sharing its connection
 build_targets odafsd odafs-scale odafs-tcp-pingpong
 contenders=("new:build/odafsd")
 if [ -n "${BASE:-}" ]; then
@@ -54,7 +58,7 @@ for ((r = 1; r <= rounds; r++)); do
       w=${wl[$(((k + r) % ${#wl[@]}))]}
       for n in $CLIENTS; do
         line=$(build/odafs-scale --url "odafs://$addr/" --workload "$w" --clients "$n" \
-          --seconds "$secs")
+          --seconds "$secs" --threads "$per_client")
         echo "${line%\}}, \"contender\": \"$label\", \"threads\": $t, \"round\": $r}" >>"$rows"
       done
     done

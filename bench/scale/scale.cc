@@ -2,8 +2,10 @@
 // workload against one odafsd for a fixed time, each one operation at a time.
 //
 //   odafs-scale --url odafs://127.0.0.1:PORT/ --workload W [--clients N] [--seconds S]
-//               [--file-mb M]
+//               [--file-mb M] [--threads T]
 //
+// --threads T runs T threads in each client process, sharing its mount (one connection):
+// their calls are in flight together, as a multi-threaded program's are.
 // Workloads (every one's operation leaves the client: no client data cache):
 //   read_rpc       4 KiB pread at a random block of a file warm in the server's cache, by
 //                  a pre-posted READ;
@@ -19,11 +21,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/flags.h"
@@ -39,6 +43,7 @@ struct Options {
   std::string url, workload;
   size_t clients = 1, file_mb = 16;
   double seconds = 2;
+  size_t threads = 1;  // per client process, one operation at a time each
   bool child = false;
 };
 
@@ -76,24 +81,45 @@ int run_child(const Options& o) {
   std::fflush(stdout);
   if (!odafs::bench::wait_for_go()) return 1;
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.seconds);
-  uint64_t ops = 0;
   const uint64_t blocks = file_bytes / kBlock;
-  while (std::chrono::steady_clock::now() < end) {
-    for (int i = 0; i < 16; ++i, ++ops) {  // the clock read once per 16 operations
-      if (o.workload == "getattr") {
-        f.stat();
-      } else if (o.workload == "create_remove") {
-        const std::string name = mine + "/f" + std::to_string(ops);
-        c->open(name, O_RDWR | O_CREAT | O_EXCL, 0644).close();
-        c->unlink(name);
-      } else if (o.workload == "write_commit") {
-        f.pwrite(buf.data(), kBlock, (ops % 256) * kBlock);
-        f.fsync();
-      } else if (f.pread(buf.data(), kBlock, (rng() % blocks) * kBlock) != kBlock) {
-        throw odafs::Error(EIO, "short read");
+  std::atomic<uint64_t> total{0};
+  std::atomic<bool> failed{false};
+  const uint64_t seed = rng();
+  // One client's threads share its connection: their calls are in flight together.
+  auto run = [&](size_t thread) noexcept {
+    std::vector<char> mine_buf(kBlock, 'x');
+    std::mt19937_64 r(seed + thread);
+    uint64_t ops = 0;
+    const std::string prefix = mine + "/t" + std::to_string(thread) + "-";
+    try {
+      while (std::chrono::steady_clock::now() < end) {
+        for (int i = 0; i < 16; ++i, ++ops) {  // the clock read once per 16 operations
+          if (o.workload == "getattr") {
+            f.stat();
+          } else if (o.workload == "create_remove") {
+            const std::string name = prefix + std::to_string(ops);
+            c->open(name, O_RDWR | O_CREAT | O_EXCL, 0644).close();
+            c->unlink(name);
+          } else if (o.workload == "write_commit") {
+            f.pwrite(mine_buf.data(), kBlock, ((ops % 64) * o.threads + thread) * kBlock);
+            f.fsync();
+          } else if (f.pread(mine_buf.data(), kBlock, (r() % blocks) * kBlock) != kBlock) {
+            throw odafs::Error(EIO, "short read");
+          }
+        }
       }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "odafs-scale: client %d thread %zu: %s\n", getpid(), thread, e.what());
+      failed = true;
     }
-  }
+    total += ops;
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < o.threads; ++t) threads.emplace_back(run, t);
+  run(0);
+  for (auto& t : threads) t.join();
+  const uint64_t ops = total.load();
+  if (failed) return 1;
   if (o.workload == "create_remove") c->rmdir(mine);
   if (o.workload == "write_commit") {
     f.close();
@@ -140,9 +166,10 @@ int run_parent(const Options& o) {
   const uint64_t cpu1 = odafs::bench::server_cpu_us(*stats)["total"];
   kids.clear();
   std::printf(
-      "{\"workload\": \"%s\", \"clients\": %zu, \"ops\": %llu, \"seconds\": %.3f, "
+      "{\"workload\": \"%s\", \"clients\": %zu, \"threads_per_client\": %zu, \"ops\": %llu, "
+      "\"seconds\": %.3f, "
       "\"ops_per_s\": %.1f, \"server_cpu_us_per_op\": %.2f}\n",
-      o.workload.c_str(), o.clients, static_cast<unsigned long long>(ops), secs,
+      o.workload.c_str(), o.clients, o.threads, static_cast<unsigned long long>(ops), secs,
       static_cast<double>(ops) / secs,
       ops ? static_cast<double>(cpu1 - cpu0) / static_cast<double>(ops) : 0.0);
   return 0;
@@ -159,6 +186,9 @@ int main(int argc, char** argv) {
   flags.add("--clients", &o.clients, "client processes", 1, 4096);
   flags.add("--seconds", &o.seconds, "measured time", 0.001, 3600);
   flags.add("--file-mb", &o.file_mb, "size of the file the reads read", 1, 1 << 20);
+  flags.add("--threads", &o.threads,
+            "threads per client process, sharing its connection (calls in flight together)", 1,
+            256);
   flags.add("--child", &o.child, "(internal) run as one client process");
   if (!flags.parse(argc, argv).empty()) {
     std::fprintf(stderr, "odafs-scale: no arguments besides flags\n%s", flags.usage().c_str());

@@ -323,12 +323,12 @@ int run(const Options& o, const std::string& self) {
 }
 
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
+  std::fprintf(why != nullptr ? stderr : stdout,
                "odafs_soak: %s\nusage: odafs_soak [--clients N] [--seconds S] [--shared-files N] "
                "[--cache-mb N] [--sample-seconds S] [--max-rss-mb N] [--restart-every S] "
                "[--json FILE]\n",
-               why);
-  std::exit(2);
+               why != nullptr ? why : "a soak of checking clients against one odafsd");
+  std::exit(why != nullptr ? 2 : 0);
 }
 
 int number(const char* flag, const char* text, int lo, int hi) {
@@ -357,6 +357,7 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) usage((flag + " needs a value").c_str());
       return argv[++i];
     };
+    if (flag == "--help" || flag == "-h") usage(nullptr);
     if (flag == "--clients")
       o.clients = number("--clients", value(), 1, 1024);
     else if (flag == "--seconds")
