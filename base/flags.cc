@@ -95,6 +95,28 @@ void Flags::add(const char* name, double* value, const char* help, double min, d
   add_number(name, value, help, min, max, "X");
 }
 
+void Flags::add(const char* name, std::vector<size_t>* value, const char* help, uint64_t min,
+                uint64_t max) {
+  std::string shown;
+  for (size_t v : *value) {
+    if (!shown.empty()) shown += ',';
+    shown += std::to_string(v);
+  }
+  add_flag({name, "N,N,...", help, shown, true, [value, min, max](const std::string& text) {
+              std::vector<size_t> list;
+              for (size_t pos = 0; pos <= text.size();) {
+                size_t comma = std::min(text.find(',', pos), text.size());
+                size_t item = 0;
+                std::string why = parse_number(text.substr(pos, comma - pos), &item, min, max);
+                if (!why.empty()) return why;
+                list.push_back(item);
+                pos = comma + 1;
+              }
+              *value = std::move(list);
+              return std::string();
+            }});
+}
+
 void Flags::add_each(const char* name, const char* value_name, const char* help,
                      std::function<std::string(const std::string&)> take) {
   add_flag({name, value_name, help, "", true, std::move(take)});

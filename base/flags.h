@@ -34,6 +34,9 @@ class Flags {
   void add(const char* name, uint32_t* value, const char* help, uint64_t min = 0,
            uint64_t max = UINT32_MAX);
   void add(const char* name, double* value, const char* help, double min = 0, double max = 1e300);
+  // A comma-separated list of whole numbers, each within [min, max]; at least one.
+  void add(const char* name, std::vector<size_t>* value, const char* help, uint64_t min = 0,
+           uint64_t max = SIZE_MAX);
   // A flag that may be given many times, each value passed to `take`, which returns an
   // error message or "" (accepted).
   void add_each(const char* name, const char* value_name, const char* help,

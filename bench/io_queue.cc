@@ -70,22 +70,17 @@ int main(int argc, char** argv) {
   size_t block = 4096, file_mb = 8, rounds = 5;
   std::vector<size_t> inflight = {1, 4, 16, 64};
   std::vector<std::string> mechanisms = {"rpc", "ordma"};
-  std::string inflight_list = "1,4,16,64", mechanism_list = "rpc,ordma";
+  std::string mechanism_list = "rpc,ordma";
   odafs::Flags flags("odafs-ioqueue", "--url URL [flags]");
   flags.add("--url", &url, "the export (odafs://HOST:PORT/)");
   flags.add("--seconds", &seconds, "seconds per point", 0.001, 3600);
-  flags.add("--inflight", &inflight_list, "reads in flight, a list");
+  flags.add("--inflight", &inflight, "reads in flight, a list", 1, 4096);
   flags.add("--rounds", &rounds, "rounds", 1, 1000);
   flags.add("--block", &block, "bytes per read", 1, 16 << 20);
   flags.add("--file-mb", &file_mb, "file size", 1, 1 << 20);
   flags.add("--mechanisms", &mechanism_list, "rpc, ordma (a list)");
   flags.add("--json", &json_path, "write the results there (else stdout)");
   if (!flags.parse(argc, argv).empty()) url.clear();  // reported below
-  try {
-    inflight = odafs::bench::parse_list(inflight_list);
-  } catch (const std::logic_error&) {
-    inflight.clear();
-  }
   mechanisms = split(mechanism_list);
   if (url.empty() || block == 0 || inflight.empty() || rounds == 0 || mechanisms.empty()) {
     std::fprintf(stderr, "odafs-ioqueue: --url is required (--help lists the flags)\n");

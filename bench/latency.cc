@@ -68,19 +68,13 @@ int main(int argc, char** argv) {
   std::string url, json_path;
   size_t iters = 20000, file_mb = 4;
   std::vector<size_t> block_sizes = {4096};
-  std::string block_list = "4096";
   odafs::Flags flags("odafs-latency", "--url URL [flags]");
   flags.add("--url", &url, "the export (odafs://HOST:PORT/)");
   flags.add("--iters", &iters, "reads per mechanism and block size", 1, 1u << 30);
   flags.add("--file-mb", &file_mb, "file size", 1, 1 << 20);
-  flags.add("--blocks", &block_list, "block sizes, a list");
+  flags.add("--blocks", &block_sizes, "block sizes, a list", 1, 16777216);
   flags.add("--json", &json_path, "write the results there (else stdout)");
   if (!flags.parse(argc, argv).empty()) url.clear();  // reported below
-  try {
-    block_sizes = odafs::bench::parse_list(block_list);
-  } catch (const std::logic_error&) {
-    block_sizes.clear();
-  }
   if (url.empty() || iters == 0 || block_sizes.empty() ||
       std::count(block_sizes.begin(), block_sizes.end(), 0u) != 0) {
     std::fprintf(stderr, "odafs-latency: --url is required (--help lists the flags)\n");

@@ -63,23 +63,16 @@ int main(int argc, char** argv) {
   size_t file_mb = 8, block = 4096;
   int rate_ms = 1500;
   std::vector<size_t> inflight = {1, 2, 4, 8, 16, 32, 64};
-  std::string inflight_list = "1,2,4,8,16,32,64";
   odafs::Flags flags("odafs-micro", "--url URL [flags]");
   flags.add("--url", &url, "the export (odafs://HOST:PORT/)");
   flags.add("--file-mb", &file_mb, "file size", 1, 1 << 20);
   flags.add("--block", &block, "bytes per read", 1, 16 << 20);
   flags.add("--rate-ms", &rate_ms, "ms per throughput point", 1, 3600000);
-  flags.add("--inflight", &inflight_list, "reads in flight, a list");
+  flags.add("--inflight", &inflight, "reads in flight, a list", 1, 4096);
   flags.add("--json", &json_path, "write the results there (else stdout)");
   if (!flags.parse(argc, argv).empty() || url.empty()) {
     std::fprintf(stderr, "odafs-micro: --url is required, and nothing besides flags\n%s",
                  flags.usage().c_str());
-    return 2;
-  }
-  try {
-    inflight = odafs::bench::parse_list(inflight_list);
-  } catch (const std::logic_error&) {
-    std::fprintf(stderr, "odafs-micro: --inflight wants a list of numbers\n");
     return 2;
   }
   // ordma reaches the engine the way a client on its host does by default (local rings);

@@ -36,20 +36,14 @@ int main(int argc, char** argv) {
   double seconds = 2;
   size_t block = 4096, file_mb = 8;
   std::vector<size_t> inflight = {1, 2, 4, 8, 16, 32, 64};
-  std::string inflight_list = "1,2,4,8,16,32,64";
   odafs::Flags flags("odafs-throughput", "--url URL [flags]");
   flags.add("--url", &url, "the export (odafs://HOST:PORT/)");
   flags.add("--seconds", &seconds, "seconds per point", 0.001, 3600);
-  flags.add("--inflight", &inflight_list, "reads in flight, a list");
+  flags.add("--inflight", &inflight, "reads in flight, a list", 1, 4096);
   flags.add("--block", &block, "bytes per read", 1, 16 << 20);
   flags.add("--file-mb", &file_mb, "file size", 1, 1 << 20);
   flags.add("--json", &json_path, "write the results there (else stdout)");
   if (!flags.parse(argc, argv).empty()) url.clear();  // reported below
-  try {
-    inflight = odafs::bench::parse_list(inflight_list);
-  } catch (const std::logic_error&) {
-    inflight.clear();
-  }
   if (url.empty() || block == 0 || inflight.empty()) {
     std::fprintf(stderr, "odafs-throughput: --url is required (--help lists the flags)\n");
     return 2;

@@ -36,6 +36,7 @@ struct Table {
   int grace = -1;
   double seconds = 1.5;
   bool quiet = false;
+  std::vector<size_t> sizes = {1, 2};
   std::vector<std::string> rules;
   odafs::Flags flags{"prog", "[flags] FILE"};
   Table() {
@@ -44,6 +45,7 @@ struct Table {
     flags.add("--grace-ms", &grace, "grace period", -1, 100000);
     flags.add("--seconds", &seconds, "time", 0.1, 10);
     flags.add("--quiet", &quiet, "say less");
+    flags.add("--sizes", &sizes, "sizes", 1, 100);
     flags.add_each("--clients-rule", "SPEC", "who may mount", [this](const std::string& v) {
       if (v.empty()) return std::string("an empty rule");
       rules.push_back(v);
@@ -64,7 +66,7 @@ TEST_CASE("flags: values, switches, repeats and positional arguments") {
   Table t;
   Parsed p = t.parse({"--url", "odafs://h:1/", "--clients=8", "FILE", "--grace-ms", "-1",
                       "--seconds", "2.5", "--quiet", "--clients-rule", "a", "--clients-rule", "b",
-                      "--", "--not-a-flag"});
+                      "--sizes", "4,8,100", "--", "--not-a-flag"});
   REQUIRE(p.ok);
   CHECK(t.url == "odafs://h:1/");
   CHECK(t.clients == 8);
@@ -72,6 +74,7 @@ TEST_CASE("flags: values, switches, repeats and positional arguments") {
   CHECK(t.seconds == 2.5);
   CHECK(t.quiet);
   CHECK(t.rules == std::vector<std::string>{"a", "b"});
+  CHECK(t.sizes == std::vector<size_t>{4, 8, 100});
   CHECK(p.rest == std::vector<std::string>{"FILE", "--not-a-flag"});
 }
 
@@ -101,6 +104,10 @@ TEST_CASE("flags: every bad command line is refused with the reason") {
            {{"--seconds", "11"}, "outside"},
            {{"--quiet=1"}, "takes no value"},
            {{"--clients-rule", ""}, "an empty rule"},
+           {{"--sizes", "1,,2"}, "needs a number"},
+           {{"--sizes", "1,200"}, "outside 1..100"},
+           {{"--sizes", ""}, "needs a number"},
+           {{"--sizes", "3,x"}, "not a whole number"},
        }) {
     CAPTURE(c.args[0]);
     Table t;
@@ -120,6 +127,8 @@ TEST_CASE("flags: the usage lists every flag with its help and default") {
     CHECK(u.find(f) != std::string::npos);
   }
   CHECK(u.find("client processes (default 2)") != std::string::npos);
+  CHECK(u.find("--sizes N,N,...") != std::string::npos);
+  CHECK(u.find("sizes (default 1,2)") != std::string::npos);
 }
 
 // odafsd's usage comes from its flag table; README.md's synopsis of odafsd is written by
