@@ -143,7 +143,7 @@ thread_local Server::Worker* Server::current_worker_ = nullptr;
 
 void before_blocking(Wait wait) {
   Server::Worker* w = Server::current_worker_;
-  if (w == nullptr || w->loop == nullptr || w->handed_over) return;
+  if (w == nullptr || w->loop == nullptr) return;  // not a pool thread, or handed over
   if (wait == Wait::kShort) {
     // An epoll set polls readable while it has ready events: nothing is taken from it.
     pollfd ready{w->loop->epoll_fd, POLLIN, 0};
@@ -158,12 +158,12 @@ void Server::hand_over(Worker& w) {
   if (stopping_.load(std::memory_order_relaxed)) return;
   // Spares already promised to other loops are not free.
   if (idle_spares_ <= static_cast<int>(driverless_.size())) {
-    if (blocked_threads_ >= options_.max_blocked_threads) {
+    if (counters_.spare_threads.load(std::memory_order_relaxed) >=
+        static_cast<uint64_t>(options_.max_blocked_threads)) {
       ODAFS_LOG_WARN_THROTTLED("all %d spare rpc threads wait in calls: a loop waits too",
                                options_.max_blocked_threads);
       return;
     }
-    ++blocked_threads_;
     counters_.spare_threads.fetch_add(1, std::memory_order_relaxed);
     spawn_thread(w.loop);
   } else {
@@ -171,8 +171,7 @@ void Server::hand_over(Worker& w) {
     drivers_cv_.notify_one();
   }
   counters_.handovers.fetch_add(1, std::memory_order_relaxed);
-  w.loop = nullptr;
-  w.handed_over = true;
+  w.loop = nullptr;  // a spare drives it now
 }
 
 void Server::spawn_thread(Loop* loop) {
@@ -203,7 +202,6 @@ void Server::worker_loop(Loop* loop) {
   while (!stopping_.load(std::memory_order_acquire)) {
     if (loop == nullptr && (loop = wait_for_loop()) == nullptr) break;
     w.loop = loop;
-    w.handed_over = false;
     int n = epoll_wait(loop->epoll_fd, events, 1, -1);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -223,7 +221,7 @@ void Server::worker_loop(Loop* loop) {
         on_readable(reinterpret_cast<Connection*>(events[i].data.ptr), w);
       }
     }
-    if (w.handed_over) loop = nullptr;  // a spare drives it now; this thread becomes one
+    if (w.loop == nullptr) loop = nullptr;  // handed over: this thread becomes a spare
   }
   current_worker_ = nullptr;
   if (options_.on_thread_exit) options_.on_thread_exit();

@@ -227,9 +227,10 @@ class Server {
     std::atomic<uint64_t> input_waits{0};   // waited for a large-record permit
     std::atomic<uint64_t> bytes_in{0};
     std::atomic<uint64_t> bytes_out{0};
-    std::atomic<uint64_t> handovers{0};      // loops handed to a spare (before_blocking)
-    std::atomic<uint64_t> spare_threads{0};  // threads started beyond the loops' own
-    std::atomic<uint64_t> batches{0};        // reply sends (each holds one or more replies)
+    std::atomic<uint64_t> handovers{0};  // loops handed to a spare (before_blocking)
+    // Threads started beyond the loops' own (changed under drivers_mu_ only).
+    std::atomic<uint64_t> spare_threads{0};
+    std::atomic<uint64_t> batches{0};  // reply sends (each holds one or more replies)
   };
   const Counters& counters() const { return counters_; }
   uint64_t calls(uint32_t proc) const;
@@ -309,7 +310,6 @@ class Server {
   std::vector<std::thread> threads_;  // every pool thread ever started; drivers_mu_
   std::deque<Loop*> driverless_;      // loops handed over, waiting for a spare; drivers_mu_
   int idle_spares_ = 0;               // drivers_mu_
-  int blocked_threads_ = 0;           // threads beyond the loops' own; drivers_mu_
   Counters counters_;
 
   // Owns every open connection, by id. Read events carry the Connection* (only the one

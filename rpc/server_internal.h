@@ -96,8 +96,9 @@ inline constexpr size_t kCoalesceBytes = 64 * 1024;
 // Per pool thread: reusable buffers, so serving a call allocates nothing in steady state.
 struct Server::Worker {
   Server* server = nullptr;
-  Loop* loop = nullptr;      // the loop this thread drives; null for a waiting spare
-  bool handed_over = false;  // before_blocking gave `loop` away during this event
+  // The loop this thread drives; null for a spare, and from the moment before_blocking
+  // handed the loop over.
+  Loop* loop = nullptr;
   std::vector<char> staging = std::vector<char>(64 * 1024);
   std::vector<std::vector<char>> batch;  // records cut in this round; slots reused
   size_t batch_used = 0;
