@@ -37,15 +37,6 @@ odafs_stat not_regular(const struct stat& st) {
 
 }  // namespace
 
-Result<std::shared_lock<std::shared_mutex>> FileService::lock_for_read(const OpenNode& node,
-                                                                       uint64_t* size) {
-  std::shared_lock lock(node->data_lock);
-  struct stat st;
-  if (fstat(node.fd(), &st) != 0) return Status::from_errno("fstat of a file being read");
-  *size = static_cast<uint64_t>(st.st_size);
-  return lock;
-}
-
 Status FileService::pin_block(const OpenNode& node, uint64_t index, uint32_t need,
                               cache::BlockCache::ReadPin* pin) {
   // The fill captures one pointer, so the FillFn holds it in place: a closure larger than
@@ -70,29 +61,45 @@ Status FileService::pin_block(const OpenNode& node, uint64_t index, uint32_t nee
   return cache_.read(cache::BlockKey{node->id, index}, need, fill, pin);
 }
 
-OpenNode FileService::resolve_file_or_reply(const char* fh, rpc::Reply& r, struct stat* st) {
-  OpenNode node = resolve_or_reply(fh, r, st);
-  if (node && !S_ISREG(st->st_mode)) {
-    // A bare status: stat_res encodes like the error arm of every result type.
-    reply_status<stat_res>(r, xp(xdr_stat_res), not_regular(*st));
-    return {};
+odafs_stat FileService::open_for_read(const rpc::CallContext& ctx, const char* fh,
+                                      ReadableFile* out) {
+  if (odafs_stat s = open_handle(fh, &out->node); s != ODAFS_OK) return s;
+  const OpenNode& node = out->node;
+  // Permission before any wait: a caller who may not read the file must not recall its
+  // writer.
+  auto look = [&]() -> odafs_stat {
+    if (odafs_stat s = stat_node(node, &out->st); s != ODAFS_OK) return s;
+    if (!S_ISREG(out->st.st_mode)) return not_regular(out->st);
+    if (!IdentityScope::permits(ctx.cred, options_.act_as_callers, out->st, R_OK)) {
+      return ODAFS_ERR_ACCES;
+    }
+    return ODAFS_OK;
+  };
+  out->data_lock = std::shared_lock(node->data_lock);
+  if (odafs_stat s = look(); s != ODAFS_OK) return s;
+  if (delegations_.writers_out()) {
+    // Another client's write delegation is flushed under the exclusive lock: wait without
+    // ours, then look again (size and mode may have changed meanwhile). A delegation
+    // granted after this check is ordered after the read: its holder has written nothing.
+    out->data_lock.unlock();
+    if (!delegations_.await_writers(node->id, ctx.connection)) return ODAFS_ERR_DELAY;
+    out->data_lock.lock();
+    if (odafs_stat s = look(); s != ODAFS_OK) return s;
   }
-  return node;
+  // The node's descriptor may be one a caller without read permission left (O_PATH): the
+  // server reads as itself, for this caller who may.
+  if (Status s = nodes_.make_readable(node); !s.ok()) return status_from_errno(s.errno_value());
+  return ODAFS_OK;
 }
 
 void FileService::do_read(const rpc::CallContext& ctx, read_args& a, rpc::Reply& r) {
-  struct stat st;
-  OpenNode node = resolve_file_or_reply(a.fh, r, &st);
-  if (!node) return;
-  if (odafs_stat s = check_read(ctx, node, st); s != ODAFS_OK) {
+  ReadableFile file;
+  if (odafs_stat s = open_for_read(ctx, a.fh, &file); s != ODAFS_OK) {
     return reply_status<read_res>(r, xp(xdr_read_res), s);
   }
-  uint64_t size = 0;
-  auto locked = lock_for_read(node, &size);
-  if (!locked.ok()) {
-    return reply_status<read_res>(r, xp(xdr_read_res), status_from_errno(locked.errno_value()));
-  }
-  st.st_size = static_cast<off_t>(size);
+  const OpenNode& node = file.node;
+  const struct stat& st = file.st;
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
   uint64_t offset = a.offset;
   uint32_t count = std::min(a.count, options_.max_io);
   uint32_t len =
@@ -156,20 +163,18 @@ void FileService::do_read(const rpc::CallContext& ctx, read_args& a, rpc::Reply&
 }
 
 void FileService::do_read_direct(const rpc::CallContext& ctx, read_direct_args& a, rpc::Reply& r) {
-  struct stat st;
-  OpenNode node = resolve_file_or_reply(a.fh, r, &st);
-  if (!node) return;
   auto fail = [&](odafs_stat status) {
     reply_status<read_direct_res>(r, xp(xdr_read_direct_res), status);
   };
-  if (odafs_stat s = check_read(ctx, node, st); s != ODAFS_OK) return fail(s);
+  // The data lock is held while the bytes are gathered, not while the engine sends them:
+  // the pins keep cached blocks whole from there on, and a slow client must not hold up
+  // writers.
+  ReadableFile file;
+  if (odafs_stat s = open_for_read(ctx, a.fh, &file); s != ODAFS_OK) return fail(s);
   if (!engine_ || a.session == 0) return fail(ODAFS_ERR_NOTSUPP);
-  // Held while the bytes are gathered, not while the engine sends them: the pins keep
-  // cached blocks whole from there on, and a slow client must not hold up writers.
-  uint64_t size = 0;
-  auto locked = lock_for_read(node, &size);
-  if (!locked.ok()) return fail(status_from_errno(locked.errno_value()));
-  st.st_size = static_cast<off_t>(size);
+  const OpenNode& node = file.node;
+  const struct stat& st = file.st;
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
   uint32_t count = std::min(a.count, options_.max_io);
   uint32_t len =
       a.offset >= size ? 0 : static_cast<uint32_t>(std::min<uint64_t>(count, size - a.offset));
@@ -207,7 +212,7 @@ void FileService::do_read_direct(const rpc::CallContext& ctx, read_direct_args& 
       if (copy < p.length) parts.push_back({zeros + copy, p.length - copy});
     }
   }
-  locked.value().unlock();
+  file.data_lock.unlock();
   ordma::Fault f = engine_->push(a.session, a.buffer, a.buffer_offset, a.tag, parts.data(),
                                  static_cast<int>(parts.size()));
   pins.clear();
@@ -223,23 +228,17 @@ void FileService::do_read_direct(const rpc::CallContext& ctx, read_direct_args& 
 }
 
 void FileService::do_getrefs(const rpc::CallContext& ctx, getrefs_args& a, rpc::Reply& r) {
-  struct stat st;
-  OpenNode node = resolve_file_or_reply(a.fh, r, &st);
-  if (!node) return;
   // A reference lets its holder read the block for as long as it stands: minted only for
   // a caller who may read the file now, and not past another's write delegation.
-  if (odafs_stat s = check_read(ctx, node, st); s != ODAFS_OK) {
+  ReadableFile file;
+  if (odafs_stat s = open_for_read(ctx, a.fh, &file); s != ODAFS_OK) {
     return reply_status<getrefs_res>(r, xp(xdr_getrefs_res), s);
   }
   if (!engine_ || a.session == 0) {
     return reply_status<getrefs_res>(r, xp(xdr_getrefs_res), ODAFS_ERR_NOTSUPP);
   }
-  uint64_t size = 0;
-  auto locked = lock_for_read(node, &size);
-  if (!locked.ok()) {
-    return reply_status<getrefs_res>(r, xp(xdr_getrefs_res),
-                                     status_from_errno(locked.errno_value()));
-  }
+  const OpenNode& node = file.node;
+  const uint64_t size = static_cast<uint64_t>(file.st.st_size);
   uint64_t end = std::min<uint64_t>(size, a.offset + std::min<uint64_t>(a.count, options_.max_io));
   thread_local std::vector<odafs_ref> refs;
   refs.clear();
@@ -262,16 +261,6 @@ void FileService::do_getrefs(const rpc::CallContext& ctx, getrefs_args& a, rpc::
   res.getrefs_res_u.ok.refs.refs_len = static_cast<u_int>(refs.size());
   res.getrefs_res_u.ok.refs.refs_val = refs.data();
   r.send(xp(xdr_getrefs_res), &res);
-}
-
-odafs_stat FileService::check_read(const rpc::CallContext& ctx, const OpenNode& node,
-                                   const struct stat& st) {
-  if (!IdentityScope::permits(ctx.cred, options_.act_as_callers, st, R_OK)) return ODAFS_ERR_ACCES;
-  if (!delegations_.await_writers(node->id, ctx.connection)) return ODAFS_ERR_DELAY;
-  // The node's descriptor may be one a caller without read permission left (O_PATH): the
-  // server reads as itself, for this caller who may.
-  if (Status s = nodes_.make_readable(node); !s.ok()) return status_from_errno(s.errno_value());
-  return ODAFS_OK;
 }
 
 odafs_stat FileService::check_write(const rpc::CallContext& ctx, const OpenNode& node,

@@ -99,18 +99,27 @@ bool FileService::make_ref(const cache::BlockCache::ReadPin& pin, uint64_t block
   return true;
 }
 
-OpenNode FileService::resolve_or_reply(const char* fh, rpc::Reply& r, struct stat* st) {
+odafs_stat FileService::open_handle(const char* fh, OpenNode* out) {
   Result<OpenNode> node = nodes_.open(reinterpret_cast<const unsigned char*>(fh));
-  odafs_stat status = ODAFS_OK;
   if (!node) {
     int err = node.errno_value();
-    status = err == kBadHandle ? ODAFS_ERR_BADHANDLE : status_from_errno(err);
-  } else if (fstat(node->fd(), st) != 0) {
-    status = status_from_errno(errno);
-  } else if (st->st_nlink == 0) {
-    status = ODAFS_ERR_STALE;  // removed since the handle was handed out
+    return err == kBadHandle ? ODAFS_ERR_BADHANDLE : status_from_errno(err);
   }
-  if (status == ODAFS_OK) return std::move(node).value();
+  *out = std::move(node).value();
+  return ODAFS_OK;
+}
+
+odafs_stat FileService::stat_node(const OpenNode& node, struct stat* st) {
+  if (fstat(node.fd(), st) != 0) return status_from_errno(errno);
+  if (st->st_nlink == 0) return ODAFS_ERR_STALE;  // removed since the handle was handed out
+  return ODAFS_OK;
+}
+
+OpenNode FileService::resolve_or_reply(const char* fh, rpc::Reply& r, struct stat* st) {
+  OpenNode node;
+  odafs_stat status = open_handle(fh, &node);
+  if (status == ODAFS_OK) status = stat_node(node, st);
+  if (status == ODAFS_OK) return node;
   // Every result type starts with the status; a bare stat_res encodes identically.
   stat_res res{status};
   r.send(xp(xdr_stat_res), &res);

@@ -117,6 +117,10 @@ class FileService {
   // BADHANDLE (NodeTable's kBadHandle).
   // The node comes back pinned open (see NodeTable::open).
   OpenNode resolve_or_reply(const char* fh, rpc::Reply& reply, struct stat* st);
+  // The two halves of resolve_or_reply, for callers that answer for themselves: the
+  // pinned node of a handle, and its attributes (STALE once removed).
+  odafs_stat open_handle(const char* fh, OpenNode* out);
+  static odafs_stat stat_node(const OpenNode& node, struct stat* st);
   void do_stats(rpc::Reply& r);
   // Fills *out with a sealed reference to the block `pin` holds, for session, exporting
   // the block's segment if needed. False if the block was dropped from the cache meanwhile.
@@ -200,18 +204,25 @@ class FileService {
 
   // ---- data_ops.cc: file bytes, through the block cache ----
 
-  // resolve_or_reply for a call on a file's bytes: also replies ISDIR or INVAL and returns
-  // nullptr when the handle is not a regular file's.
-  OpenNode resolve_file_or_reply(const char* fh, rpc::Reply& r, struct stat* st);
   void do_read(const rpc::CallContext& ctx, struct read_args& a, rpc::Reply& r);
   void do_write(const rpc::CallContext& ctx, struct write_args& a, rpc::Reply& r);
   void do_commit(const rpc::CallContext& ctx, struct commit_args& a, rpc::Reply& r);
   void do_getrefs(const rpc::CallContext& ctx, struct getrefs_args& a, rpc::Reply& r);
   void do_read_direct(const rpc::CallContext& ctx, struct read_direct_args& a, rpc::Reply& r);
   void do_write_direct(const rpc::CallContext& ctx, struct write_direct_args& a, rpc::Reply& r);
-  // ODAFS_OK if the caller may read node (a regular file, attributes st) now: permission,
-  // no other client's write delegation out (DELAY), a descriptor that reads.
-  odafs_stat check_read(const rpc::CallContext& ctx, const OpenNode& node, const struct stat& st);
+  // A regular file opened for a read procedure: its attributes taken under its data lock,
+  // which stays held shared (see Node::data_lock) so that no write is half done in what the
+  // caller reads, size included.
+  struct ReadableFile {
+    OpenNode node;
+    struct stat st;
+    std::shared_lock<std::shared_mutex> data_lock;
+  };
+  // Resolves fh for a read by the caller: a regular file it may read now (permission, no
+  // other client's write delegation out, a descriptor that reads). ODAFS_OK and *out set,
+  // or the status to answer. One fstat while no write delegation is out (the common case):
+  // a recall waits with the lock released, then looks again.
+  odafs_stat open_for_read(const rpc::CallContext& ctx, const char* fh, ReadableFile* out);
   // ODAFS_OK if the caller may write len bytes at offset of node (a regular file).
   odafs_stat check_write(const rpc::CallContext& ctx, const OpenNode& node, const struct stat& st,
                          uint64_t offset, size_t len);
@@ -227,10 +238,6 @@ class FileService {
                      const char* src, size_t len, rpc::Reply& r);
   // How long a direct write waits for the client's bytes.
   static constexpr int kPullTimeoutMs = 10000;
-  // Holds node's data lock shared (see Node::data_lock) and sets *size to the file's size
-  // under it, so that no write is half done in what the caller reads, size included.
-  // Fails with the errno of fstat.
-  Result<std::shared_lock<std::shared_mutex>> lock_for_read(const OpenNode& node, uint64_t* size);
   // Reads block `index` of node into the cache, filling from the file on a miss, and
   // pins it in *pin (or leaves pin->bypass() set: no block to spare). Fails with the
   // errno of the failed fill.
