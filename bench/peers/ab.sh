@@ -10,6 +10,12 @@
 #
 # With perf installed, each binary's workloads are also counted once per mode (system calls
 # and context switches per read, both sides; seq: per MiB), as bench/peers/bound.sh does.
+# For a change to the server, give each build its own odafsd: ODAFSD_A and ODAFSD_B (paths
+# to the two odafsd binaries; each side then reads from its own server, same files):
+#
+#   ODAFSD_A=/tmp/base/build/odafsd ODAFSD_B=build/odafsd MODES=rpc_preposted RUN=lat \
+#     bash bench/peers/ab.sh /tmp/base/build/odafs-peers build/odafs-peers
+#
 # Run it under flock /tmp/odafs-build.lock when others share the machine.
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: ab.sh PEERS_A PEERS_B" >&2; exit 2; }
@@ -20,13 +26,24 @@ modes=${MODES:-ordma_tcp ordma}
 run=${RUN:-lat,q16,seq}
 rounds=${ROUNDS:-5}
 secs=${SECONDS_PER_POINT:-1}
-odafsd=$(realpath "${ODAFSD:-build/odafsd}")
+odafsd_a=$(realpath "${ODAFSD_A:-${ODAFSD:-build/odafsd}}")
+odafsd_b=$(realpath "${ODAFSD_B:-$odafsd_a}")
 source bench/lib.sh  # $out, $work, start_odafsd (stopped at exit)
 source bench/peers/common.sh
 
 make_peer_files "$a" "$work/export-peers"
-ODAFSD_BIN=$odafsd start_odafsd peers -- --cache-mb 512 || exit 1
-srv_pid=$pid
+ODAFSD_BIN=$odafsd_a start_odafsd peers -- --cache-mb 512 || exit 1
+srv_pid_a=$pid addr_a=$addr srv_pid_b=$pid addr_b=$addr
+if [ "$odafsd_b" != "$odafsd_a" ]; then
+  make_peer_files "$a" "$work/export-peers-b"
+  pid=""  # the exit trap stops the last one started; the first is stopped here
+  trap 'kill $srv_pid_a $pid 2>/dev/null; rm -rf "$work"' EXIT
+  ODAFSD_BIN=$odafsd_b start_odafsd peers-b -- --cache-mb 512 || exit 1
+  srv_pid_b=$pid addr_b=$addr
+fi
+server_of() {  # A|B: sets srv_pid and addr to that side's odafsd
+  if [ "$1" = B ]; then srv_pid=$srv_pid_b addr=$addr_b; else srv_pid=$srv_pid_a addr=$addr_a; fi
+}
 
 rows=$out/peers-ab.jsonl
 : >"$rows"
@@ -45,6 +62,7 @@ for r in $(seq "$rounds"); do
     for which in $order; do
       bin=$a
       [ "$which" = B ] && bin=$b
+      server_of "$which"
       echo "== round $r/$rounds: $mode, $which"
       peers "$bin" "$mode" --run "$run" --round "$r" --seconds "$secs" | tag "$which"
     done
@@ -58,6 +76,7 @@ if command -v perf >/dev/null; then
     for which in A B; do
       bin=$a
       [ "$which" = B ] && bin=$b
+      server_of "$which"
       IFS=, read -ra ws <<<"$run"
       for w in "${ws[@]}"; do
         n=20000
