@@ -37,6 +37,7 @@ struct stat to_stat(const Attr& a, uint32_t block_size) {
   st.st_atim = a.atime;
   st.st_mtim = a.mtime;
   st.st_ctim = a.ctime;
+  st.st_rdev = a.rdev;
   return st;
 }
 

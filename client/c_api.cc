@@ -235,6 +235,9 @@ int odafs_symlink(odafs_client* client, const char* target, const char* path) {
   if (null_arg(target)) return -1;
   ODAFS_PATH_CALL(client->impl->symlink(target, path));
 }
+int odafs_mknod(odafs_client* client, const char* path, mode_t mode, dev_t dev) {
+  ODAFS_PATH_CALL(client->impl->mknod(path, mode, dev));
+}
 int odafs_link(odafs_client* client, const char* existing, const char* new_path) {
   if (null_arg(client) || null_arg(existing) || null_arg(new_path)) return -1;
   return guarded([&] {

@@ -70,6 +70,7 @@ inline Attr to_attr(const odafs_fattr& a) {
   out.atime = timespec_of(a.atime);
   out.mtime = timespec_of(a.mtime);
   out.ctime = timespec_of(a.ctime);
+  out.rdev = makedev(a.rdev.major, a.rdev.minor);
   return out;
 }
 

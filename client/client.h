@@ -77,6 +77,7 @@ struct Attr {
   struct timespec atime {};
   struct timespec mtime {};
   struct timespec ctime {};
+  dev_t rdev = 0;  // a device's numbers (makedev); 0 for every other type
 };
 
 // The S_IF* bits of t.
@@ -389,6 +390,12 @@ class Client {
   // end of path gets the times itself (AT_SYMLINK_NOFOLLOW).
   void utimens(const std::string& path, const struct timespec times[2], bool follow_last = true);
   void symlink(const std::string& target, const std::string& path);
+  // Makes a FIFO, socket or device node like mknod(2): mode holds the type (S_IFIFO,
+  // S_IFSOCK, S_IFCHR, S_IFBLK; another: EINVAL) and the permission bits, used as given
+  // (no umask here); rdev the device's numbers. Devices need the export's `devices` rule
+  // and a caller the server's kernel lets make them (EPERM otherwise). Returns the new
+  // object's attributes.
+  Attr mknod(const std::string& path, mode_t mode, dev_t rdev = 0);
   // A hard link: new_path names the object at existing (not a directory: EPERM), like
   // link(2), which follows no symlink at existing. Returns its attributes after.
   Attr link(const std::string& existing, const std::string& new_path);

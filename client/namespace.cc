@@ -1,5 +1,6 @@
 // Client: path resolution and the namespace operations (open, mkdir, rename, readdir...).
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include <algorithm>
 #include <optional>
@@ -163,7 +164,10 @@ File Client::open(const std::string& path, int flags, mode_t mode) {
     Handle fh;
     Attr attr;
     bool created = false;
-    const int access = flags & O_ACCMODE;
+    // O_TRUNC needs write permission whatever the access mode, and truncates an O_RDONLY
+    // open too (as Linux's open(2)): checked before anything is discarded.
+    const int access =
+        (flags & O_TRUNC) && (flags & O_ACCMODE) == O_RDONLY ? O_RDWR : flags & O_ACCMODE;
     if (flags & O_CREAT) {
       auto [dir, name] = resolve_parent(path);
       try {
@@ -491,6 +495,43 @@ void Client::symlink(const std::string& target, const std::string& path) {
       ch.call(ODAFSPROC_SYMLINK, to_xdrproc(xdr_symlink_args), &args, to_xdrproc(xdr_dirop_res),
               &res);
       check(res.status, "symlink " + path);
+    });
+  });
+}
+
+Attr Client::mknod(const std::string& path, mode_t mode, dev_t rdev) {
+  odafs_ftype type;
+  switch (mode & S_IFMT) {
+    case S_IFIFO:
+      type = ODAFS_FIFO;
+      break;
+    case S_IFSOCK:
+      type = ODAFS_SOCK;
+      break;
+    case S_IFCHR:
+      type = ODAFS_CHR;
+      break;
+    case S_IFBLK:
+      type = ODAFS_BLK;
+      break;
+    default:
+      fail(EINVAL, "mknod " + path + ": not a FIFO, socket or device");
+  }
+  return again_after_restart([&] {
+    auto [dir, name] = resolve_parent(path);
+    return with_channel(false, [&, &dir = dir, &name = name](rpc::Channel& ch) {
+      mknod_args args{};
+      put_fh(args.dir, dir);
+      args.name = name.data();
+      args.type = type;
+      args.mode = mode & 07777;
+      args.rdev.major = major(rdev);
+      args.rdev.minor = minor(rdev);
+      dirop_res res{};
+      ch.call(ODAFSPROC_MKNOD, to_xdrproc(xdr_mknod_args), &args, to_xdrproc(xdr_dirop_res),
+              &res);
+      check(res.status, "mknod " + path);
+      return to_attr(res.dirop_res_u.ok.attr);
     });
   });
 }

@@ -4,6 +4,8 @@
  * Conventions follow POSIX: calls return 0 (or a byte count) on success and -1 with errno
  * set on failure; constructors return NULL with errno set. Paths are relative to the
  * mount. A client may be used from many threads; a file from one thread at a time.
+ * Modes of new objects are used as given: no umask is applied here or at the server (pass
+ * mode & ~umask for what open(2) and mkdir(2) would make).
  */
 #ifndef ODAFS_H_
 #define ODAFS_H_
@@ -57,6 +59,10 @@ int odafs_access(odafs_client* client, const char* path, int mode);
 /* Like utimensat(2) (UTIME_NOW, UTIME_OMIT allowed). */
 int odafs_utimens(odafs_client* client, const char* path, const struct timespec times[2]);
 int odafs_symlink(odafs_client* client, const char* target, const char* path);
+/* Like mknod(2) for FIFOs, sockets and devices (S_IFIFO, S_IFSOCK, S_IFCHR, S_IFBLK in
+ * mode; EINVAL for another type). Devices: EPERM unless the export's rule says `devices`
+ * and the caller is root there. */
+int odafs_mknod(odafs_client* client, const char* path, mode_t mode, dev_t dev);
 /* Like link(2): a second name for a file (EPERM for a directory). */
 int odafs_link(odafs_client* client, const char* existing, const char* new_path);
 /* Like readlink(2): no terminating NUL; returns the length. */

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include <ctime>
 
@@ -54,6 +55,9 @@ inline void fill_attr(const struct stat& st, odafs_fattr* a) {
   a->atime = wire_time(st.st_atim);
   a->mtime = wire_time(st.st_mtim);
   a->ctime = wire_time(st.st_ctim);
+  const bool device = S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode);
+  a->rdev.major = device ? major(st.st_rdev) : 0;
+  a->rdev.minor = device ? minor(st.st_rdev) : 0;
 }
 
 }  // namespace odafs

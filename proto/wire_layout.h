@@ -23,6 +23,7 @@ struct Fattr {  // odafs_fattr
   Be32 type, mode, nlink, uid, gid;
   Be64 size, used, fileid;
   Time atime, mtime, ctime;
+  Be32 rdev_major, rdev_minor;
 };
 
 struct Ref {  // odafs_ref
@@ -42,8 +43,8 @@ struct ReadReplyPrefix {
 };
 
 static_assert(sizeof(Time) == 12);
-static_assert(sizeof(Fattr) == 80);
+static_assert(sizeof(Fattr) == 88);
 static_assert(sizeof(Ref) == 68);
-static_assert(sizeof(ReadReplyPrefix) == 92);
+static_assert(sizeof(ReadReplyPrefix) == 100);
 
 }  // namespace odafs::wire

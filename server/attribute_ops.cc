@@ -68,7 +68,7 @@ void FileService::do_setattr(const rpc::CallContext& ctx, setattr_args& a, rpc::
     u_quad_t size = a.size.odafs_set_u64_u.value;
     if (!S_ISREG(st.st_mode)) {
       err = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
-    } else if (!as.permits(st, W_OK)) {
+    } else if (!IdentityScope::permits_data(ctx.cred, options_.act_as_callers, st, W_OK)) {
       err = EACCES;
     } else if (size > static_cast<u_quad_t>(INT64_MAX)) {
       err = EFBIG;

@@ -146,6 +146,11 @@ auth_stat CallAuthority::authorize(const rpc::CallContext& ctx, rpc::CallerCred*
   return AUTH_OK;
 }
 
+bool CallAuthority::allows_devices(const rpc::CallContext& ctx) const {
+  const uint32_t rule = ctx.admission != nullptr ? ctx.admission->rule : rpc::Admission::kNone;
+  return rule != rpc::Admission::kNone && options_.rules.rule(rule).devices;
+}
+
 bool CallAuthority::read_only(const rpc::CallContext& ctx) const {
   if (options_.read_only) return true;
   const uint32_t rule = ctx.admission != nullptr ? ctx.admission->rule : rpc::Admission::kNone;

@@ -57,6 +57,9 @@ class CallAuthority {
     return true;
   }
 
+  // Whether the call's client may make device nodes (its rule says `devices`).
+  bool allows_devices(const rpc::CallContext& ctx) const;
+
   // Refusals by reason, and the calls whose credential was squashed or confined.
   struct Counters {
     std::atomic<uint64_t> no_rule{0};

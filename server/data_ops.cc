@@ -70,7 +70,7 @@ odafs_stat FileService::open_for_read(const rpc::CallContext& ctx, const char* f
   auto look = [&]() -> odafs_stat {
     if (odafs_stat s = stat_node(node, &out->st); s != ODAFS_OK) return s;
     if (!S_ISREG(out->st.st_mode)) return not_regular(out->st);
-    if (!IdentityScope::permits(ctx.cred, options_.act_as_callers, out->st, R_OK)) {
+    if (!IdentityScope::permits_data(ctx.cred, options_.act_as_callers, out->st, R_OK)) {
       return ODAFS_ERR_ACCES;
     }
     return ODAFS_OK;
@@ -267,7 +267,9 @@ odafs_stat FileService::check_write(const rpc::CallContext& ctx, const OpenNode&
                                     const struct stat& st, uint64_t offset, size_t len) {
   if (!S_ISREG(st.st_mode)) return not_regular(st);
   if (authority_.refuses_change(ctx)) return ODAFS_ERR_ROFS;
-  if (!IdentityScope::permits(ctx.cred, options_.act_as_callers, st, W_OK)) return ODAFS_ERR_ACCES;
+  if (!IdentityScope::permits_data(ctx.cred, options_.act_as_callers, st, W_OK)) {
+    return ODAFS_ERR_ACCES;
+  }
   if (delegations_.revoked(node->id, ctx.connection)) return ODAFS_ERR_BAD_STATEID;
   if (len > options_.max_io) return ODAFS_ERR_FBIG;
   if (offset != kAppendOffset && offset > static_cast<u_quad_t>(INT64_MAX) - len) {

@@ -46,6 +46,10 @@ void apply_option(std::string_view spec, std::string_view opt, ClientRule* rule)
     rule->secure = true;
   } else if (opt == "insecure") {
     rule->secure = false;
+  } else if (opt == "devices") {
+    rule->devices = true;
+  } else if (opt == "nodev") {
+    rule->devices = false;
   } else if (opt.substr(0, 8) == "anonuid=") {
     rule->anon_uid = parse_id(spec, opt.substr(8));
   } else if (opt.substr(0, 8) == "anongid=") {
@@ -53,7 +57,7 @@ void apply_option(std::string_view spec, std::string_view opt, ClientRule* rule)
   } else {
     bad(spec, "unknown option '", opt,
         "' (rw, ro, root_squash, no_root_squash, all_squash, anonuid=N, anongid=N, secure, "
-        "insecure)");
+        "insecure, devices, nodev)");
   }
 }
 

@@ -160,6 +160,7 @@ void FileService::register_procedures(rpc::Server* server) {
       {ODAFSPROC_READLINK, "READLINK", bind_procedure<xdr_getattr_args, &FileService::do_readlink>},
       {ODAFSPROC_SYMLINK, "SYMLINK", bind_procedure<xdr_symlink_args, &FileService::do_symlink>,
        true},
+      {ODAFSPROC_MKNOD, "MKNOD", bind_procedure<xdr_mknod_args, &FileService::do_mknod>, true},
       {ODAFSPROC_READ, "READ", bind_procedure<xdr_read_args, &FileService::do_read>},
       {ODAFSPROC_WRITE, "WRITE", bind_procedure<xdr_write_args, &FileService::do_write>, true},
       {ODAFSPROC_COMMIT, "COMMIT", bind_procedure<xdr_commit_args, &FileService::do_commit>},

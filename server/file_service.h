@@ -141,6 +141,7 @@ class FileService {
   void do_create(const rpc::CallContext& ctx, struct create_args& a, rpc::Reply& r);
   void do_mkdir(const rpc::CallContext& ctx, struct mkdir_args& a, rpc::Reply& r);
   void do_symlink(const rpc::CallContext& ctx, struct symlink_args& a, rpc::Reply& r);
+  void do_mknod(const rpc::CallContext& ctx, struct mknod_args& a, rpc::Reply& r);
   void do_remove(const rpc::CallContext& ctx, struct diropargs& a, rpc::Reply& r);
   void do_rmdir(const rpc::CallContext& ctx, struct diropargs& a, rpc::Reply& r);
   // REMOVE (dir_wanted false) and RMDIR.

@@ -34,6 +34,15 @@ class IdentityScope {
   // server does not act as its callers (the kernel checks as the server). Root passes,
   // except X_OK needs some x bit on non-directories.
   static bool permits(const rpc::CallerCred* cred, bool acting, const struct stat& st, int want);
+  // permits() for a file's bytes (READ, WRITE, a truncation): its owner always may, as
+  // knfsd's owner override. POSIX checks permission at open(2), so open(O_CREAT|O_RDWR, 0)
+  // gives a descriptor that reads, writes and truncates a file whose mode forbids it, and a
+  // stateless server sees only the calls after; an owner could grant itself the bits anyway.
+  static bool permits_data(const rpc::CallerCred* cred, bool acting, const struct stat& st,
+                           int want) {
+    return permits(cred, acting, st, want) ||
+           (cred != nullptr && cred->auth_sys && cred->uid == st.st_uid);
+  }
 
   // Whether a scope for cred acts as root. Such a caller keeps setuid/setgid bits when it
   // writes, as a process with CAP_FSETID does; every other caller is an unprivileged one,

@@ -1,4 +1,4 @@
-// The namespace procedures of FileService: MOUNT, LOOKUP, CREATE, MKDIR, SYMLINK, REMOVE,
+// The namespace procedures of FileService: MOUNT, LOOKUP, CREATE, MKDIR, SYMLINK, MKNOD, REMOVE,
 // RMDIR, RENAME, LINK, READDIR, READLINK, FSSTAT. They work on names and handles through
 // the node table; file bytes are the data path's (data_ops.cc), which they touch only to
 // drop cached blocks a truncation or removal makes stale.
@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "base/log.h"
 #include "proto/enums.h"
 #include "proto/status.h"
 #include "server/file_service.h"
@@ -233,6 +235,42 @@ void FileService::do_symlink(const rpc::CallContext& ctx, symlink_args& a, rpc::
   // The target is stored as given: it is never followed by the server (every open uses
   // O_NOFOLLOW and walks by handle), so an absolute or ".." target cannot escape.
   if (symlinkat(a.target, dir.fd(), a.name) != 0) {
+    return reply_status<dirop_res>(r, xp(xdr_dirop_res), status_from_errno(errno));
+  }
+  reply_dirop(dir, a.name, r);
+}
+
+void FileService::do_mknod(const rpc::CallContext& ctx, mknod_args& a, rpc::Reply& r) {
+  OpenNode dir = resolve_dir_or_reply(a.dir, a.name, r);
+  if (!dir) return;
+  mode_t type = 0;
+  switch (a.type) {
+    case ODAFS_FIFO:
+      type = S_IFIFO;
+      break;
+    case ODAFS_SOCK:
+      type = S_IFSOCK;
+      break;
+    case ODAFS_CHR:
+      type = S_IFCHR;
+      break;
+    case ODAFS_BLK:
+      type = S_IFBLK;
+      break;
+    default:  // regular files are CREATE's, directories MKDIR's, symlinks SYMLINK's
+      return reply_status<dirop_res>(r, xp(xdr_dirop_res), ODAFS_ERR_INVAL);
+  }
+  const bool device = type == S_IFCHR || type == S_IFBLK;
+  if (device && !authority_.allows_devices(ctx)) {
+    ODAFS_LOG_INFO("MKNOD of device %s refused: the client's export rule has no 'devices'",
+                   a.name);
+    return reply_status<dirop_res>(r, xp(xdr_dirop_res), ODAFS_ERR_PERM);
+  }
+  const dev_t rdev = device ? makedev(a.rdev.major, a.rdev.minor) : 0;
+  IdentityScope as(ctx.cred, options_.act_as_callers);
+  // As the caller: the kernel checks write and search on dir, and CAP_MKNOD for devices
+  // (which setfsuid to anyone but root drops).
+  if (mknodat(dir.fd(), a.name, type | (a.mode & 07777), rdev) != 0) {
     return reply_status<dirop_res>(r, xp(xdr_dirop_res), status_from_errno(errno));
   }
   reply_dirop(dir, a.name, r);

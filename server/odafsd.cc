@@ -19,6 +19,7 @@
 #include <netinet/in.h>
 #include <openssl/sha.h>
 #include <sched.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -146,6 +147,10 @@ void raise_fd_limit() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Objects are made with the mode the client asked for: its side applied its umask (the
+  // kernel, for the mount), so a second one here would take bits off twice. odafsd's own
+  // files (the recovery record, its directory) are made with explicit private modes.
+  umask(0);
   odafs::server::FileService::Options fs;
   std::string listen;
   const int cores = usable_cores();

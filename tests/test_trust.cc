@@ -9,10 +9,12 @@
 #include <grp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -240,6 +242,72 @@ ROOT_TEST("--clients: no rule matches, secure, ro, root_squash, all_squash, anon
     REQUIRE(stat((e.dir / "pub/everyone").c_str(), &st) == 0);
     CHECK(st.st_uid == 4242);
     CHECK(st.st_gid == 4243);
+  }
+}
+
+ROOT_TEST("MKNOD over raw RPC: devices only under a `devices` rule and for unsquashed root") {
+  Export e;
+  SUBCASE("without `devices`: FIFOs and sockets by write permission, no device for anyone") {
+    ServerProcess server(e.dir.path(), {"--clients", "127.0.0.1(no_root_squash)"});
+    Raw root_raw(server.port(), as_user(0, 0));
+    Handle root, pub;
+    REQUIRE(root_raw.mount("/", &root) == ODAFS_OK);
+    REQUIRE(root_raw.lookup(root, "pub", &pub) == ODAFS_OK);
+    CHECK(root_raw.mknod(pub, "null", ODAFS_CHR, 0666, 1, 3) == ODAFS_ERR_PERM);
+    CHECK(root_raw.mknod(pub, "loop", ODAFS_BLK, 0600, 7, 0) == ODAFS_ERR_PERM);
+    // Other types are the other procedures': INVAL, as is a type that is none.
+    CHECK(root_raw.mknod(pub, "reg", ODAFS_REG) == ODAFS_ERR_INVAL);
+    CHECK(root_raw.mknod(pub, "dir", ODAFS_DIR) == ODAFS_ERR_INVAL);
+    CHECK(root_raw.mknod(pub, "lnk", ODAFS_LNK) == ODAFS_ERR_INVAL);
+    CHECK(root_raw.mknod(pub, "odd", 99) == ODAFS_ERR_INVAL);
+    CHECK(!std::filesystem::exists(e.dir / "pub/null"));
+    // A mode with type bits in it gets the permission bits only.
+    odafs_fattr attr{};
+    CHECK(root_raw.mknod(pub, "fifo", ODAFS_FIFO, S_IFCHR | 04640, 1, 3, &attr) == ODAFS_OK);
+    CHECK(attr.type == ODAFS_FIFO);
+    CHECK(attr.mode == 04640);
+    CHECK(attr.rdev.major == 0);
+    struct stat st {};
+    REQUIRE(lstat((e.dir / "pub/fifo").c_str(), &st) == 0);
+    CHECK(S_ISFIFO(st.st_mode));
+    Raw bob(server.port(), as_user(kBob, kBob));
+    CHECK(bob.mknod(root, "in_root", ODAFS_FIFO) == ODAFS_ERR_ACCES);  // 0755, root's
+    Handle alicedir;
+    CHECK(bob.lookup(root, "alicedir", &alicedir) == ODAFS_OK);
+    CHECK(bob.mknod(alicedir, "in_alice", ODAFS_SOCK) == ODAFS_ERR_ACCES);
+    CHECK(bob.mknod(pub, "bobs", ODAFS_SOCK, 0600) == ODAFS_OK);
+    CHECK(owner_of(e.dir / "pub/bobs") == kBob);
+    CHECK(bob.mknod(pub, "bobs", ODAFS_FIFO) == ODAFS_ERR_EXIST);
+    CHECK(bob.mknod(pub, "../escape", ODAFS_FIFO) != ODAFS_OK);
+  }
+  SUBCASE("with `devices`: root may; a squashed root and any other user may not") {
+    ServerProcess server(e.dir.path(), {"--clients", "127.0.0.1(no_root_squash,devices)"});
+    Raw root_raw(server.port(), as_user(0, 0));
+    Handle root, pub;
+    REQUIRE(root_raw.mount("/", &root) == ODAFS_OK);
+    REQUIRE(root_raw.lookup(root, "pub", &pub) == ODAFS_OK);
+    odafs_fattr attr{};
+    CHECK(root_raw.mknod(pub, "null", ODAFS_CHR, 0666, 1, 3, &attr) == ODAFS_OK);
+    CHECK(attr.type == ODAFS_CHR);
+    CHECK(attr.rdev.major == 1);
+    CHECK(attr.rdev.minor == 3);
+    struct stat st {};
+    REQUIRE(lstat((e.dir / "pub/null").c_str(), &st) == 0);
+    CHECK(S_ISCHR(st.st_mode));
+    CHECK(st.st_rdev == makedev(1, 3));
+    Raw bob(server.port(), as_user(kBob, kBob));
+    CHECK(bob.mknod(pub, "bobs_null", ODAFS_CHR, 0666, 1, 3) == ODAFS_ERR_PERM);
+    CHECK(bob.mknod(pub, "bobs_loop", ODAFS_BLK, 0600, 7, 0) == ODAFS_ERR_PERM);
+  }
+  SUBCASE("`devices` with root squashed: root's MKNOD runs as the anonymous user: PERM") {
+    ServerProcess server(e.dir.path(), {"--clients", "127.0.0.1(devices)"});
+    Raw root_raw(server.port(), as_user(0, 0));
+    Handle root, pub;
+    REQUIRE(root_raw.mount("/", &root) == ODAFS_OK);
+    REQUIRE(root_raw.lookup(root, "pub", &pub) == ODAFS_OK);
+    CHECK(root_raw.mknod(pub, "null", ODAFS_CHR, 0666, 1, 3) == ODAFS_ERR_PERM);
+    CHECK(root_raw.mknod(pub, "fifo", ODAFS_FIFO) == ODAFS_OK);
+    CHECK(owner_of(e.dir / "pub/fifo") == kNobody);
   }
 }
 

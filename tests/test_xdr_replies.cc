@@ -39,6 +39,7 @@ odafs_fattr sample_attr() {
   a.atime = {-5, 999999999};
   a.mtime = {1700000000, 1};
   a.ctime = {0x7fffffffffffll, 0};
+  a.rdev = {259, 0xfffff};
   return a;
 }
 
@@ -57,6 +58,8 @@ void check_attr_equal(const odafs_fattr& a, const odafs_fattr& b) {
   CHECK(a.mtime.nseconds == b.mtime.nseconds);
   CHECK(a.ctime.seconds == b.ctime.seconds);
   CHECK(a.ctime.nseconds == b.ctime.nseconds);
+  CHECK(a.rdev.major == b.rdev.major);
+  CHECK(a.rdev.minor == b.rdev.minor);
 }
 
 }  // namespace
@@ -69,12 +72,12 @@ TEST_CASE("odafs_fattr is exactly sizeof(wire::Fattr) bytes on the wire") {
   // Also for a zeroed one: no part of it is optional.
   odafs_fattr zero{};
   zero.type = ODAFS_DIR;
-  CHECK(encode(xdr_odafs_fattr, &zero).size() == 80);
+  CHECK(encode(xdr_odafs_fattr, &zero).size() == 88);
 
   odafs_fattr back;
   size_t used = 0;
   REQUIRE(decode(xdr_odafs_fattr, wire.data(), wire.size(), &back, &used));
-  CHECK(used == 80);
+  CHECK(used == 88);
   check_attr_equal(a, back);
 }
 
@@ -254,7 +257,7 @@ TEST_CASE("read_res: the payload starts right after a fixed-size header") {
   REQUIRE(wire.size() == kHeader + 16 + 4 + kRefBytes);  // the trailer follows the payload
   CHECK(be32(wire.data() + kHeader + 16) == 1);
   CHECK(be32(wire.data()) == ODAFS_OK);
-  CHECK(be32(wire.data() + 4 + 80) == TRUE);
+  CHECK(be32(wire.data() + 4 + sizeof(odafs::wire::Fattr)) == TRUE);
   CHECK(be32(wire.data() + kHeader - 4) == payload.size());
   CHECK(std::string(wire.data() + kHeader, payload.size()) == payload);
 

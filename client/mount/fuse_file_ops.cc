@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/setid.h"
 #include "client/mount/fuse_ops.h"
 
 namespace odafs::mount {
@@ -102,7 +103,6 @@ void FuseFs::op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fus
 
 void FuseFs::op_write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t size, off_t off,
                       fuse_file_info* fi) {
-  (void)ino;
   guard(req, "write", [&] {
     OpenFile* of = open_file_of(fi);
     if (of == nullptr) throw Error(EBADF, "odafs-mount: write without an open file");
@@ -111,6 +111,17 @@ void FuseFs::op_write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t si
     // Opened O_APPEND, the File writes at the server's end of file whatever `off` says
     // (the kernel's idea of the end may be old).
     size_t n = f->pwrite(buf, size, static_cast<uint64_t>(off));
+    // An unprivileged write drops setuid/setgid: the server does, at the WRITE, so this
+    // one is sent now (File::stat sends writes held behind) rather than held; and the
+    // kernel, which left the drop to us (FUSE_CAP_HANDLE_KILLPRIV), is told to forget the
+    // mode it cached. Attributes only (offset -1): no page lock is taken, so this is
+    // safe inside a write.
+    FuseFs& fs = self(req);
+    if (fuse_req_ctx(req)->uid != 0 && setid_bits_to_drop(f->attributes_at_open().mode) != 0 &&
+        !of->setid_dropped.exchange(true)) {
+      f->stat();
+      if (fs.session_ != nullptr) fuse_lowlevel_notify_inval_inode(fs.session_, ino, -1, 0);
+    }
     fuse_reply_write(req, n);
   });
 }

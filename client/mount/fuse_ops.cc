@@ -277,7 +277,13 @@ void FuseFs::op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int t
       if (f != nullptr) {
         f->truncate(static_cast<uint64_t>(attr->st_size));
       } else {
-        fs.client_.truncate(fs.inodes_.path(ino), static_cast<uint64_t>(attr->st_size));
+        // truncate(2) by name needs write permission by the mode. The server lets a
+        // file's owner truncate it whatever its mode (what a descriptor opened for
+        // writing needs, above), and without default_permissions the kernel checks
+        // nothing first: ask as the caller.
+        const std::string path = fs.inodes_.path(ino);
+        if (fs.client_.access(path, W_OK, false) != W_OK) throw Error(EACCES, "truncate");
+        fs.client_.truncate(path, static_cast<uint64_t>(attr->st_size));
       }
     }
     if (to_set & FUSE_SET_ATTR_MODE) {
@@ -342,17 +348,21 @@ void FuseFs::op_readlink(fuse_req_t req, fuse_ino_t ino) {
 
 void FuseFs::op_mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
                       dev_t rdev) {
-  (void)rdev;
   guard(req, "mknod", [&] {
     FuseFs& fs = self(req);
     fs.changing();
-    // The protocol creates regular files, directories and symlinks only: FIFOs, sockets
-    // and devices are EPERM (as mknod(2) on a file system that does not support them).
-    if (!S_ISREG(mode)) throw Error(EPERM, "odafs-mount: mknod of a special file");
     std::string path = fs.inodes_.child_path(parent, name);
-    File f = fs.client_.open(path, O_WRONLY | O_CREAT | O_EXCL, mode & 07777);
-    Attr a = f.stat();
-    f.close();
+    Attr a;
+    if (S_ISREG(mode)) {  // mknod(2) of a regular file: an exclusive create
+      File f = fs.client_.open(path, O_WRONLY | O_CREAT | O_EXCL, mode & 07777);
+      a = f.stat();
+      f.close();
+    } else {
+      // FIFOs, sockets and devices live on the server as what they are; the kernel opens
+      // a FIFO or socket of this mount locally (it never asks us to read one), so two
+      // processes on one host talk through it as on a local file system.
+      a = fs.client_.mknod(path, mode, rdev);
+    }
     fs.reply_entry(req, parent, name, a);
   });
 }

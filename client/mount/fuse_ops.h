@@ -97,6 +97,9 @@ class FuseFs {
     const uint64_t attr_epoch;
     std::atomic<bool> answered{false};
     std::atomic<bool> written{false};
+    // An unprivileged write through it has made the server drop setuid/setgid (op_write):
+    // the next ones need not be sent at once for that.
+    std::atomic<bool> setid_dropped{false};
     // Who opened it: the release (which the kernel sends as no one in particular) closes
     // as the opener, whose flushes a write delegation keeps (Delegations::keep_open).
     const rpc::CallerCred opener;

@@ -97,6 +97,13 @@ class Raw {
   int mkdir(const Handle& dir, const std::string& name) {
     return dirop(ODAFSPROC_MKDIR, Args().fh(dir).str(name).u32(0755));
   }
+  // MKNOD of type (ODAFS_FIFO, ODAFS_CHR...; any number, to try others) with mode and
+  // device numbers.
+  int mknod(const Handle& dir, const std::string& name, uint32_t type, uint32_t mode = 0644,
+            uint32_t major = 0, uint32_t minor = 0, odafs_fattr* attr = nullptr) {
+    return dirop(ODAFSPROC_MKNOD,
+                 Args().fh(dir).str(name).u32(type).u32(mode).u32(major).u32(minor), nullptr, attr);
+  }
   int symlink(const Handle& dir, const std::string& name, const std::string& target) {
     return dirop(ODAFSPROC_SYMLINK, Args().fh(dir).str(name).str(target));
   }
