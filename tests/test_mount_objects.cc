@@ -198,6 +198,45 @@ MOUNT_TEST("new objects get the mode asked for after the caller's umask, and no 
   }
 }
 
+MOUNT_TEST("one inode per file: a change through one name shows through every other at once") {
+  Mounted fs;
+  write_local(fs / "a", "linked");
+  REQUIRE(link((fs / "a").c_str(), (fs / "b").c_str()) == 0);
+  struct stat a = lstat_of(fs / "a");
+  struct stat b = lstat_of(fs / "b");
+  CHECK(a.st_ino == b.st_ino);
+  CHECK(a.st_nlink == 2);
+  CHECK(b.st_nlink == 2);
+  // Within the attribute timeout: the same inode, so no stale copy to show.
+  REQUIRE(chmod((fs / "a").c_str(), 0600) == 0);
+  CHECK(mode_of(fs / "b") == 0600);
+  REQUIRE(unlink((fs / "a").c_str()) == 0);
+  CHECK(lstat_of(fs / "b").st_nlink == 1);
+  CHECK(cat(fs / "b") == "linked");
+  // A third name, made through the second, then the second renamed: one file throughout.
+  REQUIRE(link((fs / "b").c_str(), (fs / "c").c_str()) == 0);
+  REQUIRE(rename((fs / "b").c_str(), (fs / "d").c_str()) == 0);
+  CHECK(lstat_of(fs / "c").st_nlink == 2);
+  CHECK(lstat_of(fs / "d").st_ino == lstat_of(fs / "c").st_ino);
+  write_local(fs / "d", "changed");
+  CHECK(cat(fs / "c") == "changed");
+}
+
+MOUNT_TEST("an open file whose last name is unlinked reports no links, and reads on") {
+  Mounted fs;
+  write_local(fs / "f", "still here");
+  int fd = open((fs / "f").c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  REQUIRE(unlink((fs / "f").c_str()) == 0);
+  struct stat st {};
+  CHECK(fstat(fd, &st) == 0);
+  CHECK(st.st_nlink == 0);
+  char buf[16] = {};
+  CHECK(pread(fd, buf, sizeof buf, 0) == 10);
+  CHECK(std::string(buf) == "still here");
+  close(fd);
+}
+
 TEST_CASE("as callers: O_TRUNC without write permission is refused and discards nothing" *
           doctest::skip(*root_mount_skip() != '\0') * doctest::description(root_mount_skip())) {
   Mounted fs({"allow_other"}, {"--auth-sys"});

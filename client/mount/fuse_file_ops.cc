@@ -73,7 +73,7 @@ void FuseFs::op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode
     File file = fs.client_.open(path, flags, mode & 07777);
     Attr a = file.attributes_at_open();  // CREATE's reply: no GETATTR
     fuse_entry_param e{};
-    e.ino = fs.inodes_.add_lookup(parent, name, a.fileid);
+    e.ino = fs.inodes_.add_lookup(parent, name, a.fileid, /*directory=*/false);
     auto open =
         std::make_unique<OpenFile>(std::move(file), e.ino, fs.attr_epoch_.load(), caller_of(req));
     e.attr = fs.to_stat(a);
@@ -244,7 +244,8 @@ void FuseFs::list(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_f
       // Without attributes (".", "..", or none known) the entry goes with inode 0: a plain
       // entry, which the kernel looks up when it needs more.
       if (vouch && entry != nullptr && entry->attr.has_value()) {
-        e.ino = inodes_.add_lookup(ino, entry->name, entry->fileid);
+        e.ino = inodes_.add_lookup(ino, entry->name, entry->fileid,
+                                   entry->attr->type == FileType::kDirectory);
         looked_up.push_back(e.ino);
         e.attr = to_stat(*entry->attr);
         e.attr_timeout = options_.attr_timeout - age;

@@ -133,7 +133,7 @@ struct stat FuseFs::to_stat(const Attr& a) const {
 
 void FuseFs::reply_entry(fuse_req_t req, Ino parent, const std::string& name, const Attr& a) {
   fuse_entry_param e{};
-  e.ino = inodes_.add_lookup(parent, name, a.fileid);
+  e.ino = inodes_.add_lookup(parent, name, a.fileid, a.type == FileType::kDirectory);
   e.generation = 0;  // inode numbers are never reused
   e.attr = to_stat(a);
   e.attr_timeout = options_.attr_timeout;
@@ -252,6 +252,9 @@ void FuseFs::op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     } else {
       a = of != nullptr ? of->file.stat() : fs.attr_of(ino);
     }
+    // An open file unlinked here lives on the server under a hidden name (hide_open):
+    // that link is ours, not the program's, which must see the file's last link gone.
+    if (a.nlink > 0 && fs.inodes_.hidden(ino)) --a.nlink;
     struct stat st = fs.to_stat(a);
     fuse_reply_attr(req, &st, keep);
   });

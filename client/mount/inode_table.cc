@@ -1,5 +1,6 @@
 #include "client/mount/inode_table.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <vector>
 
@@ -14,29 +15,37 @@ InodeTable::InodeTable(uint64_t root_fileid) {
   nodes_.emplace(kRootIno, std::move(root));
 }
 
-Ino InodeTable::add_lookup(Ino parent, const std::string& name, uint64_t fileid) {
+Ino InodeTable::add_lookup(Ino parent, const std::string& name, uint64_t fileid, bool directory) {
   std::lock_guard lock(mu_);
   path_locked(parent);  // throws ESTALE for a parent that is gone
   auto it = by_name_.find(Key{parent, name});
   if (it != by_name_.end()) {
-    Node& old = nodes_.at(it->second);
+    const Ino at = it->second;
+    Node& old = nodes_.at(at);
     if (old.fileid == fileid) {
       ++old.lookups;
-      return it->second;
+      add_name_locked(at, old, parent, name);  // first now: found there last
+      return at;
     }
-    // Another client replaced the file at this name: the old node stays for the kernel
-    // to forget, and answers ESTALE from now on.
-    detach_locked(it->second, old);
+    // Another client replaced the file at this name: the old node loses the name (and
+    // answers ESTALE once it has none, for the kernel to forget).
+    remove_name_locked(at, parent, name);
+  }
+  if (!directory) {
+    if (auto same = by_fileid_.find(fileid); same != by_fileid_.end()) {
+      Node& node = nodes_.at(same->second);  // another name of the same file
+      ++node.lookups;
+      add_name_locked(same->second, node, parent, name);
+      return same->second;
+    }
   }
   Ino ino = next_ino_++;
-  Node node;
-  node.parent = parent;
-  node.name = name;
+  Node& node = nodes_[ino];
   node.fileid = fileid;
+  node.directory = directory;
   node.lookups = 1;
-  nodes_.emplace(ino, std::move(node));
-  ++nodes_.at(parent).children;
-  by_name_.emplace(Key{parent, name}, ino);
+  add_name_locked(ino, node, parent, name);
+  if (!directory) by_fileid_[fileid] = ino;
   return ino;
 }
 
@@ -72,50 +81,41 @@ uint64_t InodeTable::parent_fileid(Ino ino) const {
   auto it = nodes_.find(ino);
   if (it == nodes_.end()) return 0;
   if (ino == kRootIno) return it->second.fileid;
-  auto parent = nodes_.find(it->second.parent);
+  if (it->second.names.empty()) return 0;
+  auto parent = nodes_.find(it->second.names.front().parent);
   return parent == nodes_.end() ? 0 : parent->second.fileid;
 }
 
 void InodeTable::renamed(Ino parent, const std::string& name, Ino new_parent,
                          const std::string& new_name) {
   std::lock_guard lock(mu_);
-  auto dst = by_name_.find(Key{new_parent, new_name});
-  if (dst != by_name_.end()) detach_locked(dst->second, nodes_.at(dst->second));
   auto src = by_name_.find(Key{parent, name});
+  auto dst = by_name_.find(Key{new_parent, new_name});
+  if (src != by_name_.end() && dst != by_name_.end() && src->second == dst->second) return;
+  if (dst != by_name_.end()) remove_name_locked(dst->second, new_parent, new_name);
+  src = by_name_.find(Key{parent, name});
   if (src == by_name_.end()) return;  // the kernel never looked it up: nothing to move
-  Ino ino = src->second;
-  by_name_.erase(src);
+  const Ino ino = src->second;
   Node& node = nodes_.at(ino);
-  auto np = nodes_.find(new_parent);
-  if (np == nodes_.end()) {  // cannot happen while the kernel holds new_parent; be safe
-    node.detached = true;
-    node.parent = 0;
-    --nodes_.at(parent).children;
-    maybe_erase_locked(parent);
-    maybe_erase_locked(ino);
-    return;
-  }
-  node.name = new_name;
-  if (new_parent != parent) {
-    ++np->second.children;
-    node.parent = new_parent;
-    --nodes_.at(parent).children;
-    maybe_erase_locked(parent);
-  }
-  by_name_.emplace(Key{new_parent, new_name}, ino);
+  // Hold the node while its name moves: without names or lookups it would be erased
+  // between taking the old name off and giving it the new one.
+  ++node.lookups;
+  remove_name_locked(ino, parent, name);
+  if (nodes_.count(new_parent) != 0) add_name_locked(ino, node, new_parent, new_name);
+  --node.lookups;
+  maybe_erase_locked(ino);
 }
 
 void InodeTable::removed(Ino parent, const std::string& name) {
   std::lock_guard lock(mu_);
   auto it = by_name_.find(Key{parent, name});
-  if (it != by_name_.end()) detach_locked(it->second, nodes_.at(it->second));
+  if (it != by_name_.end()) remove_name_locked(it->second, parent, name);
 }
 
 void InodeTable::detach(Ino ino) {
   std::lock_guard lock(mu_);
   if (ino == kRootIno) return;
-  auto it = nodes_.find(ino);
-  if (it != nodes_.end() && !it->second.detached) detach_locked(ino, it->second);
+  if (nodes_.count(ino) != 0) detach_locked(ino);
 }
 
 void InodeTable::add_open(Ino ino) {
@@ -128,7 +128,7 @@ bool InodeTable::release_open(Ino ino) {
   std::lock_guard lock(mu_);
   auto it = nodes_.find(ino);
   if (it == nodes_.end() || it->second.opens == 0) return false;
-  return --it->second.opens == 0 && it->second.hidden && !it->second.detached;
+  return --it->second.opens == 0 && it->second.hidden && !it->second.names.empty();
 }
 
 bool InodeTable::pages_still_valid(Ino ino, const PageVersion& v) {
@@ -157,38 +157,80 @@ bool InodeTable::mark_hidden(Ino ino) {
   return true;
 }
 
+bool InodeTable::hidden(Ino ino) const {
+  std::lock_guard lock(mu_);
+  auto it = nodes_.find(ino);
+  return it != nodes_.end() && it->second.hidden;
+}
+
 size_t InodeTable::size() const {
   std::lock_guard lock(mu_);
   return nodes_.size();
 }
 
-void InodeTable::detach_locked(Ino ino, Node& node) {
-  by_name_.erase(Key{node.parent, node.name});
-  Ino parent = node.parent;
-  node.parent = 0;
-  node.detached = true;
-  node.name.clear();
-  // Erase the node first: erasing the parent cannot invalidate `node`, but keep the order
-  // child-then-parent anyway, as maybe_erase_locked walks upwards.
-  maybe_erase_locked(ino);
-  if (parent != 0) {
-    --nodes_.at(parent).children;
-    maybe_erase_locked(parent);
+void InodeTable::add_name_locked(Ino ino, Node& node, Ino parent, const std::string& name) {
+  auto same = std::find_if(node.names.begin(), node.names.end(),
+                           [&](const Name& n) { return n.parent == parent && n.name == name; });
+  if (same != node.names.end()) {
+    std::rotate(node.names.begin(), same, same + 1);
+    return;
   }
+  if (node.names.empty() && !node.directory) by_fileid_[node.fileid] = ino;  // attached again
+  node.names.insert(node.names.begin(), Name{parent, name});
+  ++nodes_.at(parent).children;
+  by_name_[Key{parent, name}] = ino;
+}
+
+void InodeTable::remove_name_locked(Ino ino, Ino parent, const std::string& name) {
+  Node& node = nodes_.at(ino);
+  auto it = std::find_if(node.names.begin(), node.names.end(),
+                         [&](const Name& n) { return n.parent == parent && n.name == name; });
+  if (it == node.names.end()) return;
+  node.names.erase(it);
+  by_name_.erase(Key{parent, name});
+  if (node.names.empty() && !node.directory) {
+    auto f = by_fileid_.find(node.fileid);
+    if (f != by_fileid_.end() && f->second == ino) by_fileid_.erase(f);
+  }
+  // The node first, then the directory it left: erasing the node may take the directory's
+  // last child, never the other way round.
+  maybe_erase_locked(ino);
+  --nodes_.at(parent).children;
+  maybe_erase_locked(parent);
+}
+
+void InodeTable::detach_locked(Ino ino) {
+  // Held while its names go: erasing it midway would leave the loop a dangling node.
+  Node& node = nodes_.at(ino);
+  ++node.lookups;
+  while (!node.names.empty()) {
+    const Name first = node.names.front();
+    remove_name_locked(ino, first.parent, first.name);
+  }
+  --node.lookups;
+  maybe_erase_locked(ino);
 }
 
 void InodeTable::maybe_erase_locked(Ino ino) {
-  while (ino != kRootIno) {
-    auto it = nodes_.find(ino);
-    if (it == nodes_.end()) return;
+  std::vector<Ino> todo{ino};
+  while (!todo.empty()) {
+    const Ino at = todo.back();
+    todo.pop_back();
+    if (at == kRootIno) continue;
+    auto it = nodes_.find(at);
+    if (it == nodes_.end()) continue;
     Node& node = it->second;
-    if (node.lookups != 0 || node.children != 0 || node.opens != 0) return;
-    Ino parent = node.parent;
-    if (!node.detached) by_name_.erase(Key{node.parent, node.name});
+    if (node.lookups != 0 || node.children != 0 || node.opens != 0) continue;
+    for (const Name& n : node.names) {
+      by_name_.erase(Key{n.parent, n.name});
+      --nodes_.at(n.parent).children;
+      todo.push_back(n.parent);
+    }
+    if (!node.directory) {
+      auto f = by_fileid_.find(node.fileid);
+      if (f != by_fileid_.end() && f->second == at) by_fileid_.erase(f);
+    }
     nodes_.erase(it);
-    if (parent == 0) return;
-    --nodes_.at(parent).children;
-    ino = parent;
   }
 }
 
@@ -196,11 +238,11 @@ std::string InodeTable::path_locked(Ino ino) const {
   std::vector<const std::string*> names;
   while (ino != kRootIno) {
     auto it = nodes_.find(ino);
-    if (it == nodes_.end() || it->second.detached) {
+    if (it == nodes_.end() || it->second.names.empty()) {
       throw Error(ESTALE, "odafs-mount: inode " + std::to_string(ino) + " has no name");
     }
-    names.push_back(&it->second.name);
-    ino = it->second.parent;
+    names.push_back(&it->second.names.front().name);
+    ino = it->second.names.front().parent;
   }
   std::string path;
   for (auto it = names.rbegin(); it != names.rend(); ++it) {

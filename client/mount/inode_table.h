@@ -1,17 +1,21 @@
 // odafs-mount: FUSE inode numbers ⇄ paths in the mount.
 //
 // libodafs is path-based (Client::open("a/b")), FUSE names everything by inode number. This
-// table is the one place that turns one into the other. Each node is (parent, name): a
-// path is built by walking parents, so a rename moves one node and everything under it
-// follows without rewriting any string.
+// table is the one place that turns one into the other. A node is one object: a directory
+// has one name (parent, name), a file one per hard link the kernel has looked up, all on
+// one node (found by its file id), so a change through one name is seen through every
+// other at once. A path is built by walking parents (a file's first name: the one found
+// last), so a rename moves one name and everything under it follows without rewriting any
+// string.
 //
 // Lifetime follows the FUSE protocol: every reply that hands the kernel an inode (lookup,
 // create, mkdir, symlink) counts one lookup; FORGET gives n of them back. A node lives while
 // the kernel holds lookups on it or while nodes below it live (their paths need it).
 //
 // Inode numbers are never reused (a 64-bit counter), so entries need no generation.
-// A node whose name went away (unlink, rmdir, renamed over, or found to name another file)
-// is *detached*: it lives on until forgotten, but has no path and path() fails ESTALE.
+// A node whose last name went away (unlink, rmdir, renamed over, or found to name another
+// file) is *detached*: it lives on until forgotten, but has no path and path() fails
+// ESTALE; it is no longer found by its file id (the server may give the id to a new file).
 //
 // Thread-safety: every member may be called from any thread at once (one mutex).
 #pragma once
@@ -22,6 +26,7 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 namespace odafs::mount {
 
@@ -35,11 +40,12 @@ class InodeTable {
   InodeTable(const InodeTable&) = delete;
   InodeTable& operator=(const InodeTable&) = delete;
 
-  // The kernel now knows `name` in directory `parent` as the file `fileid`: returns its
-  // node (the existing one when the name still names the same file, else a new one; an old
-  // node at the name is detached) with one more lookup counted.
+  // The kernel now knows `name` in directory `parent` as the object `fileid`: returns its
+  // node with one more lookup counted: the one at the name when it still names that
+  // object; else, for a non-directory, the node another name of it has (the name joins
+  // it); else a new one. A node the name named before loses the name.
   // Throws Error(ESTALE) if parent is unknown or detached.
-  Ino add_lookup(Ino parent, const std::string& name, uint64_t fileid);
+  Ino add_lookup(Ino parent, const std::string& name, uint64_t fileid, bool directory);
   // FORGET: the kernel gives back n lookups of ino. Unknown inodes are ignored.
   void forget(Ino ino, uint64_t n);
 
@@ -55,12 +61,13 @@ class InodeTable {
   uint64_t parent_fileid(Ino ino) const;
 
   // After a successful rename of parent/name to new_parent/new_name: the node at the old
-  // name (if known) takes the new one; a node at the new name is detached.
+  // name (if known) takes the new one in its place; a node at the new name loses it.
+  // Two names of one file: nothing changes (rename(2) does nothing then).
   void renamed(Ino parent, const std::string& name, Ino new_parent, const std::string& new_name);
-  // After a successful unlink/rmdir of parent/name: its node (if known) is detached.
+  // After a successful unlink/rmdir of parent/name: its node (if known) loses the name.
   void removed(Ino parent, const std::string& name);
   // The node (a non-root one) turned out to name another file than it was found as:
-  // detach it, so that the kernel's next lookup makes a fresh node.
+  // detach it from all its names, so that the kernel's next lookup makes a fresh node.
   void detach(Ino ino);
 
   // Open files. The server forgets a file with its last name, so a file removed (or
@@ -75,6 +82,9 @@ class InodeTable {
   // After renaming an open node to a hidden name: true if it is still open (its last
   // release removes it); false if it was closed meanwhile (the caller removes it now).
   bool mark_hidden(Ino ino);
+  // Whether the node was hidden (mark_hidden): one of the file's links on the server is
+  // then the hidden name, which a program must not see (its nlink is one less).
+  bool hidden(Ino ino) const;
 
   // What the kernel's cached pages of a file were validated against: its modification and
   // change times and size as an open found them. Equal at the next open: nobody changed
@@ -93,30 +103,40 @@ class InodeTable {
   size_t size() const;
 
  private:
-  struct Node {
-    Ino parent = 0;  // 0: detached (no name), or the root
+  struct Name {
+    Ino parent = 0;
     std::string name;
+  };
+  struct Node {
+    // The node's names, the one paths use first. Empty: detached, or the root.
+    std::vector<Name> names;
     uint64_t fileid = 0;
+    bool directory = false;
     uint64_t lookups = 0;
-    uint64_t children = 0;  // live nodes whose parent this is
-    uint64_t opens = 0;     // open files (add_open .. release_open)
-    bool detached = false;
+    uint64_t children = 0;     // names of live nodes in this directory
+    uint64_t opens = 0;        // open files (add_open .. release_open)
     bool hidden = false;       // renamed to a hidden name instead of being removed
     bool pages_known = false;  // page_version holds an open's
     PageVersion page_version;
   };
   using Key = std::pair<Ino, std::string>;
 
-  // REQUIRES: mu_ held. Take the node off its name (it keeps living until forgotten).
-  void detach_locked(Ino ino, Node& node);
-  // REQUIRES: mu_ held. Erase the node if nothing holds it, then its parent likewise.
+  // REQUIRES: mu_ held. Gives node ino the name parent/name (first, the one paths use).
+  void add_name_locked(Ino ino, Node& node, Ino parent, const std::string& name);
+  // REQUIRES: mu_ held. Takes name parent/name off node ino (which keeps living until
+  // forgotten; detached once it has no name left), then erases what nothing holds.
+  void remove_name_locked(Ino ino, Ino parent, const std::string& name);
+  // REQUIRES: mu_ held. Takes every name off the node (see remove_name_locked).
+  void detach_locked(Ino ino);
+  // REQUIRES: mu_ held. Erase the node if nothing holds it, then its parents likewise.
   void maybe_erase_locked(Ino ino);
   // REQUIRES: mu_ held. Throws Error(ESTALE) unless ino names a live, attached node.
   std::string path_locked(Ino ino) const;
 
   mutable std::mutex mu_;
   std::unordered_map<Ino, Node> nodes_;
-  std::map<Key, Ino> by_name_;  // attached nodes by (parent, name)
+  std::map<Key, Ino> by_name_;                   // attached nodes by (parent, name)
+  std::unordered_map<uint64_t, Ino> by_fileid_;  // attached non-directories by file id
   Ino next_ino_ = kRootIno + 1;
 };
 
