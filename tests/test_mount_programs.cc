@@ -1,12 +1,17 @@
 // Unmodified programs on an odafs-mount: each script runs once in a local directory and
 // once on the mount, and both must print the same (cp -a, rsync -a, tar, ls -l, find, mv,
-// rm -r, dd, sha256sum, sed -i and an editor-style save, make, git). Skipped (with the
+// rm -r, dd, sha256sum, sed -i and an editor-style save, make, git; trees with FIFOs,
+// sockets and hard links). Skipped (with the
 // reason) where FUSE cannot mount.
 #include <doctest/doctest.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "tests/support/mount_process.h"
@@ -140,6 +145,47 @@ rsync -a --checksum src/ copy/ && diff -r src copy && echo same
 )");
   CHECK(mounted == local);
   CHECK(local.rfind("exit 0\n", 0) == 0);
+}
+
+MOUNT_TEST("a tree with a FIFO, a socket and hard links: rsync -a, tar and cp -a keep them" *
+           doctest::skip(!have("rsync")) * doctest::description("needs rsync")) {
+  Compare c;
+  const std::string tree = c.src / "tree";
+  REQUIRE(mkfifo((tree + "/pipe").c_str(), 0640) == 0);
+  REQUIRE(mkfifo((tree + "/sub/pipe2").c_str(), 0600) == 0);
+  {
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    const std::string sock = tree + "/sock";
+    REQUIRE(sock.size() < sizeof addr.sun_path);
+    std::memcpy(addr.sun_path, sock.c_str(), sock.size() + 1);
+    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    close(fd);
+    REQUIRE(chmod(sock.c_str(), 0755) == 0);  // whatever this process's umask
+  }
+  REQUIRE(chmod((tree + "/pipe").c_str(), 0640) == 0);
+  REQUIRE(link((tree + "/a.txt").c_str(), (tree + "/sub/hard.txt").c_str()) == 0);
+  auto [local, mounted] = c.both(R"(
+rsync -aH "$SRC"/ copy/
+echo '# rsync -aH: types, modes, links'
+(cd copy && find . -printf '%y %m %n %p\n' | sort)
+echo '# tar of the copy, extracted (tar leaves sockets out: it says so)'
+tar -C copy -cf t.tar . 2>&1 | sed 's/^tar: //'
+mkdir x && tar -C x -xf t.tar
+(cd x && find . -printf '%y %m %n %p\n' | sort)
+echo '# cp -a of the copy'
+cp -a copy again
+(cd again && find . -printf '%y %m %n %p\n' | sort)
+echo '# the FIFO works where it landed'
+(printf 'through\n' > again/pipe &) ; read -r line < again/pipe; echo "$line"
+rm -r copy x again t.tar
+ls -A
+)");
+  CHECK(mounted == local);
+  CHECK(local.rfind("exit 0\n", 0) == 0);
+  CHECK(local.find("p 640 1 ./pipe") != std::string::npos);
+  CHECK(local.find("s 755 1 ./sock") != std::string::npos);
 }
 
 MOUNT_TEST("dd, sparse dd, sed -i and an editor-style save (temp file, rename over)") {
