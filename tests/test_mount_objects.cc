@@ -339,3 +339,26 @@ TEST_CASE(
           }) == EPERM);
   }
 }
+
+TEST_CASE(
+    "as callers: search permission on a directory on the way holds for names already "
+    "resolved for another caller" *
+    doctest::skip(*root_mount_skip() != '\0') * doctest::description(root_mount_skip())) {
+  Mounted fs({"allow_other"}, {"--auth-sys"});
+  REQUIRE(chmod(fs.exp.path().c_str(), 0755) == 0);
+  REQUIRE(mkdir((fs / "priv").c_str(), 0700) == 0);
+  write_local(fs / "priv/f", "behind a closed door");
+  REQUIRE(chmod((fs / "priv/f").c_str(), 0644) == 0);
+  // Root's walks leave the names resolved in the kernel and in libodafs.
+  CHECK(cat(fs / "priv/f") == "behind a closed door");
+  CHECK(S_ISREG(lstat_of(fs / "priv/f").st_mode));
+  CHECK(as_nobody([&] {
+          struct stat st {};
+          return failed_with(stat((fs / "priv/f").c_str(), &st) != 0);
+        }) == EACCES);
+  CHECK(as_nobody([&] { return failed_with(open((fs / "priv/f").c_str(), O_RDONLY) < 0); }) ==
+        EACCES);
+  REQUIRE(chmod((fs / "priv").c_str(), 0711) == 0);  // search, no listing
+  CHECK(as_nobody([&] { return read_local(fs / "priv/f") == "behind a closed door" ? 0 : 1; }) ==
+        0);
+}

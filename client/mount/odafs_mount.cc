@@ -39,7 +39,14 @@ struct Config {
   double negative_timeout = 1.0;
   int no_readdirplus = 0;
   int show_help = 0;
+  // Seen among libfuse's options (kept for it): with allow_other, default_permissions is
+  // added unless nodefault_permissions says otherwise (see kMultiUser below).
+  int allow_other = 0;
+  int default_permissions = 0;
+  int no_default_permissions = 0;
 };
+
+enum OptionKey { kKeyAllowOther = 1, kKeyDefaultPermissions = 2 };
 
 #define ODAFS_OPT(templ, field, value) \
   fuse_opt { templ, offsetof(Config, field), value }
@@ -54,6 +61,9 @@ const fuse_opt kSpec[] = {ODAFS_OPT("cache_blocks=%lu", cache_blocks, 0),
                           ODAFS_OPT("entry_timeout=%lf", entry_timeout, 0),
                           ODAFS_OPT("negative_timeout=%lf", negative_timeout, 0),
                           ODAFS_OPT("noreaddirplus", no_readdirplus, 1),
+                          ODAFS_OPT("nodefault_permissions", no_default_permissions, 1),
+                          FUSE_OPT_KEY("allow_other", kKeyAllowOther),
+                          FUSE_OPT_KEY("default_permissions", kKeyDefaultPermissions),
                           ODAFS_OPT("-h", show_help, 1),
                           ODAFS_OPT("--help", show_help, 1),
                           FUSE_OPT_END};
@@ -62,6 +72,8 @@ const fuse_opt kSpec[] = {ODAFS_OPT("cache_blocks=%lu", cache_blocks, 0),
 int keep_or_take_url(void* data, const char* arg, int key, fuse_args* outargs) {
   (void)outargs;
   auto* c = static_cast<Config*>(data);
+  if (key == kKeyAllowOther) c->allow_other = 1;
+  if (key == kKeyDefaultPermissions) c->default_permissions = 1;
   if (key == FUSE_OPT_KEY_NONOPT && c->url == nullptr) {
     c->url = strdup(arg);
     return 0;
@@ -89,6 +101,9 @@ void usage(const char* prog) {
       "    max_threads=N          requests served at once (default 10; -s: one, libfuse's\n"
       "                           single-threaded loop); clone_fd and max_idle_threads\n"
       "                           (libfuse's own loop's) do not apply\n"
+      "    nodefault_permissions  with allow_other: leave permission checks on the way to\n"
+      "                           the server alone (allow_other adds default_permissions\n"
+      "                           otherwise: the kernel then checks every component)\n"
       "    ro, allow_other, default_permissions, ...: as for any FUSE file system\n"
       "\n"
       "Unmount with: fusermount3 -u MOUNTPOINT (or SIGINT/SIGTERM to a -f odafs-mount)\n\n",
@@ -171,6 +186,14 @@ int run(int argc, char** argv) {
   if (conf.show_help) {
     usage(argv[0]);
     return 0;
+  }
+  // A mount other users reach needs the kernel's permission checks: without them, a name
+  // the kernel or libodafs resolved for one caller is not looked up again for another, so
+  // search permission on a directory on the way is not checked for the second (the
+  // server checks every call it gets, but gets none for those). Fail closed: allow_other
+  // brings default_permissions unless asked not to.
+  if (conf.allow_other && !conf.default_permissions && !conf.no_default_permissions) {
+    if (fuse_opt_add_arg(&args, "-odefault_permissions") != 0) return 1;
   }
   fuse_cmdline_opts opts{};
   if (fuse_parse_cmdline(&args, &opts) != 0) return 1;
