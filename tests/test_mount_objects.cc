@@ -250,6 +250,21 @@ TEST_CASE("as callers: O_TRUNC without write permission is refused and discards 
   CHECK(as_nobody([&] { return failed_with(open(f.c_str(), O_WRONLY | O_TRUNC) < 0); }) == EACCES);
   CHECK(close(fd) == 0);
   CHECK(cat(f) == "hello");
+  // Every other way another user might drop bytes this mount keeps for root, refused,
+  // drops none: in a directory of root's, a truncation, an unlink, a rename over it.
+  REQUIRE(mkdir((fs / "d").c_str(), 0755) == 0);
+  const std::string g = fs / "d/kept";
+  fd = open(g.c_str(), O_CREAT | O_WRONLY, 0644);
+  REQUIRE(fd >= 0);
+  REQUIRE(write(fd, "world", 5) == 5);
+  CHECK(close(fd) == 0);  // kept under the write delegation, not yet sent
+  CHECK(as_nobody([&] { return failed_with(truncate(g.c_str(), 0) != 0); }) == EACCES);
+  CHECK(as_nobody([&] { return failed_with(unlink(g.c_str()) != 0); }) == EACCES);
+  write_local(fs / "theirs", "x");
+  CHECK(as_nobody([&] { return failed_with(rename((fs / "theirs").c_str(), g.c_str()) != 0); }) ==
+        EACCES);
+  CHECK(cat(g) == "world");
+  CHECK(fs.read_by_another_client("d/kept") == "world");
   CHECK(fs.read_by_another_client("kept") == "hello");
   // Root (who may write it) truncates with O_RDONLY too, as Linux does.
   fd = open(f.c_str(), O_RDONLY | O_TRUNC);
