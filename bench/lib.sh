@@ -30,6 +30,28 @@ build_base() {
   ninja -C "$base_dir/build" "$@" >/dev/null
 }
 
+# protocol_version DIR: the odafs RPC program version the source tree DIR speaks.
+protocol_version() {
+  awk '/^program ODAFS_PROGRAM/ {p = 1} p && /^  } = [0-9]+;/ {sub(/;.*/, ""); print $3; exit}' \
+    "$1/proto/odafs_prot.x"
+}
+
+# require_same_protocol: for scripts that drive BASE's odafsd with this checkout's client
+# programs; stops with a clear message when the two builds speak different protocol
+# versions (the server would answer PROG_MISMATCH). REQUIRES: build_base ran.
+require_same_protocol() {
+  local ours theirs
+  ours=$(protocol_version .)
+  theirs=$(protocol_version "$base_dir")
+  if [ "$ours" != "$theirs" ]; then
+    echo "$(basename "$0"): the base speaks odafs protocol version $theirs, this checkout $ours:" \
+      "this checkout's clients cannot drive its odafsd. Compare with a base of version $ours," \
+      "or with bench/compare_builds.sh / bench/postmark/compare_builds.sh (each build's own" \
+      "client)." >&2
+    exit 2
+  fi
+}
+
 # interleave ROUNDS: runs the caller's `run_one LABEL BUILD_DIR ROUND` for the base build
 # (build_base) and this checkout's ROUNDS times each, alternating which goes first, so that
 # the machine's drift over minutes hits both alike.

@@ -31,7 +31,7 @@ constexpr size_t kLargestRecord = ODAFS_MAXDATA + 8192;  // odafsd's largest --m
 rpc::Channel::Options channel_options(const MountOptions& options) {
   rpc::Channel::Options o;
   o.program = ODAFS_PROGRAM;
-  o.version = ODAFS_V1;
+  o.version = ODAFS_V2;
   o.max_record = kLargestRecord;
   o.timeout_ms = options.timeout_ms;
   if (options.auth_sys) {

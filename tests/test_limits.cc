@@ -234,7 +234,7 @@ TEST_CASE(
   REQUIRE(fd >= 0);
 
   // xid, CALL, rpcvers 3, prog, vers, proc NULL, AUTH_NONE cred and verifier.
-  std::string reply = rpc_exchange(fd, {0x1234, 0, 3, ODAFS_PROGRAM, ODAFS_V1, 0, 0, 0, 0, 0});
+  std::string reply = rpc_exchange(fd, {0x1234, 0, 3, ODAFS_PROGRAM, ODAFS_V2, 0, 0, 0, 0, 0});
   REQUIRE_FALSE(reply.empty());
   rpc_msg msg = decode_reply(reply);
   CHECK(msg.rm_xid == 0x1234);
@@ -244,7 +244,7 @@ TEST_CASE(
   CHECK(msg.rjcted_rply.rj_vers.high == 2);
 
   // A 500-byte AUTH_SYS credential (the limit is 400).
-  std::vector<uint32_t> call = {0x5678, 0, 2, ODAFS_PROGRAM, ODAFS_V1, 0, AUTH_SYS, 500};
+  std::vector<uint32_t> call = {0x5678, 0, 2, ODAFS_PROGRAM, ODAFS_V2, 0, AUTH_SYS, 500};
   call.resize(call.size() + 125, 0);
   call.push_back(0);  // verifier
   call.push_back(0);
@@ -257,7 +257,7 @@ TEST_CASE(
   CHECK(msg.rjcted_rply.rj_why == AUTH_BADCRED);
 
   // The connection still serves a good call.
-  reply = rpc_exchange(fd, {0x9abc, 0, 2, ODAFS_PROGRAM, ODAFS_V1, 0, 0, 0, 0, 0});
+  reply = rpc_exchange(fd, {0x9abc, 0, 2, ODAFS_PROGRAM, ODAFS_V2, 0, 0, 0, 0, 0});
   REQUIRE_FALSE(reply.empty());
   msg = decode_reply(reply);
   CHECK(msg.rm_xid == 0x9abc);

@@ -57,7 +57,7 @@ struct RawMount {
       : ch({"127.0.0.1", port}, [] {
           odafs::rpc::Channel::Options o;
           o.program = ODAFS_PROGRAM;
-          o.version = ODAFS_V1;
+          o.version = ODAFS_V2;
           o.timeout_ms = 10000;
           return o;
         }()) {

@@ -36,7 +36,7 @@ namespace {
 odafs::net::Endpoint endpoint(const ServerProcess& s) { return {"127.0.0.1", s.port()}; }
 
 odafs::rpc::Channel::Options channel_options(uint32_t prog = ODAFS_PROGRAM,
-                                             uint32_t vers = ODAFS_V1) {
+                                             uint32_t vers = ODAFS_V2) {
   odafs::rpc::Channel::Options o;
   o.program = prog;
   o.version = vers;
@@ -156,7 +156,7 @@ TEST_CASE("garbage on one connection never disturbs another client") {
                             htonl(0),
                             htonl(2),
                             htonl(ODAFS_PROGRAM),
-                            htonl(ODAFS_V1),
+                            htonl(ODAFS_V2),
                             htonl(rng() % 20),
                             0,
                             0,

@@ -37,6 +37,7 @@ build_targets odafsd odafs-scale odafs-tcp-pingpong
 contenders=("new:build/odafsd")
 if [ -n "${BASE:-}" ]; then
   build_base "$BASE" odafsd
+  require_same_protocol
   contenders+=("base:$base_dir/build/odafsd")
 fi
 rows=$out/scale-rows.jsonl # kept as it grows: a run stopped half way keeps its rows

@@ -14,6 +14,7 @@ rounds=${2:-3}
 threads=${THREADS:-"2 16"}
 build_targets odafsd odafs-server-throughput
 build_base "$base" odafsd
+require_same_protocol
 rows=$out/scale-threads-rows.jsonl
 : >"$rows"
 pairs=()
