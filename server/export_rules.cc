@@ -181,8 +181,8 @@ void ExportRules::add(std::string_view spec, uint32_t anon_uid, uint32_t anon_gi
 
 void ExportRules::add_loopback_default(uint32_t anon_uid, uint32_t anon_gid) {
   const size_t first = rules_.size();
-  add("127.0.0.0/8(rw,no_root_squash)", anon_uid, anon_gid);
-  add("::1(rw,no_root_squash)", anon_uid, anon_gid);
+  add("127.0.0.0/8(rw,no_root_squash,devices)", anon_uid, anon_gid);
+  add("::1(rw,no_root_squash,devices)", anon_uid, anon_gid);
   for (size_t i = first; i < rules_.size(); ++i) rules_[i].named_peers_only = true;
 }
 

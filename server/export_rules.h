@@ -9,9 +9,10 @@
 // Defaults, as exports(5): rw, root_squash, insecure (any source port), anonuid and anongid
 // from --anon-uid/--anon-gid; and nodev: MKNOD makes FIFOs and sockets for anyone who may
 // create in the directory, character and block devices only under `devices` (and then
-// only for a caller whose squashed credential is root: the kernel's CAP_MKNOD). A host name is resolved once, when the rule is parsed: each of
-// its addresses becomes a rule of its own. The first rule that matches a peer's address
-// decides; a peer no rule matches is refused.
+// only for a caller whose squashed credential is root: the kernel's CAP_MKNOD). The
+// loopback default (below) says `devices`: its root is this host's root. A host name is resolved
+// once, when the rule is parsed: each of its addresses becomes a rule of its own. The first rule
+// that matches a peer's address decides; a peer no rule matches is refused.
 #pragma once
 
 #include <sys/socket.h>
@@ -35,7 +36,7 @@ struct ClientRule {
   Squash squash = Squash::kRoot;
   uint32_t anon_uid = 65534;
   uint32_t anon_gid = 65534;
-  bool secure = false;  // only from a source port below 1024 (which only root can bind)
+  bool secure = false;   // only from a source port below 1024 (which only root can bind)
   bool devices = false;  // MKNOD of character and block devices allowed
   // Believes a peer's credential only when the kernel named the peer (the loopback
   // default): a peer it could not name runs as the anonymous user, whatever it claims.
@@ -51,9 +52,10 @@ class ExportRules {
   void add(std::string_view spec, uint32_t anon_uid, uint32_t anon_gid);
 
   // The rule odafsd uses when given none and listening on loopback only: this host's
-  // processes (127.0.0.0/8 and ::1), rw, no_root_squash. It is safe only because such peers
-  // are named by the kernel (CallAuthority): root's sockets are root, anyone else's may act
-  // only as its owner.
+  // processes (127.0.0.0/8 and ::1), rw, no_root_squash, devices. It is safe only because
+  // such peers are named by the kernel (CallAuthority): root's sockets are root, anyone
+  // else's may act only as its owner. So a device node is made only for this host's root,
+  // who could make it in the export directly anyway.
   void add_loopback_default(uint32_t anon_uid, uint32_t anon_gid);
 
   // The index of the first rule that matches peer, or UINT32_MAX when none does.
