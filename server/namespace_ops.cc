@@ -184,7 +184,9 @@ void FileService::do_create(const rpc::CallContext& ctx, create_args& a, rpc::Re
   // Exclusive first, so that the server knows whether it created the file: a new file is
   // this connection's alone, an existing one is opened as OPEN opens it. A name removed
   // between the two tries is created on the next.
-  constexpr int kOpen = O_NOFOLLOW | O_CLOEXEC | O_RDWR;
+  // O_NONBLOCK: a FIFO at the name must not hold this thread until a writer comes (it is
+  // refused below); regular files ignore it.
+  constexpr int kOpen = O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_RDWR;
   int fd = -1;
   bool created = false;
   bool writable = true;
@@ -195,7 +197,7 @@ void FileService::do_create(const rpc::CallContext& ctx, create_args& a, rpc::Re
     fd = openat(dir.fd(), a.name, kOpen);
     if (fd < 0 && errno == EACCES) {
       writable = false;  // exists, but not writable by us: open read-only like LOOKUP would
-      fd = openat(dir.fd(), a.name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+      fd = openat(dir.fd(), a.name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     }
     if (fd < 0 && errno != ENOENT) break;
   }
@@ -205,6 +207,10 @@ void FileService::do_create(const rpc::CallContext& ctx, create_args& a, rpc::Re
     if (fd >= 0) close(fd);
     if (err == ELOOP) err = EEXIST;  // a symlink sits at the name
     return fail(status_from_errno(err));
+  }
+  if (!S_ISREG(st.st_mode)) {  // a FIFO, socket or device: CREATE makes and opens files only
+    close(fd);
+    return fail(ODAFS_ERR_EXIST);
   }
   NodeRef node = nodes_.adopt(dir, a.name, fd, st, writable);
   uint32_t access = a.access;
@@ -262,8 +268,7 @@ void FileService::do_mknod(const rpc::CallContext& ctx, mknod_args& a, rpc::Repl
   }
   const bool device = type == S_IFCHR || type == S_IFBLK;
   if (device && !authority_.allows_devices(ctx)) {
-    ODAFS_LOG_INFO("MKNOD of device %s refused: the client's export rule has no 'devices'",
-                   a.name);
+    ODAFS_LOG_INFO("MKNOD of device %s refused: the client's export rule has no 'devices'", a.name);
     return reply_status<dirop_res>(r, xp(xdr_dirop_res), ODAFS_ERR_PERM);
   }
   const dev_t rdev = device ? makedev(a.rdev.major, a.rdev.minor) : 0;

@@ -36,7 +36,9 @@ uint64_t get64(const unsigned char* p) { return (uint64_t{get32(p)} << 32) | get
 // called right before its caller turns errno into a Status.
 int open_object(int dirfd, const char* name, mode_t type, bool* writable) {
   *writable = false;
-  const int common = O_CLOEXEC | O_NOFOLLOW | O_NOCTTY;
+  // O_NONBLOCK: the name may have become a FIFO since the caller looked (any client may
+  // make one), and opening a FIFO for reading waits for a writer. Regular files ignore it.
+  const int common = O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK;
   int fd = -1;
   if (S_ISREG(type)) {
     fd = openat(dirfd, name, O_RDWR | common);

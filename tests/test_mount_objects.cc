@@ -137,6 +137,22 @@ MOUNT_TEST("a FIFO through the mount carries bytes between two processes; its ty
   CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
   // Its bytes never reached the server: a FIFO's data is the kernel's.
   CHECK(lstat_of(fs.local("pipe")).st_size == 0);
+  // Attributes, links and renames of a FIFO, as of any file (the server must never open
+  // it for reading or writing: that would wait for a peer).
+  CHECK(chmod(pipe.c_str(), 0600) == 0);
+  CHECK(mode_of(fs.local("pipe")) == 0600);
+  const struct timespec times[2] = {{1000000000, 0}, {1000000001, 0}};
+  CHECK(utimensat(AT_FDCWD, pipe.c_str(), times, 0) == 0);
+  CHECK(lstat_of(fs.local("pipe")).st_mtim.tv_sec == 1000000001);
+  if (geteuid() == 0) {
+    CHECK(lchown(pipe.c_str(), 4242, 4243) == 0);
+    CHECK(lstat_of(fs.local("pipe")).st_uid == 4242);
+  }
+  CHECK(link(pipe.c_str(), (fs / "pipe2").c_str()) == 0);
+  CHECK(lstat_of(fs / "pipe").st_nlink == 2);
+  CHECK(rename((fs / "pipe2").c_str(), (fs / "pipe3").c_str()) == 0);
+  CHECK(S_ISFIFO(lstat_of(fs.local("pipe3")).st_mode));
+  CHECK(unlink((fs / "pipe3").c_str()) == 0);
   CHECK(unlink(pipe.c_str()) == 0);
   CHECK(lstat_of(fs.local("pipe")).st_mode == 0);  // gone from the server
 }

@@ -279,6 +279,14 @@ ROOT_TEST("MKNOD over raw RPC: devices only under a `devices` rule and for unsqu
     CHECK(owner_of(e.dir / "pub/bobs") == kBob);
     CHECK(bob.mknod(pub, "bobs", ODAFS_FIFO) == ODAFS_ERR_EXIST);
     CHECK(bob.mknod(pub, "../escape", ODAFS_FIFO) != ODAFS_OK);
+    // A FIFO bob may only read: CREATE of it (UNCHECKED opens what exists) must neither
+    // wait for a writer (opening a FIFO to read does) nor treat it as a file.
+    CHECK(root_raw.mknod(pub, "ro_fifo", ODAFS_FIFO, 0444) == ODAFS_OK);
+    CHECK(bob.create(pub, "ro_fifo", ODAFS_CREATE_UNCHECKED) == ODAFS_ERR_EXIST);
+    CHECK(root_raw.create(pub, "ro_fifo", ODAFS_CREATE_UNCHECKED) == ODAFS_ERR_EXIST);
+    Handle fifo;
+    CHECK(bob.lookup(pub, "ro_fifo", &fifo) == ODAFS_OK);
+    CHECK(bob.read(fifo) == ODAFS_ERR_INVAL);
   }
   SUBCASE("with `devices`: root may; a squashed root and any other user may not") {
     ServerProcess server(e.dir.path(), {"--clients", "127.0.0.1(no_root_squash,devices)"});
