@@ -4,14 +4,13 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <string>
-#include <thread>
 
 #include "base/log.h"
 #include "client/client.h"
 #include "client/mount_state.h"
+#include "client/retry_policy.h"
 #include "proto/attr.h"
 #include "proto/enums.h"
 #include "proto/odafs_prot.h"
@@ -104,39 +103,15 @@ inline Error error_from(const rpc::RpcError& e, const std::string& context) {
   return Error(e.code().value(), context + ": " + e.message());
 }
 
-// The errno a DELAY answer reads as (proto/status.h).
-inline constexpr int kDelayErrno = EAGAIN;
-
-// Pauses between the tries of a call answered DELAY: 1 ms, doubling to 100 ms, for up to
-// the mount's timeout in all.
-class DelayBackoff {
- public:
-  explicit DelayBackoff(int timeout_ms) : left_ms_(timeout_ms) {}
-  // Sleeps and returns true, or returns false once the time is used up.
-  bool wait() {
-    if (left_ms_ <= 0) return false;
-    int ms = std::min(pause_ms_, left_ms_);
-    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-    left_ms_ -= ms;
-    pause_ms_ = std::min(pause_ms_ * 2, 100);
-    return true;
-  }
-
- private:
-  int left_ms_;
-  int pause_ms_ = 1;
-};
-
-// Runs fn(), and again after a pause while it throws DELAY (the server did nothing yet:
-// others' delegations are still out), for up to timeout_ms in all.
+// Runs fn(), and again while it throws DELAY, as RetryPolicy says (client/retry_policy.h).
 template <class Fn>
 auto retry_delayed(int timeout_ms, Fn&& fn) -> decltype(fn()) {
-  DelayBackoff delay(timeout_ms);
+  RetryPolicy policy(timeout_ms);
   for (;;) {
     try {
       return fn();
     } catch (const Error& e) {
-      if (e.errno_value() != kDelayErrno || !delay.wait()) throw;
+      if (e.errno_value() != kDelayErrno || !policy.again_after_delay()) throw;
     }
   }
 }
@@ -144,19 +119,17 @@ auto retry_delayed(int timeout_ms, Fn&& fn) -> decltype(fn()) {
 template <class Fn>
 auto Client::with_mount(bool idempotent, Fn&& fn)
     -> decltype(fn(std::declval<const MountState&>())) {
-  DelayBackoff delay(options_.timeout_ms);
-  for (int attempt = 0;; ++attempt) {
+  RetryPolicy policy(options_.timeout_ms);
+  for (;;) {
     std::shared_ptr<const MountState> m = mount_state();
     try {
       return fn(*m);
     } catch (const Error& e) {
-      // DELAY: the server did nothing yet (others' delegations are still out); the same
-      // call goes again after a pause, whether or not it is idempotent.
-      if (e.errno_value() == kDelayErrno && delay.wait()) continue;
+      if (e.errno_value() == kDelayErrno && policy.again_after_delay()) continue;
       throw;
     } catch (const rpc::RpcError& e) {
       bool lost = e.kind() == rpc::RpcError::Kind::kTransport && m->channel->broken();
-      if (lost && idempotent && attempt == 0) {
+      if (lost && policy.again_after_lost_connection(idempotent)) {
         ODAFS_LOG_WARN("odafs: connection lost (%s); reconnecting", e.what());
         continue;
       }
@@ -168,12 +141,15 @@ auto Client::with_mount(bool idempotent, Fn&& fn)
 template <class Fn>
 auto Client::again_after_restart(Fn&& fn) -> decltype(fn()) {
   const uint64_t before = mounts_.load(std::memory_order_acquire);
-  try {
-    return fn();
-  } catch (const Error& e) {
-    if (e.errno_value() != ESTALE || mounts_.load(std::memory_order_acquire) == before) throw;
+  RetryPolicy policy(options_.timeout_ms);
+  for (;;) {
+    try {
+      return fn();
+    } catch (const Error& e) {
+      const bool remounted = mounts_.load(std::memory_order_acquire) != before;
+      if (e.errno_value() != ESTALE || !remounted || !policy.again_after_stale()) throw;
+    }
   }
-  return fn();
 }
 
 template <class Fn>

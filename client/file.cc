@@ -305,6 +305,7 @@ auto File::retry_stale(Fn&& fn) -> decltype(fn(Handle{}, uint64_t{})) {
   try {
     return fn(fh, key);
   } catch (const Error& e) {
+    // Once, as RetryPolicy::again_after_stale has it (a second ESTALE is the answer).
     if (e.errno_value() != ESTALE || !refresh_stale(fh)) throw;
     auto [fresh, fresh_key] = current();
     return fn(fresh, fresh_key);

@@ -37,9 +37,7 @@ struct IoQueue::Slot {
   int error = 0;
   bool started = false;                     // the file's checks passed, the offset is settled
   bool in_flight = false;                   // `call` is out
-  bool retried = false;                     // re-mounted once after a lost connection
-  bool refreshed = false;                   // found the file again once after a server restart
-  std::optional<DelayBackoff> delay;        // a WRITE answered DELAY: pauses before re-sending
+  std::optional<RetryPolicy> retry;         // the request's, from its first failure on
   std::shared_ptr<const MountState> mount;  // the mount the calls go out on
   Handle fh{};
   uint64_t key = 0;
@@ -90,9 +88,7 @@ IoQueue::Slot& IoQueue::take_slot(File& f, const void* buf, size_t len) {
   s.started = false;
   s.in_flight = false;
   s.waiting_engine = false;
-  s.retried = false;
-  s.refreshed = false;
-  s.delay.reset();
+  s.retry.reset();
   return s;
 }
 
@@ -115,6 +111,11 @@ void IoQueue::submit(bool write, File& f, const void* buf, size_t len, uint64_t 
   if (s.in_flight) flight_.push_back(s.index);
 }
 
+RetryPolicy& IoQueue::policy(Slot& s) {
+  if (!s.retry) s.retry.emplace(client_.options().timeout_ms);
+  return *s.retry;
+}
+
 void IoQueue::drive(Slot& s, bool rpc_ready) {
   for (;;) {
     try {
@@ -124,13 +125,12 @@ void IoQueue::drive(Slot& s, bool rpc_ready) {
       return;
     } catch (const rpc::RpcError& e) {
       s.in_flight = false;
-      // Reads and writes are idempotent: after a lost connection, re-mount and resume
-      // once where the request stopped, as File::pread and Client::write do.
+      // Reads and writes are idempotent: after a lost connection the request resumes
+      // where it stopped, on the re-mounted connection.
       bool lost =
           e.kind() == rpc::RpcError::Kind::kTransport && s.mount && s.mount->channel->broken();
-      if (lost && !s.retried) {
+      if (lost && policy(s).again_after_lost_connection(true)) {
         ODAFS_LOG_WARN("odafs: connection lost (%s); reconnecting", e.what());
-        s.retried = true;
         s.reader.reset();
         s.mount.reset();
         rpc_ready = false;
@@ -140,21 +140,16 @@ void IoQueue::drive(Slot& s, bool rpc_ready) {
       return;
     } catch (const Error& e) {
       s.in_flight = false;
-      // Others' delegations on the file are still out (a write one, for a read): the
-      // server did nothing; send the same again after a pause (a rare wait, taken here as
-      // Client::write and File::pread do). A read resumes where it stopped.
-      if (e.errno_value() == kDelayErrno) {
-        if (!s.delay) s.delay.emplace(client_.options().timeout_ms);
-        if (s.delay->wait()) {
-          if (s.op == Slot::Op::kRead) s.reader.reset();
-          rpc_ready = false;
-          continue;
-        }
+      // DELAY: the server did nothing; the same goes again after the policy's pause (a
+      // rare wait, taken here). A read resumes where it stopped.
+      if (e.errno_value() == kDelayErrno && policy(s).again_after_delay()) {
+        if (s.op == Slot::Op::kRead) s.reader.reset();
+        rpc_ready = false;
+        continue;
       }
-      // A handle from before a server restart: find the file again and resume once, as
-      // File::pread and File::pwrite do (a removed file stays ESTALE).
-      if (e.errno_value() == ESTALE && s.mount && !s.refreshed) {
-        s.refreshed = true;
+      // A handle from before a server restart: find the file again and resume (a removed
+      // file stays ESTALE).
+      if (e.errno_value() == ESTALE && s.mount && policy(s).again_after_stale()) {
         bool again = false;
         try {
           again = s.file->refresh_stale(s.fh);

@@ -59,6 +59,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "client/retry_policy.h"
 
 namespace odafs::ordma {
 struct ReadOp;
@@ -112,6 +113,8 @@ class IoQueue {
  private:
   struct Slot;
   Slot& take_slot(File& f, const void* buf, size_t len);
+  // The request's RetryPolicy (client/retry_policy.h), made at its first failure.
+  RetryPolicy& policy(Slot& s);
   void submit(bool write, File& f, const void* buf, size_t len, uint64_t offset, uint64_t user_tag);
   // Runs s until it waits on a call or completes; rpc_ready: its call has its reply (or
   // its deadline passed).

@@ -3,6 +3,8 @@
 // reads that run on while the client re-mounts a restarted server.
 #include <doctest/doctest.h>
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -25,7 +27,37 @@ using odafs::test::server_stat;
 using odafs::test::ServerProcess;
 using odafs::test::TempDir;
 
-TEST_CASE("an open file whose inode is reused never reads the new file's blocks") {
+namespace {
+
+// Whether the file system the tests' temporary directories are on gives a new file the
+// inode number of one just removed (ext4 does; tmpfs never does): the condition the next
+// case is about, probed once with files of our own.
+bool reuses_inodes() {
+  static const bool reuses = [] {
+    TempDir probe;
+    std::set<ino_t> seen;
+    for (int i = 0; i < 64; ++i) {
+      const std::string path = probe / "f";
+      int fd = open(path.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+      struct stat st {};
+      const bool made = fd >= 0 && fstat(fd, &st) == 0;
+      if (fd >= 0) close(fd);
+      unlink(path.c_str());
+      if (made && !seen.insert(st.st_ino).second) return true;
+    }
+    return false;
+  }();
+  return reuses;
+}
+
+}  // namespace
+
+TEST_CASE("an open file whose inode is reused never reads the new file's blocks" *
+          doctest::skip(!reuses_inodes()) *
+          doctest::description(reuses_inodes()
+                                   ? ""
+                                   : "the temporary directories' file system never reuses an "
+                                     "inode number (tmpfs): set TMPDIR to one that does")) {
   // A reader holds file a open and cached; a writer (another client) removes a and creates
   // b, which the server's file system often places on a's inode. The reader then reads b:
   // a cache keyed by inode number files b's blocks where a's were, and the reader's
@@ -77,7 +109,7 @@ TEST_CASE("an open file whose inode is reused never reads the new file's blocks"
       writer->unlink("b");
     }
     MESSAGE("inode reused in " << reused << " of 200 rounds");
-    if (reused == 0) WARN_MESSAGE(false, "the export's file system never reused an inode");
+    CHECK(reused > 0);  // the case tested its point
   }
 }
 
