@@ -1,6 +1,6 @@
 #include <sys/stat.h>
 
-#include "client/client.h"
+#include "client/attr.h"
 
 namespace odafs {
 
