@@ -46,7 +46,6 @@ struct ExportedMemory {
 
 struct EngineStats {
   std::atomic<uint64_t> connections{0};
-  std::atomic<uint64_t> rings{0};               // local rings set up (same-host clients)
   std::atomic<uint64_t> bad_handshakes{0};      // wrong proof or magic: connection closed
   std::atomic<uint64_t> bad_frames{0};          // malformed request: connection closed
   std::atomic<uint64_t> refused{0};             // connections over max_connections
@@ -58,10 +57,6 @@ struct EngineStats {
   std::atomic<uint64_t> push_bytes{0};
   std::atomic<uint64_t> pulls{0};  // server-initiated reads (direct writes)
   std::atomic<uint64_t> pull_bytes{0};
-  // The verbs backend, whose reads the NIC serves unseen: windows bound (exports) and
-  // invalidated (revocations and writes).
-  std::atomic<uint64_t> binds{0};
-  std::atomic<uint64_t> invalidations{0};
   std::array<std::atomic<uint64_t>, kFaultKinds> faults{};  // by Fault value
 };
 
@@ -95,7 +90,12 @@ class Engine {
   virtual void stop() = 0;
   // Where clients connect, "HOST:PORT".
   virtual std::string endpoint() const = 0;
+  // What every backend counts; and, by name, what only this backend keeps (the soft
+  // engine's local rings, the verbs engine's windows bound and invalidated), which the
+  // server's STATS lists as engine.NAME. add may be called any number of times.
   virtual const EngineStats& stats() const = 0;
+  virtual void backend_counters(
+      const std::function<void(const char* name, uint64_t value)>& add) const = 0;
 
   // Server-initiated write (DAFS direct read): queues the concatenated parts for
   // `session`'s engine connection, to land at `offset` of the client's registered buffer

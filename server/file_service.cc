@@ -280,7 +280,6 @@ void FileService::do_stats(rpc::Reply& r) {
     values.emplace_back(std::string("engine.backend.") + engine_->kind(), 1);
     values.emplace_back("engine.threads", static_cast<uint64_t>(engine_threads_));
     values.emplace_back("engine.connections", es.connections.load());
-    values.emplace_back("engine.rings", es.rings.load());
     values.emplace_back("engine.reads", es.reads.load());
     values.emplace_back("engine.bytes", es.bytes.load());
     values.emplace_back("engine.pushes", es.pushes.load());
@@ -292,8 +291,9 @@ void FileService::do_stats(rpc::Reply& r) {
     values.emplace_back("engine.refused", es.refused.load());
     values.emplace_back("engine.handshake_timeouts", es.handshake_timeouts.load());
     values.emplace_back("engine.shed", es.shed.load());
-    values.emplace_back("engine.binds", es.binds.load());
-    values.emplace_back("engine.invalidations", es.invalidations.load());
+    engine_->backend_counters([&values](const char* name, uint64_t value) {
+      values.emplace_back(std::string("engine.") + name, value);
+    });
     for (int f = 1; f < ordma::kFaultKinds; ++f) {
       values.emplace_back(
           std::string("engine.fault.") + ordma::fault_name(static_cast<ordma::Fault>(f)),

@@ -216,11 +216,11 @@ TEST_CASE("a ring's setup socket wants the same session proof as TCP") {
   ring::Token wrong = token;
   wrong[0] ^= 1;
   CHECK_THROWS(ring::set_up(wrong, s));  // nobody listens there
-  CHECK(st.engine->stats().rings.load() == 0);
+  CHECK(odafs::test::backend_counter(*st.engine, "rings") == 0);
   ring::Setup ok = ring::set_up(token, s);
   CHECK(ok.memfd >= 0);
   CHECK(ok.doorbell >= 0);
-  CHECK(st.engine->stats().rings.load() == 1);
+  CHECK(odafs::test::backend_counter(*st.engine, "rings") == 1);
 }
 
 TEST_CASE("a client that scribbles over its ring harms only its own reads") {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "base/net.h"
@@ -35,5 +36,14 @@ struct EngineStack {
   // How many times the engine answered with fault f.
   uint64_t faults(ordma::Fault f) const;
 };
+
+// The engine's backend counter `name` (Engine::backend_counters); 0 if it keeps none so.
+inline uint64_t backend_counter(const ordma::Engine& engine, const char* name) {
+  uint64_t found = 0;
+  engine.backend_counters([&](const char* n, uint64_t value) {
+    if (std::string_view(n) == name) found = value;
+  });
+  return found;
+}
 
 }  // namespace odafs::test

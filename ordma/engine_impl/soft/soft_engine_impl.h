@@ -184,6 +184,10 @@ class SoftEngineImpl final : public SoftEngine {
 
   std::string endpoint() const override { return bound_.to_string(); }
   const EngineStats& stats() const override { return stats_; }
+  void backend_counters(
+      const std::function<void(const char* name, uint64_t value)>& add) const override {
+    add("rings", rings_set_up_.load(std::memory_order_relaxed));
+  }
 
   const char* kind() const override { return "soft"; }
   Session open_session() override { return sessions_.issue(); }
@@ -305,6 +309,7 @@ class SoftEngineImpl final : public SoftEngine {
   std::unordered_map<uint64_t, std::shared_ptr<Conn>> by_session_;  // for push()
   PullTable pulls_;
   EngineStats stats_;
+  std::atomic<uint64_t> rings_set_up_{0};  // local rings set up (same-host clients)
 };
 
 }  // namespace odafs::ordma::soft

@@ -24,7 +24,7 @@ bool SoftEngineImpl::open_ring(Conn* c) {
   ev.events = EPOLLIN | EPOLLET;  // every doorbell write is an edge; the count is never read
   ev.data.u64 = reinterpret_cast<uintptr_t>(c) | kDoorbellBit;
   if (epoll_ctl(c->ep, EPOLL_CTL_ADD, r.doorbell, &ev) != 0) return false;
-  stats_.rings.fetch_add(1, std::memory_order_relaxed);
+  rings_set_up_.fetch_add(1, std::memory_order_relaxed);
   // made closes the memfd on the way out: the mapping and the client's copy keep the memory.
   if (!send_ring_welcome(c->fd, made->memfd, r.doorbell)) return false;  // the drop undoes it
   c->in_len = 0;

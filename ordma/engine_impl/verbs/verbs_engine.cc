@@ -224,14 +224,14 @@ bool VerbsEngine::bind(Conn& c, uint32_t segment, uint32_t length, Window& w) {
   w.length = length;
   w.bound = true;
   ++w.binds;
-  stats_.binds.fetch_add(1, std::memory_order_relaxed);
+  binds_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
 void VerbsEngine::invalidate(Conn& c, Window& w) {
   if (!w.bound) return;
   w.bound = false;
-  stats_.invalidations.fetch_add(1, std::memory_order_relaxed);
+  invalidations_.fetch_add(1, std::memory_order_relaxed);
   if (!windows_) {
     ibv_dereg_mr(w.mr);  // synchronous: no access through its key after this returns
     w.mr = nullptr;

@@ -116,6 +116,11 @@ class VerbsEngine final : public Engine {
   void stop() override;
   std::string endpoint() const override { return endpoint_; }
   const EngineStats& stats() const override { return stats_; }
+  void backend_counters(
+      const std::function<void(const char* name, uint64_t value)>& add) const override {
+    add("binds", binds_.load(std::memory_order_relaxed));
+    add("invalidations", invalidations_.load(std::memory_order_relaxed));
+  }
 
   Fault push(uint64_t session, uint32_t buffer, uint32_t offset, uint32_t tag, const iovec* parts,
              int nparts) override;
@@ -161,6 +166,10 @@ class VerbsEngine final : public Engine {
   ExportedMemory memory_;
   SessionAuthority sessions_;
   EngineStats stats_;
+  // The NIC serves reads unseen: windows bound (exports) and invalidated (revocations and
+  // writes) are what this backend can count instead.
+  std::atomic<uint64_t> binds_{0};
+  std::atomic<uint64_t> invalidations_{0};
   std::string endpoint_;
 
   rdma_event_channel* cm_channel_ = nullptr;
