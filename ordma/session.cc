@@ -1,38 +1,15 @@
+// The client's half of a session: the proof it answers the engine's nonce with (the
+// server's half, which issues and checks them, is session_authority.cc).
 #include "ordma/session.h"
 
-#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <openssl/rand.h>
 
 #include <cstring>
-#include <stdexcept>
 
 namespace odafs::ordma {
 namespace {
 constexpr char kLabel[] = "odafs-engine-v1";
-}
-
-SessionSecret SessionAuthority::secret_of(uint64_t id) const {
-  unsigned char msg[8];
-  for (int i = 0; i < 8; ++i) msg[i] = static_cast<unsigned char>(id >> (56 - 8 * i));
-  SessionSecret s;
-  mac_.compute(msg, sizeof msg, s.data(), s.size());
-  return s;
-}
-
-Session SessionAuthority::issue() const {
-  Session s;
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(&s.id), sizeof s.id) != 1) {
-    throw std::runtime_error("RAND_bytes failed: no session id");
-  }
-  s.secret = secret_of(s.id);
-  return s;
-}
-
-bool SessionAuthority::verify(uint64_t session_id, const Nonce& nonce, const Proof& proof) const {
-  Proof expect = prove_session(secret_of(session_id), nonce);
-  return CRYPTO_memcmp(expect.data(), proof.data(), proof.size()) == 0;
 }
 
 Proof prove_session(const SessionSecret& secret, const Nonce& nonce) {

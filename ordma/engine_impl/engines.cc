@@ -1,4 +1,5 @@
-// The backend factory: the one place that knows which backends exist.
+// The backend factory, client side (what both sides ask, and connect_engine); the one
+// place with engines_server.cc that knows which backends exist.
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -31,16 +32,6 @@ bool backend_usable(const std::string& kind, std::string* why) {
 #endif
   *why = "no backend named '" + kind + "'";
   return false;
-}
-
-std::unique_ptr<Engine> make_engine(const EngineOptions& options, ExportedMemory memory) {
-  if (options.kind == "soft") return make_soft_engine(options, memory);
-#if ODAFS_HAVE_VERBS
-  if (options.kind == "verbs") return make_verbs_engine(options, memory);
-#endif
-  throw std::invalid_argument(
-      "no one-sided engine backend named '" + options.kind +
-      "' in this build (built: " + (built_backends().size() > 1 ? "soft, verbs" : "soft") + ")");
 }
 
 std::unique_ptr<EngineClient> connect_engine(const std::string& kind, const net::Endpoint& engine,

@@ -16,17 +16,6 @@
 
 namespace odafs::ordma {
 
-bool verbs_usable(std::string* why) {
-  int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
-  if (list != nullptr) ibv_free_device_list(list);
-  if (n > 0) return true;
-  *why =
-      "no RDMA device (ibv_get_device_list found none; `rdma link add rxe0 type rxe netdev IF` "
-      "makes one where the kernel has rdma_rxe)";
-  return false;
-}
-
 std::unique_ptr<Engine> make_verbs_engine(const EngineOptions& options, ExportedMemory memory) {
   return std::make_unique<verbs::VerbsEngine>(options, memory);
 }

@@ -7,8 +7,23 @@
 #include <system_error>
 
 #include "base/futex.h"
+#include "ordma/engine_impl/verbs/verbs_engine.h"
 
-namespace odafs::ordma::verbs {
+namespace odafs::ordma {
+
+// Both sides ask it (engines.cc's backend_usable): it lives with the shared support code.
+bool verbs_usable(std::string* why) {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  if (list != nullptr) ibv_free_device_list(list);
+  if (n > 0) return true;
+  *why =
+      "no RDMA device (ibv_get_device_list found none; `rdma link add rxe0 type rxe netdev IF` "
+      "makes one where the kernel has rdma_rxe)";
+  return false;
+}
+
+namespace verbs {
 
 void fail(int err, const std::string& what) {
   throw std::system_error(err, std::generic_category(), "verbs: " + what);
@@ -77,4 +92,5 @@ bool has_type2_windows(ibv_context* ctx) {
           (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)) != 0;
 }
 
-}  // namespace odafs::ordma::verbs
+}  // namespace verbs
+}  // namespace odafs::ordma

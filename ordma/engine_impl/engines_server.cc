@@ -1,0 +1,23 @@
+// The backend factory, server side: make_engine (engines.cc has the client's side).
+#include <stdexcept>
+#include <string>
+
+#include "ordma/engine.h"
+#include "ordma/engine_impl/soft/soft_engine.h"
+#if ODAFS_HAVE_VERBS
+#include "ordma/engine_impl/verbs/verbs_engine.h"
+#endif
+
+namespace odafs::ordma {
+
+std::unique_ptr<Engine> make_engine(const EngineOptions& options, ExportedMemory memory) {
+  if (options.kind == "soft") return make_soft_engine(options, memory);
+#if ODAFS_HAVE_VERBS
+  if (options.kind == "verbs") return make_verbs_engine(options, memory);
+#endif
+  throw std::invalid_argument(
+      "no one-sided engine backend named '" + options.kind +
+      "' in this build (built: " + (built_backends().size() > 1 ? "soft, verbs" : "soft") + ")");
+}
+
+}  // namespace odafs::ordma
