@@ -26,37 +26,19 @@
 #include "tests/support/mounted.h"
 #include "tests/support/server_process.h"
 
+using odafs::test::as_nobody;
 using odafs::test::cat;
 using odafs::test::failed_with;
 using odafs::test::in_child;
+using odafs::test::kNobody;
 using odafs::test::Mounted;
 using odafs::test::read_local;
+using odafs::test::root_mount_skip;
 using odafs::test::write_local;
 
 #define MOUNT_TEST(name) ODAFS_MOUNT_TEST(name)
 
 namespace {
-
-// Why a test that needs FUSE and root cannot run here ("" when it can).
-const char* root_mount_skip() {
-  if (!odafs::test::fuse_available()) return odafs::test::fuse_skip_description();
-  return geteuid() != 0 ? "needs root: odafsd --auth-sys acts as other uids" : "";
-}
-
-constexpr uid_t kNobody = 65534;
-
-// Runs fn in a child that has become uid/gid 65534 (no groups); its exit code, or 90 when
-// the switch failed, -1 when it hung.
-template <class Fn>
-int as_nobody(Fn fn) {
-  return in_child(std::chrono::seconds(20), [&] {
-    if (setgroups(0, nullptr) != 0 || setresgid(kNobody, kNobody, kNobody) != 0 ||
-        setresuid(kNobody, kNobody, kNobody) != 0) {
-      return 90;
-    }
-    return fn();
-  });
-}
 
 struct stat lstat_of(const std::string& path) {
   struct stat st {};

@@ -25,14 +25,17 @@
 #include "tests/support/mounted.h"
 #include "tests/support/server_process.h"
 
+using odafs::test::as_nobody;
 using odafs::test::cat;
 using odafs::test::failed_with;
 using odafs::test::fusermount;
 using odafs::test::in_child;
 using odafs::test::is_odafs_mounted;
+using odafs::test::kNobody;
 using odafs::test::Mounted;
 using odafs::test::MountProcess;
 using odafs::test::read_local;
+using odafs::test::root_mount_skip;
 using odafs::test::TempDir;
 using odafs::test::write_at;
 using odafs::test::write_local;
@@ -41,12 +44,6 @@ using Clock = std::chrono::steady_clock;
 #define MOUNT_TEST(name) ODAFS_MOUNT_TEST(name)
 
 namespace {
-
-// Why a test that needs FUSE and root cannot run here ("" when it can).
-const char* root_mount_skip() {
-  if (!odafs::test::fuse_available()) return odafs::test::fuse_skip_description();
-  return geteuid() != 0 ? "needs root: odafsd --auth-sys acts as other uids" : "";
-}
 
 // The permission bits (and setuid, setgid, sticky) of path.
 mode_t mode_of(const std::string& path) {
@@ -234,18 +231,6 @@ TEST_CASE("acting as callers through the mount: each caller's access and ownersh
           doctest::skip(*root_mount_skip() != '\0') * doctest::description(root_mount_skip())) {
   Mounted fs({"allow_other"}, {"--auth-sys"});
   REQUIRE(chmod(fs.exp.path().c_str(), 0777) == 0);  // anyone may create at the top
-  constexpr uid_t kNobody = 65534;
-  // Runs fn in a child that has become uid/gid 65534 (no groups); its exit code, or 90
-  // when the switch failed.
-  auto as_nobody = [](auto fn) {
-    return in_child(std::chrono::seconds(20), [&] {
-      if (setgroups(0, nullptr) != 0 || setresgid(kNobody, kNobody, kNobody) != 0 ||
-          setresuid(kNobody, kNobody, kNobody) != 0) {
-        return 90;
-      }
-      return fn();
-    });
-  };
   const std::string secret = fs / "secret";
   write_local(secret, "root only");
   REQUIRE(chmod(secret.c_str(), 0600) == 0);

@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <doctest/doctest.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -88,6 +89,27 @@ int in_child(std::chrono::milliseconds bound, Fn&& fn) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Why a test that needs FUSE and root cannot run here ("" when it can).
+inline const char* root_mount_skip() {
+  if (!fuse_available()) return fuse_skip_description();
+  return geteuid() != 0 ? "needs root: odafsd --auth-sys acts as other uids" : "";
+}
+
+inline constexpr uid_t kNobody = 65534;
+
+// Runs fn in a child that has become uid/gid 65534 (no groups), for up to 20 s; its exit
+// code, 90 when the switch failed, -1 when it hung.
+template <class Fn>
+int as_nobody(Fn&& fn) {
+  return in_child(std::chrono::seconds(20), [&] {
+    if (setgroups(0, nullptr) != 0 || setresgid(kNobody, kNobody, kNobody) != 0 ||
+        setresuid(kNobody, kNobody, kNobody) != 0) {
+      return 90;
+    }
+    return fn();
+  });
 }
 
 }  // namespace odafs::test
