@@ -250,7 +250,8 @@ void FileService::do_mknod(const rpc::CallContext& ctx, mknod_args& a, rpc::Repl
   OpenNode dir = resolve_dir_or_reply(a.dir, a.name, r);
   if (!dir) return;
   mode_t type = 0;
-  switch (a.type) {
+  // The raw bits (proto/enums.h): a decoded enum may hold any number.
+  switch (raw_enum(a.type)) {
     case ODAFS_FIFO:
       type = S_IFIFO;
       break;

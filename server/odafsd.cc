@@ -238,9 +238,10 @@ int main(int argc, char** argv) {
             "(testing) each write lands in two halves this many us apart", 0, 1000000);
   flags.set_epilog(
       "SPEC = CIDR|address|host|*[(rw|ro,root_squash|no_root_squash|all_squash,anonuid=N,\n"
-      "  anongid=N,secure|insecure)], defaults rw,root_squash,insecure. Without --clients a\n"
-      "  loopback --listen admits this host's processes only (each acting as the owner of\n"
-      "  its socket; root as anyone); any other --listen needs it.\n"
+      "  anongid=N,secure|insecure,devices|nodev)], defaults rw,root_squash,insecure,nodev.\n"
+      "  Without --clients a loopback --listen admits this host's processes only (each\n"
+      "  acting as the owner of its socket; root as anyone, device nodes included); any\n"
+      "  other --listen needs it.\n"
       "Calls that wait (on a client, a lease, a disk flush) hand their event loop to a spare\n"
       "  thread, at most max(8, 2 x --threads) of them.\n");
   usage_text = flags.usage();
