@@ -119,7 +119,13 @@ void FuseFs::op_write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t si
     FuseFs& fs = self(req);
     if (fuse_req_ctx(req)->uid != 0 && setid_bits_to_drop(f->attributes_at_open().mode) != 0 &&
         !of->setid_dropped.exchange(true)) {
-      f->stat();
+      try {
+        f->stat();
+      } catch (const Error& e) {
+        // The write itself was taken: a failure sending it comes back from the next write,
+        // fsync or close, as for any write sent behind.
+        ODAFS_LOG_DEBUG("odafs-mount: sending a write that drops setuid: %s", e.what());
+      }
       if (fs.session_ != nullptr) fuse_lowlevel_notify_inval_inode(fs.session_, ino, -1, 0);
     }
     fuse_reply_write(req, n);
