@@ -27,6 +27,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/net.h"
@@ -129,18 +130,15 @@ struct EngineOptions {
   // threads, never less than 2 * max_backlog each): past it the connections whose output
   // moved least recently are closed (engine.shed); their clients read by RPC.
   size_t max_total_backlog = 32u << 20;
-  // Offer same-host clients shared-memory rings (engine_impl/soft/local_ring.h), at most
-  // max_rings at once; each costs 64 segments of memory.
-  bool local_rings = true;
-  size_t max_rings = 256;
   // Connections (TCP and ring setup) beyond this are closed at accept; a connection that
   // has not authenticated within handshake_timeout_ms is closed. Until it authenticates a
   // connection holds a few dozen bytes, so unfinished handshakes cost almost nothing.
   size_t max_connections = 1024;
   int handshake_timeout_ms = 5000;
-  // The verbs backend's RDMA device (ibv_get_device_name); empty: the one rdma_cm finds for
-  // `listen`.
-  std::string rdma_device;
+  // Settings only one backend knows, as name=value pairs that backend reads and checks
+  // (each backend's header lists its own); make_engine throws std::invalid_argument naming
+  // one the chosen backend does not know or a value it cannot take.
+  std::vector<std::pair<std::string, std::string>> backend;
   std::function<void()> on_thread_start;  // CPU accounting hooks
   std::function<void()> on_thread_exit;
   // Whether a TCP peer may connect at all (the server's export rules); refused peers are

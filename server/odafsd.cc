@@ -19,9 +19,9 @@
 #include <netinet/in.h>
 #include <openssl/sha.h>
 #include <sched.h>
-#include <sys/stat.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -171,6 +171,8 @@ int main(int argc, char** argv) {
   AccessFlags access;
   size_t cache_mb = fs.cache_bytes >> 20;
   bool no_local_rings = false, no_ordma = false, no_delegations = false, auth_sys = false;
+  size_t max_rings = 256;   // the soft backend's
+  std::string rdma_device;  // the verbs backend's
   odafs::Flags flags("odafsd", "--export DIR --listen HOST:PORT [flags]");
   flags.add("--export", &fs.export_root, "the directory to export");
   flags.add("--listen", &listen, "RPC address; port 0 picks a free one (the ready line names it)");
@@ -210,7 +212,7 @@ int main(int argc, char** argv) {
   flags.add("--anon-uid", &access.anon_uid, "uid of squashed callers", 0, UINT32_MAX - 1);
   flags.add("--anon-gid", &access.anon_gid, "gid of squashed callers", 0, UINT32_MAX - 1);
   flags.add("--engine", &engine_options.kind, "the one-sided engine's backend: soft or verbs");
-  flags.add("--rdma-dev", &engine_options.rdma_device,
+  flags.add("--rdma-dev", &rdma_device,
             "RDMA device for --engine verbs (default: the one serving --engine-listen)");
   flags.add("--engine-listen", &engine_listen,
             "engine address (default: the --listen host, a free port)");
@@ -220,8 +222,8 @@ int main(int argc, char** argv) {
             1u << 20);
   flags.add("--engine-handshake-timeout", &engine_options.handshake_timeout_ms,
             "ms an engine connection has to authenticate", 10, 600000);
-  flags.add("--max-rings", &engine_options.max_rings,
-            "shared-memory rings offered to same-host clients", 1, 1u << 16);
+  flags.add("--max-rings", &max_rings, "shared-memory rings offered to same-host clients", 1,
+            1u << 16);
   flags.add("--no-local-rings", &no_local_rings, "offer no rings (same-host clients use TCP)");
   flags.add("--no-ordma", &no_ordma, "RPC only: no one-sided engine, no references");
   flags.add("--max-direct-writes", &max_direct_writes,
@@ -252,7 +254,13 @@ int main(int argc, char** argv) {
   if (std::string why; !odafs::ordma::backend_usable(engine_options.kind, &why)) {
     usage(("--engine " + engine_options.kind + ": " + why).c_str());
   }
-  if (no_local_rings) engine_options.local_rings = false;
+  // The backends' own settings (each checks its own: a name another backend takes is an
+  // error at start, not ignored).
+  if (engine_options.kind == "soft") {
+    engine_options.backend.emplace_back("max_rings", std::to_string(max_rings));
+    if (no_local_rings) engine_options.backend.emplace_back("local_rings", "0");
+  }
+  if (!rdma_device.empty()) engine_options.backend.emplace_back("rdma_device", rdma_device);
   if (no_ordma) fs.ordma = false;
   if (no_delegations) fs.delegations = false;
   if (auth_sys) access.identity = "caller";

@@ -245,3 +245,40 @@ TEST_CASE("when the engine stops, ring reads fail with kTransport instead of han
   CHECK(client->broken());
   CHECK(client->read(st.ref(0, s), 0, kSegBytes, buf.data(), &got) == Fault::kTransport);
 }
+
+TEST_CASE("the soft engine's own settings: read by name, anything else refused naming it") {
+  std::vector<std::byte> memory(kSegBytes * 2);
+  const ExportedMemory exported{memory.data(), kSegBytes, 2};
+  EngineOptions o;
+  o.listen = {"127.0.0.1", 0};
+  o.backend = {{"local_rings", "0"}, {"max_rings", "65536"}};
+  SoftSettings s = soft_settings(o);
+  CHECK(!s.local_rings);
+  CHECK(s.max_rings == 65536);
+  for (const auto& bad :
+       std::vector<std::pair<std::string, std::string>>{{"max_rings", "0"},
+                                                        {"max_rings", "65537"},
+                                                        {"max_rings", "x"},
+                                                        {"local_rings", "2"},
+                                                        {"local_rings", ""},
+                                                        {"rdma_device", "mlx5_0"}}) {
+    CAPTURE(bad.first + "=" + bad.second);
+    o.backend = {bad};
+    CHECK_THROWS_WITH_AS(make_soft_engine(o, exported),
+                         doctest::Contains((bad.first + "=" + bad.second).c_str()),
+                         std::invalid_argument);
+  }
+  // Without rings offered, a client that would use one reads over TCP.
+  o.backend = {{"local_rings", "0"}};
+  auto engine = make_soft_engine(o, exported);
+  engine->start();
+  Session session = engine->sessions().issue();
+  EngineClientOptions want_ring;
+  want_ring.local_rings = true;
+  auto client =
+      connect_soft_engine(odafs::net::parse_endpoint(engine->endpoint()), session, want_ring);
+  CHECK(std::string(client->transport()) == "tcp");
+  CHECK(odafs::test::backend_counter(*engine, "rings") == 0);
+  client.reset();
+  engine->stop();
+}

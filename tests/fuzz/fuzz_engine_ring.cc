@@ -111,7 +111,7 @@ struct Stack {
     EngineOptions o;
     o.listen = {"127.0.0.1", 0};
     o.threads = 1;  // the hostile ring and the honest client share the one engine thread
-    o.local_rings = true;
+    o.backend.emplace_back("local_rings", "1");
     o.handshake_timeout_ms = 1000;
     return make_soft_engine(o, ExportedMemory{memory.data(), kSegBytes, kSegments});
   }

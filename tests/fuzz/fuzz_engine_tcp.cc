@@ -55,7 +55,7 @@ struct Stack {
     EngineOptions o;
     o.listen = {"127.0.0.1", 0};
     o.threads = 1;
-    o.local_rings = false;
+    o.backend.emplace_back("local_rings", "0");
     o.handshake_timeout_ms = 1000;
     return make_soft_engine(o, ExportedMemory{memory.data(), kSegBytes, kSegments});
   }

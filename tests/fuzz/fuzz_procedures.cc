@@ -91,7 +91,7 @@ struct Harness {
     service->register_procedures(server.get());
     odafs::ordma::EngineOptions eo;
     eo.listen = {"127.0.0.1", 0};
-    eo.local_rings = false;
+    eo.backend.emplace_back("local_rings", "0");
     service->start_engine(eo);
     server->start();
     fd = odafs::net::connect_tcp(server->bound());

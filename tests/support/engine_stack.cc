@@ -10,7 +10,7 @@ std::unique_ptr<ordma::SoftEngine> make_engine(std::vector<std::byte>& memory, i
   ordma::EngineOptions o;
   o.listen = {"127.0.0.1", 0};
   o.threads = threads;
-  o.max_rings = max_rings;
+  o.backend.emplace_back("max_rings", std::to_string(max_rings));
   return ordma::make_soft_engine(o, ordma::ExportedMemory{memory.data(), kSegBytes, kSegments});
 }
 

@@ -1,9 +1,15 @@
+#include <charconv>
+#include <stdexcept>
+
 #include "ordma/engine_impl/soft/soft_engine_impl.h"
 
 namespace odafs::ordma::soft {
 
 SoftEngineImpl::SoftEngineImpl(const EngineOptions& options, ExportedMemory memory)
-    : options_(options), table_(memory.segments), memory_(memory) {
+    : options_(options),
+      settings_(soft_settings(options)),
+      table_(memory.segments),
+      memory_(memory) {
   listen_fd_ = net::listen_tcp(options_.listen, &bound_);
   int n = std::max(1, options_.threads);
   out_totals_ = std::make_unique<std::atomic<size_t>[]>(static_cast<size_t>(n));
@@ -25,7 +31,7 @@ SoftEngineImpl::SoftEngineImpl(const EngineOptions& options, ExportedMemory memo
   ev.events = EPOLLIN;
   ev.data.u64 = kListenTag;
   epoll_ctl(epolls_[0], EPOLL_CTL_ADD, listen_fd_, &ev);
-  if (options_.local_rings) open_local_listener();
+  if (settings_.local_rings) open_local_listener();
 }
 
 SoftEngineImpl::~SoftEngineImpl() {
@@ -309,6 +315,26 @@ std::shared_ptr<Conn> SoftEngineImpl::drop(int ep, Conn* c) {
 }  // namespace odafs::ordma::soft
 
 namespace odafs::ordma {
+
+SoftSettings soft_settings(const EngineOptions& options) {
+  SoftSettings s;
+  for (const auto& [name, value] : options.backend) {
+    size_t n = 0;
+    auto [end, err] = std::from_chars(value.data(), value.data() + value.size(), n);
+    const bool number = err == std::errc() && end == value.data() + value.size() && !value.empty();
+    if (name == "local_rings" && number && n <= 1) {
+      s.local_rings = n == 1;
+    } else if (name == "max_rings" && number && n >= 1 && n <= 65536) {
+      s.max_rings = n;
+    } else {
+      throw std::invalid_argument(
+          "the soft engine takes local_rings=0|1 and max_rings=1..65536, "
+          "not " +
+          name + "=" + value);
+    }
+  }
+  return s;
+}
 
 std::unique_ptr<SoftEngine> make_soft_engine(const EngineOptions& options, ExportedMemory memory) {
   return std::make_unique<soft::SoftEngineImpl>(options, memory);

@@ -24,7 +24,18 @@ class SoftEngine : public Engine {
   virtual const SessionAuthority& sessions() const = 0;
 };
 
-// REQUIRES: memory outlives the engine.
+// The soft backend's own settings (EngineOptions::backend):
+//   local_rings=0|1   offer same-host clients shared-memory rings (local_ring.h); default 1
+//   max_rings=N       at most N rings at once, 1..65536 (each costs 64 segments); default 256
+struct SoftSettings {
+  bool local_rings = true;
+  size_t max_rings = 256;
+};
+// options.backend read as SoftSettings. Throws std::invalid_argument naming a setting the
+// soft backend does not know or a value out of its range.
+SoftSettings soft_settings(const EngineOptions& options);
+
+// REQUIRES: memory outlives the engine. Throws std::invalid_argument as soft_settings.
 std::unique_ptr<SoftEngine> make_soft_engine(const EngineOptions& options, ExportedMemory memory);
 
 // Connects to a soft engine and authenticates as `session`; also sets up a local ring when

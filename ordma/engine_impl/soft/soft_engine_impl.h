@@ -285,6 +285,7 @@ class SoftEngineImpl final : public SoftEngine {
   void finish_sink(Conn* c);
 
   EngineOptions options_;
+  SoftSettings settings_;
   // The soft backend's ORDMA state: the TPT, the capability key, the session key.
   ExportTable table_;
   CapabilityAuthority authority_;

@@ -6,9 +6,9 @@ bool SoftEngineImpl::open_ring(Conn* c) {
   if (!flush(c) || c->backlog() > 0) return false;  // the greeting left long ago
   // The ring's place under the cap is taken here and, once the ring exists, held by
   // c->ring: every failure after that closes c, and the drop gives the place back.
-  if (rings_.fetch_add(1, std::memory_order_relaxed) >= options_.max_rings) {
+  if (rings_.fetch_add(1, std::memory_order_relaxed) >= settings_.max_rings) {
     rings_.fetch_sub(1, std::memory_order_relaxed);
-    ODAFS_LOG_WARN_THROTTLED("engine: refused a local ring (%zu open)", options_.max_rings);
+    ODAFS_LOG_WARN_THROTTLED("engine: refused a local ring (%zu open)", settings_.max_rings);
     return false;
   }
   Result<NewRing> made = create_ring(slot_bytes());

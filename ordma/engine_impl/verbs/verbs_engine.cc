@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 
 #include "base/log.h"
@@ -22,8 +23,26 @@ std::unique_ptr<Engine> make_verbs_engine(const EngineOptions& options, Exported
 
 namespace verbs {
 
+namespace {
+
+// options.backend's rdma_device (the only setting this backend takes); "" when not given.
+std::string rdma_device_of(const EngineOptions& options) {
+  std::string device;
+  for (const auto& [name, value] : options.backend) {
+    if (name != "rdma_device") {
+      throw std::invalid_argument("the verbs engine takes rdma_device=NAME, not " + name + "=" +
+                                  value);
+    }
+    device = value;
+  }
+  return device;
+}
+
+}  // namespace
+
 VerbsEngine::VerbsEngine(const EngineOptions& options, ExportedMemory memory)
     : options_(options),
+      rdma_device_(rdma_device_of(options)),
       memory_(memory),
       generations_(new Be64[memory.segments]),
       segments_(new SegmentState[memory.segments]) {
@@ -55,16 +74,15 @@ void VerbsEngine::open_device() {
   int n = 0;
   ibv_context** all = rdma_get_devices(&n);
   for (int i = 0; ctx_ == nullptr && all != nullptr && i < n; ++i) {
-    if (options_.rdma_device.empty() ||
-        options_.rdma_device == ibv_get_device_name(all[i]->device)) {
+    if (rdma_device_.empty() || rdma_device_ == ibv_get_device_name(all[i]->device)) {
       ctx_ = all[i];
     }
   }
   if (all != nullptr) rdma_free_devices(all);
   if (ctx_ == nullptr) fail(ENODEV, "no RDMA device for " + options_.listen.to_string());
-  if (!options_.rdma_device.empty() && options_.rdma_device != ibv_get_device_name(ctx_->device)) {
+  if (!rdma_device_.empty() && rdma_device_ != ibv_get_device_name(ctx_->device)) {
     fail(ENODEV, options_.listen.to_string() + " is on device " +
-                     ibv_get_device_name(ctx_->device) + ", not " + options_.rdma_device);
+                     ibv_get_device_name(ctx_->device) + ", not " + rdma_device_);
   }
   ibv_device_attr attr{};
   if (ibv_query_device(ctx_, &attr) != 0) fail(errno, "ibv_query_device");

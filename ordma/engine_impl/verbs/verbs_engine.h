@@ -32,9 +32,10 @@ namespace odafs::ordma {
 // otherwise false with *why saying which is missing.
 bool verbs_usable(std::string* why);
 
-// REQUIRES: memory outlives the engine. `device` names the RDMA device to use (empty: the
-// one rdma_cm finds for options.listen). Throws std::system_error when no device can serve
-// options.listen or a resource cannot be had.
+// The verbs backend's own setting (EngineOptions::backend): rdma_device=NAME, the RDMA
+// device to use (ibv_get_device_name; default: the one rdma_cm finds for options.listen).
+// REQUIRES: memory outlives the engine. Throws std::invalid_argument for another setting,
+// std::system_error when no device can serve options.listen or a resource cannot be had.
 std::unique_ptr<Engine> make_verbs_engine(const EngineOptions& options, ExportedMemory memory);
 
 // Connects one RC queue pair to a verbs engine and authenticates as `session`, within

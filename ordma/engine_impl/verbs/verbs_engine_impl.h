@@ -163,6 +163,7 @@ class VerbsEngine final : public Engine {
   Fault send_done(Conn& c, MessageKind kind, uint32_t tag, uint32_t value);
 
   EngineOptions options_;
+  std::string rdma_device_;  // options_.backend's rdma_device; empty: rdma_cm's choice
   ExportedMemory memory_;
   SessionAuthority sessions_;
   EngineStats stats_;
