@@ -500,23 +500,11 @@ void Client::symlink(const std::string& target, const std::string& path) {
 }
 
 Attr Client::mknod(const std::string& path, mode_t mode, dev_t rdev) {
-  odafs_ftype type;
-  switch (mode & S_IFMT) {
-    case S_IFIFO:
-      type = ODAFS_FIFO;
-      break;
-    case S_IFSOCK:
-      type = ODAFS_SOCK;
-      break;
-    case S_IFCHR:
-      type = ODAFS_CHR;
-      break;
-    case S_IFBLK:
-      type = ODAFS_BLK;
-      break;
-    default:
-      fail(EINVAL, "mknod " + path + ": not a FIFO, socket or device");
+  const mode_t kind = mode & S_IFMT;
+  if (kind != S_IFIFO && kind != S_IFSOCK && kind != S_IFCHR && kind != S_IFBLK) {
+    fail(EINVAL, "mknod " + path + ": not a FIFO, socket or device");
   }
+  const odafs_ftype type = wire_type(mode);  // proto/attr.h: the one mapping
   return again_after_restart([&] {
     auto [dir, name] = resolve_parent(path);
     return with_channel(false, [&, &dir = dir, &name = name](rpc::Channel& ch) {
@@ -528,8 +516,7 @@ Attr Client::mknod(const std::string& path, mode_t mode, dev_t rdev) {
       args.rdev.major = major(rdev);
       args.rdev.minor = minor(rdev);
       dirop_res res{};
-      ch.call(ODAFSPROC_MKNOD, to_xdrproc(xdr_mknod_args), &args, to_xdrproc(xdr_dirop_res),
-              &res);
+      ch.call(ODAFSPROC_MKNOD, to_xdrproc(xdr_mknod_args), &args, to_xdrproc(xdr_dirop_res), &res);
       check(res.status, "mknod " + path);
       return to_attr(res.dirop_res_u.ok.attr);
     });

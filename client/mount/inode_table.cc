@@ -44,8 +44,7 @@ Ino InodeTable::add_lookup(Ino parent, const std::string& name, uint64_t fileid,
   node.fileid = fileid;
   node.directory = directory;
   node.lookups = 1;
-  add_name_locked(ino, node, parent, name);
-  if (!directory) by_fileid_[fileid] = ino;
+  add_name_locked(ino, node, parent, name);  // files it by id too (not a directory)
   return ino;
 }
 
