@@ -33,10 +33,10 @@ using odafs::test::in_child;
 using odafs::test::kNobody;
 using odafs::test::Mounted;
 using odafs::test::read_local;
-using odafs::test::root_mount_skip;
 using odafs::test::write_local;
 
 #define MOUNT_TEST(name) ODAFS_MOUNT_TEST(name)
+#define ROOT_MOUNT_TEST(name) ODAFS_ROOT_MOUNT_TEST(name)
 
 namespace {
 
@@ -235,8 +235,7 @@ MOUNT_TEST("an open file whose last name is unlinked reports no links, and reads
   close(fd);
 }
 
-TEST_CASE("as callers: O_TRUNC without write permission is refused and discards nothing" *
-          doctest::skip(*root_mount_skip() != '\0') * doctest::description(root_mount_skip())) {
+ROOT_MOUNT_TEST("as callers: O_TRUNC without write permission is refused and discards nothing") {
   Mounted fs({"allow_other"}, {"--auth-sys"});
   REQUIRE(chmod(fs.exp.path().c_str(), 0777) == 0);
   // Root's bytes, written and still open: they may be held in the mount, not yet sent.
@@ -271,10 +270,9 @@ TEST_CASE("as callers: O_TRUNC without write permission is refused and discards 
   CHECK(cat(f).empty());
 }
 
-TEST_CASE(
+ROOT_MOUNT_TEST(
     "as callers: a descriptor opened for writing truncates and writes a file its mode "
-    "forbids since" *
-    doctest::skip(*root_mount_skip() != '\0') * doctest::description(root_mount_skip())) {
+    "forbids since") {
   Mounted fs({"allow_other"}, {"--auth-sys"});
   REQUIRE(chmod(fs.exp.path().c_str(), 0777) == 0);
   const std::string f = fs / "zero";
@@ -298,8 +296,7 @@ TEST_CASE(
   CHECK(lstat_of(fs.local("zero")).st_size == 10);
 }
 
-TEST_CASE("as callers: an unprivileged write drops setuid and setgid at once" *
-          doctest::skip(*root_mount_skip() != '\0') * doctest::description(root_mount_skip())) {
+ROOT_MOUNT_TEST("as callers: an unprivileged write drops setuid and setgid at once") {
   Mounted fs({"allow_other"}, {"--auth-sys"});
   REQUIRE(chmod(fs.exp.path().c_str(), 0755) == 0);
   const std::string f = fs / "suid";
@@ -318,10 +315,9 @@ TEST_CASE("as callers: an unprivileged write drops setuid and setgid at once" *
   CHECK(mode_of(fs.local("suid")) == 0777);
 }
 
-TEST_CASE(
+ROOT_MOUNT_TEST(
     "as callers: device nodes only where the export rule says devices; EACCES in a "
-    "directory the caller may not write" *
-    doctest::skip(*root_mount_skip() != '\0') * doctest::description(root_mount_skip())) {
+    "directory the caller may not write") {
   const dev_t null_dev = makedev(1, 3);
   {
     Mounted fs({"allow_other"}, {"--auth-sys", "--clients", "127.0.0.1(rw,no_root_squash)"});
@@ -353,10 +349,9 @@ TEST_CASE(
   }
 }
 
-TEST_CASE(
+ROOT_MOUNT_TEST(
     "as callers: search permission on a directory on the way holds for names already "
-    "resolved for another caller" *
-    doctest::skip(*root_mount_skip() != '\0') * doctest::description(root_mount_skip())) {
+    "resolved for another caller") {
   Mounted fs({"allow_other"}, {"--auth-sys"});
   REQUIRE(chmod(fs.exp.path().c_str(), 0755) == 0);
   REQUIRE(mkdir((fs / "priv").c_str(), 0700) == 0);

@@ -35,13 +35,13 @@ using odafs::test::kNobody;
 using odafs::test::Mounted;
 using odafs::test::MountProcess;
 using odafs::test::read_local;
-using odafs::test::root_mount_skip;
 using odafs::test::TempDir;
 using odafs::test::write_at;
 using odafs::test::write_local;
 using Clock = std::chrono::steady_clock;
 
 #define MOUNT_TEST(name) ODAFS_MOUNT_TEST(name)
+#define ROOT_MOUNT_TEST(name) ODAFS_ROOT_MOUNT_TEST(name)
 
 namespace {
 
@@ -227,8 +227,7 @@ MOUNT_TEST(
   CHECK(mode_of(f) == 04755);
 }
 
-TEST_CASE("acting as callers through the mount: each caller's access and ownership" *
-          doctest::skip(*root_mount_skip() != '\0') * doctest::description(root_mount_skip())) {
+ROOT_MOUNT_TEST("acting as callers through the mount: each caller's access and ownership") {
   Mounted fs({"allow_other"}, {"--auth-sys"});
   REQUIRE(chmod(fs.exp.path().c_str(), 0777) == 0);  // anyone may create at the top
   const std::string secret = fs / "secret";
@@ -331,8 +330,7 @@ TEST_CASE("acting as callers through the mount: each caller's access and ownersh
   CHECK(mode_of(fs.local("team")) == 0600);
 }
 
-TEST_CASE("two users on one mount: bob's looks at alice's 0600 file never break her reads" *
-          doctest::skip(*root_mount_skip() != '\0') * doctest::description(root_mount_skip())) {
+ROOT_MOUNT_TEST("two users on one mount: bob's looks at alice's 0600 file never break her reads") {
   Mounted fs({"allow_other"});  // odafsd as root acts as each caller by default
   constexpr uid_t kAlice = 1001;
   constexpr uid_t kBob = 65534;

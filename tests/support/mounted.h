@@ -97,6 +97,12 @@ inline const char* root_mount_skip() {
   return geteuid() != 0 ? "needs root: odafsd --auth-sys acts as other uids" : "";
 }
 
+// A test case that mounts and acts as other users: skipped, with the reason, where that
+// cannot be done (root_mount_skip).
+#define ODAFS_ROOT_MOUNT_TEST(name)                                          \
+  TEST_CASE(name* doctest::skip(*::odafs::test::root_mount_skip() != '\0') * \
+            doctest::description(::odafs::test::root_mount_skip()))
+
 inline constexpr uid_t kNobody = 65534;
 
 // Runs fn in a child that has become uid/gid 65534 (no groups), for up to 20 s; its exit
