@@ -4,6 +4,7 @@
 // by a server run with --auth-sys.
 #include <doctest/doctest.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <string>
@@ -229,4 +230,49 @@ TEST_CASE("ACCESS and owner changes under --auth-sys: judged as the caller, grou
   REQUIRE(stat((dir / "team").c_str(), &st) == 0);
   CHECK(st.st_uid == kNobody);
   CHECK(st.st_gid == kTeam);
+}
+
+TEST_CASE(
+    "an unprivileged caller across a server restart: its mode-0 file written through its "
+    "open file, its FIFO, no device node, and no owner's rights for another user" *
+    doctest::skip(geteuid() != 0) *
+    doctest::description("needs root: the server acts as another uid")) {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--auth-sys"});
+  REQUIRE(chmod(dir.path().c_str(), 0777) == 0);
+  MountOptions patient;
+  patient.reconnect_window_ms = 10000;
+  auto fs = Client::mount(server.url(), patient);
+  const odafs::rpc::CallCredential nobody(caller(65534, 65534), "test");
+  const odafs::rpc::CallCredential bob(caller(1002, 1002), "test");
+  File f;
+  {
+    odafs::rpc::CallAs as(nobody);
+    f = fs->open("zero", O_RDWR | O_CREAT | O_EXCL, 0);
+    CHECK(f.pwrite("before", 6, 0) == 6);
+    f.fsync();
+    fs->mknod("fifo", S_IFIFO | 0600);
+    // The loopback default allows devices, but not to this caller (CAP_MKNOD).
+    CHECK(odafs::test::errno_of([&] { fs->mknod("null", S_IFCHR | 0666, makedev(1, 3)); }) ==
+          EPERM);
+  }
+  server.restart();
+  {
+    odafs::rpc::CallAs as(nobody);
+    CHECK(f.pwrite("after!", 6, 6) == 6);  // the owner's open file writes on
+    f.fsync();
+    f.close();
+    CHECK(fs->lstat("fifo").type == odafs::FileType::kFifo);
+    CHECK(odafs::test::errno_of([&] { fs->open("zero", O_RDONLY); }) == EACCES);  // by mode
+  }
+  {
+    odafs::rpc::CallAs as(bob);
+    CHECK(odafs::test::errno_of([&] { fs->open("zero", O_WRONLY); }) == EACCES);
+    CHECK(odafs::test::errno_of([&] { fs->truncate("zero", 0); }) == EACCES);  // not its owner
+  }
+  CHECK(read_local(dir / "zero") == "beforeafter!");
+  struct stat st {};
+  REQUIRE(lstat((dir / "fifo").c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  CHECK(st.st_uid == 65534u);
 }

@@ -595,3 +595,34 @@ TEST_CASE("asynchronous reads: many in flight, collected in any order") {
     CHECK(read_all(f, 100, 5) == data.substr(5, 100));
   }
 }
+
+TEST_CASE(
+    "after a server restart: FIFOs and sockets made by MKNOD are what they were, the "
+    "owner of a mode-0 file still writes through its open file, MKNOD works again") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  odafs::MountOptions patient;
+  patient.reconnect_window_ms = 10000;
+  auto fs = Client::mount(server.url(), patient);
+  fs->mknod("fifo", S_IFIFO | 0640);
+  fs->mknod("sock", S_IFSOCK | 0600);
+  // A file whose mode forbids everything, open for writing by its owner (this client).
+  File f = fs->open("zero", O_RDWR | O_CREAT | O_EXCL, 0);
+  CHECK(f.pwrite("before", 6, 0) == 6);
+  f.fsync();
+  server.restart();
+  odafs::Attr fifo = fs->lstat("fifo");  // the handles of the old instance are stale: found again
+  CHECK(fifo.type == odafs::FileType::kFifo);
+  CHECK(fifo.mode == 0640);
+  CHECK(fs->lstat("sock").type == odafs::FileType::kSocket);
+  CHECK(f.pwrite("after!", 6, 6) == 6);
+  f.fsync();
+  f.close();
+  CHECK(read_local(dir / "zero") == "beforeafter!");
+  struct stat st {};
+  REQUIRE(lstat((dir / "zero").c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0);
+  fs->mknod("fifo2", S_IFIFO | 0600);
+  CHECK(fs->lstat("fifo2").type == odafs::FileType::kFifo);
+  CHECK(errno_of([&] { fs->mknod("fifo", S_IFIFO | 0600); }) == EEXIST);
+}
