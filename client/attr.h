@@ -29,6 +29,11 @@ struct Attr {
   dev_t rdev = 0;  // a device's numbers (makedev); 0 for every other type
 };
 
+// t in nanoseconds since the epoch: one number to store and compare.
+inline int64_t nanoseconds(const struct timespec& t) {
+  return static_cast<int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
+
 // The S_IF* bits of t.
 mode_t type_bits(FileType t);
 // a as stat(2) reports it: st_mode the type and permission bits (setuid, setgid and sticky

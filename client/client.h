@@ -356,8 +356,9 @@ class Client {
   // Logs that sf's bytes (`bytes` of them) are lost and why, and makes the file's next
   // write, fsync or close through this client fail with EIO.
   void report_lost(SharedFile& sf, size_t bytes, const std::string& why);
-  // Throws EIO if writes to file `fileid` were lost (report_lost) and not yet reported.
-  void check_lost(uint64_t fileid);
+  // Throws EIO if writes to file `fileid`, opened when its mtime was `mtime_at_open`, were
+  // lost (report_lost) and not yet reported (LostWrites says how a reused id is told).
+  void check_lost(uint64_t fileid, const struct timespec& mtime_at_open);
   // The connection broke while write delegations kept bytes: re-mount (and so reclaim)
   // soon, on a thread of the client's, even if no call comes. Never blocks.
   void reconnect_soon();

@@ -180,7 +180,7 @@ File::File(Client* client, Handle fh, const Attr& attr, WriteVerifier instance, 
   state_->key = odafs::cache_key(fh);
   state_->instance = instance;
   state_->size_key = state_->key;
-  state_->shared = client->open_files_.acquire(state_->key, attr.size, path_, fileid_);
+  state_->shared = client->open_files_.acquire(state_->key, attr, path_);
 }
 
 uint64_t File::size_hint() const {
@@ -344,7 +344,7 @@ size_t File::pread(void* buf, size_t len, uint64_t offset) {
 
 size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
   check_writable();
-  client_->check_lost(fileid_);
+  client_->check_lost(fileid_, opened_.mtime);
   const MountOptions& o = client_->options();
   const size_t behind_cap =
       std::min<size_t>(o.write_behind_bytes, client_->mount_state()->limits.max_write);
@@ -565,7 +565,7 @@ void File::truncate(uint64_t size) {
 
 void File::fsync() {
   if (client_ == nullptr) fail(EBADF, "file is closed");
-  client_->check_lost(fileid_);
+  client_->check_lost(fileid_, opened_.mtime);
   SharedFile& sf = *state_->shared;
   if (client_->options().stability == Stability::kUnstable &&
       sf.has_behind.load(std::memory_order_acquire)) {
@@ -609,7 +609,7 @@ void File::commit_unstable() {
 
 void File::flush() {
   if (client_ == nullptr) fail(EBADF, "file is closed");
-  client_->check_lost(fileid_);
+  client_->check_lost(fileid_, opened_.mtime);
   SharedFile& sf = *state_->shared;
   bool failed;
   {

@@ -4,16 +4,16 @@
 
 namespace odafs {
 
-OpenFiles::Ref OpenFiles::acquire(uint64_t key, uint64_t at_open, const std::string& path,
-                                  uint64_t fileid) {
+OpenFiles::Ref OpenFiles::acquire(uint64_t key, const Attr& at_open, const std::string& path) {
   std::lock_guard lock(mu_);
   Ref& f = files_[key];
   if (!f) {
     f = std::make_shared<SharedFile>();
     f->path = path;
-    f->fileid = fileid;
+    f->fileid = at_open.fileid;
   }
-  f->size.store(at_open, std::memory_order_relaxed);
+  f->size.store(at_open.size, std::memory_order_relaxed);
+  f->server_mtime_ns.store(nanoseconds(at_open.mtime), std::memory_order_relaxed);
   return f;
 }
 

@@ -15,6 +15,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "client/attr.h"
+
 namespace odafs {
 
 struct SharedFile;
@@ -23,10 +25,10 @@ class OpenFiles {
  public:
   using Ref = std::shared_ptr<SharedFile>;
 
-  // The shared state of file `key`, its size set to `at_open` (the server's, fresh from
-  // the open: close-to-open makes it the truth, also for the other opens). A new one is
-  // named by path and fileid (SharedFile::path).
-  Ref acquire(uint64_t key, uint64_t at_open, const std::string& path, uint64_t fileid);
+  // The shared state of file `key`, its size and server mtime set from `at_open` (the
+  // server's, fresh from the open: close-to-open makes it the truth, also for the other
+  // opens). A new one is named by path and at_open.fileid (SharedFile::path).
+  Ref acquire(uint64_t key, const Attr& at_open, const std::string& path);
   // Gives back what acquire(key) returned (reset); the entry goes with the last File.
   void release(uint64_t key, Ref& ref);
   // The shared state of file `key` if the client has it open, else null.

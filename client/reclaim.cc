@@ -224,12 +224,14 @@ void Client::report_lost(SharedFile& sf, size_t bytes, const std::string& why) {
                               " under a write delegation were lost at a server restart: " + why;
   ODAFS_LOG_ERROR("odafs: %s", message.c_str());
   stats_.lost_files.fetch_add(1, std::memory_order_relaxed);
-  lost_writes_.add(sf.fileid, message);  // the file's next write, fsync or close hears it
+  lost_writes_.add(sf.fileid, sf.server_mtime_ns.load(std::memory_order_relaxed),
+                   message);  // the file's next write, fsync or close hears it
 }
 
-void Client::check_lost(uint64_t fileid) {
+void Client::check_lost(uint64_t fileid, const struct timespec& mtime_at_open) {
   if (!lost_writes_.any()) return;
-  if (std::optional<std::string> why = lost_writes_.take(fileid)) fail(EIO, *why);
+  if (std::optional<std::string> why = lost_writes_.take(fileid, nanoseconds(mtime_at_open)))
+    fail(EIO, *why);
 }
 
 void Client::reconnect_soon() {

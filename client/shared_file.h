@@ -24,6 +24,9 @@ struct SharedFile {
   // them after a server restart (client/reclaim.cc). Set at creation, then constant.
   std::string path;
   uint64_t fileid = 0;
+  // The file's modification time (ns) as the server showed it at the latest open: what
+  // LostWrites keys a loss by besides the file id, as inode numbers are reused.
+  std::atomic<int64_t> server_mtime_ns{0};
 
   // The file's size as this client knows it: at open, from stat(), after its own writes
   // and truncations, and as reads find it. Reads stop here without asking the server, as
