@@ -9,6 +9,7 @@
 #include <cstring>
 #include <thread>
 
+#include "base/tls.h"
 #include "client/call_util.h"
 #include "client/client_cache.h"
 #include "client/mount_state.h"
@@ -28,8 +29,12 @@ constexpr size_t kReadReplyHeaderBytes =
     rpc::Channel::kAcceptedReplyHeaderBytes + sizeof(wire::ReadReplyPrefix);
 constexpr size_t kLargestRecord = ODAFS_MAXDATA + 8192;  // odafsd's largest --max-io + slack
 
-rpc::Channel::Options channel_options(const MountOptions& options) {
+rpc::Channel::Options channel_options(const MountOptions& options,
+                                      std::shared_ptr<const tls::Context> tls,
+                                      const std::string& tls_host) {
   rpc::Channel::Options o;
+  o.tls = std::move(tls);
+  o.tls_host = tls_host;
   o.program = ODAFS_PROGRAM;
   o.version = ODAFS_V2;
   o.max_record = kLargestRecord;
@@ -118,9 +123,15 @@ std::unique_ptr<Client> Client::mount(const std::string& url, MountOptions optio
   } catch (const std::invalid_argument& e) {
     throw Error(EINVAL, e.what());
   }
-  if (parsed.timeout_ms) options.timeout_ms = *parsed.timeout_ms;  // the URL's word wins
-  if (parsed.cache_policy) options.cache_policy = *parsed.cache_policy;
+  apply_url_options(parsed, &options);  // the URL's word wins
   std::unique_ptr<Client> client(new Client(url, options));
+  if (options.tls) {
+    Result<std::shared_ptr<const tls::Context>> context = tls::Context::make(
+        tls::Context::Side::kClient, tls::Files{options.tls_cert, options.tls_key, options.tls_ca});
+    if (!context.ok()) throw Error(EINVAL, "mount " + url + ": " + context.status().message());
+    client->tls_context_ = std::move(*context);
+    client->tls_host_ = parsed.server.host;
+  }
   client->mount_path_ = parsed.path;
   client->mount_state();  // connects and mounts
   return client;
@@ -152,7 +163,10 @@ std::shared_ptr<const MountState> Client::mount_state() {
 std::shared_ptr<const MountState> Client::remount() {
   auto m = std::make_shared<MountState>();
   try {
-    m->channel = std::make_shared<rpc::Channel>(parse_url(url_).server, channel_options(options_));
+    m->channel = std::make_shared<rpc::Channel>(parse_url(url_).server,
+                                                channel_options(options_, tls_context_, tls_host_));
+  } catch (const rpc::RpcError& e) {  // TLS could not start: say why, once
+    throw Error(e.code().value(), e.message());
   } catch (const std::system_error& e) {
     throw Error(e.code().value() ? e.code().value() : ECONNREFUSED, e.what());
   }
@@ -242,6 +256,8 @@ std::shared_ptr<ordma::EngineClient> Client::engine(const MountState& m) {
   ordma::EngineClientOptions eo;
   eo.local_rings = options_.local_rings;
   eo.timeout_ms = options_.timeout_ms;
+  eo.tls = tls_context_;
+  eo.tls_host = tls_host_;
   return m.engine.get(m.limits, m.session, eo);
 }
 

@@ -46,6 +46,10 @@
 
 struct setattr_args;  // proto/odafs_prot.x
 
+namespace odafs::tls {
+class Context;
+}  // namespace odafs::tls
+
 namespace odafs {
 
 namespace rpc {
@@ -472,6 +476,10 @@ class Client {
   const std::string url_;
   std::string mount_path_;
   const MountOptions options_;
+  // MountOptions::tls: the context every connection of the mount starts TLS with, and the
+  // host the server's certificate must name (the URL's). Set at mount, then constant.
+  std::shared_ptr<const tls::Context> tls_context_;
+  std::string tls_host_;
   std::atomic<ReadMode> read_mode_;
   std::mutex remount_mu_;  // serialises re-mounts; nothing else takes it
   std::atomic<std::shared_ptr<const MountState>> mount_;

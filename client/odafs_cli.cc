@@ -26,17 +26,26 @@ namespace {
 
 [[noreturn]] void usage(FILE* out = stderr, int status = 2) {
   std::fprintf(out,
-               "usage: odafs [--timeout MS] ls|stat|cat|mkdir|rm|rmdir|df|ping|stats URL\n"
-               "       odafs [--timeout MS] mv URL URL2\n"
-               "       odafs [--timeout MS] put LOCAL URL\n"
-               "       odafs [--timeout MS] get URL LOCAL\n"
-               "URL is odafs://HOST:PORT/PATH[?timeout_ms=N][&cache_policy=lru|mq]\n"
-               "--timeout MS: give up on a server that does not answer within MS ms\n");
+               "usage: odafs [OPTIONS] ls|stat|cat|mkdir|rm|rmdir|df|ping|stats URL\n"
+               "       odafs [OPTIONS] mv URL URL2\n"
+               "       odafs [OPTIONS] put LOCAL URL\n"
+               "       odafs [OPTIONS] get URL LOCAL\n"
+               "URL is odafs://HOST:PORT/PATH[?timeout_ms=N][&cache_policy=lru|mq][&tls=1]\n"
+               "       [&tls_ca=FILE][&tls_cert=FILE&tls_key=FILE]\n"
+               "OPTIONS:\n"
+               "  --timeout MS      give up on a server that does not answer within MS ms\n"
+               "  --tls             RPC-with-TLS (RFC 9289); the server's certificate must\n"
+               "                    name URL's host\n"
+               "  --tls-ca FILE     CA (PEM) to trust (default: the system's store)\n"
+               "  --tls-cert FILE   this client's certificate, with --tls-key FILE (mutual\n"
+               "                    TLS); each --tls-* file implies --tls\n");
   std::exit(status);
 }
 
 // --timeout, if given; a URL's ?timeout_ms wins over it, as in Client::mount.
 std::optional<int> g_timeout_ms;
+// --tls and its files; a URL's tls options win over them.
+odafs::MountOptions g_options;
 // The timeout the last mount used, for the message when a call runs out of it.
 int g_effective_timeout_ms = odafs::MountOptions{}.timeout_ms;
 // The process's umask, read once at start: `get` creates LOCAL with 0644 minus it, as
@@ -56,10 +65,9 @@ Target open_target(const std::string& url) {
   } catch (const std::exception& e) {
     throw odafs::Error(EINVAL, e.what());
   }
-  odafs::MountOptions options;
+  odafs::MountOptions options = g_options;
   if (g_timeout_ms) options.timeout_ms = *g_timeout_ms;
-  if (parsed.timeout_ms) options.timeout_ms = *parsed.timeout_ms;
-  if (parsed.cache_policy) options.cache_policy = *parsed.cache_policy;
+  odafs::apply_url_options(parsed, &options);
   g_effective_timeout_ms = options.timeout_ms;
   Target t;
   t.server = parsed.server.to_string();
@@ -205,21 +213,39 @@ int parse_globals(int argc, char** argv) {
   int i = 1;
   while (i < argc && std::strncmp(argv[i], "--", 2) == 0) {
     std::string opt = argv[i++];
-    std::string value;
     if (opt == "--help") usage(stdout, 0);
-    if (opt == "--timeout" && i < argc) {
+    if (opt == "--tls") {
+      g_options.tls = true;
+      continue;
+    }
+    std::string value;
+    const size_t eq = opt.find('=');
+    if (eq != std::string::npos) {
+      value = opt.substr(eq + 1);
+      opt.resize(eq);
+    } else if (i < argc) {
       value = argv[i++];
-    } else if (opt.rfind("--timeout=", 0) == 0) {
-      value = opt.substr(10);
     } else {
       usage();
     }
-    try {
-      g_timeout_ms = odafs::parse_timeout_ms(value, "--timeout");
-    } catch (const std::invalid_argument& e) {
-      std::fprintf(stderr, "odafs: %s\n", e.what());
-      std::exit(2);
+    if (opt == "--tls-ca") {
+      g_options.tls_ca = value;
+    } else if (opt == "--tls-cert") {
+      g_options.tls_cert = value;
+    } else if (opt == "--tls-key") {
+      g_options.tls_key = value;
+    } else if (opt == "--timeout") {
+      try {
+        g_timeout_ms = odafs::parse_timeout_ms(value, "--timeout");
+      } catch (const std::invalid_argument& e) {
+        std::fprintf(stderr, "odafs: %s\n", e.what());
+        std::exit(2);
+      }
+      continue;
+    } else {
+      usage();
     }
+    g_options.tls = true;  // a TLS file implies --tls
   }
   return i;
 }

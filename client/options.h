@@ -84,6 +84,15 @@ struct MountOptions {
   // close-to-open). Another client's rename of a directory may go unseen that long, as
   // with NFS's directory attribute cache; this client's own renames clear it. 0: off.
   int dir_cache_ms = 3000;
+  // RPC-with-TLS (RFC 9289): the connection starts TLS 1.3 after an AUTH_TLS probe, and
+  // the one-sided engine's TCP path runs TLS too (its same-host rings need none). The
+  // server's certificate must chain to tls_ca (empty: the system's CA store) and name the
+  // URL's host. tls_cert and tls_key: this client's certificate for mutual TLS (the
+  // server's `mtls` rules ask for one). Also ?tls=1&tls_ca=FILE... in the URL.
+  bool tls = false;
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
 };
 
 struct ServerLimits {

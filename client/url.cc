@@ -31,17 +31,35 @@ static void parse_options(const std::string& query, const std::string& text, Url
     std::string option = query.substr(pos, end - pos);
     pos = end + 1;
     size_t eq = option.find('=');
-    std::string key = option.substr(0, eq);
-    if (key != "timeout_ms" && key != "cache_policy") {
+    const std::string key = option.substr(0, eq);
+    std::optional<std::string>* file = key == "tls_ca"     ? &url->tls_ca
+                                       : key == "tls_cert" ? &url->tls_cert
+                                       : key == "tls_key"  ? &url->tls_key
+                                                           : nullptr;
+    if (key != "timeout_ms" && key != "cache_policy" && key != "tls" && file == nullptr) {
       throw std::invalid_argument("unknown odafs URL option '" + option +
-                                  "' (known: timeout_ms=N, cache_policy=lru|mq): " + text);
+                                  "' (known: timeout_ms=N, cache_policy=lru|mq, tls=0|1, "
+                                  "tls_ca=FILE, tls_cert=FILE, tls_key=FILE): " +
+                                  text);
     }
-    if (eq == std::string::npos) {
+    if (eq == std::string::npos || eq + 1 == option.size()) {
       throw std::invalid_argument("odafs URL option " + key + " needs a value: " + text);
     }
     const std::string value = option.substr(eq + 1);
-    if (key == "cache_policy") {
-      if (url->cache_policy) throw std::invalid_argument("odafs URL repeats cache_policy: " + text);
+    auto repeated = [&](bool set) {
+      if (set) throw std::invalid_argument("odafs URL repeats " + key + ": " + text);
+    };
+    if (file != nullptr) {
+      repeated(file->has_value());
+      *file = value;
+    } else if (key == "tls") {
+      repeated(url->tls.has_value());
+      if (value != "0" && value != "1") {
+        throw std::invalid_argument("bad tls '" + value + "': 0 or 1 in " + text);
+      }
+      url->tls = value == "1";
+    } else if (key == "cache_policy") {
+      repeated(url->cache_policy.has_value());
       if (value == "lru") {
         url->cache_policy = CachePolicy::kLru;
       } else if (value == "mq") {
@@ -49,15 +67,25 @@ static void parse_options(const std::string& query, const std::string& text, Url
       } else {
         throw std::invalid_argument("bad cache_policy '" + value + "': lru or mq in " + text);
       }
-      continue;
-    }
-    if (url->timeout_ms) throw std::invalid_argument("odafs URL repeats timeout_ms: " + text);
-    try {
-      url->timeout_ms = parse_timeout_ms(value);
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(std::string(e.what()) + " in " + text);
+    } else {
+      repeated(url->timeout_ms.has_value());
+      try {
+        url->timeout_ms = parse_timeout_ms(value);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string(e.what()) + " in " + text);
+      }
     }
   }
+}
+
+void apply_url_options(const Url& url, MountOptions* options) {
+  if (url.timeout_ms) options->timeout_ms = *url.timeout_ms;
+  if (url.cache_policy) options->cache_policy = *url.cache_policy;
+  if (url.tls_ca) options->tls_ca = *url.tls_ca;
+  if (url.tls_cert) options->tls_cert = *url.tls_cert;
+  if (url.tls_key) options->tls_key = *url.tls_key;
+  if (url.tls_ca || url.tls_cert || url.tls_key) options->tls = true;
+  if (url.tls) options->tls = *url.tls;
 }
 
 Url parse_url(const std::string& text) {

@@ -1,6 +1,7 @@
-// odafs URLs: odafs://HOST:PORT/PATH[?timeout_ms=N][&cache_policy=lru|mq] (HOST may be
-// [v6]; PATH defaults to "/"). Everything after the first '?' is options, KEY=VALUE joined
-// by '&' in any order, so a PATH cannot contain '?'.
+// odafs URLs: odafs://HOST:PORT/PATH[?OPTION[&OPTION...]] (HOST may be [v6]; PATH defaults
+// to "/"). Everything after the first '?' is options, KEY=VALUE joined by '&' in any order,
+// so a PATH cannot contain '?'. Options: timeout_ms=N, cache_policy=lru|mq, tls=0|1,
+// tls_ca=FILE, tls_cert=FILE, tls_key=FILE (any tls_ file implies tls=1).
 #pragma once
 
 #include <optional>
@@ -22,11 +23,19 @@ struct Url {
   std::optional<int> timeout_ms;  // ?timeout_ms=N: overrides MountOptions::timeout_ms
   // ?cache_policy=lru|mq: overrides MountOptions::cache_policy
   std::optional<CachePolicy> cache_policy;
+  // ?tls=1 and the PEM files: override MountOptions' (tls, tls_ca, tls_cert, tls_key).
+  std::optional<bool> tls;
+  std::optional<std::string> tls_ca;
+  std::optional<std::string> tls_cert;
+  std::optional<std::string> tls_key;
 };
 
+// Applies a URL's options to options: the URL's word wins.
+void apply_url_options(const Url& url, MountOptions* options);
+
 // Throws std::invalid_argument with a readable message for anything else, including an
-// unknown or repeated option, a timeout_ms that parse_timeout_ms refuses and a
-// cache_policy other than lru or mq.
+// unknown or repeated option, a timeout_ms that parse_timeout_ms refuses, a cache_policy
+// other than lru or mq, a tls other than 0 or 1, and an empty file name.
 Url parse_url(const std::string& text);
 
 // A timeout in milliseconds as a user writes it: decimal digits only, 1..kMaxTimeoutMs.

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "base/net.h"
+#include "base/tls.h"
 #include "ordma/fault.h"
 #include "ordma/reference.h"
 #include "ordma/session.h"
@@ -222,6 +223,12 @@ struct EngineClientOptions {
   // (lowest latency, a core per client busy while reads are in flight) or sleep on the
   // completion channel (an interrupt and a wakeup per completion).
   bool busy_poll = false;
+  // TLS (the mount's RPC-with-TLS): set, the engine's TCP path runs TLS 1.3 with this
+  // context, checking the engine's certificate against tls_host, and proves the session on
+  // that TLS session only (bound by its exporter). Shared-memory rings need none (the
+  // kernel isolates them). A backend without TLS refuses such a mount's connection.
+  std::shared_ptr<const tls::Context> tls;
+  std::string tls_host;
 };
 
 // Connects to the engine of backend `kind` (as MOUNT named it; empty means "soft", what

@@ -28,7 +28,8 @@ std::string auth_refusal(uint32_t why) {
              "uid, gid or group it refuses, or one the kernel says this process is not)";
     case AUTH_TOOWEAK:
       return "rpc denied: AUTH_TOOWEAK (the server's export rules do not admit this client "
-             "from this address or port)";
+             "from this address or port, or ask more of it: TLS (mount option tls), a client "
+             "certificate (tls_cert, tls_key) or a port below 1024)";
     case AUTH_REJECTEDCRED:
       return "rpc denied: AUTH_REJECTEDCRED";
     default:
@@ -44,6 +45,14 @@ uint32_t load_be32(const char* p) {
 
 size_t xdr_padding(size_t n) { return (4 - (n & 3)) & 3; }
 
+// A TLS read's answer as net::read_full gives it: false at EOF, thrown on failure.
+bool got_or_throw(const Result<bool>& got) {
+  if (!got.ok()) {
+    throw std::system_error(got.errno_value(), std::generic_category(), got.status().message());
+  }
+  return *got;
+}
+
 }  // namespace
 
 Channel::Channel(const net::Endpoint& server, Options options)
@@ -58,7 +67,116 @@ Channel::Channel(const net::Endpoint& server, Options options)
     own_cred_.emplace(id, a.machine);
   }
   fd_ = net::connect_tcp(server);
+  if (options_.tls) {
+    try {
+      start_tls(server);
+    } catch (...) {
+      close(fd_);
+      throw;
+    }
+  }
   receiver_ = std::thread([this] { receive_loop(); });
+}
+
+void Channel::read_record_now(std::vector<char>* out, const timespec& deadline) {
+  char mark[4];
+  auto read = [&](void* buf, size_t len) {
+    const bool got = tls_ ? got_or_throw(tls_->read_full(buf, len, &deadline))
+                          : net::read_full_until(fd_, buf, len, &deadline);
+    if (!got) throw std::runtime_error("the server closed the connection");
+  };
+  read(mark, 4);
+  const RecordMark m = read_record_mark(mark);
+  if (!m.last || m.length > 4096) throw std::runtime_error("bad record mark from server");
+  out->resize(m.length);
+  read(out->data(), m.length);
+}
+
+void Channel::start_tls(const net::Endpoint& server) {
+  const timespec deadline = deadline_after_ms(options_.timeout_ms);
+  const std::string where = "TLS with " + server.to_string();
+  auto refuse = [&](int err, const std::string& why) {
+    throw RpcError(RpcError::Kind::kTransport, err, where + ": " + why);
+  };
+  std::vector<char> record;
+  ReplyHeader h;
+  size_t results = 0;
+  try {
+    // The probe: NULL with an AUTH_TLS credential, in the clear.
+    CallSpec probe{next_xid_.fetch_add(1), options_.program, options_.version, 0, {}, true};
+    Result<size_t> len = encode_call_record(probe, to_xdrproc(xdr_nothing), nullptr, 4096, &record);
+    if (!len.ok()) refuse(EINVAL, len.status().message());
+    iovec iov{record.data(), *len};
+    net::write_all_until(fd_, &iov, 1, &deadline);
+    read_record_now(&record, deadline);
+  } catch (const RpcError&) {
+    throw;
+  } catch (const std::exception& e) {
+    refuse(ECONNRESET, std::string("probe: ") + e.what());
+  }
+  if (!decode_reply_header(record.data(), record.size(), &h, &results)) {
+    refuse(EPROTO, "malformed answer to the AUTH_TLS probe");
+  }
+  if (h.reply_stat == MSG_DENIED && h.reject_stat == AUTH_ERROR) {
+    refuse(EPROTONOSUPPORT, "the server offers no TLS (it refused the AUTH_TLS probe: AUTH_ERROR " +
+                                std::to_string(h.auth_stat) +
+                                "); odafsd serves TLS with --tls-cert and --tls-key");
+  }
+  if (h.reply_stat != MSG_ACCEPTED || h.accept_stat != SUCCESS ||
+      h.verf_body != std::string_view(kStartTlsVerifier)) {
+    refuse(EPROTO, "the server did not answer the AUTH_TLS probe with STARTTLS");
+  }
+  Result<std::unique_ptr<tls::Session>> session =
+      tls::Session::make(options_.tls, fd_, options_.tls_host);
+  if (!session.ok()) refuse(session.errno_value(), session.status().message());
+  tls_ = std::move(*session);
+  if (Status s = tls_->handshake_until(deadline); !s.ok()) {
+    refuse(s.errno_value(), s.message() + " (server name checked: " + options_.tls_host + ")");
+  }
+  // A TLS 1.3 server judges the client's certificate after the client's handshake is
+  // done; a NULL call now brings its refusal (an alert) here rather than to the first call.
+  try {
+    CallSpec ping{next_xid_.fetch_add(1), options_.program, options_.version, 0, {}, false};
+    Result<size_t> len = encode_call_record(ping, to_xdrproc(xdr_nothing), nullptr, 4096, &record);
+    if (!len.ok()) refuse(EINVAL, len.status().message());
+    write_all(record.data(), *len);
+    read_record_now(&record, deadline);
+  } catch (const RpcError&) {
+    throw;
+  } catch (const std::exception& e) {
+    const std::string why = tls_->last_error();
+    refuse(EACCES, "the server refused this client's TLS session" +
+                       (why.empty() ? std::string(": ") + e.what() : ": " + why) +
+                       (options_.tls->has_certificate()
+                            ? ""
+                            : " (this client presented no certificate: tls_cert, tls_key)"));
+  }
+}
+
+bool Channel::read_full(void* buf, size_t len) {
+  if (!tls_) return read_full(buf, len);
+  return got_or_throw(tls_->read_full(buf, len, nullptr));
+}
+
+void Channel::readv_full(iovec* iov, int count) {
+  if (!tls_) return readv_full(iov, count);
+  for (int i = 0; i < count; ++i) {
+    if (!read_full(iov[i].iov_base, iov[i].iov_len)) {
+      throw std::runtime_error("server closed the connection");
+    }
+  }
+}
+
+void Channel::write_all(const char* data, size_t len) {
+  if (!tls_) {
+    iovec iov{const_cast<char*>(data), len};
+    net::write_all(fd_, &iov, 1, options_.timeout_ms);
+    return;
+  }
+  const timespec deadline = deadline_after_ms(options_.timeout_ms);
+  if (Status s = tls_->write_all(data, len, &deadline); !s.ok()) {
+    throw std::system_error(s.errno_value(), std::generic_category(), s.message());
+  }
 }
 
 Channel::~Channel() {
@@ -96,8 +214,7 @@ void Channel::start(Call& c, uint32_t proc, xdrproc_t xargs, const void* args) {
   }
   try {
     std::lock_guard lock(send_mu_);
-    iovec iov{c.request_.data(), body + 4};
-    net::write_all(fd_, &iov, 1, options_.timeout_ms);
+    write_all(c.request_.data(), body + 4);
   } catch (const std::exception& e) {
     // Part of the record may be on the wire: the stream is unusable from here on.
     take_pending(c.xid_);
@@ -233,7 +350,7 @@ void Channel::receive_loop() {
     for (;;) {
       // Record mark, XID and direction: every reply and call has at least these.
       char head[12];
-      if (!net::read_full(fd_, head, sizeof head)) {
+      if (!read_full(head, sizeof head)) {
         fail_all("server closed the connection");
         return;
       }
@@ -258,7 +375,7 @@ void Channel::receive_loop() {
       std::memcpy(c->reply_.data(), head + 4, 8);
       if (c->posted_ != nullptr && last && frag >= c->posted_header_ && c->posted_header_ >= 12) {
         c->reply_.resize(c->posted_header_);
-        net::read_full(fd_, c->reply_.data() + 8, c->posted_header_ - 8);
+        read_full(c->reply_.data() + 8, c->posted_header_ - 8);
         size_t payload = load_be32(c->reply_.data() + c->posted_header_ - 4);
         size_t rest = frag - c->posted_header_;
         size_t padded = payload + xdr_padding(payload);
@@ -272,7 +389,7 @@ void Channel::receive_loop() {
           iovec iov[3] = {{c->posted_, payload},
                           {pad, padded - payload},
                           {c->reply_.data() + c->posted_header_, trailer}};
-          net::readv_full(fd_, iov, 3);
+          readv_full(iov, 3);
           c->posted_length_ = payload;
           complete(c);
           continue;
@@ -298,7 +415,7 @@ void Channel::take_callback(const char* xid_and_direction, size_t frag_left, boo
   }
   callback_record_.resize(8 + frag_left);
   std::memcpy(callback_record_.data(), xid_and_direction, 8);
-  net::read_full(fd_, callback_record_.data() + 8, frag_left);
+  read_full(callback_record_.data() + 8, frag_left);
   CallHeader header;
   size_t args_offset = 0;
   if (decode_call_header(callback_record_.data(), callback_record_.size(), &header, &args_offset) !=
@@ -334,10 +451,10 @@ void Channel::read_generic(Call* c, size_t frag_left, bool last) {
       throw std::system_error(EMSGSIZE, std::generic_category(), "rpc reply too large");
     }
     c->reply_.resize(at + frag_left);
-    net::read_full(fd_, c->reply_.data() + at, frag_left);
+    read_full(c->reply_.data() + at, frag_left);
     if (last) return;
     char head[4];
-    net::read_full(fd_, head, 4);
+    read_full(head, 4);
     const RecordMark mark = read_record_mark(head);
     frag_left = mark.length;
     last = mark.last;
@@ -349,12 +466,12 @@ void Channel::discard(size_t frag_left, bool last) {
   for (;;) {
     while (frag_left > 0) {
       size_t n = std::min(frag_left, sizeof sink);
-      net::read_full(fd_, sink, n);
+      read_full(sink, n);
       frag_left -= n;
     }
     if (last) return;
     char head[4];
-    net::read_full(fd_, head, 4);
+    read_full(head, 4);
     const RecordMark mark = read_record_mark(head);
     frag_left = mark.length;
     last = mark.last;

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "base/net.h"
+#include "base/tls.h"
 #include "rpc/call_credential.h"
 #include "rpc/errors.h"
 #include "rpc/message_header.h"
@@ -111,9 +112,15 @@ class Channel {
     size_t max_record = 4u << 20;     // refuse replies larger than this
     std::optional<AuthSysCred> auth;  // AUTH_NONE when empty; a CallAs scope overrides it
     int timeout_ms = 60000;           // per call, from start to reply
+    // RPC-with-TLS (RFC 9289): set, the connection sends the AUTH_TLS probe and runs TLS
+    // 1.3 from the server's yes on; the server's certificate must name tls_host.
+    std::shared_ptr<const tls::Context> tls;
+    std::string tls_host;
   };
 
-  // Connects; throws std::system_error when the server cannot be reached.
+  // Connects (and starts TLS if asked); throws std::system_error when the server cannot be
+  // reached, RpcError(kTransport) with a message saying why when TLS cannot start (the
+  // server offers none, a certificate is refused on either side).
   Channel(const net::Endpoint& server, Options options);
   ~Channel();  // fails outstanding calls, joins the receiver
   Channel(const Channel&) = delete;
@@ -154,6 +161,16 @@ class Channel {
 
  private:
   void receive_loop();
+  // RFC 9289 on the new connection, before the receiver runs: probe, handshake, and one
+  // NULL call under TLS, so a refused client certificate is reported here.
+  void start_tls(const net::Endpoint& server);
+  // One whole reply record read before the receiver runs (start_tls), body into *out.
+  void read_record_now(std::vector<char>* out, const timespec& deadline);
+  // The connection's bytes, through TLS once it runs. read_full: false at EOF, throws on
+  // failure; write_all throws.
+  bool read_full(void* buf, size_t len);
+  void readv_full(iovec* iov, int count);
+  void write_all(const char* data, size_t len);
   void fail_all(const std::string& why);
   Call* take_pending(uint32_t xid);
   void complete(Call* c);
@@ -166,6 +183,7 @@ class Channel {
 
   Options options_;
   int fd_ = -1;
+  std::unique_ptr<tls::Session> tls_;       // set by start_tls, then constant
   std::optional<CallCredential> own_cred_;  // Options::auth, encoded; empty for AUTH_NONE
   std::atomic<uint32_t> next_xid_;
   std::atomic<bool> broken_{false};

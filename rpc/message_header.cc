@@ -76,11 +76,13 @@ bool decode_reply_header(const char* record, size_t length, ReplyHeader* h,
   if (!r.word(&h->xid) || !r.word(&direction) || direction != kReply) return false;
   if (!r.word(&h->reply_stat)) return false;
   if (h->reply_stat == MSG_ACCEPTED) {
-    uint32_t verf_flavor = 0, verf_length = 0;
-    if (!r.word(&verf_flavor) || !r.word(&verf_length) || verf_length > kMaxAuthBytes) {
+    uint32_t verf_length = 0;
+    if (!r.word(&h->verf_flavor) || !r.word(&verf_length) || verf_length > kMaxAuthBytes) {
       return false;
     }
-    if (r.opaque(verf_length) == nullptr || !r.word(&h->accept_stat)) return false;
+    const char* verf_body = r.opaque(verf_length);
+    if (verf_body == nullptr || !r.word(&h->accept_stat)) return false;
+    h->verf_body = std::string_view(verf_body, verf_length);
     if (h->accept_stat == PROG_MISMATCH &&
         (!r.word(&h->mismatch_low) || !r.word(&h->mismatch_high))) {
       return false;
@@ -128,7 +130,10 @@ Result<size_t> encode_call_record(const CallSpec& spec, xdrproc_t xargs, const v
   msg.rm_call.cb_prog = spec.prog;
   msg.rm_call.cb_vers = spec.vers;
   msg.rm_call.cb_proc = spec.proc;
-  if (spec.auth_sys_body.empty()) {
+  if (spec.tls_probe) {
+    msg.rm_call.cb_cred = _null_auth;
+    msg.rm_call.cb_cred.oa_flavor = kAuthTls;
+  } else if (spec.auth_sys_body.empty()) {
     msg.rm_call.cb_cred = _null_auth;
   } else {
     msg.rm_call.cb_cred.oa_flavor = AUTH_SYS;

@@ -22,6 +22,10 @@
 namespace odafs::rpc {
 
 inline constexpr uint32_t kMaxAuthBytes = 400;  // RFC 5531: opaque_auth body<400>
+// RFC 9289: the credential flavor of the probe that starts TLS on a connection, and the
+// verifier body of a server's yes.
+inline constexpr uint32_t kAuthTls = 7;
+inline constexpr char kStartTlsVerifier[] = "STARTTLS";
 
 struct CallHeader {
   uint32_t xid = 0;
@@ -74,6 +78,9 @@ struct ReplyHeader {
   uint32_t auth_stat = 0;     // when denied with AUTH_ERROR
   uint32_t mismatch_low = 0;  // PROG_MISMATCH or RPC_MISMATCH: the versions supported
   uint32_t mismatch_high = 0;
+  // When accepted: the verifier's flavor and body (points into the record).
+  uint32_t verf_flavor = 0;
+  std::string_view verf_body;
 };
 
 // Decodes the reply header at the start of record[0, length). Returns false if the record
@@ -90,6 +97,7 @@ struct CallSpec {
   uint32_t vers = 0;
   uint32_t proc = 0;
   std::string_view auth_sys_body;  // an encoded AUTH_SYS credential; empty for AUTH_NONE
+  bool tls_probe = false;          // AUTH_TLS instead (RFC 9289), with an empty body
 };
 
 // Encodes a whole CALL record, record mark included, into *out (grown as needed, never

@@ -373,6 +373,9 @@ void Server::on_readable(Connection* raw, Worker& w) {
       return;  // on_writable re-arms once the backlog drained
     }
   }
+  bool open = true;
+  bool handshake_done = true;
+  if (!shut && !continue_handshake(*conn, &handshake_done)) open = false;
   // Without a permit a connection holds at most kSmallInput of input: read only that much.
   size_t limit = kReadsPerEvent * w.staging.size();
   if (!shut && !conn->permit.load(std::memory_order_relaxed)) {
@@ -389,11 +392,11 @@ void Server::on_readable(Connection* raw, Worker& w) {
     std::vector<char> large = take_large_buffer();  // the record fits, no regrowth
     conn->assembler.exchange_buffer(large);
   }
-  bool open = true;
+  const bool tls = conn->tls.load(std::memory_order_acquire) != nullptr;
   size_t got = 0;
-  for (int round = 0; round < kReadsPerEvent && got < limit; ++round) {
+  for (int round = 0; open && handshake_done && round < kReadsPerEvent && got < limit; ++round) {
     size_t want = std::min(w.staging.size(), limit - got);
-    ssize_t n = recv(conn->fd, w.staging.data(), want, 0);
+    ssize_t n = read_some(*conn, w.staging.data(), want);
     if (n > 0 && shut) continue;  // closing: drain to EOF, run nothing more
     if (n > 0) {
       got += static_cast<size_t>(n);
@@ -410,11 +413,17 @@ void Server::on_readable(Connection* raw, Worker& w) {
         open = false;
         break;
       }
-      if (static_cast<size_t>(n) < want) break;  // drained for now
+      // A short recv drained the socket; a TLS read returns one record at a time.
+      if (static_cast<size_t>(n) < want && !tls) break;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (n < 0 && tls && !shut) {
+      counters_.tls_failures.fetch_add(1, std::memory_order_relaxed);
+      ODAFS_LOG_WARN_THROTTLED("closing connection from %s: TLS: %s", conn->peer.c_str(),
+                               conn->tls.load()->last_error().c_str());
+    }
     open = false;  // EOF or error
     break;
   }
@@ -431,7 +440,7 @@ void Server::on_readable(Connection* raw, Worker& w) {
   }
   if (open) {
     epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
+    ev.events = read_events(*conn);
     ev.data.ptr = raw;
     if (epoll_ctl(conn->loop.epoll_fd, EPOLL_CTL_MOD, conn->fd, &ev) != 0) open = false;
   }
@@ -443,6 +452,87 @@ void Server::on_readable(Connection* raw, Worker& w) {
   if (w.batch_used == 0) return;
   run_records(*conn, w.batch, w.batch_used, w);
   conn->last_active_ms.store(now_ms(), std::memory_order_relaxed);
+}
+
+bool Server::start_tls(Connection& conn, uint32_t xid, Worker& w) {
+  std::shared_ptr<const tls::Context> context =
+      options_.tls_context ? options_.tls_context() : nullptr;
+  if (!context) return false;
+  // The replies this thread holds for the connection go first, in the clear.
+  if (w.out_conn == &conn) flush_replies(w, /*call_running=*/true);
+  // The probe's reply: accepted, verifier AUTH_NONE with the body "STARTTLS", no results.
+  char verifier[] = "STARTTLS";
+  rpc_msg reply{};
+  reply.rm_xid = xid;
+  reply.rm_direction = REPLY;
+  reply.rm_reply.rp_stat = MSG_ACCEPTED;
+  reply.acpted_rply.ar_verf.oa_flavor = AUTH_NONE;
+  reply.acpted_rply.ar_verf.oa_base = verifier;
+  reply.acpted_rply.ar_verf.oa_length = 8;
+  reply.acpted_rply.ar_stat = SUCCESS;
+  reply.acpted_rply.ar_results.where = nullptr;
+  reply.acpted_rply.ar_results.proc = to_xdrproc(xdr_nothing);
+  char record[64];
+  XDR out;
+  xdrmem_create(&out, record + 4, sizeof record - 4, XDR_ENCODE);
+  if (!xdr_replymsg(&out, &reply)) return false;
+  const size_t len = xdr_getpos(&out) + 4;
+  put_record_mark(record, static_cast<uint32_t>(len - 4), true);
+
+  Result<std::unique_ptr<tls::Session>> session = tls::Session::make(std::move(context), conn.fd);
+  if (!session.ok()) {
+    ODAFS_LOG_ERROR("TLS for %s: %s", conn.peer.c_str(), session.status().message().c_str());
+    return false;
+  }
+  std::lock_guard lock(conn.write_mu);
+  if (conn.write_failed || conn.unsent() > 0) return false;  // earlier replies still queued
+  // Published before the reply leaves: the client's first TLS bytes may be read by another
+  // thread as soon as the reply is out, and must find the session.
+  conn.tls_session = std::move(*session);
+  conn.tls.store(conn.tls_session.get(), std::memory_order_seq_cst);
+  ssize_t n;
+  do {
+    n = send(conn.fd, record, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (n != static_cast<ssize_t>(len)) fail_writes(conn);  // 36 bytes on a quiet socket
+  counters_.bytes_out.fetch_add(len, std::memory_order_relaxed);
+  return true;
+}
+
+bool Server::continue_handshake(Connection& conn, bool* done) {
+  tls::Session* t = conn.tls.load(std::memory_order_acquire);
+  *done = t == nullptr || conn.tls_ready;
+  if (*done) return true;
+  Status step = t->handshake();
+  if (step.errno_value() == EAGAIN) return true;
+  if (!step.ok()) {
+    counters_.tls_failures.fetch_add(1, std::memory_order_relaxed);
+    ODAFS_LOG_WARN_THROTTLED("TLS handshake with %s failed: %s", conn.peer.c_str(),
+                             step.message().c_str());
+    return false;
+  }
+  conn.tls_ready = true;
+  *done = true;
+  counters_.tls_sessions.fetch_add(1, std::memory_order_relaxed);
+  const tls::PeerCertificate cert = t->peer();
+  conn.admission.tls = true;
+  conn.admission.tls_client_verified = cert.present;
+  if (options_.on_tls) options_.on_tls(*t, conn.peer, &conn.admission);
+  ODAFS_LOG_DEBUG("TLS from %s: client certificate %s, kernel TLS %s", conn.peer.c_str(),
+                  cert.present ? cert.subject.c_str() : "none", t->kernel_tls() ? "yes" : "no");
+  return true;
+}
+
+ssize_t Server::read_some(Connection& conn, char* buf, size_t len) {
+  if (tls::Session* t = conn.tls.load(std::memory_order_acquire)) return t->read(buf, len);
+  return recv(conn.fd, buf, len, 0);
+}
+
+uint32_t Server::read_events(const Connection& conn) {
+  uint32_t events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
+  const tls::Session* t = conn.tls.load(std::memory_order_acquire);
+  if (t != nullptr && (t->has_pending() || t->wants_write())) events |= EPOLLOUT;
+  return events;
 }
 
 void Server::dispatch(Connection& conn, std::vector<char>& record, Worker& w) {
@@ -518,6 +608,21 @@ void Server::dispatch(Connection& conn, std::vector<char>& record, Worker& w) {
       return;
   }
 
+  if (call.cred_flavor == kAuthTls) {
+    // RFC 9289: the NULL procedure with AUTH_TLS asks to start TLS on this connection.
+    // Refused (AUTH_BADCRED, as a server without TLS answers) for another procedure,
+    // another program, a connection already under TLS, or a server without a certificate.
+    if (call.proc != 0 || call.prog != options_.program ||
+        conn.tls.load(std::memory_order_acquire) != nullptr || !start_tls(conn, call.xid, w)) {
+      ODAFS_LOG_WARN_THROTTLED("rpc call from %s: AUTH_TLS probe refused (%s)", conn.peer.c_str(),
+                               call.proc != 0 || call.prog != options_.program
+                                   ? "not the NULL procedure"
+                               : conn.tls.load() != nullptr ? "TLS already running"
+                                                            : "this server offers no TLS");
+      reject(auth_error(AUTH_BADCRED));
+    }
+    return;
+  }
   CallerCred& cred = w.cred;
   bool cred_ok = decode_credential(call, &cred);
   if (!cred_ok) {

@@ -34,6 +34,7 @@
 
 #include "base/acceptor.h"
 #include "base/net.h"
+#include "base/tls.h"
 #include "rpc/message_header.h"
 
 namespace odafs::rpc {
@@ -61,6 +62,11 @@ struct Admission {
   // owner.uid, with owner.gid and owner.gids as the host's user database has them.
   bool owner_known = false;
   CallerCred owner;
+  // RPC-with-TLS (RFC 9289): set once the connection's TLS handshake is done, before any
+  // call after it runs (Options::on_tls may fill the program's own fields below).
+  bool tls = false;
+  bool tls_client_verified = false;  // the client presented a certificate the CA vouches for
+  uint32_t tls_identity = kNone;     // the program's own index (an identity map entry)
 };
 
 // What a procedure handler may know about its call. Valid during the handler only.
@@ -188,6 +194,15 @@ class Server {
     // AUTH_OK refuses the call with AUTH_ERROR and that status. Unset: every call runs.
     // Thread-safety: called concurrently from every pool thread.
     std::function<auth_stat(const CallContext& ctx, CallerCred* cred)> authorize;
+    // RPC-with-TLS (RFC 9289). The context a client's AUTH_TLS probe starts TLS with, read
+    // at every probe (so a reloaded certificate serves new connections); unset or null: the
+    // probe is refused with AUTH_BADCRED, as the RFC has a server without TLS answer.
+    std::function<std::shared_ptr<const tls::Context>()> tls_context;
+    // Called once a connection's TLS handshake is done, before its next call runs, on the
+    // reading thread: what the program makes of the client's certificate (admission->tls
+    // and tls_client_verified are set already). REQUIRES: the process ignores SIGPIPE.
+    std::function<void(const tls::Session& session, const std::string& peer, Admission* admission)>
+        on_tls;
   };
 
   // Binds the listening socket (so bound() is known) but serves nothing until start().
@@ -230,7 +245,9 @@ class Server {
     std::atomic<uint64_t> handovers{0};  // loops handed to a spare (before_blocking)
     // Threads started beyond the loops' own (changed under drivers_mu_ only).
     std::atomic<uint64_t> spare_threads{0};
-    std::atomic<uint64_t> batches{0};  // reply sends (each holds one or more replies)
+    std::atomic<uint64_t> batches{0};       // reply sends (each holds one or more replies)
+    std::atomic<uint64_t> tls_sessions{0};  // connections that completed a TLS handshake
+    std::atomic<uint64_t> tls_failures{0};  // TLS handshakes or records that failed
   };
   const Counters& counters() const { return counters_; }
   uint64_t calls(uint32_t proc) const;
@@ -268,6 +285,20 @@ class Server {
   void run_records(Connection& conn, std::vector<std::vector<char>>& records, size_t count,
                    Worker& w);
   void dispatch(Connection& conn, std::vector<char>& record, Worker& w);
+  // Answers an AUTH_TLS probe (RFC 9289 section 4.1) that asked on conn: the STARTTLS
+  // reply goes out in the clear, and every byte after it is TLS. False: the connection
+  // cannot start TLS now (the caller refuses the probe).
+  bool start_tls(Connection& conn, uint32_t xid, Worker& w);
+  // A step of conn's TLS handshake, by the holder of its read event. False: the
+  // connection is to close (handshake failed); *done: finished now or before.
+  bool continue_handshake(Connection& conn, bool* done);
+  // recv / send on conn, through its TLS session once it has one. write_some REQUIRES
+  // conn.write_mu held; read_some, the read event.
+  static ssize_t read_some(Connection& conn, char* buf, size_t len);
+  static ssize_t write_some(Connection& conn, const char* data, size_t len);
+  // The events to arm conn's read event with: EPOLLOUT as well while its TLS session holds
+  // bytes the socket no longer shows (or waits to write), so the event fires at once.
+  static uint32_t read_events(const Connection& conn);
   // Adds the reply encoded at w's output position to w's batch; sends the batch once it
   // holds kCoalesceBytes. flush_replies sends what w holds (at the end of every run, and
   // from a handler about to wait: call_running keeps the running call's place).

@@ -195,7 +195,7 @@ bool Server::send_record(Connection& conn, const char* data, size_t len) {
   size_t sent = 0;
   if (conn.unsent() == 0) {  // nothing queued: try the socket now
     while (sent < len) {
-      ssize_t n = send(conn.fd, data + sent, len - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+      ssize_t n = write_some(conn, data + sent, len - sent);
       if (n > 0) {
         sent += static_cast<size_t>(n);
       } else if (n < 0 && errno == EINTR) {
@@ -230,9 +230,14 @@ bool Server::send_record(Connection& conn, const char* data, size_t len) {
   return true;
 }
 
+ssize_t Server::write_some(Connection& conn, const char* data, size_t len) {
+  if (tls::Session* t = conn.tls.load(std::memory_order_acquire)) return t->write(data, len);
+  return send(conn.fd, data, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
 void Server::arm_readable(Connection& conn) {
   epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
+  ev.events = read_events(conn);
   ev.data.ptr = &conn;
   epoll_ctl(conn.loop.epoll_fd, EPOLL_CTL_MOD, conn.fd, &ev);
 }
@@ -257,8 +262,7 @@ void Server::on_writable(uint64_t conn_id, Worker& w) {
   size_t moved = 0;
   bool again = false;
   while (conn->unsent() > 0) {
-    ssize_t n = send(conn->fd, conn->backlog.data() + conn->backlog_head, conn->unsent(),
-                     MSG_DONTWAIT | MSG_NOSIGNAL);
+    ssize_t n = write_some(*conn, conn->backlog.data() + conn->backlog_head, conn->unsent());
     if (n > 0) {
       conn->backlog_head += static_cast<size_t>(n);
       moved += static_cast<size_t>(n);

@@ -55,7 +55,9 @@ struct Server::Connection : std::enable_shared_from_this<Connection> {
   Loop& loop;              // whose epoll set holds fd and write_fd, for the connection's life
   const std::string host;  // the peer's address: the per-address limit counts by it
   const std::string peer;
-  const Admission admission;
+  // Changed only when TLS starts (Server::continue_handshake), when no call of the
+  // connection runs: the client waits for the handshake before it calls again.
+  Admission admission;
   RecordAssembler assembler;  // touched only by the thread holding the read event
   // Holds a large-record permit. Changed by the read-event holder, or under write_mu by
   // the permit's hand-over while the connection waits for one.
@@ -66,6 +68,12 @@ struct Server::Connection : std::enable_shared_from_this<Connection> {
   std::atomic<int64_t> last_active_ms;
   std::atomic<int> calls_running{0};
   bool idle_closed = false;  // guarded by Server::conns_mu_; the sweep shut it down
+
+  // TLS (RFC 9289): null until an AUTH_TLS probe was answered; from then on every byte
+  // goes through it. Published (tls) under write_mu before the probe's reply is sent.
+  std::unique_ptr<tls::Session> tls_session;
+  std::atomic<tls::Session*> tls{nullptr};
+  bool tls_ready = false;  // the handshake is done; touched by the read event's holder only
 
   std::mutex write_mu;  // replies from several threads go out whole and in order
   // Reply bytes the socket did not take yet (a client slow to read). Guarded by write_mu.

@@ -93,8 +93,28 @@ auth_stat CallAuthority::authorize(const rpc::CallContext& ctx, rpc::CallerCred*
                              ctx.peer->c_str(), rule.spec.c_str());
     return AUTH_TOOWEAK;
   }
+  if ((rule.tls && !a.tls) || (rule.mtls && !a.tls_client_verified)) {
+    counters_.tls_required.fetch_add(1, std::memory_order_relaxed);
+    ODAFS_LOG_WARN_THROTTLED(
+        "call from %s refused: rule '%s' says %s", ctx.peer->c_str(), rule.spec.c_str(),
+        !a.tls ? "tls (this connection runs none)" : "mtls (this client presented no certificate)");
+    return AUTH_TOOWEAK;
+  }
+  const TlsIdentity* mapped = a.tls_identity != rpc::Admission::kNone && options_.tls != nullptr
+                                  ? &options_.tls->entry(a.tls_identity)
+                                  : nullptr;
+  if (mapped != nullptr && !mapped->trust) {
+    // The certificate says who calls: the credential's claim does not matter.
+    cred->auth_sys = true;
+    cred->uid = mapped->uid;
+    cred->gid = mapped->gid;
+    cred->ngids = static_cast<uint32_t>(mapped->groups.size());
+    std::copy(mapped->groups.begin(), mapped->groups.end(), cred->gids);
+    squash(rule, cred);
+    return AUTH_OK;
+  }
   if (!cred->auth_sys || rule.squash == ClientRule::Squash::kAll ||
-      (rule.named_peers_only && !a.owner_known)) {
+      (rule.mtls && mapped == nullptr) || (rule.named_peers_only && !a.owner_known)) {
     counters_.squashed.fetch_add(1, std::memory_order_relaxed);
     make_anonymous(rule, cred);
     return AUTH_OK;
@@ -125,6 +145,11 @@ auth_stat CallAuthority::authorize(const rpc::CallContext& ctx, rpc::CallerCred*
     changed |= kept != cred->ngids;
     cred->ngids = kept;
   }
+  squash(rule, cred, changed);
+  return AUTH_OK;
+}
+
+void CallAuthority::squash(const ClientRule& rule, rpc::CallerCred* cred, bool changed) const {
   const bool trust_root = rule.squash == ClientRule::Squash::kNone;
   if (!trust_root) {
     if (cred->uid == 0) {
@@ -143,7 +168,22 @@ auth_stat CallAuthority::authorize(const rpc::CallContext& ctx, rpc::CallerCred*
     }
   }
   if (changed) counters_.squashed.fetch_add(1, std::memory_order_relaxed);
-  return AUTH_OK;
+}
+
+void CallAuthority::on_tls(const tls::Session& session, const std::string& peer,
+                           rpc::Admission* admission) const {
+  if (options_.tls == nullptr || !admission->tls_client_verified) return;
+  const tls::PeerCertificate cert = session.peer();
+  admission->tls_identity = options_.tls->identify(cert);
+  const time_t now = time(nullptr);
+  if (cert.not_after != 0 && cert.not_after - now < 7 * 24 * 3600) {
+    ODAFS_LOG_WARN_THROTTLED("client %s: its certificate (%s) expires in %lld hour(s)",
+                             peer.c_str(), cert.subject.c_str(),
+                             static_cast<long long>((cert.not_after - now) / 3600));
+  }
+  ODAFS_LOG_DEBUG(
+      "client %s: certificate %s %s", peer.c_str(), cert.subject.c_str(),
+      admission->tls_identity == rpc::Admission::kNone ? "is not in the identity map" : "mapped");
 }
 
 bool CallAuthority::allows_devices(const rpc::CallContext& ctx) const {

@@ -7,7 +7,12 @@
 //
 // At every call (authorize), in order, failing closed:
 //   1. no rule admitted the peer: AUTH_TOOWEAK (NULL still answers: it is a ping);
-//   2. the rule says `secure` and the source port is 1024 or above: AUTH_TOOWEAK;
+//   2. the rule says `secure` and the source port is 1024 or above, `tls` and the
+//      connection runs no TLS, or `mtls` and the client presented no verified
+//      certificate: AUTH_TOOWEAK;
+//   2a. a certificate the identity map (tls_identities.h) maps to a user: the call runs as
+//      that user (then step 6); one it maps to `trust`: on as below; under `mtls`, one it
+//      does not name: as the anonymous user;
 //   3. AUTH_NONE runs as the rule's anonymous uid/gid, and so does every call of a peer
 //      the loopback default admits but the kernel could not name;
 //   4. AUTH_SYS naming uid or gid 0xffffffff (the kernel's "no id") in any field:
@@ -29,6 +34,7 @@
 
 #include "rpc/server.h"
 #include "server/export_rules.h"
+#include "server/tls_identities.h"
 
 namespace odafs::server {
 
@@ -37,6 +43,8 @@ class CallAuthority {
   struct Options {
     ExportRules rules;
     bool read_only = false;  // the whole export, whatever the rules say
+    // odafsd's TLS, if it serves TLS (--tls-cert): the identity map. Not owned.
+    const TlsIdentities* tls = nullptr;
   };
   explicit CallAuthority(Options options);
 
@@ -46,6 +54,10 @@ class CallAuthority {
     return options_.rules.match(peer) != rpc::Admission::kNone;
   }
   auth_stat authorize(const rpc::CallContext& ctx, rpc::CallerCred* cred) const;
+  // Once a connection's TLS handshake is done: the identity map's line for the client's
+  // certificate, into admission->tls_identity; logs a certificate close to expiry.
+  void on_tls(const tls::Session& session, const std::string& peer,
+              rpc::Admission* admission) const;
 
   // Whether the call's client may change nothing (its rule says ro, or --read-only).
   bool read_only(const rpc::CallContext& ctx) const;
@@ -64,6 +76,7 @@ class CallAuthority {
   struct Counters {
     std::atomic<uint64_t> no_rule{0};
     std::atomic<uint64_t> insecure_port{0};
+    std::atomic<uint64_t> tls_required{0};  // a tls or mtls rule's calls without it
     std::atomic<uint64_t> bad_credential{0};
     std::atomic<uint64_t> not_socket_owner{0};
     std::atomic<uint64_t> read_only{0};  // EROFS answers
@@ -72,6 +85,9 @@ class CallAuthority {
   const Counters& counters() const { return counters_; }
 
  private:
+  // Step 6: the rule's squashing of *cred (counted as squashed if it or `changed` altered).
+  void squash(const ClientRule& rule, rpc::CallerCred* cred, bool changed = false) const;
+
   Options options_;
   mutable Counters counters_;
 };

@@ -46,6 +46,10 @@ void apply_option(std::string_view spec, std::string_view opt, ClientRule* rule)
     rule->secure = true;
   } else if (opt == "insecure") {
     rule->secure = false;
+  } else if (opt == "tls") {
+    rule->tls = true;
+  } else if (opt == "mtls") {
+    rule->tls = rule->mtls = true;
   } else if (opt == "devices") {
     rule->devices = true;
   } else if (opt == "nodev") {
@@ -57,7 +61,7 @@ void apply_option(std::string_view spec, std::string_view opt, ClientRule* rule)
   } else {
     bad(spec, "unknown option '", opt,
         "' (rw, ro, root_squash, no_root_squash, all_squash, anonuid=N, anongid=N, secure, "
-        "insecure, devices, nodev)");
+        "insecure, devices, nodev, tls, mtls)");
   }
 }
 

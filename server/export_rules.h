@@ -4,12 +4,16 @@
 //   SPEC    = WHO [ "(" OPTION { "," OPTION } ")" ]
 //   WHO     = CIDR (10.0.0.0/8, fd00::/8) | address | host name | "*" | "localhost"
 //   OPTION  = rw | ro | root_squash | no_root_squash | all_squash | anonuid=N | anongid=N
-//           | secure | insecure | devices | nodev
+//           | secure | insecure | devices | nodev | tls | mtls
 //
 // Defaults, as exports(5): rw, root_squash, insecure (any source port), anonuid and anongid
 // from --anon-uid/--anon-gid; and nodev: MKNOD makes FIFOs and sockets for anyone who may
 // create in the directory, character and block devices only under `devices` (and then
-// only for a caller whose squashed credential is root: the kernel's CAP_MKNOD). The
+// only for a caller whose squashed credential is root: the kernel's CAP_MKNOD). `tls`:
+// the client's calls are refused (AUTH_TOOWEAK) unless its connection runs TLS (RFC 9289);
+// `mtls`: unless it also presented a certificate odafsd's --tls-ca vouches for, and the
+// calls then run as --tls-identity-map maps that certificate (anonymous if it maps to
+// nothing; server/tls_identities.h). The
 // loopback default (below) says `devices`: its root is this host's root. A host name is resolved
 // once, when the rule is parsed: each of its addresses becomes a rule of its own. The first rule
 // that matches a peer's address decides; a peer no rule matches is refused.
@@ -38,6 +42,8 @@ struct ClientRule {
   uint32_t anon_gid = 65534;
   bool secure = false;   // only from a source port below 1024 (which only root can bind)
   bool devices = false;  // MKNOD of character and block devices allowed
+  bool tls = false;      // calls only over TLS
+  bool mtls = false;     // ... and with a verified client certificate (implies tls)
   // Believes a peer's credential only when the kernel named the peer (the loopback
   // default): a peer it could not name runs as the anonymous user, whatever it claims.
   bool named_peers_only = false;

@@ -39,6 +39,7 @@
 #include "server/cpu_accounting.h"
 #include "server/file_env.h"
 #include "server/file_service.h"
+#include "server/tls_identities.h"
 
 namespace {
 
@@ -173,6 +174,7 @@ int main(int argc, char** argv) {
   bool no_local_rings = false, no_ordma = false, no_delegations = false, auth_sys = false;
   size_t max_rings = 256;   // the soft backend's
   std::string rdma_device;  // the verbs backend's
+  odafs::server::TlsIdentities::Files tls_files;
   odafs::Flags flags("odafsd", "--export DIR --listen HOST:PORT [flags]");
   flags.add("--export", &fs.export_root, "the directory to export");
   flags.add("--listen", &listen, "RPC address; port 0 picks a free one (the ready line names it)");
@@ -211,6 +213,13 @@ int main(int argc, char** argv) {
   flags.add("--auth-sys", &auth_sys, "the same as --identity caller");
   flags.add("--anon-uid", &access.anon_uid, "uid of squashed callers", 0, UINT32_MAX - 1);
   flags.add("--anon-gid", &access.anon_gid, "gid of squashed callers", 0, UINT32_MAX - 1);
+  flags.add("--tls-cert", &tls_files.tls.cert,
+            "certificate chain (PEM) for RPC-with-TLS and the engine's TCP path");
+  flags.add("--tls-key", &tls_files.tls.key, "the certificate's private key (PEM)");
+  flags.add("--tls-ca", &tls_files.tls.ca,
+            "CA (PEM) that client certificates must chain to (mtls rules need it)");
+  flags.add("--tls-identity-map", &tls_files.identity_map,
+            "client certificate -> uid:gid[:groups] or trust, one per line");
   flags.add("--engine", &engine_options.kind, "the one-sided engine's backend: soft or verbs");
   flags.add("--rdma-dev", &rdma_device,
             "RDMA device for --engine verbs (default: the one serving --engine-listen)");
@@ -240,7 +249,9 @@ int main(int argc, char** argv) {
             "(testing) each write lands in two halves this many us apart", 0, 1000000);
   flags.set_epilog(
       "SPEC = CIDR|address|host|*[(rw|ro,root_squash|no_root_squash|all_squash,anonuid=N,\n"
-      "  anongid=N,secure|insecure,devices|nodev)], defaults rw,root_squash,insecure,nodev.\n"
+      "  anongid=N,secure|insecure,devices|nodev,tls,mtls)], defaults rw,root_squash,\n"
+      "  insecure,nodev. tls: calls only over TLS; mtls: and with a client certificate\n"
+      "  from --tls-ca, run as --tls-identity-map maps it. SIGHUP reads the TLS files again.\n"
       "  Without --clients a loopback --listen admits this host's processes only (each\n"
       "  acting as the owner of its socket; root as anyone, device nodes included); any\n"
       "  other --listen needs it.\n"
@@ -272,6 +283,23 @@ int main(int argc, char** argv) {
     usage(e.what());
   }
   configure_access(access, listen_at.host, &fs);
+  std::unique_ptr<odafs::server::TlsIdentities> tls;
+  if (!tls_files.tls.cert.empty() || !tls_files.tls.key.empty()) {
+    odafs::Result<std::unique_ptr<odafs::server::TlsIdentities>> loaded =
+        odafs::server::TlsIdentities::load(tls_files);
+    if (!loaded.ok()) usage(loaded.status().message().c_str());
+    tls = std::move(*loaded);
+    fs.access.tls = tls.get();
+  } else if (!tls_files.tls.ca.empty() || !tls_files.identity_map.empty()) {
+    usage("--tls-ca and --tls-identity-map need --tls-cert and --tls-key");
+  }
+  for (size_t i = 0; i < fs.access.rules.size(); ++i) {
+    const odafs::server::ClientRule& rule = fs.access.rules.rule(i);
+    if (rule.tls && !tls) usage(("--clients " + rule.spec + " says tls: give --tls-cert").c_str());
+    if (rule.mtls && tls_files.tls.ca.empty()) {
+      usage(("--clients " + rule.spec + " says mtls: give --tls-ca").c_str());
+    }
+  }
   fs.grace_ms = grace_ms >= 0 ? grace_ms : 2 * fs.lease_ms;
   fs.recovery_record = recovery_record_path(state_dir, fs.export_root);
   if (threads < 0) threads = cores;
@@ -289,6 +317,7 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
   if (simulate_crashes) sigaddset(&stop_signals, SIGUSR1);
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
   raise_fd_limit();
@@ -326,6 +355,13 @@ int main(int argc, char** argv) {
     ro.authorize = [&authority](const odafs::rpc::CallContext& ctx, odafs::rpc::CallerCred* c) {
       return authority.authorize(ctx, c);
     };
+    if (tls) {
+      ro.tls_context = [&tls] { return tls->context(); };
+      ro.on_tls = [&authority](const odafs::tls::Session& session, const std::string& peer,
+                               odafs::rpc::Admission* admission) {
+        authority.on_tls(session, peer, admission);
+      };
+    }
     odafs::rpc::Server server(ro);
     service.register_procedures(&server);
     if (fs.ordma) {
@@ -353,7 +389,16 @@ int main(int argc, char** argv) {
                 fs.ordma ? engine_threads : 0);
     std::fflush(stdout);
     int sig = 0;
-    sigwait(&stop_signals, &sig);
+    while (sigwait(&stop_signals, &sig) == 0 && sig == SIGHUP) {
+      if (!tls) {
+        ODAFS_LOG_INFO("SIGHUP: no TLS files to read again");
+      } else if (odafs::Status s = tls->reload(); !s.ok()) {
+        ODAFS_LOG_ERROR("SIGHUP: TLS files not reloaded, the old ones serve on: %s",
+                        s.message().c_str());
+      } else {
+        ODAFS_LOG_INFO("SIGHUP: TLS certificate, CA and identity map reloaded");
+      }
+    }
     if (sig == SIGUSR1) {
       ODAFS_LOG_WARN("simulated crash: dropping %zu file(s) of unsynced changes",
                      crash_env.unsynced_files());

@@ -38,6 +38,10 @@ struct Config {
   double entry_timeout = 1.0;
   double negative_timeout = 1.0;
   int no_readdirplus = 0;
+  int tls = 0;
+  char* tls_ca = nullptr;
+  char* tls_cert = nullptr;
+  char* tls_key = nullptr;
   int show_help = 0;
   // Seen among libfuse's options (kept for it): with allow_other, default_permissions is
   // added unless nodefault_permissions says otherwise (see kMultiUser below).
@@ -61,6 +65,10 @@ const fuse_opt kSpec[] = {ODAFS_OPT("cache_blocks=%lu", cache_blocks, 0),
                           ODAFS_OPT("entry_timeout=%lf", entry_timeout, 0),
                           ODAFS_OPT("negative_timeout=%lf", negative_timeout, 0),
                           ODAFS_OPT("noreaddirplus", no_readdirplus, 1),
+                          ODAFS_OPT("tls", tls, 1),
+                          ODAFS_OPT("tls_ca=%s", tls_ca, 0),
+                          ODAFS_OPT("tls_cert=%s", tls_cert, 0),
+                          ODAFS_OPT("tls_key=%s", tls_key, 0),
                           ODAFS_OPT("nodefault_permissions", no_default_permissions, 1),
                           FUSE_OPT_KEY("allow_other", kKeyAllowOther),
                           FUSE_OPT_KEY("default_permissions", kKeyDefaultPermissions),
@@ -98,6 +106,11 @@ void usage(const char* prog) {
       "                           (default 1; 0: not kept)\n"
       "    noreaddirplus          list directories without attributes (ls -l then\n"
       "                           looks each name up)\n"
+      "    tls                    RPC-with-TLS (RFC 9289) to the server, and TLS on the\n"
+      "                           one-sided engine's TCP path\n"
+      "    tls_ca=FILE            CA (PEM) the server's certificate must chain to (default:\n"
+      "                           the system's store); implies tls\n"
+      "    tls_cert=FILE,tls_key=FILE  this client's certificate and key (mutual TLS)\n"
       "    max_threads=N          requests served at once (default 10; -s: one, libfuse's\n"
       "                           single-threaded loop); clone_fd and max_idle_threads\n"
       "                           (libfuse's own loop's) do not apply\n"
@@ -215,6 +228,13 @@ int run(int argc, char** argv) {
   mo.timeout_ms = conf.timeout_ms;
   mo.reconnect_window_ms = conf.reconnect_ms;
   mo.dir_cache_ms = conf.dir_cache_ms;
+  // libfuse's %s options are malloc'd strings, freed with conf's others.
+  std::unique_ptr<char, decltype(&free)> tls_ca(conf.tls_ca, free), tls_cert(conf.tls_cert, free),
+      tls_key(conf.tls_key, free);
+  mo.tls = conf.tls != 0 || tls_ca || tls_cert || tls_key;
+  if (tls_ca) mo.tls_ca = tls_ca.get();
+  if (tls_cert) mo.tls_cert = tls_cert.get();
+  if (tls_key) mo.tls_key = tls_key.get();
   if (conf.no_ordma) mo.read_mode = odafs::ReadMode::kPrePosted;
   if (read_mode != nullptr && !parse_read_mode(read_mode.get(), &mo.read_mode)) {
     std::fprintf(stderr, "odafs-mount: read_mode must be ordma, preposted, inline or direct\n");
