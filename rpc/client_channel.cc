@@ -135,14 +135,16 @@ void Channel::start_tls(const net::Endpoint& server) {
   }
   // A TLS 1.3 server judges the client's certificate after the client's handshake is
   // done; a NULL call now brings its refusal (an alert) here rather than to the first call.
+  CallSpec ping{next_xid_.fetch_add(1), options_.program, options_.version, 0, {}, false};
+  Result<size_t> len = encode_call_record(ping, to_xdrproc(xdr_nothing), nullptr, 4096, &record);
+  if (!len.ok()) refuse(EINVAL, len.status().message());
   try {
-    CallSpec ping{next_xid_.fetch_add(1), options_.program, options_.version, 0, {}, false};
-    Result<size_t> len = encode_call_record(ping, to_xdrproc(xdr_nothing), nullptr, 4096, &record);
-    if (!len.ok()) refuse(EINVAL, len.status().message());
     write_all(record.data(), *len);
+  } catch (const std::exception&) {
+    // Refused already: the server's alert may be waiting to be read, and says why.
+  }
+  try {
     read_record_now(&record, deadline);
-  } catch (const RpcError&) {
-    throw;
   } catch (const std::exception& e) {
     const std::string why = tls_->last_error();
     refuse(EACCES, "the server refused this client's TLS session" +
@@ -154,12 +156,12 @@ void Channel::start_tls(const net::Endpoint& server) {
 }
 
 bool Channel::read_full(void* buf, size_t len) {
-  if (!tls_) return read_full(buf, len);
+  if (!tls_) return net::read_full(fd_, buf, len);
   return got_or_throw(tls_->read_full(buf, len, nullptr));
 }
 
 void Channel::readv_full(iovec* iov, int count) {
-  if (!tls_) return readv_full(iov, count);
+  if (!tls_) return net::readv_full(fd_, iov, count);
   for (int i = 0; i < count; ++i) {
     if (!read_full(iov[i].iov_base, iov[i].iov_len)) {
       throw std::runtime_error("server closed the connection");

@@ -509,6 +509,11 @@ bool Server::continue_handshake(Connection& conn, bool* done) {
     counters_.tls_failures.fetch_add(1, std::memory_order_relaxed);
     ODAFS_LOG_WARN_THROTTLED("TLS handshake with %s failed: %s", conn.peer.c_str(),
                              step.message().c_str());
+    // The alert that says why is on its way out. Bytes the client sent meanwhile, left
+    // unread, would make the close a reset, which can overtake the alert: read them away.
+    char sink[4096];
+    while (recv(conn.fd, sink, sizeof sink, MSG_DONTWAIT) > 0) {
+    }
     return false;
   }
   conn.tls_ready = true;

@@ -236,9 +236,12 @@ void FileService::do_stats(rpc::Reply& r) {
   values.emplace_back("rpc.handovers", rc.handovers.load());
   values.emplace_back("rpc.spare_threads", rc.spare_threads.load());
   values.emplace_back("rpc.reply_batches", rc.batches.load());
+  values.emplace_back("rpc.tls_sessions", rc.tls_sessions.load());
+  values.emplace_back("rpc.tls_failures", rc.tls_failures.load());
   const auto& ac = authority_.counters();
   values.emplace_back("auth.refused.no_rule", ac.no_rule.load());
   values.emplace_back("auth.refused.insecure_port", ac.insecure_port.load());
+  values.emplace_back("auth.refused.tls_required", ac.tls_required.load());
   values.emplace_back("auth.refused.bad_credential", ac.bad_credential.load());
   values.emplace_back("auth.refused.not_socket_owner", ac.not_socket_owner.load());
   values.emplace_back("auth.read_only", ac.read_only.load());

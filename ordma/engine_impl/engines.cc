@@ -38,6 +38,10 @@ std::unique_ptr<EngineClient> connect_engine(const std::string& kind, const net:
                                              const Session& session,
                                              const EngineClientOptions& options) {
   if (kind == "soft" || kind.empty()) return connect_soft_engine(engine, session, options);
+  if (options.tls) {  // fail closed: a TLS mount's bytes never cross a network in the clear
+    throw std::system_error(std::make_error_code(std::errc::protocol_not_supported),
+                            "the '" + kind + "' engine has no TLS, and this mount asks for it");
+  }
 #if ODAFS_HAVE_VERBS
   if (kind == "verbs") return connect_verbs_engine(engine, session, options);
 #endif

@@ -9,6 +9,13 @@
 // When the engine offers a local ring and it can be reached, reads go through the ring
 // instead; TCP then carries only direct I/O, and reads again if the ring breaks.
 //
+// TLS mounts (EngineClientOptions::tls): the engine's TCP path carries no TLS yet, so such
+// a client reads one-sided through a same-host ring only. The TCP connection then carries
+// the handshake alone (a HELLO proves the session by a MAC of the engine's fresh nonce,
+// never the secret, which came over the mount's TLS); without a ring the client refuses to
+// connect, a read the ring cannot take fails the client over to RPC, and direct transfers
+// (whose data go over TCP) are refused. The reads go by RPC, under TLS.
+//
 // Deadlines. Every wait (connect, handshake, a read's completion on either transport, a
 // direct transfer) ends by EngineClientOptions::timeout_ms. A wait that runs out fails the
 // whole connection (fail_all): every pending call completes with kTransport and the socket
@@ -63,7 +70,9 @@ class SoftEngineClient final : public EngineClient {
  public:
   SoftEngineClient(const net::Endpoint& engine, const Session& session,
                    const EngineClientOptions& options)
-      : timeout_ms_(options.timeout_ms), next_tag_(std::random_device{}()) {
+      : timeout_ms_(options.timeout_ms),
+        ring_only_(options.tls != nullptr),
+        next_tag_(std::random_device{}()) {
     Deadline deadline(timeout_ms_);  // for the whole setup, both transports
     fd_ = net::connect_tcp_until(engine, deadline.get());
     if (timeout_ms_ > 0) net::set_receive_timeout(fd_, timeout_ms_);
@@ -81,6 +90,11 @@ class SoftEngineClient final : public EngineClient {
         } catch (const std::exception& e) {  // not on the engine's host, most likely
           ODAFS_LOG_DEBUG("engine: no local ring (%s); reading over TCP", e.what());
         }
+      }
+      if (ring_only_ && !ring_) {
+        throw std::system_error(EPROTONOSUPPORT, std::generic_category(),
+                                "engine: this mount runs TLS, and the engine's TCP path has "
+                                "none: one-sided reads need a same-host ring");
       }
     } catch (...) {
       close(fd_);
@@ -171,7 +185,7 @@ class SoftEngineClient final : public EngineClient {
 
   Fault direct(const std::function<void(uint32_t tag)>& call, uint32_t* got,
                int timeout_ms) override {
-    if (broken()) return Fault::kTransport;
+    if (broken() || ring_only_) return Fault::kTransport;  // TLS: no data over clear TCP
     Pending p;
     p.direct = true;
     p.owner = this_thread();
@@ -196,6 +210,7 @@ class SoftEngineClient final : public EngineClient {
   // Reads ops[0, n) over TCP: every request in one send, then each answer awaited (the
   // waiting caller reads the socket for everyone, so the answers land as they come).
   void read_tcp(ReadOp* ops, size_t n, const timespec* deadline) {
+    if (ring_only_ && !broken()) fail_all();  // not in the clear: the caller reads by RPC
     if (broken()) {
       for (size_t k = 0; k < n; ++k) ops[k].fault = Fault::kTransport;
       return;
@@ -538,6 +553,8 @@ class SoftEngineClient final : public EngineClient {
   }
 
   int timeout_ms_;  // EngineClientOptions::timeout_ms
+  // A TLS mount: reads through the ring only, nothing but the handshake over TCP.
+  bool ring_only_;
   int fd_ = -1;
   std::unique_ptr<ring::RingClient> ring_;  // set once, before any read
   std::atomic<bool> broken_{false};

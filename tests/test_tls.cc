@@ -1,0 +1,336 @@
+// Integration: RPC-with-TLS (RFC 9289) end to end, with certificates made at test time by
+// scripts/make-test-ca.sh: the AUTH_TLS probe and its refusal, the server's certificate
+// checked by name, client certificates refused (none, another CA's, expired), the export
+// rules tls and mtls, the identity a certificate maps to, one-sided reads of a TLS mount,
+// SIGHUP reloading the certificate, the mount, and hostile bytes where TLS is expected.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "doctest/doctest.h"
+#include "proto/odafs_prot.h"
+#include "rpc/message_header.h"
+#include "rpc/record.h"
+#include "rpc/xdr_util.h"
+#include "tests/support/client_util.h"
+#include "tests/support/mount_process.h"
+#include "tests/support/server_process.h"
+
+using odafs::Client;
+using odafs::Error;
+using odafs::File;
+using odafs::MountOptions;
+using odafs::test::eventually;
+using odafs::test::MountProcess;
+using odafs::test::server_stat;
+using odafs::test::ServerProcess;
+using odafs::test::TempDir;
+
+namespace {
+
+// The certificates of scripts/make-test-ca.sh, made once per process.
+const std::string& ca_dir() {
+  static TempDir* dir = new TempDir();  // lives for the process: the servers read its files
+  static const std::string path = [] {
+    const std::string command = std::string("bash ") + ODAFS_SOURCE_DIR +
+                                "/scripts/make-test-ca.sh " + dir->path() + " alice >/dev/null";
+    REQUIRE(std::system(command.c_str()) == 0);
+    return dir->path();
+  }();
+  return path;
+}
+std::string pem(const std::string& name) { return ca_dir() + "/" + name; }
+
+std::vector<std::string> tls_flags(std::vector<std::string> more = {}) {
+  std::vector<std::string> flags = {"--tls-cert",      pem("server.pem"), "--tls-key",
+                                    pem("server.key"), "--tls-ca",        pem("ca.pem")};
+  flags.insert(flags.end(), more.begin(), more.end());
+  return flags;
+}
+
+MountOptions tls_options(const std::string& client = "") {
+  MountOptions o;
+  o.tls = true;
+  o.tls_ca = pem("ca.pem");
+  if (!client.empty()) {
+    o.tls_cert = pem(client + ".pem");
+    o.tls_key = pem(client + ".key");
+  }
+  return o;
+}
+
+// What mounting says when it fails ("" when it does not).
+std::string mount_error(const std::string& url, const MountOptions& options) {
+  try {
+    Client::mount(url, options);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void write_file(Client& c, const std::string& path, const std::string& text) {
+  File f = c.open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  f.pwrite(text.data(), text.size(), 0);
+  f.close();
+}
+
+std::string read_file(Client& c, const std::string& path) {
+  File f = c.open(path, O_RDONLY);
+  std::string out(1 << 16, '\0');
+  out.resize(f.pread(out.data(), out.size(), 0));
+  return out;
+}
+
+int connect_to(uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+// Sends the AUTH_TLS probe on fd and returns the reply record's body.
+std::vector<char> probe(int fd) {
+  std::vector<char> record;
+  odafs::rpc::CallSpec spec{77, ODAFS_PROGRAM, ODAFS_V2, 0, {}, true};
+  auto len = odafs::rpc::encode_call_record(spec, odafs::rpc::to_xdrproc(odafs::rpc::xdr_nothing),
+                                            nullptr, 4096, &record);
+  REQUIRE(len.ok());
+  REQUIRE(send(fd, record.data(), *len, MSG_NOSIGNAL) == static_cast<ssize_t>(*len));
+  char mark[4];
+  REQUIRE(recv(fd, mark, 4, MSG_WAITALL) == 4);
+  std::vector<char> body(odafs::rpc::read_record_mark(mark).length);
+  REQUIRE(recv(fd, body.data(), body.size(), MSG_WAITALL) == static_cast<ssize_t>(body.size()));
+  return body;
+}
+
+}  // namespace
+
+TEST_CASE("a TLS mount reads and writes through the library; the server counts the session") {
+  TempDir dir;
+  ServerProcess server(dir.path(), tls_flags());
+  auto c = Client::mount(server.url(), tls_options());
+  write_file(*c, "/f", "over tls");
+  CHECK(read_file(*c, "/f") == "over tls");
+  CHECK(server_stat(*c, "rpc.tls_sessions") >= 1);
+  // The URL says it as well as the options do.
+  auto by_url = Client::mount(server.url() + "?tls=1&tls_ca=" + pem("ca.pem"));
+  CHECK(read_file(*by_url, "/f") == "over tls");
+}
+
+TEST_CASE("a server without TLS refuses the probe, and the client says so") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  const std::string why = mount_error(server.url(), tls_options());
+  CHECK(why.find("offers no TLS") != std::string::npos);
+  // A raw probe gets the RFC's refusal: MSG_DENIED, AUTH_ERROR, AUTH_BADCRED.
+  int fd = connect_to(server.port());
+  std::vector<char> reply = probe(fd);
+  odafs::rpc::ReplyHeader h;
+  size_t at = 0;
+  REQUIRE(odafs::rpc::decode_reply_header(reply.data(), reply.size(), &h, &at));
+  CHECK(h.reply_stat == MSG_DENIED);
+  CHECK(h.reject_stat == AUTH_ERROR);
+  CHECK(h.auth_stat == AUTH_BADCRED);
+  close(fd);
+}
+
+TEST_CASE("the server's certificate is checked: by CA and by name") {
+  TempDir dir;
+  SUBCASE("a CA the client does not trust") {
+    ServerProcess server(dir.path(), tls_flags());
+    MountOptions o = tls_options();
+    o.tls_ca = pem("other-ca.pem");
+    const std::string why = mount_error(server.url(), o);
+    CHECK(why.find("certificate verify failed") != std::string::npos);
+  }
+  SUBCASE("a certificate for another name") {
+    ServerProcess server(dir.path(), {"--tls-cert", pem("wrong-name-server.pem"), "--tls-key",
+                                      pem("wrong-name-server.key")});
+    const std::string why = mount_error(server.url(), tls_options());
+    CHECK(why.find("certificate verify failed") != std::string::npos);
+    CHECK(why.find("127.0.0.1") != std::string::npos);
+  }
+}
+
+TEST_CASE("an mtls rule: no certificate, another CA's, an expired one are refused") {
+  TempDir dir;
+  ServerProcess server(dir.path(), tls_flags({"--clients", "127.0.0.1(mtls,no_root_squash)"}));
+  SUBCASE("no TLS at all: refused at MOUNT, the message names TLS") {
+    const std::string why = mount_error(server.url(), MountOptions{});
+    CHECK(why.find("AUTH_TOOWEAK") != std::string::npos);
+    CHECK(why.find("TLS") != std::string::npos);
+  }
+  SUBCASE("TLS without a certificate") {
+    const std::string why = mount_error(server.url(), tls_options());
+    CHECK(why.find("AUTH_TOOWEAK") != std::string::npos);
+  }
+  SUBCASE("a certificate from another CA") {
+    const std::string why = mount_error(server.url(), tls_options("other-client"));
+    CHECK(why.find("refused this client's TLS session") != std::string::npos);
+  }
+  SUBCASE("an expired certificate") {
+    const std::string why = mount_error(server.url(), tls_options("expired-client"));
+    INFO(why);
+    CHECK(why.find("refused this client's TLS session") != std::string::npos);
+    CHECK(why.find("expired") != std::string::npos);
+  }
+  SUBCASE("a good certificate mounts") {
+    CHECK(mount_error(server.url(), tls_options("client")) == "");
+  }
+}
+
+TEST_CASE("a tls rule refuses clear connections and admits TLS ones without a certificate") {
+  TempDir dir;
+  ServerProcess server(dir.path(), tls_flags({"--clients", "127.0.0.1(tls,no_root_squash)"}));
+  CHECK(mount_error(server.url(), MountOptions{}).find("AUTH_TOOWEAK") != std::string::npos);
+  auto c = Client::mount(server.url(), tls_options());
+  write_file(*c, "/x", "y");
+  CHECK(server_stat(*c, "auth.refused.tls_required") >= 1);
+}
+
+TEST_CASE("a certificate's mapped identity is what the server acts as" *
+          doctest::skip(geteuid() != 0) *
+          doctest::description(geteuid() != 0 ? "needs root: odafsd acts as callers" : "")) {
+  TempDir dir;
+  const std::string map = dir.path() + "-identities";
+  {
+    std::ofstream out(map);
+    out << "# test map\nDNS:alice.odafs.test 4242:4242\nDNS:client.odafs.test trust\n";
+  }
+  ServerProcess server(dir.path(), tls_flags({"--tls-identity-map", map, "--auth-sys", "--clients",
+                                              "127.0.0.1(mtls,no_root_squash)"}));
+  chmod(dir.path().c_str(), 0777);  // uid 4242 may look and create in the export
+  std::ofstream(std::filesystem::path(dir.path()) / "root-only") << "secret";
+  chmod((std::filesystem::path(dir.path()) / "root-only").c_str(), 0600);
+  std::ofstream(std::filesystem::path(dir.path()) / "alices") << "hers";
+  chown((std::filesystem::path(dir.path()) / "alices").c_str(), 4242, 4242);
+  chmod((std::filesystem::path(dir.path()) / "alices").c_str(), 0600);
+  // alice's certificate makes every call uid 4242, though this process is root.
+  auto alice = Client::mount(server.url(), tls_options("alice"));
+  // (The library's open judges by its own uid, root here; the server refuses the read.)
+  CHECK(odafs::test::errno_of([&] { read_file(*alice, "/root-only"); }) == EACCES);
+  CHECK(read_file(*alice, "/alices") == "hers");
+  write_file(*alice, "/made-by-alice", "a");
+  struct stat st {};
+  REQUIRE(stat((std::filesystem::path(dir.path()) / "made-by-alice").c_str(), &st) == 0);
+  CHECK(st.st_uid == 4242u);
+  // client's certificate maps to `trust`: its AUTH_SYS (root, no_root_squash) is believed.
+  auto trusted = Client::mount(server.url(), tls_options("client"));
+  CHECK(read_file(*trusted, "/root-only") == "secret");
+  std::filesystem::remove(map);
+}
+
+TEST_CASE("one-sided reads on a TLS mount go through the same-host ring, never clear TCP") {
+  TempDir dir;
+  ServerProcess server(dir.path(), tls_flags());
+  const std::string data(256 * 1024, 'r');
+  {
+    auto w = Client::mount(server.url(), tls_options());
+    write_file(*w, "/big", data);
+  }
+  // No data cache: the second read goes by the references the first one brought.
+  MountOptions o = tls_options();
+  o.cache_blocks = 0;
+  SUBCASE("with the ring: one-sided") {
+    auto c = Client::mount(server.url(), o);
+    CHECK(read_file(*c, "/big").size() == 65536);
+    CHECK(read_file(*c, "/big").size() == 65536);
+    CHECK(c->stats().ordma_reads.load() > 0);
+    CHECK(c->engine_transport() == "ring");
+  }
+  SUBCASE("without the ring: by RPC, under TLS") {
+    o.local_rings = false;
+    auto c = Client::mount(server.url(), o);
+    CHECK(read_file(*c, "/big").size() == 65536);
+    CHECK(read_file(*c, "/big").size() == 65536);
+    CHECK(c->stats().ordma_reads.load() == 0);
+    CHECK(c->stats().rpc_reads.load() > 0);
+  }
+}
+
+TEST_CASE("SIGHUP reloads the certificate: new connections get the new one, old ones go on") {
+  TempDir dir;
+  TempDir files;
+  const std::string cert = (std::filesystem::path(files.path()) / "server.pem").string();
+  const std::string key = (std::filesystem::path(files.path()) / "server.key").string();
+  std::filesystem::copy_file(pem("server.pem"), cert);
+  std::filesystem::copy_file(pem("server.key"), key);
+  ServerProcess server(dir.path(), {"--tls-cert", cert, "--tls-key", key});
+  auto before = Client::mount(server.url(), tls_options());
+  write_file(*before, "/f", "1");
+  // Another name's certificate, then SIGHUP: new connections are refused by name.
+  std::filesystem::copy_file(pem("wrong-name-server.pem"), cert,
+                             std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(pem("wrong-name-server.key"), key,
+                             std::filesystem::copy_options::overwrite_existing);
+  REQUIRE(kill(server.pid(), SIGHUP) == 0);
+  CHECK(eventually(
+      [&] {
+        return mount_error(server.url(), tls_options()).find("certificate verify failed") !=
+               std::string::npos;
+      },
+      10));
+  CHECK(read_file(*before, "/f") == "1");  // the running session is untouched
+  // A reload that fails (a key that does not match) keeps what serves.
+  std::filesystem::copy_file(pem("server.key"), key,
+                             std::filesystem::copy_options::overwrite_existing);
+  REQUIRE(kill(server.pid(), SIGHUP) == 0);
+  usleep(300 * 1000);
+  CHECK(mount_error(server.url(), tls_options()).find("certificate verify failed") !=
+        std::string::npos);
+}
+
+TEST_CASE("garbage and truncated TLS records after STARTTLS never stop the server") {
+  TempDir dir;
+  ServerProcess server(dir.path(), tls_flags());
+  for (int round = 0; round < 3; ++round) {
+    int fd = connect_to(server.port());
+    std::vector<char> reply = probe(fd);
+    odafs::rpc::ReplyHeader h;
+    size_t at = 0;
+    REQUIRE(odafs::rpc::decode_reply_header(reply.data(), reply.size(), &h, &at));
+    REQUIRE(h.verf_body == std::string_view("STARTTLS"));
+    if (round == 0) {
+      const char junk[] = "GET / HTTP/1.0\r\n\r\nnot a tls record at all";
+      send(fd, junk, sizeof junk, MSG_NOSIGNAL);
+    } else if (round == 1) {
+      // A handshake record header that promises 16 KiB, then a few bytes and a close.
+      const unsigned char partial[] = {0x16, 0x03, 0x01, 0x40, 0x00, 0x01, 0x00, 0x3f, 0xfc};
+      send(fd, partial, sizeof partial, MSG_NOSIGNAL);
+    }  // round 2: nothing at all, then a close
+    if (round == 0) {
+      char sink[256];
+      CHECK(recv(fd, sink, sizeof sink, 0) >= 0);  // an alert or EOF, then closed
+    }
+    close(fd);
+  }
+  auto c = Client::mount(server.url(), tls_options());
+  write_file(*c, "/still", "serving");
+  CHECK(read_file(*c, "/still") == "serving");
+  CHECK(server_stat(*c, "rpc.tls_failures") >= 1);
+}
+
+ODAFS_MOUNT_TEST("odafs-mount -o tls: a file written through the mount reads back over TLS") {
+  TempDir dir;
+  TempDir mnt;
+  ServerProcess server(dir.path(), tls_flags());
+  MountProcess m(server.url(), mnt.path(), {"tls_ca=" + pem("ca.pem")});
+  std::ofstream(m / "through-mount") << "mounted over tls";
+  auto c = Client::mount(server.url(), tls_options());
+  CHECK(read_file(*c, "/through-mount") == "mounted over tls");
+  CHECK(server_stat(*c, "rpc.tls_sessions") >= 2);
+}
