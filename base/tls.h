@@ -16,6 +16,10 @@
 // `tls` module, OpenSSL moves the record layer into the kernel after the handshake and
 // Session::kernel_tls() says so.
 //
+// Signals: a client session writes with MSG_NOSIGNAL (its own BIO); a server session uses
+// OpenSSL's socket BIO (kernel TLS needs it), whose writes raise SIGPIPE at a closed peer:
+// REQUIRES the server process to ignore SIGPIPE (odafsd does).
+//
 // Thread-safety: a Context is immutable once built and may be shared by any number of
 // sessions and threads. Every Session member function is thread-safe; read and write may
 // run concurrently (one waits for the other's SSL call, never for the socket).

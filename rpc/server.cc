@@ -413,8 +413,9 @@ void Server::on_readable(Connection* raw, Worker& w) {
         open = false;
         break;
       }
-      // A short recv drained the socket; a TLS read returns one record at a time.
-      if (static_cast<size_t>(n) < want && !tls) break;
+      // A short recv drained the socket. A TLS read returns a record at a time, from what
+      // one recv (read ahead) took: nothing left in the session means drained too.
+      if (static_cast<size_t>(n) < want && (!tls || !conn->tls.load()->has_pending())) break;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
