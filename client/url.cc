@@ -42,7 +42,7 @@ static void parse_options(const std::string& query, const std::string& text, Url
                                   "tls_ca=FILE, tls_cert=FILE, tls_key=FILE): " +
                                   text);
     }
-    if (eq == std::string::npos || eq + 1 == option.size()) {
+    if (eq == std::string::npos || (file != nullptr && eq + 1 == option.size())) {
       throw std::invalid_argument("odafs URL option " + key + " needs a value: " + text);
     }
     const std::string value = option.substr(eq + 1);

@@ -71,7 +71,10 @@ class Engine {
   // The backend's name ("soft"); MOUNT tells clients, who connect with connect_engine().
   virtual const char* kind() const = 0;
   // A new client session (one per mount): its id and the secret the client proves.
-  virtual Session open_session() = 0;
+  // tls_bound (a mount over TLS): the session is good only on an engine connection that
+  // runs TLS, proved under that connection's exporter (ordma/session.h); a backend
+  // without TLS refuses every connection of such a session.
+  virtual Session open_session(bool tls_bound = false) = 0;
   // Exports segment `segment` if it is not exported and fills *ref with a reference to its
   // first `length` bytes (the block's valid bytes), readable by `session`. False for a
   // segment the engine does not have.
@@ -146,6 +149,9 @@ struct EngineOptions {
   // closed at accept (engine.refused). Unset: every peer. Same-host rings are local
   // sockets, admitted by the file system permissions of their socket.
   std::function<bool(const sockaddr_storage& peer)> admit_peer;
+  // The TLS context engine TCP connections may start TLS with (the server's, read at
+  // each connection, so a reload serves new ones); unset or null: the engine offers none.
+  std::function<std::shared_ptr<const tls::Context>()> tls_context;
 };
 
 // The backends built into this binary ("soft" always; "verbs" where rdma-core was found).

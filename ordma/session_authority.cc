@@ -17,11 +17,13 @@ SessionSecret SessionAuthority::secret_of(uint64_t id) const {
   return s;
 }
 
-Session SessionAuthority::issue() const {
+Session SessionAuthority::issue(bool tls_bound) const {
   Session s;
   if (RAND_bytes(reinterpret_cast<unsigned char*>(&s.id), sizeof s.id) != 1) {
     throw std::runtime_error("RAND_bytes failed: no session id");
   }
+  s.id = tls_bound ? s.id | kTlsBoundSession : s.id & ~kTlsBoundSession;
+  if (s.id == 0) s.id = 1;  // 0 means "no session" to clients
   s.secret = secret_of(s.id);
   return s;
 }

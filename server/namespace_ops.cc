@@ -113,7 +113,10 @@ void FileService::do_mount(const rpc::CallContext& ctx, mount_args& a, rpc::Repl
   res.mount_res_u.ok.engine = engine.data();
   res.mount_res_u.ok.engine_kind = const_cast<char*>(engine_ ? engine_->kind() : "");
   if (engine_) {
-    ordma::Session session = engine_->open_session();
+    // A mount over TLS gets a TLS-bound session: its secret is good on TLS engine
+    // connections only, so it never travels, or counts, in the clear.
+    const bool over_tls = ctx.admission != nullptr && ctx.admission->tls;
+    ordma::Session session = engine_->open_session(over_tls);
     res.mount_res_u.ok.session = session.id;
     std::memcpy(res.mount_res_u.ok.session_secret, session.secret.data(), session.secret.size());
   }

@@ -373,6 +373,7 @@ int main(int argc, char** argv) {
       eo.on_thread_start = [&cpu] { cpu.join("engine"); };
       eo.on_thread_exit = [&cpu] { cpu.leave(); };
       eo.admit_peer = [&authority](const sockaddr_storage& peer) { return authority.admits(peer); };
+      if (tls) eo.tls_context = [&tls] { return tls->context(); };
       service.start_engine(eo);
     }
     server.start();

@@ -16,7 +16,9 @@
 #include <fstream>
 
 #include "doctest/doctest.h"
+#include "ordma/engine.h"
 #include "proto/odafs_prot.h"
+#include "rpc/client_channel.h"
 #include "rpc/message_header.h"
 #include "rpc/record.h"
 #include "rpc/xdr_util.h"
@@ -234,7 +236,7 @@ TEST_CASE("a certificate's mapped identity is what the server acts as" *
   std::filesystem::remove(map);
 }
 
-TEST_CASE("one-sided reads on a TLS mount go through the same-host ring, never clear TCP") {
+TEST_CASE("one-sided reads on a TLS mount: through the ring, and over the engine's TCP in TLS") {
   TempDir dir;
   ServerProcess server(dir.path(), tls_flags());
   const std::string data(256 * 1024, 'r');
@@ -245,21 +247,60 @@ TEST_CASE("one-sided reads on a TLS mount go through the same-host ring, never c
   // No data cache: the second read goes by the references the first one brought.
   MountOptions o = tls_options();
   o.cache_blocks = 0;
-  SUBCASE("with the ring: one-sided") {
+  SUBCASE("same host: the ring") {
     auto c = Client::mount(server.url(), o);
-    CHECK(read_file(*c, "/big").size() == 65536);
-    CHECK(read_file(*c, "/big").size() == 65536);
+    CHECK(read_file(*c, "/big") == data.substr(0, 65536));
+    CHECK(read_file(*c, "/big") == data.substr(0, 65536));
     CHECK(c->stats().ordma_reads.load() > 0);
     CHECK(c->engine_transport() == "ring");
   }
-  SUBCASE("without the ring: by RPC, under TLS") {
+  SUBCASE("no ring: the engine's TCP connection, under TLS") {
     o.local_rings = false;
     auto c = Client::mount(server.url(), o);
-    CHECK(read_file(*c, "/big").size() == 65536);
-    CHECK(read_file(*c, "/big").size() == 65536);
-    CHECK(c->stats().ordma_reads.load() == 0);
-    CHECK(c->stats().rpc_reads.load() > 0);
+    CHECK(read_file(*c, "/big") == data.substr(0, 65536));
+    CHECK(read_file(*c, "/big") == data.substr(0, 65536));
+    CHECK(c->stats().ordma_reads.load() > 0);
+    CHECK(c->stats().fallbacks.load() == 0);
+    CHECK(c->engine_transport() == "tcp");
   }
+}
+
+TEST_CASE("a TLS mount's engine session is refused in the clear, and good only under TLS") {
+  TempDir dir;
+  ServerProcess server(dir.path(), tls_flags());
+  odafs::rpc::Channel::Options co;
+  co.program = ODAFS_PROGRAM;
+  co.version = ODAFS_V2;
+  co.timeout_ms = 10000;
+  auto context = odafs::tls::Context::make(odafs::tls::Context::Side::kClient,
+                                           odafs::tls::Files{"", "", pem("ca.pem")});
+  REQUIRE(context.ok());
+  co.tls = *context;
+  co.tls_host = "127.0.0.1";
+  odafs::rpc::Channel ch({"127.0.0.1", server.port()}, co);
+  mount_args a{};
+  a.path = const_cast<char*>("/");
+  mount_res res{};
+  ch.call(ODAFSPROC_MOUNT, odafs::rpc::to_xdrproc(xdr_mount_args), &a,
+          odafs::rpc::to_xdrproc(xdr_mount_res), &res);
+  REQUIRE(res.status == ODAFS_OK);
+  odafs::ordma::Session session;
+  session.id = res.mount_res_u.ok.session;
+  std::memcpy(session.secret.data(), res.mount_res_u.ok.session_secret, session.secret.size());
+  const odafs::net::Endpoint engine = odafs::net::parse_endpoint(res.mount_res_u.ok.engine);
+  xdr_free(odafs::rpc::to_xdrproc(xdr_mount_res), reinterpret_cast<char*>(&res));
+  CHECK(odafs::ordma::tls_bound(session.id));
+  odafs::ordma::EngineClientOptions eo;
+  eo.local_rings = false;
+  eo.timeout_ms = 5000;
+  // The secret is right, the proof correct: but in the clear, this session counts nothing.
+  CHECK_THROWS(odafs::ordma::connect_engine("soft", engine, session, eo));
+  // The same secret under TLS, its proof bound to that TLS session: accepted.
+  eo.tls = *context;
+  eo.tls_host = "127.0.0.1";
+  auto client = odafs::ordma::connect_engine("soft", engine, session, eo);
+  CHECK(!client->broken());
+  CHECK(client->transport() == std::string("tcp"));
 }
 
 TEST_CASE("SIGHUP reloads the certificate: new connections get the new one, old ones go on") {

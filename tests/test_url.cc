@@ -104,6 +104,29 @@ TEST_CASE("?cache_policy=lru|mq picks the client cache's replacement, with timeo
   CHECK(refusal(base + "cache=mq").find("cache_policy=lru|mq") != std::string::npos);
 }
 
+TEST_CASE("?tls=1 and the tls_ files: parsed, applied over the options, bad ones refused") {
+  Url u = parse_url("odafs://h:1/x?tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/c.key&timeout_ms=5");
+  CHECK(u.tls_ca == "/ca.pem");
+  CHECK(u.tls_cert == "/c.pem");
+  CHECK(u.tls_key == "/c.key");
+  CHECK_FALSE(u.tls.has_value());
+  odafs::MountOptions o;
+  odafs::apply_url_options(u, &o);
+  CHECK(o.tls);  // a file implies tls
+  CHECK(o.tls_ca == "/ca.pem");
+  CHECK(o.timeout_ms == 5);
+  odafs::MountOptions off;
+  off.tls = true;
+  odafs::apply_url_options(parse_url("odafs://h:1/?tls=0"), &off);
+  CHECK_FALSE(off.tls);
+
+  const std::string base = "odafs://127.0.0.1:7000/f?";
+  CHECK(refusal(base + "tls=yes").find("0 or 1") != std::string::npos);
+  CHECK(refusal(base + "tls_ca=").find("needs a value") != std::string::npos);
+  CHECK(refusal(base + "tls=1&tls=1").find("repeats tls") != std::string::npos);
+  CHECK(refusal(base + "tls_cafile=x").find("tls_ca=FILE") != std::string::npos);
+}
+
 TEST_CASE("parse_timeout_ms names what it parses") {
   CHECK(parse_timeout_ms("250") == 250);
   try {

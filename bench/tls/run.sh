@@ -3,11 +3,11 @@
 # scripts/make-test-ca.sh), odafs-peers reading through a clear mount and a TLS mount
 # (?tls=1), interleaved (the order alternating each round), ROUNDS rounds. Workloads: lat
 # (4 KiB reads one at a time: p50 latency), q16 (16 in flight: reads/s) and pm_std
-# (standard PostMark: transactions/s), for RPC reads and one-sided reads through the
-# same-host ring (a TLS mount's one-sided path; its TCP path has no TLS yet). Prints each
+# (standard PostMark: transactions/s), for RPC reads, one-sided reads over the engine's
+# TCP connection (TLS on it too for the TLS mount) and through the same-host ring. Prints each
 # figure's median, spread and TLS/clear; rows go to docs/results/tls.jsonl (or $OUT).
 #
-#   bash bench/tls/run.sh        # ROUNDS=5 SECONDS_PER_POINT=2 MODES="rpc ordma"
+#   bash bench/tls/run.sh   # ROUNDS=5 SECONDS_PER_POINT=2 MODES="rpc ordma_tcp ordma"
 #
 # Whether the kernel's TLS would carry the record layer: `grep tls /proc/modules` (or
 # `modprobe tls`); odafsd then logs "kernel TLS yes" per connection at ODAFS_LOG=debug.
@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${ROUNDS:-5}
 secs=${SECONDS_PER_POINT:-2}
-modes=${MODES:-rpc ordma}
+modes=${MODES:-rpc ordma_tcp ordma}
 run=${RUN:-lat,q16,pm_std}
 peers_bin=$(realpath build/odafs-peers)
 source bench/lib.sh  # $out, $work, start_odafsd (stopped at exit)

@@ -231,7 +231,8 @@ void SoftEngineImpl::accept_all(bool local) {
     if (RAND_bytes(c->nonce.data(), static_cast<int>(c->nonce.size())) != 1)
       continue;  // c closes fd
     unsigned char greeting[wire::kGreetingBytes];
-    wire::encode_greeting(c->nonce, greeting);
+    const bool offers_tls = !local && options_.tls_context && options_.tls_context();
+    wire::encode_greeting(c->nonce, offers_tls ? wire::kGreetingOffersTls : 0, greeting);
     c->out.assign(greeting, greeting + sizeof greeting);
     {
       std::lock_guard lock(conns_mu_);

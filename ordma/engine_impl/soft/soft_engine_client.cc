@@ -9,12 +9,9 @@
 // When the engine offers a local ring and it can be reached, reads go through the ring
 // instead; TCP then carries only direct I/O, and reads again if the ring breaks.
 //
-// TLS mounts (EngineClientOptions::tls): the engine's TCP path carries no TLS yet, so such
-// a client reads one-sided through a same-host ring only. The TCP connection then carries
-// the handshake alone (a HELLO proves the session by a MAC of the engine's fresh nonce,
-// never the secret, which came over the mount's TLS); without a ring the client refuses to
-// connect, a read the ring cannot take fails the client over to RPC, and direct transfers
-// (whose data go over TCP) are refused. The reads go by RPC, under TLS.
+// TLS mounts (EngineClientOptions::tls): the TCP connection asks for TLS in answer to the
+// engine's greeting and proves the session inside it, bound to that TLS session
+// (handshake.h); every later byte goes through tls_. The ring, being local, needs none.
 //
 // Deadlines. Every wait (connect, handshake, a read's completion on either transport, a
 // direct transfer) ends by EngineClientOptions::timeout_ms. A wait that runs out fails the
@@ -70,17 +67,14 @@ class SoftEngineClient final : public EngineClient {
  public:
   SoftEngineClient(const net::Endpoint& engine, const Session& session,
                    const EngineClientOptions& options)
-      : timeout_ms_(options.timeout_ms),
-        ring_only_(options.tls != nullptr),
-        next_tag_(std::random_device{}()) {
+      : timeout_ms_(options.timeout_ms), next_tag_(std::random_device{}()) {
     Deadline deadline(timeout_ms_);  // for the whole setup, both transports
     fd_ = net::connect_tcp_until(engine, deadline.get());
     if (timeout_ms_ > 0) net::set_receive_timeout(fd_, timeout_ms_);
     try {
-      answer_greeting(fd_, session, deadline.get());
+      tls_ = answer_greeting(fd_, session, deadline.get(), options.tls, options.tls_host);
       unsigned char welcome[wire::kWelcomeBytes];
-      if (!net::read_full_until(fd_, welcome, sizeof welcome, deadline.get()) ||
-          !wire::welcome_valid(welcome)) {
+      if (!read_exact(welcome, sizeof welcome, deadline.get()) || !wire::welcome_valid(welcome)) {
         throw std::system_error(EACCES, std::generic_category(), "engine: session refused");
       }
       ring::Token token{};
@@ -91,11 +85,7 @@ class SoftEngineClient final : public EngineClient {
           ODAFS_LOG_DEBUG("engine: no local ring (%s); reading over TCP", e.what());
         }
       }
-      if (ring_only_ && !ring_) {
-        throw std::system_error(EPROTONOSUPPORT, std::generic_category(),
-                                "engine: this mount runs TLS, and the engine's TCP path has "
-                                "none: one-sided reads need a same-host ring");
-      }
+
     } catch (...) {
       close(fd_);
       throw;
@@ -185,7 +175,7 @@ class SoftEngineClient final : public EngineClient {
 
   Fault direct(const std::function<void(uint32_t tag)>& call, uint32_t* got,
                int timeout_ms) override {
-    if (broken() || ring_only_) return Fault::kTransport;  // TLS: no data over clear TCP
+    if (broken()) return Fault::kTransport;
     Pending p;
     p.direct = true;
     p.owner = this_thread();
@@ -210,7 +200,6 @@ class SoftEngineClient final : public EngineClient {
   // Reads ops[0, n) over TCP: every request in one send, then each answer awaited (the
   // waiting caller reads the socket for everyone, so the answers land as they come).
   void read_tcp(ReadOp* ops, size_t n, const timespec* deadline) {
-    if (ring_only_ && !broken()) fail_all();  // not in the clear: the caller reads by RPC
     if (broken()) {
       for (size_t k = 0; k < n; ++k) ops[k].fault = Fault::kTransport;
       return;
@@ -253,7 +242,7 @@ class SoftEngineClient final : public EngineClient {
     try {
       std::lock_guard lock(send_mu_);
       iovec iov{frames.data(), frames.size()};
-      net::write_all_until(fd_, &iov, 1, deadline);
+      write_iov(&iov, 1, deadline);
     } catch (const std::exception&) {
       fail_all();  // part of a frame may be on the wire: the stream is unusable
     }
@@ -348,7 +337,7 @@ class SoftEngineClient final : public EngineClient {
       std::memcpy(head, carry_, have);
       carry_len_ = 0;
       if (have < sizeof head &&
-          !net::read_full_blocking_until(fd_, head + have, sizeof head - have, deadline)) {
+          !read_exact(head + have, sizeof head - have, deadline, /*hot=*/true)) {
         return false;
       }
       wire::Response r;
@@ -394,13 +383,13 @@ class SoftEngineClient final : public EngineClient {
     bool ok = true;
     try {
       if (dst != nullptr) {
-        ok = length == 0 || (carry ? read_payload(dst, length, deadline)
-                                   : net::read_full_until(fd_, dst, length, deadline));
+        ok = length == 0 ||
+             (carry ? read_payload(dst, length, deadline) : read_exact(dst, length, deadline));
       } else {
         unsigned char sink[4096];
         for (uint32_t left = length; ok && left > 0;) {
           uint32_t n = std::min<uint32_t>(left, sizeof sink);
-          ok = net::read_full_until(fd_, sink, n, deadline);
+          ok = read_exact(sink, n, deadline);
           left -= n;
         }
       }
@@ -422,6 +411,7 @@ class SoftEngineClient final : public EngineClient {
   // consumed it for this frame's head), and only the reader touches it. False on EOF
   // before the payload; throws like net::read_full_until once the deadline passes.
   bool read_payload(unsigned char* dst, uint32_t length, const timespec* deadline) {
+    if (tls_) return read_exact(dst, length, deadline);  // the session reads ahead itself
     for (size_t done = 0; done < length;) {
       iovec iov[2] = {{dst + done, length - done}, {carry_, sizeof carry_}};
       msghdr msg{};
@@ -452,7 +442,7 @@ class SoftEngineClient final : public EngineClient {
   // (its buffer id may already name another caller's buffer) or a bad PUT is dropped.
   bool read_put(const wire::Response& r, const timespec* deadline) {
     unsigned char extra[wire::kPutExtraBytes];
-    if (!net::read_full_until(fd_, extra, sizeof extra, deadline)) return false;
+    if (!read_exact(extra, sizeof extra, deadline)) return false;
     if (r.fault != Fault::kNone) {  // a cancel: the server's side of the call failed
       if (r.length != 0) return false;
       complete_direct(r.tag, r.fault, 0);
@@ -510,7 +500,7 @@ class SoftEngineClient final : public EngineClient {
   // A server-initiated read (direct write): answers from a registered buffer, or refuses.
   bool answer_get(const wire::Response& r, const timespec* deadline) {
     unsigned char extra[wire::kPutExtraBytes];
-    if (!net::read_full_until(fd_, extra, sizeof extra, deadline)) return false;
+    if (!read_exact(extra, sizeof extra, deadline)) return false;
     wire::Transfer t = wire::decode_transfer(r, wire::kKindGet, extra);
     uint32_t buffer = t.buffer, offset = t.offset;
     const unsigned char* src = nullptr;
@@ -532,12 +522,35 @@ class SoftEngineClient final : public EngineClient {
       std::lock_guard lock(send_mu_);
       iovec iov[2] = {{head, sizeof head},
                       {const_cast<unsigned char*>(src), src != nullptr ? r.length : 0}};
-      net::write_all_until(fd_, iov, 2, deadline);
+      write_iov(iov, 2, deadline);
     } catch (const std::exception&) {
       return false;
     }
     complete_direct(r.tag, fault, src != nullptr ? r.length : 0);
     return true;
+  }
+
+  // The connection's bytes, through tls_ on a TLS mount. read_exact: false at EOF before
+  // the first byte, throws on failure or at the deadline (net::read_full_until's contract);
+  // hot: the wait for a response, blocking in recv (SO_RCVTIMEO bounds it) on clear TCP.
+  bool read_exact(void* buf, size_t len, const timespec* deadline, bool hot = false) {
+    if (tls_) {
+      Result<bool> got = tls_->read_full(buf, len, deadline);
+      if (!got.ok()) {
+        throw std::system_error(got.errno_value(), std::generic_category(), got.status().message());
+      }
+      return *got;
+    }
+    return hot ? net::read_full_blocking_until(fd_, buf, len, deadline)
+               : net::read_full_until(fd_, buf, len, deadline);
+  }
+  void write_iov(iovec* iov, int count, const timespec* deadline) {
+    if (!tls_) return net::write_all_until(fd_, iov, count, deadline);
+    for (int i = 0; i < count; ++i) {
+      if (Status s = tls_->write_all(iov[i].iov_base, iov[i].iov_len, deadline); !s.ok()) {
+        throw std::system_error(s.errno_value(), std::generic_category(), s.message());
+      }
+    }
   }
 
   void fail_all() {
@@ -553,9 +566,8 @@ class SoftEngineClient final : public EngineClient {
   }
 
   int timeout_ms_;  // EngineClientOptions::timeout_ms
-  // A TLS mount: reads through the ring only, nothing but the handshake over TCP.
-  bool ring_only_;
   int fd_ = -1;
+  std::unique_ptr<tls::Session> tls_;       // a TLS mount's; set in the constructor, then constant
   std::unique_ptr<ring::RingClient> ring_;  // set once, before any read
   std::atomic<bool> broken_{false};
   std::mutex send_mu_;

@@ -42,6 +42,7 @@
 #include "base/acceptor.h"
 #include "base/futex.h"
 #include "base/log.h"
+#include "base/tls.h"
 #include "ordma/engine_impl/soft/local_ring.h"
 #include "ordma/engine_impl/soft/pull_table.h"
 #include "ordma/engine_impl/soft/ring_server.h"
@@ -90,6 +91,9 @@ struct Conn {
   bool authed = false;
   uint64_t session = 0;
   Nonce nonce{};
+  // TLS (the client's HELLO asked for it): every later byte goes through it. Set by the
+  // owner thread while unauthenticated, before any push can find the connection.
+  std::unique_ptr<tls::Session> tls;
   // Sized for HELLO until the connection authenticates, then kInBytes: a connection that
   // never says a word costs no input buffer.
   std::vector<unsigned char> in = std::vector<unsigned char>(wire::kHelloBytes);
@@ -190,7 +194,7 @@ class SoftEngineImpl final : public SoftEngine {
   }
 
   const char* kind() const override { return "soft"; }
-  Session open_session() override { return sessions_.issue(); }
+  Session open_session(bool tls_bound) override { return sessions_.issue(tls_bound); }
 
   bool export_segment(uint32_t segment, uint32_t length, uint64_t session, Reference* ref) override;
   void revoke(uint32_t segment) override { table_.revoke(segment); }
@@ -228,6 +232,9 @@ class SoftEngineImpl final : public SoftEngine {
   bool take_turn(int ep, Conn* c, bool* more);
 
   // Serves the complete frames in c's input while the turn's budget lasts.
+  // A HELLO that asks for TLS: starts the server's side of it on c. False: refused (no
+  // TLS offered, or asked out of turn), c is to close.
+  bool start_tls(Conn* c);
   bool parse(Conn* c, TurnBudget* budget);
 
   // Builds c's ring and sends WELCOME with its memfd and doorbell. Owner thread, out_mu

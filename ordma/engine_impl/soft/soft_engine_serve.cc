@@ -14,11 +14,23 @@ bool SoftEngineImpl::take_turn(int ep, Conn* c, bool* more) {
   if (c->dead) return true;
   TurnBudget budget;
   bool filled = false;  // the read took all the room: the socket may hold more
-  if (c->readable && c->in_len < c->in.size() && c->backlog() < options_.max_backlog) {
+  if (c->tls && !c->tls->handshake_done()) {
+    Status step = c->tls->handshake();
+    if (!step.ok() && step.errno_value() != EAGAIN) {
+      stats_.bad_handshakes.fetch_add(1, std::memory_order_relaxed);
+      ODAFS_LOG_WARN_THROTTLED("engine: TLS handshake failed: %s", step.message().c_str());
+      return false;
+    }
+    c->readable = c->readable || step.ok();  // its HELLO may have come with the last flight
+  }
+  const bool tls_pending = c->tls && c->tls->handshake_done() && c->tls->has_pending();
+  if ((c->readable || tls_pending) && c->in_len < c->in.size() &&
+      c->backlog() < options_.max_backlog && (!c->tls || c->tls->handshake_done())) {
     c->readable = false;  // level-triggered: epoll says so again while bytes wait
     for (;;) {
       size_t room = c->in.size() - c->in_len;
-      ssize_t n = recv(c->fd, c->in.data() + c->in_len, room, 0);
+      ssize_t n = c->tls ? c->tls->read(c->in.data() + c->in_len, room)
+                         : recv(c->fd, c->in.data() + c->in_len, room, 0);
       if (n == 0) return false;
       if (n < 0) {
         if (errno == EINTR) continue;
@@ -33,9 +45,11 @@ bool SoftEngineImpl::take_turn(int ep, Conn* c, bool* more) {
   // Input parked behind a full backlog is parsed once the backlog drains.
   if (c->backlog() < options_.max_backlog && !parse(c, &budget)) return false;
   if (!flush(c)) return false;
-  // Ask for EPOLLOUT while output waits; stop reading while too much of it waits.
+  // Ask for EPOLLOUT while output waits (or TLS waits to write); stop reading while too
+  // much of it waits.
+  const bool tls_wants_write = c->tls && c->tls->wants_write();
   uint32_t want = (c->backlog() < options_.max_backlog ? uint32_t{EPOLLIN} : 0u) |
-                  (c->backlog() > 0 ? uint32_t{EPOLLOUT} : 0u);
+                  (c->backlog() > 0 || tls_wants_write ? uint32_t{EPOLLOUT} : 0u);
   if (want != c->events) {
     c->events = want;
     epoll_event ev{};
@@ -44,8 +58,29 @@ bool SoftEngineImpl::take_turn(int ep, Conn* c, bool* more) {
     epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
   }
   // Requests still waiting, here or (it seems) in the socket: another turn, at the back.
+  // (A TLS session may hold records the socket no longer shows.)
   *more = c->backlog() < options_.max_backlog &&
-          ((budget.spent() && c->in_len >= wire::kReadRequestBytes) || filled);
+          ((budget.spent() && c->in_len >= wire::kReadRequestBytes) || filled ||
+           (c->tls && c->tls->handshake_done() && c->tls->has_pending()));
+  return true;
+}
+
+bool SoftEngineImpl::start_tls(Conn* c) {
+  std::shared_ptr<const tls::Context> context =
+      options_.tls_context ? options_.tls_context() : nullptr;
+  if (c->tls || c->local || !context || c->in_len != wire::kHelloBytes) {
+    stats_.bad_handshakes.fetch_add(1, std::memory_order_relaxed);
+    ODAFS_LOG_WARN_THROTTLED("engine: refused a connection (%s)",
+                             !context ? "TLS asked, none offered" : "TLS asked out of turn");
+    return false;
+  }
+  Result<std::unique_ptr<tls::Session>> session = tls::Session::make(std::move(context), c->fd);
+  if (!session.ok()) {
+    ODAFS_LOG_ERROR("engine: TLS: %s", session.status().message().c_str());
+    return false;
+  }
+  c->tls = std::move(*session);
+  c->in_len = 0;  // the real HELLO comes inside TLS
   return true;
 }
 
@@ -56,11 +91,25 @@ bool SoftEngineImpl::parse(Conn* c, TurnBudget* budget) {
     if (c->in_len < wire::kHelloBytes) return true;
     Proof proof;
     uint64_t session = 0;
-    if (!wire::decode_hello(c->in.data(), &session, &proof) ||
-        !sessions_.verify(session, c->nonce, proof)) {
+    uint16_t flags = 0;
+    const bool decoded = wire::decode_hello(c->in.data(), &session, &proof, &flags);
+    if (decoded && (flags & wire::kHelloStartTls) != 0) return start_tls(c);
+    // A TLS mount's session counts only inside TLS, proved under its exporter (the ring's
+    // Unix socket is this host's kernel's: no TLS there).
+    Nonce nonce = c->nonce;
+    unsigned char exporter[kNonceBytes];
+    if (c->tls && !c->tls->export_key(kEngineExporterLabel, exporter, sizeof exporter).ok()) {
+      return false;
+    }
+    if (c->tls) nonce = bind_to_tls(c->nonce, exporter);
+    const char* why = !decoded ? "bad magic or version"
+                      : tls_bound(session) && !c->tls && !c->local
+                          ? "a TLS mount's session in the clear"
+                      : !sessions_.verify(session, nonce, proof) ? "bad session proof"
+                                                                 : nullptr;
+    if (why != nullptr) {
       stats_.bad_handshakes.fetch_add(1, std::memory_order_relaxed);
-      ODAFS_LOG_WARN_THROTTLED("engine: refused a connection (%s)",
-                               "bad magic, version or session proof");
+      ODAFS_LOG_WARN_THROTTLED("engine: refused a connection (%s)", why);
       return false;
     }
     c->authed = true;
@@ -175,7 +224,7 @@ void SoftEngineImpl::serve(Conn* c, const wire::ReadRequest& r, bool send_now) {
   size_t sent = 0;
   unsigned char head[wire::kResponseBytes];
   wire::encode(resp, head);
-  if (send_now) {
+  if (send_now && !c->tls) {  // (TLS: through flush, record by record)
     iovec iov[2] = {{head, sizeof head}, {const_cast<std::byte*>(bytes), r.length}};
     msghdr msg{};
     msg.msg_iov = iov;
@@ -197,7 +246,9 @@ void SoftEngineImpl::serve(Conn* c, const wire::ReadRequest& r, bool send_now) {
 bool SoftEngineImpl::flush(Conn* c) {
   bool moved = false;
   while (c->backlog() > 0) {
-    ssize_t n = send(c->fd, c->out.data() + c->out_head, c->backlog(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    ssize_t n = c->tls ? c->tls->write(c->out.data() + c->out_head, c->backlog())
+                       : send(c->fd, c->out.data() + c->out_head, c->backlog(),
+                              MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n > 0) {
       c->out_head += static_cast<size_t>(n);
       moved = true;

@@ -40,6 +40,13 @@ namespace odafs::ordma::wire {
 inline constexpr uint32_t kMagic = 0x4f444145;  // "ODAE"
 inline constexpr uint16_t kVersion = 2;
 inline constexpr uint8_t kWelcomeOffersRings = 1;  // WELCOME flags
+// TLS on the engine's TCP connection: the GREETING (clear) says the engine offers it; a
+// client that wants it answers with a HELLO flagged kHelloStartTls, and both sides start
+// TLS 1.3 at once (the client's ClientHello next). Inside TLS the client sends its real
+// HELLO, whose proof is over the GREETING's nonce bound to the TLS session
+// (ordma::bind_to_tls); WELCOME and everything after travel inside TLS.
+inline constexpr uint16_t kGreetingOffersTls = 1;
+inline constexpr uint16_t kHelloStartTls = 1;
 inline constexpr uint8_t kTypeRead = 1;
 inline constexpr uint8_t kKindResponse = 0;
 inline constexpr uint8_t kKindPut = 1;
@@ -51,13 +58,13 @@ inline constexpr uint8_t kTypeData = 3;
 struct GreetingFrame {
   Be32 magic;
   Be16 version;
-  Be16 zero;
+  Be16 flags;  // kGreetingOffersTls
   unsigned char nonce[16];
 };
 struct HelloFrame {
   Be32 magic;
   Be16 version;
-  Be16 zero;
+  Be16 flags;  // kHelloStartTls: not a proof, but "TLS now" (session and proof zero)
   Be64 session;
   unsigned char proof[16];
 };
@@ -159,35 +166,42 @@ inline Frame load(const unsigned char* in) {
   return f;
 }
 
-inline void encode_greeting(const Nonce& nonce, unsigned char* out) {
+inline void encode_greeting(const Nonce& nonce, uint16_t flags, unsigned char* out) {
   GreetingFrame f{};
   f.magic.set(kMagic);
   f.version.set(kVersion);
+  f.flags.set(flags);
   std::memcpy(f.nonce, nonce.data(), nonce.size());
   store(f, out);
 }
-// False if the bytes are not a GREETING of this version; else *nonce is its nonce.
-inline bool decode_greeting(const unsigned char* in, Nonce* nonce) {
+// False if the bytes are not a GREETING of this version; else *nonce is its nonce and
+// *flags its flags.
+inline bool decode_greeting(const unsigned char* in, Nonce* nonce, uint16_t* flags) {
   auto f = load<GreetingFrame>(in);
   if (f.magic.get() != kMagic || f.version.get() != kVersion) return false;
   std::memcpy(nonce->data(), f.nonce, nonce->size());
+  *flags = f.flags.get();
   return true;
 }
 
-inline void encode_hello(uint64_t session, const Proof& proof, unsigned char* out) {
+// A HELLO: the session and its proof, or (flags kHelloStartTls) the ask for TLS.
+inline void encode_hello(uint64_t session, const Proof& proof, uint16_t flags, unsigned char* out) {
   HelloFrame f{};
   f.magic.set(kMagic);
   f.version.set(kVersion);
+  f.flags.set(flags);
   f.session.set(session);
   std::memcpy(f.proof, proof.data(), proof.size());
   store(f, out);
 }
-// False for a bad magic or version; else the session and proof it claims.
-inline bool decode_hello(const unsigned char* in, uint64_t* session, Proof* proof) {
+// False for a bad magic or version; else the session and proof it claims, and its flags.
+inline bool decode_hello(const unsigned char* in, uint64_t* session, Proof* proof,
+                         uint16_t* flags) {
   auto f = load<HelloFrame>(in);
   if (f.magic.get() != kMagic || f.version.get() != kVersion) return false;
   *session = f.session.get();
   std::memcpy(proof->data(), f.proof, proof->size());
+  *flags = f.flags.get();
   return true;
 }
 
@@ -295,13 +309,6 @@ inline void encode(const Data& d, unsigned char* out) {
 inline Data decode_data(const unsigned char* in) {
   auto f = load<DataFrame>(in);
   return Data{f.tag.get(), static_cast<Fault>(f.fault), f.length.get()};
-}
-
-// GREETING carries the engine's nonce (kept for callers that checked the frame already).
-inline Nonce greeting_nonce(const unsigned char* greeting) {
-  Nonce n;
-  decode_greeting(greeting, &n);
-  return n;
 }
 
 }  // namespace odafs::ordma::wire

@@ -106,7 +106,7 @@ class VerbsEngine final : public Engine {
   ~VerbsEngine() override;
 
   const char* kind() const override { return "verbs"; }
-  Session open_session() override { return sessions_.issue(); }
+  Session open_session(bool tls_bound) override { return sessions_.issue(tls_bound); }
   bool export_segment(uint32_t segment, uint32_t length, uint64_t session, Reference* ref) override;
   void revoke(uint32_t segment) override;
   void begin_write(uint32_t segment) override;

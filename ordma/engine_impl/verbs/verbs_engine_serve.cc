@@ -198,6 +198,7 @@ void VerbsEngine::on_receive(const ibv_wc& wc) {
     Proof proof;
     std::memcpy(proof.data(), m.proof, proof.size());
     if (wc.byte_len != sizeof m || kind != MessageKind::kProof ||
+        tls_bound(m.session.get()) ||  // a TLS mount's session: this backend has no TLS
         !sessions_.verify(m.session.get(), c->nonce, proof)) {
       stats_.bad_handshakes.fetch_add(1, std::memory_order_relaxed);
       ODAFS_LOG_WARN_THROTTLED("verbs engine: a client failed the %s", "session proof");
