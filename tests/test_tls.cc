@@ -365,6 +365,41 @@ TEST_CASE("garbage and truncated TLS records after STARTTLS never stop the serve
   CHECK(server_stat(*c, "rpc.tls_failures") >= 1);
 }
 
+TEST_CASE("the engine port: STARTTLS then garbage, a cut record, or silence never stop it") {
+  TempDir dir;
+  ServerProcess server(dir.path(), tls_flags());
+  for (int round = 0; round < 3; ++round) {
+    int fd = connect_to(server.engine_port());
+    unsigned char greeting[24];
+    REQUIRE(recv(fd, greeting, sizeof greeting, MSG_WAITALL) == 24);
+    CHECK((greeting[7] & 1) == 1);  // the GREETING's flags: TLS offered
+    // HELLO: magic "ODAE", version 2, flags STARTTLS, session 0, proof 0.
+    unsigned char hello[32] = {'O', 'D', 'A', 'E', 0, 2, 0, 1};
+    REQUIRE(send(fd, hello, sizeof hello, MSG_NOSIGNAL) == 32);
+    if (round == 0) {
+      const char junk[] = "\x16\x03\x01\x00\x05hello, this is not a ClientHello";
+      send(fd, junk, sizeof junk, MSG_NOSIGNAL);
+      char sink[256];
+      CHECK(recv(fd, sink, sizeof sink, 0) >= 0);  // an alert, or EOF
+    } else if (round == 1) {
+      const unsigned char partial[] = {0x16, 0x03, 0x01, 0x40, 0x00, 0x01};
+      send(fd, partial, sizeof partial, MSG_NOSIGNAL);
+    }
+    close(fd);
+  }
+  MountOptions o = tls_options();
+  o.local_rings = false;
+  o.cache_blocks = 0;
+  {
+    auto w = Client::mount(server.url(), tls_options());
+    write_file(*w, "/after", std::string(8192, 'a'));
+  }
+  auto c = Client::mount(server.url(), o);
+  CHECK(read_file(*c, "/after").size() == 8192);
+  CHECK(read_file(*c, "/after").size() == 8192);
+  CHECK(c->stats().ordma_reads.load() > 0);
+}
+
 ODAFS_MOUNT_TEST("odafs-mount -o tls: a file written through the mount reads back over TLS") {
   TempDir dir;
   TempDir mnt;
