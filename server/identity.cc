@@ -102,4 +102,24 @@ bool IdentityScope::privileged(const rpc::CallerCred* cred, bool acting) {
   return acting && cred != nullptr && cred->auth_sys && cred->uid == 0;
 }
 
+ServerIdentityScope::ServerIdentityScope() {
+  const bool server = t_now.fsuid == 0 && t_now.fsgid == 0 && t_now.ngroups == 0;
+  if (server) return;
+  switched_ = true;
+  uid_ = t_now.fsuid;
+  gid_ = t_now.fsgid;
+  ngroups_ = t_now.ngroups;
+  std::copy(t_now.groups, t_now.groups + t_now.ngroups, groups_);
+  become_server();
+}
+
+ServerIdentityScope::~ServerIdentityScope() {
+  if (switched_ && !switch_to(uid_, gid_, groups_, ngroups_)) {
+    ODAFS_LOG_ERROR(
+        "cannot return to the caller's identity after the server's own work; "
+        "stopping");
+    std::abort();
+  }
+}
+
 }  // namespace odafs::server

@@ -54,4 +54,25 @@ class IdentityScope {
   bool acting_;
 };
 
+// The server's own identity inside a call made as a caller, for the server's own files
+// (the recovery record in --state-dir, which callers may not write): back to the
+// server's fsuid, fsgid and groups for the scope's life, then the caller's again. Does
+// nothing on a thread that is the server already. Aborts if the thread cannot switch
+// back (as IdentityScope's end does: it would serve on as someone else).
+// REQUIRES: destroyed on its thread, inside the IdentityScope it interrupts.
+class ServerIdentityScope {
+ public:
+  ServerIdentityScope();
+  ~ServerIdentityScope();
+  ServerIdentityScope(const ServerIdentityScope&) = delete;
+  ServerIdentityScope& operator=(const ServerIdentityScope&) = delete;
+
+ private:
+  bool switched_ = false;
+  uint32_t uid_ = 0;
+  uint32_t gid_ = 0;
+  uint32_t ngroups_ = 0;
+  gid_t groups_[16] = {};
+};
+
 }  // namespace odafs::server

@@ -12,6 +12,7 @@
 
 #include "base/futex.h"
 #include "base/log.h"
+#include "server/identity.h"
 
 namespace odafs::server {
 namespace {
@@ -121,7 +122,9 @@ bool Recovery::write_record_locked() {
     text.push_back('\n');
   }
   // Write, sync, rename over the old one, sync the directory: a crash leaves the old
-  // record or the new one, never a torn one.
+  // record or the new one, never a torn one. As the server: a caller's call (its first
+  // write delegation) gets here acting as that caller, who may not write --state-dir.
+  ServerIdentityScope as_server;
   const char* failed = nullptr;
   int err = 0;
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ctest: the odafs command-line tool against a real odafsd. A 10 MiB random file goes up
 # with `put` and comes back with `get` byte-identical; ls/stat/mkdir/mv/rm/rmdir/cat/stats
-# work and fail as they should.  Usage: cli_roundtrip.sh ODAFSD ODAFS
+# work and fail as they should; then the same round trip over TLS (--tls-ca), and a clear
+# client refused by a tls rule.  Usage: cli_roundtrip.sh ODAFSD ODAFS
 set -euo pipefail
 odafsd=$1
 odafs=$2
@@ -44,4 +45,25 @@ grep -q "not empty" "$work/err" || fail "rmdir error text: $(cat "$work/err")"
 "$odafs" stats "$url/" | grep -q "^calls.WRITE" || fail "stats"
 "$odafs" df "$url/" | grep -q "^total_bytes:" || fail "df"
 "$odafs" ls "http://$addr/" 2>/dev/null && fail "a non-odafs URL was accepted"
+"$odafs" --tls ls "$url/" 2>"$work/err" && fail "TLS to a server without it worked"
+grep -q "offers no TLS" "$work/err" || fail "no-TLS message: $(cat "$work/err")"
+
+# Over TLS: a second odafsd whose rule admits TLS clients only.
+kill "$pid" && wait "$pid" 2>/dev/null || true
+bash "$(dirname "$0")/../scripts/make-test-ca.sh" "$work/ca" >/dev/null
+ODAFS_LOG=warn "$odafsd" --export "$work/export" --listen 127.0.0.1:0 --state-dir "$work/state" \
+  --tls-cert "$work/ca/server.pem" --tls-key "$work/ca/server.key" \
+  --clients '127.0.0.1(tls,no_root_squash)' >"$work/ready-tls" &
+pid=$!
+for _ in $(seq 150); do grep -q ready "$work/ready-tls" 2>/dev/null && break; sleep 0.1; done
+addr=$(sed -n 's/.*rpc=\([^ ]*\).*/\1/p' "$work/ready-tls")
+[ -n "$addr" ] || fail "odafsd with TLS did not start"
+url="odafs://$addr"
+"$odafs" --tls-ca "$work/ca/ca.pem" put "$work/in.bin" "$url/tls.bin"
+"$odafs" --tls-ca "$work/ca/ca.pem" get "$url/tls.bin" "$work/tls-out.bin"
+cmp "$work/in.bin" "$work/tls-out.bin" || fail "get over TLS differs from put"
+"$odafs" get "$url/tls.bin?tls=1&tls_ca=$work/ca/ca.pem" "$work/tls-url.bin"
+cmp "$work/in.bin" "$work/tls-url.bin" || fail "get with ?tls=1 differs"
+"$odafs" ls "$url/" 2>"$work/err" && fail "a clear client passed a tls rule"
+grep -q "AUTH_TOOWEAK" "$work/err" || fail "tls rule message: $(cat "$work/err")"
 echo "1 passed, 0 failed"

@@ -11,12 +11,14 @@
 
 #include "client/client.h"
 #include "rpc/call_credential.h"
+#include "tests/support/client_util.h"
 #include "tests/support/server_process.h"
 
 using odafs::Client;
 using odafs::File;
 using odafs::MountOptions;
 using odafs::test::read_local;
+using odafs::test::server_stat;
 using odafs::test::ServerProcess;
 using odafs::test::TempDir;
 using odafs::test::write_local;
@@ -171,6 +173,28 @@ TEST_CASE("per-call credentials (CallAs) under --auth-sys: access, ownership, de
   }
   CHECK(mode_of(dir / "suid") == 0777);
   CHECK(read_local(dir / "suid") == "z");
+}
+
+TEST_CASE("a caller's first write delegation: the recovery record is written as the server" *
+          doctest::skip(geteuid() != 0) *
+          doctest::description("needs root: the server acts as another uid")) {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--auth-sys"});  // --state-dir: a private directory
+  REQUIRE(chmod(dir.path().c_str(), 0777) == 0);
+  auto fs = Client::mount(server.url());
+  const odafs::rpc::CallCredential nobody(caller(65534, 65534), "test");
+  {
+    // This client's first delegation comes to a call made as 65534, who may not write the
+    // record: the server writes it as itself, and the CREATE gets its write delegation.
+    odafs::rpc::CallAs as(nobody);
+    File f = fs->open("first", O_CREAT | O_EXCL | O_RDWR, 0644);
+    f.pwrite("x", 1, 0);
+    f.close();
+    CHECK(server_stat(*fs, "recovery.record_writes") >= 1);
+    CHECK(server_stat(*fs, "delegations.granted_write") >= 1);
+    // And the call after it still runs as 65534, not as the server.
+    CHECK(errno_of([&] { fs->chmod("/", 0700); }) == EPERM);
+  }
 }
 
 TEST_CASE("ACCESS and owner changes under --auth-sys: judged as the caller, groups included" *
