@@ -23,6 +23,7 @@
 #include "rpc/record.h"
 #include "rpc/xdr_util.h"
 #include "tests/support/client_util.h"
+#include "tests/support/hostile.h"
 #include "tests/support/mount_process.h"
 #include "tests/support/server_process.h"
 
@@ -93,12 +94,8 @@ std::string read_file(Client& c, const std::string& path) {
 }
 
 int connect_to(uint16_t port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  int fd = odafs::test::connect_from("127.0.0.1", port);
+  REQUIRE(fd >= 0);
   timeval tv{5, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   return fd;

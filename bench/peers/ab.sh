@@ -106,31 +106,5 @@ PY
   done
 fi
 
-python3 - "$rows" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-def med(v):
-    v = sorted(v)
-    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
-metrics = ["p50_us", "mean_us", "ops_per_s", "mb_per_s", "client_cpu_us_per_op",
-           "server_cpu_us_per_op", "server_cpu_us_per_mib", "client_cpu_us_per_mib",
-           "cli_syscalls_per_op",
-           "cli_ctx_per_op", "srv_syscalls_per_op", "srv_ctx_per_op"]
-keys = sorted({(r["contender"], r["workload"]) for r in rows})
-print(f"{'mode/workload':22} {'metric':24} {'A':>18} {'B':>18}  B/A")
-for c, w in keys:
-    for m in metrics:
-        cells = []
-        for which in ("A", "B"):
-            v = [r[m] for r in rows if r["build"] == which and r["contender"] == c
-                 and r["workload"] == w and m in r]
-            cells.append((med(v), (max(v) - min(v)) / 2 / med(v) * 100 if v and med(v) else 0)
-                         if v else None)
-        if not any(cells):
-            continue
-        fa, fb = cells
-        txt = [f"{x[0]:10.2f} ±{x[1]:3.0f}%" if x else f"{'-':>16}" for x in cells]
-        ratio = f"{fb[0] / fa[0]:.2f}" if fa and fb and fa[0] else "-"
-        print(f"{c + '/' + w:22} {m:24} {txt[0]:>18} {txt[1]:>18}  {ratio}")
-PY
+python3 bench/peers/ab_table.py "$rows" build A B
 echo "rows: $rows"

@@ -42,31 +42,6 @@ for r in $(seq "$rounds"); do
   done
 done
 
-python3 - "$rows" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-def med(v):
-    v = sorted(v)
-    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
-metrics = ["p50_us", "ops_per_s", "tps", "client_cpu_us_per_op", "server_cpu_us_per_op"]
-keys = sorted({(r["contender"], r["workload"]) for r in rows})
-print(f"{'mode/workload':18} {'metric':22} {'clear':>18} {'tls':>18}  tls/clear")
-summary = {}
-for c, w in keys:
-    for m in metrics:
-        cells = []
-        for which in ("clear", "tls"):
-            v = [r[m] for r in rows if r["transport"] == which and r["contender"] == c
-                 and r["workload"] == w and m in r]
-            cells.append((med(v), (max(v) - min(v)) / 2 / med(v) * 100 if med(v) else 0)
-                         if v else None)
-        if not all(cells):
-            continue
-        (a, sa), (b, sb) = cells
-        ratio = b / a if a else 0
-        summary[f"{c}/{w}/{m}"] = {"clear": a, "clear_spread_pct": round(sa, 1), "tls": b,
-                                    "tls_spread_pct": round(sb, 1), "tls_over_clear": round(ratio, 3)}
-        print(f"{c + '/' + w:18} {m:22} {a:10.2f} ±{sa:3.0f}% {b:10.2f} ±{sb:3.0f}%  {ratio:.2f}")
-print(json.dumps({"tls_vs_clear": summary}))
-PY
+python3 bench/peers/ab_table.py "$rows" transport clear tls p50_us ops_per_s tps \
+  client_cpu_us_per_op server_cpu_us_per_op
 echo "rows: $rows" >&2
