@@ -1,8 +1,9 @@
 // rpc::Server's insides, shared by its two source files (private to rpc/):
-//   server.cc       lifecycle, accepting, the idle sweep, reading and cutting records,
-//                   dispatching a call
+//   server.cc       lifecycle, accepting, the idle sweep, reading and cutting records
+//   server_dispatch.cc  one call: header, credential, authorization, procedure, reply
 //   server_flow.cc  memory and flow control: large-record permits, running records while
 //                   replies do not back up, sending and queueing replies, the backlog budget
+//   server_tls.cc   RPC-with-TLS: the AUTH_TLS probe's answer, the handshake, TLS reads
 #pragma once
 
 #include <sys/socket.h>
