@@ -3,8 +3,10 @@
 #   bash scripts/deps.sh [PACKAGE...]   # and these too (what a benchmark needs beyond)
 set -euo pipefail
 
-packages=(cmake ninja-build g++ pkg-config libtirpc-dev rpcsvc-proto libssl-dev libboost-dev
-          doctest-dev libfuse3-dev fuse3 rsync libdb5.3++-dev libibverbs-dev librdmacm-dev "$@")
+# openssl: the command, for scripts/make-test-ca.sh (the TLS tests' certificates).
+packages=(cmake ninja-build g++ pkg-config libtirpc-dev rpcsvc-proto libssl-dev openssl
+          libboost-dev doctest-dev libfuse3-dev fuse3 rsync libdb5.3++-dev libibverbs-dev
+          librdmacm-dev "$@")
 # The fuzz targets need clang's libFuzzer (scripts/fuzz.sh sets ODAFS_WITH_CLANG=1).
 if [ "${ODAFS_WITH_CLANG:-0}" = 1 ]; then
   packages+=(clang libclang-rt-14-dev)
