@@ -17,6 +17,11 @@ case "${1:-}" in
   *) echo "usage: bash scripts/test.sh [--quick]" >&2; exit 2 ;;
 esac
 bash scripts/deps.sh
+# The CephFS suites' cluster and client (scripts/ceph-cluster.sh); --quick leaves them out,
+# and those suites then skip, saying why, unless the packages are there already.
+if [ "$quick" = 0 ]; then
+  bash scripts/deps.sh ceph-mon ceph-mgr ceph-osd ceph-mds ceph-common libcephfs-dev
+fi
 
 echo "== layers"
 bash scripts/check-layers.sh
