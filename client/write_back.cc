@@ -1,0 +1,113 @@
+// A Client's writes that are not a File's own call: the flush of a file's write-behind run
+// before another call reads or changes the file, WRITE on one mount's channel, and a write
+// delegation's write-back (the books in client/write_books.h).
+#include <algorithm>
+#include <mutex>
+
+#include "client/call_util.h"
+#include "client/client.h"
+#include "client/mount_state.h"
+#include "client/shared_file.h"
+#include "client/write_books.h"
+#include "rpc/client_channel.h"
+
+namespace odafs {
+
+void Client::flush_writes_behind(const Handle& fh) {
+  const uint64_t key = odafs::cache_key(fh);
+  OpenFiles::Ref f = open_files_.find(key);
+  if (!f || !f->has_behind.load(std::memory_order_acquire)) return;
+  std::lock_guard behind(f->behind_mu);
+  const std::shared_ptr<const MountState> m = mount_state();
+  try {
+    send_run_locked(
+        *f,
+        [&](const char* buf, size_t len, uint64_t offset) {
+          const Stability how = options().stability;
+          write_run(
+              *f, m->limits.max_write, buf, len, offset,
+              [&](const char* src, size_t n, uint64_t at, WriteVerifier* verf, int* committed) {
+                return write(fh, src, n, at, how, verf, committed);
+              },
+              [&](uint64_t at, size_t n) { forget_data(key, at, n); });
+        },
+        [&] { return m->channel->broken(); });
+  } catch (const Error&) {
+    if (!m->channel->broken()) throw;
+    // The connection broke under the send, and the re-mount's reclaim could not take the
+    // run (this thread held it): it goes home now, then the caller's call starts over.
+    rehome_run_locked(*f);
+    throw;
+  }
+}
+
+size_t Client::write_on(const MountState& m, const Handle& fh, const char* src, size_t n,
+                        uint64_t at, Stability how, WriteVerifier* verf, int* committed) {
+  return retry_delayed(options_.timeout_ms, [&] {
+    try {
+      thread_local rpc::Call call;
+      start_write(m, call, fh, src, n, at, how);
+      return finish_write(m, call, n, verf, committed);
+    } catch (const rpc::RpcError& e) {
+      throw error_from(e);
+    }
+  });
+}
+
+bool Client::write_back(const MountState& m, const Handle& fh, SharedFile& sf) {
+  bool any;
+  {
+    std::lock_guard lock(sf.mu);
+    any = sf.unstable || sf.has_behind.load(std::memory_order_acquire);
+  }
+  if (!any) return false;
+  const uint64_t key = odafs::cache_key(fh);
+  const uint64_t bs = m.limits.block_size;
+  auto forget = [&](uint64_t at, size_t n) {
+    if (n != 0) m.cache->forget_data(key, at / bs, (at + n - 1) / bs);
+  };
+  // On m's channel only: a re-mount here could free m's Delegations from its own worker.
+  auto write_one = [&](const char* src, size_t n, uint64_t at, Stability how, WriteVerifier* verf,
+                       int* committed) {
+    return write_on(m, fh, src, n, at, how, verf, committed);
+  };
+  {
+    // Not waiting for a thread that is sending the run itself (see commit_books' try_only).
+    std::unique_lock behind(sf.behind_mu, std::try_to_lock);
+    if (behind.owns_lock()) {
+      send_run_locked(
+          sf,
+          [&](const char* buf, size_t len, uint64_t offset) {
+            write_run(
+                sf, m.limits.max_write, buf, len, offset,
+                [&](const char* src, size_t n, uint64_t at, WriteVerifier* verf, int* committed) {
+                  return write_one(src, n, at, options_.stability, verf, committed);
+                },
+                forget);
+          },
+          // The connection broke: the run stays for the next mount to reclaim.
+          [&] { return m.channel->broken(); });
+    }
+  }
+  commit_books(
+      sf, "a write-delegated file",
+      [&] {
+        try {
+          return commit_on(m, fh);
+        } catch (const rpc::RpcError& e) {
+          throw error_from(e);
+        }
+      },
+      [&](const char* src, size_t len, uint64_t offset) {
+        WriteVerifier verf;
+        int committed = 0;
+        size_t n = write_one(src, std::min<size_t>(len, m.limits.max_write), offset,
+                             Stability::kFileSync, &verf, &committed);
+        forget(offset, n);
+        return n;
+      },
+      /*try_only=*/true);
+  return true;
+}
+
+}  // namespace odafs
