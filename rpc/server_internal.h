@@ -74,7 +74,8 @@ struct Server::Connection : std::enable_shared_from_this<Connection> {
   // goes through it. Published (tls) under write_mu before the probe's reply is sent.
   std::unique_ptr<tls::Session> tls_session;
   std::atomic<tls::Session*> tls{nullptr};
-  bool tls_ready = false;  // the handshake is done; touched by the read event's holder only
+  // The handshake is done. Written by the read event's holder; read by run_records.
+  std::atomic<bool> tls_ready{false};
 
   std::mutex write_mu;  // replies from several threads go out whole and in order
   // Reply bytes the socket did not take yet (a client slow to read). Guarded by write_mu.

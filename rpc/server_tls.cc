@@ -17,6 +17,9 @@ bool Server::start_tls(Connection& conn, uint32_t xid, Worker& w) {
   std::shared_ptr<const tls::Context> context =
       options_.tls_context ? options_.tls_context() : nullptr;
   if (!context) return false;
+  // No other call of the connection may be running (one handed to a spare thread, say):
+  // the handshake rewrites the connection's Admission, which running calls read.
+  if (conn.calls_running.load(std::memory_order_acquire) != 1) return false;
   // The replies this thread holds for the connection go first, in the clear.
   if (w.out_conn == &conn) flush_replies(w, /*call_running=*/true);
   // The probe's reply: accepted, verifier AUTH_NONE with the body "STARTTLS", no results.
@@ -60,7 +63,7 @@ bool Server::start_tls(Connection& conn, uint32_t xid, Worker& w) {
 
 bool Server::continue_handshake(Connection& conn, bool* done) {
   tls::Session* t = conn.tls.load(std::memory_order_acquire);
-  *done = t == nullptr || conn.tls_ready;
+  *done = t == nullptr || conn.tls_ready.load(std::memory_order_acquire);
   if (*done) return true;
   Status step = t->handshake();
   if (step.errno_value() == EAGAIN) return true;
@@ -75,13 +78,13 @@ bool Server::continue_handshake(Connection& conn, bool* done) {
     }
     return false;
   }
-  conn.tls_ready = true;
   *done = true;
   counters_.tls_sessions.fetch_add(1, std::memory_order_relaxed);
   const tls::PeerCertificate cert = t->peer();
   conn.admission.tls = true;
   conn.admission.tls_client_verified = cert.present;
   if (options_.on_tls) options_.on_tls(*t, conn.peer, &conn.admission);
+  conn.tls_ready.store(true, std::memory_order_release);
   ODAFS_LOG_DEBUG("TLS from %s: client certificate %s, kernel TLS %s", conn.peer.c_str(),
                   cert.present ? cert.subject.c_str() : "none", t->kernel_tls() ? "yes" : "no");
   return true;

@@ -362,6 +362,33 @@ TEST_CASE("garbage and truncated TLS records after STARTTLS never stop the serve
   CHECK(server_stat(*c, "rpc.tls_failures") >= 1);
 }
 
+TEST_CASE("a call sent behind the AUTH_TLS probe, before its answer, closes the connection") {
+  TempDir dir;
+  ServerProcess server(dir.path(), tls_flags());
+  std::vector<char> probe_record, call_record;
+  odafs::rpc::CallSpec p{1, ODAFS_PROGRAM, ODAFS_V2, 0, {}, true};
+  odafs::rpc::CallSpec c{2, ODAFS_PROGRAM, ODAFS_V2, 0, {}, false};
+  auto nothing = odafs::rpc::to_xdrproc(odafs::rpc::xdr_nothing);
+  auto n1 = odafs::rpc::encode_call_record(p, nothing, nullptr, 4096, &probe_record);
+  auto n2 = odafs::rpc::encode_call_record(c, nothing, nullptr, 4096, &call_record);
+  REQUIRE((n1.ok() && n2.ok()));
+  std::string both(probe_record.data(), *n1);
+  both.append(call_record.data(), *n2);
+  int fd = connect_to(server.port());
+  REQUIRE(send(fd, both.data(), both.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(both.size()));
+  // The STARTTLS reply may come; the NULL call behind it is never answered in the clear.
+  std::string got;
+  char buf[256];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<size_t>(n));
+  CHECK(n == 0);            // closed by the server (not the 5 s receive timeout)
+  CHECK(got.size() <= 36);  // at most the probe's reply (a 4-byte mark and 32 bytes)
+  close(fd);
+  auto client = Client::mount(server.url(), tls_options());
+  write_file(*client, "/ok", "still serving");
+  CHECK(read_file(*client, "/ok") == "still serving");
+}
+
 TEST_CASE("the engine port: STARTTLS then garbage, a cut record, or silence never stop it") {
   TempDir dir;
   ServerProcess server(dir.path(), tls_flags());
