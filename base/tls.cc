@@ -92,8 +92,7 @@ Result<std::shared_ptr<const Context>> Context::make(Side side, const Files& fil
   SSL_CTX* ctx = SSL_CTX_new(side == Side::kServer ? TLS_server_method() : TLS_client_method());
   if (ctx == nullptr) return failure("tls: no context");
   // Owns ctx from here: every failure below frees it.
-  std::shared_ptr<const Context> out(
-      new Context(side, ctx, side == Side::kServer && !files.ca.empty(), !files.cert.empty()));
+  std::shared_ptr<const Context> out(new Context(side, ctx, !files.cert.empty()));
   SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
   SSL_CTX_set_options(ctx, SSL_OP_ENABLE_KTLS | SSL_OP_IGNORE_UNEXPECTED_EOF);
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
@@ -324,13 +323,6 @@ Status Session::write_all(const void* buf, size_t len, const timespec* deadline)
     }
   }
   return Status();
-}
-
-void Session::shutdown() {
-  std::lock_guard lock(mu_);
-  ERR_clear_error();
-  if (SSL_is_init_finished(ssl_) == 1) SSL_shutdown(ssl_);
-  ERR_clear_error();
 }
 
 PeerCertificate Session::peer() const {

@@ -60,21 +60,15 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   Side side() const { return side_; }
-  // The server asks for (and verifies) client certificates: a CA was given.
-  bool verifies_clients() const { return verifies_clients_; }
   // A certificate of its own was given (a client's, for mutual TLS).
   bool has_certificate() const { return has_certificate_; }
   SSL_CTX* native() const { return ctx_; }
 
  private:
-  Context(Side side, SSL_CTX* ctx, bool verifies_clients, bool has_certificate)
-      : side_(side),
-        ctx_(ctx),
-        verifies_clients_(verifies_clients),
-        has_certificate_(has_certificate) {}
+  Context(Side side, SSL_CTX* ctx, bool has_certificate)
+      : side_(side), ctx_(ctx), has_certificate_(has_certificate) {}
   Side side_;
   SSL_CTX* ctx_;
-  bool verifies_clients_;
   bool has_certificate_;
 };
 
@@ -125,8 +119,6 @@ class Session {
   // (read), a Status on failure or when the deadline passes (ETIMEDOUT). Null deadline: none.
   Result<bool> read_full(void* buf, size_t len, const timespec* deadline);
   Status write_all(const void* buf, size_t len, const timespec* deadline);
-  // Sends close_notify (best effort, never blocks).
-  void shutdown();
 
   // The peer's certificate. REQUIRES: handshake_done().
   PeerCertificate peer() const;
@@ -135,7 +127,6 @@ class Session {
   Status export_key(const std::string& label, void* out, size_t len) const;
   // OpenSSL sends (and receives) records through the kernel's TLS.
   bool kernel_tls() const;
-  int fd() const { return fd_; }
 
  private:
   Session(std::shared_ptr<const Context> context, SSL* ssl, int fd)
