@@ -25,6 +25,7 @@
 #include "tests/support/client_util.h"
 #include "tests/support/hostile.h"
 #include "tests/support/mount_process.h"
+#include "tests/support/mounted.h"
 #include "tests/support/server_process.h"
 
 using odafs::Client;
@@ -387,6 +388,96 @@ TEST_CASE("a call sent behind the AUTH_TLS probe, before its answer, closes the 
   auto client = Client::mount(server.url(), tls_options());
   write_file(*client, "/ok", "still serving");
   CHECK(read_file(*client, "/ok") == "still serving");
+}
+
+TEST_CASE(
+    "TLS changes nothing of who a local caller may be: an unprivileged one claiming root "
+    "is refused, and AUTH_TLS on another procedure is no credential" *
+    doctest::skip(geteuid() != 0) *
+    doctest::description(geteuid() != 0 ? "needs root: the child becomes uid 65534" : "")) {
+  TempDir dir;
+  ServerProcess server(dir.path(), tls_flags());  // the loopback default: kernel-named peers
+  auto context = odafs::tls::Context::make(odafs::tls::Context::Side::kClient,
+                                           odafs::tls::Files{"", "", pem("ca.pem")});
+  REQUIRE(context.ok());
+  auto channel_options = [&](uint32_t uid) {
+    odafs::rpc::Channel::Options co;
+    co.program = ODAFS_PROGRAM;
+    co.version = ODAFS_V2;
+    co.timeout_ms = 5000;
+    co.tls = *context;
+    co.tls_host = "127.0.0.1";
+    co.auth = odafs::rpc::AuthSysCred{uid, uid, "tls-test", {}};
+    return co;
+  };
+  // Mounts under TLS with that claim: 0 when MOUNT works, 1 when it is refused
+  // AUTH_BADCRED, 2 otherwise.
+  auto mount_as_claimed = [&](uint32_t uid) {
+    try {
+      odafs::rpc::Channel ch({"127.0.0.1", server.port()}, channel_options(uid));
+      mount_args a{};
+      a.path = const_cast<char*>("/");
+      mount_res res{};
+      ch.call(ODAFSPROC_MOUNT, odafs::rpc::to_xdrproc(xdr_mount_args), &a,
+              odafs::rpc::to_xdrproc(xdr_mount_res), &res);
+      const bool ok = res.status == ODAFS_OK;
+      xdr_free(odafs::rpc::to_xdrproc(xdr_mount_res), reinterpret_cast<char*>(&res));
+      return ok ? 0 : 2;
+    } catch (const odafs::rpc::RpcError& e) {
+      return e.kind() == odafs::rpc::RpcError::Kind::kDenied &&
+                     std::string(e.what()).find("AUTH_BADCRED") != std::string::npos
+                 ? 1
+                 : 2;
+    }
+  };
+  CHECK(odafs::test::as_nobody([&] { return mount_as_claimed(0); }) == 1);
+  CHECK(odafs::test::as_nobody([&] { return mount_as_claimed(odafs::test::kNobody); }) == 0);
+  CHECK(mount_as_claimed(0) == 0);  // root's own socket may claim root
+  // AUTH_TLS with a procedure other than NULL, raw: AUTH_BADCRED, nothing runs.
+  int fd = connect_to(server.port());
+  std::vector<char> record;
+  odafs::rpc::CallSpec spec{9, ODAFS_PROGRAM, ODAFS_V2, ODAFSPROC_MOUNT, {}, true};
+  mount_args a{};
+  a.path = const_cast<char*>("/");
+  auto len = odafs::rpc::encode_call_record(spec, odafs::rpc::to_xdrproc(xdr_mount_args), &a, 4096,
+                                            &record);
+  REQUIRE(len.ok());
+  REQUIRE(send(fd, record.data(), *len, MSG_NOSIGNAL) == static_cast<ssize_t>(*len));
+  char mark[4];
+  REQUIRE(recv(fd, mark, 4, MSG_WAITALL) == 4);
+  std::vector<char> body(odafs::rpc::read_record_mark(mark).length);
+  REQUIRE(recv(fd, body.data(), body.size(), MSG_WAITALL) == static_cast<ssize_t>(body.size()));
+  odafs::rpc::ReplyHeader h;
+  size_t at = 0;
+  REQUIRE(odafs::rpc::decode_reply_header(body.data(), body.size(), &h, &at));
+  CHECK(h.reply_stat == MSG_DENIED);
+  CHECK(h.auth_stat == AUTH_BADCRED);
+  close(fd);
+}
+
+TEST_CASE("a TLS mount rides a server restart: it reconnects under TLS, one-sided reads too") {
+  TempDir dir;
+  ServerProcess server(dir.path(), tls_flags());
+  const std::string data(65536, 'z');
+  {
+    auto w = Client::mount(server.url(), tls_options());
+    write_file(*w, "/kept", data);
+  }
+  MountOptions o = tls_options();
+  o.cache_blocks = 0;
+  o.local_rings = false;  // the engine's TCP path, under TLS
+  o.reconnect_window_ms = 10000;
+  auto c = Client::mount(server.url(), o);
+  CHECK(read_file(*c, "/kept") == data);
+  CHECK(read_file(*c, "/kept") == data);
+  const uint64_t before = c->stats().ordma_reads.load();
+  CHECK(before > 0);
+  server.restart();
+  CHECK(read_file(*c, "/kept") == data);  // a new connection, a new TLS session
+  CHECK(read_file(*c, "/kept") == data);  // by the new references, one-sided
+  CHECK(c->stats().ordma_reads.load() > before);
+  CHECK(c->engine_transport() == "tcp");
+  CHECK(server_stat(*c, "rpc.tls_sessions") >= 1);
 }
 
 TEST_CASE("the engine port: STARTTLS then garbage, a cut record, or silence never stop it") {
