@@ -94,6 +94,7 @@ struct Conn {
   // TLS (the client's HELLO asked for it): every later byte goes through it. Set by the
   // owner thread while unauthenticated, before any push can find the connection.
   std::unique_ptr<tls::Session> tls;
+  bool tls_up = false;  // its handshake is done (owner thread only)
   // Sized for HELLO until the connection authenticates, then kInBytes: a connection that
   // never says a word costs no input buffer.
   std::vector<unsigned char> in = std::vector<unsigned char>(wire::kHelloBytes);

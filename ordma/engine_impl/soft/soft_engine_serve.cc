@@ -14,18 +14,18 @@ bool SoftEngineImpl::take_turn(int ep, Conn* c, bool* more) {
   if (c->dead) return true;
   TurnBudget budget;
   bool filled = false;  // the read took all the room: the socket may hold more
-  if (c->tls && !c->tls->handshake_done()) {
+  if (c->tls && !c->tls_up) {
     Status step = c->tls->handshake();
     if (!step.ok() && step.errno_value() != EAGAIN) {
       stats_.bad_handshakes.fetch_add(1, std::memory_order_relaxed);
       ODAFS_LOG_WARN_THROTTLED("engine: TLS handshake failed: %s", step.message().c_str());
       return false;
     }
-    c->readable = c->readable || step.ok();  // its HELLO may have come with the last flight
+    c->tls_up = step.ok();
+    c->readable = c->readable || c->tls_up;  // its HELLO may have come with the last flight
   }
-  const bool tls_pending = c->tls && c->tls->handshake_done() && c->tls->has_pending();
-  if ((c->readable || tls_pending) && c->in_len < c->in.size() &&
-      c->backlog() < options_.max_backlog && (!c->tls || c->tls->handshake_done())) {
+  if ((c->readable || (c->tls_up && c->tls->has_pending())) && c->in_len < c->in.size() &&
+      c->backlog() < options_.max_backlog && (!c->tls || c->tls_up)) {
     c->readable = false;  // level-triggered: epoll says so again while bytes wait
     for (;;) {
       size_t room = c->in.size() - c->in_len;
@@ -61,7 +61,7 @@ bool SoftEngineImpl::take_turn(int ep, Conn* c, bool* more) {
   // (A TLS session may hold records the socket no longer shows.)
   *more = c->backlog() < options_.max_backlog &&
           ((budget.spent() && c->in_len >= wire::kReadRequestBytes) || filled ||
-           (c->tls && c->tls->handshake_done() && c->tls->has_pending()));
+           (c->tls_up && c->tls->has_pending()));
   return true;
 }
 
