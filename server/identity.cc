@@ -69,9 +69,7 @@ void become_server() {
 
 }  // namespace
 
-IdentityScope::IdentityScope(const rpc::CallerCred* cred, bool acting)
-    : cred_(cred), acting_(acting) {
-  if (!acting_) return;
+void act_as_caller(const rpc::CallerCred* cred) {
   if (cred == nullptr || !cred->auth_sys) throw rpc::CallRefused(AUTH_TOOWEAK);
   // A group equal to the fsgid adds nothing (the kernel checks the fsgid first), so it is
   // left out: root's usual [0] is then no groups, as the server's own.
@@ -84,6 +82,13 @@ IdentityScope::IdentityScope(const rpc::CallerCred* cred, bool acting)
     become_server();
     throw rpc::CallRefused(AUTH_BADCRED);
   }
+}
+
+void act_as_server() { become_server(); }
+
+IdentityScope::IdentityScope(const rpc::CallerCred* cred, bool acting)
+    : cred_(cred), acting_(acting) {
+  if (acting_) act_as_caller(cred);
 }
 
 IdentityScope::~IdentityScope() {

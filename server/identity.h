@@ -54,6 +54,12 @@ class IdentityScope {
   bool acting_;
 };
 
+// IdentityScope's two halves, for an owner that cannot hold a scope object (PosixStore's
+// CallerScope): act_as_caller switches this thread as the constructor does (and throws as
+// it does); act_as_server switches back, as the destructor does.
+void act_as_caller(const rpc::CallerCred* cred);
+void act_as_server();
+
 // The server's own identity inside a call made as a caller, for the server's own files
 // (the recovery record in --state-dir, which callers may not write): back to the
 // server's fsuid, fsgid and groups for the scope's life, then the caller's again. Does

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "doctest/doctest.h"
+#include "tests/support/ceph_cluster.h"
 #include "tests/support/server_process.h"
 
 #if ODAFS_HAVE_CEPHFS
@@ -24,49 +25,7 @@
 
 namespace {
 
-using odafs::test::TempDir;
-
-// The suite's cluster: started on first use, stopped at exit. Empty conf: why not.
-struct Cluster {
-  std::unique_ptr<TempDir> dir;
-  std::string conf;
-  std::string why_not;
-  Cluster() {
-#if !ODAFS_HAVE_CEPHFS
-    why_not = "needs libcephfs-dev (bash scripts/deps.sh libcephfs-dev), not found at build";
-#else
-    dir = std::make_unique<TempDir>();
-    const std::string out = dir->path() + "/start.out";
-    const std::string command = std::string("bash ") + ODAFS_SOURCE_DIR +
-                                "/scripts/ceph-cluster.sh start " + dir->path() + "/c >" + out +
-                                " 2>" + dir->path() + "/start.err";
-    const int status = std::system(command.c_str());
-    const std::string err = odafs::test::read_local(dir->path() + "/start.err");
-    if (status != 0) {
-      why_not =
-          "no Ceph cluster could start here: " +
-          err.substr(err.rfind("ceph-cluster:") == std::string::npos ? 0
-                                                                     : err.rfind("ceph-cluster:"));
-      return;
-    }
-    std::string text = odafs::test::read_local(out);
-    while (!text.empty() && text.back() == '\n') text.pop_back();
-    conf = text.substr(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
-#endif
-  }
-  ~Cluster() {
-    if (dir) {
-      const std::string command = std::string("bash ") + ODAFS_SOURCE_DIR +
-                                  "/scripts/ceph-cluster.sh stop " + dir->path() + "/c";
-      [[maybe_unused]] int ignored = std::system(command.c_str());
-    }
-  }
-};
-
-Cluster& cluster() {
-  static Cluster c;
-  return c;
-}
+using odafs::test::cluster;
 
 bool no_cluster() { return !cluster().why_not.empty(); }
 const char* skip_reason() { return no_cluster() ? cluster().why_not.c_str() : ""; }

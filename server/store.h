@@ -1,0 +1,216 @@
+// The file system under an export: everything the procedures ask of it (find a name,
+// open, read and write bytes, attributes, directory changes, listings, sync) behind one
+// interface, so that one odafsd can serve a local directory tree or a CephFS.
+//
+// Two implementations: PosixStore (server/store_impl/posix_store.h: a directory of this
+// machine, system calls on descriptors, as odafsd has always served) and CephStore
+// (server/store_impl/ceph_store.h: a CephFS through libcephfs's low-level API, built when
+// libcephfs is installed). tests/test_store.cc runs one conformance suite against both.
+//
+// Objects: a store hands out Objects, each a held reference to one file system object
+// (a descriptor on POSIX; an inode reference, plus an open file once opened for its bytes,
+// on CephFS). An Object found by lookup() is "held": it names the object and answers
+// stat(), directory operations and attribute changes; one from open() or create() also
+// reads and writes bytes.
+//
+// Identity: a store call runs as the caller of the CallerScope alive on its thread (as
+// the server itself when there is none, or when the scope does not act). POSIX: the
+// thread's file-system ids (setfsuid, IdentityScope's mechanism), so the kernel checks
+// permissions; CephFS: a UserPerm handed to every libcephfs call, so the MDS and the
+// client library check them. Either way the store, not the procedure, enforces POSIX
+// permissions on what it is asked to do; the procedures' own checks (the owner override
+// of data, ACCESS) come on top.
+//
+// Failures: Status / Result (base/status.h), the errno saying why.
+//
+// Thread-safety: every member function of a store is thread-safe; an Object may be used
+// by several threads at once (as a descriptor may), but moved or destroyed by one.
+#pragma once
+
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "base/status.h"
+
+namespace odafs::rpc {
+struct CallerCred;
+}  // namespace odafs::rpc
+
+namespace odafs::server {
+
+class Store;
+
+// What names one object of a store for its whole life, however it is reached: (device,
+// inode) on POSIX, where inode numbers are reused after a removal; (inode, snapshot id)
+// on CephFS, whose inode numbers are never reused and mean the same to every client of
+// the file system (what makes handles portable between gateways).
+struct ObjectId {
+  uint64_t a = 0;
+  uint64_t b = 0;
+  bool operator==(const ObjectId&) const = default;
+};
+
+// A held object. Move-only; released through its store when destroyed. Empty only when
+// default-constructed or moved from.
+class Object {
+ public:
+  Object() = default;
+  Object(Store* store, uintptr_t native) : store_(store), native_(native) {}
+  Object(Object&& other) noexcept
+      : store_(std::exchange(other.store_, nullptr)), native_(std::exchange(other.native_, 0)) {}
+  Object& operator=(Object&& other) noexcept;
+  Object(const Object&) = delete;
+  Object& operator=(const Object&) = delete;
+  ~Object();
+
+  explicit operator bool() const { return store_ != nullptr; }
+  // The store's own representation, for the store that made it.
+  uintptr_t native() const { return native_; }
+
+ private:
+  Store* store_ = nullptr;
+  uintptr_t native_ = 0;
+};
+
+// One directory entry of a listing. name is valid during the visit only.
+struct StoreDirEntry {
+  const char* name;
+  uint64_t fileid;       // the inode number
+  mode_t type;           // S_IFREG, S_IFDIR, ... (0: unknown)
+  uint64_t next_cookie;  // where a listing resumes after this entry
+};
+
+// How a listing visits entries: return false to stop (the entry is not consumed: a
+// listing resumed at its cookie starts with it). Deliberately a function reference, not a
+// std::function: a listing allocates nothing per entry.
+class DirVisitor {
+ public:
+  virtual bool visit(const StoreDirEntry& entry) = 0;
+
+ protected:
+  ~DirVisitor() = default;
+};
+
+// Which attributes set_attributes changes (any combination).
+struct AttrChange {
+  bool set_mode = false;
+  mode_t mode = 0;
+  bool set_owner = false;  // uid / gid of (uid_t)-1 / (gid_t)-1 keep that one
+  uid_t uid = static_cast<uid_t>(-1);
+  gid_t gid = static_cast<gid_t>(-1);
+  bool set_times = false;  // as utimensat: UTIME_NOW, UTIME_OMIT allowed
+  timespec times[2] = {{0, UTIME_OMIT}, {0, UTIME_OMIT}};
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // "posix" or "cephfs": for logs and STATS.
+  virtual const char* kind() const = 0;
+
+  // The export's root directory, held.
+  virtual Result<Object> root() = 0;
+
+  // The object `name` names in directory dir, held, and its attributes (a symlink there is
+  // the symlink itself). REQUIRES: name is one path component, or "." / "..".
+  virtual Result<Object> lookup(const Object& dir, const char* name, struct stat* st) = 0;
+  // The attributes of `name` in dir without holding it (no symlink followed).
+  virtual Status stat_at(const Object& dir, const char* name, struct stat* st) = 0;
+  virtual Status stat(const Object& obj, struct stat* st) = 0;
+  // The identity (see ObjectId) of an object with attributes st from this store.
+  virtual ObjectId id_of(const struct stat& st) const = 0;
+  // The object with this identity, held, where the store can find objects by identity
+  // alone (CephFS); ENOTSUP where it cannot (POSIX: that needs open_by_handle_at and
+  // CAP_DAC_READ_SEARCH), ESTALE when no such object exists any more.
+  virtual Result<Object> find(const ObjectId& id) = 0;
+
+  // A regular file (or directory, for O_RDONLY) opened for its bytes: flags O_RDONLY or
+  // O_RDWR (O_WRONLY reads as O_RDWR). Permission is checked as the caller.
+  virtual Result<Object> open(const Object& obj, int flags) = 0;
+  // Creates regular file `name` in dir with mode (no umask), opened O_RDWR, or (unless
+  // exclusive) opens the one there (O_RDWR, or O_RDONLY when the caller may not write
+  // it: *writable says which). *created says whether this call made it. EEXIST when
+  // exclusive and the name exists, or when anything but a regular file is there.
+  virtual Result<Object> create(const Object& dir, const char* name, mode_t mode, bool exclusive,
+                                struct stat* st, bool* created, bool* writable) = 0;
+  virtual Status mkdir(const Object& dir, const char* name, mode_t mode) = 0;
+  virtual Status symlink(const Object& dir, const char* name, const char* target) = 0;
+  // mode holds the type (S_IFIFO, S_IFSOCK, S_IFCHR, S_IFBLK) and the permission bits.
+  virtual Status mknod(const Object& dir, const char* name, mode_t mode, dev_t rdev) = 0;
+  // Removes `name`: a directory (rmdir) when directory, else any other object (unlink).
+  // A directory not empty is ENOTEMPTY.
+  virtual Status remove(const Object& dir, const char* name, bool directory) = 0;
+  // A directory not empty at the target is ENOTEMPTY.
+  virtual Status rename(const Object& from_dir, const char* from_name, const Object& to_dir,
+                        const char* to_name) = 0;
+  // A new name for obj (not a directory).
+  virtual Status link(const Object& obj, const Object& dir, const char* name) = 0;
+  // The target of symlink obj into buf (not NUL-terminated); its length, at most cap.
+  virtual Result<size_t> readlink(const Object& obj, char* buf, size_t cap) = 0;
+  virtual Status statfs(const Object& obj, struct statvfs* out) = 0;
+  // Mode, owner and times of obj (a symlink's own owner and times; its mode cannot be
+  // changed: EOPNOTSUPP). Changes are made in that order; the first failure stops them.
+  virtual Status set_attributes(const Object& obj, const AttrChange& change) = 0;
+  // The part of want (R_OK | W_OK | X_OK) the caller has on obj.
+  virtual int access(const Object& obj, int want) = 0;
+
+  // Visits the entries of directory dir but "." and "..", from cookie (0: the start).
+  // *eof: the listing reached the end. A cookie the store cannot resume from is EINVAL.
+  virtual Status list(const Object& dir, uint64_t cookie, DirVisitor& visitor, bool* eof) = 0;
+
+  // Bytes of an opened object, as pread(2)/pwrite(2): fewer only at end of file (read).
+  virtual Result<size_t> read(const Object& file, void* buf, size_t len, uint64_t offset) = 0;
+  virtual Result<size_t> write(const Object& file, const void* buf, size_t len,
+                               uint64_t offset) = 0;
+  virtual Status truncate(const Object& file, uint64_t size) = 0;
+  // Makes file's data (data_only) or data and metadata durable.
+  virtual Status sync(const Object& file, bool data_only) = 0;
+
+ private:
+  friend class Object;
+  friend class CallerScope;
+  // Object's destructor.
+  virtual void release(uintptr_t native) = 0;
+  // CallerScope's: begin acting as cred (when acting) on this thread, returning what end
+  // needs to restore the thread; throws rpc::CallRefused when the caller cannot be acted as.
+  virtual uintptr_t begin_caller(const rpc::CallerCred* cred, bool acting) = 0;
+  virtual void end_caller(uintptr_t restore) = 0;
+};
+
+// Acting as one call's caller: this thread's calls of `store` run as cred while it lives
+// (when acting; otherwise as the server). Throws rpc::CallRefused (AUTH_BADCRED when the
+// identity cannot be taken on, AUTH_TOOWEAK for AUTH_NONE) as IdentityScope does.
+// REQUIRES: destroyed on its thread; not nested with another scope of the same store.
+class CallerScope {
+ public:
+  CallerScope(Store& store, const rpc::CallerCred* cred, bool acting)
+      : store_(store), restore_(store.begin_caller(cred, acting)) {}
+  ~CallerScope() { store_.end_caller(restore_); }
+  CallerScope(const CallerScope&) = delete;
+  CallerScope& operator=(const CallerScope&) = delete;
+
+ private:
+  Store& store_;
+  uintptr_t restore_;
+};
+
+inline Object::~Object() {
+  if (store_ != nullptr) store_->release(native_);
+}
+
+inline Object& Object::operator=(Object&& other) noexcept {
+  if (this != &other) {
+    if (store_ != nullptr) store_->release(native_);
+    store_ = std::exchange(other.store_, nullptr);
+    native_ = std::exchange(other.native_, 0);
+  }
+  return *this;
+}
+
+}  // namespace odafs::server

@@ -1,0 +1,82 @@
+// CephStore: a CephFS as a Store (server/store.h), through libcephfs's low-level API
+// (ceph_ll_*), the interface nfs-ganesha's FSAL_CEPH uses.
+//
+// An Object holds an inode reference (ceph_ll_lookup and friends take one; release puts
+// it) and, once opened for its bytes, an open file (Fh, which pins its inode itself).
+// Inode numbers are never reused by CephFS and mean the same to every client of one file
+// system, so find() reaches any object by its ObjectId alone (ceph_ll_lookup_inode): what
+// lets several gateways accept each other's handles.
+//
+// Identity: CallerScope makes the thread's UserPerm (uid, gid, groups; one kept per thread
+// and reused while the caller stays the same, so a call allocates nothing); every
+// libcephfs call gets it, and the client library and the MDS check permissions by it. As
+// the server (no scope, or one that does not act): the mount's own UserPerm. No privilege
+// of the odafsd process is needed for either.
+//
+// Built only where libcephfs is installed (ODAFS_HAVE_CEPHFS); the translation unit that
+// includes libcephfs.h needs _FILE_OFFSET_BITS=64, which CMake sets for it alone. This
+// header does not include libcephfs.h.
+//
+// Thread-safety: as Store; libcephfs serialises inside its client.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "server/store.h"
+
+struct ceph_mount_info;
+
+namespace odafs::server {
+
+class CephStore final : public Store {
+ public:
+  struct Options {
+    std::string conf;        // ceph.conf of the cluster (its monitors and keyring)
+    std::string client_id;   // cephx name without "client." (empty: "admin")
+    std::string path = "/";  // the directory of the CephFS to export
+  };
+  // Connects and mounts. Fails with what libcephfs said (ENOENT for a missing path, say).
+  static Result<std::unique_ptr<CephStore>> connect(const Options& options);
+  ~CephStore() override;
+
+  // The libcephfs mount, for what the store does not wrap yet (delegations). Owned.
+  ceph_mount_info* mount_info() const { return cm_; }
+
+  const char* kind() const override { return "cephfs"; }
+  Result<Object> root() override;
+  Result<Object> lookup(const Object& dir, const char* name, struct stat* st) override;
+  Status stat_at(const Object& dir, const char* name, struct stat* st) override;
+  Status stat(const Object& obj, struct stat* st) override;
+  ObjectId id_of(const struct stat& st) const override;
+  Result<Object> find(const ObjectId& id) override;
+  Result<Object> open(const Object& obj, int flags) override;
+  Result<Object> create(const Object& dir, const char* name, mode_t mode, bool exclusive,
+                        struct stat* st, bool* created, bool* writable) override;
+  Status mkdir(const Object& dir, const char* name, mode_t mode) override;
+  Status symlink(const Object& dir, const char* name, const char* target) override;
+  Status mknod(const Object& dir, const char* name, mode_t mode, dev_t rdev) override;
+  Status remove(const Object& dir, const char* name, bool directory) override;
+  Status rename(const Object& from_dir, const char* from_name, const Object& to_dir,
+                const char* to_name) override;
+  Status link(const Object& obj, const Object& dir, const char* name) override;
+  Result<size_t> readlink(const Object& obj, char* buf, size_t cap) override;
+  Status statfs(const Object& obj, struct statvfs* out) override;
+  Status set_attributes(const Object& obj, const AttrChange& change) override;
+  int access(const Object& obj, int want) override;
+  Status list(const Object& dir, uint64_t cookie, DirVisitor& visitor, bool* eof) override;
+  Result<size_t> read(const Object& file, void* buf, size_t len, uint64_t offset) override;
+  Result<size_t> write(const Object& file, const void* buf, size_t len, uint64_t offset) override;
+  Status truncate(const Object& file, uint64_t size) override;
+  Status sync(const Object& file, bool data_only) override;
+
+ private:
+  explicit CephStore(ceph_mount_info* cm) : cm_(cm) {}
+  void release(uintptr_t native) override;
+  uintptr_t begin_caller(const rpc::CallerCred* cred, bool acting) override;
+  void end_caller(uintptr_t restore) override;
+
+  ceph_mount_info* const cm_;
+};
+
+}  // namespace odafs::server
