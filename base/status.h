@@ -10,7 +10,9 @@
 // The rule (issue #11): internally, functions return a Status or a Result<T>. Exceptions
 // are for the public C++ API only (odafs::Error, client/client.h), -1 with errno for the C
 // API (client/odafs.h) and for thin wrappers that deliberately mirror a system call (the
-// server's FileEnv, say): those say so where they are declared.
+// server's FileEnv, say): those say so where they are declared. The client follows it too
+// (issue #27): its internals pass Status and Result<T>, and only its public methods turn a
+// failure into an Error (odafs::or_throw, client/error.h).
 //
 // The error code is an errno value (never 0 for a failure) so that every layer maps it the
 // same way: the server to a protocol status (proto/status.h), the client to an Error. The
@@ -125,4 +127,46 @@ class [[nodiscard]] Result {
   std::variant<T, Status> v_;
 };
 
+namespace status_internal {
+// The Status of a Status or of a Result<T>, for the macros below.
+inline const Status& status_of(const Status& s) { return s; }
+inline Status status_of(Status&& s) { return std::move(s); }
+template <class T>
+Status status_of(const Result<T>& r) {
+  return r.status();
+}
+template <class T>
+Status status_of(Result<T>&& r) {
+  return std::move(r).status();
+}
+}  // namespace status_internal
+
 }  // namespace odafs
+
+// ODAFS_RETURN_IF_ERROR(expr): expr is a Status or a Result<T>; when it failed, returns its
+// Status from the enclosing function (which returns a Status or any Result<U>). expr is
+// evaluated once.
+//
+// ODAFS_ASSIGN_OR_RETURN(lhs, expr): expr is a Result<T>; when it holds a value,
+// `lhs = std::move(value)` (lhs may declare: `auto x`, `auto [a, b]`, `Attr a`), else
+// returns its Status as above. A statement, not an expression: not inside an unbraced if.
+// lhs may not hold an unparenthesised comma (`std::pair<A, B> p`: use auto).
+//
+// In a lambda: give it its return type (`[&]() -> Result<T> {...}` or `-> Status`); a
+// deduced one would see the macro's Status and the value as two different types.
+#define ODAFS_RETURN_IF_ERROR(expr)                                                  \
+  do {                                                                               \
+    if (auto&& odafs_status_or_result_ = (expr); !odafs_status_or_result_.ok()) {    \
+      return ::odafs::status_internal::status_of(                                    \
+          std::forward<decltype(odafs_status_or_result_)>(odafs_status_or_result_)); \
+    }                                                                                \
+  } while (false)
+
+#define ODAFS_STATUS_CONCAT_INNER_(a, b) a##b
+#define ODAFS_STATUS_CONCAT_(a, b) ODAFS_STATUS_CONCAT_INNER_(a, b)
+#define ODAFS_ASSIGN_OR_RETURN(lhs, expr) \
+  ODAFS_ASSIGN_OR_RETURN_IMPL_(ODAFS_STATUS_CONCAT_(odafs_result_, __LINE__), lhs, expr)
+#define ODAFS_ASSIGN_OR_RETURN_IMPL_(result, lhs, expr) \
+  auto result = (expr);                                 \
+  if (!result.ok()) return std::move(result).status();  \
+  lhs = std::move(result).value()
