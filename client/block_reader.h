@@ -35,11 +35,11 @@ class EngineClient;
 //
 //   while (!r.serve_without_rpc()) {       // File::pread; IoQueue does the same across
 //     r.start_rpc(call, &scratch);         // reap() calls, one READ in flight per read
-//     if (r.finish_rpc(call)) break;
+//     if (*r.finish_rpc(call)) break;      // (each checked: they return Status, Result)
 //   }
 //
-// Every step throws rpc::RpcError (transport; the caller decides about retrying on a new
-// mount, resuming at *done) or Error.
+// A failed step returns why; the caller decides about retrying (on a new mount, after a
+// lost connection), resuming at *done.
 class BlockReader {
  public:
   // fh and key: the file's handle and cache key. size_hint: the file's size as the caller
@@ -71,14 +71,14 @@ class BlockReader {
   // they fit there (no data cache; or whole blocks within len), else in *scratch, grown
   // to the span and kept for later reads. REQUIRES: serve_without_rpc() returned false;
   // *scratch and call are left alone until finish_rpc.
-  void start_rpc(rpc::Call& call, std::vector<char>* scratch);
+  Status start_rpc(rpc::Call& call, std::vector<char>* scratch);
   // Step 3, second half: waits for the READ (until call.deadline()), puts the references
   // it brought into the directory, keeps the whole blocks in the data cache and copies
   // the bytes asked for to out. Returns true when the file ended inside the span read
   // (the read is complete), false when serve_without_rpc() should go on.
-  bool finish_rpc(rpc::Call& call);
+  Result<bool> finish_rpc(rpc::Call& call);
   // All steps back to back, until the read is complete.
-  void run(rpc::Call& call, std::vector<char>* scratch);
+  Status run(rpc::Call& call, std::vector<char>* scratch);
 
  private:
   // Steps 1 and 2 for the block holding offset + *done: the bytes placed at out + *done,

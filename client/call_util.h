@@ -5,9 +5,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <system_error>
+#include <utility>
 
 #include "base/log.h"
+#include "base/net.h"
+#include "base/status.h"
 #include "client/client.h"
 #include "client/mount_state.h"
 #include "client/retry_policy.h"
@@ -22,19 +27,18 @@ namespace odafs {
 
 using rpc::to_xdrproc;
 
-// Error's what() already ends in ": " and the errno's text.
-[[noreturn]] inline void fail(int err, const std::string& what) { throw Error(err, what); }
-
+// A reply's status as a Status: ok, or the errno it maps to with `what` as the message.
 // Takes the enum by reference and reads its raw bits: a hostile reply may carry any
 // 32-bit status, and loading one outside odafs_stat's enumerators is undefined behaviour.
-inline void check(const odafs_stat& status, const std::string& what) {
+inline Status status_of(const odafs_stat& status, const std::string& what) {
   const auto raw = static_cast<int>(raw_enum(status));
   if (raw == ODAFS_ERR_BAD_STATEID) {
-    fail(EIO, what +
-                  " (the server had revoked this client's write delegation: its lease ran "
-                  "out before the bytes came back, and they are lost)");
+    return Status(EIO, what +
+                           " (the server had revoked this client's write delegation: its lease "
+                           "ran out before the bytes came back, and they are lost)");
   }
-  if (raw != ODAFS_OK) fail(errno_from_status(raw), what);
+  if (raw != ODAFS_OK) return Status(errno_from_status(raw), what);
+  return Status();
 }
 
 inline FileType file_type(const odafs_ftype& t) {
@@ -88,53 +92,103 @@ struct XdrFree {
   ~XdrFree() { xdr_free(proc, reinterpret_cast<char*>(obj)); }
 };
 
-inline void check_name(const std::string& name) {
-  if (name.size() > ODAFS_MAXNAMLEN) fail(ENAMETOOLONG, name.substr(0, 32) + "...");
+inline Status check_name(const std::string& name) {
+  if (name.size() > ODAFS_MAXNAMLEN) return Status(ENAMETOOLONG, name.substr(0, 32) + "...");
   // A C string would end at the NUL: "a\0b" would name "a".
-  if (name.find('\0') != std::string::npos) fail(EINVAL, "a name holding a NUL byte");
+  if (name.find('\0') != std::string::npos) return Status(EINVAL, "a name holding a NUL byte");
+  return Status();
 }
 
-// The Error an rpc::RpcError becomes at the API: the same errno, and its what() as the
-// message, after "context: " when a context is given. The one place that conversion is
-// written: every catch of an RpcError in the client ends in throw error_from(e).
-// Error's what() appends the errno's text itself, so the RpcError's bare message goes in.
-inline Error error_from(const rpc::RpcError& e) { return Error(e.code().value(), e.message()); }
-inline Error error_from(const rpc::RpcError& e, const std::string& context) {
-  return Error(e.code().value(), context + ": " + e.message());
+// s with "context: " before its message (ok stays ok).
+inline Status in_context(Status s, const std::string& context) {
+  if (s.ok()) return s;
+  return Status(s.errno_value(), context + ": " + s.message());
 }
 
-// Runs fn(), and again while it throws DELAY, as RetryPolicy says (client/retry_policy.h).
+// ---- The rpc/ layer throws rpc::RpcError; the client's internals take a Status. These are
+// the one place that conversion is written: the same errno, the RpcError's bare message
+// (an Error made from the Status appends the errno's text itself, as RpcError's what()).
+
+inline Status status_of(const rpc::RpcError& e) { return Status(e.code().value(), e.message()); }
+
+// Runs fn() (calls into rpc::Channel), an RpcError it throws returned as a Status (and its
+// kind in *kind, when given: for a caller that must tell a server without a procedure
+// from a transport failure).
+template <class Fn>
+Status rpc_status(Fn&& fn, rpc::RpcError::Kind* kind = nullptr) {
+  try {
+    fn();
+    return Status();
+  } catch (const rpc::RpcError& e) {
+    if (kind != nullptr) *kind = e.kind();
+    return status_of(e);
+  }
+}
+
+// rpc::Channel::call, start, wait and wait_until, answering a Status.
+inline Status call_rpc(rpc::Channel& ch, uint32_t proc, xdrproc_t xargs, const void* args,
+                       xdrproc_t xres, void* res, rpc::RpcError::Kind* kind = nullptr) {
+  return rpc_status([&] { ch.call(proc, xargs, args, xres, res); }, kind);
+}
+inline Status start_rpc(rpc::Channel& ch, rpc::Call& call, uint32_t proc, xdrproc_t xargs,
+                        const void* args) {
+  return rpc_status([&] { ch.start(call, proc, xargs, args); });
+}
+inline Status wait_rpc(rpc::Channel& ch, rpc::Call& call, XDR* results) {
+  return rpc_status([&] { ch.wait(call, results); });
+}
+inline Status wait_rpc_until(rpc::Channel& ch, rpc::Call& call, XDR* results, timespec deadline) {
+  return rpc_status([&] { ch.wait_until(call, results, deadline); });
+}
+
+// A new channel to server. Its constructor throws RpcError when TLS cannot start and
+// std::system_error when the connection cannot be made (errno 0 there reads as
+// ECONNREFUSED).
+inline Result<std::shared_ptr<rpc::Channel>> connect_channel(const net::Endpoint& server,
+                                                             rpc::Channel::Options options) {
+  try {
+    return std::make_shared<rpc::Channel>(server, std::move(options));
+  } catch (const rpc::RpcError& e) {
+    return status_of(e);
+  } catch (const std::system_error& e) {
+    return Status(e.code().value() ? e.code().value() : ECONNREFUSED, e.what());
+  }
+}
+
+// ---- Retrying (client/retry_policy.h). fn returns a Status or a Result<T>; the helpers
+// decide by its errno_value(), and return what the last run of fn returned.
+
+// Runs fn(), and again while it fails DELAY, as RetryPolicy says.
 template <class Fn>
 auto retry_delayed(int timeout_ms, Fn&& fn) -> decltype(fn()) {
   RetryPolicy policy(timeout_ms);
   for (;;) {
-    try {
-      return fn();
-    } catch (const Error& e) {
-      if (e.errno_value() != kDelayErrno || !policy.again_after_delay()) throw;
-    }
+    auto r = fn();
+    if (r.errno_value() != kDelayErrno || !policy.again_after_delay()) return r;
   }
 }
 
+// A lost connection is told by the failed call's channel: broken() now. The rpc layer
+// breaks a channel only when the connection failed under it (a send or receive failed,
+// the server closed it, a malformed record), so a failure on a broken channel is that, or
+// one that raced with it (which RpcError's kind told apart before; the difference does not
+// matter): either way an idempotent call may go once more on the new mount, and no other.
 template <class Fn>
 auto Client::with_mount(bool idempotent, Fn&& fn)
     -> decltype(fn(std::declval<const MountState&>())) {
   RetryPolicy policy(options_.timeout_ms);
   for (;;) {
-    std::shared_ptr<const MountState> m = mount_state();
-    try {
-      return fn(*m);
-    } catch (const Error& e) {
-      if (e.errno_value() == kDelayErrno && policy.again_after_delay()) continue;
-      throw;
-    } catch (const rpc::RpcError& e) {
-      bool lost = e.kind() == rpc::RpcError::Kind::kTransport && m->channel->broken();
-      if (lost && policy.again_after_lost_connection(idempotent)) {
-        ODAFS_LOG_WARN("odafs: connection lost (%s); reconnecting", e.what());
-        continue;
-      }
-      throw error_from(e);
+    auto m = mount_state();
+    if (!m.ok()) return std::move(m).status();
+    auto r = fn(**m);
+    if (r.ok()) return r;
+    if (r.errno_value() == kDelayErrno && policy.again_after_delay()) continue;
+    if ((*m)->channel->broken() && policy.again_after_lost_connection(idempotent)) {
+      ODAFS_LOG_WARN("odafs: connection lost (%s); reconnecting",
+                     status_internal::status_of(r).to_string().c_str());
+      continue;
     }
+    return r;
   }
 }
 
@@ -143,12 +197,10 @@ auto Client::again_after_restart(Fn&& fn) -> decltype(fn()) {
   const uint64_t before = mounts_.load(std::memory_order_acquire);
   RetryPolicy policy(options_.timeout_ms);
   for (;;) {
-    try {
-      return fn();
-    } catch (const Error& e) {
-      const bool remounted = mounts_.load(std::memory_order_acquire) != before;
-      if (e.errno_value() != ESTALE || !remounted || !policy.again_after_stale()) throw;
-    }
+    auto r = fn();
+    if (r.errno_value() != ESTALE) return r;
+    const bool remounted = mounts_.load(std::memory_order_acquire) != before;
+    if (!remounted || !policy.again_after_stale()) return r;
   }
 }
 

@@ -63,32 +63,34 @@ struct BlockRef {
 // Decodes a READ reply whose RPC header `x` is past; the payload is already in buf when
 // the reply came pre-posted, else it is copied out of the reply here. The references of
 // the trailer go to *refs (cleared first).
-size_t decode_read_reply(const rpc::Call& call, XDR* x, void* buf, size_t len, bool* eof,
-                         std::vector<BlockRef>* refs) {
+Result<size_t> decode_read_reply(const rpc::Call& call, XDR* x, void* buf, size_t len, bool* eof,
+                                 std::vector<BlockRef>* refs) {
   odafs_stat status;
   odafs_fattr attr;
   bool_t at_eof = FALSE;
   u_int n = 0;
   refs->clear();
-  if (!xdr_odafs_stat(x, &status)) fail(EPROTO, "read: malformed reply");
-  check(status, "read");
+  if (!xdr_odafs_stat(x, &status)) return Status(EPROTO, "read: malformed reply");
+  ODAFS_RETURN_IF_ERROR(status_of(status, "read"));
   if (!xdr_odafs_fattr(x, &attr) || !xdr_bool(x, &at_eof) || !xdr_u_int(x, &n) || n > len) {
-    fail(EPROTO, "read: malformed reply");
+    return Status(EPROTO, "read: malformed reply");
   }
   if (std::optional<size_t> posted = call.posted_length()) {
-    if (*posted != n) fail(EPROTO, "read: posted length mismatch");
+    if (*posted != n) return Status(EPROTO, "read: posted length mismatch");
   } else if (!xdr_opaque(x, static_cast<char*>(buf), n)) {
-    fail(EPROTO, "read: truncated reply");
+    return Status(EPROTO, "read: truncated reply");
   }
   u_int nrefs = 0;
-  if (!xdr_u_int(x, &nrefs) || nrefs > ODAFS_MAXREFS) fail(EPROTO, "read: malformed references");
+  if (!xdr_u_int(x, &nrefs) || nrefs > ODAFS_MAXREFS) {
+    return Status(EPROTO, "read: malformed references");
+  }
   for (u_int i = 0; i < nrefs; ++i) {
     odafs_ref wire{};
-    if (!xdr_odafs_ref(x, &wire)) fail(EPROTO, "read: malformed references");
+    if (!xdr_odafs_ref(x, &wire)) return Status(EPROTO, "read: malformed references");
     refs->push_back({wire.block, ordma::reference_from_wire(wire)});
   }
   if (eof != nullptr) *eof = at_eof;
-  return n;
+  return size_t{n};
 }
 
 // Puts a READ reply's references into the mount's directory.
@@ -102,8 +104,8 @@ void keep_references(const MountState& m, uint64_t key, const std::vector<BlockR
 
 // ---------------------------------------------------------------- connection and mount
 
-Client::Client(const std::string& url, MountOptions options)
-    : url_(url), options_(options), read_mode_(options.read_mode) {}
+Client::Client(const std::string& url, MountOptions options, ClientOwner owner)
+    : url_(url), options_(options), read_mode_(options.read_mode), owner_(owner) {}
 
 Client::~Client() {
   stop_reconnecting();
@@ -117,14 +119,9 @@ Client::~Client() {
 }
 
 std::unique_ptr<Client> Client::mount(const std::string& url, MountOptions options) {
-  Url parsed;
-  try {
-    parsed = parse_url(url);
-  } catch (const std::invalid_argument& e) {
-    throw Error(EINVAL, e.what());
-  }
+  Url parsed = or_throw(parse_url(url));
   apply_url_options(parsed, &options);  // the URL's word wins
-  std::unique_ptr<Client> client(new Client(url, options));
+  std::unique_ptr<Client> client(new Client(url, options, or_throw(make_owner())));
   if (options.tls) {
     Result<std::shared_ptr<const tls::Context>> context = tls::Context::make(
         tls::Context::Side::kClient, tls::Files{options.tls_cert, options.tls_key, options.tls_ca});
@@ -133,11 +130,11 @@ std::unique_ptr<Client> Client::mount(const std::string& url, MountOptions optio
     client->tls_host_ = parsed.server.host;
   }
   client->mount_path_ = parsed.path;
-  client->mount_state();  // connects and mounts
+  or_throw(client->mount_state());  // connects and mounts
   return client;
 }
 
-std::shared_ptr<const MountState> Client::mount_state() {
+Result<std::shared_ptr<const MountState>> Client::mount_state() {
   std::shared_ptr<const MountState> m = mount_.load();
   if (m && !m->channel->broken()) return m;
   std::lock_guard lock(remount_mu_);
@@ -147,47 +144,36 @@ std::shared_ptr<const MountState> Client::mount_state() {
       std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.reconnect_window_ms);
   auto pause = std::chrono::milliseconds(50);
   for (;;) {
-    try {
-      return remount();
-    } catch (const Error& e) {
-      int err = e.errno_value();
-      bool server_away = err == ECONNREFUSED || err == ECONNRESET || err == EPIPE;
-      auto now = std::chrono::steady_clock::now();
-      if (!server_away || now + pause > give_up) throw;
-    }
+    Result<std::shared_ptr<const MountState>> mounted = remount();
+    const int err = mounted.errno_value();
+    const bool server_away = err == ECONNREFUSED || err == ECONNRESET || err == EPIPE;
+    if (!server_away || std::chrono::steady_clock::now() + pause > give_up) return mounted;
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(1000));
   }
 }
 
-std::shared_ptr<const MountState> Client::remount() {
+Result<std::shared_ptr<const MountState>> Client::remount() {
   auto m = std::make_shared<MountState>();
-  try {
-    m->channel = std::make_shared<rpc::Channel>(parse_url(url_).server,
-                                                channel_options(options_, tls_context_, tls_host_));
-  } catch (const rpc::RpcError& e) {  // TLS could not start: say why, once
-    throw Error(e.code().value(), e.message());
-  } catch (const std::system_error& e) {
-    throw Error(e.code().value() ? e.code().value() : ECONNREFUSED, e.what());
-  }
+  ODAFS_ASSIGN_OR_RETURN(Url url, parse_url(url_));
+  ODAFS_ASSIGN_OR_RETURN(
+      m->channel, connect_channel(url.server, channel_options(options_, tls_context_, tls_host_)));
   mount_args args{};
   args.path = mount_path_.data();
   mount_res res{};
   XdrFree<mount_res> guard{to_xdrproc(xdr_mount_res), &res};
-  try {
-    m->channel->call(ODAFSPROC_MOUNT, to_xdrproc(xdr_mount_args), &args, to_xdrproc(xdr_mount_res),
-                     &res);
-  } catch (const rpc::RpcError& e) {
-    throw error_from(e, "mount " + url_);
-  }
-  check(res.status, "mount " + url_);
+  ODAFS_RETURN_IF_ERROR(
+      in_context(call_rpc(*m->channel, ODAFSPROC_MOUNT, to_xdrproc(xdr_mount_args), &args,
+                          to_xdrproc(xdr_mount_res), &res),
+                 "mount " + url_));
+  ODAFS_RETURN_IF_ERROR(status_of(res.status, "mount " + url_));
   const mount_ok& ok = res.mount_res_u.ok;
   // The client sizes its cache and its requests from these: a server's word is not
   // enough to make it allocate gigabytes.
   if (ok.block_size < ODAFS_MINBLOCK || ok.block_size > ODAFS_MAXBLOCK ||
       (ok.block_size & (ok.block_size - 1)) != 0) {
-    fail(EPROTO, "mount " + url_ + ": server block size " + std::to_string(ok.block_size) +
-                     " is not a power of two in [4096, 65536]");
+    return Status(EPROTO, "mount " + url_ + ": server block size " + std::to_string(ok.block_size) +
+                              " is not a power of two in [4096, 65536]");
   }
   m->root = get_fh(ok.root);
   ServerLimits& limits = m->limits;
@@ -206,9 +192,10 @@ std::shared_ptr<const MountState> Client::remount() {
   const MountState* mount = m.get();
   m->delegations = std::make_shared<Delegations>(
       m->channel.get(), m->cache.get(), options_.delegated_bytes, options_.delegated_write_back_ms,
-      [this, mount](const Handle& fh, const OpenFiles::Ref& kept) {
+      [this, mount](const Handle& fh, const OpenFiles::Ref& kept) -> Result<bool> {
         OpenFiles::Ref sf = kept ? kept : open_files_.find(cache_key(fh));
-        return sf && write_back(*mount, fh, *sf);
+        if (!sf) return false;
+        return write_back(*mount, fh, *sf);
       },
       [this](const Handle& fh, OpenFiles::Ref& sf) { open_files_.release(cache_key(fh), sf); },
       [this] { reconnect_soon(); },
@@ -217,18 +204,16 @@ std::shared_ptr<const MountState> Client::remount() {
       });
   // Named, this client may be granted write delegations, and reclaim what the last mount's
   // kept if the server restarted: before anything else goes out on the new mount.
-  const bool may_reclaim = name_client(*m);
+  ODAFS_ASSIGN_OR_RETURN(const bool may_reclaim, name_client(*m));
   if (std::shared_ptr<const MountState> old = mount_.load()) {
     reclaim(*m, *old->delegations, may_reclaim);
   }
   if (may_reclaim) {
     stat_res done{};
-    try {
-      m->channel->call(ODAFSPROC_RECLAIM_COMPLETE, to_xdrproc(rpc::xdr_nothing), nullptr,
-                       to_xdrproc(xdr_stat_res), &done);
-    } catch (const rpc::RpcError& e) {
-      throw error_from(e, "reclaim complete");
-    }
+    ODAFS_RETURN_IF_ERROR(
+        in_context(call_rpc(*m->channel, ODAFSPROC_RECLAIM_COMPLETE, to_xdrproc(rpc::xdr_nothing),
+                            nullptr, to_xdrproc(xdr_stat_res), &done),
+                   "reclaim complete"));
   }
   std::weak_ptr<Delegations> delegations = m->delegations;
   m->channel->set_callback_handler([delegations](const rpc::CallHeader& h, XDR* args) {
@@ -289,35 +274,43 @@ void Client::forget_data(uint64_t key, uint64_t offset, uint64_t len) {
 // ---------------------------------------------------------------- handle calls
 
 std::pair<Handle, Attr> Client::lookup(const Handle& dir, const std::string& name) {
-  check_name(name);
+  return or_throw(try_lookup(dir, name));
+}
+
+Result<std::pair<Handle, Attr>> Client::try_lookup(const Handle& dir, const std::string& name) {
+  ODAFS_RETURN_IF_ERROR(check_name(name));
   // A file under a delegation keeps its name and attributes until it is recalled: another
   // client's rename, removal or change of it recalls first. Only a file of one link: this
   // client's removal of another name of it changes its link count unseen by the entry.
   std::pair<Handle, Attr> found;
   bool write = false;
-  if (delegated(*mount_state(), dir, name, &found.first, &found.second, &write) &&
-      found.second.nlink <= 1) {
+  ODAFS_ASSIGN_OR_RETURN(auto m, mount_state());
+  if (delegated(*m, dir, name, &found.first, &found.second, &write) && found.second.nlink <= 1) {
     stats_.delegated_lookups.fetch_add(1, std::memory_order_relaxed);
     return found;
   }
-  return with_channel(true, [&](rpc::Channel& ch) {
+  return with_channel(true, [&](rpc::Channel& ch) -> Result<std::pair<Handle, Attr>> {
     diropargs args{};
     put_fh(args.dir, dir);
     args.name = const_cast<char*>(name.c_str());
     dirop_res res{};
-    ch.call(ODAFSPROC_LOOKUP, to_xdrproc(xdr_diropargs), &args, to_xdrproc(xdr_dirop_res), &res);
-    check(res.status, "lookup " + name);
+    ODAFS_RETURN_IF_ERROR(call_rpc(ch, ODAFSPROC_LOOKUP, to_xdrproc(xdr_diropargs), &args,
+                                   to_xdrproc(xdr_dirop_res), &res));
+    ODAFS_RETURN_IF_ERROR(status_of(res.status, "lookup " + name));
     return std::make_pair(get_fh(res.dirop_res_u.ok.fh), to_attr(res.dirop_res_u.ok.attr));
   });
 }
 
-Attr Client::getattr(const Handle& fh) {
-  return with_channel(true, [&](rpc::Channel& ch) {
+Attr Client::getattr(const Handle& fh) { return or_throw(try_getattr(fh)); }
+
+Result<Attr> Client::try_getattr(const Handle& fh) {
+  return with_channel(true, [&](rpc::Channel& ch) -> Result<Attr> {
     getattr_args args{};
     put_fh(args.fh, fh);
     attr_res res{};
-    ch.call(ODAFSPROC_GETATTR, to_xdrproc(xdr_getattr_args), &args, to_xdrproc(xdr_attr_res), &res);
-    check(res.status, "getattr");
+    ODAFS_RETURN_IF_ERROR(call_rpc(ch, ODAFSPROC_GETATTR, to_xdrproc(xdr_getattr_args), &args,
+                                   to_xdrproc(xdr_attr_res), &res));
+    ODAFS_RETURN_IF_ERROR(status_of(res.status, "getattr"));
     return with_writes_behind(fh, to_attr(res.attr_res_u.attr));
   });
 }
@@ -335,8 +328,8 @@ Attr Client::with_writes_behind(const Handle& fh, Attr a) const {
   return a;
 }
 
-void Client::start_rpc_read(const MountState& m, rpc::Call& call, const Handle& fh, void* buf,
-                            size_t len, uint64_t offset) {
+Status Client::start_rpc_read(const MountState& m, rpc::Call& call, const Handle& fh, void* buf,
+                              size_t len, uint64_t offset) {
   read_args args{};
   put_fh(args.fh, fh);
   args.offset = offset;
@@ -344,39 +337,45 @@ void Client::start_rpc_read(const MountState& m, rpc::Call& call, const Handle& 
   args.session = session_for_reads(m);
   stats_.rpc_reads.fetch_add(1, std::memory_order_relaxed);
   if (read_mode() != ReadMode::kInline) call.post(buf, len, kReadReplyHeaderBytes);
-  m.channel->start(call, ODAFSPROC_READ, to_xdrproc(xdr_read_args), &args);
+  return start_rpc(*m.channel, call, ODAFSPROC_READ, to_xdrproc(xdr_read_args), &args);
 }
 
-size_t Client::finish_rpc_read(const MountState& m, rpc::Call& call, uint64_t key, void* buf,
-                               size_t len, bool* eof) {
+Result<size_t> Client::finish_rpc_read(const MountState& m, rpc::Call& call, uint64_t key,
+                                       void* buf, size_t len, bool* eof) {
   thread_local std::vector<BlockRef> refs;  // keeps its capacity: no allocation per read
   XDR x;
-  m.channel->wait_until(call, &x, call.deadline());
-  size_t n = decode_read_reply(call, &x, buf, len, eof, &refs);
+  ODAFS_RETURN_IF_ERROR(wait_rpc_until(*m.channel, call, &x, call.deadline()));
+  ODAFS_ASSIGN_OR_RETURN(size_t n, decode_read_reply(call, &x, buf, len, eof, &refs));
   keep_references(m, key, refs, &stats_);
   stats_.rpc_bytes.fetch_add(n, std::memory_order_relaxed);
   return n;
 }
 
-size_t Client::rpc_read(const MountState& m, rpc::Call& call, const Handle& fh, uint64_t key,
-                        void* buf, size_t len, uint64_t offset, bool* eof) {
-  start_rpc_read(m, call, fh, buf, len, offset);
+Result<size_t> Client::rpc_read(const MountState& m, rpc::Call& call, const Handle& fh,
+                                uint64_t key, void* buf, size_t len, uint64_t offset, bool* eof) {
+  ODAFS_RETURN_IF_ERROR(start_rpc_read(m, call, fh, buf, len, offset));
   return finish_rpc_read(m, call, key, buf, len, eof);
 }
 
 size_t Client::read(const Handle& fh, void* buf, size_t len, uint64_t offset, bool* eof) {
+  return or_throw(try_read(fh, buf, len, offset, eof));
+}
+
+Result<size_t> Client::try_read(const Handle& fh, void* buf, size_t len, uint64_t offset,
+                                bool* eof) {
   thread_local rpc::Call call;
   const uint64_t key = cache_key(fh);
   size_t done = 0;
   *eof = false;
+  auto read_chunk = [&](const MountState& m) -> Result<size_t> {
+    size_t chunk = std::min<size_t>(len - done, m.limits.max_read);
+    ODAFS_ASSIGN_OR_RETURN(size_t got, rpc_read(m, call, fh, key, static_cast<char*>(buf) + done,
+                                                chunk, offset + done, eof));
+    if (got < chunk) *eof = true;
+    return got;
+  };
   while (done < len && !*eof) {
-    size_t n = with_mount(true, [&](const MountState& m) {
-      size_t chunk = std::min<size_t>(len - done, m.limits.max_read);
-      size_t got =
-          rpc_read(m, call, fh, key, static_cast<char*>(buf) + done, chunk, offset + done, eof);
-      if (got < chunk) *eof = true;
-      return got;
-    });
+    ODAFS_ASSIGN_OR_RETURN(size_t n, with_mount(true, read_chunk));
     done += n;
   }
   return done;
@@ -392,78 +391,78 @@ AsyncRead::AsyncRead(AsyncRead&& other) noexcept
       in_flight_(std::exchange(other.in_flight_, false)) {}
 AsyncRead::~AsyncRead() {
   if (in_flight_) {
-    // The reply would land in a buffer nobody waits for: collect it first.
-    try {
-      XDR x;
-      mount_->channel->wait(*call_, &x);
-    } catch (const std::exception&) {
-    }
+    // The reply would land in a buffer nobody waits for: collect it first (its failure
+    // has no one to go to).
+    XDR x;
+    (void)wait_rpc(*mount_->channel, *call_, &x);
   }
 }
 
 void Client::start_read(AsyncRead& op, const Handle& fh, void* buf, size_t len, uint64_t offset) {
-  if (op.in_flight_) fail(EBUSY, "start_read: the AsyncRead is in flight");
-  op.mount_ = mount_state();
+  if (op.in_flight_) throw Error(EBUSY, "start_read: the AsyncRead is in flight");
+  op.mount_ = or_throw(mount_state());
   if (len > op.mount_->limits.max_read) {
-    fail(EINVAL, "start_read: longer than the server's max_read");
+    throw Error(EINVAL, "start_read: longer than the server's max_read");
   }
   op.key_ = cache_key(fh);
   op.buf_ = buf;
   op.len_ = len;
-  try {
-    start_rpc_read(*op.mount_, *op.call_, fh, buf, len, offset);
-  } catch (const rpc::RpcError& e) {
-    throw error_from(e);
-  }
+  or_throw(start_rpc_read(*op.mount_, *op.call_, fh, buf, len, offset));
   op.in_flight_ = true;
 }
 
 size_t Client::finish_read(AsyncRead& op, bool* eof) {
-  if (!op.in_flight_) fail(EINVAL, "finish_read: nothing in flight");
+  if (!op.in_flight_) throw Error(EINVAL, "finish_read: nothing in flight");
   op.in_flight_ = false;
-  try {
-    return finish_rpc_read(*op.mount_, *op.call_, op.key_, op.buf_, op.len_, eof);
-  } catch (const rpc::RpcError& e) {
-    throw error_from(e);
-  }
+  return or_throw(finish_rpc_read(*op.mount_, *op.call_, op.key_, op.buf_, op.len_, eof));
 }
 
-void Client::start_write(const MountState& m, rpc::Call& call, const Handle& fh, const void* buf,
-                         size_t len, uint64_t offset, Stability how) {
+Status Client::start_write(const MountState& m, rpc::Call& call, const Handle& fh, const void* buf,
+                           size_t len, uint64_t offset, Stability how) {
   write_args args{};
   put_fh(args.fh, fh);
   args.offset = offset;
   args.stable = static_cast<odafs_stable_how>(how);
   args.data.data_len = static_cast<u_int>(len);
   args.data.data_val = static_cast<char*>(const_cast<void*>(buf));
-  m.channel->start(call, ODAFSPROC_WRITE, to_xdrproc(xdr_write_args), &args);
+  return start_rpc(*m.channel, call, ODAFSPROC_WRITE, to_xdrproc(xdr_write_args), &args);
 }
 
-size_t Client::finish_write(const MountState& m, rpc::Call& call, size_t len, WriteVerifier* verf,
-                            int* committed, uint64_t* size_after) {
+Result<size_t> Client::finish_write(const MountState& m, rpc::Call& call, size_t len,
+                                    WriteVerifier* verf, int* committed, uint64_t* size_after) {
   XDR x;
-  m.channel->wait_until(call, &x, call.deadline());
+  ODAFS_RETURN_IF_ERROR(wait_rpc_until(*m.channel, call, &x, call.deadline()));
   write_res res{};
-  if (!xdr_write_res(&x, &res)) fail(EPROTO, "write: malformed reply");
-  check(res.status, "write");
+  if (!xdr_write_res(&x, &res)) return Status(EPROTO, "write: malformed reply");
+  ODAFS_RETURN_IF_ERROR(status_of(res.status, "write"));
   std::memcpy(verf->data(), res.write_res_u.ok.verf, verf->size());
   *committed = static_cast<int>(raw_enum(res.write_res_u.ok.committed));
-  if (res.write_res_u.ok.count == 0 && len > 0) fail(EIO, "write: server wrote nothing");
-  if (res.write_res_u.ok.count > len) fail(EPROTO, "write: server wrote more than was sent");
+  if (res.write_res_u.ok.count == 0 && len > 0) return Status(EIO, "write: server wrote nothing");
+  if (res.write_res_u.ok.count > len) {
+    return Status(EPROTO, "write: server wrote more than was sent");
+  }
   if (size_after != nullptr) {
     *size_after = res.write_res_u.ok.attr.size;
-    if (*size_after < res.write_res_u.ok.count) fail(EPROTO, "write: size after below the write");
+    if (*size_after < res.write_res_u.ok.count) {
+      return Status(EPROTO, "write: size after below the write");
+    }
   }
   return static_cast<size_t>(res.write_res_u.ok.count);
 }
 
 size_t Client::write(const Handle& fh, const void* buf, size_t len, uint64_t offset, Stability how,
                      WriteVerifier* verf, int* committed, uint64_t* size_after) {
-  return with_mount(offset != kAppendOffset, [&](const MountState& m) {
+  return or_throw(try_write(fh, buf, len, offset, how, verf, committed, size_after));
+}
+
+Result<size_t> Client::try_write(const Handle& fh, const void* buf, size_t len, uint64_t offset,
+                                 Stability how, WriteVerifier* verf, int* committed,
+                                 uint64_t* size_after) {
+  return with_mount(offset != kAppendOffset, [&](const MountState& m) -> Result<size_t> {
     thread_local rpc::Call call;
-    start_write(m, call, fh, buf, len, offset, how);
+    ODAFS_RETURN_IF_ERROR(start_write(m, call, fh, buf, len, offset, how));
     uint64_t after = 0;
-    size_t n = finish_write(m, call, len, verf, committed, &after);
+    ODAFS_ASSIGN_OR_RETURN(size_t n, finish_write(m, call, len, verf, committed, &after));
     if (size_after != nullptr) *size_after = after;
     // This client's own write (see delegations.h); under a write delegation no open
     // revalidates the cache, so its old copies go here.
@@ -476,59 +475,63 @@ size_t Client::write(const Handle& fh, const void* buf, size_t len, uint64_t off
   });
 }
 
-WriteVerifier Client::commit(const Handle& fh) {
+WriteVerifier Client::commit(const Handle& fh) { return or_throw(try_commit(fh)); }
+
+Result<WriteVerifier> Client::try_commit(const Handle& fh) {
   return with_mount(true, [&](const MountState& m) { return commit_on(m, fh); });
 }
 
-WriteVerifier Client::commit_on(const MountState& m, const Handle& fh) {
+Result<WriteVerifier> Client::commit_on(const MountState& m, const Handle& fh) {
   commit_args args{};
   put_fh(args.fh, fh);
   commit_res res{};
-  m.channel->call(ODAFSPROC_COMMIT, to_xdrproc(xdr_commit_args), &args, to_xdrproc(xdr_commit_res),
-                  &res);
-  check(res.status, "commit");
+  ODAFS_RETURN_IF_ERROR(call_rpc(*m.channel, ODAFSPROC_COMMIT, to_xdrproc(xdr_commit_args), &args,
+                                 to_xdrproc(xdr_commit_res), &res));
+  ODAFS_RETURN_IF_ERROR(status_of(res.status, "commit"));
   WriteVerifier v;
   std::memcpy(v.data(), res.commit_res_u.verf, v.size());
   return v;
 }
 
-Attr Client::setattr_size(const Handle& fh, uint64_t size) {
+Result<Attr> Client::setattr_size(const Handle& fh, uint64_t size) {
   setattr_args args{};
   args.size.set = TRUE;
   args.size.odafs_set_u64_u.value = size;
   return setattr(fh, args, "truncate");
 }
 
-Attr Client::setattr(const Handle& fh, setattr_args& args, const std::string& what) {
-  forget_delegation(fh);
-  return with_channel(true, [&](rpc::Channel& ch) {
+Result<Attr> Client::setattr(const Handle& fh, setattr_args& args, const std::string& what) {
+  ODAFS_RETURN_IF_ERROR(forget_delegation(fh));
+  return with_channel(true, [&](rpc::Channel& ch) -> Result<Attr> {
     put_fh(args.fh, fh);
     attr_res res{};
-    ch.call(ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args, to_xdrproc(xdr_attr_res), &res);
-    check(res.status, what);
+    ODAFS_RETURN_IF_ERROR(call_rpc(ch, ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args,
+                                   to_xdrproc(xdr_attr_res), &res));
+    ODAFS_RETURN_IF_ERROR(status_of(res.status, what));
     return to_attr(res.attr_res_u.attr);
   });
 }
 
 void Client::ping() {
-  with_channel(true, [&](rpc::Channel& ch) {
-    ch.call(ODAFSPROC_NULL, to_xdrproc(rpc::xdr_nothing), nullptr, to_xdrproc(rpc::xdr_nothing),
-            nullptr);
-  });
+  or_throw(with_channel(true, [&](rpc::Channel& ch) {
+    return call_rpc(ch, ODAFSPROC_NULL, to_xdrproc(rpc::xdr_nothing), nullptr,
+                    to_xdrproc(rpc::xdr_nothing), nullptr);
+  }));
 }
 
 std::vector<std::pair<std::string, uint64_t>> Client::server_stats() {
-  return with_channel(true, [&](rpc::Channel& ch) {
+  using Counters = std::vector<std::pair<std::string, uint64_t>>;
+  return or_throw(with_channel(true, [&](rpc::Channel& ch) -> Result<Counters> {
     stats_res res{};
     XdrFree<stats_res> guard{to_xdrproc(xdr_stats_res), &res};
-    ch.call(ODAFSPROC_STATS, to_xdrproc(rpc::xdr_nothing), nullptr, to_xdrproc(xdr_stats_res),
-            &res);
-    std::vector<std::pair<std::string, uint64_t>> out;
+    ODAFS_RETURN_IF_ERROR(call_rpc(ch, ODAFSPROC_STATS, to_xdrproc(rpc::xdr_nothing), nullptr,
+                                   to_xdrproc(xdr_stats_res), &res));
+    Counters out;
     for (u_int i = 0; i < res.counters.counters_len; ++i) {
       out.emplace_back(res.counters.counters_val[i].name, res.counters.counters_val[i].value);
     }
     return out;
-  });
+  }));
 }
 
 }  // namespace odafs

@@ -38,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/status.h"
 #include "client/attr.h"
 #include "client/error.h"
 #include "client/lost_writes.h"
@@ -84,6 +85,8 @@ class File {
   // an error sending them is thrown by a later pwrite, fsync or close.
   size_t pwrite(const void* buf, size_t len, uint64_t offset);
   Attr stat();
+  // stat() without throwing: for callers that branch on the error (odafs-mount).
+  Result<Attr> try_stat();
   // The attributes open() found (from OPEN, CREATE or a read delegation), without a call:
   // what stat() would have said at open, not since.
   const Attr& attributes_at_open() const { return opened_; }
@@ -121,10 +124,11 @@ class File {
   // After ESTALE from `stale`: if the server restarted since the handle was issued, finds
   // the file again by its path (the same inode only), switches to its new handle and
   // returns true (also when another call already switched); false when the file is gone.
-  // Throws Error from the lookups.
-  bool refresh_stale(const Handle& stale);
-  // Runs fn(handle, cache key); if the handle turned stale because the server restarted,
-  // finds the file again (refresh_stale) and runs fn once more.
+  // Fails as the lookups do.
+  Result<bool> refresh_stale(const Handle& stale);
+  // Runs fn(handle, cache key) (returning a Status or a Result<T>); if it failed ESTALE
+  // because the server restarted, finds the file again (refresh_stale) and runs fn once
+  // more. EBADF for a closed file.
   template <class Fn>
   auto retry_stale(Fn&& fn) -> decltype(fn(Handle{}, uint64_t{}));
 
@@ -132,20 +136,20 @@ class File {
   // pipelined calls), so that both keep one set of books. Thread-safe like pread/pwrite.
   friend class IoQueue;
   // EBADF unless the file is open, and open for reading / for writing.
-  void check_readable() const;
-  void check_writable() const;
+  Status check_readable() const;
+  Status check_writable() const;
   // The handle and cache key in use now (a restart changes both together).
   std::pair<Handle, uint64_t> current() const;
   // Where an IoQueue write asked at `offset` goes: the end of file (a GETATTR) when opened
   // O_APPEND. (pwrite appends at the server instead.)
-  uint64_t write_offset(uint64_t offset);
+  Result<uint64_t> write_offset(uint64_t offset);
   // Before an UNSTABLE write of `len` bytes: commits first when keeping its copy would take
   // the kept bytes past MountOptions::max_uncommitted_bytes.
-  void make_room_for(size_t len);
+  Status make_room_for(size_t len);
   // Sends the write-behind run of this file, if any (every read, stat and IoQueue request
-  // does first). report: throw the error of this or an earlier run (writes, fsync);
-  // otherwise keep it for them (reads).
-  void flush_behind(bool report);
+  // does first). report: return the error of this or an earlier run (writes, fsync);
+  // otherwise keep it for them (reads) and return ok. EBADF for a closed file.
+  Status flush_behind(bool report);
   // Reads [offset, offset + len) from the run written behind, if it holds all of it (or
   // all up to the end of the file): true, and *n bytes copied to buf.
   bool read_behind(void* buf, size_t len, uint64_t offset, size_t* n);
@@ -161,13 +165,21 @@ class File {
   // stable.
   // With `append`, each chunk goes at the server's end of file, atomically there, and the
   // reply's size says where it landed (no GETATTR first).
-  size_t write_through(const char* buf, size_t len, uint64_t offset, Stability how, bool append);
-  // REQUIRES the shared behind_mu: sends the run; on failure records its error and throws.
-  void send_behind_locked(Stability how);
-  // REQUIRES the shared behind_mu: throws a recorded run error once.
-  void throw_behind_error_locked();
+  Result<size_t> write_through(const char* buf, size_t len, uint64_t offset, Stability how,
+                               bool append);
+  // REQUIRES the shared behind_mu: sends the run; on failure records its error and returns
+  // it.
+  Status send_behind_locked(Stability how);
+  // REQUIRES the shared behind_mu: a recorded run error, once (then it is forgotten).
+  Status take_behind_error_locked();
   // COMMIT of the unstable writes (fsync without sending the write-behind run).
-  void commit_unstable();
+  Status commit_unstable();
+  // pread, fsync, flush and close without throwing, for IoQueue, for one another and for
+  // the destructor.
+  Result<size_t> try_pread(void* buf, size_t len, uint64_t offset);
+  Status try_fsync();
+  Status try_flush();
+  Status try_close();
 
   struct State;
   Client* client_ = nullptr;
@@ -225,6 +237,10 @@ class Client {
   File open(const std::string& path, int flags = O_RDONLY, mode_t mode = 0644);
   Attr stat(const std::string& path);
   Attr lstat(const std::string& path);
+  // lstat() and chmod() without throwing, std::filesystem-style, for callers that branch on
+  // the error (odafs-mount: a negative lookup on ENOENT, a chmod refused EPERM).
+  Result<Attr> try_lstat(const std::string& path);
+  Status try_chmod(const std::string& path, mode_t mode);
   void mkdir(const std::string& path, mode_t mode = 0755);
   void rmdir(const std::string& path);
   void unlink(const std::string& path);
@@ -316,31 +332,41 @@ class Client {
   friend class File;
   friend class BlockReader;
   friend class IoQueue;
-  Client(const std::string& url, MountOptions options);
+  Client(const std::string& url, MountOptions options, ClientOwner owner);
+
+  // Every private member that can fail returns a Status or a Result<T>; a try_ name is the
+  // non-throwing form of the public call of the same name.
+  Result<std::pair<Handle, Attr>> try_lookup(const Handle& dir, const std::string& name);
+  Result<Attr> try_getattr(const Handle& fh);
+  Result<size_t> try_read(const Handle& fh, void* buf, size_t len, uint64_t offset, bool* eof);
+  Result<size_t> try_write(const Handle& fh, const void* buf, size_t len, uint64_t offset,
+                           Stability how, WriteVerifier* verf, int* committed,
+                           uint64_t* size_after = nullptr);
+  Result<WriteVerifier> try_commit(const Handle& fh);
 
   // The current mount; re-mounts first when there is none or its connection broke.
-  // Throws Error.
-  std::shared_ptr<const MountState> mount_state();
+  Result<std::shared_ptr<const MountState>> mount_state();
   // Connects and mounts afresh; after a lost connection, reclaims what the old mount's
   // write delegations kept (reclaim) before the new mount is published. REQUIRES:
   // remount_mu_ held.
-  std::shared_ptr<const MountState> remount();
+  Result<std::shared_ptr<const MountState>> remount();
 
   // ---- reclaim.cc: restart and reclaim ----
 
   // A random owner id: names this client to the server across its connections.
-  static ClientOwner make_owner();
+  static Result<ClientOwner> make_owner();
   // CLIENT_ID on m's channel: true if the server lets this client reclaim (it restarted and
-  // its record names this client). A server without CLIENT_ID: false. Throws Error.
-  bool name_client(const MountState& m);
+  // its record names this client). A server without CLIENT_ID: false.
+  Result<bool> name_client(const MountState& m);
   // Writes back on m what old's write delegations kept and did not send (old's connection
   // broke), each found again by its path and file id, if `allowed`; reports the rest lost
   // (report_lost). REQUIRES: m not published yet.
   void reclaim(const MountState& m, Delegations& old, bool allowed);
   // The file at `path` (from m's root, symbolic links not followed), by LOOKUPs on m's
   // channel only (the mount may not be published yet); DELAY and GRACE waited out.
-  // Nothing if it is not there. Throws Error or rpc::RpcError.
-  std::optional<std::pair<Handle, Attr>> find_again(const MountState& m, const std::string& path);
+  // Nothing if it is not there.
+  Result<std::optional<std::pair<Handle, Attr>>> find_again(const MountState& m,
+                                                            const std::string& path);
   // Writes (stable) pieces (offset, length; their bytes end to end in data) of sf's file,
   // found again on m by sf's path and file id. Returns "" or why they could not be.
   std::string write_home(const MountState& m, SharedFile& sf,
@@ -360,21 +386,23 @@ class Client {
   // Logs that sf's bytes (`bytes` of them) are lost and why, and makes the file's next
   // write, fsync or close through this client fail with EIO.
   void report_lost(SharedFile& sf, size_t bytes, const std::string& why);
-  // Throws EIO if writes to file `fileid`, opened when its mtime was `mtime_at_open`, were
-  // lost (report_lost) and not yet reported (LostWrites says how a reused id is told).
-  void check_lost(uint64_t fileid, const struct timespec& mtime_at_open);
+  // EIO if writes to file `fileid`, opened when its mtime was `mtime_at_open`, were lost
+  // (report_lost) and not yet reported (LostWrites says how a reused id is told).
+  Status check_lost(uint64_t fileid, const struct timespec& mtime_at_open);
   // The connection broke while write delegations kept bytes: re-mount (and so reclaim)
   // soon, on a thread of the client's, even if no call comes. Never blocks.
   void reconnect_soon();
   void reconnect_loop();
   void stop_reconnecting();
-  // Runs fn(mount) on the current mount; on a lost connection re-mounts and, if
-  // idempotent, runs it once more on the new mount. rpc::RpcError becomes Error here.
+  // Runs fn(mount) (returning a Status or a Result<T>) on the current mount, again while
+  // it fails DELAY; on a lost connection re-mounts and, if idempotent, runs it once more
+  // on the new mount (client/retry_policy.h).
   template <class Fn>
   auto with_mount(bool idempotent, Fn&& fn) -> decltype(fn(std::declval<const MountState&>()));
   template <class Fn>
   auto with_channel(bool idempotent, Fn&& fn) -> decltype(fn(std::declval<rpc::Channel&>()));
-  // Runs fn() (a path operation: resolve, then calls on the handles it found), and once more
+  // Runs fn() (a path operation: resolve, then calls on the handles it found; returning a
+  // Status or a Result<T>), and once more
   // if it failed ESTALE after a re-mount meanwhile (a server restart: its handles named the
   // old instance). Safe for any operation: a stale handle means the server did nothing.
   template <class Fn>
@@ -387,18 +415,19 @@ class Client {
   // Resolves path to (handle, attributes). follow_last: follow a symlink at the end.
   // for_parent: the caller wants a directory's handle only (it may come from the
   // DirCache, and then the attributes hold only its type).
-  std::pair<Handle, Attr> resolve(const std::string& path, bool follow_last,
-                                  bool for_parent = false);
+  Result<std::pair<Handle, Attr>> resolve(const std::string& path, bool follow_last,
+                                          bool for_parent = false);
   // resolve()'s walk from `start`, without the retry; dirs (may be null) serves and keeps
   // directory handles, *used_cache set when it served one.
-  std::pair<Handle, Attr> walk(const std::string& path, bool follow_last, const Handle& start,
-                               bool for_parent, DirCache* dirs, bool* used_cache);
+  Result<std::pair<Handle, Attr>> walk(const std::string& path, bool follow_last,
+                                       const Handle& start, bool for_parent, DirCache* dirs,
+                                       bool* used_cache);
   // Resolves the parent directory of path; returns its handle and the last name.
-  std::pair<Handle, std::string> resolve_parent(const std::string& path);
+  Result<std::pair<Handle, std::string>> resolve_parent(const std::string& path);
   // What open() finds at an existing path, for `access` (O_RDONLY, O_WRONLY, O_RDWR):
   // from a read delegation this mount holds, without a call, or by OPEN, which may grant
   // one (and, to write, recalls other clients'). Follows symlinks.
-  std::pair<Handle, Attr> open_existing(const std::string& path, int access);
+  Result<std::pair<Handle, Attr>> open_existing(const std::string& path, int access);
   // Whether m holds a delegation on `name` in dir that it may trust now: then *fh, *attr
   // (its size grown by this client's writes behind) and *write (a write delegation) say
   // what it holds. Allocates nothing.
@@ -408,68 +437,67 @@ class Client {
   // odafs-mount does), the open of an existing regular file is where the caller's
   // permission for `access` (O_RDONLY, O_WRONLY, O_RDWR) is checked: after it, this
   // client's cached blocks, references and delegations serve that caller like any other.
-  // Throws Error(EACCES) when the server refuses the caller.
-  void check_access(const Handle& fh, const Attr& attr, const std::string& path, int access);
+  // EACCES when the server refuses the caller.
+  Status check_access(const Handle& fh, const Attr& attr, const std::string& path, int access);
   // This client changes fh's bytes or attributes: the writes it gathered behind for fh go
   // to the server first (flush_writes_behind), and its own delegation on fh is void.
-  void forget_delegation(const Handle& fh);
+  Status forget_delegation(const Handle& fh);
   // Sends the writes this client gathered behind for fh (client/shared_file.h), if any;
-  // throws the error of sending them.
-  void flush_writes_behind(const Handle& fh);
+  // returns the error of sending them.
+  Status flush_writes_behind(const Handle& fh);
   // A write delegation's write-back (client/delegations.h): sends sf's run and COMMITs its
   // unstable writes (again, stable, after a server restart) on m's channel, without
-  // re-mounting. True if there was anything to send. Throws Error; what failed stays in
-  // sf.
-  bool write_back(const MountState& m, const Handle& fh, SharedFile& sf);
+  // re-mounting. True if there was anything to send; what failed stays in sf.
+  Result<bool> write_back(const MountState& m, const Handle& fh, SharedFile& sf);
   // One WRITE of src[0, n) (n <= max_write) at `at` on m's channel, sent again while
-  // answered DELAY; never re-mounts. Returns the bytes written. Throws Error.
-  size_t write_on(const MountState& m, const Handle& fh, const char* src, size_t n, uint64_t at,
-                  Stability how, WriteVerifier* verf, int* committed);
-  // COMMIT on m's channel; throws rpc::RpcError or Error.
-  WriteVerifier commit_on(const MountState& m, const Handle& fh);
+  // answered DELAY; never re-mounts. Returns the bytes written.
+  Result<size_t> write_on(const MountState& m, const Handle& fh, const char* src, size_t n,
+                          uint64_t at, Stability how, WriteVerifier* verf, int* committed);
+  // COMMIT on m's channel.
+  Result<WriteVerifier> commit_on(const MountState& m, const Handle& fh);
   // Attributes the server gave for fh, with the size grown to what this client has written
   // behind (not yet sent) to the file.
   Attr with_writes_behind(const Handle& fh, Attr a) const;
 
   // One READ by RPC of [offset, offset + len) into buf (len <= max_read) on m's channel;
-  // the reply's references go into m's directory under `key`. Throws rpc::RpcError (the
-  // caller decides about retrying) or Error.
-  size_t rpc_read(const MountState& m, rpc::Call& call, const Handle& fh, uint64_t key, void* buf,
-                  size_t len, uint64_t offset, bool* eof);
+  // the reply's references go into m's directory under `key`. The caller decides about
+  // retrying.
+  Result<size_t> rpc_read(const MountState& m, rpc::Call& call, const Handle& fh, uint64_t key,
+                          void* buf, size_t len, uint64_t offset, bool* eof);
   // rpc_read in two halves, for callers that keep several in flight: start_rpc_read sends
   // the READ (pre-posting buf unless kInline) and returns; finish_rpc_read waits for it
   // until call.deadline(), decodes it and puts its references into m's directory under
-  // `key`. buf must stay valid in between. Both throw rpc::RpcError or Error.
-  void start_rpc_read(const MountState& m, rpc::Call& call, const Handle& fh, void* buf, size_t len,
-                      uint64_t offset);
-  size_t finish_rpc_read(const MountState& m, rpc::Call& call, uint64_t key, void* buf, size_t len,
-                         bool* eof);
+  // `key`. buf must stay valid in between.
+  Status start_rpc_read(const MountState& m, rpc::Call& call, const Handle& fh, void* buf,
+                        size_t len, uint64_t offset);
+  Result<size_t> finish_rpc_read(const MountState& m, rpc::Call& call, uint64_t key, void* buf,
+                                 size_t len, bool* eof);
   // One WRITE of buf[0, len) (len <= max_write) in two halves, like the read's: the bytes
   // are copied into the call at start. finish_write returns the bytes written and sets
-  // *verf and *committed. Both throw rpc::RpcError or Error.
-  void start_write(const MountState& m, rpc::Call& call, const Handle& fh, const void* buf,
-                   size_t len, uint64_t offset, Stability how);
-  size_t finish_write(const MountState& m, rpc::Call& call, size_t len, WriteVerifier* verf,
-                      int* committed, uint64_t* size_after = nullptr);
+  // *verf and *committed.
+  Status start_write(const MountState& m, rpc::Call& call, const Handle& fh, const void* buf,
+                     size_t len, uint64_t offset, Stability how);
+  Result<size_t> finish_write(const MountState& m, rpc::Call& call, size_t len, WriteVerifier* verf,
+                              int* committed, uint64_t* size_after = nullptr);
   // The read path of File::pread (read_path.cc): per block, cache → one-sided read with a
   // reference → RPC, whatever the read mode; kDirect goes to read_direct.
   // Reads stop at size_hint when the bytes before it came without an RPC (the file's
   // size as the caller knows it; UINT64_MAX: unknown).
-  size_t read_file(const Handle& fh, uint64_t key, void* buf, size_t len, uint64_t offset,
-                   uint64_t size_hint);
-  size_t read_direct(const Handle& fh, void* buf, size_t len, uint64_t offset);
-  size_t write_direct(const Handle& fh, const void* buf, size_t len, uint64_t offset, Stability how,
-                      WriteVerifier* verf, int* committed);
+  Result<size_t> read_file(const Handle& fh, uint64_t key, void* buf, size_t len, uint64_t offset,
+                           uint64_t size_hint);
+  Result<size_t> read_direct(const Handle& fh, void* buf, size_t len, uint64_t offset);
+  Result<size_t> write_direct(const Handle& fh, const void* buf, size_t len, uint64_t offset,
+                              Stability how, WriteVerifier* verf, int* committed);
   // Sets the file's size; returns its attributes after the change.
-  Attr setattr_size(const Handle& fh, uint64_t size);
+  Result<Attr> setattr_size(const Handle& fh, uint64_t size);
   // SETATTR of fh with the fields `args` sets (its handle is filled in here), after giving
   // back a delegation on it; `what` names the call in an error. Returns the attributes
-  // after. Throws Error.
-  Attr setattr(const Handle& fh, setattr_args& args, const std::string& what);
-  // ACCESS: the part of want (R_OK | W_OK | X_OK) the caller has on fh. Throws Error.
-  int access_handle(const Handle& fh, int want);
-  std::string readlink_handle(const Handle& fh);
-  void remove_name(const std::string& path, uint32_t proc, const char* what);
+  // after.
+  Result<Attr> setattr(const Handle& fh, setattr_args& args, const std::string& what);
+  // ACCESS: the part of want (R_OK | W_OK | X_OK) the caller has on fh.
+  Result<int> access_handle(const Handle& fh, int want);
+  Result<std::string> readlink_handle(const Handle& fh);
+  Status remove_name(const std::string& path, uint32_t proc, const char* what);
   // Drops what the current mount caches of the file's data (after this client changed it).
   void forget_data(uint64_t key, uint64_t offset, uint64_t len);
 
@@ -488,7 +516,7 @@ class Client {
   std::atomic<uint64_t> mounts_{0};
   ClientStats stats_;
   OpenFiles open_files_;  // what the Files of one file share
-  const ClientOwner owner_ = make_owner();
+  const ClientOwner owner_;
   LostWrites lost_writes_;
   // The re-mounting thread of reconnect_soon, started the first time it is wanted.
   std::mutex reconnect_mu_;

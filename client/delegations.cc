@@ -375,26 +375,25 @@ void Delegations::return_all() {
 
 bool Delegations::write_back(Return& r, bool* lost) {
   *lost = false;
-  try {
-    // As the caller whose close kept them, as its own close would have sent them.
-    std::optional<rpc::CallCredential> cred;
-    std::optional<rpc::CallAs> as;
-    if (r.caller) {
-      cred.emplace(*r.caller, "odafs");
-      as.emplace(*cred);
-    }
-    return write_back_(r.fh, r.kept);
-  } catch (const Error& e) {
-    if (channel_->broken()) {  // for the next mount to reclaim (take_unsent)
-      *lost = true;
-      return false;
-    }
-    // Kept in the SharedFile: a File still open on it reports it at its fsync or close.
-    if (e.errno_value() != ESTALE) {  // ESTALE: the file is gone, and its bytes with it
-      ODAFS_LOG_ERROR("odafs: writing back a write delegation's writes failed: %s", e.what());
-    }
+  // As the caller whose close kept them, as its own close would have sent them.
+  std::optional<rpc::CallCredential> cred;
+  std::optional<rpc::CallAs> as;
+  if (r.caller) {
+    cred.emplace(*r.caller, "odafs");
+    as.emplace(*cred);
+  }
+  Result<bool> wrote = write_back_(r.fh, r.kept);
+  if (wrote.ok()) return *wrote;
+  if (channel_->broken()) {  // for the next mount to reclaim (take_unsent)
+    *lost = true;
     return false;
   }
+  // Kept in the SharedFile: a File still open on it reports it at its fsync or close.
+  if (wrote.errno_value() != ESTALE) {  // ESTALE: the file is gone, and its bytes with it
+    ODAFS_LOG_ERROR("odafs: writing back a write delegation's writes failed: %s",
+                    wrote.status().to_string().c_str());
+  }
+  return false;
 }
 
 int64_t Delegations::take_due_locked(int64_t now, Return* due) {
@@ -433,17 +432,15 @@ void Delegations::give_back(Return& r) {
   put_fh(args.fh, r.fh);
   args.delegation = r.id;
   stat_res res{};
-  try {
-    channel_->call(ODAFSPROC_DELEGRETURN, to_xdrproc(xdr_delegreturn_args), &args,
-                   to_xdrproc(xdr_stat_res), &res);
-    if (wrote_back && res.status == ODAFS_ERR_INVAL) {
-      ODAFS_LOG_WARN(
-          "odafs: a write delegation had expired before its writes were written back: "
-          "another client may have accessed the file without them");
-    }
-  } catch (const rpc::RpcError& e) {
+  if (Status called = call_rpc(*channel_, ODAFSPROC_DELEGRETURN, to_xdrproc(xdr_delegreturn_args),
+                               &args, to_xdrproc(xdr_stat_res), &res);
+      !called.ok()) {
     // The connection is gone, and with it every delegation it held.
-    ODAFS_LOG_DEBUG("odafs: returning a delegation failed: %s", e.what());
+    ODAFS_LOG_DEBUG("odafs: returning a delegation failed: %s", called.to_string().c_str());
+  } else if (wrote_back && res.status == ODAFS_ERR_INVAL) {
+    ODAFS_LOG_WARN(
+        "odafs: a write delegation had expired before its writes were written back: "
+        "another client may have accessed the file without them");
   }
   given_back(r.id);
 }

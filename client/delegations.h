@@ -67,10 +67,10 @@ class Delegations {
  public:
   // Writes back what this client holds unsent or uncommitted of file fh under a write
   // delegation: `kept` (from keep_open), or else the SharedFile of its open Files, if
-  // any. On this mount's channel, never re-mounting; throws Error; true if there was
-  // anything to write back. Called by the worker or return_all, never on the channel's
+  // any. On this mount's channel, never re-mounting; true if there was anything to write
+  // back, or why it failed. Called by the worker or return_all, never on the channel's
   // receiver thread.
-  using WriteBack = std::function<bool(const Handle& fh, const OpenFiles::Ref& kept)>;
+  using WriteBack = std::function<Result<bool>(const Handle& fh, const OpenFiles::Ref& kept)>;
   // Gives back a Ref that keep_open took (OpenFiles::release).
   using Release = std::function<void(const Handle& fh, OpenFiles::Ref& shared)>;
   // Called (once, on the worker) when the channel breaks while kept bytes wait: the

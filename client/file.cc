@@ -61,10 +61,8 @@ File::File(File&& other) noexcept { *this = std::move(other); }
 File& File::operator=(File&& other) noexcept {
   if (this != &other) {
     if (client_ != nullptr) {
-      try {
-        close();
-      } catch (const std::exception& e) {
-        ODAFS_LOG_WARN("odafs: closing %s: %s", path_.c_str(), e.what());
+      if (Status closed = try_close(); !closed.ok()) {
+        ODAFS_LOG_WARN("odafs: closing %s: %s", path_.c_str(), closed.to_string().c_str());
       }
     }
     client_ = std::exchange(other.client_, nullptr);
@@ -79,10 +77,8 @@ File& File::operator=(File&& other) noexcept {
 
 File::~File() {
   if (client_ == nullptr) return;
-  try {
-    close();
-  } catch (const std::exception& e) {
-    ODAFS_LOG_WARN("odafs: closing %s: %s", path_.c_str(), e.what());
+  if (Status closed = try_close(); !closed.ok()) {
+    ODAFS_LOG_WARN("odafs: closing %s: %s", path_.c_str(), closed.to_string().c_str());
   }
 }
 
@@ -103,25 +99,34 @@ std::pair<Handle, uint64_t> File::current() const {
   return {state_->fh, state_->key};
 }
 
-void File::check_readable() const {
-  if (client_ == nullptr) fail(EBADF, "file is closed");
-  if ((flags_ & O_ACCMODE) == O_WRONLY) fail(EBADF, "read on a write-only file");
+namespace {
+const Status kClosed(EBADF, "file is closed");
+}  // namespace
+
+Status File::check_readable() const {
+  if (client_ == nullptr) return kClosed;
+  if ((flags_ & O_ACCMODE) == O_WRONLY) return Status(EBADF, "read on a write-only file");
+  return Status();
 }
 
-void File::check_writable() const {
-  if (client_ == nullptr) fail(EBADF, "file is closed");
-  if ((flags_ & O_ACCMODE) == O_RDONLY) fail(EBADF, "write on a read-only file");
+Status File::check_writable() const {
+  if (client_ == nullptr) return kClosed;
+  if ((flags_ & O_ACCMODE) == O_RDONLY) return Status(EBADF, "write on a read-only file");
+  return Status();
 }
 
-uint64_t File::write_offset(uint64_t offset) {
-  return (flags_ & O_APPEND) ? stat().size : offset;  // not atomic against other writers
+Result<uint64_t> File::write_offset(uint64_t offset) {
+  if (!(flags_ & O_APPEND)) return offset;
+  ODAFS_ASSIGN_OR_RETURN(Attr a, try_stat());  // not atomic against other writers
+  return a.size;
 }
 
-void File::make_room_for(size_t len) {
+Status File::make_room_for(size_t len) {
   const MountOptions& o = client_->options();
   if (o.stability == Stability::kUnstable && uncommitted_bytes() + len > o.max_uncommitted_bytes) {
-    commit_unstable();  // the copies kept for re-sending would outgrow their bound
+    return commit_unstable();  // the copies kept for re-sending would outgrow their bound
   }
+  return Status();
 }
 
 void File::wrote(uint64_t key, uint64_t offset, const char* src, size_t n,
@@ -131,7 +136,7 @@ void File::wrote(uint64_t key, uint64_t offset, const char* src, size_t n,
   saw_size_at_least(offset + n);
 }
 
-bool File::refresh_stale(const Handle& stale) {
+Result<bool> File::refresh_stale(const Handle& stale) {
   WriteVerifier instance;
   {
     std::lock_guard lock(state_->mu);
@@ -145,9 +150,11 @@ bool File::refresh_stale(const Handle& stale) {
   // to another (a soak caught writes landing in a file created under a removed one's
   // name). A restart that also replaced the file by one reusing its inode number is not
   // told apart (docs/RELIABILITY.md).
-  const WriteVerifier now = client_->mount_state()->limits.write_verifier;
+  ODAFS_ASSIGN_OR_RETURN(auto m, client_->mount_state());
+  const WriteVerifier now = m->limits.write_verifier;
   if (now == instance) return false;
-  auto [fresh, attr] = client_->resolve(path_, true);
+  ODAFS_ASSIGN_OR_RETURN(auto found, client_->resolve(path_, true));
+  const auto& [fresh, attr] = found;
   if (fresh == stale || attr.fileid != fileid_ || attr.type != FileType::kRegular) return false;
   std::lock_guard lock(state_->mu);
   state_->fh = fresh;
@@ -158,16 +165,16 @@ bool File::refresh_stale(const Handle& stale) {
 
 template <class Fn>
 auto File::retry_stale(Fn&& fn) -> decltype(fn(Handle{}, uint64_t{})) {
-  if (client_ == nullptr) fail(EBADF, "file is closed");
+  if (client_ == nullptr) return kClosed;
   auto [fh, key] = current();
-  try {
-    return fn(fh, key);
-  } catch (const Error& e) {
-    // Once, as RetryPolicy::again_after_stale has it (a second ESTALE is the answer).
-    if (e.errno_value() != ESTALE || !refresh_stale(fh)) throw;
-    auto [fresh, fresh_key] = current();
-    return fn(fresh, fresh_key);
-  }
+  auto r = fn(fh, key);
+  // Once, as RetryPolicy::again_after_stale has it (a second ESTALE is the answer).
+  if (r.errno_value() != ESTALE) return r;
+  Result<bool> refreshed = refresh_stale(fh);
+  if (!refreshed.ok()) return std::move(refreshed).status();
+  if (!*refreshed) return r;
+  auto [fresh, fresh_key] = current();
+  return fn(fresh, fresh_key);
 }
 
 bool File::read_behind(void* buf, size_t len, uint64_t offset, size_t* n) {
@@ -185,80 +192,90 @@ bool File::read_behind(void* buf, size_t len, uint64_t offset, size_t* n) {
 }
 
 size_t File::pread(void* buf, size_t len, uint64_t offset) {
-  check_readable();
+  return or_throw(try_pread(buf, len, offset));
+}
+
+Result<size_t> File::try_pread(void* buf, size_t len, uint64_t offset) {
+  ODAFS_RETURN_IF_ERROR(check_readable());
   // This client reads its own writes: from the run gathered behind when it holds them all
   // (a file written and read back, as PostMark's are), else after sending it.
   if (size_t n = 0; len != 0 && read_behind(buf, len, offset, &n)) return n;
-  flush_behind(false);
+  ODAFS_RETURN_IF_ERROR(flush_behind(false));
   // DELAY: another client's write delegation is still out; the server read nothing.
-  size_t n = retry_delayed(client_->options().timeout_ms, [&] {
-    return retry_stale([&](const Handle& fh, uint64_t key) {
-      return client_->read_file(fh, key, buf, len, offset, size_hint());
-    });
-  });
+  ODAFS_ASSIGN_OR_RETURN(size_t n, retry_delayed(client_->options().timeout_ms, [&] {
+                           return retry_stale([&](const Handle& fh, uint64_t key) {
+                             return client_->read_file(fh, key, buf, len, offset, size_hint());
+                           });
+                         }));
   if (n > 0) saw_size_at_least(offset + n);
   return n;
 }
 
 size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
-  check_writable();
-  client_->check_lost(fileid_, opened_.mtime);
-  const MountOptions& o = client_->options();
-  const size_t behind_cap =
-      std::min<size_t>(o.write_behind_bytes, client_->mount_state()->limits.max_write);
-  // O_APPEND goes to the server at once (it places the bytes), unless a write delegation
-  // says no one else writes the file; direct writes are the engine's to pull; large
-  // writes gain nothing from waiting.
-  const bool append = (flags_ & O_APPEND) != 0;
-  if (o.direct_writes || len >= behind_cap ||
-      (append && !client_->mount_state()->delegations->holds_write(handle()))) {
-    flush_behind(true);
-    return write_through(static_cast<const char*>(buf), len, offset, o.stability, append);
-  }
-  SharedFile& sf = *state_->shared;
-  std::lock_guard behind(sf.behind_mu);
-  throw_behind_error_locked();
-  if (append) {
-    // The end this client knows is the file's while the delegation holds, and asked under
-    // behind_mu it holds until the run is sent: a recall's write-back waits for the lock.
-    if (!client_->mount_state()->delegations->holds_write(handle())) {  // recalled meanwhile
-      send_behind_locked(o.stability);
-      return write_through(static_cast<const char*>(buf), len, offset, o.stability, true);
+  return or_throw([&]() -> Result<size_t> {
+    ODAFS_RETURN_IF_ERROR(check_writable());
+    ODAFS_RETURN_IF_ERROR(client_->check_lost(fileid_, opened_.mtime));
+    const MountOptions& o = client_->options();
+    ODAFS_ASSIGN_OR_RETURN(auto m, client_->mount_state());
+    const size_t behind_cap = std::min<size_t>(o.write_behind_bytes, m->limits.max_write);
+    // O_APPEND goes to the server at once (it places the bytes), unless a write delegation
+    // says no one else writes the file; direct writes are the engine's to pull; large
+    // writes gain nothing from waiting.
+    const bool append = (flags_ & O_APPEND) != 0;
+    const char* src = static_cast<const char*>(buf);
+    if (o.direct_writes || len >= behind_cap ||
+        (append && !m->delegations->holds_write(handle()))) {
+      ODAFS_RETURN_IF_ERROR(flush_behind(true));
+      return write_through(src, len, offset, o.stability, append);
     }
-    offset = sf.size.load(std::memory_order_relaxed);
-  }
-  const bool follows = offset == sf.behind_offset + sf.behind.size();
-  if (!sf.behind.empty() && (!follows || sf.behind.size() + len > behind_cap)) {
-    send_behind_locked(o.stability);
-  }
-  if (sf.behind.empty()) {
-    sf.behind_offset = offset;
-    sf.size_before_run = sf.size.load(std::memory_order_relaxed);
-  }
-  const char* src = static_cast<const char*>(buf);
-  sf.behind.insert(sf.behind.end(), src, src + len);
-  sf.has_behind.store(true, std::memory_order_release);
-  saw_size_at_least(offset + len);
-  return len;
+    SharedFile& sf = *state_->shared;
+    std::lock_guard behind(sf.behind_mu);
+    ODAFS_RETURN_IF_ERROR(take_behind_error_locked());
+    if (append) {
+      // The end this client knows is the file's while the delegation holds, and asked under
+      // behind_mu it holds until the run is sent: a recall's write-back waits for the lock.
+      ODAFS_ASSIGN_OR_RETURN(auto now, client_->mount_state());
+      if (!now->delegations->holds_write(handle())) {  // recalled meanwhile
+        ODAFS_RETURN_IF_ERROR(send_behind_locked(o.stability));
+        return write_through(src, len, offset, o.stability, true);
+      }
+      offset = sf.size.load(std::memory_order_relaxed);
+    }
+    const bool follows = offset == sf.behind_offset + sf.behind.size();
+    if (!sf.behind.empty() && (!follows || sf.behind.size() + len > behind_cap)) {
+      ODAFS_RETURN_IF_ERROR(send_behind_locked(o.stability));
+    }
+    if (sf.behind.empty()) {
+      sf.behind_offset = offset;
+      sf.size_before_run = sf.size.load(std::memory_order_relaxed);
+    }
+    sf.behind.insert(sf.behind.end(), src, src + len);
+    sf.has_behind.store(true, std::memory_order_release);
+    saw_size_at_least(offset + len);
+    return len;
+  }());
 }
 
-size_t File::write_through(const char* buf, size_t len, uint64_t offset, Stability how,
-                           bool append) {
+Result<size_t> File::write_through(const char* buf, size_t len, uint64_t offset, Stability how,
+                                   bool append) {
   const MountOptions& o = client_->options();
   size_t done = 0;  // outside the retry: chunks that landed are not sent again
-  return retry_stale([&](const Handle& fh, uint64_t key) {
-    const size_t max_write = client_->mount_state()->limits.max_write;
+  return retry_stale([&](const Handle& fh, uint64_t key) -> Result<size_t> {
+    ODAFS_ASSIGN_OR_RETURN(auto m, client_->mount_state());
+    const size_t max_write = m->limits.max_write;
     while (done < len) {
       size_t chunk = std::min<size_t>(len - done, max_write);
       const char* src = buf + done;
-      make_room_for(chunk);
+      ODAFS_RETURN_IF_ERROR(make_room_for(chunk));
       WriteVerifier verf;
       int committed = 0;
       uint64_t end = 0;
-      size_t n = o.direct_writes && !append
-                     ? client_->write_direct(fh, src, chunk, offset + done, how, &verf, &committed)
-                     : client_->write(fh, src, chunk, append ? kAppendOffset : offset + done, how,
-                                      &verf, &committed, &end);
+      ODAFS_ASSIGN_OR_RETURN(
+          size_t n,
+          o.direct_writes && !append
+              ? client_->write_direct(fh, src, chunk, offset + done, how, &verf, &committed)
+              : client_->try_write(fh, src, chunk, append ? kAppendOffset : offset + done, how,
+                                   &verf, &committed, &end));
       wrote(key, append ? end - n : offset + done, src, n, verf, committed);
       done += n;
     }
@@ -266,37 +283,35 @@ size_t File::write_through(const char* buf, size_t len, uint64_t offset, Stabili
   });
 }
 
-void File::send_behind_locked(Stability how) {
-  send_run_locked(
+Status File::send_behind_locked(Stability how) {
+  return send_run_locked(
       *state_->shared,
       [this, how](const char* buf, size_t len, uint64_t offset) {
         // At its own offset even from an O_APPEND File: the run may be another File's (kept
         // by a write delegation past its close), gathered by positioned writes.
-        write_through(buf, len, offset, how, /*append=*/false);
+        return write_through(buf, len, offset, how, /*append=*/false).status();
       },
       [] { return false; });  // an open File's own run: its next call reports the failure
 }
 
-void File::throw_behind_error_locked() {
+Status File::take_behind_error_locked() {
   SharedFile& sf = *state_->shared;
-  if (sf.behind_errno == 0) return;
-  Error e(sf.behind_errno, "an earlier write of " + path_ + " failed: " + sf.behind_error);
+  if (sf.behind_errno == 0) return Status();
+  Status e(sf.behind_errno, "an earlier write of " + path_ + " failed: " + sf.behind_error);
   sf.behind_errno = 0;
   sf.behind_error.clear();
-  throw e;
+  return e;
 }
 
-void File::flush_behind(bool report) {
-  if (client_ == nullptr) fail(EBADF, "file is closed");
+Status File::flush_behind(bool report) {
+  if (client_ == nullptr) return kClosed;
   SharedFile& sf = *state_->shared;
-  if (!report && !sf.has_behind.load(std::memory_order_acquire)) return;
+  if (!report && !sf.has_behind.load(std::memory_order_acquire)) return Status();
   std::lock_guard behind(sf.behind_mu);
-  try {
-    send_behind_locked(client_->options().stability);
-  } catch (const Error&) {
-    if (!report) return;  // kept for the next write, fsync or close
-  }
-  if (report) throw_behind_error_locked();
+  // A failure is recorded in sf: kept for the next write, fsync or close unless reported.
+  (void)send_behind_locked(client_->options().stability);
+  if (report) return take_behind_error_locked();
+  return Status();
 }
 
 size_t File::uncommitted_bytes() const {
@@ -305,28 +320,37 @@ size_t File::uncommitted_bytes() const {
   return s.pending.empty() ? 0 : s.pending_data.size();
 }
 
-Attr File::stat() {
-  flush_behind(false);
-  Attr a = retry_stale([&](const Handle& fh, uint64_t) { return client_->getattr(fh); });
+Attr File::stat() { return or_throw(try_stat()); }
+
+Result<Attr> File::try_stat() {
+  ODAFS_RETURN_IF_ERROR(flush_behind(false));
+  ODAFS_ASSIGN_OR_RETURN(
+      Attr a, retry_stale([&](const Handle& fh, uint64_t) { return client_->try_getattr(fh); }));
   state_->shared->size.store(a.size, std::memory_order_relaxed);
   return a;
 }
 
 void File::truncate(uint64_t size) {
-  // Earlier writes are sent and committed first: were the server to restart after the
-  // truncation, re-sending them then would bring truncated bytes back.
-  fsync();
-  uint64_t key = retry_stale([&](const Handle& fh, uint64_t k) {
-    client_->setattr_size(fh, size);
-    return k;
-  });
-  client_->forget_data(key, 0, UINT64_MAX);
-  state_->shared->size.store(size, std::memory_order_relaxed);
+  or_throw([&]() -> Status {
+    // Earlier writes are sent and committed first: were the server to restart after the
+    // truncation, re-sending them then would bring truncated bytes back.
+    ODAFS_RETURN_IF_ERROR(try_fsync());
+    ODAFS_ASSIGN_OR_RETURN(uint64_t key,
+                           retry_stale([&](const Handle& fh, uint64_t k) -> Result<uint64_t> {
+                             ODAFS_RETURN_IF_ERROR(client_->setattr_size(fh, size));
+                             return k;
+                           }));
+    client_->forget_data(key, 0, UINT64_MAX);
+    state_->shared->size.store(size, std::memory_order_relaxed);
+    return Status();
+  }());
 }
 
-void File::fsync() {
-  if (client_ == nullptr) fail(EBADF, "file is closed");
-  client_->check_lost(fileid_, opened_.mtime);
+void File::fsync() { or_throw(try_fsync()); }
+
+Status File::try_fsync() {
+  if (client_ == nullptr) return kClosed;
+  ODAFS_RETURN_IF_ERROR(client_->check_lost(fileid_, opened_.mtime));
   SharedFile& sf = *state_->shared;
   if (client_->options().stability == Stability::kUnstable &&
       sf.has_behind.load(std::memory_order_acquire)) {
@@ -339,38 +363,39 @@ void File::fsync() {
     // The run is all there is to make durable (a file written and closed at once, as
     // PostMark's and most programs' are): one FILE_SYNC WRITE does it, no COMMIT after.
     if (nothing_else && !sf.behind.empty()) {
-      try {
-        send_behind_locked(Stability::kFileSync);
-      } catch (const Error&) {
-        // recorded: thrown once, below
-      }
-      throw_behind_error_locked();
-      return;
+      (void)send_behind_locked(Stability::kFileSync);  // a failure is recorded: taken next
+      return take_behind_error_locked();
     }
   }
-  flush_behind(true);
-  commit_unstable();
+  ODAFS_RETURN_IF_ERROR(flush_behind(true));
+  return commit_unstable();
 }
 
-void File::commit_unstable() {
-  if (client_ == nullptr) fail(EBADF, "file is closed");
-  commit_books(
+Status File::commit_unstable() {
+  if (client_ == nullptr) return kClosed;
+  return commit_books(
       *state_->shared, path_,
-      [&] { return retry_stale([&](const Handle& fh, uint64_t) { return client_->commit(fh); }); },
+      [&] {
+        return retry_stale([&](const Handle& fh, uint64_t) { return client_->try_commit(fh); });
+      },
       [&](const char* src, size_t len, uint64_t offset) {
-        return retry_stale([&](const Handle& fh, uint64_t key) {
+        return retry_stale([&](const Handle& fh, uint64_t key) -> Result<size_t> {
           WriteVerifier verf;
           int committed = 0;
-          size_t n = client_->write(fh, src, len, offset, Stability::kFileSync, &verf, &committed);
+          ODAFS_ASSIGN_OR_RETURN(
+              size_t n,
+              client_->try_write(fh, src, len, offset, Stability::kFileSync, &verf, &committed));
           client_->forget_data(key, offset, n);
           return n;
         });
       });
 }
 
-void File::flush() {
-  if (client_ == nullptr) fail(EBADF, "file is closed");
-  client_->check_lost(fileid_, opened_.mtime);
+void File::flush() { or_throw(try_flush()); }
+
+Status File::try_flush() {
+  if (client_ == nullptr) return kClosed;
+  ODAFS_RETURN_IF_ERROR(client_->check_lost(fileid_, opened_.mtime));
   SharedFile& sf = *state_->shared;
   bool failed;
   {
@@ -380,25 +405,20 @@ void File::flush() {
   // Under a write delegation the SharedFile stays with it, unsent and uncommitted, until
   // it is recalled or given back (client/delegations.h); an error waiting is reported
   // now. Only UNSTABLE mounts: the others asked for their bytes durable by the close.
-  if (failed || client_->options().stability != Stability::kUnstable ||
-      !client_->mount_state()->delegations->keep_open(handle(), state_->shared)) {
-    fsync();
-  }
+  if (failed || client_->options().stability != Stability::kUnstable) return try_fsync();
+  ODAFS_ASSIGN_OR_RETURN(auto m, client_->mount_state());
+  if (!m->delegations->keep_open(handle(), state_->shared)) return try_fsync();
+  return Status();
 }
 
-void File::close() {
-  if (client_ == nullptr) return;
-  Client* client = client_;
-  auto give_back = [&] { client->open_files_.release(state_->size_key, state_->shared); };
-  try {
-    flush();
-    client_ = nullptr;
-  } catch (...) {
-    client_ = nullptr;
-    give_back();
-    throw;
-  }
-  give_back();
+void File::close() { or_throw(try_close()); }
+
+Status File::try_close() {
+  if (client_ == nullptr) return Status();
+  Status flushed = try_flush();
+  Client* client = std::exchange(client_, nullptr);
+  client->open_files_.release(state_->size_key, state_->shared);  // even after a failure
+  return flushed;
 }
 
 }  // namespace odafs

@@ -51,7 +51,7 @@ struct IoQueue::Slot {
 };
 
 IoQueue::IoQueue(Client& client, size_t depth) : client_(client), depth_(depth) {
-  if (depth == 0 || depth > 65536) fail(EINVAL, "IoQueue: depth must be 1..65536");
+  if (depth == 0 || depth > 65536) throw Error(EINVAL, "IoQueue: depth must be 1..65536");
   slots_.reset(new Slot[depth]);
   free_.reserve(depth);
   flight_.reserve(depth);
@@ -66,18 +66,19 @@ IoQueue::IoQueue(Client& client, size_t depth) : client_(client), depth_(depth) 
 IoQueue::~IoQueue() {
   for (uint32_t i : flight_) {
     Slot& s = slots_[i];
-    try {  // the reply would land in a buffer nobody waits for: collect it first
-      XDR x;
-      s.mount->channel->wait_until(s.call, &x, s.call.deadline());
-    } catch (const std::exception&) {
-    }
+    // The reply would land in a buffer nobody waits for: collect it first (its failure has
+    // no one to go to).
+    XDR x;
+    (void)wait_rpc_until(*s.mount->channel, s.call, &x, s.call.deadline());
   }
 }
 
-IoQueue::Slot& IoQueue::take_slot(File& f, const void* buf, size_t len) {
-  if (len > 0 && buf == nullptr) fail(EINVAL, "IoQueue: null buffer");
-  if (f.is_open() && f.client_ != &client_) fail(EINVAL, "IoQueue: a file of another client");
-  if (free_.empty()) fail(EBUSY, "IoQueue: depth requests outstanding");
+Result<IoQueue::Slot*> IoQueue::take_slot(File& f, const void* buf, size_t len) {
+  if (len > 0 && buf == nullptr) return Status(EINVAL, "IoQueue: null buffer");
+  if (f.is_open() && f.client_ != &client_) {
+    return Status(EINVAL, "IoQueue: a file of another client");
+  }
+  if (free_.empty()) return Status(EBUSY, "IoQueue: depth requests outstanding");
   Slot& s = slots_[free_.back()];
   free_.pop_back();
   s.file = &f;
@@ -89,26 +90,28 @@ IoQueue::Slot& IoQueue::take_slot(File& f, const void* buf, size_t len) {
   s.in_flight = false;
   s.waiting_engine = false;
   s.retry.reset();
-  return s;
+  return &s;
 }
 
 void IoQueue::submit_read(File& f, void* buf, size_t len, uint64_t offset, uint64_t user_tag) {
-  submit(false, f, buf, len, offset, user_tag);
+  or_throw(try_submit(false, f, buf, len, offset, user_tag));
 }
 
 void IoQueue::submit_write(File& f, const void* buf, size_t len, uint64_t offset,
                            uint64_t user_tag) {
-  submit(true, f, buf, len, offset, user_tag);
+  or_throw(try_submit(true, f, buf, len, offset, user_tag));
 }
 
-void IoQueue::submit(bool write, File& f, const void* buf, size_t len, uint64_t offset,
-                     uint64_t user_tag) {
-  Slot& s = take_slot(f, buf, len);
+Status IoQueue::try_submit(bool write, File& f, const void* buf, size_t len, uint64_t offset,
+                           uint64_t user_tag) {
+  ODAFS_ASSIGN_OR_RETURN(Slot * slot, take_slot(f, buf, len));
+  Slot& s = *slot;
   s.op = write ? Slot::Op::kWrite : Slot::Op::kRead;
   s.offset = offset;
   s.tag = user_tag;
   drive(s, false);
   if (s.in_flight) flight_.push_back(s.index);
+  return Status();
 }
 
 RetryPolicy& IoQueue::policy(Slot& s) {
@@ -118,82 +121,82 @@ RetryPolicy& IoQueue::policy(Slot& s) {
 
 void IoQueue::drive(Slot& s, bool rpc_ready) {
   for (;;) {
+    Result<bool> step = false;
+    // The queue's promise: a request's failure is its completion's, never thrown out of
+    // submit, reap or wait. The steps return theirs; what can still be thrown under them
+    // (memory running out, a bug below the client) ends the request, not the caller.
     try {
-      bool complete =
-          s.op == Slot::Op::kRead ? drive_read(s, rpc_ready) : drive_write(s, rpc_ready);
-      if (complete) this->complete(s, 0);
-      return;
-    } catch (const rpc::RpcError& e) {
-      s.in_flight = false;
-      // Reads and writes are idempotent: after a lost connection the request resumes
-      // where it stopped, on the re-mounted connection.
-      bool lost =
-          e.kind() == rpc::RpcError::Kind::kTransport && s.mount && s.mount->channel->broken();
-      if (lost && policy(s).again_after_lost_connection(true)) {
-        ODAFS_LOG_WARN("odafs: connection lost (%s); reconnecting", e.what());
-        s.reader.reset();
-        s.mount.reset();
-        rpc_ready = false;
-        continue;
-      }
-      complete(s, e.code().value() != 0 ? e.code().value() : EIO);
-      return;
-    } catch (const Error& e) {
-      s.in_flight = false;
-      // DELAY: the server did nothing; the same goes again after the policy's pause (a
-      // rare wait, taken here). A read resumes where it stopped.
-      if (e.errno_value() == kDelayErrno && policy(s).again_after_delay()) {
-        if (s.op == Slot::Op::kRead) s.reader.reset();
-        rpc_ready = false;
-        continue;
-      }
-      // A handle from before a server restart: find the file again and resume (a removed
-      // file stays ESTALE).
-      if (e.errno_value() == ESTALE && s.mount && policy(s).again_after_stale()) {
-        bool again = false;
-        try {
-          again = s.file->refresh_stale(s.fh);
-        } catch (const Error& lookup) {
-          complete(s, lookup.errno_value());
-          return;
-        }
-        if (again) {
-          s.reader.reset();
-          s.mount.reset();
-          rpc_ready = false;
-          continue;
-        }
-      }
-      complete(s, e.errno_value());
-      return;
+      step = s.op == Slot::Op::kRead ? drive_read(s, rpc_ready) : drive_write(s, rpc_ready);
     } catch (const std::bad_alloc&) {
       s.in_flight = false;
       complete(s, ENOMEM);
       return;
-    } catch (const std::exception& e) {  // nothing else is expected; never out of reap()
+    } catch (const std::exception& e) {
       ODAFS_LOG_WARN("odafs: IoQueue request failed: %s", e.what());
       s.in_flight = false;
       complete(s, EIO);
       return;
     }
+    if (step.ok()) {
+      if (*step) complete(s, 0);
+      return;
+    }
+    s.in_flight = false;
+    const int err = step.errno_value();
+    // DELAY: the server did nothing; the same goes again after the policy's pause (a
+    // rare wait, taken here). A read resumes where it stopped.
+    if (err == kDelayErrno && policy(s).again_after_delay()) {
+      if (s.op == Slot::Op::kRead) s.reader.reset();
+      rpc_ready = false;
+      continue;
+    }
+    // Reads and writes are idempotent: after a lost connection (a failure on a channel
+    // now broken, as Client::with_mount tells it) the request resumes where it stopped,
+    // on the re-mounted connection.
+    if (s.mount && s.mount->channel->broken() && policy(s).again_after_lost_connection(true)) {
+      ODAFS_LOG_WARN("odafs: connection lost (%s); reconnecting",
+                     step.status().to_string().c_str());
+      s.reader.reset();
+      s.mount.reset();
+      rpc_ready = false;
+      continue;
+    }
+    // A handle from before a server restart: find the file again and resume (a removed
+    // file stays ESTALE).
+    if (err == ESTALE && s.mount && policy(s).again_after_stale()) {
+      Result<bool> again = s.file->refresh_stale(s.fh);
+      if (!again.ok()) {
+        complete(s, again.errno_value());
+        return;
+      }
+      if (*again) {
+        s.reader.reset();
+        s.mount.reset();
+        rpc_ready = false;
+        continue;
+      }
+    }
+    complete(s, err);
+    return;
   }
 }
 
-bool IoQueue::drive_read(Slot& s, bool rpc_ready) {
+Result<bool> IoQueue::drive_read(Slot& s, bool rpc_ready) {
   if (!s.started) {
     s.started = true;
-    s.file->check_readable();
-    s.file->flush_behind(false);                     // this client reads its own writes
-    if (client_.read_mode() == ReadMode::kDirect) {  // the engine's push: synchronous
-      s.done = s.file->pread(s.buf, s.len, s.offset);
+    ODAFS_RETURN_IF_ERROR(s.file->check_readable());
+    ODAFS_RETURN_IF_ERROR(s.file->flush_behind(false));  // this client reads its own writes
+    if (client_.read_mode() == ReadMode::kDirect) {      // the engine's push: synchronous
+      ODAFS_ASSIGN_OR_RETURN(s.done, s.file->try_pread(s.buf, s.len, s.offset));
       return true;
     }
   }
   if (rpc_ready) {
     s.in_flight = false;
-    if (s.reader->finish_rpc(s.call)) return true;
+    ODAFS_ASSIGN_OR_RETURN(const bool complete, s.reader->finish_rpc(s.call));
+    if (complete) return true;
   } else if (!s.reader) {
-    s.mount = client_.mount_state();
+    ODAFS_ASSIGN_OR_RETURN(s.mount, client_.mount_state());
     std::tie(s.fh, s.key) = s.file->current();
     s.reader.emplace(&client_, *s.mount, s.fh, s.key, s.file->size_hint(), s.buf, s.len, s.offset,
                      &s.done);
@@ -214,37 +217,38 @@ bool IoQueue::drive_read(Slot& s, bool rpc_ready) {
     case BlockReader::Step::kNeedsRpc:
       break;
   }
-  s.reader->start_rpc(s.call, &s.scratch);
+  ODAFS_RETURN_IF_ERROR(s.reader->start_rpc(s.call, &s.scratch));
   s.in_flight = true;
   return false;
 }
 
-bool IoQueue::drive_write(Slot& s, bool rpc_ready) {
+Result<bool> IoQueue::drive_write(Slot& s, bool rpc_ready) {
   if (!s.started) {
     s.started = true;
-    s.file->check_writable();
-    s.file->flush_behind(true);  // ordered after the writes gathered before it
-    s.offset = s.file->write_offset(s.offset);
+    ODAFS_RETURN_IF_ERROR(s.file->check_writable());
+    ODAFS_RETURN_IF_ERROR(s.file->flush_behind(true));  // after the writes gathered before it
+    ODAFS_ASSIGN_OR_RETURN(s.offset, s.file->write_offset(s.offset));
   }
   if (rpc_ready) {
     s.in_flight = false;
     WriteVerifier verf;
     int committed = 0;
-    size_t n = client_.finish_write(*s.mount, s.call, s.chunk, &verf, &committed);
+    ODAFS_ASSIGN_OR_RETURN(size_t n,
+                           client_.finish_write(*s.mount, s.call, s.chunk, &verf, &committed));
     s.file->wrote(s.key, s.offset + s.done, s.buf + s.done, n, verf, committed);
     s.done += n;
   }
   if (s.done >= s.len) return true;
   if (!s.mount) {
-    s.mount = client_.mount_state();
+    ODAFS_ASSIGN_OR_RETURN(s.mount, client_.mount_state());
     std::tie(s.fh, s.key) = s.file->current();
     // Its own write (see delegations.h); File::wrote drops the cached copies.
     s.mount->delegations->wrote(s.fh, s.offset + s.len);
   }
   s.chunk = std::min<size_t>(s.len - s.done, s.mount->limits.max_write);
-  s.file->make_room_for(s.chunk);
-  client_.start_write(*s.mount, s.call, s.fh, s.buf + s.done, s.chunk, s.offset + s.done,
-                      client_.options().stability);
+  ODAFS_RETURN_IF_ERROR(s.file->make_room_for(s.chunk));
+  ODAFS_RETURN_IF_ERROR(client_.start_write(*s.mount, s.call, s.fh, s.buf + s.done, s.chunk,
+                                            s.offset + s.done, client_.options().stability));
   s.in_flight = true;
   return false;
 }
@@ -327,7 +331,7 @@ size_t IoQueue::reap(std::span<Completion> out) {
 }
 
 size_t IoQueue::wait(std::span<Completion> out, size_t min, int timeout_ms) {
-  if (min > out.size()) fail(EINVAL, "IoQueue::wait: min is more than out holds");
+  if (min > out.size()) throw Error(EINVAL, "IoQueue::wait: min is more than out holds");
   const Deadline limit(timeout_ms);
   for (;;) {
     // Read the word before looking at the calls: a reply after the look changes it, and

@@ -112,15 +112,18 @@ class IoQueue {
 
  private:
   struct Slot;
-  Slot& take_slot(File& f, const void* buf, size_t len);
+  friend class Client;  // read_batch: try_submit
+  Result<Slot*> take_slot(File& f, const void* buf, size_t len);
   // The request's RetryPolicy (client/retry_policy.h), made at its first failure.
   RetryPolicy& policy(Slot& s);
-  void submit(bool write, File& f, const void* buf, size_t len, uint64_t offset, uint64_t user_tag);
+  // submit_read / submit_write, failing as they throw.
+  Status try_submit(bool write, File& f, const void* buf, size_t len, uint64_t offset,
+                    uint64_t user_tag);
   // Runs s until it waits on a call or completes; rpc_ready: its call has its reply (or
   // its deadline passed).
   void drive(Slot& s, bool rpc_ready);
-  bool drive_read(Slot& s, bool rpc_ready);  // true: complete
-  bool drive_write(Slot& s, bool rpc_ready);
+  Result<bool> drive_read(Slot& s, bool rpc_ready);  // true: complete
+  Result<bool> drive_write(Slot& s, bool rpc_ready);
   void complete(Slot& s, int error);
   // Drives every slot whose call is ready or overdue. Returns whether calls are still in
   // flight, and the earliest of their deadlines in *next.

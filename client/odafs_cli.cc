@@ -59,12 +59,7 @@ struct Target {
 };
 
 Target open_target(const std::string& url) {
-  odafs::Url parsed;
-  try {
-    parsed = odafs::parse_url(url);
-  } catch (const std::exception& e) {
-    throw odafs::Error(EINVAL, e.what());
-  }
+  odafs::Url parsed = odafs::or_throw(odafs::parse_url(url));
   odafs::MountOptions options = g_options;
   if (g_timeout_ms) options.timeout_ms = *g_timeout_ms;
   odafs::apply_url_options(parsed, &options);
@@ -235,12 +230,12 @@ int parse_globals(int argc, char** argv) {
     } else if (opt == "--tls-key") {
       g_options.tls_key = value;
     } else if (opt == "--timeout") {
-      try {
-        g_timeout_ms = odafs::parse_timeout_ms(value, "--timeout");
-      } catch (const std::invalid_argument& e) {
-        std::fprintf(stderr, "odafs: %s\n", e.what());
+      odafs::Result<int> ms = odafs::parse_timeout_ms(value, "--timeout");
+      if (!ms.ok()) {
+        std::fprintf(stderr, "odafs: %s\n", ms.status().message().c_str());
         std::exit(2);
       }
+      g_timeout_ms = *ms;
       continue;
     } else {
       usage();
@@ -317,7 +312,7 @@ int run(int argc, char** argv) {
   } else if (cmd == "mv") {
     if (argc < 4) usage();
     Target from = open_target(argv[2]);
-    odafs::Url to = odafs::parse_url(argv[3]);
+    odafs::Url to = odafs::or_throw(odafs::parse_url(argv[3]));
     if (to.server.to_string() != from.server) {
       throw odafs::Error(EXDEV, "mv: both URLs must name the same server");
     }

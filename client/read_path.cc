@@ -31,11 +31,13 @@ BlockReader::BlockReader(Client* client, const MountState& m, const Handle& fh, 
       done_(done),
       engine_(client->engine_for_reads(m)) {}
 
-void BlockReader::run(rpc::Call& call, std::vector<char>* scratch) {
+Status BlockReader::run(rpc::Call& call, std::vector<char>* scratch) {
   while (!serve_without_rpc()) {
-    start_rpc(call, scratch);
-    if (finish_rpc(call)) return;
+    ODAFS_RETURN_IF_ERROR(start_rpc(call, scratch));
+    ODAFS_ASSIGN_OR_RETURN(const bool complete, finish_rpc(call));
+    if (complete) break;
   }
+  return Status();
 }
 
 bool BlockReader::serve_without_rpc() {
@@ -195,7 +197,7 @@ size_t BlockReader::one_sided(uint64_t block, uint32_t in_block, uint32_t chunk,
   return n;
 }
 
-void BlockReader::start_rpc(rpc::Call& call, std::vector<char>* scratch) {
+Status BlockReader::start_rpc(rpc::Call& call, std::vector<char>* scratch) {
   const uint64_t pos = offset_ + *done_;
   const uint64_t block = pos / bs_;
   const auto in_block = static_cast<uint32_t>(pos % bs_);
@@ -221,8 +223,7 @@ void BlockReader::start_rpc(rpc::Call& call, std::vector<char>* scratch) {
     // Unaligned, straight into the caller's buffer (pre-posted unless kInline).
     p.span = std::min<size_t>({want, end_block * bs_ - (block * bs_ + in_block), max_read});
     p.dst = out;
-    client_.start_rpc_read(m_, call, fh_, p.dst, p.span, pos);
-    return;
+    return client_.start_rpc_read(m_, call, fh_, p.dst, p.span, pos);
   }
   // Whole blocks, so they can be kept: into the caller's buffer when they fit there (the
   // read starts on a block boundary and the span ends within len), else into scratch.
@@ -233,13 +234,13 @@ void BlockReader::start_rpc(rpc::Call& call, std::vector<char>* scratch) {
     if (scratch->size() < p.span) scratch->resize(p.span);
     p.dst = scratch->data();
   }
-  client_.start_rpc_read(m_, call, fh_, p.dst, p.span, block * bs_);
+  return client_.start_rpc_read(m_, call, fh_, p.dst, p.span, block * bs_);
 }
 
-bool BlockReader::finish_rpc(rpc::Call& call) {
+Result<bool> BlockReader::finish_rpc(rpc::Call& call) {
   const Pending& p = pending_;
   bool eof = false;
-  size_t n = client_.finish_rpc_read(m_, call, key_, p.dst, p.span, &eof);
+  ODAFS_ASSIGN_OR_RETURN(size_t n, client_.finish_rpc_read(m_, call, key_, p.dst, p.span, &eof));
   after_rpc();
   if (!p.whole) {
     *done_ += n;
@@ -262,24 +263,23 @@ void BlockReader::after_rpc() {
   if (!engine_) engine_ = client_.engine_for_reads(m_);
 }
 
-size_t Client::read_file(const Handle& fh, uint64_t key, void* buf, size_t len, uint64_t offset,
-                         uint64_t size_hint) {
+Result<size_t> Client::read_file(const Handle& fh, uint64_t key, void* buf, size_t len,
+                                 uint64_t offset, uint64_t size_hint) {
   if (read_mode() == ReadMode::kDirect) return read_direct(fh, buf, len, offset);
   thread_local rpc::Call call;
   thread_local std::vector<char> scratch;  // grows to the largest span once, then stays
   size_t done = 0;
-  for (int attempt = 0;; ++attempt) {
-    std::shared_ptr<const MountState> m = mount_state();
-    try {
-      BlockReader(this, *m, fh, key, size_hint, static_cast<char*>(buf), len, offset, &done)
-          .run(call, &scratch);
-      return done;
-    } catch (const rpc::RpcError& e) {
-      // Reads are idempotent: after a lost connection, re-mount and resume once.
-      bool lost = e.kind() == rpc::RpcError::Kind::kTransport && m->channel->broken();
-      if (!lost || attempt > 0) throw error_from(e);
-      ODAFS_LOG_WARN("odafs: connection lost (%s); reconnecting", e.what());
-    }
+  // Reads are idempotent: after a lost connection, re-mount and resume where it stopped,
+  // once. (No DELAY here: File::pread's retry_delayed starts the read over.)
+  RetryPolicy policy(options_.timeout_ms);
+  for (;;) {
+    ODAFS_ASSIGN_OR_RETURN(std::shared_ptr<const MountState> m, mount_state());
+    Status read =
+        BlockReader(this, *m, fh, key, size_hint, static_cast<char*>(buf), len, offset, &done)
+            .run(call, &scratch);
+    if (read.ok()) return done;
+    if (!m->channel->broken() || !policy.again_after_lost_connection(true)) return read;
+    ODAFS_LOG_WARN("odafs: connection lost (%s); reconnecting", read.to_string().c_str());
   }
 }
 
@@ -309,11 +309,11 @@ void Client::read_batch(std::span<ReadRequest> requests) {
       continue;
     }
     if (outstanding == q.depth()) collect(1);
-    try {
-      q.submit_read(*r.file, r.buf, r.len, r.offset, i);
+    if (Status submitted = q.try_submit(false, *r.file, r.buf, r.len, r.offset, i);
+        submitted.ok()) {
       ++outstanding;
-    } catch (const Error& e) {
-      r.error = e.errno_value();
+    } else {
+      r.error = submitted.errno_value();
     }
   }
   while (outstanding > 0) collect(1);
@@ -332,13 +332,33 @@ struct Registration {
   Registration& operator=(const Registration&) = delete;
 };
 
+// EngineClient::direct(call, got): runs call(tag) -> Status (the RPC naming the transfer),
+// then waits for the transfer. Its interface is told that the call failed by an exception
+// (it then waits for nothing): this is where a failed Status crosses it, thrown as a
+// private type and caught right here.
+template <class Call>
+Result<ordma::Fault> direct_transfer(ordma::EngineClient& eng, Call&& call, uint32_t* got) {
+  struct CallFailed {};
+  Status failed;
+  try {
+    return eng.direct(
+        [&](uint32_t tag) {
+          failed = call(tag);
+          if (!failed.ok()) throw CallFailed{};
+        },
+        got);
+  } catch (const CallFailed&) {
+    return failed;
+  }
+}
+
 }  // namespace
 
-size_t Client::read_direct(const Handle& fh, void* buf, size_t len, uint64_t offset) {
-  std::shared_ptr<const MountState> m = mount_state();
+Result<size_t> Client::read_direct(const Handle& fh, void* buf, size_t len, uint64_t offset) {
+  ODAFS_ASSIGN_OR_RETURN(std::shared_ptr<const MountState> m, mount_state());
   std::shared_ptr<ordma::EngineClient> eng = engine(*m);
   bool eof = false;
-  if (!eng) return read(fh, buf, len, offset, &eof);  // no engine: RPC
+  if (!eng) return try_read(fh, buf, len, offset, &eof);  // no engine: RPC
   // Registration is client-local: the id travels in the RPC, the server's engine writes.
   Registration reg(eng.get(), buf, len);
   size_t done = 0;
@@ -346,30 +366,34 @@ size_t Client::read_direct(const Handle& fh, void* buf, size_t len, uint64_t off
     size_t chunk = std::min<size_t>(len - done, m->limits.max_read);
     u_int count = 0;
     uint32_t got = 0;
-    ordma::Fault f = eng->direct(
-        [&](uint32_t tag) {
-          read_direct_args args{};
-          put_fh(args.fh, fh);
-          args.offset = offset + done;
-          args.count = static_cast<u_int>(chunk);
-          args.session = m->session.id;
-          args.buffer = reg.id;
-          args.buffer_offset = static_cast<u_int>(done);
-          args.tag = tag;
-          read_direct_res res{};
-          try {
-            m->channel->call(ODAFSPROC_READ_DIRECT, to_xdrproc(xdr_read_direct_args), &args,
-                             to_xdrproc(xdr_read_direct_res), &res);
-          } catch (const rpc::RpcError& e) {
-            throw error_from(e);
-          }
-          check(res.status, "read_direct");
-          count = res.read_direct_res_u.ok.count;
-          eof = res.read_direct_res_u.ok.eof;
-        },
-        &got);
-    if (f != ordma::Fault::kNone) fail(EIO, std::string("read_direct: ") + ordma::fault_name(f));
-    if (got != count || count > chunk) fail(EPROTO, "read_direct: transfer length mismatch");
+    ODAFS_ASSIGN_OR_RETURN(
+        ordma::Fault f,
+        direct_transfer(
+            *eng,
+            [&](uint32_t tag) -> Status {
+              read_direct_args args{};
+              put_fh(args.fh, fh);
+              args.offset = offset + done;
+              args.count = static_cast<u_int>(chunk);
+              args.session = m->session.id;
+              args.buffer = reg.id;
+              args.buffer_offset = static_cast<u_int>(done);
+              args.tag = tag;
+              read_direct_res res{};
+              ODAFS_RETURN_IF_ERROR(call_rpc(*m->channel, ODAFSPROC_READ_DIRECT,
+                                             to_xdrproc(xdr_read_direct_args), &args,
+                                             to_xdrproc(xdr_read_direct_res), &res));
+              ODAFS_RETURN_IF_ERROR(status_of(res.status, "read_direct"));
+              count = res.read_direct_res_u.ok.count;
+              eof = res.read_direct_res_u.ok.eof;
+              return Status();
+            },
+            &got));
+    if (f != ordma::Fault::kNone) {
+      return Status(EIO, std::string("read_direct: ") + ordma::fault_name(f));
+    }
+    if (got != count || count > chunk)
+      return Status(EPROTO, "read_direct: transfer length mismatch");
     stats_.direct_reads.fetch_add(1, std::memory_order_relaxed);
     stats_.direct_bytes.fetch_add(count, std::memory_order_relaxed);
     done += count;
@@ -378,11 +402,11 @@ size_t Client::read_direct(const Handle& fh, void* buf, size_t len, uint64_t off
   return done;
 }
 
-size_t Client::write_direct(const Handle& fh, const void* buf, size_t len, uint64_t offset,
-                            Stability how, WriteVerifier* verf, int* committed) {
-  std::shared_ptr<const MountState> m = mount_state();
+Result<size_t> Client::write_direct(const Handle& fh, const void* buf, size_t len, uint64_t offset,
+                                    Stability how, WriteVerifier* verf, int* committed) {
+  ODAFS_ASSIGN_OR_RETURN(std::shared_ptr<const MountState> m, mount_state());
   std::shared_ptr<ordma::EngineClient> eng = engine(*m);
-  if (!eng) return write(fh, buf, len, offset, how, verf, committed);
+  if (!eng) return try_write(fh, buf, len, offset, how, verf, committed);
   // This client's own write (see delegations.h); under a write delegation no open
   // revalidates the cache, so its old copies go here.
   if (m->delegations->wrote(fh, offset + len)) forget_data(cache_key(fh), offset, len);
@@ -396,44 +420,46 @@ size_t Client::write_direct(const Handle& fh, const void* buf, size_t len, uint6
   args.session = m->session.id;
   args.buffer = reg.id;
   uint32_t got = 0;
-  ordma::Fault f;
-  try {
-    // Start the call, then serve the server's pull while its reply is outstanding.
-    f = eng->direct(
-        [&](uint32_t tag) {
-          args.tag = tag;
-          m->channel->start(call, ODAFSPROC_WRITE_DIRECT, to_xdrproc(xdr_write_direct_args), &args);
-        },
-        &got);
-    XDR x;
-    m->channel->wait(call, &x);
-    write_res res{};
-    if (!xdr_write_res(&x, &res)) fail(EPROTO, "write_direct: malformed reply");
-    // No engine, every direct-write place taken, the pull failed, others' delegations still
-    // out (DELAY) or a grace period: nothing was written; write by RPC, which waits them out.
-    if (raw_enum(res.status) == ODAFS_ERR_NOTSUPP || raw_enum(res.status) == ODAFS_ERR_DELAY ||
-        raw_enum(res.status) == ODAFS_ERR_GRACE) {
-      return write(fh, buf, len, offset, how, verf, committed);
-    }
-    check(res.status, "write_direct");
-    if (f != ordma::Fault::kNone) fail(EIO, std::string("write_direct: ") + ordma::fault_name(f));
-    std::memcpy(verf->data(), res.write_res_u.ok.verf, verf->size());
-    *committed = static_cast<int>(raw_enum(res.write_res_u.ok.committed));
-    stats_.direct_writes.fetch_add(1, std::memory_order_relaxed);
-    if (res.write_res_u.ok.count == 0 && len > 0) fail(EIO, "write_direct: server wrote nothing");
-    return res.write_res_u.ok.count;
-  } catch (const rpc::RpcError& e) {
-    throw error_from(e);
+  // Start the call, then serve the server's pull while its reply is outstanding.
+  ODAFS_ASSIGN_OR_RETURN(ordma::Fault f, direct_transfer(
+                                             *eng,
+                                             [&](uint32_t tag) {
+                                               args.tag = tag;
+                                               return start_rpc(
+                                                   *m->channel, call, ODAFSPROC_WRITE_DIRECT,
+                                                   to_xdrproc(xdr_write_direct_args), &args);
+                                             },
+                                             &got));
+  XDR x;
+  ODAFS_RETURN_IF_ERROR(wait_rpc(*m->channel, call, &x));
+  write_res res{};
+  if (!xdr_write_res(&x, &res)) return Status(EPROTO, "write_direct: malformed reply");
+  // No engine, every direct-write place taken, the pull failed, others' delegations still
+  // out (DELAY) or a grace period: nothing was written; write by RPC, which waits them out.
+  if (raw_enum(res.status) == ODAFS_ERR_NOTSUPP || raw_enum(res.status) == ODAFS_ERR_DELAY ||
+      raw_enum(res.status) == ODAFS_ERR_GRACE) {
+    return try_write(fh, buf, len, offset, how, verf, committed);
   }
+  ODAFS_RETURN_IF_ERROR(status_of(res.status, "write_direct"));
+  if (f != ordma::Fault::kNone) {
+    return Status(EIO, std::string("write_direct: ") + ordma::fault_name(f));
+  }
+  std::memcpy(verf->data(), res.write_res_u.ok.verf, verf->size());
+  *committed = static_cast<int>(raw_enum(res.write_res_u.ok.committed));
+  stats_.direct_writes.fetch_add(1, std::memory_order_relaxed);
+  if (res.write_res_u.ok.count == 0 && len > 0) {
+    return Status(EIO, "write_direct: server wrote nothing");
+  }
+  return static_cast<size_t>(res.write_res_u.ok.count);
 }
 
 size_t Client::prefetch_references(const File& f, uint64_t offset, uint64_t len) {
   size_t total = 0;
   for (uint64_t done = 0; done < len;) {
     uint64_t span = 0;
-    size_t got = with_mount(true, [&](const MountState& m) -> size_t {
+    size_t got = or_throw(with_mount(true, [&](const MountState& m) -> Result<size_t> {
       const uint64_t session = session_for_reads(m);
-      if (session == 0) return 0;
+      if (session == 0) return size_t{0};
       span = std::min<uint64_t>(len - done, m.limits.max_read);
       getrefs_args args{};
       put_fh(args.fh, f.handle());
@@ -442,18 +468,18 @@ size_t Client::prefetch_references(const File& f, uint64_t offset, uint64_t len)
       args.session = session;
       getrefs_res res{};
       XdrFree<getrefs_res> guard{to_xdrproc(xdr_getrefs_res), &res};
-      m.channel->call(ODAFSPROC_GETREFS, to_xdrproc(xdr_getrefs_args), &args,
-                      to_xdrproc(xdr_getrefs_res), &res);
-      if (raw_enum(res.status) == ODAFS_ERR_NOTSUPP) return 0;
-      check(res.status, "getrefs " + f.path());
+      ODAFS_RETURN_IF_ERROR(call_rpc(*m.channel, ODAFSPROC_GETREFS, to_xdrproc(xdr_getrefs_args),
+                                     &args, to_xdrproc(xdr_getrefs_res), &res));
+      if (raw_enum(res.status) == ODAFS_ERR_NOTSUPP) return size_t{0};
+      ODAFS_RETURN_IF_ERROR(status_of(res.status, "getrefs " + f.path()));
       const getrefs_ok& ok = res.getrefs_res_u.ok;
       for (u_int i = 0; i < ok.refs.refs_len; ++i) {
         const odafs_ref& w = ok.refs.refs_val[i];
         m.cache->insert(f.cache_key(), w.block, ordma::reference_from_wire(w));
       }
       stats_.refs_received.fetch_add(ok.refs.refs_len, std::memory_order_relaxed);
-      return ok.refs.refs_len;
-    });
+      return size_t{ok.refs.refs_len};
+    }));
     if (got == 0) break;
     total += got;
     done += span;

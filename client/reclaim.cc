@@ -70,83 +70,87 @@ std::string loss(std::string why, bool removing, const SharedFile& sf) {
 
 }  // namespace
 
-ClientOwner Client::make_owner() {
+Result<ClientOwner> Client::make_owner() {
   ClientOwner o{};
   for (size_t got = 0; got < o.size();) {
     ssize_t n = getrandom(o.data() + got, o.size() - got, 0);
-    if (n > 0)
+    if (n > 0) {
       got += static_cast<size_t>(n);
-    else if (errno != EINTR)
-      fail(errno, "getrandom: no client owner id");
+    } else if (errno != EINTR) {
+      return Status::from_errno("getrandom: no client owner id");
+    }
   }
   return o;
 }
 
-bool Client::name_client(const MountState& m) {
+Result<bool> Client::name_client(const MountState& m) {
   client_id_args args{};
   std::memcpy(args.owner, owner_.data(), owner_.size());
   client_id_res res{};
-  try {
-    m.channel->call(ODAFSPROC_CLIENT_ID, to_xdrproc(xdr_client_id_args), &args,
-                    to_xdrproc(xdr_client_id_res), &res);
-  } catch (const rpc::RpcError& e) {
-    if (e.kind() == rpc::RpcError::Kind::kTransport) throw error_from(e, "client id");
+  rpc::RpcError::Kind kind{};
+  Status called = call_rpc(*m.channel, ODAFSPROC_CLIENT_ID, to_xdrproc(xdr_client_id_args), &args,
+                           to_xdrproc(xdr_client_id_res), &res, &kind);
+  if (!called.ok()) {
+    if (kind == rpc::RpcError::Kind::kTransport) return in_context(std::move(called), "client id");
     return false;  // a server without it: no write delegations, nothing to reclaim
   }
-  check(res.status, "client id");
-  return res.client_id_res_u.ok.reclaim;
+  ODAFS_RETURN_IF_ERROR(status_of(res.status, "client id"));
+  return static_cast<bool>(res.client_id_res_u.ok.reclaim);
 }
 
-std::optional<std::pair<Handle, Attr>> Client::find_again(const MountState& m,
-                                                          const std::string& path) {
+Result<std::optional<std::pair<Handle, Attr>>> Client::find_again(const MountState& m,
+                                                                  const std::string& path) {
+  using Found = std::optional<std::pair<Handle, Attr>>;
   Handle cur = m.root;
   std::optional<Attr> attr;
   for (const std::string& name : split_path(path)) {
     diropargs args{};
     put_fh(args.dir, cur);
     args.name = const_cast<char*>(name.c_str());
-    auto [fh, a] = retry_delayed(options_.timeout_ms, [&] {
-      dirop_res res{};
-      m.channel->call(ODAFSPROC_LOOKUP, to_xdrproc(xdr_diropargs), &args, to_xdrproc(xdr_dirop_res),
-                      &res);
-      const int status = raw_enum(res.status);
-      if (status == ODAFS_ERR_DELAY || status == ODAFS_ERR_GRACE) fail(kDelayErrno, "lookup");
-      return status == ODAFS_OK ? std::make_pair(get_fh(res.dirop_res_u.ok.fh),
-                                                 std::optional(to_attr(res.dirop_res_u.ok.attr)))
-                                : std::make_pair(Handle{}, std::optional<Attr>());
-    });
-    if (!a) return std::nullopt;
-    cur = fh;
-    attr = a;
+    ODAFS_ASSIGN_OR_RETURN(
+        Found step, retry_delayed(options_.timeout_ms, [&]() -> Result<Found> {
+          dirop_res res{};
+          ODAFS_RETURN_IF_ERROR(call_rpc(*m.channel, ODAFSPROC_LOOKUP, to_xdrproc(xdr_diropargs),
+                                         &args, to_xdrproc(xdr_dirop_res), &res));
+          const int status = raw_enum(res.status);
+          if (status == ODAFS_ERR_DELAY || status == ODAFS_ERR_GRACE) {
+            return Status(kDelayErrno, "lookup");
+          }
+          if (status != ODAFS_OK) return Found();
+          return Found(
+              std::make_pair(get_fh(res.dirop_res_u.ok.fh), to_attr(res.dirop_res_u.ok.attr)));
+        }));
+    if (!step) return Found();
+    cur = step->first;
+    attr = step->second;
   }
-  if (!attr) return std::nullopt;
-  return std::make_pair(cur, *attr);
+  if (!attr) return Found();
+  return Found(std::make_pair(cur, *attr));
 }
 
 std::string Client::write_home(const MountState& m, SharedFile& sf,
                                const std::vector<std::pair<uint64_t, size_t>>& pieces,
                                const std::vector<char>& data) {
-  try {
-    auto found = find_again(m, sf.path);
-    if (!found || found->second.fileid != sf.fileid || found->second.type != FileType::kRegular) {
-      return kNotAtPath;
+  Result<std::optional<std::pair<Handle, Attr>>> found = find_again(m, sf.path);
+  if (!found.ok()) return found.status().to_string();
+  if (!*found || (*found)->second.fileid != sf.fileid ||
+      (*found)->second.type != FileType::kRegular) {
+    return kNotAtPath;
+  }
+  // Stable: durable when answered, so no COMMIT (and no verifier) to keep track of.
+  const char* src = data.data();
+  for (const auto& [offset, len] : pieces) {
+    for (size_t done = 0; done < len;) {
+      WriteVerifier verf;
+      int committed = 0;
+      Result<size_t> n =
+          write_on(m, (*found)->first, src + done, std::min<size_t>(len - done, m.limits.max_write),
+                   offset + done, Stability::kFileSync, &verf, &committed);
+      if (!n.ok()) return n.status().to_string();
+      if (*n == 0) return "the server wrote nothing";
+      done += *n;
     }
-    // Stable: durable when answered, so no COMMIT (and no verifier) to keep track of.
-    const char* src = data.data();
-    for (const auto& [offset, len] : pieces) {
-      for (size_t done = 0; done < len;) {
-        WriteVerifier verf;
-        int committed = 0;
-        const size_t n =
-            write_on(m, found->first, src + done, std::min<size_t>(len - done, m.limits.max_write),
-                     offset + done, Stability::kFileSync, &verf, &committed);
-        if (n == 0) return "the server wrote nothing";
-        done += n;
-      }
-      src += len;
-    }
-  } catch (const std::exception& e) {
-    return e.what();
+    src += len;
   }
   stats_.reclaimed_files.fetch_add(1, std::memory_order_relaxed);
   ODAFS_LOG_INFO("odafs: reclaimed %zu byte(s) of %s after a server restart", data.size(),
@@ -188,18 +192,15 @@ void Client::adopt_unsent(const Handle& fh, OpenFiles::Ref& kept, const rpc::Cal
   std::vector<char> data;
   take_unsent_bytes(*kept, /*run_locked=*/false, &pieces, &data);
   if (!data.empty()) {
-    std::string why;
-    try {
-      std::optional<rpc::CallCredential> cred;
-      std::optional<rpc::CallAs> as;
-      if (caller != nullptr) {
-        cred.emplace(*caller, "odafs");
-        as.emplace(*cred);
-      }
-      why = loss(write_home(*mount_state(), *kept, pieces, data), removing, *kept);
-    } catch (const std::exception& e) {  // no mount to be had
-      why = e.what();
+    std::optional<rpc::CallCredential> cred;
+    std::optional<rpc::CallAs> as;
+    if (caller != nullptr) {
+      cred.emplace(*caller, "odafs");
+      as.emplace(*cred);
     }
+    Result<std::shared_ptr<const MountState>> m = mount_state();
+    const std::string why = m.ok() ? loss(write_home(**m, *kept, pieces, data), removing, *kept)
+                                   : m.status().to_string();  // no mount to be had
     if (!why.empty()) report_lost(*kept, data.size(), why);
   }
   open_files_.release(cache_key(fh), kept);
@@ -210,12 +211,9 @@ void Client::rehome_run_locked(SharedFile& sf) {
   std::vector<char> data;
   take_unsent_bytes(sf, /*run_locked=*/true, &pieces, &data);
   if (data.empty()) return;
-  std::string why;
-  try {
-    why = write_home(*mount_state(), sf, pieces, data);
-  } catch (const std::exception& e) {  // no mount to be had
-    why = e.what();
-  }
+  Result<std::shared_ptr<const MountState>> m = mount_state();
+  const std::string why =
+      m.ok() ? write_home(**m, sf, pieces, data) : m.status().to_string();  // no mount to be had
   if (!why.empty()) report_lost(sf, data.size(), why);
 }
 
@@ -228,10 +226,12 @@ void Client::report_lost(SharedFile& sf, size_t bytes, const std::string& why) {
                    message);  // the file's next write, fsync or close hears it
 }
 
-void Client::check_lost(uint64_t fileid, const struct timespec& mtime_at_open) {
-  if (!lost_writes_.any()) return;
-  if (std::optional<std::string> why = lost_writes_.take(fileid, nanoseconds(mtime_at_open)))
-    fail(EIO, *why);
+Status Client::check_lost(uint64_t fileid, const struct timespec& mtime_at_open) {
+  if (!lost_writes_.any()) return Status();
+  if (std::optional<std::string> why = lost_writes_.take(fileid, nanoseconds(mtime_at_open))) {
+    return Status(EIO, *why);
+  }
+  return Status();
 }
 
 void Client::reconnect_soon() {
@@ -254,13 +254,10 @@ void Client::reconnect_loop() {
                          std::chrono::milliseconds(std::max(options_.timeout_ms, 1000));
     while (!closing_ && std::chrono::steady_clock::now() < give_up) {
       lock.unlock();
-      bool done = false;
-      try {
-        mount_state();
-        done = true;
-      } catch (const std::exception& e) {
-        ODAFS_LOG_DEBUG("odafs: re-mounting to reclaim: %s", e.what());
-      }
+      Result<std::shared_ptr<const MountState>> m = mount_state();
+      const bool done = m.ok();
+      if (!done)
+        ODAFS_LOG_DEBUG("odafs: re-mounting to reclaim: %s", m.status().to_string().c_str());
       lock.lock();
       if (done) break;
       reconnect_cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return closing_; });

@@ -3,9 +3,17 @@
 #include <stdexcept>
 #include <vector>
 
-namespace odafs {
+#include "base/status.h"
 
-int parse_timeout_ms(const std::string& text, const std::string& what) {
+namespace odafs {
+namespace {
+
+// Every refusal: EINVAL and the readable message.
+Status invalid(std::string message) { return Status(EINVAL, std::move(message)); }
+
+}  // namespace
+
+Result<int> parse_timeout_ms(const std::string& text, const std::string& what) {
   bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
   // Ten digits fit a long long with room to spare; more are absurd whatever they say.
   long long ms = digits && text.size() <= 10 ? std::stoll(text) : -1;
@@ -19,11 +27,11 @@ int parse_timeout_ms(const std::string& text, const std::string& what) {
   } else {
     return static_cast<int>(ms);
   }
-  throw std::invalid_argument("bad " + what + " '" + text + "': " + why);
+  return invalid("bad " + what + " '" + text + "': " + why);
 }
 
 // Applies the URL's options (the text after '?': KEY=VALUE pairs joined by '&') to url.
-static void parse_options(const std::string& query, const std::string& text, Url* url) {
+static Status parse_options(const std::string& query, const std::string& text, Url* url) {
   size_t pos = 0;
   while (pos <= query.size()) {
     size_t end = query.find('&', pos);
@@ -37,45 +45,42 @@ static void parse_options(const std::string& query, const std::string& text, Url
                                        : key == "tls_key"  ? &url->tls_key
                                                            : nullptr;
     if (key != "timeout_ms" && key != "cache_policy" && key != "tls" && file == nullptr) {
-      throw std::invalid_argument("unknown odafs URL option '" + option +
-                                  "' (known: timeout_ms=N, cache_policy=lru|mq, tls=0|1, "
-                                  "tls_ca=FILE, tls_cert=FILE, tls_key=FILE): " +
-                                  text);
+      return invalid("unknown odafs URL option '" + option +
+                     "' (known: timeout_ms=N, cache_policy=lru|mq, tls=0|1, tls_ca=FILE, "
+                     "tls_cert=FILE, tls_key=FILE): " +
+                     text);
     }
     if (eq == std::string::npos || (file != nullptr && eq + 1 == option.size())) {
-      throw std::invalid_argument("odafs URL option " + key + " needs a value: " + text);
+      return invalid("odafs URL option " + key + " needs a value: " + text);
     }
     const std::string value = option.substr(eq + 1);
-    auto repeated = [&](bool set) {
-      if (set) throw std::invalid_argument("odafs URL repeats " + key + ": " + text);
-    };
+    const bool repeated = file != nullptr         ? file->has_value()
+                          : key == "tls"          ? url->tls.has_value()
+                          : key == "cache_policy" ? url->cache_policy.has_value()
+                                                  : url->timeout_ms.has_value();
+    if (repeated) return invalid("odafs URL repeats " + key + ": " + text);
     if (file != nullptr) {
-      repeated(file->has_value());
       *file = value;
     } else if (key == "tls") {
-      repeated(url->tls.has_value());
       if (value != "0" && value != "1") {
-        throw std::invalid_argument("bad tls '" + value + "': 0 or 1 in " + text);
+        return invalid("bad tls '" + value + "': 0 or 1 in " + text);
       }
       url->tls = value == "1";
     } else if (key == "cache_policy") {
-      repeated(url->cache_policy.has_value());
       if (value == "lru") {
         url->cache_policy = CachePolicy::kLru;
       } else if (value == "mq") {
         url->cache_policy = CachePolicy::kMultiQueue;
       } else {
-        throw std::invalid_argument("bad cache_policy '" + value + "': lru or mq in " + text);
+        return invalid("bad cache_policy '" + value + "': lru or mq in " + text);
       }
     } else {
-      repeated(url->timeout_ms.has_value());
-      try {
-        url->timeout_ms = parse_timeout_ms(value);
-      } catch (const std::invalid_argument& e) {
-        throw std::invalid_argument(std::string(e.what()) + " in " + text);
-      }
+      Result<int> ms = parse_timeout_ms(value);
+      if (!ms.ok()) return invalid(ms.status().message() + " in " + text);
+      url->timeout_ms = *ms;
     }
   }
+  return Status();
 }
 
 void apply_url_options(const Url& url, MountOptions* options) {
@@ -88,10 +93,10 @@ void apply_url_options(const Url& url, MountOptions* options) {
   if (url.tls) options->tls = *url.tls;
 }
 
-Url parse_url(const std::string& text) {
+Result<Url> parse_url(const std::string& text) {
   const std::string scheme = "odafs://";
   if (text.compare(0, scheme.size(), scheme) != 0) {
-    throw std::invalid_argument("not an odafs URL (odafs://HOST:PORT/PATH): " + text);
+    return invalid("not an odafs URL (odafs://HOST:PORT/PATH): " + text);
   }
   std::string rest = text.substr(scheme.size());
   size_t question = rest.find('?');
@@ -105,11 +110,16 @@ Url parse_url(const std::string& text) {
   Url url;
   url.path = slash == std::string::npos ? "/" : rest.substr(slash);
   if (authority.find(':') == std::string::npos || authority.back() == ']') {
-    throw std::invalid_argument("odafs URL needs HOST:PORT: " + text);
+    return invalid("odafs URL needs HOST:PORT: " + text);
   }
-  url.server = net::parse_endpoint(authority);
-  if (url.server.host.empty()) throw std::invalid_argument("odafs URL needs a host: " + text);
-  if (question != std::string::npos) parse_options(query, text, &url);
+  // base/net's parser throws; its refusal is this one's.
+  try {
+    url.server = net::parse_endpoint(authority);
+  } catch (const std::invalid_argument& e) {
+    return invalid(e.what());
+  }
+  if (url.server.host.empty()) return invalid("odafs URL needs a host: " + text);
+  if (question != std::string::npos) ODAFS_RETURN_IF_ERROR(parse_options(query, text, &url));
   return url;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/net.h"
+#include "base/status.h"
 #include "client/client.h"
 
 namespace odafs {
@@ -33,14 +34,14 @@ struct Url {
 // Applies a URL's options to options: the URL's word wins.
 void apply_url_options(const Url& url, MountOptions* options);
 
-// Throws std::invalid_argument with a readable message for anything else, including an
-// unknown or repeated option, a timeout_ms that parse_timeout_ms refuses, a cache_policy
-// other than lru or mq, a tls other than 0 or 1, and an empty file name.
-Url parse_url(const std::string& text);
+// EINVAL with a readable message for anything else, including an unknown or repeated
+// option, a timeout_ms that parse_timeout_ms refuses, a cache_policy other than lru or mq,
+// a tls other than 0 or 1, and an empty file name.
+Result<Url> parse_url(const std::string& text);
 
 // A timeout in milliseconds as a user writes it: decimal digits only, 1..kMaxTimeoutMs.
-// Throws std::invalid_argument naming `what` (e.g. "timeout_ms") and the bad value.
-int parse_timeout_ms(const std::string& text, const std::string& what = "timeout_ms");
+// EINVAL with a message naming `what` (e.g. "timeout_ms") and the bad value.
+Result<int> parse_timeout_ms(const std::string& text, const std::string& what = "timeout_ms");
 
 // Splits a path into its components, dropping empty ones and ".". With resolve_dotdot,
 // ".." removes the previous component and stops at the root (paths never leave the mount);

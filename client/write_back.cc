@@ -13,48 +13,40 @@
 
 namespace odafs {
 
-void Client::flush_writes_behind(const Handle& fh) {
+Status Client::flush_writes_behind(const Handle& fh) {
   const uint64_t key = odafs::cache_key(fh);
   OpenFiles::Ref f = open_files_.find(key);
-  if (!f || !f->has_behind.load(std::memory_order_acquire)) return;
+  if (!f || !f->has_behind.load(std::memory_order_acquire)) return Status();
   std::lock_guard behind(f->behind_mu);
-  const std::shared_ptr<const MountState> m = mount_state();
-  try {
-    send_run_locked(
-        *f,
-        [&](const char* buf, size_t len, uint64_t offset) {
-          const Stability how = options().stability;
-          write_run(
-              *f, m->limits.max_write, buf, len, offset,
-              [&](const char* src, size_t n, uint64_t at, WriteVerifier* verf, int* committed) {
-                return write(fh, src, n, at, how, verf, committed);
-              },
-              [&](uint64_t at, size_t n) { forget_data(key, at, n); });
-        },
-        [&] { return m->channel->broken(); });
-  } catch (const Error&) {
-    if (!m->channel->broken()) throw;
-    // The connection broke under the send, and the re-mount's reclaim could not take the
-    // run (this thread held it): it goes home now, then the caller's call starts over.
-    rehome_run_locked(*f);
-    throw;
-  }
+  ODAFS_ASSIGN_OR_RETURN(const std::shared_ptr<const MountState> m, mount_state());
+  Status sent = send_run_locked(
+      *f,
+      [&](const char* buf, size_t len, uint64_t offset) {
+        const Stability how = options().stability;
+        return write_run(
+            *f, m->limits.max_write, buf, len, offset,
+            [&](const char* src, size_t n, uint64_t at, WriteVerifier* verf, int* committed) {
+              return try_write(fh, src, n, at, how, verf, committed);
+            },
+            [&](uint64_t at, size_t n) { forget_data(key, at, n); });
+      },
+      [&] { return m->channel->broken(); });
+  // The connection broke under the send, and the re-mount's reclaim could not take the
+  // run (this thread held it): it goes home now, then the caller's call starts over.
+  if (!sent.ok() && m->channel->broken()) rehome_run_locked(*f);
+  return sent;
 }
 
-size_t Client::write_on(const MountState& m, const Handle& fh, const char* src, size_t n,
-                        uint64_t at, Stability how, WriteVerifier* verf, int* committed) {
-  return retry_delayed(options_.timeout_ms, [&] {
-    try {
-      thread_local rpc::Call call;
-      start_write(m, call, fh, src, n, at, how);
-      return finish_write(m, call, n, verf, committed);
-    } catch (const rpc::RpcError& e) {
-      throw error_from(e);
-    }
+Result<size_t> Client::write_on(const MountState& m, const Handle& fh, const char* src, size_t n,
+                                uint64_t at, Stability how, WriteVerifier* verf, int* committed) {
+  return retry_delayed(options_.timeout_ms, [&]() -> Result<size_t> {
+    thread_local rpc::Call call;
+    ODAFS_RETURN_IF_ERROR(start_write(m, call, fh, src, n, at, how));
+    return finish_write(m, call, n, verf, committed);
   });
 }
 
-bool Client::write_back(const MountState& m, const Handle& fh, SharedFile& sf) {
+Result<bool> Client::write_back(const MountState& m, const Handle& fh, SharedFile& sf) {
   bool any;
   {
     std::lock_guard lock(sf.mu);
@@ -75,10 +67,10 @@ bool Client::write_back(const MountState& m, const Handle& fh, SharedFile& sf) {
     // Not waiting for a thread that is sending the run itself (see commit_books' try_only).
     std::unique_lock behind(sf.behind_mu, std::try_to_lock);
     if (behind.owns_lock()) {
-      send_run_locked(
+      ODAFS_RETURN_IF_ERROR(send_run_locked(
           sf,
           [&](const char* buf, size_t len, uint64_t offset) {
-            write_run(
+            return write_run(
                 sf, m.limits.max_write, buf, len, offset,
                 [&](const char* src, size_t n, uint64_t at, WriteVerifier* verf, int* committed) {
                   return write_one(src, n, at, options_.stability, verf, committed);
@@ -86,27 +78,21 @@ bool Client::write_back(const MountState& m, const Handle& fh, SharedFile& sf) {
                 forget);
           },
           // The connection broke: the run stays for the next mount to reclaim.
-          [&] { return m.channel->broken(); });
+          [&] { return m.channel->broken(); }));
     }
   }
-  commit_books(
-      sf, "a write-delegated file",
-      [&] {
-        try {
-          return commit_on(m, fh);
-        } catch (const rpc::RpcError& e) {
-          throw error_from(e);
-        }
-      },
-      [&](const char* src, size_t len, uint64_t offset) {
+  ODAFS_RETURN_IF_ERROR(commit_books(
+      sf, "a write-delegated file", [&] { return commit_on(m, fh); },
+      [&](const char* src, size_t len, uint64_t offset) -> Result<size_t> {
         WriteVerifier verf;
         int committed = 0;
-        size_t n = write_one(src, std::min<size_t>(len, m.limits.max_write), offset,
-                             Stability::kFileSync, &verf, &committed);
+        ODAFS_ASSIGN_OR_RETURN(size_t n,
+                               write_one(src, std::min<size_t>(len, m.limits.max_write), offset,
+                                         Stability::kFileSync, &verf, &committed));
         forget(offset, n);
         return n;
       },
-      /*try_only=*/true);
+      /*try_only=*/true));
   return true;
 }
 

@@ -15,41 +15,40 @@
 #include <utility>
 #include <vector>
 
+#include "base/status.h"
 #include "client/client.h"
 #include "client/shared_file.h"
 
 namespace odafs {
 
-// Sends sf's write-behind run with write(bytes, length, offset) and empties it. On failure
-// records the error for the next write, fsync or close, drops the run (the server never
-// got it, as an NFS client's failed write-behind), and rethrows; but when kept() says so
-// (a write delegation's kept bytes whose connection broke: the next mount reclaims them,
-// client/reclaim.cc) it leaves the run as it was and only rethrows. REQUIRES sf.behind_mu.
+// Sends sf's write-behind run with write(bytes, length, offset) -> Status and empties it.
+// On failure records the error for the next write, fsync or close, drops the run (the
+// server never got it, as an NFS client's failed write-behind), and returns the failure;
+// but when kept() says so (a write delegation's kept bytes whose connection broke: the
+// next mount reclaims them, client/reclaim.cc) it leaves the run as it was and only
+// returns the failure. REQUIRES sf.behind_mu.
 template <class WriteFn, class KeepFn>
-void send_run_locked(SharedFile& sf, WriteFn&& write, KeepFn&& kept) {
-  if (sf.behind.empty()) return;
-  try {
-    write(sf.behind.data(), sf.behind.size(), sf.behind_offset);
-  } catch (const Error& e) {
-    if (kept()) throw;
+Status send_run_locked(SharedFile& sf, WriteFn&& write, KeepFn&& kept) {
+  if (sf.behind.empty()) return Status();
+  Status sent = write(sf.behind.data(), sf.behind.size(), sf.behind_offset);
+  if (!sent.ok()) {
+    if (kept()) return sent;
     if (sf.behind_errno == 0) {
-      sf.behind_errno = e.errno_value();
-      sf.behind_error = e.what();
+      sf.behind_errno = sent.errno_value();
+      sf.behind_error = sent.to_string();
     }
     // Refused by the server (EFBIG at 2^62 left stat saying 2^62 + 1): the size the run made
     // is not the file's; back to what it was before the run, unless a truncation set it
     // lower since. (Other failures, a file gone say, keep reads asking the server.)
-    const int err = e.errno_value();
+    const int err = sent.errno_value();
     uint64_t now = sf.size.load(std::memory_order_relaxed);
     if ((err == EFBIG || err == ENOSPC || err == EDQUOT) && now > sf.size_before_run) {
       sf.size.compare_exchange_strong(now, sf.size_before_run, std::memory_order_relaxed);
     }
-    sf.behind.clear();
-    sf.has_behind.store(false, std::memory_order_release);
-    throw;
   }
   sf.behind.clear();  // keeps its capacity: a steady writer allocates nothing
   sf.has_behind.store(false, std::memory_order_release);
+  return sent;
 }
 
 // After a WRITE of src[0, n) at offset came back with (verf, committed): keeps an unstable
@@ -66,26 +65,30 @@ inline void record_write(SharedFile& s, uint64_t offset, const char* src, size_t
 }
 
 // Writes buf[0, len) at offset in chunks of max_write with
-// write_one(src, n, offset, &verf, &committed) -> bytes written, keeping unstable copies in
-// sf and calling forget(offset, n) for each (the cached copies are out of date).
+// write_one(src, n, offset, &verf, &committed) -> Result<size_t> (bytes written), keeping
+// unstable copies in sf and calling forget(offset, n) for each (the cached copies are out
+// of date). Stops at the first failure and returns it.
 template <class WriteOne, class Forget>
-void write_run(SharedFile& sf, size_t max_write, const char* buf, size_t len, uint64_t offset,
-               WriteOne&& write_one, Forget&& forget) {
+Status write_run(SharedFile& sf, size_t max_write, const char* buf, size_t len, uint64_t offset,
+                 WriteOne&& write_one, Forget&& forget) {
   for (size_t done = 0; done < len;) {
     const size_t chunk = std::min<size_t>(len - done, max_write);
     WriteVerifier verf;
     int committed = 0;
-    size_t n = write_one(buf + done, chunk, offset + done, &verf, &committed);
+    ODAFS_ASSIGN_OR_RETURN(size_t n,
+                           write_one(buf + done, chunk, offset + done, &verf, &committed));
     record_write(sf, offset + done, buf + done, n, verf, committed);
     forget(offset + done, n);
     done += n;
   }
+  return Status();
 }
 
 // COMMIT of shared's unstable writes acknowledged so far (writes that finish meanwhile stay
-// for the next one): commit() -> the server's verifier. If the server restarted since one
-// was acknowledged, they may be lost, so all go again, in order, stable, through
-// write_stable(src, len, offset) -> bytes written (as NFS clients do). On failure they stay
+// for the next one): commit() -> Result<WriteVerifier>, the server's. If the server
+// restarted since one was acknowledged, they may be lost, so all go again, in order,
+// stable, through write_stable(src, len, offset) -> Result<size_t> (bytes written), as NFS
+// clients do. On failure (returned) they stay
 // uncommitted, ahead of newer ones, and the next try sends them again. `what` names the
 // file in errors. Shared by File (which finds a stale handle again) and by a write
 // delegation's write-back (which has only the handle).
@@ -94,13 +97,13 @@ void write_run(SharedFile& sf, size_t max_write, const char* buf, size_t len, ui
 // commits or keeps them). A write delegation's worker uses it: blocking there could wait on
 // a thread that waits for the worker to stop (a re-mount freeing the old mount).
 template <class CommitFn, class WriteStableFn>
-void commit_books(SharedFile& shared, const std::string& what, CommitFn&& commit,
-                  WriteStableFn&& write_stable, bool try_only = false) {
+Status commit_books(SharedFile& shared, const std::string& what, CommitFn&& commit,
+                    WriteStableFn&& write_stable, bool try_only = false) {
   std::unique_lock commit_lock(shared.commit_mu, std::defer_lock);
   if (!try_only) {
     commit_lock.lock();
   } else if (!commit_lock.try_lock()) {
-    return;
+    return Status();
   }
   std::vector<std::pair<uint64_t, size_t>> taken;
   std::vector<char> taken_data;
@@ -109,7 +112,7 @@ void commit_books(SharedFile& shared, const std::string& what, CommitFn&& commit
   {
     std::lock_guard lock(shared.mu);
     SharedFile& s = shared;
-    if (!s.unstable) return;
+    if (!s.unstable) return Status();
     taken.swap(s.pending);
     taken_data.swap(s.pending_data);
     verifier = s.verifier;
@@ -137,26 +140,32 @@ void commit_books(SharedFile& shared, const std::string& what, CommitFn&& commit
     s.unstable = true;
     s.verifier_changed = true;  // not known to be safe: the next fsync sends them again
   };
-  try {
-    WriteVerifier v = commit();
-    if (changed || (verifier && *verifier != v)) {
-      try {
-        const char* src = taken_data.data();
-        for (const auto& [offset, len] : taken) {
-          for (size_t done = 0; done < len;)
-            done += write_stable(src + done, len - done, offset + done);
-          src += len;
-        }
-      } catch (const Error& e) {
-        fail(EIO, "commit " + what + ": the server restarted and unstable writes could not " +
-                      "be sent again: " + e.what());
+  // The writes again, stable: the server may have lost them.
+  auto send_again = [&]() -> Status {
+    const char* src = taken_data.data();
+    for (const auto& [offset, len] : taken) {
+      for (size_t done = 0; done < len;) {
+        ODAFS_ASSIGN_OR_RETURN(size_t n, write_stable(src + done, len - done, offset + done));
+        done += n;
       }
+      src += len;
     }
-  } catch (...) {
+    return Status();
+  };
+  Result<WriteVerifier> v = commit();
+  Status done = v.status();
+  if (done.ok() && (changed || (verifier && *verifier != *v))) {
+    if (Status again = send_again(); !again.ok()) {
+      done = Status(EIO, "commit " + what + ": the server restarted and unstable writes could " +
+                             "not be sent again: " + again.to_string());
+    }
+  }
+  if (!done.ok()) {
     put_back();
-    throw;
+    return done;
   }
   give_back_buffers();
+  return Status();
 }
 
 }  // namespace odafs

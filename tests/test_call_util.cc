@@ -9,20 +9,48 @@
 #include "client/call_util.h"
 
 using odafs::Error;
-using odafs::error_from;
+using odafs::Status;
 using odafs::rpc::RpcError;
 
-TEST_CASE("error_from keeps the RpcError's errno and text") {
+TEST_CASE("an RpcError becomes a Status with its errno and text, and an Error as before") {
   RpcError timed_out(RpcError::Kind::kTransport, ETIMEDOUT, "rpc call timed out");
-  Error e = error_from(timed_out);
-  CHECK(e.errno_value() == ETIMEDOUT);
-  // Said once: what() is the message and the errno's text, not the errno's text twice.
-  CHECK(std::string(e.what()) == std::string(timed_out.what()));
+  Status s = odafs::rpc_status([&] { throw timed_out; });
+  CHECK(s.errno_value() == ETIMEDOUT);
+  // Said once: an Error's what() is the message and the errno's text, not the errno's
+  // text twice.
+  try {
+    odafs::or_throw(s);
+    FAIL("not thrown");
+  } catch (const Error& e) {
+    CHECK(e.errno_value() == ETIMEDOUT);
+    CHECK(std::string(e.what()) == std::string(timed_out.what()));
+  }
 
   RpcError denied(RpcError::Kind::kDenied, EACCES, "rpc: AUTH_ERROR");
-  Error m = error_from(denied, "mount odafs://h:1/");
+  RpcError::Kind kind = RpcError::Kind::kTransport;
+  Status m =
+      odafs::in_context(odafs::rpc_status([&] { throw denied; }, &kind), "mount odafs://h:1/");
+  CHECK(kind == RpcError::Kind::kDenied);
   CHECK(m.errno_value() == EACCES);
-  CHECK(std::string(m.what()) == std::string("mount odafs://h:1/: ") + denied.what());
+  CHECK(m.to_string() == std::string("mount odafs://h:1/: ") + denied.what());
+  CHECK(odafs::rpc_status([] {}).ok());
+}
+
+TEST_CASE("the retry helpers decide on the Status or Result fn returns") {
+  int runs = 0;
+  odafs::Result<int> r = odafs::retry_delayed(1000, [&]() -> odafs::Result<int> {
+    if (++runs < 3) return Status(EAGAIN, "delay");
+    return 7;
+  });
+  CHECK(runs == 3);
+  CHECK(*r == 7);
+  runs = 0;
+  Status other = odafs::retry_delayed(1000, [&] {
+    ++runs;
+    return Status(ENOENT, "lookup");
+  });
+  CHECK(runs == 1);  // only DELAY goes again
+  CHECK(other.errno_value() == ENOENT);
 }
 
 TEST_CASE(
