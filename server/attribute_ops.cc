@@ -16,15 +16,6 @@
 #include "server/reply_util.h"
 
 namespace odafs::server {
-namespace {
-
-// Path of an open descriptor, for the calls that have no fd form for O_PATH descriptors.
-struct ProcPath {
-  explicit ProcPath(int fd) { std::snprintf(text, sizeof text, "/proc/self/fd/%d", fd); }
-  char text[40];
-};
-
-}  // namespace
 
 void FileService::do_getattr(const rpc::CallContext& ctx, getattr_args& a, rpc::Reply& r) {
   struct stat st;
@@ -35,8 +26,8 @@ void FileService::do_getattr(const rpc::CallContext& ctx, getattr_args& a, rpc::
     if (!delegations_.await_writers(node->id, ctx.connection)) {
       return reply_status<attr_res>(r, xp(xdr_attr_res), ODAFS_ERR_DELAY);
     }
-    if (fstat(node.fd(), &st) != 0) {
-      return reply_status<attr_res>(r, xp(xdr_attr_res), status_from_errno(errno));
+    if (Status s = store_->stat(node.object(), &st); !s.ok()) {
+      return reply_status<attr_res>(r, xp(xdr_attr_res), status_from_errno(s.errno_value()));
     }
   }
   reply_attr(st, r);
@@ -52,16 +43,16 @@ void FileService::do_setattr(const rpc::CallContext& ctx, setattr_args& a, rpc::
   // Delegation holders trust cached attributes too: any change takes them back.
   Delegations::Change change = delegations_.begin_change(node->id, ctx.connection);
   if (change.delayed()) return reply_status<attr_res>(r, xp(xdr_attr_res), ODAFS_ERR_DELAY);
-  IdentityScope as(ctx.cred, options_.act_as_callers);
+  IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
   int err = 0;
   if (a.mode.set && err == 0) {
     if (as.active() && as.permits(st, 0) && st.st_uid != ctx.cred->uid && ctx.cred->uid != 0) {
       err = EPERM;
-    } else if (S_ISLNK(st.st_mode)) {
-      err = EOPNOTSUPP;
-    } else if (fchmod(node.fd(), a.mode.odafs_set_u32_u.value & 07777) != 0) {
-      if (errno != EBADF || chmod(ProcPath(node.fd()).text, a.mode.odafs_set_u32_u.value & 07777))
-        err = errno;
+    } else {
+      AttrChange chmod;
+      chmod.set_mode = true;
+      chmod.mode = a.mode.odafs_set_u32_u.value & 07777;
+      err = store_->set_attributes(node.object(), chmod).errno_value();  // EOPNOTSUPP: a symlink
     }
   }
   if (a.size.set && err == 0) {
@@ -85,14 +76,18 @@ void FileService::do_setattr(const rpc::CallContext& ctx, setattr_args& a, rpc::
   if ((a.uid.set || a.gid.set) && err == 0) {
     // The kernel judges the change as the caller (CAP_CHOWN only for root; the owner may
     // give the file a group of its own) and drops setuid/setgid bits as chown(2) does.
-    // By the descriptor: a symlink's own owner changes (lchown), as the protocol says.
-    const uid_t uid = a.uid.set ? a.uid.odafs_set_u32_u.value : static_cast<uid_t>(-1);
-    const gid_t gid = a.gid.set ? a.gid.odafs_set_u32_u.value : static_cast<gid_t>(-1);
-    if (fchownat(node.fd(), "", uid, gid, AT_EMPTY_PATH) != 0) err = errno;
+    // Of the object: a symlink's own owner changes (lchown), as the protocol says.
+    AttrChange chown;
+    chown.set_owner = true;
+    chown.uid = a.uid.set ? a.uid.odafs_set_u32_u.value : static_cast<uid_t>(-1);
+    chown.gid = a.gid.set ? a.gid.odafs_set_u32_u.value : static_cast<gid_t>(-1);
+    err = store_->set_attributes(node.object(), chown).errno_value();
   }
   if ((a.atime.how != ODAFS_TIME_DONT_CHANGE || a.mtime.how != ODAFS_TIME_DONT_CHANGE) &&
       err == 0) {
-    timespec times[2];
+    AttrChange touch;
+    touch.set_times = true;
+    timespec* times = touch.times;
     const odafs_set_time* in[2] = {&a.atime, &a.mtime};
     for (int i = 0; i < 2; ++i) {
       if (in[i]->how == ODAFS_TIME_DONT_CHANGE) {
@@ -104,9 +99,9 @@ void FileService::do_setattr(const rpc::CallContext& ctx, setattr_args& a, rpc::
                     static_cast<long>(in[i]->odafs_set_time_u.time.nseconds % 1000000000u)};
       }
     }
-    if (utimensat(AT_FDCWD, ProcPath(node.fd()).text, times, 0) != 0) err = errno;
+    err = store_->set_attributes(node.object(), touch).errno_value();
   }
-  if (err == 0 && fstat(node.fd(), &st) != 0) err = errno;
+  if (err == 0) err = store_->stat(node.object(), &st).errno_value();
   if (err != 0) return reply_status<attr_res>(r, xp(xdr_attr_res), status_from_errno(err));
   reply_attr(st, r);
 }
@@ -119,21 +114,13 @@ void FileService::do_access(const rpc::CallContext& ctx, access_args& a, rpc::Re
   res.status = ODAFS_OK;
   unsigned want = a.want & (ODAFS_ACCESS_READ | ODAFS_ACCESS_WRITE | ODAFS_ACCESS_EXEC);
   if (authority_.read_only(ctx)) want &= ~static_cast<unsigned>(ODAFS_ACCESS_WRITE);
-  if (S_ISLNK(st.st_mode)) {
-    res.access_res_u.granted = want;  // a symlink's own bits are all set and never checked
-  } else {
-    // The kernel decides, with the credentials the scope set (AT_EACCESS: the fs ids, not
-    // the real ones), so ACLs and a read-only export count too. One bit at a time: a
-    // caller may have some of what it asks.
-    IdentityScope as(ctx.cred, options_.act_as_callers);
-    const ProcPath path(node.fd());
-    for (unsigned bit : {ODAFS_ACCESS_READ, ODAFS_ACCESS_WRITE, ODAFS_ACCESS_EXEC}) {
-      if ((want & bit) != 0 &&
-          faccessat(AT_FDCWD, path.text, static_cast<int>(bit), AT_EACCESS) == 0) {
-        res.access_res_u.granted |= bit;
-      }
-    }
-  }
+  // The store decides, as the caller (on a local export the kernel, with the scope's fs
+  // ids, so ACLs and a read-only mount count too); a symlink's own bits are all set.
+  static_assert(ODAFS_ACCESS_READ == R_OK && ODAFS_ACCESS_WRITE == W_OK &&
+                ODAFS_ACCESS_EXEC == X_OK);
+  IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
+  res.access_res_u.granted =
+      static_cast<u_int>(store_->access(node.object(), static_cast<int>(want)));
   r.send(xp(xdr_access_res), &res);
 }
 

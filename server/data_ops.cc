@@ -1,6 +1,6 @@
 // The data procedures of FileService: READ, WRITE, COMMIT, READ_DIRECT, WRITE_DIRECT
 // and GETREFS, over the block cache. Every byte range is cut into blocks by BlockSpan
-// (block_span.h); file bytes move through env_ (FileEnv) only. Nothing here allocates
+// (block_span.h); file bytes move through the store (server/store.h) only. Nothing here allocates
 // per READ: the reply is encoded in place, scratch vectors are thread_local, and the
 // cache fill is a closure small enough for std::function to hold in place.
 #include <sys/uio.h>
@@ -42,21 +42,12 @@ Status FileService::pin_block(const OpenNode& node, uint64_t index, uint32_t nee
   // The fill captures one pointer, so the FillFn holds it in place: a closure larger than
   // two pointers would make std::function allocate on every call.
   const struct {
-    FileEnv* env;
-    int fd;
-    off_t block_off;
-  } from{env_, node.fd(), static_cast<off_t>(index * cache_.block_size())};
+    Store* store;
+    const Object* file;
+    uint64_t block_off;
+  } from{store_.get(), &node.object(), index * cache_.block_size()};
   auto fill = [&from](std::byte* buf, size_t n) -> Result<size_t> {
-    size_t got = 0;
-    while (got < n) {
-      ssize_t k =
-          from.env->pread(from.fd, buf + got, n - got, from.block_off + static_cast<off_t>(got));
-      if (k < 0 && errno == EINTR) continue;
-      if (k < 0) return Status::from_errno("filling a cache block");
-      if (k == 0) break;
-      got += static_cast<size_t>(k);
-    }
-    return got;
+    return from.store->read(*from.file, buf, n, from.block_off);
   };
   return cache_.read(cache::BlockKey{node->id, index}, need, fill, pin);
 }
@@ -125,7 +116,6 @@ void FileService::do_read(const rpc::CallContext& ctx, read_args& a, rpc::Reply&
     return reply_status<read_res>(r, xp(xdr_read_res), ODAFS_ERR_SERVERFAULT);
   }
   std::memset(dst + len, 0, padded - len);
-  const int fd = node.fd();
   const bool want_refs = engine_ != nullptr && a.session != 0;
   thread_local std::vector<odafs_ref> refs;
   refs.clear();
@@ -137,9 +127,10 @@ void FileService::do_read(const rpc::CallContext& ctx, read_args& a, rpc::Reply&
     }
     char* to = dst + p.done;
     if (pin.bypass()) {
-      ssize_t k = env_->pread(fd, to, p.length, static_cast<off_t>(p.pos));
-      if (k < 0) return reply_status<read_res>(r, xp(xdr_read_res), status_from_errno(errno));
-      if (static_cast<uint32_t>(k) < p.length) std::memset(to + k, 0, p.length - k);
+      Result<size_t> k = store_->read(node.object(), to, p.length, p.pos);
+      if (!k)
+        return reply_status<read_res>(r, xp(xdr_read_res), status_from_errno(k.errno_value()));
+      if (*k < p.length) std::memset(to + *k, 0, p.length - *k);
     } else {
       uint32_t copy = cached_bytes(pin, p);
       std::memcpy(to, pin.data() + p.in_block, copy);
@@ -198,10 +189,10 @@ void FileService::do_read_direct(const rpc::CallContext& ctx, read_direct_args& 
     const cache::BlockCache::ReadPin& pin = pins.back();
     char* zeros = scratch.data() + p.done;
     if (pin.bypass()) {
-      ssize_t k = env_->pread(node.fd(), zeros, p.length, static_cast<off_t>(p.pos));
-      if (k < 0) {
+      Result<size_t> k = store_->read(node.object(), zeros, p.length, p.pos);
+      if (!k) {
         pins.clear();
-        return fail(status_from_errno(errno));
+        return fail(status_from_errno(k.errno_value()));
       }
       parts.push_back({zeros, p.length});
     } else {
@@ -302,10 +293,13 @@ int FileService::drop_setid_bits(const rpc::CallContext& ctx, const OpenNode& no
       IdentityScope::privileged(ctx.cred, options_.act_as_callers))
     return 0;
   struct stat now;  // the mode as of now: a chmod may have come in since st
-  if (fstat(node.fd(), &now) != 0) return errno;
+  if (Status s = store_->stat(node.object(), &now); !s.ok()) return s.errno_value();
   const mode_t drop = setid_bits_to_drop(now.st_mode);
-  if (drop != 0 && fchmod(node.fd(), now.st_mode & 07777 & ~drop) != 0) return errno;
-  return 0;
+  if (drop == 0) return 0;
+  AttrChange chmod;
+  chmod.set_mode = true;
+  chmod.mode = now.st_mode & 07777 & ~drop;
+  return store_->set_attributes(node.object(), chmod).errno_value();
 }
 
 void FileService::do_write_direct(const rpc::CallContext& ctx, write_direct_args& a,
@@ -359,48 +353,38 @@ void FileService::write_through(const OpenNode& node, uint64_t offset, odafs_sta
   // Exclusive over the file, its cached blocks and the size the reply reports; the sync
   // below needs no lock.
   std::unique_lock locked(node->data_lock);
-  if (offset == kAppendOffset) {  // the end, as of now: no other write runs meanwhile
+  if (offset == kAppendOffset || shared_store_) {  // the end, as of now; others' changes
     struct stat now;
-    if (fstat(node.fd(), &now) != 0) {
-      return reply_status<write_res>(r, xp(xdr_write_res), status_from_errno(errno));
+    if (Status s = store_->stat(node.object(), &now); !s.ok()) {
+      return reply_status<write_res>(r, xp(xdr_write_res), status_from_errno(s.errno_value()));
     }
-    offset = static_cast<uint64_t>(now.st_size);
-    if (offset > static_cast<uint64_t>(INT64_MAX) - len) {
-      return reply_status<write_res>(r, xp(xdr_write_res), ODAFS_ERR_FBIG);
+    if (shared_store_) check_cached_blocks(*node, now);  // before ours hide theirs
+    if (offset == kAppendOffset) {                       // no other write of ours runs meanwhile
+      offset = static_cast<uint64_t>(now.st_size);
+      if (offset > static_cast<uint64_t>(INT64_MAX) - len) {
+        return reply_status<write_res>(r, xp(xdr_write_res), ODAFS_ERR_FBIG);
+      }
     }
   }
-  size_t done = 0;
-  while (done < len) {
-    ssize_t n = env_->pwrite(node.fd(), src + done, len - done, static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      // A short write (ENOSPC half-way) still reaches the cache below for what landed;
-      // report the error so the client knows the write did not complete.
-      int err = n < 0 ? errno : EIO;
-      if (done == 0) return reply_status<write_res>(r, xp(xdr_write_res), status_from_errno(err));
-      len = done;
-      break;
-    }
-    done += static_cast<size_t>(n);
-  }
+  // A short write (ENOSPC half-way) still reaches the cache below for what landed, and the
+  // reply's count tells the client the rest did not: it sends the rest, which fails.
+  Result<size_t> done = store_->write(node.object(), src, len, offset);
+  if (!done)
+    return reply_status<write_res>(r, xp(xdr_write_res), status_from_errno(done.errno_value()));
+  len = *done;
   // Write-through done; now bring cached blocks up to date.
   for (const BlockPiece& p : BlockSpan(offset, len, cache_.block_size())) {
     cache_.update(cache::BlockKey{node->id, p.index}, p.in_block, src + p.done, p.length);
   }
   struct stat st {};
-  fstat(node.fd(), &st);
+  if (store_->stat(node.object(), &st).ok()) blocks_checked(*node, st);  // else zeros
   locked.unlock();
   odafs_stable_how committed = ODAFS_UNSTABLE;
-  if (stable == ODAFS_FILE_SYNC) {
-    if (env_->fsync(node.fd()) != 0) {
-      return reply_status<write_res>(r, xp(xdr_write_res), status_from_errno(errno));
+  if (stable == ODAFS_FILE_SYNC || stable == ODAFS_DATA_SYNC) {
+    if (Status s = store_->sync(node.object(), stable == ODAFS_DATA_SYNC); !s.ok()) {
+      return reply_status<write_res>(r, xp(xdr_write_res), status_from_errno(s.errno_value()));
     }
-    committed = ODAFS_FILE_SYNC;
-  } else if (stable == ODAFS_DATA_SYNC) {
-    if (env_->fdatasync(node.fd()) != 0) {
-      return reply_status<write_res>(r, xp(xdr_write_res), status_from_errno(errno));
-    }
-    committed = ODAFS_DATA_SYNC;
+    committed = stable;
   }
   bytes_written_.fetch_add(len, std::memory_order_relaxed);
   write_res res{};
@@ -428,8 +412,8 @@ void FileService::do_commit(const rpc::CallContext& ctx, commit_args& a, rpc::Re
   if (Status s = nodes_.make_readable(node); !s.ok()) {
     return reply_status<commit_res>(r, xp(xdr_commit_res), status_from_errno(s.errno_value()));
   }
-  if (env_->fsync(node.fd()) != 0) {
-    return reply_status<commit_res>(r, xp(xdr_commit_res), status_from_errno(errno));
+  if (Status s = store_->sync(node.object(), false); !s.ok()) {
+    return reply_status<commit_res>(r, xp(xdr_commit_res), status_from_errno(s.errno_value()));
   }
   commit_res res{};
   res.status = ODAFS_OK;

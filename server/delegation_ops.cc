@@ -25,9 +25,11 @@ void FileService::do_open(const rpc::CallContext& ctx, open_args& a, rpc::Reply&
   if ((a.access & ODAFS_OPEN_WRITE) != 0 && authority_.refuses_change(ctx)) {
     return fail(ODAFS_ERR_ROFS);
   }
-  IdentityScope as(ctx.cred, options_.act_as_callers);
+  IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
   struct stat st;
-  if (fstat(dir.fd(), &st) != 0) return fail(status_from_errno(errno));
+  if (Status s = store_->stat(dir.object(), &st); !s.ok()) {
+    return fail(status_from_errno(s.errno_value()));
+  }
   if (!as.permits(st, X_OK)) return fail(ODAFS_ERR_ACCES);
   Result<NodeRef> node = nodes_.lookup(dir, a.name, &st);
   if (!node) return fail(status_from_errno(node.errno_value()));
@@ -69,12 +71,12 @@ void FileService::reply_open(const rpc::CallContext& ctx, const IdentityScope& a
     // the lookup and the grant recalled nothing) and after the write-backs of the recalls
     // settle_for_open waited for: the opener starts from the size they made.
     Result<OpenNode> open = nodes_.open(node);
-    if (!open || fstat(open->fd(), &st) != 0) {
+    if (!open || !store_->stat(open->object(), &st).ok()) {
       if (g.id != 0) delegations_.returned(node->id, ctx.connection, g.id);
     } else if (g.id != 0) {
       res.open_res_u.ok.delegation = g.id;
       res.open_res_u.ok.delegation_kind = g.write ? ODAFS_DELEG_WRITE : ODAFS_DELEG_READ;
-      if (g.write) res.open_res_u.ok.space_limit = space_limit(open->fd(), st);
+      if (g.write) res.open_res_u.ok.space_limit = space_limit(open->object(), st);
       // Others' references to the file's blocks go: their one-sided reads would bypass
       // the recall a READ makes, and miss what the holder keeps unsent.
       if (g.new_write && st.st_size > 0) {
@@ -89,13 +91,13 @@ void FileService::reply_open(const rpc::CallContext& ctx, const IdentityScope& a
   r.send(xp(xdr_open_res), &res);
 }
 
-uint64_t FileService::space_limit(int fd, const struct stat& st) const {
+uint64_t FileService::space_limit(const Object& file, const struct stat& st) const {
   // Each write delegation's holder keeps at most one run written behind past a close,
   // under max_io bytes: room for two such runs per delegation held, and the holder may
   // keep one more run past the file's end. A soft promise (docs/protocol.md, "Open
   // delegations"): the disk can still fill from elsewhere before the bytes come back.
   struct statvfs vfs;
-  if (fstatvfs(fd, &vfs) != 0) return 0;
+  if (!store_->statfs(file, &vfs).ok()) return 0;
   const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
   const uint64_t need = 2 * (delegations_.writers() + 1) * uint64_t{options_.max_io};
   return avail >= need ? static_cast<uint64_t>(st.st_size) + options_.max_io : 0;
@@ -146,8 +148,8 @@ Delegations::Change FileService::begin_change_of_name(const OpenNode& dir, const
                                                       uint64_t connection) {
   struct stat st;
   uint64_t id = 0;
-  if (fstatat(dir.fd(), name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
-    id = nodes_.id_of(st.st_dev, st.st_ino);
+  if (store_->stat_at(dir.object(), name, &st).ok() && S_ISREG(st.st_mode)) {
+    id = nodes_.id_of(nodes_.key_of(st));
   }
   // Node ids start at 1: id 0 is nobody's, so its Change never waits.
   return delegations_.begin_change(id, connection);
@@ -155,10 +157,10 @@ Delegations::Change FileService::begin_change_of_name(const OpenNode& dir, const
 
 bool FileService::await_writers_of_name(const OpenNode& dir, const char* name,
                                         uint64_t connection) {
-  if (!delegations_.writers_out()) return true;  // none anywhere: no fstatat
+  if (!delegations_.writers_out()) return true;  // none anywhere: no stat
   struct stat st;
-  if (fstatat(dir.fd(), name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) return true;
-  return delegations_.await_writers(nodes_.id_of(st.st_dev, st.st_ino), connection);
+  if (!store_->stat_at(dir.object(), name, &st).ok() || !S_ISREG(st.st_mode)) return true;
+  return delegations_.await_writers(nodes_.id_of(nodes_.key_of(st)), connection);
 }
 
 }  // namespace odafs::server

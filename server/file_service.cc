@@ -10,15 +10,29 @@
 #include <cerrno>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
+#include "base/log.h"
 #include "proto/ref_xdr.h"
 #include "proto/status.h"
 #include "server/reply_util.h"
+#include "server/store_impl/posix_store.h"
 
 namespace odafs::server {
 namespace {
+
+// The store of options: the given one, or the local directory export_root.
+std::shared_ptr<Store> store_of(const FileService::Options& options) {
+  if (options.store) return options.store;
+  Result<std::unique_ptr<PosixStore>> local =
+      PosixStore::open_export(options.export_root, options.env);
+  if (!local) {
+    throw std::system_error(local.errno_value(), std::generic_category(), local.status().message());
+  }
+  return std::move(local).value();
+}
 
 // The argument type a procedure decodes with an rpcgen XDR function.
 template <class Fn>
@@ -43,8 +57,9 @@ FileService::FileService(Options options, CpuAccounting* cpu)
     : options_(std::move(options)),
       authority_(options_.access),
       cpu_(cpu),
-      env_(options_.env != nullptr ? options_.env : &posix_file_env()),
-      nodes_(options_.export_root, options_.max_nodes, options_.max_open_files),
+      store_(store_of(options_)),
+      shared_store_(store_->shared()),
+      nodes_(*store_, options_.max_nodes, options_.max_open_files),
       cache_(cache::BlockCache::Options{options_.cache_bytes, options_.block_size}),
       delegations_(Delegations::Options{.lease_ms = options_.lease_ms,
                                         .wait_ms = std::min(options_.lease_ms, 1000),
@@ -56,6 +71,12 @@ FileService::FileService(Options options, CpuAccounting* cpu)
       recovery_(Recovery::Options{options_.recovery_record, options_.grace_ms}) {
   if (RAND_bytes(write_verf_.data(), static_cast<int>(write_verf_.size())) != 1) {
     throw std::runtime_error("RAND_bytes failed: no write verifier");
+  }
+  if (shared_store_ && options_.delegations) {
+    // A delegation promises that no one changes the file unseen; over a shared store
+    // others do, until the store's own delegations back ours (docs/ceph.md).
+    options_.delegations = false;
+    ODAFS_LOG_INFO("%s export: no delegations (others change the files unseen)", store_->kind());
   }
   // Revoke before a block's memory is reused; lock it while its bytes change. Both hooks
   // cost an atomic store or two when no one-sided read is copying the block.
@@ -110,9 +131,32 @@ odafs_stat FileService::open_handle(const char* fh, OpenNode* out) {
 }
 
 odafs_stat FileService::stat_node(const OpenNode& node, struct stat* st) {
-  if (fstat(node.fd(), st) != 0) return status_from_errno(errno);
+  if (Status s = store_->stat(node.object(), st); !s.ok())
+    return status_from_errno(s.errno_value());
   if (st->st_nlink == 0) return ODAFS_ERR_STALE;  // removed since the handle was handed out
+  if (shared_store_ && S_ISREG(st->st_mode)) check_cached_blocks(*node, *st);
   return ODAFS_OK;
+}
+
+namespace {
+int64_t change_time_ns(const struct stat& st) {
+  return static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+}
+}  // namespace
+
+void FileService::check_cached_blocks(const Node& node, const struct stat& st) {
+  const int64_t now = change_time_ns(st);
+  const int64_t seen = node.blocks_checked_at.load(std::memory_order_acquire);
+  if (seen == now) return;  // the common case: one compare
+  // Dropped before `now` is published: a thread that sees it finds no older block left
+  // (threads that race here each drop them; that is harmless). A node's id is new to
+  // this server, so a node never checked has no blocks yet.
+  if (seen != Node::kNeverChecked) cache_.invalidate(node.id, 0, UINT64_MAX);
+  node.blocks_checked_at.store(now, std::memory_order_release);
+}
+
+void FileService::blocks_checked(const Node& node, const struct stat& st) {
+  if (shared_store_) node.blocks_checked_at.store(change_time_ns(st), std::memory_order_release);
 }
 
 OpenNode FileService::resolve_or_reply(const char* fh, rpc::Reply& r, struct stat* st) {

@@ -27,6 +27,7 @@
 #include "server/file_env.h"
 #include "server/node_table.h"
 #include "server/recovery.h"
+#include "server/store.h"
 
 namespace odafs::server {
 
@@ -53,8 +54,10 @@ class FileService {
     // client that never answers must not stall everyone. Past it, WRITE_DIRECT replies
     // NOTSUPP and the client writes by plain RPC. 0 turns direct writes off.
     size_t max_direct_writes = 3;
-    // File data I/O; null: the real system calls. Tests pass a CrashSimulatingEnv.
-    // REQUIRES: outlives the service.
+    // What is exported (server/store.h); null: the local directory export_root.
+    std::shared_ptr<Store> store;
+    // File data I/O of a local export; null: the real system calls. Tests pass a
+    // CrashSimulatingEnv. REQUIRES: outlives the service.
     FileEnv* env = nullptr;
     // Open delegations (see server/delegations.h): granted at all, how long a recalled
     // holder has to return one, and how many changes may wait for returns at once (keep
@@ -120,7 +123,16 @@ class FileService {
   // The two halves of resolve_or_reply, for callers that answer for themselves: the
   // pinned node of a handle, and its attributes (STALE once removed).
   odafs_stat open_handle(const char* fh, OpenNode* out);
-  static odafs_stat stat_node(const OpenNode& node, struct stat* st);
+  odafs_stat stat_node(const OpenNode& node, struct stat* st);
+  // For a shared store: drops the cached blocks of regular file node when st (its
+  // attributes, just taken) says it changed since they were checked (another gateway or
+  // client of the store wrote it), so they are read again and references to them fault.
+  // A file this server changes is checked just before and recorded just after (under its
+  // data lock), so its own writes keep their blocks.
+  void check_cached_blocks(const Node& node, const struct stat& st);
+  // Records st (taken after this server changed node's bytes, under its data lock) as
+  // what node's cached blocks are now checked against. Nothing for an unshared store.
+  void blocks_checked(const Node& node, const struct stat& st);
   void do_stats(rpc::Reply& r);
   // Fills *out with a sealed reference to the block `pin` holds, for session, exporting
   // the block's segment if needed. False if the block was dropped from the cache meanwhile.
@@ -150,9 +162,9 @@ class FileService {
   void do_rename(const rpc::CallContext& ctx, struct rename_args& a, rpc::Reply& r);
   void do_link(const rpc::CallContext& ctx, struct link_args& a, rpc::Reply& r);
   void do_readdir(const rpc::CallContext& ctx, struct readdir_args& a, rpc::Reply& r);
-  // READDIR's plus: the attributes of entry `name` of the directory open as dir_fd, where
-  // the server vouches for them (docs/protocol.md), else out->present false.
-  void entry_attributes(int dir_fd, const char* name, struct odafs_post_attr* out);
+  // READDIR's plus: the attributes of entry `name` of directory dir, where the server
+  // vouches for them (docs/protocol.md), else out->present false.
+  void entry_attributes(const Object& dir, const char* name, struct odafs_post_attr* out);
   void do_readlink(const rpc::CallContext& ctx, struct getattr_args& a, rpc::Reply& r);
   void do_fsstat(const rpc::CallContext& ctx, struct getattr_args& a, rpc::Reply& r);
   // Resolves the directory handle of a call on entry `name` in it, like resolve_or_reply;
@@ -183,9 +195,9 @@ class FileService {
   // delegations. False: answer DELAY.
   bool settle_for_open(const Node& node, const struct stat& st, uint32_t access,
                        uint64_t connection);
-  // The offset below which a write delegation granted now on the file open at fd (of
-  // attributes st) may keep bytes unsent past a close: 0 unless the file system has room.
-  uint64_t space_limit(int fd, const struct stat& st) const;
+  // The offset below which a write delegation granted now on file (of attributes st) may
+  // keep bytes unsent past a close: 0 unless the file system has room.
+  uint64_t space_limit(const Object& file, const struct stat& st) const;
   // Answers OPEN or CREATE (an open_res) for node, opened with `access` by the caller `as`
   // acts for: its handle, attributes and, on a regular file, a delegation when one can be
   // granted. st: node's attributes, refreshed after a grant.
@@ -248,7 +260,8 @@ class FileService {
   Options options_;
   CallAuthority authority_;
   CpuAccounting* cpu_;
-  FileEnv* env_;
+  std::shared_ptr<Store> store_;  // never null
+  const bool shared_store_;       // store_->shared()
   NodeTable nodes_;
   cache::BlockCache cache_;
   // The one-sided engine over the cache arena (segment i is block i); null without ORDMA.

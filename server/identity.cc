@@ -86,13 +86,9 @@ void act_as_caller(const rpc::CallerCred* cred) {
 
 void act_as_server() { become_server(); }
 
-IdentityScope::IdentityScope(const rpc::CallerCred* cred, bool acting)
+IdentityScope::IdentityScope(Store& store, const rpc::CallerCred* cred, bool acting)
     : cred_(cred), acting_(acting) {
-  if (acting_) act_as_caller(cred);
-}
-
-IdentityScope::~IdentityScope() {
-  if (acting_) become_server();
+  if (acting_) scope_.emplace(store, cred, true);
 }
 
 bool IdentityScope::permits(const rpc::CallerCred* cred, bool acting, const struct stat& st,

@@ -1,27 +1,32 @@
 // Acting as the caller for the duration of one call, like a kernel NFS server.
 //
-// Linux file-system credentials (fsuid, fsgid, supplementary groups) are per thread when
+// The store decides how (server/store.h, CallerScope): on a local export, Linux
+// file-system credentials (fsuid, fsgid, supplementary groups), which are per thread when
 // set by raw system calls, so one pool thread can serve uid 1000 while its neighbour
-// serves uid 0. odafsd acts as its callers when it runs as root (--identity caller, the
-// default then); the credential a call runs as is what CallAuthority left of the one it
-// sent (squashed, confined, anonymous for AUTH_NONE). Acting is all or nothing: a
-// credential the kernel will not take on refuses the call; it never runs as the server.
+// serves uid 0 (act_as_caller below; needs root); on CephFS, a UserPerm per call. odafsd
+// acts as its callers when it runs as root or serves CephFS (--identity caller); the
+// credential a call runs as is what CallAuthority left of the one it sent (squashed,
+// confined, anonymous for AUTH_NONE). Acting is all or nothing: a credential that cannot
+// be taken on refuses the call; it never runs as the server.
 #pragma once
 
 #include <sys/stat.h>
 
+#include <optional>
+
 #include "rpc/server.h"
+#include "server/store.h"
 
 namespace odafs::server {
 
 class IdentityScope {
  public:
-  // Acts as *cred until destroyed when `acting`; otherwise does nothing.
-  // Throws rpc::CallRefused (AUTH_BADCRED) when the kernel refuses the uid, gid or groups
-  // (each is read back), or (AUTH_TOOWEAK) when cred runs as no one; the thread is the
-  // server again by then. REQUIRES: cred outlives the scope; destroyed on its thread.
-  IdentityScope(const rpc::CallerCred* cred, bool acting);
-  ~IdentityScope();
+  // Acts as *cred toward store until destroyed when `acting`; otherwise does nothing.
+  // Throws rpc::CallRefused (AUTH_BADCRED) when the identity cannot be taken on (the
+  // kernel refuses the uid, gid or groups: each is read back), or (AUTH_TOOWEAK) when cred
+  // runs as no one; the thread is the server again by then. REQUIRES: cred outlives the
+  // scope; destroyed on its thread.
+  IdentityScope(Store& store, const rpc::CallerCred* cred, bool acting);
   IdentityScope(const IdentityScope&) = delete;
   IdentityScope& operator=(const IdentityScope&) = delete;
 
@@ -52,6 +57,7 @@ class IdentityScope {
  private:
   const rpc::CallerCred* cred_;
   bool acting_;
+  std::optional<CallerScope> scope_;
 };
 
 // IdentityScope's two halves, for an owner that cannot hold a scope object (PosixStore's

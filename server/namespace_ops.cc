@@ -28,6 +28,26 @@ namespace {
 
 bool is_dir(const Node& n) { return S_ISDIR(n.type); }
 
+// A directory entry's type on the wire (S_IFMT bits in; regular for unknown).
+odafs_ftype wire_type(mode_t type) {
+  switch (type & S_IFMT) {
+    case S_IFDIR:
+      return ODAFS_DIR;
+    case S_IFLNK:
+      return ODAFS_LNK;
+    case S_IFBLK:
+      return ODAFS_BLK;
+    case S_IFCHR:
+      return ODAFS_CHR;
+    case S_IFSOCK:
+      return ODAFS_SOCK;
+    case S_IFIFO:
+      return ODAFS_FIFO;
+    default:
+      return ODAFS_REG;
+  }
+}
+
 // XDR bytes of an odafs_fattr: what READDIR's plus adds to each entry.
 const size_t kAttrBytes = [] {
   odafs_fattr attr{};
@@ -36,11 +56,11 @@ const size_t kAttrBytes = [] {
 
 }  // namespace
 
-void FileService::entry_attributes(int dir_fd, const char* name, odafs_post_attr* out) {
+void FileService::entry_attributes(const Object& dir, const char* name, odafs_post_attr* out) {
   out->present = FALSE;
   struct stat st;
   // As the caller (the scope of do_readdir): no search permission, no attributes.
-  if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return;
+  if (!store_->stat_at(dir, name, &st).ok()) return;
   // A write delegation's holder may have newer bytes (and size, times) than the file
   // here; which files those are would take the node table's lock per entry, so while any
   // is out no regular file's attributes are given: the client then looks the name up,
@@ -81,8 +101,8 @@ void FileService::do_mount(const rpc::CallContext& ctx, mount_args& a, rpc::Repl
       return;
     }
     // As LOOKUP: search permission on each directory, and the lookup as the caller.
-    IdentityScope as(ctx.cred, options_.act_as_callers);
-    if (fstat(node.fd(), &st) != 0 || !as.permits(st, X_OK)) {
+    IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
+    if (!store_->stat(node.object(), &st).ok() || !as.permits(st, X_OK)) {
       res.status = ODAFS_ERR_ACCES;
       r.send(xp(xdr_mount_res), &res);
       return;
@@ -161,7 +181,7 @@ void FileService::do_lookup(const rpc::CallContext& ctx, diropargs& a, rpc::Repl
   struct stat st;
   OpenNode dir = resolve_or_reply(a.dir, r, &st);
   if (!dir) return;
-  IdentityScope as(ctx.cred, options_.act_as_callers);
+  IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
   odafs_stat status = ODAFS_OK;
   if (!is_dir(*dir)) {
     status = ODAFS_ERR_NOTDIR;
@@ -183,39 +203,18 @@ void FileService::do_create(const rpc::CallContext& ctx, create_args& a, rpc::Re
   if (!valid(a.how)) return fail(ODAFS_ERR_INVAL);
   OpenNode dir = resolve_dir_or_reply(a.dir, a.name, r);
   if (!dir) return;
-  IdentityScope as(ctx.cred, options_.act_as_callers);
-  // Exclusive first, so that the server knows whether it created the file: a new file is
-  // this connection's alone, an existing one is opened as OPEN opens it. A name removed
-  // between the two tries is created on the next.
-  // O_NONBLOCK: a FIFO at the name must not hold this thread until a writer comes (it is
-  // refused below); regular files ignore it.
-  constexpr int kOpen = O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_RDWR;
-  int fd = -1;
+  IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
+  // The store tells whether this call created the file: a new file is this connection's
+  // alone, an existing one is opened as OPEN opens it. CREATE makes and opens regular
+  // files only: anything else at the name (a symlink, a FIFO) is EXIST.
+  struct stat st;
   bool created = false;
   bool writable = true;
-  for (int attempt = 0; attempt < 3 && fd < 0; ++attempt) {
-    fd = openat(dir.fd(), a.name, kOpen | O_CREAT | O_EXCL, a.mode & 07777);
-    created = fd >= 0;
-    if (fd >= 0 || errno != EEXIST || a.how != ODAFS_CREATE_UNCHECKED) break;
-    fd = openat(dir.fd(), a.name, kOpen);
-    if (fd < 0 && errno == EACCES) {
-      writable = false;  // exists, but not writable by us: open read-only like LOOKUP would
-      fd = openat(dir.fd(), a.name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-    }
-    if (fd < 0 && errno != ENOENT) break;
-  }
-  struct stat st;
-  if (fd < 0 || fstat(fd, &st) != 0) {
-    int err = errno;
-    if (fd >= 0) close(fd);
-    if (err == ELOOP) err = EEXIST;  // a symlink sits at the name
-    return fail(status_from_errno(err));
-  }
-  if (!S_ISREG(st.st_mode)) {  // a FIFO, socket or device: CREATE makes and opens files only
-    close(fd);
-    return fail(ODAFS_ERR_EXIST);
-  }
-  NodeRef node = nodes_.adopt(dir, a.name, fd, st, writable);
+  Result<Object> file = store_->create(dir.object(), a.name, a.mode & 07777,
+                                       a.how != ODAFS_CREATE_UNCHECKED, &st, &created, &writable);
+  if (!file) return fail(status_from_errno(file.errno_value()));
+  NodeRef node =
+      nodes_.adopt(dir, a.name, std::move(file).value(), st, Store::Access{true, writable});
   uint32_t access = a.access;
   if (!writable) access &= ~static_cast<uint32_t>(ODAFS_OPEN_WRITE);
   if (!created && !settle_for_open(*node, st, access, ctx.connection)) {
@@ -227,9 +226,9 @@ void FileService::do_create(const rpc::CallContext& ctx, create_args& a, rpc::Re
 void FileService::do_mkdir(const rpc::CallContext& ctx, mkdir_args& a, rpc::Reply& r) {
   OpenNode dir = resolve_dir_or_reply(a.dir, a.name, r);
   if (!dir) return;
-  IdentityScope as(ctx.cred, options_.act_as_callers);
-  if (mkdirat(dir.fd(), a.name, a.mode & 07777) != 0) {
-    return reply_status<dirop_res>(r, xp(xdr_dirop_res), status_from_errno(errno));
+  IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
+  if (Status s = store_->mkdir(dir.object(), a.name, a.mode & 07777); !s.ok()) {
+    return reply_status<dirop_res>(r, xp(xdr_dirop_res), status_from_errno(s.errno_value()));
   }
   reply_dirop(dir, a.name, r);
 }
@@ -240,11 +239,11 @@ void FileService::do_symlink(const rpc::CallContext& ctx, symlink_args& a, rpc::
   if (a.target == nullptr || a.target[0] == '\0') {
     return reply_status<dirop_res>(r, xp(xdr_dirop_res), ODAFS_ERR_INVAL);
   }
-  IdentityScope as(ctx.cred, options_.act_as_callers);
+  IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
   // The target is stored as given: it is never followed by the server (every open uses
   // O_NOFOLLOW and walks by handle), so an absolute or ".." target cannot escape.
-  if (symlinkat(a.target, dir.fd(), a.name) != 0) {
-    return reply_status<dirop_res>(r, xp(xdr_dirop_res), status_from_errno(errno));
+  if (Status s = store_->symlink(dir.object(), a.name, a.target); !s.ok()) {
+    return reply_status<dirop_res>(r, xp(xdr_dirop_res), status_from_errno(s.errno_value()));
   }
   reply_dirop(dir, a.name, r);
 }
@@ -276,11 +275,11 @@ void FileService::do_mknod(const rpc::CallContext& ctx, mknod_args& a, rpc::Repl
     return reply_status<dirop_res>(r, xp(xdr_dirop_res), ODAFS_ERR_PERM);
   }
   const dev_t rdev = device ? makedev(a.rdev.major, a.rdev.minor) : 0;
-  IdentityScope as(ctx.cred, options_.act_as_callers);
+  IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
   // As the caller: the kernel checks write and search on dir, and CAP_MKNOD for devices
   // (which setfsuid to anyone but root drops).
-  if (mknodat(dir.fd(), a.name, type | (a.mode & 07777), rdev) != 0) {
-    return reply_status<dirop_res>(r, xp(xdr_dirop_res), status_from_errno(errno));
+  if (Status s = store_->mknod(dir.object(), a.name, type | (a.mode & 07777), rdev); !s.ok()) {
+    return reply_status<dirop_res>(r, xp(xdr_dirop_res), status_from_errno(s.errno_value()));
   }
   reply_dirop(dir, a.name, r);
 }
@@ -289,7 +288,7 @@ void FileService::forget(const struct stat& st) {
   // st is from just before the unlink: a directory is gone, a file has one link less
   // (what the table believes when the node has no descriptor open to ask).
   nlink_t links_left = S_ISDIR(st.st_mode) || st.st_nlink == 0 ? 0 : st.st_nlink - 1;
-  uint64_t id = nodes_.forget_if_unlinked(st.st_dev, st.st_ino, links_left);
+  uint64_t id = nodes_.forget_if_unlinked(nodes_.key_of(st), links_left);
   if (id != 0) delegations_.file_gone(id);  // its holders removed it themselves, or returned it
   if (id != 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
     drop_cached_blocks(id, 0, static_cast<uint64_t>(st.st_size));
@@ -301,12 +300,15 @@ int FileService::truncate_file(const OpenNode& node, uint64_t size) {
     // The size the cache is cut back from must be the one the truncation changed.
     std::unique_lock locked(node->data_lock);
     struct stat before;
-    if (fstat(node.fd(), &before) != 0) return errno;
-    if (env_->ftruncate(node.fd(), static_cast<off_t>(size)) != 0) return errno;
+    if (Status s = store_->stat(node.object(), &before); !s.ok()) return s.errno_value();
+    if (shared_store_) check_cached_blocks(*node, before);  // before ours hide others' changes
+    if (Status s = store_->truncate(node.object(), size); !s.ok()) return s.errno_value();
     drop_cached_blocks(node->id, size, static_cast<uint64_t>(before.st_size));
+    struct stat after;
+    if (shared_store_ && store_->stat(node.object(), &after).ok()) blocks_checked(*node, after);
   }
   // A size change is stable when SETATTR answers, as NFS asks of every SETATTR.
-  return env_->fsync(node.fd()) != 0 ? errno : 0;
+  return store_->sync(node.object(), false).errno_value();
 }
 
 void FileService::drop_cached_blocks(uint64_t id, uint64_t from, uint64_t old_size) {
@@ -328,10 +330,10 @@ void FileService::remove_entry(const rpc::CallContext& ctx, diropargs& a, rpc::R
                                bool dir_wanted) {
   OpenNode dir = resolve_dir_or_reply(a.dir, a.name, r);
   if (!dir) return;
-  IdentityScope as(ctx.cred, options_.act_as_callers);
+  IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
   struct stat victim;
-  if (fstatat(dir.fd(), a.name, &victim, AT_SYMLINK_NOFOLLOW) != 0) {
-    return reply_status<stat_res>(r, xp(xdr_stat_res), status_from_errno(errno));
+  if (Status s = store_->stat_at(dir.object(), a.name, &victim); !s.ok()) {
+    return reply_status<stat_res>(r, xp(xdr_stat_res), status_from_errno(s.errno_value()));
   }
   if (dir_wanted != S_ISDIR(victim.st_mode)) {
     return reply_status<stat_res>(r, xp(xdr_stat_res),
@@ -339,9 +341,8 @@ void FileService::remove_entry(const rpc::CallContext& ctx, diropargs& a, rpc::R
   }
   Delegations::Change change = begin_change_of_name(dir, a.name, ctx.connection);
   if (change.delayed()) return reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_ERR_DELAY);
-  if (unlinkat(dir.fd(), a.name, dir_wanted ? AT_REMOVEDIR : 0) != 0) {
-    int err = errno == EEXIST ? ENOTEMPTY : errno;
-    return reply_status<stat_res>(r, xp(xdr_stat_res), status_from_errno(err));
+  if (Status s = store_->remove(dir.object(), a.name, dir_wanted); !s.ok()) {
+    return reply_status<stat_res>(r, xp(xdr_stat_res), status_from_errno(s.errno_value()));
   }
   forget(victim);
   reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_OK);
@@ -364,18 +365,17 @@ void FileService::do_rename(const rpc::CallContext& ctx, rename_args& a, rpc::Re
   if (moving.delayed()) return reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_ERR_DELAY);
   Delegations::Change replacing = begin_change_of_name(to, a.to_name, ctx.connection);
   if (replacing.delayed()) return reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_ERR_DELAY);
-  IdentityScope as(ctx.cred, options_.act_as_callers);
+  IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
   struct stat replaced;
-  bool had_target = fstatat(to.fd(), a.to_name, &replaced, AT_SYMLINK_NOFOLLOW) == 0;
-  if (renameat(from.fd(), a.from_name, to.fd(), a.to_name) != 0) {
-    int err = errno == EEXIST ? ENOTEMPTY : errno;
-    return reply_status<stat_res>(r, xp(xdr_stat_res), status_from_errno(err));
+  const bool had_target = store_->stat_at(to.object(), a.to_name, &replaced).ok();
+  if (Status s = store_->rename(from.object(), a.from_name, to.object(), a.to_name); !s.ok()) {
+    return reply_status<stat_res>(r, xp(xdr_stat_res), status_from_errno(s.errno_value()));
   }
   if (had_target) forget(replaced);
   // Whatever now sits at the new name is reached by it from now on (a node reopens by it).
   struct stat moved;
-  if (fstatat(to.fd(), a.to_name, &moved, AT_SYMLINK_NOFOLLOW) == 0) {
-    nodes_.renamed(to, a.to_name, moved.st_dev, moved.st_ino);
+  if (store_->stat_at(to.object(), a.to_name, &moved).ok()) {
+    nodes_.renamed(to, a.to_name, nodes_.key_of(moved));
   }
   reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_OK);
 }
@@ -392,16 +392,12 @@ void FileService::do_link(const rpc::CallContext& ctx, link_args& a, rpc::Reply&
   // Holders trust the file's attributes, its link count among them.
   Delegations::Change change = delegations_.begin_change(file->id, ctx.connection);
   if (change.delayed()) return reply_status<attr_res>(r, xp(xdr_attr_res), ODAFS_ERR_DELAY);
-  IdentityScope as(ctx.cred, options_.act_as_callers);
-  // By the node's descriptor, not by a name it may no longer have: linkat through
-  // /proc/self/fd needs no privilege (AT_EMPTY_PATH would need CAP_DAC_READ_SEARCH).
-  char by_fd[32];
-  std::snprintf(by_fd, sizeof(by_fd), "/proc/self/fd/%d", file.fd());
-  if (linkat(AT_FDCWD, by_fd, dir.fd(), a.name, AT_SYMLINK_FOLLOW) != 0) {
-    return reply_status<attr_res>(r, xp(xdr_attr_res), status_from_errno(errno));
-  }
-  if (fstat(file.fd(), &st) != 0) {
-    return reply_status<attr_res>(r, xp(xdr_attr_res), status_from_errno(errno));
+  IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
+  // By the node's object, not by a name it may no longer have.
+  Status linked = store_->link(file.object(), dir.object(), a.name);
+  if (linked.ok()) linked = store_->stat(file.object(), &st);
+  if (!linked.ok()) {
+    return reply_status<attr_res>(r, xp(xdr_attr_res), status_from_errno(linked.errno_value()));
   }
   reply_attr(st, r);
 }
@@ -411,92 +407,56 @@ void FileService::do_readdir(const rpc::CallContext& ctx, readdir_args& a, rpc::
   OpenNode dir = resolve_or_reply(a.dir, r, &st);
   if (!dir) return;
   if (!is_dir(*dir)) return reply_status<readdir_res>(r, xp(xdr_readdir_res), ODAFS_ERR_NOTDIR);
-  IdentityScope as(ctx.cred, options_.act_as_callers);
+  IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
   if (!as.permits(st, R_OK)) {
     return reply_status<readdir_res>(r, xp(xdr_readdir_res), ODAFS_ERR_ACCES);
   }
-  // A private descriptor: the node's own is shared by every thread, and so is its offset.
-  int fd = openat(dir.fd(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return reply_status<readdir_res>(r, xp(xdr_readdir_res), status_from_errno(errno));
-  if (a.cookie != 0 && lseek(fd, static_cast<off_t>(a.cookie), SEEK_SET) < 0) {
-    close(fd);
-    return reply_status<readdir_res>(r, xp(xdr_readdir_res), ODAFS_ERR_BADCOOKIE);
-  }
-  thread_local std::vector<char> buf(64 * 1024);
-  thread_local std::vector<odafs_dirent> entries;
-  entries.clear();
-  size_t budget = std::clamp<size_t>(a.max_bytes, 512, options_.max_io);
-  size_t used = 64;  // reply header, status, eof, array length
-  bool eof = false;
-  bool full = false;
-  size_t buf_used = 0;
-  // getdents64 entries stay in buf until the reply is encoded, so names need no copies;
-  // each round appends to buf so earlier names stay valid.
-  while (!full) {
-    if (buf.size() - buf_used < 4096) break;  // enough for one reply
-    long n = syscall(SYS_getdents64, fd, buf.data() + buf_used, buf.size() - buf_used);
-    if (n < 0) {
-      int err = errno;
-      close(fd);
-      return reply_status<readdir_res>(r, xp(xdr_readdir_res), status_from_errno(err));
-    }
-    if (n == 0) {
-      eof = true;
-      break;
-    }
-    size_t off = buf_used;
-    buf_used += static_cast<size_t>(n);
-    while (off < buf_used) {
-      struct linux_dirent64 {
-        ino64_t d_ino;
-        off64_t d_off;
-        unsigned short d_reclen;
-        unsigned char d_type;
-        char d_name[];
-      };
-      auto* d = reinterpret_cast<linux_dirent64*>(buf.data() + off);
-      off += d->d_reclen;
-      if (std::strcmp(d->d_name, ".") == 0 || std::strcmp(d->d_name, "..") == 0) continue;
-      size_t len = std::strlen(d->d_name);
+  // The store keeps the names it visits valid until the listing ends, so the reply points
+  // at them (no copies); entries are taken while the reply's budget lasts.
+  struct Taker final : DirVisitor {
+    FileService* self;
+    const Object* dir;
+    bool plus;
+    size_t budget;
+    size_t used = 64;  // reply header, status, eof, array length
+    bool full = false;
+    std::vector<odafs_dirent>* entries;
+    bool visit(const StoreDirEntry& d) override {
+      const size_t len = std::strlen(d.name);
       // fileid, type, name, cookie, the attributes' flag (and the attributes, with plus).
-      size_t cost = 8 + 4 + 4 + ((len + 3) & ~size_t{3}) + 8 + 4 + 4 + (a.plus ? kAttrBytes : 0);
+      const size_t cost =
+          8 + 4 + 4 + ((len + 3) & ~size_t{3}) + 8 + 4 + 4 + (plus ? kAttrBytes : 0);
       if (used + cost > budget) {
         full = true;
-        break;
+        return false;
       }
       used += cost;
       odafs_dirent e{};
-      e.fileid = d->d_ino;
-      switch (d->d_type) {
-        case DT_DIR:
-          e.type = ODAFS_DIR;
-          break;
-        case DT_LNK:
-          e.type = ODAFS_LNK;
-          break;
-        case DT_BLK:
-          e.type = ODAFS_BLK;
-          break;
-        case DT_CHR:
-          e.type = ODAFS_CHR;
-          break;
-        case DT_SOCK:
-          e.type = ODAFS_SOCK;
-          break;
-        case DT_FIFO:
-          e.type = ODAFS_FIFO;
-          break;
-        default:
-          e.type = ODAFS_REG;
-          break;
-      }
-      e.name = d->d_name;
-      e.cookie = static_cast<u_quad_t>(d->d_off);
-      if (a.plus) entry_attributes(fd, d->d_name, &e.attr);
-      entries.push_back(e);
+      e.fileid = d.fileid;
+      e.type = wire_type(d.type);
+      e.name = const_cast<char*>(d.name);
+      e.cookie = d.next_cookie;
+      if (plus) self->entry_attributes(*dir, d.name, &e.attr);
+      entries->push_back(e);
+      return true;
     }
+  };
+  thread_local std::vector<odafs_dirent> entries;
+  entries.clear();
+  Taker taker;
+  taker.self = this;
+  taker.dir = &dir.object();
+  taker.plus = a.plus;
+  taker.budget = std::clamp<size_t>(a.max_bytes, 512, options_.max_io);
+  taker.entries = &entries;
+  bool eof = false;
+  if (Status s = store_->list(dir.object(), a.cookie, taker, &eof); !s.ok()) {
+    const odafs_stat status = s.errno_value() == EINVAL && a.cookie != 0
+                                  ? ODAFS_ERR_BADCOOKIE
+                                  : status_from_errno(s.errno_value());
+    return reply_status<readdir_res>(r, xp(xdr_readdir_res), status);
   }
-  close(fd);
+  const bool full = taker.full;
   if (entries.empty() && !eof) {
     return reply_status<readdir_res>(r, xp(xdr_readdir_res), ODAFS_ERR_INVAL);  // budget too small
   }
@@ -516,9 +476,11 @@ void FileService::do_readlink(const rpc::CallContext&, getattr_args& a, rpc::Rep
     return reply_status<readlink_res>(r, xp(xdr_readlink_res), ODAFS_ERR_INVAL);
   }
   char target[ODAFS_MAXPATHLEN + 1];
-  ssize_t n = readlinkat(node.fd(), "", target, ODAFS_MAXPATHLEN);
-  if (n < 0) return reply_status<readlink_res>(r, xp(xdr_readlink_res), status_from_errno(errno));
-  target[n] = '\0';
+  Result<size_t> n = store_->readlink(node.object(), target, ODAFS_MAXPATHLEN);
+  if (!n) {
+    return reply_status<readlink_res>(r, xp(xdr_readlink_res), status_from_errno(n.errno_value()));
+  }
+  target[*n] = '\0';
   readlink_res res{};
   res.status = ODAFS_OK;
   res.readlink_res_u.target = target;
@@ -530,8 +492,8 @@ void FileService::do_fsstat(const rpc::CallContext&, getattr_args& a, rpc::Reply
   OpenNode node = resolve_or_reply(a.fh, r, &st);
   if (!node) return;
   struct statvfs vfs;
-  if (fstatvfs(node.fd(), &vfs) != 0) {
-    return reply_status<fsstat_res>(r, xp(xdr_fsstat_res), status_from_errno(errno));
+  if (Status s = store_->statfs(node.object(), &vfs); !s.ok()) {
+    return reply_status<fsstat_res>(r, xp(xdr_fsstat_res), status_from_errno(s.errno_value()));
   }
   fsstat_res res{};
   res.status = ODAFS_OK;

@@ -30,49 +30,7 @@ uint32_t get32(const unsigned char* p) {
 }
 uint64_t get64(const unsigned char* p) { return (uint64_t{get32(p)} << 32) | get32(p + 4); }
 
-// Opens `name` in dirfd as the node wants it: files read-write if allowed, directories
-// readable, anything else as a bare O_PATH reference. Never follows a final symlink.
-// Returns the descriptor, or -1 with errno set: a drop-in for openat, and only ever
-// called right before its caller turns errno into a Status.
-int open_object(int dirfd, const char* name, mode_t type, bool* writable) {
-  *writable = false;
-  // O_NONBLOCK: the name may have become a FIFO since the caller looked (any client may
-  // make one), and opening a FIFO for reading waits for a writer. Regular files ignore it.
-  const int common = O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK;
-  int fd = -1;
-  if (S_ISREG(type)) {
-    fd = openat(dirfd, name, O_RDWR | common);
-    if (fd >= 0) {
-      *writable = true;
-      return fd;
-    }
-    if (errno != EACCES && errno != EROFS && errno != ETXTBSY && errno != EPERM) return -1;
-    fd = openat(dirfd, name, O_RDONLY | common);
-    if (fd >= 0 || (errno != EACCES && errno != EPERM)) return fd;
-  } else if (S_ISDIR(type)) {
-    fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | common);
-    if (fd >= 0 || (errno != EACCES && errno != EPERM)) return fd;
-  }
-  return openat(dirfd, name, O_PATH | common);
-}
-
-// The kernel's file handle of fd's object (handle type, then its bytes): unlike the inode
-// number it is not reused when the object is deleted and another created (it carries the
-// inode's generation). Empty if the file system has none. name_to_handle_at needs no
-// privilege (open_by_handle_at does, and is not used).
-std::string kernel_handle(int fd) {
-  alignas(file_handle) unsigned char buf[sizeof(file_handle) + MAX_HANDLE_SZ];
-  auto* h = reinterpret_cast<file_handle*>(buf);
-  h->handle_bytes = MAX_HANDLE_SZ;
-  int mount_id;
-  if (name_to_handle_at(fd, "", h, &mount_id, AT_EMPTY_PATH) != 0) return {};
-  std::string out(sizeof h->handle_type + h->handle_bytes, '\0');
-  std::memcpy(out.data(), &h->handle_type, sizeof h->handle_type);
-  std::memcpy(out.data() + sizeof h->handle_type, h->f_handle, h->handle_bytes);
-  return out;
-}
-
-// Whether two kernel handles name the same object; without them (dev, ino) must do.
+// Whether two durable keys name the same object; without them the ObjectId must do.
 bool same_object(const std::string& a, const std::string& b) {
   return a.empty() || b.empty() || a == b;
 }
@@ -87,34 +45,35 @@ size_t effective_max_open_files(size_t wanted) {
 
 }  // namespace
 
-OpenFile::OpenFile(int fd_in, bool writable_in, std::atomic<size_t>* count)
-    : fd(fd_in),
-      writable(writable_in),
-      readable(writable_in || (fcntl(fd_in, F_GETFL) & O_PATH) == 0),
+OpenFile::OpenFile(Object object_in, Store::Access access, std::atomic<size_t>* count)
+    : object(std::move(object_in)),
+      writable(access.writable),
+      readable(access.readable),
       open_count(count) {
   open_count->fetch_add(1, std::memory_order_relaxed);
 }
 
-OpenFile::~OpenFile() {
-  close(fd);
-  open_count->fetch_sub(1, std::memory_order_relaxed);
-}
+OpenFile::~OpenFile() { open_count->fetch_sub(1, std::memory_order_relaxed); }
 
-NodeTable::NodeTable(const std::string& export_root, size_t max_nodes, size_t max_open_files)
-    : max_nodes_(std::max<size_t>(max_nodes, 16)),
+NodeTable::NodeTable(Store& store, size_t max_nodes, size_t max_open_files)
+    : store_(store),
+      max_nodes_(std::max<size_t>(max_nodes, 16)),
       max_open_files_(effective_max_open_files(max_open_files)) {
   if (RAND_bytes(reinterpret_cast<unsigned char*>(&instance_), sizeof instance_) != 1) {
     throw std::runtime_error("RAND_bytes failed: no entropy for the handle key");
   }
-  int fd = ::open(export_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw std::system_error(errno, std::generic_category(), "open export " + export_root);
-  auto file = std::make_shared<OpenFile>(fd, false, &open_files_);
+  Result<Object> root = store_.root();
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    throw std::system_error(errno, std::generic_category(), "stat export " + export_root);
+  Status stated = root ? store_.stat(*root, &st) : root.status();
+  if (!stated.ok()) {
+    throw std::system_error(stated.errno_value(), std::generic_category(),
+                            "the export's root: " + stated.message());
   }
+  std::string durable = store_.durable_key(*root);
+  auto file =
+      std::make_shared<OpenFile>(std::move(root).value(), Store::Access{true, false}, &open_files_);
   std::lock_guard lock(mu_);
-  root_ = insert_locked(st, kernel_handle(fd));
+  root_ = insert_locked(st, std::move(durable));
   root_->file = std::move(file);  // never in the LRU list: the root stays open
 }
 
@@ -126,7 +85,7 @@ WireHandle NodeTable::handle_of(const Node& node) const {
   put32(&h[4], instance_);
   put32(&h[8], node.slot);
   put32(&h[12], node.generation);
-  put64(&h[16], static_cast<uint64_t>(node.ino));
+  put64(&h[16], node.key.ino);
   mac_.compute(h.data(), kHandleBody, &h[kHandleBody], kHandleMac);
   return h;
 }
@@ -139,13 +98,13 @@ Result<NodeTable::ParsedHandle> NodeTable::parse_handle(const unsigned char* h) 
   if (!mac_.verify(h, kHandleBody, &h[kHandleBody], kHandleMac)) {
     return Status(kBadHandle, "handle: bad MAC");
   }
-  return ParsedHandle{get32(&h[8]), get32(&h[12]), static_cast<ino_t>(get64(&h[16]))};
+  return ParsedHandle{get32(&h[8]), get32(&h[12]), get64(&h[16])};
 }
 
 Result<NodeTable::Slot*> NodeTable::slot_locked(const ParsedHandle& h) const {
   if (h.slot >= slots_.size()) return Status(kBadHandle, "handle: no such slot");
   auto& s = const_cast<Slot&>(slots_[h.slot]);
-  if (s.generation != h.generation || !s.node || s.node->ino != h.ino) {
+  if (s.generation != h.generation || !s.node || s.node->key.ino != h.ino) {
     return Status(ESTALE, "handle: node dropped");
   }
   s.referenced = true;
@@ -188,10 +147,8 @@ Result<OpenNode> NodeTable::reopen(const NodeRef& node) {
   // What to open below the nearest open ancestor, innermost first. Copies: once the mutex
   // is released the parent chain may change.
   struct Step {
-    dev_t dev;
-    ino_t ino;
-    mode_t type;
-    std::string fh;
+    ObjectId key;
+    std::string durable;
     std::string name;
   };
   std::vector<Step> steps;
@@ -208,34 +165,38 @@ Result<OpenNode> NodeTable::reopen(const NodeRef& node) {
       } else if (!p->parent) {
         return Status(ESTALE, "reopen: ancestor dropped");  // no way back
       } else {
-        steps.push_back(Step{p->dev, p->ino, p->type, p->fh, p->name});
+        steps.push_back(Step{p->key, p->durable, p->name});
       }
     }
   }
   // Walk down one component at a time, never following a symlink, checking that every
-  // step reaches the object the table knows by that name.
-  int dirfd = base->fd;
-  int owned = -1;
-  bool writable = false;
+  // step reaches the object the table knows by that name. Directories on the way are only
+  // held; the last step is opened as a node keeps it.
+  const Object* dir = &base->object;
+  Object owned;
+  Store::Access access;
   for (size_t i = steps.size(); i-- > 0;) {
     const Step& s = steps[i];
-    int fd = i == 0 ? open_object(dirfd, s.name.c_str(), s.type, &writable)
-                    : openat(dirfd, s.name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    int err = errno;
     struct stat st;
-    if (fd >= 0 && (fstat(fd, &st) != 0 || st.st_dev != s.dev || st.st_ino != s.ino ||
-                    !same_object(s.fh, kernel_handle(fd)))) {
-      close(fd);  // removed and replaced behind our back: never hand out the newcomer
-      fd = -1;
-      err = ESTALE;
+    Result<Object> next = Status(ENOENT, "reopen");
+    if (i != 0) {
+      next = store_.lookup(*dir, s.name.c_str(), &st);
+    } else if (Status seen = store_.stat_at(*dir, s.name.c_str(), &st); seen.ok()) {
+      next = store_.open_at(*dir, s.name.c_str(), &st, &access);
+    } else {
+      next = std::move(seen);
     }
-    if (owned >= 0) close(owned);
-    if (fd < 0) {
+    if (next && (store_.id_of(st) != s.key || !same_object(s.durable, store_.durable_key(*next)))) {
+      next = Status(ESTALE, "reopen: replaced");  // never hand out the newcomer
+    }
+    if (!next) {
+      const int err = next.errno_value();
       return Status(err == ENOENT || err == ENOTDIR || err == ELOOP ? ESTALE : err, "reopen");
     }
-    owned = dirfd = fd;
+    owned = std::move(next).value();
+    dir = &owned;
   }
-  auto file = std::make_shared<OpenFile>(owned, writable, &open_files_);
+  auto file = std::make_shared<OpenFile>(std::move(owned), access, &open_files_);
   reopens_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard lock(mu_);  // released before `file` is destroyed if unused
   if (node->file) return OpenNode(node, touch_locked(*node));  // another call won the race
@@ -246,7 +207,7 @@ Result<OpenNode> NodeTable::reopen(const NodeRef& node) {
   return pinned;
 }
 
-NodeRef NodeTable::insert_locked(const struct stat& st, std::string fh) {
+NodeRef NodeTable::insert_locked(const struct stat& st, std::string durable) {
   // Drop unused nodes down to the bound: after a burst of in-use nodes pushed the table
   // past it, one eviction per insert would keep it there for good.
   while (live_ >= max_nodes_ && evict_some_locked()) {
@@ -263,13 +224,12 @@ NodeRef NodeTable::insert_locked(const struct stat& st, std::string fh) {
   node->id = next_id_.fetch_add(1, std::memory_order_relaxed);
   node->slot = slot;
   node->generation = slots_[slot].generation;
-  node->dev = st.st_dev;
-  node->ino = st.st_ino;
+  node->key = store_.id_of(st);
   node->type = st.st_mode & S_IFMT;
-  node->fh = std::move(fh);
+  node->durable = std::move(durable);
   slots_[slot].node = node;
   slots_[slot].referenced = true;
-  by_inode_[Key{st.st_dev, st.st_ino}] = slot;
+  by_key_[node->key] = slot;
   ++live_;
   return node;
 }
@@ -295,7 +255,7 @@ bool NodeTable::evict_some_locked() {
 
 void NodeTable::drop_locked(Slot& s) {
   Node& n = *s.node;
-  by_inode_.erase(Key{n.dev, n.ino});
+  by_key_.erase(n.key);
   if (n.in_lru) lru_unlink_locked(n);
   n.file.reset();  // closes now, or when the last call using it lets go
   n.parent.reset();
@@ -370,58 +330,52 @@ Result<NodeRef> NodeTable::lookup(const OpenNode& dir, const char* name, struct 
   const NodeRef& d = dir.node();
   bool dotdot = std::strcmp(name, "..") == 0;
   if (std::strcmp(name, ".") == 0 || (dotdot && d == root_)) {
-    if (fstat(dir.fd(), st) != 0) return Status::from_errno("lookup: fstat");
+    if (Status s = store_.stat(dir.object(), st); !s.ok()) return s;
     std::lock_guard lock(mu_);
     if (!in_table_locked(*d)) return Status(ESTALE, "lookup: directory dropped");
     return d;
   }
-  if (fstatat(dir.fd(), name, st, AT_SYMLINK_NOFOLLOW) != 0) {
-    return Status::from_errno("lookup: fstatat");
-  }
+  if (Status s = store_.stat_at(dir.object(), name, st); !s.ok()) return s;
   {
-    // A node whose descriptor is open is certainly this object: its inode number cannot
-    // have been reused. Without one, open the object below to tell (admit()).
+    // A node whose object is open is certainly this object: its ObjectId cannot have been
+    // reused. Without one, open the object below to tell (admit()).
     std::lock_guard lock(mu_);
-    auto it = by_inode_.find(Key{st->st_dev, st->st_ino});
-    if (it != by_inode_.end() && slots_[it->second].node->file) {
+    auto it = by_key_.find(store_.id_of(*st));
+    if (it != by_key_.end() && slots_[it->second].node->file) {
       Slot& s = slots_[it->second];
       s.referenced = true;
       if (!dotdot) set_path_locked(*s.node, d, name);
       return s.node;
     }
-    if (it == by_inode_.end() && dotdot) {
+    if (it == by_key_.end() && dotdot) {
       // Every directory's parent node stays in the table while it has child nodes, so
       // this one moved behind our back (perhaps out of the export): do not follow it.
       return Status(ESTALE, "lookup: .. moved");
     }
   }
-  bool writable = false;
-  int fd = open_object(dir.fd(), name, st->st_mode & S_IFMT, &writable);
-  if (fd < 0) return Status::from_errno("lookup: open");
-  struct stat opened;
-  if (fstat(fd, &opened) != 0 || opened.st_ino != st->st_ino || opened.st_dev != st->st_dev) {
-    close(fd);  // replaced between stat and open: let the client retry
-    return Status(ESTALE, "lookup: replaced");
-  }
-  *st = opened;
-  return admit(dir, dotdot ? nullptr : name, fd, opened, writable);
+  // ESTALE from open_at: replaced between stat and open; the client retries.
+  Store::Access access;
+  Result<Object> opened = store_.open_at(dir.object(), name, st, &access);
+  if (!opened) return std::move(opened).status();
+  return admit(dir, dotdot ? nullptr : name, std::move(opened).value(), *st, access);
 }
 
-NodeRef NodeTable::adopt(const OpenNode& dir, const char* name, int fd, const struct stat& st,
-                         bool writable) {
-  return admit(dir, name, fd, st, writable).value();  // with a name, admit cannot fail
+NodeRef NodeTable::adopt(const OpenNode& dir, const char* name, Object object,
+                         const struct stat& st, Store::Access access) {
+  // With a name, admit cannot fail.
+  return admit(dir, name, std::move(object), st, access).value();
 }
 
-Result<NodeRef> NodeTable::admit(const OpenNode& dir, const char* name, int fd,
-                                 const struct stat& st, bool writable) {
-  std::string fh = kernel_handle(fd);
-  auto file = std::make_shared<OpenFile>(fd, writable, &open_files_);
+Result<NodeRef> NodeTable::admit(const OpenNode& dir, const char* name, Object object,
+                                 const struct stat& st, Store::Access access) {
+  std::string durable = store_.durable_key(object);
+  auto file = std::make_shared<OpenFile>(std::move(object), access, &open_files_);
   std::lock_guard lock(mu_);  // released before `file` is destroyed if unused
   NodeRef node;
-  auto it = by_inode_.find(Key{st.st_dev, st.st_ino});
-  if (it != by_inode_.end()) {  // known already (or another thread won a race)
+  auto it = by_key_.find(store_.id_of(st));
+  if (it != by_key_.end()) {  // known already (or another thread won a race)
     Slot& s = slots_[it->second];
-    if (s.node->file || same_object(s.node->fh, fh)) {
+    if (s.node->file || same_object(s.node->durable, durable)) {
       s.referenced = true;
       node = s.node;
     } else {
@@ -430,7 +384,7 @@ Result<NodeRef> NodeTable::admit(const OpenNode& dir, const char* name, int fd,
   }
   if (!node) {
     if (name == nullptr) return Status(ESTALE, "lookup: .. has no node");  // see lookup
-    node = insert_locked(st, std::move(fh));
+    node = insert_locked(st, std::move(durable));
   }
   if (name != nullptr) set_path_locked(*node, dir.node(), name);
   if (!node->file) {
@@ -440,10 +394,10 @@ Result<NodeRef> NodeTable::admit(const OpenNode& dir, const char* name, int fd,
   return node;
 }
 
-void NodeTable::renamed(const OpenNode& dir, const char* name, dev_t dev, ino_t ino) {
+void NodeTable::renamed(const OpenNode& dir, const char* name, const ObjectId& key) {
   std::lock_guard lock(mu_);
-  auto it = by_inode_.find(Key{dev, ino});
-  if (it != by_inode_.end()) set_path_locked(*slots_[it->second].node, dir.node(), name);
+  auto it = by_key_.find(key);
+  if (it != by_key_.end()) set_path_locked(*slots_[it->second].node, dir.node(), name);
 }
 
 Status NodeTable::make_writable(const OpenNode& node) {
@@ -464,46 +418,27 @@ Status NodeTable::reopen_in_place(const OpenNode& node, bool write) {
     return {};  // another thread got here first
   }
   if (!S_ISREG(node->type)) return Status(EISDIR, "reopening in place: not a file");
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/self/fd/%d", f.fd);
-  int fd = ::open(path, O_RDWR | O_CLOEXEC | O_NOCTTY);
-  const bool rdwr = fd >= 0;
-  if (fd < 0 && !write && (errno == EACCES || errno == EROFS || errno == ETXTBSY)) {
-    fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-  }
-  if (fd < 0) return Status::from_errno("reopening in place: open");
-  struct stat st;
-  if (fstat(fd, &st) != 0 || st.st_ino != node->ino) {
-    close(fd);
-    return Status(ESTALE, "reopening in place: replaced");
-  }
-  // dup3 swaps the descriptor under the same number, so concurrent users never see a
-  // closed fd.
-  if (dup3(fd, f.fd, O_CLOEXEC) < 0) {
-    Status failed = Status::from_errno("reopening in place: dup3");
-    close(fd);
-    return failed;
-  }
-  close(fd);
-  f.readable.store(true, std::memory_order_relaxed);
-  if (rdwr) f.writable.store(true, std::memory_order_relaxed);
+  Store::Access access;
+  if (Status s = store_.reopen_in_place(f.object, write, &access); !s.ok()) return s;
+  f.readable.store(access.readable, std::memory_order_relaxed);
+  if (access.writable) f.writable.store(true, std::memory_order_relaxed);
   return {};
 }
 
-uint64_t NodeTable::id_of(dev_t dev, ino_t ino) const {
+uint64_t NodeTable::id_of(const ObjectId& key) const {
   std::lock_guard lock(mu_);
-  auto it = by_inode_.find(Key{dev, ino});
-  return it == by_inode_.end() ? 0 : slots_[it->second].node->id;
+  auto it = by_key_.find(key);
+  return it == by_key_.end() ? 0 : slots_[it->second].node->id;
 }
 
-uint64_t NodeTable::forget_if_unlinked(dev_t dev, ino_t ino, nlink_t links_left) {
+uint64_t NodeTable::forget_if_unlinked(const ObjectId& key, nlink_t links_left) {
   std::lock_guard lock(mu_);
-  auto it = by_inode_.find(Key{dev, ino});
-  if (it == by_inode_.end()) return 0;
+  auto it = by_key_.find(key);
+  if (it == by_key_.end()) return 0;
   Slot& s = slots_[it->second];
   if (s.node->file) {
     struct stat st;
-    if (fstat(s.node->file->fd, &st) != 0) return 0;
+    if (!store_.stat(s.node->file->object, &st).ok()) return 0;
     links_left = st.st_nlink;
   }
   if (links_left > 0) return 0;

@@ -1,10 +1,12 @@
 // The server's table of exported file system objects and the file handles that name them.
 //
 // Every object a client has reached (by MOUNT, LOOKUP, CREATE, ...) gets a node, deduplicated
-// by (device, inode). A handle is the node's slot and generation plus a MAC under a key
-// drawn at server start, so handles cannot be forged, and handles from an earlier server
-// instance are STALE. Nodes are bounded by max_nodes: a clock sweep drops unused nodes,
-// whose handles then turn STALE (clients look the object up again).
+// by its ObjectId (server/store.h: (device, inode) on a local export, the inode number on
+// CephFS). The objects themselves are the store's: the table holds them (an Object, a
+// descriptor on POSIX) and asks the store to find, open and check them. A handle is the node's slot
+// and generation plus a MAC under a key drawn at server start, so handles cannot be forged, and
+// handles from an earlier server instance are STALE. Nodes are bounded by max_nodes: a clock sweep
+// drops unused nodes, whose handles then turn STALE (clients look the object up again).
 //
 // Why descriptors are a cache: a node used to own an open descriptor for as long as it
 // lived, so every handle ever issued held one, and ordinary creates ran the server out of
@@ -17,12 +19,12 @@
 // LOOKUP, CREATE and RENAME, which all pass through the table. A directory's children name
 // their parent node, so renaming a directory keeps every path below it right. The walk
 // starts at the nearest ancestor still open (the root always is) and opens one component
-// at a time with openat(O_NOFOLLOW), so it never follows a symlink and never leaves the
-// export. Every step must reach the very object its node names: same (device, inode) and
-// the same kernel file handle (name_to_handle_at, which needs no privilege and, unlike the
-// inode number, is not reused when a file is deleted and another created). Otherwise
-// (removed or replaced behind the table's back) the handle is STALE, never another file.
-// open_by_handle_at is not used: it needs CAP_DAC_READ_SEARCH; the walk does not.
+// at a time through the store (never following a symlink, never leaving the export).
+// Every step must reach the very object its node names: the same ObjectId and the same
+// durable key (Store::durable_key: on POSIX the kernel file handle, which needs no
+// privilege and, unlike the inode number, is not reused when a file is deleted and another
+// created). Otherwise (removed or replaced behind the table's back) the handle is STALE,
+// never another file. open_by_handle_at is not used: it needs CAP_DAC_READ_SEARCH.
 //
 // Limits of that: an object whose recorded name was removed while it keeps another hard
 // link (made behind the server's back: the protocol has no LINK) cannot be reopened until
@@ -42,7 +44,7 @@
 // that the handle is not one of ours. errno itself is never part of a contract here.
 //
 // Thread-safety: every member function is thread-safe. One mutex guards the slots, the
-// (device, inode) index, each node's path and descriptor, and the LRU list; it is held for
+// ObjectId index, each node's path and object, and the LRU list; it is held for
 // table bookkeeping and a few cheap system calls (closing an evicted descriptor,
 // make_writable's reopen), never across a path walk. open() of a node whose descriptor is
 // cached (the READ/WRITE hot path) takes the mutex once, allocates nothing and moves the
@@ -65,6 +67,7 @@
 
 #include "base/keyed_mac.h"
 #include "base/status.h"
+#include "server/store.h"
 
 namespace odafs::server {
 
@@ -77,17 +80,18 @@ inline constexpr size_t kDefaultMaxOpenFiles = 1024;
 struct Node;
 using NodeRef = std::shared_ptr<Node>;
 
-// An open descriptor of a node's object: O_RDWR or O_RDONLY for files, O_RDONLY |
-// O_DIRECTORY for directories, O_PATH otherwise. Closed when the last holder lets go.
+// A node's object as the store opened it (Store::open_at: files for reading and writing
+// where allowed, directories for reading, anything else held). Released when the last
+// holder lets go.
 struct OpenFile {
-  OpenFile(int fd, bool writable, std::atomic<size_t>* open_count);
+  OpenFile(Object object, Store::Access access, std::atomic<size_t>* open_count);
   ~OpenFile();
   OpenFile(const OpenFile&) = delete;
   OpenFile& operator=(const OpenFile&) = delete;
 
-  const int fd;
-  std::atomic<bool> writable;  // fd is O_RDWR; only make_writable changes it (in place)
-  // fd reads (not O_PATH, which LOOKUP leaves when its caller could not open the object;
+  const Object object;
+  std::atomic<bool> writable;  // writes bytes; only make_writable changes it (in place)
+  // Reads bytes (not merely held, as LOOKUP leaves an object its caller could not open;
   // make_readable changes it, in place).
   std::atomic<bool> readable;
   std::atomic<size_t>* const open_count;
@@ -99,8 +103,7 @@ struct Node {
   uint64_t id = 0;  // unique for the server's lifetime: the block cache's file key
   uint32_t slot = 0;
   uint32_t generation = 0;
-  dev_t dev = 0;
-  ino_t ino = 0;
+  ObjectId key;     // the store's identity of the object (Store::id_of)
   mode_t type = 0;  // S_IFREG, S_IFDIR, ...
   // Orders changes to a file's bytes against reads of them (the FileService's, not the
   // table's): a write or truncation holds it exclusively while it changes the file and
@@ -108,19 +111,23 @@ struct Node {
   // directly, holds it shared. The kernel does not make pread atomic against a pwrite of
   // the same page, so without it a fill could cache half of a write.
   mutable std::shared_mutex data_lock;
+  // The FileService's too, for a shared store (Store::shared): the change time (ns) of the
+  // file its cached blocks were checked against; kNeverChecked before the first look.
+  static constexpr int64_t kNeverChecked = INT64_MIN;
+  mutable std::atomic<int64_t> blocks_checked_at{kNeverChecked};
 
  private:
   friend class NodeTable;
-  std::string fh;    // kernel file handle (see kernel_handle()); immutable; may be empty
-  NodeRef parent;    // where the table last reached it; null for the root
-  std::string name;  // its name in parent
+  std::string durable;             // Store::durable_key of the object; immutable; may be empty
+  NodeRef parent;                  // where the table last reached it; null for the root
+  std::string name;                // its name in parent
   std::shared_ptr<OpenFile> file;  // the cached descriptor, if any
   Node* lru_prev = nullptr;        // in the LRU list iff in_lru
   Node* lru_next = nullptr;
   bool in_lru = false;
 };
 
-// A node with its descriptor pinned open: eviction cannot close fd() while this lives.
+// A node with its object pinned open: eviction cannot release object() while this lives.
 // Move-only; empty (false) only when default-constructed or reset(). REQUIRES: dies before
 // its NodeTable.
 class OpenNode {
@@ -135,9 +142,12 @@ class OpenNode {
   Node* operator->() const { return node_.get(); }
   Node& operator*() const { return *node_; }
   const NodeRef& node() const { return node_; }
-  int fd() const { return file_->fd; }
-  // Whether fd() is open read-write (make_writable may turn it so, in place).
+  // The node's object, for the store's calls.
+  const Object& object() const { return file_->object; }
+  // Whether object() writes / reads bytes (make_writable and make_readable may turn it
+  // so, in place).
   bool writable() const { return file_->writable.load(std::memory_order_relaxed); }
+  bool readable() const { return file_->readable.load(std::memory_order_relaxed); }
   void reset() {
     file_.reset();
     node_.reset();
@@ -154,19 +164,18 @@ class OpenNode {
 // The errno of a handle that is not one of ours (wrong version, a MAC that does not
 // verify, a slot that never existed): the protocol's BADHANDLE, which has no errno of its
 // own. EBADF, a descriptor number that names nothing, is never what reopening an object
-// fails with (the walk starts from a descriptor it holds pinned), so it cannot be mistaken
+// fails with (the walk starts from an object it holds pinned), so it cannot be mistaken
 // for a reopen failure.
 inline constexpr int kBadHandle = EBADF;
 
 class NodeTable {
  public:
-  // Opens the export root. Throws std::system_error if it is not a readable directory.
-  // max_nodes bounds the nodes (and so the valid handles). The table keeps at most
-  // min(max_open_files, RLIMIT_NOFILE soft limit / 2) descriptors open (at least 2),
-  // the limit measured here: the other half stays free for connections, the engine's
-  // sockets and the transient descriptors calls open (READDIR, a reopen walk).
-  NodeTable(const std::string& export_root, size_t max_nodes,
-            size_t max_open_files = kDefaultMaxOpenFiles);
+  // Holds the store's root. Throws std::system_error if it cannot. max_nodes bounds the
+  // nodes (and so the valid handles). The table keeps at most min(max_open_files,
+  // RLIMIT_NOFILE soft limit / 2) objects open (at least 2), the limit measured here: the
+  // other half stays free for connections, the engine's sockets and the transient
+  // descriptors calls open (READDIR, a reopen walk). REQUIRES: store outlives the table.
+  NodeTable(Store& store, size_t max_nodes, size_t max_open_files = kDefaultMaxOpenFiles);
   ~NodeTable();
   NodeTable(const NodeTable&) = delete;
   NodeTable& operator=(const NodeTable&) = delete;
@@ -190,46 +199,50 @@ class NodeTable {
   Result<OpenNode> open(const NodeRef& node);
 
   // Finds or creates the node of `name` in directory `dir` (never null), fills *st with
-  // its attributes and records that name as the way to reach it. Fails with what
-  // fstatat/openat said (ENOENT, EACCES, ...), or ESTALE. Never follows a symlink in the
+  // its attributes and records that name as the way to reach it. Fails with what the
+  // store said (ENOENT, EACCES, ...), or ESTALE. Never follows a symlink in the
   // last component; ".." of the root is the root; ".." elsewhere must lead to a node the
   // table has (ESTALE otherwise). REQUIRES: name passed valid_name() or is "." / "..".
   Result<NodeRef> lookup(const OpenNode& dir, const char* name, struct stat* st);
 
-  // Takes ownership of fd, the object `name` just created in `dir` (CREATE), and returns
-  // its node (never null: this cannot fail); if the inode already has a node, returns
-  // that one (keeping fd as its descriptor if it had none, closing it otherwise).
-  NodeRef adopt(const OpenNode& dir, const char* name, int fd, const struct stat& st,
-                bool writable);
+  // Takes object, which `name` in `dir` just opened or created (CREATE), with attributes
+  // st, and returns its node (never null: this cannot fail); if the object already has a
+  // node, returns that one (keeping object as its open one if it had none, releasing it
+  // otherwise).
+  NodeRef adopt(const OpenNode& dir, const char* name, Object object, const struct stat& st,
+                Store::Access access);
 
-  // Records that the object (dev, ino) is now `name` in `dir` (after a RENAME moved it
-  // there). Unknown objects are ignored.
-  void renamed(const OpenNode& dir, const char* name, dev_t dev, ino_t ino);
+  // Records that object `key` is now `name` in `dir` (after a RENAME moved it there).
+  // Unknown objects are ignored.
+  void renamed(const OpenNode& dir, const char* name, const ObjectId& key);
 
-  // Reopens a regular file read-write (after a chmod, say), in place: fd() keeps its
-  // number. Ok at once if it already is. Fails with EISDIR for anything but a regular
-  // file, ESTALE if the object is not the node's any more, or what open/dup3 said.
+  // Reopens a regular file read-write (after a chmod, say), in place
+  // (Store::reopen_in_place). Ok at once if it already is. Fails with EISDIR for anything
+  // but a regular file, ESTALE if the object is not the node's any more, or what the store
+  // said.
   Status make_writable(const OpenNode& node);
-  // The same for reading: a regular file's O_PATH descriptor (opened for a caller who could
-  // not read it) is reopened by the server, in place. Ok at once if fd() reads. The caller
+  // The same for reading: a regular file merely held (opened for a caller who could not
+  // read it) is reopened by the server, in place. Ok at once if it reads. The caller
   // checks the permission of whoever the bytes are for. REQUIRES: called as the server.
   Status make_readable(const OpenNode& node);
 
-  // The id of the node of object (dev, ino), 0 if the table has none.
-  uint64_t id_of(dev_t dev, ino_t ino) const;
+  // The store's identity of an object of attributes st (Store::id_of).
+  ObjectId key_of(const struct stat& st) const { return store_.id_of(st); }
+  // The id of the node of object `key`, 0 if the table has none.
+  uint64_t id_of(const ObjectId& key) const;
 
-  // Drops the node of (dev, ino), if present and no longer linked anywhere: its handles
-  // turn STALE. The link count comes from the node's descriptor if it is open, otherwise
+  // Drops the node of object `key`, if present and no longer linked anywhere: its handles
+  // turn STALE. The link count comes from the node's object if it is open, otherwise
   // links_left is believed (the caller's count from just before it unlinked, minus one).
   // Returns the dropped node's id (0 if none) so caches can forget it.
-  uint64_t forget_if_unlinked(dev_t dev, ino_t ino, nlink_t links_left = 0);
+  uint64_t forget_if_unlinked(const ObjectId& key, nlink_t links_left = 0);
 
   size_t size() const;
-  // Descriptors of nodes open right now, pinned or cached, the root's included.
+  // Objects of nodes open right now, pinned or cached, the root's included.
   size_t open_files() const { return open_files_.load(std::memory_order_relaxed); }
-  // The effective bound on cached descriptors (see the constructor).
+  // The effective bound on cached objects (see the constructor).
   size_t max_open_files() const { return max_open_files_; }
-  // Times a node's descriptor was reopened after eviction.
+  // Times a node's object was reopened after eviction.
   uint64_t reopens() const { return reopens_.load(std::memory_order_relaxed); }
 
   // A single path component: not empty, no '/', no NUL, not "." or "..", <= 255 bytes.
@@ -241,27 +254,24 @@ class NodeTable {
     uint32_t generation = 0;
     bool referenced = false;  // clock bit for eviction
   };
-  struct Key {
-    dev_t dev;
-    ino_t ino;
-    bool operator==(const Key&) const = default;
-  };
   struct KeyHash {
-    size_t operator()(const Key& k) const { return std::hash<uint64_t>()(k.ino * 31 + k.dev); }
+    size_t operator()(const ObjectId& k) const {
+      return std::hash<uint64_t>()(k.ino * 31 + k.space);
+    }
   };
 
   // What a handle says, once its MAC verified.
   struct ParsedHandle {
     uint32_t slot;
     uint32_t generation;
-    ino_t ino;
+    uint64_t ino;
   };
   // Fails with kBadHandle, or ESTALE for a handle of an earlier server instance.
   Result<ParsedHandle> parse_handle(const unsigned char* handle) const;
   // The live slot a parsed handle names (marked referenced, never null). Fails with
   // kBadHandle (no such slot) or ESTALE.
   Result<Slot*> slot_locked(const ParsedHandle& h) const;
-  NodeRef insert_locked(const struct stat& st, std::string fh);  // no descriptor yet
+  NodeRef insert_locked(const struct stat& st, std::string durable);  // no object open yet
   bool evict_some_locked();   // false when no node can be evicted
   void drop_locked(Slot& s);  // the slot's node leaves the table
   bool in_table_locked(const Node& node) const;
@@ -274,20 +284,19 @@ class NodeTable {
   void evict_files_locked();  // closes unpinned descriptors beyond the bound
   // Records (parent, name) as node's path unless that would make the parent chain a loop.
   void set_path_locked(Node& node, const NodeRef& parent, const char* name);
-  // lookup and adopt: fd is name's object in dir (name null for "..": never a new node
-  // nor a new path). A node of the same inode number whose object is another (the kernel
-  // handles differ) is dropped first. Fails (ESTALE) only for "..", when it has no node.
-  Result<NodeRef> admit(const OpenNode& dir, const char* name, int fd, const struct stat& st,
-                        bool writable);
+  // lookup and adopt: object is name's in dir (name null for "..": never a new node nor
+  // a new path). A node of the same ObjectId whose object is another (the durable keys
+  // differ) is dropped first. Fails (ESTALE) only for "..", when it has no node.
+  Result<NodeRef> admit(const OpenNode& dir, const char* name, Object object, const struct stat& st,
+                        Store::Access access);
   // Opens node's object by walking from its nearest open ancestor. Fails with ESTALE when
   // the node or an ancestor was dropped or an object on the way is gone or replaced, or
-  // with what openat said.
+  // with what the store said.
   Result<OpenNode> reopen(const NodeRef& node);
-  // make_writable and make_readable: reopens node's regular file through its descriptor,
-  // read-write (or, unless `write`, read-only where read-write is refused), under the same
-  // descriptor number.
+  // make_writable and make_readable: Store::reopen_in_place of node's regular file.
   Status reopen_in_place(const OpenNode& node, bool write);
 
+  Store& store_;
   KeyedMac mac_;
   uint32_t instance_;
   size_t max_nodes_;
@@ -299,7 +308,7 @@ class NodeTable {
   mutable std::mutex mu_;
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
-  std::unordered_map<Key, uint32_t, KeyHash> by_inode_;
+  std::unordered_map<ObjectId, uint32_t, KeyHash> by_key_;
   size_t live_ = 0;
   size_t clock_hand_ = 0;
   Node* lru_head_ = nullptr;  // most recently used

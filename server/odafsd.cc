@@ -40,6 +40,9 @@
 #include "server/file_env.h"
 #include "server/file_service.h"
 #include "server/tls_identities.h"
+#if ODAFS_HAVE_CEPHFS
+#include "server/store_impl/ceph_store.h"
+#endif
 
 namespace {
 
@@ -77,7 +80,37 @@ struct AccessFlags {
   uint32_t anon_gid = 65534;
 };
 
-void configure_access(const AccessFlags& flags, const std::string& listen_host,
+// The CephFS path of an export "ceph:PATH", or empty for a local directory.
+std::string ceph_path(const std::string& export_spec) {
+  return export_spec.rfind("ceph:", 0) == 0 ? export_spec.substr(5) : std::string();
+}
+
+// The store of a CephFS export (--export ceph:PATH), connected; exits on failure.
+std::shared_ptr<odafs::server::Store> open_ceph_store(const std::string& path,
+                                                      const std::string& conf,
+                                                      const std::string& id) {
+#if ODAFS_HAVE_CEPHFS
+  if (path.empty() || path[0] != '/') usage("--export ceph:PATH needs an absolute PATH");
+  if (conf.empty()) usage("--export ceph:PATH needs --ceph-conf FILE");
+  odafs::Result<std::unique_ptr<odafs::server::CephStore>> store =
+      odafs::server::CephStore::connect({conf, id, path});
+  if (!store) {
+    std::fprintf(stderr, "odafsd: CephFS %s: %s\n", path.c_str(),
+                 store.status().to_string().c_str());
+    std::exit(1);
+  }
+  return std::move(store).value();
+#else
+  (void)path, (void)conf, (void)id;
+  usage(
+      "--export ceph:PATH: this odafsd was built without libcephfs (scripts/deps.sh "
+      "libcephfs-dev, then rebuild)");
+#endif
+}
+
+// remote_store: a store that takes on callers without privileges of this process
+// (CephFS: a UserPerm per call), where a local export needs root (setfsuid).
+void configure_access(const AccessFlags& flags, const std::string& listen_host, bool remote_store,
                       odafs::server::FileService::Options* fs) {
   fs->access.read_only = flags.read_only;
   try {
@@ -97,10 +130,11 @@ void configure_access(const AccessFlags& flags, const std::string& listen_host,
     fs->access.rules.add_loopback_default(flags.anon_uid, flags.anon_gid);
   }
   const bool root = geteuid() == 0;
-  if (flags.identity == "caller" && !root) {
+  const bool can_act = root || remote_store;
+  if (flags.identity == "caller" && !can_act) {
     usage("--identity caller needs root: only root can act as each caller");
   }
-  fs->act_as_callers = flags.identity.empty() ? root : flags.identity == "caller";
+  fs->act_as_callers = flags.identity.empty() ? can_act : flags.identity == "caller";
   if (!fs->act_as_callers && root) {
     ODAFS_LOG_WARN("--identity server: every caller acts as root over the export");
   } else if (!fs->act_as_callers) {
@@ -174,9 +208,13 @@ int main(int argc, char** argv) {
   bool no_local_rings = false, no_ordma = false, no_delegations = false, auth_sys = false;
   size_t max_rings = 256;   // the soft backend's
   std::string rdma_device;  // the verbs backend's
+  std::string ceph_conf, ceph_id;
   odafs::server::TlsIdentities::Files tls_files;
   odafs::Flags flags("odafsd", "--export DIR --listen HOST:PORT [flags]");
-  flags.add("--export", &fs.export_root, "the directory to export");
+  flags.add("--export", &fs.export_root,
+            "the directory to export, or ceph:PATH for a directory of a CephFS");
+  flags.add("--ceph-conf", &ceph_conf, "the CephFS cluster's ceph.conf (with --export ceph:PATH)");
+  flags.add("--ceph-id", &ceph_id, "the cephx user to connect as, without \"client.\" (admin)");
   flags.add("--listen", &listen, "RPC address; port 0 picks a free one (the ready line names it)");
   flags.add("--cache-mb", &cache_mb, "block cache size", 1, 1u << 20);
   flags.add("--block-size", &fs.block_size, "cache block size, a power of two", ODAFS_MINBLOCK,
@@ -282,7 +320,9 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     usage(e.what());
   }
-  configure_access(access, listen_at.host, &fs);
+  const std::string ceph = ceph_path(fs.export_root);
+  if (!ceph.empty()) fs.store = open_ceph_store(ceph, ceph_conf, ceph_id);
+  configure_access(access, listen_at.host, fs.store != nullptr, &fs);
   std::unique_ptr<odafs::server::TlsIdentities> tls;
   if (!tls_files.tls.cert.empty() || !tls_files.tls.key.empty()) {
     odafs::Result<std::unique_ptr<odafs::server::TlsIdentities>> loaded =
@@ -301,7 +341,10 @@ int main(int argc, char** argv) {
     }
   }
   fs.grace_ms = grace_ms >= 0 ? grace_ms : 2 * fs.lease_ms;
-  fs.recovery_record = recovery_record_path(state_dir, fs.export_root);
+  // A CephFS export is named by its cluster's conf too: one state directory may serve
+  // several clusters.
+  fs.recovery_record = recovery_record_path(
+      state_dir, ceph.empty() ? fs.export_root : fs.export_root + "@" + ceph_conf);
   if (threads < 0) threads = cores;
   if (engine_threads < 0) engine_threads = std::max(1, cores / 2);
   // Calls that wait (on clients, leases) hand their loop to a spare thread; they share the

@@ -50,8 +50,8 @@ class Store;
 // on CephFS, whose inode numbers are never reused and mean the same to every client of
 // the file system (what makes handles portable between gateways).
 struct ObjectId {
-  uint64_t a = 0;
-  uint64_t b = 0;
+  uint64_t ino = 0;    // the inode number
+  uint64_t space = 0;  // what it is unique in: the device (POSIX), the snapshot (CephFS)
   bool operator==(const ObjectId&) const = default;
 };
 
@@ -77,7 +77,8 @@ class Object {
   uintptr_t native_ = 0;
 };
 
-// One directory entry of a listing. name is valid during the visit only.
+// One directory entry of a listing. name stays valid until the next list() on this
+// thread (a listing's names may be sent after it ends, without copies).
 struct StoreDirEntry {
   const char* name;
   uint64_t fileid;       // the inode number
@@ -113,6 +114,11 @@ class Store {
 
   // "posix" or "cephfs": for logs and STATS.
   virtual const char* kind() const = 0;
+  // Whether others change this store's objects behind this server (CephFS: other gateways
+  // and clients of the file system). The server then checks its cached blocks of a file
+  // against the file's change time whenever it looks at the file, and grants no
+  // delegations of its own (docs/ceph.md).
+  virtual bool shared() const = 0;
 
   // The export's root directory, held.
   virtual Result<Object> root() = 0;
@@ -129,6 +135,31 @@ class Store {
   // alone (CephFS); ENOTSUP where it cannot (POSIX: that needs open_by_handle_at and
   // CAP_DAC_READ_SEARCH), ESTALE when no such object exists any more.
   virtual Result<Object> find(const ObjectId& id) = 0;
+
+  // What an Object from open_at can do: read bytes (a file or directory opened for
+  // reading) and write them (a file opened for both).
+  struct Access {
+    bool readable = false;
+    bool writable = false;
+  };
+  // The object `name` names in dir, opened as the node table keeps objects: a regular file
+  // for reading and writing where the caller may (else reading only, else held), a
+  // directory for reading (else held), anything else held; *access what it can do. Never
+  // follows a symlink, never blocks (a FIFO is held, not opened). *st: on entry, the
+  // attributes stat_at just gave for the name (its type decides how to open); on return,
+  // the opened object's. ESTALE when the name now names another object.
+  // REQUIRES: name is one path component.
+  virtual Result<Object> open_at(const Object& dir, const char* name, struct stat* st,
+                                 Access* access) = 0;
+  // Makes obj (a regular file from open_at) readable, and writable too when `write`
+  // (where the caller may; else readable only, when !write), in place: users of obj on
+  // other threads go on unharmed, and native() stays the same. *access what it can do now.
+  // EISDIR for anything but a regular file.
+  virtual Status reopen_in_place(const Object& obj, bool write, Access* access) = 0;
+  // Bytes that tell this object from a later one with the same ObjectId (POSIX: the
+  // kernel's file handle, which carries the inode's generation), or empty where ObjectIds
+  // are never reused (CephFS) or the file system gives none.
+  virtual std::string durable_key(const Object& obj) = 0;
 
   // A regular file (or directory, for O_RDONLY) opened for its bytes: flags O_RDONLY or
   // O_RDWR (O_WRONLY reads as O_RDWR). Permission is checked as the caller.
@@ -160,11 +191,15 @@ class Store {
   // The part of want (R_OK | W_OK | X_OK) the caller has on obj.
   virtual int access(const Object& obj, int want) = 0;
 
-  // Visits the entries of directory dir but "." and "..", from cookie (0: the start).
-  // *eof: the listing reached the end. A cookie the store cannot resume from is EINVAL.
+  // Visits the entries of directory dir but "." and "..", from cookie (0: the start),
+  // until the visitor says stop or the store's buffer for names is full (64 KiB: *eof
+  // false, resume at the last entry's cookie). *eof: the listing reached the end. A cookie
+  // the store cannot resume from is EINVAL.
   virtual Status list(const Object& dir, uint64_t cookie, DirVisitor& visitor, bool* eof) = 0;
 
-  // Bytes of an opened object, as pread(2)/pwrite(2): fewer only at end of file (read).
+  // Bytes of an opened object. read: len bytes, fewer only at end of file. write: len
+  // bytes, or, when a failure stops it part way, the bytes that landed; a failure before
+  // any landed is the failure.
   virtual Result<size_t> read(const Object& file, void* buf, size_t len, uint64_t offset) = 0;
   virtual Result<size_t> write(const Object& file, const void* buf, size_t len,
                                uint64_t offset) = 0;

@@ -21,6 +21,8 @@ using odafs::server::NodeRef;
 using odafs::server::NodeTable;
 using odafs::server::OpenNode;
 using odafs::server::WireHandle;
+using odafs::test::fd_of;
+using odafs::test::LocalNodeTable;
 using odafs::test::lookup;
 using odafs::test::lstat_of;
 using odafs::test::open_handle;
@@ -40,19 +42,19 @@ const char* error_name(int err) {
 TEST_CASE("the export root must be a directory") {
   TempDir dir;
   write_local(dir / "file", "x");
-  CHECK_THROWS_AS(NodeTable(dir / "missing", 16), std::system_error);
-  CHECK_THROWS_AS(NodeTable(dir / "file", 16), std::system_error);
+  CHECK_THROWS_AS(LocalNodeTable(dir / "missing", 16), std::system_error);
+  CHECK_THROWS_AS(LocalNodeTable(dir / "file", 16), std::system_error);
 }
 
 TEST_CASE("the root handle resolves to the root") {
   TempDir dir;
-  NodeTable t(dir.path(), 64);
+  LocalNodeTable t(dir.path(), 64);
   NodeRef root = t.root();
   REQUIRE(root != nullptr);
   CHECK(S_ISDIR(root->type));
   struct stat st = lstat_of(dir.path());
-  CHECK(root->ino == st.st_ino);
-  CHECK(root->dev == st.st_dev);
+  CHECK(root->key.ino == st.st_ino);
+  CHECK(root->key.space == st.st_dev);
   CHECK(t.size() == 1);
 
   WireHandle h = t.handle_of(*root);
@@ -70,7 +72,7 @@ TEST_CASE("handle_of and resolve round trip for looked-up objects") {
   write_local(dir / "file", "contents");
   REQUIRE(::mkdir((dir / "sub").c_str(), 0755) == 0);
   write_local(dir / "sub/inner", "inner");
-  NodeTable t(dir.path(), 64);
+  LocalNodeTable t(dir.path(), 64);
 
   struct stat st {};
   NodeRef file = lookup(t, t.root(), "file", &st);
@@ -78,7 +80,7 @@ TEST_CASE("handle_of and resolve round trip for looked-up objects") {
   CHECK(S_ISREG(file->type));
   CHECK(S_ISREG(st.st_mode));
   CHECK(st.st_size == 8);
-  CHECK(file->ino == lstat_of(dir / "file").st_ino);
+  CHECK(file->key.ino == lstat_of(dir / "file").st_ino);
   CHECK(pin(t, file).writable());  // a file we own opens read-write
   CHECK(file->id != t.root()->id);
 
@@ -87,7 +89,7 @@ TEST_CASE("handle_of and resolve round trip for looked-up objects") {
   CHECK(S_ISDIR(sub->type));
   NodeRef inner = lookup(t, sub, "inner", &st);
   REQUIRE(inner != nullptr);
-  CHECK(inner->ino == lstat_of(dir / "sub/inner").st_ino);
+  CHECK(inner->key.ino == lstat_of(dir / "sub/inner").st_ino);
 
   for (const NodeRef& n : {file, sub, inner}) {
     int err = kBadHandle;
@@ -111,7 +113,7 @@ TEST_CASE("handle_of and resolve round trip for looked-up objects") {
   REQUIRE(again);
   CHECK(again.node() == file);
   char buf[16] = {};
-  CHECK(::pread(again.fd(), buf, sizeof buf, 0) == 8);
+  CHECK(::pread(fd_of(again), buf, sizeof buf, 0) == 8);
   CHECK(std::string(buf) == "contents");
 
   int missing = 0;
@@ -122,7 +124,7 @@ TEST_CASE("handle_of and resolve round trip for looked-up objects") {
 TEST_CASE("flipping any single byte of a valid handle makes it fail") {
   TempDir dir;
   write_local(dir / "file", "x");
-  NodeTable t(dir.path(), 64);
+  LocalNodeTable t(dir.path(), 64);
   struct stat st {};
   NodeRef file = lookup(t, t.root(), "file", &st);
   REQUIRE(file != nullptr);
@@ -153,8 +155,8 @@ TEST_CASE("flipping any single byte of a valid handle makes it fail") {
 TEST_CASE("a handle from another node table instance does not resolve") {
   TempDir dir;
   write_local(dir / "file", "x");
-  NodeTable a(dir.path(), 64);
-  NodeTable b(dir.path(), 64);
+  LocalNodeTable a(dir.path(), 64);
+  LocalNodeTable b(dir.path(), 64);
   struct stat st {};
   NodeRef fa = lookup(a, a.root(), "file", &st);
   NodeRef fb = lookup(b, b.root(), "file", &st);
@@ -183,11 +185,11 @@ TEST_CASE("a handle from another node table instance does not resolve") {
 
 TEST_CASE("lookup of .. at the root stays at the root") {
   TempDir dir;
-  NodeTable t(dir.path(), 64);
+  LocalNodeTable t(dir.path(), 64);
   struct stat st {};
   NodeRef up = lookup(t, t.root(), "..", &st);
   CHECK(up == t.root());
-  CHECK(st.st_ino == t.root()->ino);
+  CHECK(st.st_ino == t.root()->key.ino);
   CHECK(t.size() == 1);
 }
 
@@ -196,7 +198,7 @@ TEST_CASE("lookup of a symlink returns the link itself, never its target") {
   REQUIRE(::symlink("/etc", (dir / "etc_link").c_str()) == 0);
   REQUIRE(::symlink("/etc/passwd", (dir / "file_link").c_str()) == 0);
   REQUIRE(::symlink("nowhere", (dir / "dangling").c_str()) == 0);
-  NodeTable t(dir.path(), 64);
+  LocalNodeTable t(dir.path(), 64);
   struct stat etc {};
   REQUIRE(::stat("/etc", &etc) == 0);
 
@@ -207,12 +209,12 @@ TEST_CASE("lookup of a symlink returns the link itself, never its target") {
     REQUIRE(link != nullptr);
     CHECK(link->type == S_IFLNK);
     CHECK(S_ISLNK(st.st_mode));
-    CHECK(link->ino == lstat_of(dir / name).st_ino);
+    CHECK(link->key.ino == lstat_of(dir / name).st_ino);
     OpenNode pinned = pin(t, link);
     REQUIRE(pinned);
     CHECK_FALSE(pinned.writable());
     struct stat by_fd {};
-    REQUIRE(::fstat(pinned.fd(), &by_fd) == 0);
+    REQUIRE(::fstat(fd_of(pinned), &by_fd) == 0);
     CHECK(S_ISLNK(by_fd.st_mode));
     int err = kBadHandle;
     CHECK(resolve(t, t.handle_of(*link), &err) == link);
@@ -222,7 +224,7 @@ TEST_CASE("lookup of a symlink returns the link itself, never its target") {
   struct stat st {};
   NodeRef link = lookup(t, t.root(), "etc_link", &st);
   REQUIRE(link != nullptr);
-  CHECK(link->ino != etc.st_ino);
+  CHECK(link->key.ino != etc.st_ino);
   int inside = 0;
   CHECK(lookup(t, link, "passwd", &st, &inside) == nullptr);
   CHECK(inside == ENOTDIR);
@@ -251,30 +253,30 @@ TEST_CASE("valid_name") {
 TEST_CASE("forget_if_unlinked") {
   TempDir dir;
   write_local(dir / "f", "data");
-  NodeTable t(dir.path(), 64);
+  LocalNodeTable t(dir.path(), 64);
   struct stat st {};
   NodeRef f = lookup(t, t.root(), "f", &st);
   REQUIRE(f != nullptr);
   const WireHandle h = t.handle_of(*f);
   int err = kBadHandle;
 
-  CHECK(t.forget_if_unlinked(f->dev, f->ino) == 0);  // still linked
+  CHECK(t.forget_if_unlinked(f->key) == 0);  // still linked
   CHECK(resolve(t, h, &err) == f);
 
   // Another link keeps it alive.
   REQUIRE(::link((dir / "f").c_str(), (dir / "g").c_str()) == 0);
   REQUIRE(::unlink((dir / "f").c_str()) == 0);
-  CHECK(t.forget_if_unlinked(f->dev, f->ino) == 0);
+  CHECK(t.forget_if_unlinked(f->key) == 0);
   CHECK(resolve(t, h, &err) == f);
   CHECK(err == 0);
 
   REQUIRE(::unlink((dir / "g").c_str()) == 0);
   size_t before = t.size();
-  CHECK(t.forget_if_unlinked(f->dev, f->ino) == f->id);
+  CHECK(t.forget_if_unlinked(f->key) == f->id);
   CHECK(t.size() == before - 1);
   CHECK(resolve(t, h, &err) == nullptr);
   CHECK(err == ESTALE);
-  CHECK(t.forget_if_unlinked(f->dev, f->ino) == 0);  // already gone
+  CHECK(t.forget_if_unlinked(f->key) == 0);  // already gone
 
   // The slot is reused by the next object; the old handle stays stale.
   write_local(dir / "new", "n");
@@ -286,14 +288,14 @@ TEST_CASE("forget_if_unlinked") {
   CHECK(resolve(t, t.handle_of(*n), &err) == n);
 
   // Unknown inodes are left alone.
-  CHECK(t.forget_if_unlinked(f->dev, 0) == 0);
+  CHECK(t.forget_if_unlinked(odafs::server::ObjectId{0, f->key.space}) == 0);
 }
 
 TEST_CASE("the table stays bounded and evicted handles are stale") {
   TempDir dir;
   constexpr int kFiles = 100;
   for (int i = 0; i < kFiles; ++i) write_local(dir / ("f" + std::to_string(i)), "x");
-  NodeTable t(dir.path(), 16);
+  LocalNodeTable t(dir.path(), 16);
   const WireHandle root_handle = t.handle_of(*t.root());
 
   std::vector<WireHandle> handles;
@@ -303,7 +305,7 @@ TEST_CASE("the table stays bounded and evicted handles are stale") {
     NodeRef n = lookup(t, t.root(), ("f" + std::to_string(i)).c_str(), &st);
     REQUIRE(n != nullptr);
     handles.push_back(t.handle_of(*n));
-    inodes.push_back(n->ino);
+    inodes.push_back(n->key.ino);
     CHECK(t.size() <= 17);
   }
   CHECK(t.size() <= 17);
@@ -314,7 +316,7 @@ TEST_CASE("the table stays bounded and evicted handles are stale") {
     NodeRef n = resolve(t, handles[i], &err);
     if (n != nullptr) {
       CHECK(err == 0);
-      CHECK(n->ino == inodes[i]);  // never another object that took the slot
+      CHECK(n->key.ino == inodes[i]);  // never another object that took the slot
       ++live;
     } else {
       CAPTURE(i);

@@ -24,6 +24,8 @@ using odafs::server::NodeRef;
 using odafs::server::NodeTable;
 using odafs::server::OpenNode;
 using odafs::server::WireHandle;
+using odafs::test::fd_of;
+using odafs::test::LocalNodeTable;
 using odafs::test::lookup;
 using odafs::test::lstat_of;
 using odafs::test::open_handle;
@@ -77,39 +79,39 @@ TEST_CASE("make_writable on a file opened read-only") {
   write_local(dir / "ro", "original");
   REQUIRE(::chmod((dir / "ro").c_str(), 0444) == 0);
   REQUIRE(::mkdir((dir / "sub").c_str(), 0755) == 0);
-  NodeTable t(dir.path(), 64);
+  LocalNodeTable t(dir.path(), 64);
   struct stat st {};
   NodeRef node_ref = lookup(t, t.root(), "ro", &st);
   REQUIRE(node_ref != nullptr);
   OpenNode node = pin(t, node_ref);
   REQUIRE(node);
-  const int fd_number = node.fd();
+  const int fd_number = fd_of(node);
   const WireHandle h = t.handle_of(*node);
   // Root may open a 0444 file read-write; others get it read-only.
-  CHECK(node.writable() == ((::fcntl(node.fd(), F_GETFL) & O_ACCMODE) == O_RDWR));
+  CHECK(node.writable() == ((::fcntl(fd_of(node), F_GETFL) & O_ACCMODE) == O_RDWR));
 
   Status made = t.make_writable(node);
   bool ok = made.ok();
   int saved = made.errno_value();
   CHECK(node.writable() == ok);
-  int mode = ::fcntl(node.fd(), F_GETFL) & O_ACCMODE;
+  int mode = ::fcntl(fd_of(node), F_GETFL) & O_ACCMODE;
   if (ok) {
     CHECK(mode == O_RDWR);
   } else {
     CHECK(saved == EACCES);
     CHECK(mode == O_RDONLY);
   }
-  CHECK(node.fd() == fd_number);
+  CHECK(fd_of(node) == fd_number);
   char buf[8];
-  CHECK(::pread(node.fd(), buf, sizeof buf, 0) == 8);  // readable either way
+  CHECK(::pread(fd_of(node), buf, sizeof buf, 0) == 8);  // readable either way
 
   // Once the mode allows it, make_writable succeeds for anyone, in place.
   REQUIRE(::chmod((dir / "ro").c_str(), 0644) == 0);
   REQUIRE(t.make_writable(node).ok());
   CHECK(node.writable());
-  CHECK(node.fd() == fd_number);
-  CHECK((::fcntl(node.fd(), F_GETFL) & O_ACCMODE) == O_RDWR);
-  CHECK(::pwrite(node.fd(), "CHANGED!", 8, 0) == 8);
+  CHECK(fd_of(node) == fd_number);
+  CHECK((::fcntl(fd_of(node), F_GETFL) & O_ACCMODE) == O_RDWR);
+  CHECK(::pwrite(fd_of(node), "CHANGED!", 8, 0) == 8);
   CHECK(read_local(dir / "ro") == "CHANGED!");
   int err = kBadHandle;
   CHECK(resolve(t, h, &err) == node.node());
@@ -128,7 +130,7 @@ TEST_CASE("descriptors are a bounded cache: 200 handles work with 8 open files")
   TempDir dir;
   REQUIRE(::mkdir((dir / "d").c_str(), 0755) == 0);
   REQUIRE(::mkdir((dir / "d/e").c_str(), 0755) == 0);
-  NodeTable t(dir.path(), 65536, 8);
+  LocalNodeTable t(dir.path(), 65536, 8);
   REQUIRE(t.max_open_files() == 8);
   REQUIRE(t.open_files() == 1);              // the root
   const size_t baseline = fds_in_process();  // the root's descriptor included
@@ -159,11 +161,12 @@ TEST_CASE("descriptors are a bounded cache: 200 handles work with 8 open files")
     if (i % 2 == 0) {
       OpenNode p = pin(t, parent);
       REQUIRE(p);
-      int fd = ::openat(p.fd(), name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0644);
+      int fd = ::openat(fd_of(p), name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0644);
       REQUIRE(fd >= 0);
       struct stat created {};
       REQUIRE(::fstat(fd, &created) == 0);
-      n = t.adopt(p, name.c_str(), fd, created, true);
+      n = t.adopt(p, name.c_str(), odafs::server::Object(t.store.get(), static_cast<uintptr_t>(fd)),
+                  created, odafs::server::Store::Access{true, true});
     } else {
       write_local(path, "");
       n = lookup(t, parent, name.c_str(), &st);
@@ -183,7 +186,7 @@ TEST_CASE("descriptors are a bounded cache: 200 handles work with 8 open files")
     REQUIRE(n);
     CHECK(err == 0);
     std::string text = "file " + std::to_string(i);
-    REQUIRE(::pwrite(n.fd(), text.data(), text.size(), 0) == static_cast<ssize_t>(text.size()));
+    REQUIRE(::pwrite(fd_of(n), text.data(), text.size(), 0) == static_cast<ssize_t>(text.size()));
     n.reset();
     check_bounded();
   }
@@ -193,7 +196,7 @@ TEST_CASE("descriptors are a bounded cache: 200 handles work with 8 open files")
     int err = kBadHandle;
     OpenNode n = open_handle(t, handles[i], &err);
     REQUIRE(n);
-    CHECK(pread_all(n.fd()) == "file " + std::to_string(i));
+    CHECK(pread_all(fd_of(n)) == "file " + std::to_string(i));
     n.reset();
     check_bounded();
   }
@@ -215,9 +218,9 @@ TEST_CASE("descriptors are a bounded cache: 200 handles work with 8 open files")
     for (int i = 0; i < 12; ++i) {
       CAPTURE(i);
       struct stat by_fd {};
-      REQUIRE(::fstat(held[i].fd(), &by_fd) == 0);  // still open, still this file
+      REQUIRE(::fstat(fd_of(held[i]), &by_fd) == 0);  // still open, still this file
       CHECK(by_fd.st_ino == lstat_of(paths[i]).st_ino);
-      CHECK(pread_all(held[i].fd()) == "file " + std::to_string(i));
+      CHECK(pread_all(fd_of(held[i])) == "file " + std::to_string(i));
     }
     held.clear();
     churn(t, std::vector<WireHandle>(handles.begin() + 100, handles.begin() + 101));
@@ -230,7 +233,7 @@ TEST_CASE("a handle whose descriptor was evicted follows renames made through th
   REQUIRE(::mkdir((dir / "a").c_str(), 0755) == 0);
   REQUIRE(::mkdir((dir / "b").c_str(), 0755) == 0);
   write_local(dir / "a/x", "payload");
-  NodeTable t(dir.path(), 65536, 4);
+  LocalNodeTable t(dir.path(), 65536, 4);
   struct stat st {};
   NodeRef a = lookup(t, t.root(), "a", &st);
   NodeRef b = lookup(t, t.root(), "b", &st);
@@ -248,10 +251,10 @@ TEST_CASE("a handle whose descriptor was evicted follows renames made through th
     OpenNode d = pin(t, to);
     REQUIRE(f);
     REQUIRE(d);
-    REQUIRE(::renameat(f.fd(), from_name, d.fd(), to_name) == 0);
+    REQUIRE(::renameat(fd_of(f), from_name, fd_of(d), to_name) == 0);
     struct stat moved {};
-    REQUIRE(::fstatat(d.fd(), to_name, &moved, AT_SYMLINK_NOFOLLOW) == 0);
-    t.renamed(d, to_name, moved.st_dev, moved.st_ino);
+    REQUIRE(::fstatat(fd_of(d), to_name, &moved, AT_SYMLINK_NOFOLLOW) == 0);
+    t.renamed(d, to_name, t.key_of(moved));
   };
   // Opens hx after evicting every other descriptor; checks it had to be reopened.
   auto open_x_evicted = [&](int* err) {
@@ -267,8 +270,8 @@ TEST_CASE("a handle whose descriptor was evicted follows renames made through th
   OpenNode n = open_x_evicted(&err);
   REQUIRE(n);
   CHECK(n.node() == x);
-  CHECK(pread_all(n.fd()) == "payload");
-  CHECK(lstat_of(dir / "b/y").st_ino == x->ino);
+  CHECK(pread_all(fd_of(n)) == "payload");
+  CHECK(lstat_of(dir / "b/y").st_ino == x->key.ino);
   n.reset();
 
   // Renaming the directory keeps the path below it: the file is found under the new name
@@ -276,8 +279,8 @@ TEST_CASE("a handle whose descriptor was evicted follows renames made through th
   rename_through_table(t.root(), "b", t.root(), "c");
   n = open_x_evicted(&err);
   REQUIRE(n);
-  CHECK(pread_all(n.fd()) == "payload");
-  REQUIRE(::pwrite(n.fd(), "PAY", 3, 0) == 3);
+  CHECK(pread_all(fd_of(n)) == "payload");
+  REQUIRE(::pwrite(fd_of(n), "PAY", 3, 0) == 3);
   CHECK(read_local(dir / "c/y") == "PAYload");
   n.reset();
 
@@ -290,13 +293,13 @@ TEST_CASE("a handle whose descriptor was evicted follows renames made through th
   CHECK(lookup(t, b, "z", &st) == x);
   n = open_handle(t, hx, &err);
   REQUIRE(n);
-  CHECK(pread_all(n.fd()) == "PAYload");
+  CHECK(pread_all(fd_of(n)) == "PAYload");
 }
 
 TEST_CASE("an object removed and replaced behind the table's back is STALE, not the newcomer") {
   TempDir dir;
   write_local(dir / "victim", "old");
-  NodeTable t(dir.path(), 65536, 4);
+  LocalNodeTable t(dir.path(), 65536, 4);
   struct stat st {};
   NodeRef v = lookup(t, t.root(), "victim", &st);
   REQUIRE(v != nullptr);
@@ -308,7 +311,7 @@ TEST_CASE("an object removed and replaced behind the table's back is STALE, not 
   // handle (the inode's generation) tells them apart.
   REQUIRE(::unlink((dir / "victim").c_str()) == 0);
   write_local(dir / "victim", "new");
-  INFO("inode number reused: ", lstat_of(dir / "victim").st_ino == v->ino);
+  INFO("inode number reused: ", lstat_of(dir / "victim").st_ino == v->key.ino);
   int err = kBadHandle;
   OpenNode o = open_handle(t, hv, &err);
   CHECK_FALSE(o);
@@ -326,14 +329,14 @@ TEST_CASE("an object removed and replaced behind the table's back is STALE, not 
   CHECK(err == ESTALE);
   o = open_handle(t, t.handle_of(*n), &err);
   REQUIRE(o);
-  CHECK(pread_all(o.fd()) == "new");
+  CHECK(pread_all(fd_of(o)) == "new");
   o.reset();
 
   // Removed by the server (REMOVE) while its descriptor is evicted: forget_if_unlinked
   // believes the caller's link count.
   churn(t, fillers);
   REQUIRE(::unlink((dir / "victim").c_str()) == 0);
-  CHECK(t.forget_if_unlinked(n->dev, n->ino, 0) == n->id);
+  CHECK(t.forget_if_unlinked(n->key, 0) == n->id);
   o = open_handle(t, t.handle_of(*n), &err);
   CHECK_FALSE(o);
   CHECK(err == ESTALE);
@@ -345,7 +348,7 @@ TEST_CASE("threads opening handles at once never see another file's descriptor")
   TempDir dir;
   constexpr int kFiles = 64;
   for (int i = 0; i < kFiles; ++i) write_local(dir / ("f" + std::to_string(i)), std::to_string(i));
-  NodeTable t(dir.path(), 65536, 6);
+  LocalNodeTable t(dir.path(), 65536, 6);
   std::vector<WireHandle> handles;
   for (int i = 0; i < kFiles; ++i) {
     struct stat st {};
@@ -369,7 +372,7 @@ TEST_CASE("threads opening handles at once never see another file's descriptor")
           continue;
         }
         char buf[16];
-        ssize_t got = ::pread(n.fd(), buf, sizeof buf, 0);
+        ssize_t got = ::pread(fd_of(n), buf, sizeof buf, 0);
         if (got < 0 || std::string(buf, static_cast<size_t>(got)) != std::to_string(i)) ++wrong;
       }
     });

@@ -8,8 +8,10 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "rpc/call_credential.h"
@@ -26,10 +28,15 @@ namespace {
 
 // What an Object of this store holds. An open file (fh) pins its inode itself; `in` is then
 // borrowed from it and owned_in false.
+// reopen_in_place swaps fh while other threads may read through the one before: that one
+// is kept (retired) until the object is released.
 struct CephObject {
-  Inode* in = nullptr;
-  Fh* fh = nullptr;
-  bool owned_in = true;
+  CephObject(Inode* in_in, Fh* fh_in, bool owned) : in(in_in), fh(fh_in), owned_in(owned) {}
+  Inode* const in;
+  std::atomic<Fh*> fh;
+  const bool owned_in;
+  std::mutex mu;             // reopen_in_place's
+  std::vector<Fh*> retired;  // guarded by mu
 };
 
 CephObject& obj_of(const Object& o) { return *reinterpret_cast<CephObject*>(o.native()); }
@@ -100,7 +107,8 @@ CephStore::~CephStore() {
 
 void CephStore::release(uintptr_t native) {
   auto* o = reinterpret_cast<CephObject*>(native);
-  if (o->fh != nullptr) ceph_ll_close(cm_, o->fh);
+  if (Fh* fh = o->fh.load(); fh != nullptr) ceph_ll_close(cm_, fh);
+  for (Fh* fh : o->retired) ceph_ll_close(cm_, fh);
   if (o->owned_in && o->in != nullptr) ceph_ll_put(cm_, o->in);
   delete o;
 }
@@ -129,7 +137,7 @@ void CephStore::end_caller(uintptr_t restore) {
 Result<Object> CephStore::root() {
   Inode* in = nullptr;
   if (int rc = ceph_ll_lookup_root(cm_, &in); rc != 0) return ceph_status(rc, "root");
-  return Object(this, reinterpret_cast<uintptr_t>(new CephObject{in, nullptr, true}));
+  return Object(this, reinterpret_cast<uintptr_t>(new CephObject(in, nullptr, true)));
 }
 
 Result<Object> CephStore::lookup(const Object& dir, const char* name, struct stat* st) {
@@ -139,7 +147,7 @@ Result<Object> CephStore::lookup(const Object& dir, const char* name, struct sta
                                 current_perm(cm_));
   if (rc != 0) return ceph_status(rc, "lookup");
   to_stat(x, st);
-  return Object(this, reinterpret_cast<uintptr_t>(new CephObject{in, nullptr, true}));
+  return Object(this, reinterpret_cast<uintptr_t>(new CephObject(in, nullptr, true)));
 }
 
 Status CephStore::stat_at(const Object& dir, const char* name, struct stat* st) {
@@ -161,12 +169,65 @@ ObjectId CephStore::id_of(const struct stat& st) const {
 }
 
 Result<Object> CephStore::find(const ObjectId& id) {
-  if (id.b != 0) return Status(ESTALE, "find: snapshots are not exported");
+  if (id.space != 0) return Status(ESTALE, "find: snapshots are not exported");
   Inode* in = nullptr;
-  const int rc = ceph_ll_lookup_inode(cm_, inodeno_t{id.a}, &in);
+  const int rc = ceph_ll_lookup_inode(cm_, inodeno_t{id.ino}, &in);
   if (rc == -ENOENT || rc == -ESTALE) return Status(ESTALE, "find: no such inode any more");
   if (rc != 0) return ceph_status(rc, "find");
-  return Object(this, reinterpret_cast<uintptr_t>(new CephObject{in, nullptr, true}));
+  return Object(this, reinterpret_cast<uintptr_t>(new CephObject(in, nullptr, true)));
+}
+
+Result<Object> CephStore::open_at(const Object& dir, const char* name, struct stat* st,
+                                  Access* access) {
+  *access = Access{};
+  const ino_t expected = st->st_ino;
+  Result<Object> held = lookup(dir, name, st);
+  if (!held) return held;
+  if (st->st_ino != expected) return Status(ESTALE, "open_at: replaced since its stat");
+  if (S_ISDIR(st->st_mode)) {
+    access->readable = true;  // listed through the inode (ll_opendir): nothing to open
+    return held;
+  }
+  if (!S_ISREG(st->st_mode)) return held;
+  // As the POSIX store: read-write where the caller may, else reading, else held.
+  Fh* fh = nullptr;
+  const UserPerm* perm = current_perm(cm_);
+  CephObject& o = obj_of(*held);
+  int rc = ceph_ll_open(cm_, o.in, O_RDWR, &fh, perm);
+  if (rc == 0) {
+    *access = Access{true, true};
+  } else if (rc == -EACCES || rc == -EPERM || rc == -EROFS) {
+    rc = ceph_ll_open(cm_, o.in, O_RDONLY, &fh, perm);
+    if (rc == 0) access->readable = true;
+  }
+  if (rc == -EACCES || rc == -EPERM) return held;
+  if (rc != 0) return ceph_status(rc, "open_at");
+  o.fh.store(fh, std::memory_order_release);
+  return held;
+}
+
+Status CephStore::reopen_in_place(const Object& obj, bool write, Access* access) {
+  struct stat st;
+  if (Status s = stat(obj, &st); !s.ok()) return s;
+  if (!S_ISREG(st.st_mode)) return Status(EISDIR, "reopen in place: not a regular file");
+  CephObject& o = obj_of(obj);
+  Fh* fh = nullptr;
+  int rc = ceph_ll_open(cm_, o.in, O_RDWR, &fh, current_perm(cm_));
+  const bool rdwr = rc == 0;
+  if (rc != 0 && !write && (rc == -EACCES || rc == -EROFS)) {
+    rc = ceph_ll_open(cm_, o.in, O_RDONLY, &fh, current_perm(cm_));
+  }
+  if (rc != 0) return ceph_status(rc, "reopen in place");
+  std::lock_guard lock(o.mu);
+  if (Fh* before = o.fh.exchange(fh, std::memory_order_acq_rel); before != nullptr) {
+    o.retired.push_back(before);  // a reader may be inside it right now
+  }
+  *access = Access{true, rdwr};
+  return Status();
+}
+
+std::string CephStore::durable_key(const Object&) {
+  return {};  // CephFS never reuses an inode number
 }
 
 Result<Object> CephStore::open(const Object& obj, int flags) {
@@ -185,7 +246,7 @@ Result<Object> CephStore::open(const Object& obj, int flags) {
   if (int rc = ceph_ll_open(cm_, obj_of(obj).in, how, &fh, current_perm(cm_)); rc != 0) {
     return ceph_status(rc, "open");
   }
-  return Object(this, reinterpret_cast<uintptr_t>(new CephObject{obj_of(obj).in, fh, false}));
+  return Object(this, reinterpret_cast<uintptr_t>(new CephObject(obj_of(obj).in, fh, false)));
 }
 
 Result<Object> CephStore::create(const Object& dir, const char* name, mode_t mode, bool exclusive,
@@ -203,7 +264,7 @@ Result<Object> CephStore::create(const Object& dir, const char* name, mode_t mod
       *created = true;
       to_stat(x, st);
       // The open file pins the inode; the lookup reference is given back at release.
-      return Object(this, reinterpret_cast<uintptr_t>(new CephObject{in, fh, true}));
+      return Object(this, reinterpret_cast<uintptr_t>(new CephObject(in, fh, true)));
     }
     if (rc != -EEXIST || exclusive) return ceph_status(rc, "create");
     Result<Object> there = lookup(dir, name, st);
@@ -411,8 +472,9 @@ Status CephStore::list(const Object& dir, uint64_t cookie, DirVisitor& visitor, 
 Result<size_t> CephStore::read(const Object& file, void* buf, size_t len, uint64_t offset) {
   size_t got = 0;
   while (got < len) {
-    const int rc = ceph_ll_read(cm_, obj_of(file).fh, static_cast<int64_t>(offset + got), len - got,
-                                static_cast<char*>(buf) + got);
+    const int rc =
+        ceph_ll_read(cm_, obj_of(file).fh.load(std::memory_order_acquire),
+                     static_cast<int64_t>(offset + got), len - got, static_cast<char*>(buf) + got);
     if (rc < 0) return ceph_status(rc, "read");
     if (rc == 0) break;
     got += static_cast<size_t>(rc);
@@ -423,8 +485,10 @@ Result<size_t> CephStore::read(const Object& file, void* buf, size_t len, uint64
 Result<size_t> CephStore::write(const Object& file, const void* buf, size_t len, uint64_t offset) {
   size_t done = 0;
   while (done < len) {
-    const int rc = ceph_ll_write(cm_, obj_of(file).fh, static_cast<int64_t>(offset + done),
-                                 len - done, static_cast<const char*>(buf) + done);
+    const int rc = ceph_ll_write(cm_, obj_of(file).fh.load(std::memory_order_acquire),
+                                 static_cast<int64_t>(offset + done), len - done,
+                                 static_cast<const char*>(buf) + done);
+    if (rc < 0 && done > 0) break;  // what landed; the rest fails on its own
     if (rc < 0) return ceph_status(rc, "write");
     if (rc == 0) return Status(EIO, "write: no progress");
     done += static_cast<size_t>(rc);
@@ -443,7 +507,9 @@ Status CephStore::truncate(const Object& file, uint64_t size) {
 }
 
 Status CephStore::sync(const Object& file, bool data_only) {
-  if (int rc = ceph_ll_fsync(cm_, obj_of(file).fh, data_only ? 1 : 0); rc != 0) {
+  if (int rc =
+          ceph_ll_fsync(cm_, obj_of(file).fh.load(std::memory_order_acquire), data_only ? 1 : 0);
+      rc != 0) {
     return ceph_status(rc, "sync");
   }
   return Status();

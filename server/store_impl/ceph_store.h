@@ -44,12 +44,17 @@ class CephStore final : public Store {
   ceph_mount_info* mount_info() const { return cm_; }
 
   const char* kind() const override { return "cephfs"; }
+  bool shared() const override { return true; }
   Result<Object> root() override;
   Result<Object> lookup(const Object& dir, const char* name, struct stat* st) override;
   Status stat_at(const Object& dir, const char* name, struct stat* st) override;
   Status stat(const Object& obj, struct stat* st) override;
   ObjectId id_of(const struct stat& st) const override;
   Result<Object> find(const ObjectId& id) override;
+  Result<Object> open_at(const Object& dir, const char* name, struct stat* st,
+                         Access* access) override;
+  Status reopen_in_place(const Object& obj, bool write, Access* access) override;
+  std::string durable_key(const Object& obj) override;
   Result<Object> open(const Object& obj, int flags) override;
   Result<Object> create(const Object& dir, const char* name, mode_t mode, bool exclusive,
                         struct stat* st, bool* created, bool* writable) override;

@@ -17,8 +17,6 @@
 namespace odafs::server {
 namespace {
 
-int fd_of(const Object& o) { return static_cast<int>(o.native()); }
-
 // Path of an open descriptor, for the calls that have no descriptor form for O_PATH
 // descriptors.
 struct ProcPath {
@@ -79,11 +77,92 @@ Status PosixStore::stat(const Object& obj, struct stat* st) {
 }
 
 ObjectId PosixStore::id_of(const struct stat& st) const {
-  return ObjectId{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+  return ObjectId{static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_dev)};
 }
 
 Result<Object> PosixStore::find(const ObjectId&) {
   return Status(ENOTSUP, "a local export finds objects by name only");
+}
+
+Result<Object> PosixStore::open_at(const Object& dir, const char* name, struct stat* st,
+                                   Access* access) {
+  *access = Access{};
+  // O_NONBLOCK: the name may have become a FIFO since the caller looked (any client may
+  // make one), and opening a FIFO for reading waits for a writer. Regular files ignore it.
+  // A file is opened read-write where allowed, else read-only; a directory for reading;
+  // anything (or anything refused) else O_PATH.
+  constexpr int kCommon = O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK;
+  const int dirfd = fd_of(dir);
+  int fd = -1;
+  if (S_ISREG(st->st_mode)) {
+    fd = ::openat(dirfd, name, O_RDWR | kCommon);
+    if (fd >= 0) {
+      *access = Access{true, true};
+    } else if (errno == EACCES || errno == EROFS || errno == ETXTBSY || errno == EPERM) {
+      fd = ::openat(dirfd, name, O_RDONLY | kCommon);
+      if (fd >= 0) access->readable = true;
+    }
+  } else if (S_ISDIR(st->st_mode)) {
+    fd = ::openat(dirfd, name, O_RDONLY | O_DIRECTORY | kCommon);
+    if (fd >= 0) access->readable = true;
+  }
+  if (fd < 0 &&
+      (errno == EACCES || errno == EPERM || !(S_ISREG(st->st_mode) || S_ISDIR(st->st_mode)))) {
+    fd = ::openat(dirfd, name, O_PATH | kCommon);
+  }
+  if (fd < 0) return Status::from_errno("open_at");
+  Object opened = adopt(fd);
+  struct stat now;
+  if (::fstat(fd, &now) != 0) return Status::from_errno("open_at: fstat");
+  if (now.st_ino != st->st_ino || now.st_dev != st->st_dev) {
+    return Status(ESTALE, "open_at: replaced between stat and open");
+  }
+  *st = now;
+  return opened;
+}
+
+Status PosixStore::reopen_in_place(const Object& obj, bool write, Access* access) {
+  const int old_fd = fd_of(obj);
+  struct stat before;
+  if (::fstat(old_fd, &before) != 0) return Status::from_errno("reopen in place: fstat");
+  if (!S_ISREG(before.st_mode)) return Status(EISDIR, "reopen in place: not a regular file");
+  const ProcPath path(old_fd);
+  int fd = ::open(path.text, O_RDWR | O_CLOEXEC | O_NOCTTY);
+  const bool rdwr = fd >= 0;
+  if (fd < 0 && !write && (errno == EACCES || errno == EROFS || errno == ETXTBSY)) {
+    fd = ::open(path.text, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  }
+  if (fd < 0) return Status::from_errno("reopen in place: open");
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || st.st_ino != before.st_ino || st.st_dev != before.st_dev) {
+    ::close(fd);
+    return Status(ESTALE, "reopen in place: replaced");
+  }
+  // dup3 swaps the descriptor under the same number, so concurrent users never see a
+  // closed one.
+  if (::dup3(fd, old_fd, O_CLOEXEC) < 0) {
+    Status failed = Status::from_errno("reopen in place: dup3");
+    ::close(fd);
+    return failed;
+  }
+  ::close(fd);
+  *access = Access{true, rdwr};
+  return Status();
+}
+
+std::string PosixStore::durable_key(const Object& obj) {
+  // The kernel's file handle (handle type, then its bytes): unlike the inode number it is
+  // not reused when the object is deleted and another created (it carries the inode's
+  // generation). name_to_handle_at needs no privilege (open_by_handle_at does).
+  alignas(file_handle) unsigned char buf[sizeof(file_handle) + MAX_HANDLE_SZ];
+  auto* h = reinterpret_cast<file_handle*>(buf);
+  h->handle_bytes = MAX_HANDLE_SZ;
+  int mount_id;
+  if (::name_to_handle_at(fd_of(obj), "", h, &mount_id, AT_EMPTY_PATH) != 0) return {};
+  std::string out(sizeof h->handle_type + h->handle_bytes, '\0');
+  std::memcpy(out.data(), &h->handle_type, sizeof h->handle_type);
+  std::memcpy(out.data() + sizeof h->handle_type, h->f_handle, h->handle_bytes);
+  return out;
 }
 
 Result<Object> PosixStore::open(const Object& obj, int flags) {
@@ -285,6 +364,7 @@ Result<size_t> PosixStore::write(const Object& file, const void* buf, size_t len
     const ssize_t n = env_->pwrite(fd_of(file), static_cast<const char*>(buf) + done, len - done,
                                    static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && done > 0) break;  // what landed; the rest fails on its own
     if (n < 0) return Status::from_errno("write");
     if (n == 0) return Status(EIO, "write: no progress");
     done += static_cast<size_t>(n);

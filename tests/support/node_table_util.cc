@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include <system_error>
 #include <utility>
 
 namespace odafs::test {
@@ -10,6 +11,15 @@ using server::NodeRef;
 using server::NodeTable;
 using server::OpenNode;
 using server::WireHandle;
+
+LocalStoreHolder::LocalStoreHolder(const std::string& root) {
+  Result<std::unique_ptr<server::PosixStore>> opened = server::PosixStore::open_export(root);
+  if (!opened) {
+    throw std::system_error(opened.errno_value(), std::generic_category(),
+                            opened.status().message());
+  }
+  store = std::move(opened).value();
+}
 
 NodeRef resolve(const NodeTable& t, const WireHandle& h, int* err) {
   Result<NodeRef> r = t.resolve(h.data());

@@ -4,11 +4,31 @@
 
 #include <sys/stat.h>
 
+#include <memory>
 #include <string>
 
 #include "server/node_table.h"
+#include "server/store_impl/posix_store.h"
 
 namespace odafs::test {
+
+// The local store of a directory, opened first (a base of LocalNodeTable). Throws
+// std::system_error when the directory cannot be opened, as odafsd's start does.
+struct LocalStoreHolder {
+  explicit LocalStoreHolder(const std::string& root);
+  std::unique_ptr<server::PosixStore> store;
+};
+
+// A node table over a local directory, as odafsd builds one.
+class LocalNodeTable : public LocalStoreHolder, public server::NodeTable {
+ public:
+  LocalNodeTable(const std::string& root, size_t max_nodes,
+                 size_t max_open_files = server::kDefaultMaxOpenFiles)
+      : LocalStoreHolder(root), NodeTable(*store, max_nodes, max_open_files) {}
+};
+
+// The descriptor a pinned node of a local table holds.
+inline int fd_of(const server::OpenNode& node) { return server::PosixStore::fd_of(node.object()); }
 
 // The node handle h names, or nullptr; *err is the failure's errno (0 on success).
 server::NodeRef resolve(const server::NodeTable& t, const server::WireHandle& h, int* err);

@@ -1,0 +1,155 @@
+// odafsd over CephFS (--export ceph:PATH), against a real one-node cluster
+// (tests/support/ceph_cluster.h; skipped, naming the reason, where Ceph cannot run): the
+// client library through one gateway (names, bytes, one-sided reads), and two gateways on
+// one CephFS (written through one, read through the other; a change through one makes the
+// other drop its cached blocks, so its clients' references fault and they read the new
+// bytes by RPC); as another user, the caller's identity decides on CephFS too.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+#include "doctest/doctest.h"
+#include "rpc/call_credential.h"
+#include "tests/support/ceph_cluster.h"
+#include "tests/support/client_util.h"
+#include "tests/support/server_process.h"
+
+namespace {
+
+using odafs::Client;
+using odafs::File;
+using odafs::MountOptions;
+using odafs::test::cluster;
+using odafs::test::read_all;
+using odafs::test::ServerProcess;
+
+bool no_cluster() { return !cluster().why_not.empty(); }
+const char* skip_reason() { return no_cluster() ? cluster().why_not.c_str() : ""; }
+
+// A gateway: odafsd exporting the root of the suite's CephFS.
+std::unique_ptr<ServerProcess> gateway(std::vector<std::string> more = {}) {
+  std::vector<std::string> args = {"--ceph-conf", cluster().conf};
+  args.insert(args.end(), more.begin(), more.end());
+  return std::make_unique<ServerProcess>("ceph:/", args);
+}
+
+// A directory of its own for each test, on the shared file system.
+std::string fresh_top(Client& c, const char* what) {
+  const std::string top = std::string("/") + what + "-" + std::to_string(getpid());
+  c.mkdir(top, 0777);
+  return top;
+}
+
+void write_file(Client& c, const std::string& path, const std::string& data) {
+  File f = c.open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  CHECK(f.pwrite(data.data(), data.size(), 0) == data.size());
+  f.close();
+}
+
+// No client data cache: every read goes to the server, one-sided where references allow.
+MountOptions uncached() {
+  MountOptions o;
+  o.cache_blocks = 0;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("one gateway over CephFS: names, bytes, one-sided reads" * doctest::skip(no_cluster()) *
+          doctest::description(skip_reason())) {
+  auto gw = gateway();
+  auto c = Client::mount(gw->url());
+  const std::string top = fresh_top(*c, "one");
+  const std::string data = odafs::test::pattern(64 * 1024, 7);
+  write_file(*c, top + "/f", data);
+  CHECK(c->stat(top + "/f").size == data.size());
+
+  c->symlink("f", top + "/l");
+  CHECK(c->readlink(top + "/l") == "f");
+  c->rename(top + "/f", top + "/g");
+  std::vector<std::string> names;
+  for (const auto& e : c->readdir(top)) names.push_back(e.name);
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"g", "l"});
+
+  // The first read brings references, the second reads by them (through the ring).
+  auto reader = Client::mount(gw->url(), uncached());
+  CHECK(read_all(*reader, top + "/g", data.size()) == data);
+  CHECK(read_all(*reader, top + "/g", data.size()) == data);
+  CHECK(reader->stats().ordma_reads.load() > 0);
+  CHECK(reader->stats().fallbacks.load() == 0);
+
+  c->unlink(top + "/l");
+  c->unlink(top + "/g");
+  c->rmdir(top);
+  CHECK(odafs::test::errno_of([&] { c->stat(top); }) == ENOENT);
+}
+
+TEST_CASE("two gateways on one CephFS: written through one, read through the other" *
+          doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
+  auto a = gateway();
+  auto b = gateway();
+  auto on_a = Client::mount(a->url(), uncached());
+  auto on_b = Client::mount(b->url(), uncached());
+  const std::string top = fresh_top(*on_a, "two");
+  const std::string f = top + "/f";
+  const std::string v1 = odafs::test::pattern(64 * 1024, 1);
+  const std::string v2 = odafs::test::pattern(64 * 1024, 2);
+
+  write_file(*on_a, f, v1);
+  CHECK(read_all(*on_b, f, v1.size()) == v1);  // closed through A, read through B
+
+  // A reader on A with the file open, reading one-sided by references to A's blocks.
+  auto holder = Client::mount(a->url(), uncached());
+  File open_on_a = holder->open(f, O_RDONLY);
+  CHECK(read_all(open_on_a, v1.size()) == v1);
+  CHECK(read_all(open_on_a, v1.size()) == v1);
+  CHECK(holder->stats().ordma_reads.load() > 0);
+
+  write_file(*on_b, f, v2);  // through B, closed
+
+  // An open through A after B's close sees B's bytes (close-to-open across gateways): A
+  // looks at the file, finds it changed, and drops its blocks...
+  CHECK(read_all(*on_a, f, v2.size()) == v2);
+  // ...so the references the open reader holds fault, and it reads B's bytes by RPC.
+  const uint64_t fallbacks = holder->stats().fallbacks.load();
+  CHECK(read_all(open_on_a, v2.size()) == v2);
+  CHECK(holder->stats().fallbacks.load() > fallbacks);
+
+  // And the other way: a write through A, read through B.
+  write_file(*on_a, f, v1);
+  CHECK(read_all(*on_b, f, v1.size()) == v1);
+}
+
+TEST_CASE("a gateway acts as its callers on CephFS: no root needed, permissions hold" *
+          doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
+  // --auth-sys: every call runs as the uid it claims (root's own socket may claim anyone).
+  auto gw = gateway({"--auth-sys"});
+  auto root = Client::mount(gw->url());
+  const std::string top = fresh_top(*root, "caller");
+  File secret = root->open(top + "/secret", O_WRONLY | O_CREAT, 0600);
+  secret.pwrite("root only", 9, 0);
+  secret.close();
+  root->mkdir(top + "/private", 0700);
+
+  odafs::rpc::CallerCred cred;
+  cred.auth_sys = true;
+  cred.uid = 4242;
+  cred.gid = 4242;
+  const odafs::rpc::CallCredential alice(cred, "test");
+  {
+    auto fs = Client::mount(gw->url(), uncached());
+    odafs::rpc::CallAs as(alice);
+    CHECK(odafs::test::errno_of([&] { fs->open(top + "/secret", O_RDONLY); }) == EACCES);
+    CHECK(odafs::test::errno_of([&] { fs->stat(top + "/private/x"); }) == EACCES);
+    File mine = fs->open(top + "/alice", O_WRONLY | O_CREAT, 0600);
+    mine.pwrite("hers", 4, 0);
+    mine.close();
+  }
+  CHECK(root->stat(top + "/alice").uid == 4242u);  // made as her, on CephFS
+}
