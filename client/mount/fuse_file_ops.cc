@@ -119,12 +119,11 @@ void FuseFs::op_write(fuse_req_t req, fuse_ino_t ino, const char* buf, size_t si
     FuseFs& fs = self(req);
     if (fuse_req_ctx(req)->uid != 0 && setid_bits_to_drop(f->attributes_at_open().mode) != 0 &&
         !of->setid_dropped.exchange(true)) {
-      try {
-        f->stat();
-      } catch (const Error& e) {
+      if (Result<Attr> sent = f->try_stat(); !sent.ok()) {
         // The write itself was taken: a failure sending it comes back from the next write,
         // fsync or close, as for any write sent behind.
-        ODAFS_LOG_DEBUG("odafs-mount: sending a write that drops setuid: %s", e.what());
+        ODAFS_LOG_DEBUG("odafs-mount: sending a write that drops setuid: %s",
+                        sent.status().to_string().c_str());
       }
       if (fs.session_ != nullptr) fuse_lowlevel_notify_inval_inode(fs.session_, ino, -1, 0);
     }
@@ -155,8 +154,10 @@ void FuseFs::discard_open(uint64_t fh) {
   auto* of = static_cast<OpenFile*>(node.get());
   const rpc::CallCredential opener(of->opener, machine_);
   const rpc::CallAs as(opener);
+  // op_release's and the destructor's: FUSE's release has no error to reply with, and
+  // flush already reported and committed; what fails here is logged, never thrown.
   try {
-    of->file.close();  // flush already committed; an error here has no one to go to
+    of->file.close();
   } catch (const std::exception& e) {
     ODAFS_LOG_WARN("odafs-mount: release: %s", e.what());
   }

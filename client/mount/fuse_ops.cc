@@ -172,10 +172,12 @@ void FuseFs::hide_open(Ino parent, const std::string& name, Ino ino) {
 
 void FuseFs::released(Ino ino) {
   if (!inodes_.release_open(ino)) return;
+  // Part of a release (discard_open), which has no error to reply with: a failure (another
+  // client removed the file, say) is logged, never thrown.
   try {
     client_.unlink(inodes_.path(ino));
     inodes_.detach(ino);
-  } catch (const std::exception& e) {  // e.g. another client removed it: nothing to do
+  } catch (const std::exception& e) {
     ODAFS_LOG_WARN("odafs-mount: removing a hidden file at its last close: %s", e.what());
   }
 }
@@ -209,17 +211,14 @@ void FuseFs::op_init(void* userdata, fuse_conn_info* conn) {
 void FuseFs::op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   guard(req, "lookup", [&] {
     FuseFs& fs = self(req);
-    Attr a;
-    try {
-      a = fs.client_.lstat(fs.inodes_.child_path(parent, name));
-    } catch (const Error& e) {
-      if (e.errno_value() != ENOENT || fs.options_.negative_timeout <= 0) throw;
+    Result<Attr> a = fs.client_.try_lstat(fs.inodes_.child_path(parent, name));
+    if (a.errno_value() == ENOENT && fs.options_.negative_timeout > 0) {
       fuse_entry_param none{};  // ino 0: the kernel keeps "no such name" entry_timeout long
       none.entry_timeout = fs.options_.negative_timeout;
       fuse_reply_entry(req, &none);
       return;
     }
-    fs.reply_entry(req, parent, name, a);
+    fs.reply_entry(req, parent, name, or_throw(std::move(a)));
   });
 }
 
@@ -294,18 +293,17 @@ void FuseFs::op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int t
     }
     if (to_set & FUSE_SET_ATTR_MODE) {
       const mode_t mode = attr->st_mode & 07777;
-      try {
-        fs.client_.chmod(fs.inodes_.path(ino), mode);
-      } catch (const Error& e) {
-        // The kernel's own drop of setuid/setgid bits before a write or truncation by a
-        // caller without CAP_FSETID (op_init) comes as a chmod as that caller, which a
-        // server acting as its callers refuses to any but the owner. The server drops the
-        // bits itself at the WRITE or truncation that follows, so a refused chmod that
-        // would only drop them (or change nothing) passes.
-        if (e.errno_value() != EPERM) throw;
+      Status changed = fs.client_.try_chmod(fs.inodes_.path(ino), mode);
+      // The kernel's own drop of setuid/setgid bits before a write or truncation by a
+      // caller without CAP_FSETID (op_init) comes as a chmod as that caller, which a server
+      // acting as its callers refuses to any but the owner. The server drops the bits
+      // itself at the WRITE or truncation that follows, so a refused chmod that would only
+      // drop them (or change nothing) passes.
+      if (changed.errno_value() == EPERM) {
         const Attr cur = f != nullptr ? f->stat() : fs.attr_of(ino);
-        if (mode != (cur.mode & 07777 & ~setid_bits_to_drop(cur.mode))) throw;
+        if (mode == (cur.mode & 07777 & ~setid_bits_to_drop(cur.mode))) changed = Status();
       }
+      or_throw(changed);
     }
     // The inode is the object itself, a symlink included (lutimes: the kernel resolved
     // every symlink it was to follow).
@@ -431,14 +429,9 @@ void FuseFs::op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse
     std::string from = fs.inodes_.child_path(parent, name);
     std::string to = fs.inodes_.child_path(newparent, newname);
     if (flags & RENAME_NOREPLACE) {
-      bool exists = true;
-      try {
-        fs.client_.lstat(to);
-      } catch (const Error& e) {
-        if (e.errno_value() != ENOENT) throw;
-        exists = false;
-      }
-      if (exists) throw Error(EEXIST, "odafs-mount: rename target exists");
+      Result<Attr> target = fs.client_.try_lstat(to);
+      if (target.ok()) throw Error(EEXIST, "odafs-mount: rename target exists");
+      if (target.errno_value() != ENOENT) or_throw(target.status());
     }
     // A file open here that the rename would replace is moved aside first (not atomic:
     // for a moment the target name does not exist, as with NFS clients).
