@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cache/block_cache.h"
@@ -56,6 +57,9 @@ class FileService {
     size_t max_direct_writes = 3;
     // What is exported (server/store.h); null: the local directory export_root.
     std::shared_ptr<Store> store;
+    // Handles that every server of the store with this key accepts (NodeTable); only for
+    // a store that finds objects by identity (CephFS). Empty: handles of this server only.
+    std::optional<NodeTable::SharedKey> handle_key;
     // File data I/O of a local export; null: the real system calls. Tests pass a
     // CrashSimulatingEnv. REQUIRES: outlives the service.
     FileEnv* env = nullptr;

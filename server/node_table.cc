@@ -9,12 +9,15 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <system_error>
 
 namespace odafs::server {
 namespace {
 
 constexpr unsigned char kHandleVersion = 1;
+// Portable handles: version, 3 zero bytes, ino (8), space (8), 4 zero bytes; then the MAC.
+constexpr unsigned char kPortableHandleVersion = 2;
 constexpr size_t kHandleBody = 24;  // version..ino; the MAC covers these bytes
 constexpr size_t kHandleMac = kHandleSize - kHandleBody;
 
@@ -33,6 +36,11 @@ uint64_t get64(const unsigned char* p) { return (uint64_t{get32(p)} << 32) | get
 // Whether two durable keys name the same object; without them the ObjectId must do.
 bool same_object(const std::string& a, const std::string& b) {
   return a.empty() || b.empty() || a == b;
+}
+
+KeyedMac mac_for(const NodeTable::SharedKey* shared_key) {
+  if (shared_key != nullptr) return KeyedMac(*shared_key);
+  return KeyedMac();  // drawn now: handles die with this server
 }
 
 size_t effective_max_open_files(size_t wanted) {
@@ -55,12 +63,20 @@ OpenFile::OpenFile(Object object_in, Store::Access access, std::atomic<size_t>* 
 
 OpenFile::~OpenFile() { open_count->fetch_sub(1, std::memory_order_relaxed); }
 
-NodeTable::NodeTable(Store& store, size_t max_nodes, size_t max_open_files)
+NodeTable::NodeTable(Store& store, size_t max_nodes, size_t max_open_files,
+                     const SharedKey* shared_key)
     : store_(store),
+      portable_(shared_key != nullptr),
+      mac_(mac_for(shared_key)),
       max_nodes_(std::max<size_t>(max_nodes, 16)),
       max_open_files_(effective_max_open_files(max_open_files)) {
   if (RAND_bytes(reinterpret_cast<unsigned char*>(&instance_), sizeof instance_) != 1) {
     throw std::runtime_error("RAND_bytes failed: no entropy for the handle key");
+  }
+  if (portable_ && !store_.finds_by_id()) {
+    throw std::invalid_argument(std::string("handles shared between servers need a store that "
+                                            "finds objects by identity; ") +
+                                store_.kind() + " does not");
   }
   Result<Object> root = store_.root();
   struct stat st;
@@ -81,6 +97,13 @@ NodeTable::~NodeTable() = default;
 
 WireHandle NodeTable::handle_of(const Node& node) const {
   WireHandle h{};
+  if (portable_) {
+    h[0] = kPortableHandleVersion;
+    put64(&h[4], node.key.ino);
+    put64(&h[12], node.key.space);
+    mac_.compute(h.data(), kHandleBody, &h[kHandleBody], kHandleMac);
+    return h;
+  }
   h[0] = kHandleVersion;
   put32(&h[4], instance_);
   put32(&h[8], node.slot);
@@ -101,6 +124,43 @@ Result<NodeTable::ParsedHandle> NodeTable::parse_handle(const unsigned char* h) 
   return ParsedHandle{get32(&h[8]), get32(&h[12]), get64(&h[16])};
 }
 
+Result<ObjectId> NodeTable::parse_portable(const unsigned char* h) const {
+  if (h[0] != kPortableHandleVersion || h[1] != 0 || h[2] != 0 || h[3] != 0 || h[20] != 0 ||
+      h[21] != 0 || h[22] != 0 || h[23] != 0) {
+    return Status(kBadHandle, "handle: not a portable one");
+  }
+  if (!mac_.verify(h, kHandleBody, &h[kHandleBody], kHandleMac)) {
+    return Status(kBadHandle, "handle: bad MAC");
+  }
+  return ObjectId{get64(&h[4]), get64(&h[12])};
+}
+
+Result<NodeRef> NodeTable::node_of_portable(const ObjectId& key) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_key_.find(key);
+    if (it != by_key_.end()) {
+      slots_[it->second].referenced = true;
+      return slots_[it->second].node;
+    }
+  }
+  // Another server's handle, or one from before a restart: the store finds the object.
+  struct stat st;
+  Store::Access access;
+  Result<Object> found = store_.find(key, &st, &access);
+  if (!found) return std::move(found).status();
+  if (store_.id_of(st) != key) return Status(ESTALE, "handle: found another object");
+  std::string durable = store_.durable_key(*found);
+  auto file = std::make_shared<OpenFile>(std::move(found).value(), access, &open_files_);
+  std::lock_guard lock(mu_);  // released before `file` is destroyed if unused
+  auto it = by_key_.find(key);
+  if (it != by_key_.end()) return slots_[it->second].node;  // another call won the race
+  NodeRef node = insert_locked(st, std::move(durable));     // no path: found by identity
+  install_locked(*node, std::move(file));
+  evict_files_locked();
+  return node;
+}
+
 Result<NodeTable::Slot*> NodeTable::slot_locked(const ParsedHandle& h) const {
   if (h.slot >= slots_.size()) return Status(kBadHandle, "handle: no such slot");
   auto& s = const_cast<Slot&>(slots_[h.slot]);
@@ -112,6 +172,12 @@ Result<NodeTable::Slot*> NodeTable::slot_locked(const ParsedHandle& h) const {
 }
 
 Result<NodeRef> NodeTable::resolve(const unsigned char* h) const {
+  if (portable_) {
+    Result<ObjectId> key = parse_portable(h);
+    if (!key) return std::move(key).status();
+    // Finding an object the table lacks adds a node: the table, not the handle, changes.
+    return const_cast<NodeTable*>(this)->node_of_portable(*key);
+  }
   Result<ParsedHandle> parsed = parse_handle(h);
   if (!parsed) return std::move(parsed).status();
   std::lock_guard lock(mu_);
@@ -121,6 +187,11 @@ Result<NodeRef> NodeTable::resolve(const unsigned char* h) const {
 }
 
 Result<OpenNode> NodeTable::open(const unsigned char* h) {
+  if (portable_) {
+    Result<NodeRef> node = resolve(h);
+    if (!node) return std::move(node).status();
+    return open(*node);
+  }
   Result<ParsedHandle> parsed = parse_handle(h);
   if (!parsed) return std::move(parsed).status();
   NodeRef node;
@@ -151,6 +222,7 @@ Result<OpenNode> NodeTable::reopen(const NodeRef& node) {
     std::string durable;
     std::string name;
   };
+  if (portable_) return reopen_by_id(node);
   std::vector<Step> steps;
   std::shared_ptr<OpenFile> base;
   {
@@ -201,6 +273,28 @@ Result<OpenNode> NodeTable::reopen(const NodeRef& node) {
   std::lock_guard lock(mu_);  // released before `file` is destroyed if unused
   if (node->file) return OpenNode(node, touch_locked(*node));  // another call won the race
   if (!in_table_locked(*node)) return Status(ESTALE, "reopen: node dropped");  // as we walked
+  install_locked(*node, std::move(file));
+  OpenNode pinned(node, touch_locked(*node));
+  evict_files_locked();
+  return pinned;
+}
+
+Result<OpenNode> NodeTable::reopen_by_id(const NodeRef& node) {
+  {
+    std::lock_guard lock(mu_);
+    if (node->file) return OpenNode(node, touch_locked(*node));
+    if (!in_table_locked(*node)) return Status(ESTALE, "reopen: node dropped");
+  }
+  struct stat st;
+  Store::Access access;
+  Result<Object> found = store_.find(node->key, &st, &access);
+  if (!found) return std::move(found).status();
+  if ((st.st_mode & S_IFMT) != node->type) return Status(ESTALE, "reopen: another object");
+  auto file = std::make_shared<OpenFile>(std::move(found).value(), access, &open_files_);
+  reopens_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard lock(mu_);  // released before `file` is destroyed if unused
+  if (node->file) return OpenNode(node, touch_locked(*node));
+  if (!in_table_locked(*node)) return Status(ESTALE, "reopen: node dropped");
   install_locked(*node, std::move(file));
   OpenNode pinned(node, touch_locked(*node));
   evict_files_locked();

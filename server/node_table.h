@@ -175,7 +175,15 @@ class NodeTable {
   // RLIMIT_NOFILE soft limit / 2) objects open (at least 2), the limit measured here: the
   // other half stays free for connections, the engine's sockets and the transient
   // descriptors calls open (READDIR, a reopen walk). REQUIRES: store outlives the table.
-  NodeTable(Store& store, size_t max_nodes, size_t max_open_files = kDefaultMaxOpenFiles);
+  //
+  // shared_key (null: none) makes handles portable: the object's ObjectId and a MAC under
+  // this key, which every server of the same store given the same key accepts, across
+  // restarts too (a node not in the table is found by identity, Store::find). Without it
+  // a handle is a slot of this table under a key drawn at start. Throws
+  // std::invalid_argument for a shared key over a store that cannot find by identity.
+  using SharedKey = std::array<unsigned char, KeyedMac::kKeyBytes>;
+  NodeTable(Store& store, size_t max_nodes, size_t max_open_files = kDefaultMaxOpenFiles,
+            const SharedKey* shared_key = nullptr);
   ~NodeTable();
   NodeTable(const NodeTable&) = delete;
   NodeTable& operator=(const NodeTable&) = delete;
@@ -183,6 +191,8 @@ class NodeTable {
   // The root's descriptor is always open.
   NodeRef root() const { return root_; }
   uint32_t instance() const { return instance_; }
+  // Whether handles are portable (see the constructor).
+  bool portable() const { return portable_; }
 
   WireHandle handle_of(const Node& node) const;
 
@@ -267,7 +277,13 @@ class NodeTable {
     uint64_t ino;
   };
   // Fails with kBadHandle, or ESTALE for a handle of an earlier server instance.
+  // REQUIRES: !portable_.
   Result<ParsedHandle> parse_handle(const unsigned char* handle) const;
+  // A portable handle's ObjectId; fails with kBadHandle. REQUIRES: portable_.
+  Result<ObjectId> parse_portable(const unsigned char* handle) const;
+  // The node of the object a portable handle names: the table's, or one made for the
+  // object found by identity (Store::find; ESTALE when it is gone).
+  Result<NodeRef> node_of_portable(const ObjectId& key);
   // The live slot a parsed handle names (marked referenced, never null). Fails with
   // kBadHandle (no such slot) or ESTALE.
   Result<Slot*> slot_locked(const ParsedHandle& h) const;
@@ -293,10 +309,13 @@ class NodeTable {
   // the node or an ancestor was dropped or an object on the way is gone or replaced, or
   // with what the store said.
   Result<OpenNode> reopen(const NodeRef& node);
+  // reopen of a portable table: the store finds the object by identity.
+  Result<OpenNode> reopen_by_id(const NodeRef& node);
   // make_writable and make_readable: Store::reopen_in_place of node's regular file.
   Status reopen_in_place(const OpenNode& node, bool write);
 
   Store& store_;
+  const bool portable_;
   KeyedMac mac_;
   uint32_t instance_;
   size_t max_nodes_;

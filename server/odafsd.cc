@@ -28,6 +28,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -106,6 +108,27 @@ std::shared_ptr<odafs::server::Store> open_ceph_store(const std::string& path,
       "--export ceph:PATH: this odafsd was built without libcephfs (scripts/deps.sh "
       "libcephfs-dev, then rebuild)");
 #endif
+}
+
+// The key of --handle-key-file: SHA-256 of the file's bytes, of which there must be 32 or
+// more, in a file no one but its owner may read (it lets its holder forge handles).
+odafs::server::NodeTable::SharedKey read_handle_key(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) usage(("--handle-key-file " + path + ": not found").c_str());
+  if ((st.st_mode & 077) != 0) {
+    usage(("--handle-key-file " + path + " may be read by others: chmod 600 it").c_str());
+  }
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) usage(("--handle-key-file " + path + ": cannot be read").c_str());
+  if (bytes.size() < 32) {
+    usage(("--handle-key-file " + path + ": holds " + std::to_string(bytes.size()) +
+           " bytes, 32 or more are needed (head -c 32 /dev/urandom > FILE)")
+              .c_str());
+  }
+  odafs::server::NodeTable::SharedKey key;
+  SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), key.data());
+  return key;
 }
 
 // remote_store: a store that takes on callers without privileges of this process
@@ -208,13 +231,16 @@ int main(int argc, char** argv) {
   bool no_local_rings = false, no_ordma = false, no_delegations = false, auth_sys = false;
   size_t max_rings = 256;   // the soft backend's
   std::string rdma_device;  // the verbs backend's
-  std::string ceph_conf, ceph_id;
+  std::string ceph_conf, ceph_id, handle_key_file;
   odafs::server::TlsIdentities::Files tls_files;
   odafs::Flags flags("odafsd", "--export DIR --listen HOST:PORT [flags]");
   flags.add("--export", &fs.export_root,
             "the directory to export, or ceph:PATH for a directory of a CephFS");
   flags.add("--ceph-conf", &ceph_conf, "the CephFS cluster's ceph.conf (with --export ceph:PATH)");
   flags.add("--ceph-id", &ceph_id, "the cephx user to connect as, without \"client.\" (admin)");
+  flags.add("--handle-key-file", &handle_key_file,
+            "32+ secret bytes shared by the odafsd of one CephFS: their handles are then "
+            "good on each (failover)");
   flags.add("--listen", &listen, "RPC address; port 0 picks a free one (the ready line names it)");
   flags.add("--cache-mb", &cache_mb, "block cache size", 1, 1u << 20);
   flags.add("--block-size", &fs.block_size, "cache block size, a power of two", ODAFS_MINBLOCK,
@@ -323,6 +349,10 @@ int main(int argc, char** argv) {
   const std::string ceph = ceph_path(fs.export_root);
   if (!ceph.empty()) fs.store = open_ceph_store(ceph, ceph_conf, ceph_id);
   configure_access(access, listen_at.host, fs.store != nullptr, &fs);
+  if (!handle_key_file.empty()) {
+    if (ceph.empty()) usage("--handle-key-file needs --export ceph:PATH (handles by identity)");
+    fs.handle_key = read_handle_key(handle_key_file);
+  }
   std::unique_ptr<odafs::server::TlsIdentities> tls;
   if (!tls_files.tls.cert.empty() || !tls_files.tls.key.empty()) {
     odafs::Result<std::unique_ptr<odafs::server::TlsIdentities>> loaded =

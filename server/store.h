@@ -120,6 +120,12 @@ class Store {
   // delegations of its own (docs/ceph.md).
   virtual bool shared() const = 0;
 
+  // What an Object from open_at can do: read bytes (a file or directory opened for
+  // reading) and write them (a file opened for both).
+  struct Access {
+    bool readable = false;
+    bool writable = false;
+  };
   // The export's root directory, held.
   virtual Result<Object> root() = 0;
 
@@ -131,17 +137,15 @@ class Store {
   virtual Status stat(const Object& obj, struct stat* st) = 0;
   // The identity (see ObjectId) of an object with attributes st from this store.
   virtual ObjectId id_of(const struct stat& st) const = 0;
-  // The object with this identity, held, where the store can find objects by identity
-  // alone (CephFS); ENOTSUP where it cannot (POSIX: that needs open_by_handle_at and
+  // Whether find() works: objects can be found by identity alone (CephFS), so handles
+  // made of identities mean the same to every server of the store.
+  virtual bool finds_by_id() const = 0;
+  // The object with this identity, opened as open_at opens objects (*st its attributes,
+  // *access what it can do), where the store finds objects by identity alone (CephFS);
+  // ENOTSUP where it cannot (POSIX: that needs open_by_handle_at and
   // CAP_DAC_READ_SEARCH), ESTALE when no such object exists any more.
-  virtual Result<Object> find(const ObjectId& id) = 0;
+  virtual Result<Object> find(const ObjectId& id, struct stat* st, Access* access) = 0;
 
-  // What an Object from open_at can do: read bytes (a file or directory opened for
-  // reading) and write them (a file opened for both).
-  struct Access {
-    bool readable = false;
-    bool writable = false;
-  };
   // The object `name` names in dir, opened as the node table keeps objects: a regular file
   // for reading and writing where the caller may (else reading only, else held), a
   // directory for reading (else held), anything else held; *access what it can do. Never

@@ -5,9 +5,11 @@
 // other drop its cached blocks, so its clients' references fault and they read the new
 // bytes by RPC); as another user, the caller's identity decides on CephFS too.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -152,4 +154,66 @@ TEST_CASE("a gateway acts as its callers on CephFS: no root needed, permissions 
     mine.close();
   }
   CHECK(root->stat(top + "/alice").uid == 4242u);  // made as her, on CephFS
+}
+
+namespace {
+
+// A --handle-key-file: 48 random bytes, mode 0600.
+std::string make_key_file(const odafs::test::TempDir& dir, const char* name) {
+  const std::string path = dir.path() + "/" + name;
+  odafs::test::write_local(path, odafs::test::pattern(48, std::hash<std::string>()(name)));
+  REQUIRE(chmod(path.c_str(), 0600) == 0);
+  return path;
+}
+
+// Reads len bytes of the file a handle names, by handle alone (no path, no open).
+std::string read_by_handle(Client& c, const odafs::Handle& h, size_t len) {
+  std::string out(len, '\0');
+  odafs::AsyncRead op;
+  c.start_read(op, h, out.data(), len, 0);
+  out.resize(c.finish_read(op));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("gateways sharing --handle-key-file take each other's handles, after a restart too" *
+          doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
+  odafs::test::TempDir keys;
+  const std::string key = make_key_file(keys, "shared");
+  auto a = gateway({"--handle-key-file", key});
+  auto b = gateway({"--handle-key-file", key});
+  auto other = gateway({"--handle-key-file", make_key_file(keys, "other")});
+  auto on_a = Client::mount(a->url(), uncached());
+  const std::string top = fresh_top(*on_a, "handles");
+  const std::string data = odafs::test::pattern(20000, 3);
+  write_file(*on_a, top + "/f", data);
+  const odafs::Handle h = on_a->open(top + "/f", O_RDONLY).handle();
+
+  auto on_b = Client::mount(b->url(), uncached());
+  CHECK(read_by_handle(*on_b, h, data.size()) == data);  // never looked up through B
+  auto on_other = Client::mount(other->url(), uncached());
+  CHECK(odafs::test::errno_of([&] { read_by_handle(*on_other, h, data.size()); }) != 0);
+
+  a->restart();  // a new instance: the handle is still good
+  auto again = Client::mount(a->url(), uncached());
+  CHECK(read_by_handle(*again, h, data.size()) == data);
+
+  // Removed: the handle is stale everywhere.
+  on_b->unlink(top + "/f");
+  CHECK(odafs::test::errno_of([&] { read_by_handle(*again, h, data.size()); }) == ESTALE);
+}
+
+TEST_CASE("--handle-key-file must be private, long enough, and for a CephFS export" *
+          doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
+  odafs::test::TempDir keys;
+  const std::string open_to_all = make_key_file(keys, "open");
+  REQUIRE(chmod(open_to_all.c_str(), 0644) == 0);
+  CHECK_THROWS(gateway({"--handle-key-file", open_to_all}));
+  const std::string short_key = keys.path() + "/short";
+  odafs::test::write_local(short_key, "too short");
+  REQUIRE(chmod(short_key.c_str(), 0600) == 0);
+  CHECK_THROWS(gateway({"--handle-key-file", short_key}));
+  odafs::test::TempDir local;
+  CHECK_THROWS(ServerProcess(local.path(), {"--handle-key-file", make_key_file(keys, "local")}));
 }

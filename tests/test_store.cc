@@ -266,17 +266,28 @@ void find_by_identity(Store& store, const std::string& top, bool finds) {
   bool created = false;
   bool writable = false;
   Object f = must(store.create(d, "f", 0644, true, &st, &created, &writable), "create");
+  must(store.write(f, "found", 5, 0), "write");
   const odafs::server::ObjectId id = store.id_of(st);
-  Result<Object> found = store.find(id);
+  struct stat again;
+  Store::Access access;
+  Result<Object> found = store.find(id, &again, &access);
+  CHECK(store.finds_by_id() == finds);
   if (!finds) {
     CHECK(found.errno_value() == ENOTSUP);
     return;
   }
   Object same = must(std::move(found), "find");
-  struct stat again;
-  must(store.stat(same, &again), "stat found");
   CHECK(again.st_ino == st.st_ino);
   CHECK(store.id_of(again) == id);
+  CHECK(access.readable);
+  CHECK(access.writable);
+  char buf[8];
+  CHECK(must(store.read(same, buf, sizeof buf, 0), "read found") == 5);
+  // Gone: a removed file is no longer found.
+  f = Object();
+  same = Object();
+  must(store.remove(d, "f", false), "unlink");
+  CHECK(store.find(id, &again, &access).errno_value() == ESTALE);
 }
 
 std::string unique_top(const char* what) {
@@ -342,8 +353,8 @@ TEST_CASE("cephfs store: two gateways see one namespace and find each other's ob
   fa = Object();  // closed: b's read sees what a wrote
 
   // b reaches the file by the identity a's stat gave: what a portable handle carries.
-  Object on_b = must(b->find(a->id_of(st)), "find on b");
-  Object readable = must(b->open(on_b, O_RDONLY), "open on b");
+  Store::Access access;
+  Object readable = must(b->find(a->id_of(st), &st, &access), "find on b");
   char buf[16] = {};
   CHECK(must(b->read(readable, buf, sizeof buf, 0), "read on b") == 9);
   CHECK(std::string(buf, 9) == "through a");

@@ -168,13 +168,41 @@ ObjectId CephStore::id_of(const struct stat& st) const {
   return ObjectId{static_cast<uint64_t>(st.st_ino), 0};  // the head, not a snapshot
 }
 
-Result<Object> CephStore::find(const ObjectId& id) {
+Result<Object> CephStore::find(const ObjectId& id, struct stat* st, Access* access) {
   if (id.space != 0) return Status(ESTALE, "find: snapshots are not exported");
   Inode* in = nullptr;
   const int rc = ceph_ll_lookup_inode(cm_, inodeno_t{id.ino}, &in);
   if (rc == -ENOENT || rc == -ESTALE) return Status(ESTALE, "find: no such inode any more");
   if (rc != 0) return ceph_status(rc, "find");
-  return Object(this, reinterpret_cast<uintptr_t>(new CephObject(in, nullptr, true)));
+  Object held(this, reinterpret_cast<uintptr_t>(new CephObject(in, nullptr, true)));
+  if (Status s = stat(held, st); !s.ok()) return s;
+  if (st->st_nlink == 0) return Status(ESTALE, "find: removed");
+  if (Status s = open_held(held, *st, access); !s.ok()) return s;
+  return held;
+}
+
+Status CephStore::open_held(const Object& held, const struct stat& st, Access* access) {
+  *access = Access{};
+  if (S_ISDIR(st.st_mode)) {
+    access->readable = true;  // listed through the inode (ll_opendir): nothing to open
+    return Status();
+  }
+  if (!S_ISREG(st.st_mode)) return Status();
+  // As the POSIX store: read-write where the caller may, else reading, else held.
+  Fh* fh = nullptr;
+  const UserPerm* perm = current_perm(cm_);
+  CephObject& o = obj_of(held);
+  int rc = ceph_ll_open(cm_, o.in, O_RDWR, &fh, perm);
+  if (rc == 0) {
+    *access = Access{true, true};
+  } else if (rc == -EACCES || rc == -EPERM || rc == -EROFS) {
+    rc = ceph_ll_open(cm_, o.in, O_RDONLY, &fh, perm);
+    if (rc == 0) access->readable = true;
+  }
+  if (rc == -EACCES || rc == -EPERM) return Status();  // held only
+  if (rc != 0) return ceph_status(rc, "open");
+  o.fh.store(fh, std::memory_order_release);
+  return Status();
 }
 
 Result<Object> CephStore::open_at(const Object& dir, const char* name, struct stat* st,
@@ -184,25 +212,7 @@ Result<Object> CephStore::open_at(const Object& dir, const char* name, struct st
   Result<Object> held = lookup(dir, name, st);
   if (!held) return held;
   if (st->st_ino != expected) return Status(ESTALE, "open_at: replaced since its stat");
-  if (S_ISDIR(st->st_mode)) {
-    access->readable = true;  // listed through the inode (ll_opendir): nothing to open
-    return held;
-  }
-  if (!S_ISREG(st->st_mode)) return held;
-  // As the POSIX store: read-write where the caller may, else reading, else held.
-  Fh* fh = nullptr;
-  const UserPerm* perm = current_perm(cm_);
-  CephObject& o = obj_of(*held);
-  int rc = ceph_ll_open(cm_, o.in, O_RDWR, &fh, perm);
-  if (rc == 0) {
-    *access = Access{true, true};
-  } else if (rc == -EACCES || rc == -EPERM || rc == -EROFS) {
-    rc = ceph_ll_open(cm_, o.in, O_RDONLY, &fh, perm);
-    if (rc == 0) access->readable = true;
-  }
-  if (rc == -EACCES || rc == -EPERM) return held;
-  if (rc != 0) return ceph_status(rc, "open_at");
-  o.fh.store(fh, std::memory_order_release);
+  if (Status s = open_held(*held, *st, access); !s.ok()) return s;
   return held;
 }
 

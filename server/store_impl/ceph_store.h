@@ -50,7 +50,8 @@ class CephStore final : public Store {
   Status stat_at(const Object& dir, const char* name, struct stat* st) override;
   Status stat(const Object& obj, struct stat* st) override;
   ObjectId id_of(const struct stat& st) const override;
-  Result<Object> find(const ObjectId& id) override;
+  bool finds_by_id() const override { return true; }
+  Result<Object> find(const ObjectId& id, struct stat* st, Access* access) override;
   Result<Object> open_at(const Object& dir, const char* name, struct stat* st,
                          Access* access) override;
   Status reopen_in_place(const Object& obj, bool write, Access* access) override;
@@ -77,6 +78,9 @@ class CephStore final : public Store {
 
  private:
   explicit CephStore(ceph_mount_info* cm) : cm_(cm) {}
+  // open_at's and find's second half: opens held (attributes st) as the node table keeps
+  // objects.
+  Status open_held(const Object& held, const struct stat& st, Access* access);
   void release(uintptr_t native) override;
   uintptr_t begin_caller(const rpc::CallerCred* cred, bool acting) override;
   void end_caller(uintptr_t restore) override;

@@ -80,7 +80,7 @@ ObjectId PosixStore::id_of(const struct stat& st) const {
   return ObjectId{static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_dev)};
 }
 
-Result<Object> PosixStore::find(const ObjectId&) {
+Result<Object> PosixStore::find(const ObjectId&, struct stat*, Access*) {
   return Status(ENOTSUP, "a local export finds objects by name only");
 }
 

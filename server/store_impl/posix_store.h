@@ -41,7 +41,8 @@ class PosixStore final : public Store {
   Status stat_at(const Object& dir, const char* name, struct stat* st) override;
   Status stat(const Object& obj, struct stat* st) override;
   ObjectId id_of(const struct stat& st) const override;
-  Result<Object> find(const ObjectId& id) override;
+  bool finds_by_id() const override { return false; }
+  Result<Object> find(const ObjectId& id, struct stat* st, Access* access) override;
   Result<Object> open_at(const Object& dir, const char* name, struct stat* st,
                          Access* access) override;
   Status reopen_in_place(const Object& obj, bool write, Access* access) override;
