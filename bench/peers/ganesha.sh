@@ -14,16 +14,25 @@ start_rpcbind() {
   rpcinfo -p 127.0.0.1 >/dev/null 2>&1 || die "rpcbind did not start"
 }
 
-# start_ganesha EXPORT STATE_DIR [MINOR_VERSIONS]: nfs-ganesha exporting EXPORT as /export
-# over NFSv3 and NFSv4 (minor versions MINOR_VERSIONS, default "0, 1") on TCP only; no NLM,
-# RQUOTA, UDP or Kerberos; graceless, so that it serves at once. Its config and log go to
-# STATE_DIR. Sets ganesha_pid, nfs_port and mnt_port.
+# start_ganesha EXPORT STATE_DIR [MINOR_VERSIONS] [CEPH_CONF]: nfs-ganesha exporting
+# EXPORT as /export over NFSv3 and NFSv4 (minor versions MINOR_VERSIONS, default "0, 1") on
+# TCP only; no NLM, RQUOTA, UDP or Kerberos; graceless, so that it serves at once. EXPORT is
+# a local directory (FSAL_VFS), or, with CEPH_CONF, a path of that cluster's CephFS
+# (FSAL_CEPH, package nfs-ganesha-ceph). Its config and log go to STATE_DIR. Sets
+# ganesha_pid, nfs_port and mnt_port.
 start_ganesha() {
-  local export_dir=$1 g=$2 minors=${3:-0, 1} plugins
+  local export_dir=$1 g=$2 minors=${3:-0, 1} ceph_conf=${4:-} plugins fsal extra=""
   nfs_port=$(free_port)
   mnt_port=$(free_port)
   mkdir -p "$g/recovery"
-  plugins=$(dirname "$(dpkg -L nfs-ganesha-vfs | grep '/libfsalvfs.so$' | head -1)")
+  if [ -n "$ceph_conf" ]; then
+    plugins=$(dirname "$(dpkg -L nfs-ganesha-ceph | grep '/libfsalceph.so$' | head -1)")
+    fsal="Name = CEPH;"
+    extra="CEPH { Ceph_Conf = $ceph_conf; }"
+  else
+    plugins=$(dirname "$(dpkg -L nfs-ganesha-vfs | grep '/libfsalvfs.so$' | head -1)")
+    fsal="Name = VFS;"
+  fi
   cat >"$g/ganesha.conf" <<CONF
 NFS_CORE_PARAM {
   Protocols = 3, 4;
@@ -38,6 +47,7 @@ NFS_CORE_PARAM {
 }
 NFSV4 { Graceless = true; Minor_Versions = $minors; RecoveryRoot = $g/recovery; }
 NFS_KRB5 { Active_krb5 = false; }
+$extra
 EXPORT {
   Export_Id = 1;
   Path = $export_dir;
@@ -47,7 +57,7 @@ EXPORT {
   Protocols = 3, 4;
   Transports = TCP;
   SecType = sys;
-  FSAL { Name = VFS; }
+  FSAL { $fsal }
 }
 CONF
   ganesha.nfsd -F -f "$g/ganesha.conf" -L "$g/ganesha.log" -p "$g/ganesha.pid" -N NIV_EVENT &
