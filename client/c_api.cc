@@ -221,9 +221,7 @@ int odafs_access(odafs_client* client, const char* path, int mode) {
   if (null_arg(client) || null_arg(path)) return -1;
   if ((mode & ~(R_OK | W_OK | X_OK)) != 0) return errno = EINVAL, -1;
   return guarded([&] {
-    if (client->impl->access(path, mode) != mode) {
-      throw odafs::Error(EACCES, std::string("access ") + path);
-    }
+    if (client->impl->access(path, mode) != mode) return errno = EACCES, -1;
     return 0;
   });
 }

@@ -125,7 +125,9 @@ std::unique_ptr<Client> Client::mount(const std::string& url, MountOptions optio
   if (options.tls) {
     Result<std::shared_ptr<const tls::Context>> context = tls::Context::make(
         tls::Context::Side::kClient, tls::Files{options.tls_cert, options.tls_key, options.tls_ca});
-    if (!context.ok()) throw Error(EINVAL, "mount " + url + ": " + context.status().message());
+    if (!context.ok()) {
+      or_throw(Status(EINVAL, "mount " + url + ": " + context.status().message()));
+    }
     client->tls_context_ = std::move(*context);
     client->tls_host_ = parsed.server.host;
   }

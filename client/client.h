@@ -5,9 +5,27 @@
 //   f.pwrite(buf, n, 0);
 //   f.close();  // commits unstable writes (close-to-open)
 //
-// Errors: every call throws odafs::Error (a std::system_error whose code() is the errno,
-// e.g. ENOENT, EACCES, ESTALE) on failure; nothing is reported through return values
-// except byte counts. The C API (odafs.h) turns these into -1/errno.
+// Errors: the C++ API reports a failure by throwing odafs::Error (client/error.h: a
+// std::system_error whose code() is the errno, e.g. ENOENT, EACCES, ESTALE); nothing is
+// reported through return values except byte counts and the try_ forms below. Exactly:
+//   Throw Error: Client::mount, and every Client call that takes a path or a handle or
+//     calls the server (open, stat, lstat, mkdir, rmdir, unlink, rename, readdir,
+//     truncate, chmod, chown, access, utimens, symlink, mknod, link, readlink, statfs,
+//     start_read, finish_read, ping, server_stats, prefetch_references, lookup, getattr,
+//     read, write, commit); File's pread, pwrite, stat, truncate, fsync, flush and close;
+//     IoQueue's constructor, submit_read, submit_write and wait (client/io_queue.h), for
+//     what they name.
+//   Never throw Error: the try_ forms, which return a Status or a Result<T>
+//     (base/status.h) for callers that branch on the error (Client::try_lstat,
+//     Client::try_chmod, File::try_stat); destructors and File's moves (a File's close
+//     failure there is logged); read_batch (each request carries its own error); every
+//     accessor (stats, options, limits, read_mode, set_read_mode, root, cache,
+//     directory_size, engine_connected, engine_transport; File's is_open, handle, path,
+//     cache_key, attributes_at_open, known_size); IoQueue's reap, depth, outstanding,
+//     ready, and its requests' own failures (their completions' errors).
+// std::bad_alloc may come from anywhere memory is allocated. Internally the library
+// passes Status and Result<T> and throws nowhere else (base/status.h's rule). The C API
+// (odafs.h) never throws: it returns -1 with errno.
 //
 // Thread-safety: a Client may be shared by any number of threads; calls run concurrently
 // over one pipelined connection. A File's pread, pwrite, stat, truncate and fsync may run from
@@ -180,6 +198,8 @@ class File {
   Status try_fsync();
   Status try_flush();
   Status try_close();
+  // try_close for the destructor and the move assignment: logs a failure, never throws.
+  void close_quietly() noexcept;
 
   struct State;
   Client* client_ = nullptr;

@@ -60,11 +60,7 @@ File::File(File&& other) noexcept { *this = std::move(other); }
 
 File& File::operator=(File&& other) noexcept {
   if (this != &other) {
-    if (client_ != nullptr) {
-      if (Status closed = try_close(); !closed.ok()) {
-        ODAFS_LOG_WARN("odafs: closing %s: %s", path_.c_str(), closed.to_string().c_str());
-      }
-    }
+    close_quietly();
     client_ = std::exchange(other.client_, nullptr);
     state_ = std::move(other.state_);
     fileid_ = other.fileid_;
@@ -75,11 +71,17 @@ File& File::operator=(File&& other) noexcept {
   return *this;
 }
 
-File::~File() {
+File::~File() { close_quietly(); }
+
+void File::close_quietly() noexcept {
   if (client_ == nullptr) return;
-  if (Status closed = try_close(); !closed.ok()) {
-    ODAFS_LOG_WARN("odafs: closing %s: %s", path_.c_str(), closed.to_string().c_str());
+  std::string why;
+  try {
+    if (Status closed = try_close(); !closed.ok()) why = closed.to_string();
+  } catch (const std::exception& e) {  // memory running out: still not out of a destructor
+    why = e.what();
   }
+  if (!why.empty()) ODAFS_LOG_WARN("odafs: closing %s: %s", path_.c_str(), why.c_str());
 }
 
 Handle File::handle() const {

@@ -2,7 +2,10 @@
  * odafs.h: the C API of libodafs.
  *
  * Conventions follow POSIX: calls return 0 (or a byte count) on success and -1 with errno
- * set on failure; constructors return NULL with errno set. Paths are relative to the
+ * set on failure; constructors return NULL with errno set. No call throws a C++ exception,
+ * whatever fails underneath (out of memory included: ENOMEM), so C callers and callbacks
+ * are safe. (The C++ API, client/client.h, throws odafs::Error from the calls its "Errors"
+ * comment lists; this API is a shell over it that catches them.) Paths are relative to the
  * mount. A client may be used from many threads; a file from one thread at a time.
  * Modes of new objects are used as given: no umask is applied here or at the server (pass
  * mode & ~umask for what open(2) and mkdir(2) would make).
