@@ -62,9 +62,9 @@ std::string Endpoint::to_string() const {
   return host + ":" + std::to_string(port);
 }
 
-Endpoint parse_endpoint(const std::string& text) {
+Result<Endpoint> try_parse_endpoint(const std::string& text) {
   size_t colon = text.rfind(':');
-  if (colon == std::string::npos) throw std::invalid_argument("expected HOST:PORT, got " + text);
+  if (colon == std::string::npos) return Status(EINVAL, "expected HOST:PORT, got " + text);
   Endpoint e;
   e.host = text.substr(0, colon);
   if (e.host.size() >= 2 && e.host.front() == '[' && e.host.back() == ']') {
@@ -75,10 +75,16 @@ Endpoint parse_endpoint(const std::string& text) {
   errno = 0;
   unsigned long value = std::strtoul(port.c_str(), &end, 10);
   if (port.empty() || *end != '\0' || errno != 0 || value > 65535) {
-    throw std::invalid_argument("bad port in " + text);
+    return Status(EINVAL, "bad port in " + text);
   }
   e.port = static_cast<uint16_t>(value);
   return e;
+}
+
+Endpoint parse_endpoint(const std::string& text) {
+  Result<Endpoint> e = try_parse_endpoint(text);
+  if (!e.ok()) throw std::invalid_argument(e.status().message());
+  return std::move(e).value();
 }
 
 namespace {

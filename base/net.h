@@ -12,6 +12,8 @@
 #include <ctime>
 #include <string>
 
+#include "base/status.h"
+
 namespace odafs::net {
 
 struct Endpoint {
@@ -20,7 +22,10 @@ struct Endpoint {
   std::string to_string() const;
 };
 
-// Parses "HOST:PORT" (HOST may be empty for 0.0.0.0, or [v6]). Throws std::invalid_argument.
+// Parses "HOST:PORT" (HOST may be empty for 0.0.0.0, or [v6]): EINVAL with a readable
+// message for anything else.
+Result<Endpoint> try_parse_endpoint(const std::string& text);
+// try_parse_endpoint for command lines and tests: throws std::invalid_argument (its message).
 Endpoint parse_endpoint(const std::string& text);
 
 // Binds and listens; port 0 picks a free port. Returns the listening fd (non-blocking,

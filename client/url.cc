@@ -1,6 +1,5 @@
 #include "client/url.h"
 
-#include <stdexcept>
 #include <vector>
 
 #include "base/status.h"
@@ -112,12 +111,7 @@ Result<Url> parse_url(const std::string& text) {
   if (authority.find(':') == std::string::npos || authority.back() == ']') {
     return invalid("odafs URL needs HOST:PORT: " + text);
   }
-  // base/net's parser throws; its refusal is this one's.
-  try {
-    url.server = net::parse_endpoint(authority);
-  } catch (const std::invalid_argument& e) {
-    return invalid(e.what());
-  }
+  ODAFS_ASSIGN_OR_RETURN(url.server, net::try_parse_endpoint(authority));
   if (url.server.host.empty()) return invalid("odafs URL needs a host: " + text);
   if (question != std::string::npos) ODAFS_RETURN_IF_ERROR(parse_options(query, text, &url));
   return url;
