@@ -20,6 +20,8 @@ std::shared_ptr<ordma::EngineClient> EngineSlot::get(const ServerLimits& limits,
   if (now_ms() < retry_at_ms_.load(std::memory_order_relaxed)) return nullptr;
   int expected = kIdle;
   if (!state_.compare_exchange_strong(expected, kConnecting)) return nullptr;
+  // ordma/ reports a failed connect by throwing (its interface, not the client's): the
+  // one place it is caught, and the answer is "no engine" (reads go by RPC), not an error.
   try {
     c = ordma::connect_engine(limits.engine_kind, net::parse_endpoint(limits.engine), session,
                               options);

@@ -1,13 +1,16 @@
 // What the client tries again after a failed call, how often and for how long: the one
 // place that says so. Every path that calls the server asks a RetryPolicy after a failure
 // (Client::with_mount and retry_delayed, Client::again_after_restart, File::retry_stale,
-// IoQueue's requests), one policy per operation, each about the failures it handles:
+// Client::read_file, IoQueue's requests), one policy per operation, each about the failures
+// it handles. They decide by the failure's errno (a Status or a Result<T>, base/status.h)
+// and by whether the call's channel is now broken():
 //
 //   DELAY (EAGAIN: the server did nothing yet; another client's delegation is still out,
 //     or a grace period): again after a pause, 1 ms doubling to 100 ms, for up to the
 //     mount's timeout in all, whether or not the call is idempotent (nothing was done).
-//   A lost connection: an idempotent call once more, on the connection the client
-//     re-mounts; any other call fails (it may have been done).
+//   A lost connection (the call failed on a channel now broken): an idempotent call once
+//     more, on the connection the client re-mounts; any other call fails (it may have been
+//     done).
 //   ESTALE after the client re-mounted a restarted server: once more, with the handle found
 //     again by path (File::refresh_stale decides whether it is still the same file).
 //   Anything else: not again.

@@ -146,3 +146,61 @@ TEST_CASE("value() of a failed Result aborts") {
     (void)r.value();
   }));
 }
+
+namespace {
+
+// What the macros are for: one line per step that may fail.
+Result<int> quarter(int n) {
+  ODAFS_ASSIGN_OR_RETURN(int h, half(n));
+  ODAFS_ASSIGN_OR_RETURN(h, half(h));  // assigns to an existing name too
+  return h;
+}
+
+Status even(int n) {
+  ODAFS_RETURN_IF_ERROR(half(n));  // a Result's failure, as a Status
+  ODAFS_RETURN_IF_ERROR(n >= 0 ? Status() : Status(ERANGE, "negative"));
+  return Status();
+}
+
+}  // namespace
+
+TEST_CASE("ODAFS_ASSIGN_OR_RETURN and ODAFS_RETURN_IF_ERROR pass a failure up unchanged") {
+  CHECK(*quarter(8) == 2);
+  Result<int> odd = quarter(6);  // 6 -> 3 -> odd
+  REQUIRE(!odd.ok());
+  CHECK(odd.errno_value() == half(3).errno_value());
+  CHECK(odd.status().message() == half(3).status().message());
+  CHECK(even(4).ok());
+  CHECK(even(3).errno_value() == half(3).errno_value());
+  CHECK(even(-2).errno_value() == ERANGE);
+}
+
+TEST_CASE("the macros work inside lambdas that name their Result or Status") {
+  int evaluated = 0;
+  auto count = [&](int n) {
+    ++evaluated;
+    return half(n);
+  };
+  auto sum = [&](int a, int b) -> Result<int> {
+    ODAFS_ASSIGN_OR_RETURN(auto x, count(a));
+    ODAFS_ASSIGN_OR_RETURN(auto y, count(b));
+    return x + y;
+  };
+  CHECK(*sum(2, 4) == 3);
+  CHECK(evaluated == 2);  // each expression once
+  CHECK(!sum(1, 4).ok());
+  CHECK(evaluated == 3);  // stopped at the first failure
+  auto check = [&](int n) -> Status {
+    ODAFS_RETURN_IF_ERROR(count(n));
+    return Status();
+  };
+  CHECK(check(2).ok());
+  CHECK(!check(5).ok());
+  // A move-only value moves out of the Result.
+  auto take = []() -> Result<std::unique_ptr<int>> {
+    ODAFS_ASSIGN_OR_RETURN(std::unique_ptr<int> p,
+                           Result<std::unique_ptr<int>>(std::make_unique<int>(7)));
+    return p;
+  };
+  CHECK(**take() == 7);
+}
