@@ -111,8 +111,11 @@ std::shared_ptr<odafs::server::Store> open_ceph_store(const std::string& path,
 }
 
 // The key of --handle-key-file: SHA-256 of the file's bytes, of which there must be 32 or
-// more, in a file no one but its owner may read (it lets its holder forge handles).
-odafs::server::NodeTable::SharedKey read_handle_key(const std::string& path) {
+// more, in a file no one but its owner may read (it lets its holder forge handles), and of
+// the export: gateways of different directories of one CephFS never take each other's
+// handles (a handle would otherwise reach past the export it was given for).
+odafs::server::NodeTable::SharedKey read_handle_key(const std::string& path,
+                                                    const std::string& export_spec) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) usage(("--handle-key-file " + path + ": not found").c_str());
   if ((st.st_mode & 077) != 0) {
@@ -126,8 +129,9 @@ odafs::server::NodeTable::SharedKey read_handle_key(const std::string& path) {
            " bytes, 32 or more are needed (head -c 32 /dev/urandom > FILE)")
               .c_str());
   }
+  const std::string keyed = bytes + '\0' + export_spec;
   odafs::server::NodeTable::SharedKey key;
-  SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), key.data());
+  SHA256(reinterpret_cast<const unsigned char*>(keyed.data()), keyed.size(), key.data());
   return key;
 }
 
@@ -351,7 +355,7 @@ int main(int argc, char** argv) {
   configure_access(access, listen_at.host, fs.store != nullptr, &fs);
   if (!handle_key_file.empty()) {
     if (ceph.empty()) usage("--handle-key-file needs --export ceph:PATH (handles by identity)");
-    fs.handle_key = read_handle_key(handle_key_file);
+    fs.handle_key = read_handle_key(handle_key_file, fs.export_root);
   }
   std::unique_ptr<odafs::server::TlsIdentities> tls;
   if (!tls_files.tls.cert.empty() || !tls_files.tls.key.empty()) {

@@ -147,7 +147,9 @@ class Store {
   virtual Result<Object> find(const ObjectId& id, struct stat* st, Access* access) = 0;
 
   // The object `name` names in dir, opened as the node table keeps objects: a regular file
-  // for reading and writing where the caller may (else reading only, else held), a
+  // for reading and writing where the caller may (else reading only, else held; a store
+  // whose writers are costly to others, CephFS, opens for reading only, and the table
+  // makes a file writable in place before its first write: reopen_in_place), a
   // directory for reading (else held), anything else held; *access what it can do. Never
   // follows a symlink, never blocks (a FIFO is held, not opened). *st: on entry, the
   // attributes stat_at just gave for the name (its type decides how to open); on return,

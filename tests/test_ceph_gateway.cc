@@ -194,6 +194,11 @@ TEST_CASE("gateways sharing --handle-key-file take each other's handles, after a
   CHECK(read_by_handle(*on_b, h, data.size()) == data);  // never looked up through B
   auto on_other = Client::mount(other->url(), uncached());
   CHECK(odafs::test::errno_of([&] { read_by_handle(*on_other, h, data.size()); }) != 0);
+  // The same key, another directory of the file system: not its handle either.
+  ServerProcess sub("ceph:" + top, {"--ceph-conf", cluster().conf, "--handle-key-file", key});
+  auto on_sub = Client::mount(sub.url(), uncached());
+  CHECK(read_all(*on_sub, "/f", data.size()) == data);  // by its own name, yes
+  CHECK(odafs::test::errno_of([&] { read_by_handle(*on_sub, h, data.size()); }) != 0);
 
   a->restart();  // a new instance: the handle is still good
   auto again = Client::mount(a->url(), uncached());
