@@ -127,19 +127,18 @@ class [[nodiscard]] Result {
   std::variant<T, Status> v_;
 };
 
-namespace status_internal {
-// The Status of a Status or of a Result<T>, for the macros below.
-inline const Status& status_of(const Status& s) { return s; }
-inline Status status_of(Status&& s) { return std::move(s); }
+// The Status of a Status or of a Result<T> (ok when it holds a value), for code that takes
+// either: the macros below, the client's retry helpers.
+inline const Status& to_status(const Status& s) { return s; }
+inline Status to_status(Status&& s) { return std::move(s); }
 template <class T>
-Status status_of(const Result<T>& r) {
+Status to_status(const Result<T>& r) {
   return r.status();
 }
 template <class T>
-Status status_of(Result<T>&& r) {
+Status to_status(Result<T>&& r) {
   return std::move(r).status();
 }
-}  // namespace status_internal
 
 }  // namespace odafs
 
@@ -157,7 +156,7 @@ Status status_of(Result<T>&& r) {
 #define ODAFS_RETURN_IF_ERROR(expr)                                                  \
   do {                                                                               \
     if (auto&& odafs_status_or_result_ = (expr); !odafs_status_or_result_.ok()) {    \
-      return ::odafs::status_internal::status_of(                                    \
+      return ::odafs::to_status(                                                     \
           std::forward<decltype(odafs_status_or_result_)>(odafs_status_or_result_)); \
     }                                                                                \
   } while (false)

@@ -184,8 +184,7 @@ auto Client::with_mount(bool idempotent, Fn&& fn)
     if (r.ok()) return r;
     if (r.errno_value() == kDelayErrno && policy.again_after_delay()) continue;
     if ((*m)->channel->broken() && policy.again_after_lost_connection(idempotent)) {
-      ODAFS_LOG_WARN("odafs: connection lost (%s); reconnecting",
-                     status_internal::status_of(r).to_string().c_str());
+      ODAFS_LOG_WARN("odafs: connection lost (%s); reconnecting", to_status(r).to_string().c_str());
       continue;
     }
     return r;
