@@ -24,8 +24,9 @@
 //     cache_key, attributes_at_open, known_size); IoQueue's reap, depth, outstanding,
 //     ready, and its requests' own failures (their completions' errors).
 // std::bad_alloc may come from anywhere memory is allocated. Internally the library
-// passes Status and Result<T> and throws nowhere else (base/status.h's rule). The C API
-// (odafs.h) never throws: it returns -1 with errno.
+// passes Status and Result<T> (base/status.h's rule) and throws nowhere else, but for
+// the one private throw ordma's direct-transfer interface asks for (client/read_path.cc).
+// The C API (odafs.h) never throws: it returns -1 with errno.
 //
 // Thread-safety: a Client may be shared by any number of threads; calls run concurrently
 // over one pipelined connection. A File's pread, pwrite, stat, truncate and fsync may run from
