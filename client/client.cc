@@ -129,8 +129,8 @@ std::unique_ptr<Client> Client::mount(const std::string& url, MountOptions optio
       or_throw(Status(EINVAL, "mount " + url + ": " + context.status().message()));
     }
     client->tls_context_ = std::move(*context);
-    client->tls_host_ = parsed.server.host;
   }
+  client->servers_ = parsed.servers;
   client->mount_path_ = parsed.path;
   or_throw(client->mount_state());  // connects and mounts
   return client;
@@ -145,11 +145,23 @@ Result<std::shared_ptr<const MountState>> Client::mount_state() {
   const auto give_up =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.reconnect_window_ms);
   auto pause = std::chrono::milliseconds(50);
+  size_t tried = 0;  // servers tried since the last pause
   for (;;) {
     Result<std::shared_ptr<const MountState>> mounted = remount();
     const int err = mounted.errno_value();
-    const bool server_away = err == ECONNREFUSED || err == ECONNRESET || err == EPIPE;
-    if (!server_away || std::chrono::steady_clock::now() + pause > give_up) return mounted;
+    const bool server_away = err == ECONNREFUSED || err == ECONNRESET || err == EPIPE ||
+                             err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH;
+    if (!server_away) return mounted;
+    if (servers_.size() > 1) {  // the next server, at once, until each had its turn
+      const net::Endpoint& from = servers_[server_index_];
+      server_index_ = (server_index_ + 1) % servers_.size();
+      ODAFS_LOG_WARN("odafs: %s cannot be reached (%s); failing over to %s",
+                     from.to_string().c_str(), mounted.status().message().c_str(),
+                     servers_[server_index_].to_string().c_str());
+      if (++tried < servers_.size()) continue;
+    }
+    tried = 0;
+    if (std::chrono::steady_clock::now() + pause > give_up) return mounted;
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(1000));
   }
@@ -157,9 +169,10 @@ Result<std::shared_ptr<const MountState>> Client::mount_state() {
 
 Result<std::shared_ptr<const MountState>> Client::remount() {
   auto m = std::make_shared<MountState>();
-  ODAFS_ASSIGN_OR_RETURN(Url url, parse_url(url_));
+  const net::Endpoint& server = servers_[server_index_];
+  m->server_host = server.host;
   ODAFS_ASSIGN_OR_RETURN(
-      m->channel, connect_channel(url.server, channel_options(options_, tls_context_, tls_host_)));
+      m->channel, connect_channel(server, channel_options(options_, tls_context_, server.host)));
   mount_args args{};
   args.path = mount_path_.data();
   mount_res res{};
@@ -244,7 +257,7 @@ std::shared_ptr<ordma::EngineClient> Client::engine(const MountState& m) {
   eo.local_rings = options_.local_rings;
   eo.timeout_ms = options_.timeout_ms;
   eo.tls = tls_context_;
-  eo.tls_host = tls_host_;
+  eo.tls_host = m.server_host;
   return m.engine.get(m.limits, m.session, eo);
 }
 

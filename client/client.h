@@ -72,6 +72,9 @@ class Context;
 
 namespace odafs {
 
+namespace net {
+struct Endpoint;
+}  // namespace net
 namespace rpc {
 class Channel;
 class Call;
@@ -248,6 +251,11 @@ struct ReadRequest {
 class Client {
  public:
   // Connects and mounts the URL's path (a directory of the export). Throws Error.
+  // odafs://HOST:PORT,HOST2:PORT2/PATH names several servers of one file system (odafsd
+  // gateways of one CephFS, docs/ceph.md): when the one in use cannot be reached (at
+  // mount, or on a lost connection), the next is mounted, in order, round the list, each
+  // failover logged; gateways sharing a --handle-key-file keep open files and handles
+  // good across it.
   static std::unique_ptr<Client> mount(const std::string& url, MountOptions options = {});
   ~Client();
   Client(const Client&) = delete;
@@ -525,10 +533,13 @@ class Client {
   const std::string url_;
   std::string mount_path_;
   const MountOptions options_;
-  // MountOptions::tls: the context every connection of the mount starts TLS with, and the
-  // host the server's certificate must name (the URL's). Set at mount, then constant.
+  // MountOptions::tls: the context every connection of the mount starts TLS with (the
+  // server's certificate must name the host of the server it reaches). Set at mount, then
+  // constant.
   std::shared_ptr<const tls::Context> tls_context_;
-  std::string tls_host_;
+  // The URL's servers, and which one mounts next (guarded by remount_mu_).
+  std::vector<net::Endpoint> servers_;
+  size_t server_index_ = 0;
   std::atomic<ReadMode> read_mode_;
   std::mutex remount_mu_;  // serialises re-mounts; nothing else takes it
   std::atomic<std::shared_ptr<const MountState>> mount_;

@@ -58,6 +58,9 @@ struct MountState {
   MountState& operator=(const MountState&) = delete;
 
   std::shared_ptr<rpc::Channel> channel;
+  // The host of the server this mount reached (the one a TLS certificate must name, for
+  // the engine's connection too).
+  std::string server_host;
   Handle root{};
   ServerLimits limits;
   ordma::Session session;  // id 0: the server has no engine

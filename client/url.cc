@@ -111,8 +111,19 @@ Result<Url> parse_url(const std::string& text) {
   if (authority.find(':') == std::string::npos || authority.back() == ']') {
     return invalid("odafs URL needs HOST:PORT: " + text);
   }
-  ODAFS_ASSIGN_OR_RETURN(url.server, net::try_parse_endpoint(authority));
-  if (url.server.host.empty()) return invalid("odafs URL needs a host: " + text);
+  for (size_t pos = 0; pos <= authority.size();) {
+    size_t comma = authority.find(',', pos);
+    if (comma == std::string::npos) comma = authority.size();
+    const std::string one = authority.substr(pos, comma - pos);
+    pos = comma + 1;
+    if (one.find(':') == std::string::npos || one.back() == ']') {
+      return invalid("odafs URL needs HOST:PORT for each server: " + text);
+    }
+    ODAFS_ASSIGN_OR_RETURN(net::Endpoint server, net::try_parse_endpoint(one));
+    if (server.host.empty()) return invalid("odafs URL needs a host: " + text);
+    url.servers.push_back(std::move(server));
+  }
+  url.server = url.servers.front();
   if (question != std::string::npos) ODAFS_RETURN_IF_ERROR(parse_options(query, text, &url));
   return url;
 }

@@ -19,7 +19,11 @@ namespace odafs {
 inline constexpr int kMaxTimeoutMs = 3600 * 1000;
 
 struct Url {
+  // odafs://HOST:PORT[,HOST:PORT...]/PATH: the servers to mount, tried in this order when
+  // one cannot be reached (failover between gateways of one file system); server is the
+  // first.
   net::Endpoint server;
+  std::vector<net::Endpoint> servers;
   std::string path;               // always starts with '/'
   std::optional<int> timeout_ms;  // ?timeout_ms=N: overrides MountOptions::timeout_ms
   // ?cache_policy=lru|mq: overrides MountOptions::cache_policy

@@ -222,3 +222,38 @@ TEST_CASE("--handle-key-file must be private, long enough, and for a CephFS expo
   odafs::test::TempDir local;
   CHECK_THROWS(ServerProcess(local.path(), {"--handle-key-file", make_key_file(keys, "local")}));
 }
+
+TEST_CASE("a client fails over to the next gateway: its open file reads and writes on" *
+          doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
+  odafs::test::TempDir keys;
+  const std::string key = make_key_file(keys, "failover");
+  auto a = gateway({"--handle-key-file", key});
+  auto b = gateway({"--handle-key-file", key});
+  MountOptions o = uncached();
+  o.reconnect_window_ms = 5000;
+  const std::string both = "odafs://127.0.0.1:" + std::to_string(a->port()) +
+                           ",127.0.0.1:" + std::to_string(b->port()) + "/";
+  auto c = Client::mount(both, o);
+  const std::string top = fresh_top(*c, "failover");
+  const std::string v1 = odafs::test::pattern(30000, 4);
+  File f = c->open(top + "/f", O_RDWR | O_CREAT, 0644);
+  CHECK(f.pwrite(v1.data(), v1.size(), 0) == v1.size());
+  f.fsync();
+  CHECK(read_all(f, v1.size()) == v1);
+
+  a->kill_hard();  // the gateway in use dies: the next call fails over to b
+  CHECK(read_all(f, v1.size()) == v1);
+  CHECK(f.pwrite("AFTER", 5, 0) == 5u);
+  f.fsync();
+  f.close();
+  auto on_b = Client::mount(b->url(), uncached());
+  CHECK(read_all(*on_b, top + "/f", 5) == "AFTER");
+  // New opens by path go to b too.
+  write_file(*c, top + "/g", "made after");
+  CHECK(read_all(*on_b, top + "/g", 10) == "made after");
+
+  // Both away: a mount names the last failure after trying each.
+  b->kill_hard();
+  MountOptions quick = uncached();
+  CHECK(odafs::test::errno_of([&] { Client::mount(both, quick); }) == ECONNREFUSED);
+}

@@ -162,3 +162,17 @@ TEST_CASE("Client::mount refuses a URL with a bad option as EINVAL") {
     CHECK(std::string(e.what()).find("timeout_ms") != std::string::npos);
   }
 }
+
+TEST_CASE("parse_url: several servers, for failover") {
+  odafs::Result<odafs::Url> u = odafs::parse_url("odafs://10.0.0.1:7000,[::1]:7001,b:7002/d");
+  REQUIRE(u.ok());
+  REQUIRE(u->servers.size() == 3);
+  CHECK(u->server.host == "10.0.0.1");
+  CHECK(u->servers[1].host == "::1");
+  CHECK(u->servers[1].port == 7001);
+  CHECK(u->servers[2].host == "b");
+  CHECK(u->path == "/d");
+  CHECK(odafs::parse_url("odafs://a:1,/d").errno_value() == EINVAL);
+  CHECK(odafs::parse_url("odafs://a:1,b/d").errno_value() == EINVAL);
+  CHECK(odafs::parse_url("odafs://a:1,,b:2/d").errno_value() == EINVAL);
+}
