@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "proto/attr.h"
 #include "proto/enums.h"
 #include "proto/status.h"
 #include "server/file_service.h"
@@ -27,26 +28,6 @@ namespace odafs::server {
 namespace {
 
 bool is_dir(const Node& n) { return S_ISDIR(n.type); }
-
-// A directory entry's type on the wire (S_IFMT bits in; regular for unknown).
-odafs_ftype wire_type(mode_t type) {
-  switch (type & S_IFMT) {
-    case S_IFDIR:
-      return ODAFS_DIR;
-    case S_IFLNK:
-      return ODAFS_LNK;
-    case S_IFBLK:
-      return ODAFS_BLK;
-    case S_IFCHR:
-      return ODAFS_CHR;
-    case S_IFSOCK:
-      return ODAFS_SOCK;
-    case S_IFIFO:
-      return ODAFS_FIFO;
-    default:
-      return ODAFS_REG;
-  }
-}
 
 // XDR bytes of an odafs_fattr: what READDIR's plus adds to each entry.
 const size_t kAttrBytes = [] {
@@ -433,7 +414,7 @@ void FileService::do_readdir(const rpc::CallContext& ctx, readdir_args& a, rpc::
       used += cost;
       odafs_dirent e{};
       e.fileid = d.fileid;
-      e.type = wire_type(d.type);
+      e.type = d.type == 0 ? ODAFS_REG : wire_type(d.type);  // 0: the type is unknown
       e.name = const_cast<char*>(d.name);
       e.cookie = d.next_cookie;
       if (plus) self->entry_attributes(*dir, d.name, &e.attr);

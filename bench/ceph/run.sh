@@ -98,13 +98,6 @@ contenders=(
 )
 rows=$work/rows.jsonl
 : >"$rows"
-peers() {  # name target mode pid workloads round [extra flags]
-  local name=$1 target=$2 mode=$3 spid=$4 run=$5 round=$6
-  shift 6
-  [ "$mode" = - ] || set -- --mode "$mode" "$@"
-  build/odafs-peers --target "$target" --name "$name" --server-pid "$spid" --run "$run" \
-    --round "$round" --seconds "$secs" --pm-files "$pm_files" --pm-txns "$pm_txns" "$@"
-}
 # group NAME TARGET PID ROUND START_AT: two processes, 8 reads in flight each.
 group() {
   local c

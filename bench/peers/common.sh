@@ -16,3 +16,14 @@ make_peer_files() {
   mkdir -p "$dir"
   for mb in "${sizes[@]}"; do "$bin" --make-file "$dir/peers-${mb}m.dat" --mb "$mb"; done
 }
+
+# peers NAME TARGET MODE SERVER_PID WORKLOADS ROUND [FLAGS...]: one odafs-peers process
+# (build/odafs-peers) over TARGET, its rows on stdout; MODE "-" for libnfs (one read path).
+# Reads the caller's secs, pm_files and pm_txns.
+peers() {
+  local name=$1 target=$2 mode=$3 spid=$4 run=$5 round=$6
+  shift 6
+  [ "$mode" = - ] || set -- --mode "$mode" "$@"
+  build/odafs-peers --target "$target" --name "$name" --server-pid "$spid" --run "$run" \
+    --round "$round" --seconds "$secs" --pm-files "$pm_files" --pm-txns "$pm_txns" "$@"
+}

@@ -16,6 +16,7 @@
 
 #include "rpc/call_credential.h"
 #include "rpc/server.h"
+#include "server/store_impl/move_bytes.h"
 
 // libcephfs declares inodeno_t only for C++ callers; it is one 64-bit inode number, passed
 // by value (the C definition in ceph_ll_client.h).
@@ -477,30 +478,19 @@ Status CephStore::list(const Object& dir, uint64_t cookie, DirVisitor& visitor, 
 }
 
 Result<size_t> CephStore::read(const Object& file, void* buf, size_t len, uint64_t offset) {
-  size_t got = 0;
-  while (got < len) {
-    const int rc =
-        ceph_ll_read(cm_, obj_of(file).fh.load(std::memory_order_acquire),
-                     static_cast<int64_t>(offset + got), len - got, static_cast<char*>(buf) + got);
-    if (rc < 0) return ceph_status(rc, "read");
-    if (rc == 0) break;
-    got += static_cast<size_t>(rc);
-  }
-  return got;
+  Fh* fh = obj_of(file).fh.load(std::memory_order_acquire);
+  return move_bytes(len, false, "read", [&](size_t done) -> ssize_t {
+    return ceph_ll_read(cm_, fh, static_cast<int64_t>(offset + done), len - done,
+                        static_cast<char*>(buf) + done);
+  });
 }
 
 Result<size_t> CephStore::write(const Object& file, const void* buf, size_t len, uint64_t offset) {
-  size_t done = 0;
-  while (done < len) {
-    const int rc = ceph_ll_write(cm_, obj_of(file).fh.load(std::memory_order_acquire),
-                                 static_cast<int64_t>(offset + done), len - done,
-                                 static_cast<const char*>(buf) + done);
-    if (rc < 0 && done > 0) break;  // what landed; the rest fails on its own
-    if (rc < 0) return ceph_status(rc, "write");
-    if (rc == 0) return Status(EIO, "write: no progress");
-    done += static_cast<size_t>(rc);
-  }
-  return done;
+  Fh* fh = obj_of(file).fh.load(std::memory_order_acquire);
+  return move_bytes(len, true, "write", [&](size_t done) -> ssize_t {
+    return ceph_ll_write(cm_, fh, static_cast<int64_t>(offset + done), len - done,
+                         static_cast<const char*>(buf) + done);
+  });
 }
 
 Status CephStore::truncate(const Object& file, uint64_t size) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "server/identity.h"
+#include "server/store_impl/move_bytes.h"
 
 namespace odafs::server {
 namespace {
@@ -346,30 +347,19 @@ Status PosixStore::list(const Object& dir, uint64_t cookie, DirVisitor& visitor,
 }
 
 Result<size_t> PosixStore::read(const Object& file, void* buf, size_t len, uint64_t offset) {
-  size_t got = 0;
-  while (got < len) {
-    const ssize_t n = env_->pread(fd_of(file), static_cast<char*>(buf) + got, len - got,
-                                  static_cast<off_t>(offset + got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::from_errno("read");
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  return got;
+  return move_bytes(len, false, "read", [&](size_t done) -> ssize_t {
+    const ssize_t n = env_->pread(fd_of(file), static_cast<char*>(buf) + done, len - done,
+                                  static_cast<off_t>(offset + done));
+    return n < 0 ? -errno : n;
+  });
 }
 
 Result<size_t> PosixStore::write(const Object& file, const void* buf, size_t len, uint64_t offset) {
-  size_t done = 0;
-  while (done < len) {
+  return move_bytes(len, true, "write", [&](size_t done) -> ssize_t {
     const ssize_t n = env_->pwrite(fd_of(file), static_cast<const char*>(buf) + done, len - done,
                                    static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && done > 0) break;  // what landed; the rest fails on its own
-    if (n < 0) return Status::from_errno("write");
-    if (n == 0) return Status(EIO, "write: no progress");
-    done += static_cast<size_t>(n);
-  }
-  return done;
+    return n < 0 ? -errno : n;
+  });
 }
 
 Status PosixStore::truncate(const Object& file, uint64_t size) {
