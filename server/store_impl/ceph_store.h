@@ -11,7 +11,8 @@
 // and reused while the caller stays the same, so a call allocates nothing); every
 // libcephfs call gets it, and the client library and the MDS check permissions by it. As
 // the server (no scope, or one that does not act): the mount's own UserPerm. No privilege
-// of the odafsd process is needed for either.
+// of the odafsd process is needed for either. The caller is the thread's, for every
+// CephStore of the process (odafsd has one).
 //
 // Built only where libcephfs is installed (ODAFS_HAVE_CEPHFS); the translation unit that
 // includes libcephfs.h needs _FILE_OFFSET_BITS=64, which CMake sets for it alone. This
