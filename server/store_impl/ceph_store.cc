@@ -469,7 +469,7 @@ Status CephStore::list(const Object& dir, uint64_t cookie, DirVisitor& visitor, 
     char* name = names.data() + used;
     std::memcpy(name, de.d_name, len);
     used += len;
-    const StoreDirEntry entry{name, de.d_ino, DTTOIF(de.d_type),
+    const StoreDirEntry entry{name, de.d_ino, static_cast<mode_t>(DTTOIF(de.d_type)),
                               static_cast<uint64_t>(ceph_telldir(cm_, dirp))};
     if (!visitor.visit(entry)) break;
   }

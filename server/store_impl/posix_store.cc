@@ -339,7 +339,7 @@ Status PosixStore::list(const Object& dir, uint64_t cookie, DirVisitor& visitor,
       const auto* d = reinterpret_cast<const linux_dirent64*>(buf.data() + off);
       off += d->d_reclen;
       if (std::strcmp(d->d_name, ".") == 0 || std::strcmp(d->d_name, "..") == 0) continue;
-      const StoreDirEntry entry{d->d_name, d->d_ino, DTTOIF(d->d_type),
+      const StoreDirEntry entry{d->d_name, d->d_ino, static_cast<mode_t>(DTTOIF(d->d_type)),
                                 static_cast<uint64_t>(d->d_off)};
       if (!visitor.visit(entry)) return Status();
     }
