@@ -27,6 +27,7 @@
 // by several threads at once (as a descriptor may), but moved or destroyed by one.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/types.h>
@@ -212,6 +213,20 @@ class Store {
   virtual Status truncate(const Object& file, uint64_t size) = 0;
   // Makes file's data (data_only) or data and metadata durable.
   virtual Status sync(const Object& file, bool data_only) = 0;
+
+ protected:
+  // The open flags open() uses for an object of type (S_IFMT bits) asked for with flags:
+  // O_RDONLY | O_DIRECTORY for a directory (EISDIR if asked to write), O_RDONLY or O_RDWR
+  // for a regular file, EINVAL for anything else.
+  static Result<int> open_flags(mode_t type, int flags) {
+    const bool write = (flags & O_ACCMODE) != O_RDONLY;
+    if (S_ISDIR(type)) {
+      if (write) return Status(EISDIR, "open");
+      return O_RDONLY | O_DIRECTORY;
+    }
+    if (S_ISREG(type)) return write ? O_RDWR : O_RDONLY;
+    return Status(EINVAL, "open: only files and directories are opened for bytes");
+  }
 
  private:
   friend class Object;

@@ -241,17 +241,10 @@ std::string CephStore::durable_key(const Object&) {
 Result<Object> CephStore::open(const Object& obj, int flags) {
   struct stat st;
   if (Status s = stat(obj, &st); !s.ok()) return s;
-  int how = 0;
-  if (S_ISDIR(st.st_mode)) {
-    if ((flags & O_ACCMODE) != O_RDONLY) return Status(EISDIR, "open");
-    how = O_RDONLY | O_DIRECTORY;
-  } else if (S_ISREG(st.st_mode)) {
-    how = (flags & O_ACCMODE) == O_RDONLY ? O_RDONLY : O_RDWR;
-  } else {
-    return Status(EINVAL, "open: only files and directories are opened for bytes");
-  }
+  Result<int> how = open_flags(st.st_mode, flags);
+  if (!how) return how.status();
   Fh* fh = nullptr;
-  if (int rc = ceph_ll_open(cm_, obj_of(obj).in, how, &fh, current_perm(cm_)); rc != 0) {
+  if (int rc = ceph_ll_open(cm_, obj_of(obj).in, *how, &fh, current_perm(cm_)); rc != 0) {
     return ceph_status(rc, "open");
   }
   return Object(this, reinterpret_cast<uintptr_t>(new CephObject(obj_of(obj).in, fh, false)));

@@ -169,18 +169,11 @@ std::string PosixStore::durable_key(const Object& obj) {
 Result<Object> PosixStore::open(const Object& obj, int flags) {
   struct stat st;
   if (::fstat(fd_of(obj), &st) != 0) return Status::from_errno("open: fstat");
-  int how = 0;
-  if (S_ISDIR(st.st_mode)) {
-    if ((flags & O_ACCMODE) != O_RDONLY) return Status(EISDIR, "open");
-    how = O_RDONLY | O_DIRECTORY;
-  } else if (S_ISREG(st.st_mode)) {
-    how = (flags & O_ACCMODE) == O_RDONLY ? O_RDONLY : O_RDWR;
-  } else {
-    return Status(EINVAL, "open: only files and directories are opened for bytes");
-  }
+  Result<int> how = open_flags(st.st_mode, flags);
+  if (!how) return how.status();
   // Through /proc: a new open, checked against the caller's permission, of this very
   // object (an O_PATH descriptor cannot be reopened by openat).
-  const int fd = ::open(ProcPath(fd_of(obj)).text, how | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  const int fd = ::open(ProcPath(fd_of(obj)).text, *how | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) return Status::from_errno("open");
   return adopt(fd);
 }
