@@ -102,6 +102,16 @@ int connect_to(uint16_t port) {
   return fd;
 }
 
+// Sends record[0, len) on fd and returns the body of the reply record that comes back.
+std::vector<char> exchange(int fd, const std::vector<char>& record, size_t len) {
+  REQUIRE(send(fd, record.data(), len, MSG_NOSIGNAL) == static_cast<ssize_t>(len));
+  char mark[4];
+  REQUIRE(recv(fd, mark, 4, MSG_WAITALL) == 4);
+  std::vector<char> body(odafs::rpc::read_record_mark(mark).length);
+  REQUIRE(recv(fd, body.data(), body.size(), MSG_WAITALL) == static_cast<ssize_t>(body.size()));
+  return body;
+}
+
 // Sends the AUTH_TLS probe on fd and returns the reply record's body.
 std::vector<char> probe(int fd) {
   std::vector<char> record;
@@ -109,12 +119,7 @@ std::vector<char> probe(int fd) {
   auto len = odafs::rpc::encode_call_record(spec, odafs::rpc::to_xdrproc(odafs::rpc::xdr_nothing),
                                             nullptr, 4096, &record);
   REQUIRE(len.ok());
-  REQUIRE(send(fd, record.data(), *len, MSG_NOSIGNAL) == static_cast<ssize_t>(*len));
-  char mark[4];
-  REQUIRE(recv(fd, mark, 4, MSG_WAITALL) == 4);
-  std::vector<char> body(odafs::rpc::read_record_mark(mark).length);
-  REQUIRE(recv(fd, body.data(), body.size(), MSG_WAITALL) == static_cast<ssize_t>(body.size()));
-  return body;
+  return exchange(fd, record, *len);
 }
 
 }  // namespace
@@ -442,11 +447,7 @@ TEST_CASE(
   auto len = odafs::rpc::encode_call_record(spec, odafs::rpc::to_xdrproc(xdr_mount_args), &a, 4096,
                                             &record);
   REQUIRE(len.ok());
-  REQUIRE(send(fd, record.data(), *len, MSG_NOSIGNAL) == static_cast<ssize_t>(*len));
-  char mark[4];
-  REQUIRE(recv(fd, mark, 4, MSG_WAITALL) == 4);
-  std::vector<char> body(odafs::rpc::read_record_mark(mark).length);
-  REQUIRE(recv(fd, body.data(), body.size(), MSG_WAITALL) == static_cast<ssize_t>(body.size()));
+  const std::vector<char> body = exchange(fd, record, *len);
   odafs::rpc::ReplyHeader h;
   size_t at = 0;
   REQUIRE(odafs::rpc::decode_reply_header(body.data(), body.size(), &h, &at));
