@@ -45,7 +45,9 @@ struct SharedFile {
   std::vector<std::pair<uint64_t, size_t>> pending;
   std::vector<char> pending_data;
 
-  std::mutex behind_mu;  // guards the write-behind run and its error
+  // Guards the write-behind run and its error. Timed: a write delegation's write-back waits
+  // for it only while the connection holds (client/write_back.cc).
+  std::timed_mutex behind_mu;
   uint64_t behind_offset = 0;
   std::vector<char> behind;             // written, not yet sent: [behind_offset, + behind.size())
   uint64_t size_before_run = 0;         // `size` when the run began (restored if it fails)

@@ -2,6 +2,7 @@
 // before another call reads or changes the file, WRITE on one mount's channel, and a write
 // delegation's write-back (the books in client/write_books.h).
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 
 #include "client/call_util.h"
@@ -64,8 +65,16 @@ Result<bool> Client::write_back(const MountState& m, const Handle& fh, SharedFil
     return write_on(m, fh, src, n, at, how, verf, committed);
   };
   {
-    // Not waiting for a thread that is sending the run itself (see commit_books' try_only).
-    std::unique_lock behind(sf.behind_mu, std::try_to_lock);
+    // The run must go out before the delegation does: a thread holding the lock may be
+    // adding to it at the end this client knows (an O_APPEND under the delegation), and
+    // once the delegation is back another client's append lands at that same end. So this
+    // waits for the lock, but only while the connection holds: a broken one means a
+    // re-mount, whose thread may hold the lock and wait for this worker to stop; the run
+    // then stays for the next mount to reclaim.
+    std::unique_lock behind(sf.behind_mu, std::defer_lock);
+    while (!behind.try_lock_for(std::chrono::milliseconds(20))) {
+      if (m.channel->broken()) break;
+    }
     if (behind.owns_lock()) {
       ODAFS_RETURN_IF_ERROR(send_run_locked(
           sf,
