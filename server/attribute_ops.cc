@@ -63,7 +63,7 @@ void FileService::do_setattr(const rpc::CallContext& ctx, setattr_args& a, rpc::
       err = EACCES;
     } else if (size > static_cast<u_quad_t>(INT64_MAX)) {
       err = EFBIG;
-    } else if (Status w = nodes_.make_writable(node); !w.ok()) {
+    } else if (Status w = make_writable(node); !w.ok()) {
       err = w.errno_value() == EBADF ? EACCES : w.errno_value();
     } else {
       // Acting as an unprivileged caller, the kernel drops setuid/setgid bits at the

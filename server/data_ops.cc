@@ -37,19 +37,36 @@ odafs_stat not_regular(const struct stat& st) {
 
 }  // namespace
 
-Status FileService::pin_block(const OpenNode& node, uint64_t index, uint32_t need,
+Status FileService::pin_block(const ReadableFile& file, uint64_t index, uint32_t need,
                               cache::BlockCache::ReadPin* pin) {
+  if (!file.cacheable) {
+    *pin = {};  // bypass: read the store
+    return Status();
+  }
+  const OpenNode& node = file.node;
   // The fill captures one pointer, so the FillFn holds it in place: a closure larger than
   // two pointers would make std::function allocate on every call.
-  const struct {
+  struct {
     Store* store;
     const Object* file;
     uint64_t block_off;
-  } from{store_.get(), &node.object(), index * cache_.block_size()};
+    const Node* leased;  // over a store with leases: the lease to check after the read
+    bool lease_lost;
+  } from{store_.get(), &node.object(), index * cache_.block_size(),
+         leases_.active() ? &*node : nullptr, false};
   auto fill = [&from](std::byte* buf, size_t n) -> Result<size_t> {
-    return from.store->read(*from.file, buf, n, from.block_off);
+    Result<size_t> got = from.store->read(*from.file, buf, n, from.block_off);
+    // A recall began while we read: the bytes may not stay (LeaseKeeper).
+    if (got.ok() && from.leased != nullptr &&
+        !from.leased->leased.load(std::memory_order_acquire)) {
+      from.lease_lost = true;
+      return Status(EAGAIN, "lease recalled during the fill");
+    }
+    return got;
   };
-  return cache_.read(cache::BlockKey{node->id, index}, need, fill, pin);
+  Status s = cache_.read(cache::BlockKey{node->id, index}, need, fill, pin);
+  if (from.lease_lost) return Status();  // *pin holds nothing: bypass
+  return s;
 }
 
 odafs_stat FileService::open_for_read(const rpc::CallContext& ctx, const char* fh,
@@ -80,7 +97,15 @@ odafs_stat FileService::open_for_read(const rpc::CallContext& ctx, const char* f
   // The node's descriptor may be one a caller without read permission left (O_PATH): the
   // server reads as itself, for this caller who may.
   if (Status s = nodes_.make_readable(node); !s.ok()) return status_from_errno(s.errno_value());
+  out->cacheable = leases_.may_cache(node);
   return ODAFS_OK;
+}
+
+Status FileService::make_writable(const OpenNode& node) {
+  if (!node.writable()) leases_.give_back(node);
+  ODAFS_RETURN_IF_ERROR(nodes_.make_writable(node));
+  leases_.note_written(node);
+  return Status();
 }
 
 void FileService::do_read(const rpc::CallContext& ctx, read_args& a, rpc::Reply& r) {
@@ -122,7 +147,7 @@ void FileService::do_read(const rpc::CallContext& ctx, read_args& a, rpc::Reply&
   cache::BlockCache::ReadPin pin;
   const BlockSpan span(offset, len, cache_.block_size());
   for (const BlockPiece& p : span) {
-    if (Status s = pin_block(node, p.index, span.file_bytes(p.index, size), &pin); !s.ok()) {
+    if (Status s = pin_block(file, p.index, span.file_bytes(p.index, size), &pin); !s.ok()) {
       return reply_status<read_res>(r, xp(xdr_read_res), status_from_errno(s.errno_value()));
     }
     char* to = dst + p.done;
@@ -181,7 +206,7 @@ void FileService::do_read_direct(const rpc::CallContext& ctx, read_direct_args& 
   const BlockSpan span(a.offset, len, cache_.block_size());
   for (const BlockPiece& p : span) {
     pins.emplace_back();
-    Status s = pin_block(node, p.index, span.file_bytes(p.index, size), &pins.back());
+    Status s = pin_block(file, p.index, span.file_bytes(p.index, size), &pins.back());
     if (!s.ok()) {
       pins.clear();
       return fail(status_from_errno(s.errno_value()));
@@ -228,7 +253,6 @@ void FileService::do_getrefs(const rpc::CallContext& ctx, getrefs_args& a, rpc::
   if (!engine_ || a.session == 0) {
     return reply_status<getrefs_res>(r, xp(xdr_getrefs_res), ODAFS_ERR_NOTSUPP);
   }
-  const OpenNode& node = file.node;
   const uint64_t size = static_cast<uint64_t>(file.st.st_size);
   uint64_t end = std::min<uint64_t>(size, a.offset + std::min<uint64_t>(a.count, options_.max_io));
   thread_local std::vector<odafs_ref> refs;
@@ -239,7 +263,7 @@ void FileService::do_getrefs(const rpc::CallContext& ctx, getrefs_args& a, rpc::
   const BlockSpan span = BlockSpan::whole_blocks(a.offset, end, cache_.block_size());
   for (const BlockPiece& p : span) {
     if (refs.size() >= ODAFS_MAXREFS) break;
-    if (Status s = pin_block(node, p.index, span.file_bytes(p.index, size), &pin); !s.ok()) {
+    if (Status s = pin_block(file, p.index, span.file_bytes(p.index, size), &pin); !s.ok()) {
       return reply_status<getrefs_res>(r, xp(xdr_getrefs_res), status_from_errno(s.errno_value()));
     }
     if (pin.bypass()) break;  // the cache is saturated: no more blocks to hand out
@@ -267,7 +291,7 @@ odafs_stat FileService::check_write(const rpc::CallContext& ctx, const OpenNode&
     return ODAFS_ERR_FBIG;
   }
   // Whatever stops the file being opened read-write, the caller may not write it.
-  if (!nodes_.make_writable(node).ok()) return ODAFS_ERR_ACCES;
+  if (!make_writable(node).ok()) return ODAFS_ERR_ACCES;
   return ODAFS_OK;
 }
 

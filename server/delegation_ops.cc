@@ -59,12 +59,19 @@ void FileService::reply_open(const rpc::CallContext& ctx, const IdentityScope& a
   // None in a grace period (a reclaimer's write-back must find no one holding the file).
   // A write one only for a client named in the recovery record, which lets it reclaim
   // what it keeps after a restart; otherwise a read one.
+  // Over a shared store, a read one only, and only under the store's lease (LeaseKeeper),
+  // checked again after the grant: a recall that began before it has cleared the lease.
   Delegations::Grant g;
   if (S_ISREG(st.st_mode) && options_.delegations && (access & ODAFS_OPEN_READ) != 0 &&
-      as.permits(st, write ? R_OK | W_OK : R_OK) && !recovery_.in_grace()) {
-    const bool may_write =
-        write && setid_bits_to_drop(st.st_mode) == 0 && recovery_.may_hold_writes(ctx.connection);
+      as.permits(st, write ? R_OK | W_OK : R_OK) && !recovery_.in_grace() &&
+      lease_for_delegation(node)) {
+    const bool may_write = write && !leases_.active() && setid_bits_to_drop(st.st_mode) == 0 &&
+                           recovery_.may_hold_writes(ctx.connection);
     if (may_write || !write) g = delegations_.grant(node, ctx.connection, fh, may_write);
+    if (g.id != 0 && !leases_.holds(*node)) {
+      delegations_.returned(node->id, ctx.connection, g.id);
+      g = {};
+    }
   }
   if (S_ISREG(st.st_mode)) {
     // The attributes answered are from after the grant (a change that slipped in between
@@ -89,6 +96,14 @@ void FileService::reply_open(const rpc::CallContext& ctx, const IdentityScope& a
   fill_attr(st, &res.open_res_u.ok.attr);
   res.open_res_u.ok.lease_ms = static_cast<u_int>(delegations_.lease_ms());
   r.send(xp(xdr_open_res), &res);
+}
+
+bool FileService::lease_for_delegation(const NodeRef& node) {
+  if (!leases_.active()) return true;
+  Result<OpenNode> open = nodes_.open(node);
+  if (!open || !open->readable()) return false;
+  std::shared_lock data((*open)->data_lock);
+  return leases_.may_cache(*open);
 }
 
 uint64_t FileService::space_limit(const Object& file, const struct stat& st) const {

@@ -69,15 +69,23 @@ FileService::FileService(Options options, CpuAccounting* cpu)
                    [this](uint64_t connection, const WireHandle& fh, uint64_t id) {
                      return send_recall(connection, fh, id);
                    }),
-      recovery_(Recovery::Options{options_.recovery_record, options_.grace_ms}) {
+      recovery_(Recovery::Options{options_.recovery_record, options_.grace_ms}),
+      leases_(*store_, nodes_, delegations_, cache_,
+              LeaseKeeper::Options{.max_leases = std::max<size_t>(nodes_.max_open_files() / 4, 1),
+                                   .refused_retry_ms = 100,
+                                   .recall_wait_ms = 2 * options_.lease_ms,
+                                   .writer_idle_ms = 500}) {
   if (RAND_bytes(write_verf_.data(), static_cast<int>(write_verf_.size())) != 1) {
     throw std::runtime_error("RAND_bytes failed: no write verifier");
   }
-  if (shared_store_ && options_.delegations) {
+  if (shared_store_ && !leases_.active()) {
     // A delegation promises that no one changes the file unseen; over a shared store
-    // others do, until the store's own delegations back ours (docs/ceph.md).
+    // others do, unless the store's leases back ours (docs/ceph.md).
     options_.delegations = false;
-    ODAFS_LOG_INFO("%s export: no delegations (others change the files unseen)", store_->kind());
+    ODAFS_LOG_INFO(
+        "%s export without leases: no delegations; cached blocks are checked "
+        "against the file's change time",
+        store_->kind());
   }
   // Revoke before a block's memory is reused; lock it while its bytes change. Both hooks
   // cost an atomic store or two when no one-sided read is copying the block.
@@ -298,6 +306,15 @@ void FileService::do_stats(rpc::Reply& r) {
   values.emplace_back("cache.misses", cs.misses.load());
   values.emplace_back("cache.evictions", cs.evictions.load());
   values.emplace_back("cache.bypasses", cs.bypasses.load());
+  if (leases_.active()) {
+    const LeaseKeeper::Stats& ls = leases_.stats();
+    values.emplace_back("leases.held", leases_.held());
+    values.emplace_back("leases.taken", ls.taken.load());
+    values.emplace_back("leases.refused", ls.refused.load());
+    values.emplace_back("leases.recalled", ls.recalled.load());
+    values.emplace_back("leases.given_back", ls.given_back.load());
+    values.emplace_back("leases.late", ls.late.load());
+  }
   values.emplace_back("cache.fill_errors", cs.fill_errors.load());
   values.emplace_back("cache.blocks", cache_.block_count());
   values.emplace_back("cache.block_size", cache_.block_size());

@@ -26,6 +26,7 @@
 #include "server/cpu_accounting.h"
 #include "server/delegations.h"
 #include "server/file_env.h"
+#include "server/lease_keeper.h"
 #include "server/node_table.h"
 #include "server/recovery.h"
 #include "server/store.h"
@@ -234,6 +235,7 @@ class FileService {
     OpenNode node;
     struct stat st;
     std::shared_lock<std::shared_mutex> data_lock;
+    bool cacheable = true;  // LeaseKeeper::may_cache: false reads the store, uncached
   };
   // Resolves fh for a read by the caller: a regular file it may read now (permission, no
   // other client's write delegation out, a descriptor that reads). ODAFS_OK and *out set,
@@ -255,11 +257,17 @@ class FileService {
                      const char* src, size_t len, rpc::Reply& r);
   // How long a direct write waits for the client's bytes.
   static constexpr int kPullTimeoutMs = 10000;
-  // Reads block `index` of node into the cache, filling from the file on a miss, and
-  // pins it in *pin (or leaves pin->bypass() set: no block to spare). Fails with the
-  // errno of the failed fill.
-  Status pin_block(const OpenNode& node, uint64_t index, uint32_t need,
+  // Reads block `index` of file's node into the cache, filling from the file on a miss,
+  // and pins it in *pin (or leaves pin->bypass() set: no block to spare, or a file that
+  // may not be cached). Fails with the errno of the failed fill.
+  Status pin_block(const ReadableFile& file, uint64_t index, uint32_t need,
                    cache::BlockCache::ReadPin* pin);
+  // Reopens node to write (NodeTable::make_writable), giving the store's lease on it back
+  // first (a writer may hold none). REQUIRES: no data lock held on node.
+  Status make_writable(const OpenNode& node);
+  // Whether a delegation on node may be granted as far as the store goes: always without
+  // leases; otherwise when the server holds (or now takes) the file's lease.
+  bool lease_for_delegation(const NodeRef& node);
 
   Options options_;
   CallAuthority authority_;
@@ -276,6 +284,7 @@ class FileService {
   rpc::Server* server_ = nullptr;
   Delegations delegations_;
   Recovery recovery_;
+  LeaseKeeper leases_;  // after what it uses; its pins go before nodes_
   std::atomic<uint32_t> next_callback_xid_{1};
   std::atomic<uint64_t> bytes_read_{0};
   std::atomic<uint64_t> bytes_written_{0};

@@ -394,6 +394,16 @@ void NodeTable::lru_push_front_locked(Node& node) {
   ++lru_size_;
 }
 
+bool NodeTable::close_unpinned(Node& node) {
+  std::lock_guard lock(mu_);
+  if (!node.file) return true;
+  // Pins are taken under mu_ only: a use count of 1 (the node's own) cannot rise meanwhile.
+  if (&node == root_.get() || node.file.use_count() != 1) return false;
+  if (node.in_lru) lru_unlink_locked(node);
+  node.file.reset();
+  return true;
+}
+
 void NodeTable::evict_files_locked() {
   // From the least recently used end, close descriptors no call has pinned. Pins are only
   // taken under mu_ (OpenNode is move-only), so a use count of 1 (the node's own) cannot

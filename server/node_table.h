@@ -115,6 +115,16 @@ struct Node {
   // file its cached blocks were checked against; kNeverChecked before the first look.
   static constexpr int64_t kNeverChecked = INT64_MIN;
   mutable std::atomic<int64_t> blocks_checked_at{kNeverChecked};
+  // The LeaseKeeper's, for a store with leases (Store::leases): whether the server holds
+  // the store's lease on the file (cleared before the file's blocks are dropped; a cache
+  // fill checks it once it read the store), and when the store last refused one (ms,
+  // steady clock).
+  mutable std::atomic<bool> leased{false};
+  mutable std::atomic<int64_t> lease_refused_ms{INT64_MIN / 2};
+  // ... and when the server last wrote the file through the store (ms, steady clock), and
+  // whether the keeper watches it to close it once the writes stop.
+  mutable std::atomic<int64_t> last_write_ms{0};
+  mutable std::atomic<bool> writer_watched{false};
 
  private:
   friend class NodeTable;
@@ -152,6 +162,8 @@ class OpenNode {
     file_.reset();
     node_.reset();
   }
+  // Another pin on the same node and object. REQUIRES: *this is not empty.
+  OpenNode another_pin() const { return OpenNode(node_, file_); }
 
  private:
   friend class NodeTable;
@@ -235,6 +247,10 @@ class NodeTable {
   // read it) is reopened by the server, in place. Ok at once if it reads. The caller
   // checks the permission of whoever the bytes are for. REQUIRES: called as the server.
   Status make_readable(const OpenNode& node);
+  // Closes node's object unless a call has it pinned (the next open() opens it again, as
+  // a reopen after eviction does). Returns false only when it stays open for a pin. Used
+  // to close a file the server opened to write once the writes stop (LeaseKeeper).
+  bool close_unpinned(Node& node);
 
   // The store's identity of an object of attributes st (Store::id_of).
   ObjectId key_of(const struct stat& st) const { return store_.id_of(st); }

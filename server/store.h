@@ -33,6 +33,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -117,9 +118,33 @@ class Store {
   virtual const char* kind() const = 0;
   // Whether others change this store's objects behind this server (CephFS: other gateways
   // and clients of the file system). The server then checks its cached blocks of a file
-  // against the file's change time whenever it looks at the file, and grants no
-  // delegations of its own (docs/ceph.md).
+  // against the file's change time whenever it looks at the file, and caches a file's
+  // bytes only under a lease (below; docs/ceph.md).
   virtual bool shared() const = 0;
+
+  // Leases: the store's promise that no one else changes a file until the store recalls
+  // it (CephFS: a read delegation). The server caches a shared store's file, hands out
+  // references to it and grants delegations on it only while it holds one (LeaseKeeper).
+  // A store that is not shared needs none: leases() is false and the rest is never called.
+  //
+  // The recall function is called once per recall, from a thread of the store's (CephFS:
+  // libcephfs's, perhaps inside a call of ours): it must only note the id and return. The
+  // lease must then be given back soon (CephFS: within --lease-timeout, or the file system
+  // unmounts this server). Set once, before the first take_lease.
+  using LeaseRecallFn = std::function<void(const ObjectId& id)>;
+  virtual bool leases() const { return false; }
+  virtual void set_lease_recall(LeaseRecallFn) {}
+  // Takes a read lease on file (opened for reading; id its ObjectId). EAGAIN: the store
+  // refuses it now (someone, perhaps this server, has the file open to write). Ok at once
+  // when file already holds one.
+  virtual Status take_lease(const Object& file, const ObjectId& id) {
+    (void)file;
+    (void)id;
+    return Status(EOPNOTSUPP, "this store has no leases");
+  }
+  // Gives file's lease back, if it holds one. Never fails (a store that cannot give it
+  // back has lost it anyway).
+  virtual void give_back_lease(const Object& file) { (void)file; }
 
   // What an Object from open_at can do: read bytes (a file or directory opened for
   // reading) and write them (a file opened for both).

@@ -2,8 +2,10 @@
 // (tests/support/ceph_cluster.h; skipped, naming the reason, where Ceph cannot run): the
 // client library through one gateway (names, bytes, one-sided reads), and two gateways on
 // one CephFS (written through one, read through the other; a change through one makes the
-// other drop its cached blocks, so its clients' references fault and they read the new
-// bytes by RPC); as another user, the caller's identity decides on CephFS too.
+// other give back its CephFS delegation, after it dropped its cached blocks, so its
+// clients' references fault and they read the new bytes by RPC, and after it recalled its
+// clients' read delegations); as another user, the caller's identity decides on CephFS
+// too.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -60,6 +62,20 @@ MountOptions uncached() {
   return o;
 }
 
+// Reads `file` whole until a read is one-sided (true), for up to 10 s. A gateway caches a
+// file, and so hands out references to it, only under a CephFS delegation, which CephFS
+// refuses while any client has the file open to write: the gateway that wrote it closes
+// it a moment after the writes stop.
+bool reads_one_sided(Client& c, File& file, const std::string& expect) {
+  for (int i = 0; i < 1000; ++i) {
+    const uint64_t before = c.stats().ordma_reads.load();
+    if (read_all(file, expect.size()) != expect) return false;
+    if (c.stats().ordma_reads.load() > before) return true;
+    usleep(10'000);
+  }
+  return false;
+}
+
 }  // namespace
 
 TEST_CASE("one gateway over CephFS: names, bytes, one-sided reads" * doctest::skip(no_cluster()) *
@@ -79,12 +95,14 @@ TEST_CASE("one gateway over CephFS: names, bytes, one-sided reads" * doctest::sk
   std::sort(names.begin(), names.end());
   CHECK(names == std::vector<std::string>{"g", "l"});
 
-  // The first read brings references, the second reads by them (through the ring).
+  // A read brings references, the next reads by them (through the ring).
   auto reader = Client::mount(gw->url(), uncached());
-  CHECK(read_all(*reader, top + "/g", data.size()) == data);
-  CHECK(read_all(*reader, top + "/g", data.size()) == data);
-  CHECK(reader->stats().ordma_reads.load() > 0);
+  {
+    File g = reader->open(top + "/g", O_RDONLY);
+    CHECK(reads_one_sided(*reader, g, data));
+  }
   CHECK(reader->stats().fallbacks.load() == 0);
+  CHECK(odafs::test::server_stat(*reader, "leases.taken") > 0);
 
   c->unlink(top + "/l");
   c->unlink(top + "/g");
@@ -109,23 +127,62 @@ TEST_CASE("two gateways on one CephFS: written through one, read through the oth
   // A reader on A with the file open, reading one-sided by references to A's blocks.
   auto holder = Client::mount(a->url(), uncached());
   File open_on_a = holder->open(f, O_RDONLY);
-  CHECK(read_all(open_on_a, v1.size()) == v1);
-  CHECK(read_all(open_on_a, v1.size()) == v1);
-  CHECK(holder->stats().ordma_reads.load() > 0);
+  CHECK(reads_one_sided(*holder, open_on_a, v1));
 
   write_file(*on_b, f, v2);  // through B, closed
 
-  // An open through A after B's close sees B's bytes (close-to-open across gateways): A
-  // looks at the file, finds it changed, and drops its blocks...
-  CHECK(read_all(*on_a, f, v2.size()) == v2);
-  // ...so the references the open reader holds fault, and it reads B's bytes by RPC.
+  // B's bytes landed only once A gave its CephFS delegation back, and A dropped its blocks
+  // before that: the references the open reader holds fault at once, with no call of
+  // anyone's to A between, and it reads B's bytes by RPC.
   const uint64_t fallbacks = holder->stats().fallbacks.load();
   CHECK(read_all(open_on_a, v2.size()) == v2);
   CHECK(holder->stats().fallbacks.load() > fallbacks);
+  CHECK(odafs::test::server_stat(*holder, "leases.recalled") > 0);
+  // An open through A sees them too (close-to-open across gateways).
+  CHECK(read_all(*on_a, f, v2.size()) == v2);
 
   // And the other way: a write through A, read through B.
   write_file(*on_a, f, v1);
   CHECK(read_all(*on_b, f, v1.size()) == v1);
+}
+
+TEST_CASE("a read delegation through one gateway is recalled by a write through the other" *
+          doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
+  auto a = gateway();
+  auto b = gateway();
+  auto on_b = Client::mount(b->url());
+  auto reader = Client::mount(a->url());  // caches, and takes delegations
+  const std::string top = fresh_top(*on_b, "deleg");
+  const std::string f = top + "/f";
+  const std::string v1 = odafs::test::pattern(16 * 1024, 3);
+  const std::string v2 = odafs::test::pattern(16 * 1024, 4);
+  write_file(*on_b, f, v1);
+
+  // A grants one once it holds CephFS's delegation (B closes the file it wrote a moment
+  // after its writes stop; until then CephFS grants no one a read delegation).
+  bool delegated = false;
+  for (int i = 0; i < 1000 && !delegated; ++i) {
+    File r = reader->open(f, O_RDONLY);
+    CHECK(read_all(r, v1.size()) == v1);
+    r.close();
+    delegated = odafs::test::server_stat(*reader, "delegations.held") > 0;
+    if (!delegated) usleep(10'000);
+  }
+  REQUIRE(delegated);
+  const uint64_t opens = reader->stats().delegated_opens.load();
+  {
+    File r = reader->open(f, O_RDONLY);  // the reader's own: no call
+    CHECK(read_all(r, v1.size()) == v1);
+  }
+  CHECK(reader->stats().delegated_opens.load() > opens);
+
+  // B's write waits for CephFS's delegation, which A gives back only after it recalled
+  // the reader's.
+  const uint64_t recalled = odafs::test::server_stat(*reader, "delegations.recalled");
+  write_file(*on_b, f, v2);
+  CHECK(odafs::test::server_stat(*reader, "delegations.recalled") > recalled);
+  File r = reader->open(f, O_RDONLY);
+  CHECK(read_all(r, v2.size()) == v2);
 }
 
 TEST_CASE("a gateway acts as its callers on CephFS: no root needed, permissions hold" *

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <vector>
 
+#include "base/log.h"
 #include "rpc/call_credential.h"
 #include "rpc/server.h"
 #include "server/store_impl/move_bytes.h"
@@ -36,8 +37,9 @@ struct CephObject {
   Inode* const in;
   std::atomic<Fh*> fh;
   const bool owned_in;
-  std::mutex mu;             // reopen_in_place's
+  std::mutex mu;             // reopen_in_place's and the lease's
   std::vector<Fh*> retired;  // guarded by mu
+  Fh* leased = nullptr;      // the open file holding the lease (fh, or one retired); mu
 };
 
 CephObject& obj_of(const Object& o) { return *reinterpret_cast<CephObject*>(o.native()); }
@@ -98,6 +100,15 @@ Result<std::unique_ptr<CephStore>> CephStore::connect(const Options& options) {
   if ((rc = ceph_mount(cm, options.path.c_str())) != 0) {
     return Status(-rc, "mounting CephFS path " + options.path);
   }
+  if (options.lease_timeout_s > 0) {
+    rc = ceph_set_deleg_timeout(cm, options.lease_timeout_s);
+    if (rc == 0) {
+      store->leases_ = true;
+    } else {
+      ODAFS_LOG_WARN("cephfs: no delegations (lease timeout %us: %s): files are not cached",
+                     options.lease_timeout_s, std::strerror(-rc));
+    }
+  }
   return store;
 }
 
@@ -108,6 +119,7 @@ CephStore::~CephStore() {
 
 void CephStore::release(uintptr_t native) {
   auto* o = reinterpret_cast<CephObject*>(native);
+  if (o->leased != nullptr) give_back_delegation(o->leased);  // the last holder: no lock
   if (Fh* fh = o->fh.load(); fh != nullptr) ceph_ll_close(cm_, fh);
   for (Fh* fh : o->retired) ceph_ll_close(cm_, fh);
   if (o->owned_in && o->in != nullptr) ceph_ll_put(cm_, o->in);
@@ -239,6 +251,56 @@ Status CephStore::reopen_in_place(const Object& obj, bool write, Access* access)
   }
   *access = Access{true, rdwr};
   return Status();
+}
+
+Status CephStore::take_lease(const Object& file, const ObjectId& id) {
+  if (!leases_) return Status(EOPNOTSUPP, "cephfs: delegations are off");
+  CephObject& o = obj_of(file);
+  std::lock_guard lock(o.mu);
+  if (o.leased != nullptr) return Status();
+  Fh* fh = o.fh.load(std::memory_order_acquire);
+  if (fh == nullptr) return Status(EBADF, "lease: the object is not open");
+  {
+    std::lock_guard registry(leased_mu_);  // first: the recall may come at once
+    leased_[fh] = id;
+  }
+  if (int rc = ceph_ll_delegation(cm_, fh, CEPH_DELEGATION_RD, &CephStore::lease_recalled, this);
+      rc != 0) {
+    std::lock_guard registry(leased_mu_);
+    leased_.erase(fh);
+    return ceph_status(rc, "delegation");
+  }
+  o.leased = fh;
+  return Status();
+}
+
+void CephStore::give_back_lease(const Object& file) {
+  CephObject& o = obj_of(file);
+  std::lock_guard lock(o.mu);
+  if (o.leased == nullptr) return;
+  give_back_delegation(o.leased);
+  o.leased = nullptr;
+}
+
+void CephStore::give_back_delegation(Fh* fh) {
+  if (int rc = ceph_ll_delegation(cm_, fh, CEPH_DELEGATION_NONE, &CephStore::lease_recalled, this);
+      rc != 0) {
+    ODAFS_LOG_WARN("cephfs: giving a delegation back failed: %s", std::strerror(-rc));
+  }
+  std::lock_guard registry(leased_mu_);
+  leased_.erase(fh);
+}
+
+void CephStore::lease_recalled(Fh* fh, void* store) {
+  auto* self = static_cast<CephStore*>(store);
+  ObjectId id;
+  {
+    std::lock_guard registry(self->leased_mu_);
+    auto it = self->leased_.find(fh);
+    if (it == self->leased_.end()) return;  // given back meanwhile
+    id = it->second;
+  }
+  if (self->recall_) self->recall_(id);
 }
 
 std::string CephStore::durable_key(const Object&) {

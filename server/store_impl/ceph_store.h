@@ -22,11 +22,14 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "server/store.h"
 
 struct ceph_mount_info;
+struct Fh;
 
 namespace odafs::server {
 
@@ -36,16 +39,24 @@ class CephStore final : public Store {
     std::string conf;        // ceph.conf of the cluster (its monitors and keyring)
     std::string client_id;   // cephx name without "client." (empty: "admin")
     std::string path = "/";  // the directory of the CephFS to export
+    // Seconds this server has to give back a recalled lease (a CephFS delegation) before
+    // the file system unmounts it (ceph_set_deleg_timeout). 0: no leases, so no caching.
+    unsigned lease_timeout_s = 20;
   };
   // Connects and mounts. Fails with what libcephfs said (ENOENT for a missing path, say).
   static Result<std::unique_ptr<CephStore>> connect(const Options& options);
   ~CephStore() override;
 
-  // The libcephfs mount, for what the store does not wrap yet (delegations). Owned.
+  // The libcephfs mount, for what the store does not wrap. Owned.
   ceph_mount_info* mount_info() const { return cm_; }
 
   const char* kind() const override { return "cephfs"; }
   bool shared() const override { return true; }
+  // Leases are CephFS read delegations on the object's open file (ceph_ll_delegation).
+  bool leases() const override { return leases_; }
+  void set_lease_recall(LeaseRecallFn recall) override { recall_ = std::move(recall); }
+  Status take_lease(const Object& file, const ObjectId& id) override;
+  void give_back_lease(const Object& file) override;
   Result<Object> root() override;
   Result<Object> lookup(const Object& dir, const char* name, struct stat* st) override;
   Status stat_at(const Object& dir, const char* name, struct stat* st) override;
@@ -79,6 +90,10 @@ class CephStore final : public Store {
 
  private:
   explicit CephStore(ceph_mount_info* cm) : cm_(cm) {}
+  // libcephfs's recall callback (ceph_deleg_cb_t); store is this.
+  static void lease_recalled(Fh* fh, void* store);
+  // Gives back the delegation fh holds and forgets it.
+  void give_back_delegation(Fh* fh);
   // open_at's and find's second half: opens held (attributes st) as the node table keeps
   // objects.
   Status open_held(const Object& held, const struct stat& st, Access* access);
@@ -87,6 +102,11 @@ class CephStore final : public Store {
   void end_caller(uintptr_t restore) override;
 
   ceph_mount_info* const cm_;
+  bool leases_ = false;  // set by connect
+  LeaseRecallFn recall_;
+  // The open files holding a delegation, and whose they are: a recall names only the Fh.
+  std::mutex leased_mu_;
+  std::unordered_map<Fh*, ObjectId> leased_;  // guarded by leased_mu_
 };
 
 }  // namespace odafs::server

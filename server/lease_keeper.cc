@@ -1,0 +1,227 @@
+#include "server/lease_keeper.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <utility>
+
+#include "base/log.h"
+
+namespace odafs::server {
+namespace {
+
+int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+LeaseKeeper::LeaseKeeper(Store& store, NodeTable& nodes, Delegations& delegations,
+                         cache::BlockCache& cache, Options options)
+    : store_(store),
+      nodes_(nodes),
+      delegations_(delegations),
+      cache_(cache),
+      options_(options),
+      active_(store.leases()) {
+  if (!active_) return;
+  // Only notes the id: the store calls this from its own threads, perhaps inside ours.
+  store_.set_lease_recall([this](const ObjectId& id) {
+    stats_.recalled.fetch_add(1, std::memory_order_relaxed);
+    {
+      std::lock_guard lock(mu_);
+      to_give_back_.push_back(id);
+    }
+    wake_.notify_one();
+  });
+  worker_ = std::thread([this] { run(); });
+}
+
+LeaseKeeper::~LeaseKeeper() {
+  if (!active_) return;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  worker_.join();
+  // No client is served any more: the blocks go with the server, the leases back.
+  std::unordered_map<ObjectId, OpenNode, KeyHash> held;
+  {
+    std::lock_guard lock(mu_);
+    held.swap(held_);
+    writers_.clear();
+  }
+  for (auto& [key, node] : held) store_.give_back_lease(node.object());
+}
+
+bool LeaseKeeper::may_cache(const OpenNode& node) {
+  if (!active_ || node->leased.load(std::memory_order_acquire)) return true;
+  const int64_t now = steady_ms();
+  if (now - node->lease_refused_ms.load(std::memory_order_relaxed) < options_.refused_retry_ms) {
+    return false;
+  }
+  std::lock_guard taking(taking_mu_);
+  if (node->leased.load(std::memory_order_acquire)) return true;
+  {
+    // Pinned and findable before the store is asked: its recall may come at once.
+    std::lock_guard lock(mu_);
+    if (stopping_) return false;
+    held_.try_emplace(node->key, node.another_pin());
+  }
+  if (Status s = store_.take_lease(node.object(), node->key); !s.ok()) {
+    {
+      std::lock_guard lock(mu_);
+      held_.erase(node->key);
+    }
+    node->lease_refused_ms.store(now, std::memory_order_relaxed);
+    stats_.refused.fetch_add(1, std::memory_order_relaxed);
+    // Perhaps refused for our own open to write (a file this server created, say): closed
+    // once idle, the file reopens to read.
+    if (node.writable()) watch_writer(node);
+    return false;
+  }
+  node->leased.store(true, std::memory_order_release);
+  stats_.taken.fetch_add(1, std::memory_order_relaxed);
+  bool over_bound = false;
+  {
+    std::lock_guard lock(mu_);
+    taken_order_.push_back(node->key);
+    if (held_.size() > options_.max_leases) {
+      // The oldest lease still held goes back, on the keeper's thread.
+      while (!taken_order_.empty() && !over_bound) {
+        const ObjectId oldest = taken_order_.front();
+        taken_order_.pop_front();
+        over_bound = held_.count(oldest) != 0 && !(oldest == node->key);
+        if (over_bound) to_give_back_.push_back(oldest);
+      }
+    } else if (taken_order_.size() > 2 * options_.max_leases) {
+      std::erase_if(taken_order_, [&](const ObjectId& k) { return held_.count(k) == 0; });
+    }
+  }
+  if (over_bound) wake_.notify_one();
+  return true;
+}
+
+void LeaseKeeper::give_back(const OpenNode& node) {
+  if (!active_ || !node->leased.load(std::memory_order_acquire)) return;
+  undo_and_give_back(node);
+}
+
+size_t LeaseKeeper::held() const {
+  std::lock_guard lock(mu_);
+  return held_.size();
+}
+
+void LeaseKeeper::note_written(const OpenNode& node) {
+  if (!active_) return;
+  node->last_write_ms.store(steady_ms(), std::memory_order_relaxed);
+  watch_writer(node);
+}
+
+void LeaseKeeper::watch_writer(const OpenNode& node) {
+  if (node->writer_watched.load(std::memory_order_relaxed) ||
+      node->writer_watched.exchange(true, std::memory_order_acq_rel)) {
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    writers_.push_back(node.node());
+  }
+  wake_.notify_one();  // the keeper's thread may wait with nothing to time
+}
+
+void LeaseKeeper::run() {
+  std::unique_lock lock(mu_);
+  int64_t last_sweep = steady_ms();
+  for (;;) {
+    auto ready = [&] { return stopping_ || !to_give_back_.empty(); };
+    if (writers_.empty()) {
+      wake_.wait(lock, [&] { return ready() || !writers_.empty(); });
+    } else {
+      wake_.wait_for(lock, std::chrono::milliseconds(options_.writer_idle_ms / 4 + 1), ready);
+    }
+    if (stopping_) return;
+    if (!to_give_back_.empty()) {
+      const ObjectId key = to_give_back_.front();
+      to_give_back_.pop_front();
+      lock.unlock();
+      give_back_key(key);
+      lock.lock();
+    }
+    if (const int64_t now = steady_ms(); now - last_sweep >= options_.writer_idle_ms / 4) {
+      last_sweep = now;
+      close_idle_writers_locked(lock);
+    }
+  }
+}
+
+void LeaseKeeper::close_idle_writers_locked(std::unique_lock<std::mutex>& lock) {
+  const int64_t now = steady_ms();
+  std::vector<NodeRef> idle;
+  std::erase_if(writers_, [&](const NodeRef& n) {
+    const bool stopped =
+        now - n->last_write_ms.load(std::memory_order_relaxed) >= options_.writer_idle_ms;
+    if (stopped) idle.push_back(n);
+    return stopped;
+  });
+  if (idle.empty()) return;
+  lock.unlock();
+  std::vector<NodeRef> busy;
+  for (NodeRef& n : idle) {
+    // Cleared first: a write from here on watches the file again.
+    n->writer_watched.store(false, std::memory_order_release);
+    if (!nodes_.close_unpinned(*n) &&
+        !n->writer_watched.exchange(true, std::memory_order_acq_rel)) {
+      busy.push_back(std::move(n));  // a call has it pinned: next time
+    }
+  }
+  lock.lock();
+  writers_.insert(writers_.end(), busy.begin(), busy.end());
+}
+
+void LeaseKeeper::give_back_key(const ObjectId& key) {
+  OpenNode node;
+  {
+    std::lock_guard lock(mu_);
+    auto it = held_.find(key);
+    if (it == held_.end()) return;  // given back already
+    node = it->second.another_pin();
+  }
+  undo_and_give_back(node);
+}
+
+void LeaseKeeper::undo_and_give_back(const OpenNode& node) {
+  // 1. This server's clients' delegations on the file come back first (a write delegation
+  // brings its holder's kept bytes); none is granted while the change lasts.
+  const int64_t give_up_at = steady_ms() + options_.recall_wait_ms;
+  std::optional<Delegations::Change> change;
+  for (;;) {
+    change.emplace(delegations_.begin_change(node->id, /*connection=*/0));
+    if (!change->delayed() || steady_ms() >= give_up_at) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // DELAY can come at once
+  }
+  if (change->delayed()) {
+    stats_.late.fetch_add(1, std::memory_order_relaxed);
+    ODAFS_LOG_WARN("lease on file %llu: delegations still out after %d ms; giving it back anyway",
+                   static_cast<unsigned long long>(node->key.ino), options_.recall_wait_ms);
+  }
+  // 2. Cleared first: a fill from here on keeps nothing (FileService::pin_block checks the
+  // flag after it read the store, with its block already in the cache's map, so this drop
+  // catches a fill that checked before the clear). Dropping the blocks revokes every
+  // reference to them. No lock of the file's is taken: a read of ours may be waiting in the
+  // store for this very give-back.
+  const bool was_leased = node->leased.exchange(false, std::memory_order_acq_rel);
+  cache_.invalidate(node->id, 0, UINT64_MAX);
+  // 3. Only now may the other writer's bytes land.
+  store_.give_back_lease(node.object());
+  {
+    std::lock_guard lock(mu_);
+    held_.erase(node->key);
+  }
+  if (was_leased) stats_.given_back.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace odafs::server
