@@ -45,15 +45,18 @@ if [ "$quick" = 1 ]; then
   ctest --test-dir "$builddir" --output-on-failure --timeout 600 -j"$jobs" -E '^soak_'
   exit 0
 fi
-echo "== tests"
-ctest --test-dir build --output-on-failure --timeout 600
+# Suites at once: twice the cores in the release build (they mostly wait on sockets and
+# child processes), as many as cores under the sanitizers (each uses more CPU there).
+jobs=$(($(nproc) * 2))
+echo "== tests ($jobs at once)"
+ctest --test-dir build --output-on-failure --timeout 600 -j"$jobs"
 
 if [ "${ODAFS_SKIP_SANITIZE:-0}" != 1 ]; then
   echo "== build (ASan + UBSan)"
   bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DODAFS_SANITIZE=ON
-  echo "== tests under ASan + UBSan"
+  echo "== tests under ASan + UBSan ($(nproc) at once)"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --test-dir build-asan --output-on-failure --timeout 900
+    ctest --test-dir build-asan --output-on-failure --timeout 900 -j"$(nproc)"
 fi
 
 if [ "${ODAFS_SKIP_FUZZ:-0}" != 1 ]; then

@@ -63,11 +63,12 @@ void FileService::reply_open(const rpc::CallContext& ctx, const IdentityScope& a
   // checked again after the grant: a recall that began before it has cleared the lease.
   Delegations::Grant g;
   if (S_ISREG(st.st_mode) && options_.delegations && (access & ODAFS_OPEN_READ) != 0 &&
-      as.permits(st, write ? R_OK | W_OK : R_OK) && !recovery_.in_grace() &&
-      lease_for_delegation(node)) {
+      as.permits(st, write ? R_OK | W_OK : R_OK) && !recovery_.in_grace()) {
     const bool may_write = write && !leases_.active() && setid_bits_to_drop(st.st_mode) == 0 &&
                            recovery_.may_hold_writes(ctx.connection);
-    if (may_write || !write) g = delegations_.grant(node, ctx.connection, fh, may_write);
+    if ((may_write || !write) && lease_for_delegation(node)) {
+      g = delegations_.grant(node, ctx.connection, fh, may_write);
+    }
     if (g.id != 0 && !leases_.holds(*node)) {
       delegations_.returned(node->id, ctx.connection, g.id);
       g = {};

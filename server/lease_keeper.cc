@@ -209,15 +209,18 @@ void LeaseKeeper::undo_and_give_back(const OpenNode& node) {
                    static_cast<unsigned long long>(node->key.ino), options_.recall_wait_ms);
   }
   // 2. Cleared first: a fill from here on keeps nothing (FileService::pin_block checks the
-  // flag after it read the store, with its block already in the cache's map, so this drop
+  // flag after it read the store, with its block already in the cache's map, so the drop
   // catches a fill that checked before the clear). Dropping the blocks revokes every
-  // reference to them. No lock of the file's is taken: a read of ours may be waiting in the
-  // store for this very give-back.
-  const bool was_leased = node->leased.exchange(false, std::memory_order_acq_rel);
-  cache_.invalidate(node->id, 0, UINT64_MAX);
-  // 3. Only now may the other writer's bytes land.
-  store_.give_back_lease(node.object());
+  // reference to them. 3. Only then may the other writer's bytes land. taking_mu_ makes
+  // 2 and 3 one step for may_cache, which could otherwise find the lease still held
+  // between them and take it "again" just before it goes back. No lock of the file's is
+  // taken: a read of ours may be waiting in the store for this very give-back.
+  bool was_leased;
   {
+    std::lock_guard taking(taking_mu_);
+    was_leased = node->leased.exchange(false, std::memory_order_acq_rel);
+    cache_.invalidate(node->id, 0, UINT64_MAX);
+    store_.give_back_lease(node.object());
     std::lock_guard lock(mu_);
     held_.erase(node->key);
   }

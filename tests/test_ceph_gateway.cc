@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
@@ -21,6 +22,8 @@
 #include "rpc/call_credential.h"
 #include "tests/support/ceph_cluster.h"
 #include "tests/support/client_util.h"
+#include "tests/support/mount_process.h"
+#include "tests/support/mounted.h"
 #include "tests/support/server_process.h"
 
 namespace {
@@ -34,6 +37,10 @@ using odafs::test::ServerProcess;
 
 bool no_cluster() { return !cluster().why_not.empty(); }
 const char* skip_reason() { return no_cluster() ? cluster().why_not.c_str() : ""; }
+// For the FUSE case: the cluster, then FUSE with root (it acts as another user).
+const char* mount_skip_reason() {
+  return no_cluster() ? skip_reason() : odafs::test::root_mount_skip();
+}
 
 // A gateway: odafsd exporting the root of the suite's CephFS.
 std::unique_ptr<ServerProcess> gateway(std::vector<std::string> more = {}) {
@@ -183,6 +190,47 @@ TEST_CASE("a read delegation through one gateway is recalled by a write through 
   CHECK(read_all(r, v2.size()) == v2);
 }
 
+TEST_CASE(
+    "two gateways through FUSE mounts: written through one, read through the other; another "
+    "user of a mount is refused root's file and makes her own as herself" *
+    doctest::skip(*mount_skip_reason() != '\0') * doctest::description(mount_skip_reason())) {
+  using odafs::test::as_nobody;
+  using odafs::test::failed_with;
+  using odafs::test::kNobody;
+  auto a = gateway();
+  auto b = gateway();
+  auto setup = Client::mount(a->url());
+  const std::string top = fresh_top(*setup, "fuse");
+  setup->chmod(top, 0777);
+  odafs::test::TempDir mnt_a, mnt_b;
+  odafs::test::MountProcess on_a(a->url(), mnt_a.path(), {"allow_other"});
+  odafs::test::MountProcess on_b(b->url(), mnt_b.path(), {"allow_other"});
+  const std::string f_a = on_a / (top.substr(1) + "/f");
+  const std::string f_b = on_b / (top.substr(1) + "/f");
+  const std::string v1 = odafs::test::pattern(40000, 5);
+  const std::string v2 = odafs::test::pattern(40000, 6);
+
+  odafs::test::write_local(f_a, v1);  // closed through mount A
+  CHECK(odafs::test::read_local(f_b) == v1);
+  odafs::test::write_local(f_b, v2);  // and back
+  CHECK(odafs::test::read_local(f_a) == v2);
+
+  // Another user on mount A: root's 0600 file is refused her by CephFS (the gateway acts
+  // as her), and a file she makes is hers on CephFS, as gateway B sees it.
+  REQUIRE(chmod(f_a.c_str(), 0600) == 0);
+  CHECK(as_nobody([&] { return failed_with(open(f_a.c_str(), O_RDONLY) < 0); }) == EACCES);
+  const std::string mine = on_a / (top.substr(1) + "/mine");
+  CHECK(as_nobody([&] {
+          int fd = open(mine.c_str(), O_CREAT | O_WRONLY, 0600);
+          if (fd < 0) return errno;
+          const bool wrote = write(fd, "hers", 4) == 4;
+          return close(fd) == 0 && wrote ? 0 : 1;
+        }) == 0);
+  auto on_b_client = Client::mount(b->url());
+  CHECK(on_b_client->stat(top + "/mine").uid == kNobody);
+  CHECK(odafs::test::read_local(on_b / (top.substr(1) + "/mine")) == "hers");  // root, via B
+}
+
 TEST_CASE("a gateway acts as its callers on CephFS: no root needed, permissions hold" *
           doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
   // --auth-sys: every call runs as the uid it claims (root's own socket may claim anyone).
@@ -221,6 +269,16 @@ std::string make_key_file(const odafs::test::TempDir& dir, const char* name) {
   return path;
 }
 
+// Fences a dead gateway as a deployment would: the MDS evicts the CephFS session of process
+// `pid` (libcephfs names its pid in its session's metadata), so the capabilities it held
+// go now rather than at the session timeout.
+void evict_session_of(pid_t pid) {
+  const std::string command =
+      "ceph --conf '" + cluster().conf +
+      "' tell mds.a client evict client_metadata.pid=" + std::to_string(pid) + " >/dev/null 2>&1";
+  CHECK(std::system(command.c_str()) == 0);
+}
+
 // Reads len bytes of the file a handle names, by handle alone (no path, no open).
 std::string read_by_handle(Client& c, const odafs::Handle& h, size_t len) {
   std::string out(len, '\0');
@@ -247,6 +305,15 @@ TEST_CASE("gateways sharing --handle-key-file take each other's handles, after a
 
   auto on_b = Client::mount(b->url(), uncached());
   CHECK(read_by_handle(*on_b, h, data.size()) == data);  // never looked up through B
+  // A forger without the key: any one bit changed anywhere (the inode number, to reach
+  // another file; the MAC; the version) is refused, and B serves on.
+  for (size_t i = 0; i < h.size(); ++i) {
+    odafs::Handle forged = h;
+    forged[i] ^= 0x01;
+    CHECK_MESSAGE(odafs::test::errno_of([&] { read_by_handle(*on_b, forged, data.size()); }) != 0,
+                  "byte ", i);
+  }
+  CHECK(read_by_handle(*on_b, h, data.size()) == data);
   auto on_other = Client::mount(other->url(), uncached());
   CHECK(odafs::test::errno_of([&] { read_by_handle(*on_other, h, data.size()); }) != 0);
   // The same key, another directory of the file system: not its handle either.
@@ -296,7 +363,12 @@ TEST_CASE("a client fails over to the next gateway: its open file reads and writ
   f.fsync();
   CHECK(read_all(f, v1.size()) == v1);
 
-  a->kill_hard();  // the gateway in use dies: the next call fails over to b
+  // The gateway in use dies: the next call fails over to b. Its CephFS session keeps the
+  // file's capabilities until the MDS times it out (30 s here); a deployment fences a dead
+  // gateway at once, as here (docs/ceph.md).
+  const pid_t dead = a->pid();
+  a->kill_hard();
+  evict_session_of(dead);
   CHECK(read_all(f, v1.size()) == v1);
   CHECK(f.pwrite("AFTER", 5, 0) == 5u);
   f.fsync();
