@@ -3,8 +3,11 @@
 # one monitor, one manager, one BlueStore OSD on a sparse file, one MDS, pools of size 1,
 # everything under DIR and on 127.0.0.1.
 #
-#   scripts/ceph-cluster.sh start DIR   # prints the cluster's conf file as its last line
-#   scripts/ceph-cluster.sh stop DIR    # kills the daemons by PID (SIGKILL: at once)
+#   scripts/ceph-cluster.sh start DIR [OWNER_PID]  # prints the cluster's conf file last
+#   scripts/ceph-cluster.sh stop DIR               # kills the daemons by PID (SIGKILL)
+#
+# With OWNER_PID, a detached watcher stops the cluster once that process is gone, however
+# it went (a suite killed at its timeout runs no destructor).
 #
 # start exits 3, saying why on stderr, when this machine cannot run one (no Ceph daemons:
 # `bash scripts/deps.sh ceph-mon ceph-mgr ceph-osd ceph-mds ceph-common libcephfs-dev`),
@@ -17,7 +20,8 @@
 set -euo pipefail
 cmd=${1:-}
 dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop DIR" >&2; exit 2; }
+owner=${3:-}
+[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start DIR [OWNER_PID] | stop DIR" >&2; exit 2; }
 
 stop() {
   for f in "$dir"/run/*.pid; do
@@ -31,7 +35,12 @@ if [ "$cmd" = stop ]; then
   stop
   exit 0
 fi
-[ "$cmd" = start ] || { echo "usage: $0 start|stop DIR" >&2; exit 2; }
+if [ "$cmd" = watch ]; then  # the watcher that start leaves behind (see above)
+  while kill -0 "$owner" 2>/dev/null; do sleep 2; done
+  stop
+  exit 0
+fi
+[ "$cmd" = start ] || { echo "usage: $0 start DIR [OWNER_PID] | stop DIR" >&2; exit 2; }
 
 for bin in ceph-mon ceph-mgr ceph-osd ceph-mds ceph ceph-authtool monmaptool; do
   if ! command -v "$bin" >/dev/null; then
@@ -113,6 +122,9 @@ ceph-mds -c "$conf" -i a >&2
 for _ in $(seq 120); do
   if ceph -c "$conf" mds stat 2>/dev/null | grep -q "up:active"; then
     trap - EXIT
+    if [ -n "$owner" ]; then
+      setsid bash "$(readlink -f "$0")" watch "$dir" "$owner" </dev/null >/dev/null 2>&1 &
+    fi
     echo "$conf"
     exit 0
   fi

@@ -102,7 +102,7 @@ odafs_stat FileService::open_for_read(const rpc::CallContext& ctx, const char* f
 }
 
 Status FileService::make_writable(const OpenNode& node) {
-  if (!node.writable()) leases_.give_back(node);
+  if (!node.writable()) leases_.give_back(node->key);
   ODAFS_RETURN_IF_ERROR(nodes_.make_writable(node));
   leases_.note_written(node);
   return Status();

@@ -156,6 +156,24 @@ Delegations::Change Delegations::begin_change(uint64_t node, uint64_t connection
   return Change(this, node);
 }
 
+Delegations::Change Delegations::begin_change_without_waiting(uint64_t node) {
+  std::vector<Holder> to_recall;
+  WireHandle fh{};
+  {
+    std::lock_guard lock(mu_);
+    changing_.push_back(node);
+    if (sweep_locked(node, /*connection=*/0, /*writes_only=*/false, now_ms(), &to_recall) > 0) {
+      fh = files_[node].fh;
+    }
+  }
+  for (const Holder& h : to_recall) {
+    stats_.recalled.fetch_add(1, std::memory_order_relaxed);
+    // Unreachable: its connection is closing, and connection_closed drops it.
+    (void)send_recall_(h.connection, fh, h.id);
+  }
+  return Change(this, node);
+}
+
 bool Delegations::await_writers_slow(uint64_t node, uint64_t connection) {
   std::unique_lock lock(mu_);
   return wait_for_holders_locked(lock, node, connection, /*writes_only=*/true);

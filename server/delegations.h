@@ -102,6 +102,11 @@ class Delegations {
   // the result alive until the change is done. Allocates nothing unless there are
   // delegations on the file.
   Change begin_change(uint64_t node, uint64_t connection);
+  // The same for every connection's delegation, without waiting: each is recalled (and
+  // comes back, or expires, as any recalled one), and none is granted while the change
+  // lasts. Never delayed. For the LeaseKeeper, whose wait could be on a holder whose
+  // return queues behind its own call, which waits for the change itself.
+  Change begin_change_without_waiting(uint64_t node);
 
   // Before `connection` reads file `node` (its bytes or attributes): recalls other
   // connections' write delegations on it and waits like begin_change. False: answer DELAY.

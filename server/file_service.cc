@@ -73,7 +73,6 @@ FileService::FileService(Options options, CpuAccounting* cpu)
       leases_(*store_, nodes_, delegations_, cache_,
               LeaseKeeper::Options{.max_leases = std::max<size_t>(nodes_.max_open_files() / 4, 1),
                                    .refused_retry_ms = 100,
-                                   .recall_wait_ms = 2 * options_.lease_ms,
                                    .writer_idle_ms = 500}) {
   if (RAND_bytes(write_verf_.data(), static_cast<int>(write_verf_.size())) != 1) {
     throw std::runtime_error("RAND_bytes failed: no write verifier");
@@ -306,6 +305,9 @@ void FileService::do_stats(rpc::Reply& r) {
   values.emplace_back("cache.misses", cs.misses.load());
   values.emplace_back("cache.evictions", cs.evictions.load());
   values.emplace_back("cache.bypasses", cs.bypasses.load());
+  values.emplace_back("cache.fill_errors", cs.fill_errors.load());
+  values.emplace_back("cache.blocks", cache_.block_count());
+  values.emplace_back("cache.block_size", cache_.block_size());
   if (leases_.active()) {
     const LeaseKeeper::Stats& ls = leases_.stats();
     values.emplace_back("leases.held", leases_.held());
@@ -313,11 +315,7 @@ void FileService::do_stats(rpc::Reply& r) {
     values.emplace_back("leases.refused", ls.refused.load());
     values.emplace_back("leases.recalled", ls.recalled.load());
     values.emplace_back("leases.given_back", ls.given_back.load());
-    values.emplace_back("leases.late", ls.late.load());
   }
-  values.emplace_back("cache.fill_errors", cs.fill_errors.load());
-  values.emplace_back("cache.blocks", cache_.block_count());
-  values.emplace_back("cache.block_size", cache_.block_size());
   values.emplace_back("nodes.live", nodes_.size());
   values.emplace_back("nodes.open_fds", nodes_.open_files());
   values.emplace_back("nodes.max_open_fds", nodes_.max_open_files());

@@ -2,21 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <optional>
 #include <utility>
 
+#include "base/futex.h"
 #include "base/log.h"
 
 namespace odafs::server {
-namespace {
-
-int64_t steady_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 LeaseKeeper::LeaseKeeper(Store& store, NodeTable& nodes, Delegations& delegations,
                          cache::BlockCache& cache, Options options)
@@ -54,12 +45,14 @@ LeaseKeeper::~LeaseKeeper() {
     held.swap(held_);
     writers_.clear();
   }
+  // With nothing registered any more, a late recall finds no lease and never reaches the
+  // recall function, whose `this` is about to go.
   for (auto& [key, node] : held) store_.give_back_lease(node.object());
 }
 
 bool LeaseKeeper::may_cache(const OpenNode& node) {
   if (!active_ || node->leased.load(std::memory_order_acquire)) return true;
-  const int64_t now = steady_ms();
+  const int64_t now = now_ms();
   if (now - node->lease_refused_ms.load(std::memory_order_relaxed) < options_.refused_retry_ms) {
     return false;
   }
@@ -105,8 +98,15 @@ bool LeaseKeeper::may_cache(const OpenNode& node) {
   return true;
 }
 
-void LeaseKeeper::give_back(const OpenNode& node) {
-  if (!active_ || !node->leased.load(std::memory_order_acquire)) return;
+void LeaseKeeper::give_back(const ObjectId& key) {
+  if (!active_) return;
+  OpenNode node;
+  {
+    std::lock_guard lock(mu_);
+    auto it = held_.find(key);
+    if (it == held_.end()) return;  // none held (every lease held has its entry)
+    node = it->second.another_pin();
+  }
   undo_and_give_back(node);
 }
 
@@ -117,7 +117,7 @@ size_t LeaseKeeper::held() const {
 
 void LeaseKeeper::note_written(const OpenNode& node) {
   if (!active_) return;
-  node->last_write_ms.store(steady_ms(), std::memory_order_relaxed);
+  node->last_write_ms.store(now_ms(), std::memory_order_relaxed);
   watch_writer(node);
 }
 
@@ -135,7 +135,7 @@ void LeaseKeeper::watch_writer(const OpenNode& node) {
 
 void LeaseKeeper::run() {
   std::unique_lock lock(mu_);
-  int64_t last_sweep = steady_ms();
+  int64_t last_sweep = now_ms();
   for (;;) {
     auto ready = [&] { return stopping_ || !to_give_back_.empty(); };
     if (writers_.empty()) {
@@ -148,10 +148,10 @@ void LeaseKeeper::run() {
       const ObjectId key = to_give_back_.front();
       to_give_back_.pop_front();
       lock.unlock();
-      give_back_key(key);
+      give_back(key);
       lock.lock();
     }
-    if (const int64_t now = steady_ms(); now - last_sweep >= options_.writer_idle_ms / 4) {
+    if (const int64_t now = now_ms(); now - last_sweep >= options_.writer_idle_ms / 4) {
       last_sweep = now;
       close_idle_writers_locked(lock);
     }
@@ -159,7 +159,7 @@ void LeaseKeeper::run() {
 }
 
 void LeaseKeeper::close_idle_writers_locked(std::unique_lock<std::mutex>& lock) {
-  const int64_t now = steady_ms();
+  const int64_t now = now_ms();
   std::vector<NodeRef> idle;
   std::erase_if(writers_, [&](const NodeRef& n) {
     const bool stopped =
@@ -182,32 +182,12 @@ void LeaseKeeper::close_idle_writers_locked(std::unique_lock<std::mutex>& lock) 
   writers_.insert(writers_.end(), busy.begin(), busy.end());
 }
 
-void LeaseKeeper::give_back_key(const ObjectId& key) {
-  OpenNode node;
-  {
-    std::lock_guard lock(mu_);
-    auto it = held_.find(key);
-    if (it == held_.end()) return;  // given back already
-    node = it->second.another_pin();
-  }
-  undo_and_give_back(node);
-}
-
 void LeaseKeeper::undo_and_give_back(const OpenNode& node) {
-  // 1. This server's clients' delegations on the file come back first (a write delegation
-  // brings its holder's kept bytes); none is granted while the change lasts.
-  const int64_t give_up_at = steady_ms() + options_.recall_wait_ms;
-  std::optional<Delegations::Change> change;
-  for (;;) {
-    change.emplace(delegations_.begin_change(node->id, /*connection=*/0));
-    if (!change->delayed() || steady_ms() >= give_up_at) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // DELAY can come at once
-  }
-  if (change->delayed()) {
-    stats_.late.fetch_add(1, std::memory_order_relaxed);
-    ODAFS_LOG_WARN("lease on file %llu: delegations still out after %d ms; giving it back anyway",
-                   static_cast<unsigned long long>(node->key.ino), options_.recall_wait_ms);
-  }
+  // 1. This server's clients' delegations on the file are recalled (read ones only over a
+  // shared store: a holder stops trusting its copies when the recall reaches it), and none
+  // is granted until the lease is back. Not waited for: a holder's return may queue
+  // behind a read of its own that waits in the store for this very give-back.
+  const Delegations::Change change = delegations_.begin_change_without_waiting(node->id);
   // 2. Cleared first: a fill from here on keeps nothing (FileService::pin_block checks the
   // flag after it read the store, with its block already in the cache's map, so the drop
   // catches a fill that checked before the clear). Dropping the blocks revokes every

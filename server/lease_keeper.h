@@ -5,8 +5,10 @@
 // blocks, hands out references to them and grants delegations on the file only while it
 // holds the store's lease on it. When the store recalls the lease (another gateway's
 // client opens the file to write, or writes it), the keeper, on its own thread:
-//   1. recalls the file's delegations from this server's clients and waits for them to
-//      come back (or expire), as any change would (Delegations::begin_change);
+//   1. recalls the file's delegations from this server's clients (read ones only over a
+//      shared store), and grants none until the lease is back; it does not wait for their
+//      returns (a return may queue behind its holder's own read, which waits in the store
+//      for this give-back);
 //   2. drops the file's cached blocks, which revokes every reference to them (their
 //      readers fault and read again by RPC), and keeps fills in progress from caching;
 //   3. only then gives the lease back, which lets the other writer's bytes land.
@@ -49,17 +51,13 @@ class LeaseKeeper {
   struct Options {
     size_t max_leases = 256;     // leases held at once; past it the oldest goes back
     int refused_retry_ms = 100;  // after the store refused a file's lease, not asked again
-    // How long a recall waits for this server's clients to return their delegations on the
-    // file before it drops them anyway: well inside the store's own deadline.
-    int recall_wait_ms = 10000;
-    int writer_idle_ms = 1000;  // a file written this long ago is closed (see above)
+    int writer_idle_ms = 1000;   // a file written this long ago is closed (see above)
   };
   struct Stats {
     std::atomic<uint64_t> taken{0};
     std::atomic<uint64_t> refused{0};     // the store said no: the file is read uncached
     std::atomic<uint64_t> recalled{0};    // recalls from the store
     std::atomic<uint64_t> given_back{0};  // after a recall, before a write, or over the bound
-    std::atomic<uint64_t> late{0};        // delegations still out when a recall gave up
   };
 
   // Starts the keeper's thread if store.leases(). REQUIRES: store, delegations and cache
@@ -85,11 +83,11 @@ class LeaseKeeper {
     return !active_ || node.leased.load(std::memory_order_acquire);
   }
 
-  // Gives node's lease back now, in this thread, undoing what rests on it first (see the
-  // header comment). For a caller about to write the file through the store. No-op
-  // without a lease. A Change of the caller's own on the file may be held: this recalls
-  // the caller's delegations too.
-  void give_back(const OpenNode& node);
+  // Gives the lease on file `key` back now, in this thread, undoing what rests on it first
+  // (see the header comment). For a call about to open the file to write or write it
+  // through the store (the store recalls a lease from its own writer too). No-op without
+  // a lease on the file.
+  void give_back(const ObjectId& key);
 
   // After the server wrote node's bytes through the store. Costs an atomic store and an
   // atomic load once the file is watched.
@@ -105,8 +103,6 @@ class LeaseKeeper {
     }
   };
   void run();
-  // The queued recall or eviction of `key`, if the keeper still holds it.
-  void give_back_key(const ObjectId& key);
   void undo_and_give_back(const OpenNode& node);
   void watch_writer(const OpenNode& node);  // until close_idle_writers_locked closes it
   // Closes the watched files whose writes stopped. REQUIRES: mu_ held (released inside).

@@ -191,6 +191,12 @@ void FileService::do_create(const rpc::CallContext& ctx, create_args& a, rpc::Re
   struct stat st;
   bool created = false;
   bool writable = true;
+  // An existing file is opened to write, which over a store with leases recalls the
+  // server's own lease on it: given back first, as before any write (make_writable).
+  if (leases_.active() && a.how == ODAFS_CREATE_UNCHECKED &&
+      store_->stat_at(dir.object(), a.name, &st).ok() && S_ISREG(st.st_mode)) {
+    leases_.give_back(store_->id_of(st));
+  }
   Result<Object> file = store_->create(dir.object(), a.name, a.mode & 07777,
                                        a.how != ODAFS_CREATE_UNCHECKED, &st, &created, &writable);
   if (!file) return fail(status_from_errno(file.errno_value()));

@@ -105,8 +105,10 @@ Result<std::unique_ptr<CephStore>> CephStore::connect(const Options& options) {
     if (rc == 0) {
       store->leases_ = true;
     } else {
-      ODAFS_LOG_WARN("cephfs: no delegations (lease timeout %us: %s): files are not cached",
-                     options.lease_timeout_s, std::strerror(-rc));
+      ODAFS_LOG_WARN(
+          "cephfs: no delegations (timeout %us: %s): cached blocks are only "
+          "checked against change times",
+          options.lease_timeout_s, std::strerror(-rc));
     }
   }
   return store;

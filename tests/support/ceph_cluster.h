@@ -1,10 +1,13 @@
 // The one-node Ceph cluster of a test suite (scripts/ceph-cluster.sh): started on first
-// use, stopped by PID when the process exits, even after a failed check. Where it cannot
+// use, stopped by PID when the process exits, even after a failed check, and by the
+// script's watcher when the process is killed. Where it cannot
 // start (libcephfs not built in, the daemons not installed), why_not says why, for the
 // suite's doctest skip.
 //
 // Thread-safety: cluster() is safe from any thread (a function-local static).
 #pragma once
+
+#include <unistd.h>
 
 #include <cstdlib>
 #include <memory>
@@ -26,7 +29,8 @@ struct CephCluster {
     dir = std::make_unique<TempDir>();
     const std::string out = dir->path() + "/start.out";
     const std::string command = std::string("bash ") + ODAFS_SOURCE_DIR +
-                                "/scripts/ceph-cluster.sh start " + dir->path() + "/c >" + out +
+                                "/scripts/ceph-cluster.sh start " + dir->path() + "/c " +
+                                std::to_string(getpid()) + " >" + out +
                                 " 2>" + dir->path() + "/start.err";
     const int status = std::system(command.c_str());
     const std::string err = read_local(dir->path() + "/start.err");
