@@ -102,9 +102,7 @@ void FileService::reply_open(const rpc::CallContext& ctx, const IdentityScope& a
 bool FileService::lease_for_delegation(const NodeRef& node) {
   if (!leases_.active()) return true;
   Result<OpenNode> open = nodes_.open(node);
-  if (!open || !open->readable()) return false;
-  std::shared_lock data((*open)->data_lock);
-  return leases_.may_cache(*open);
+  return open && open->readable() && leases_.may_cache(*open);
 }
 
 uint64_t FileService::space_limit(const Object& file, const struct stat& st) const {
