@@ -155,25 +155,25 @@ Result<Object> CephStore::root() {
   return Object(this, reinterpret_cast<uintptr_t>(new CephObject(in, nullptr, true)));
 }
 
+int CephStore::lookup_inode(const Object& dir, const char* name, Inode** in, struct stat* st) {
+  struct ceph_statx x {};
+  const int rc = ceph_ll_lookup(cm_, obj_of(dir).in, name, in, &x, kWant, AT_SYMLINK_NOFOLLOW,
+                                current_perm(cm_));
+  if (rc == 0) to_stat(x, st);
+  return rc;
+}
+
 Result<Object> CephStore::lookup(const Object& dir, const char* name, struct stat* st) {
   Inode* in = nullptr;
-  struct ceph_statx x {};
-  const int rc = ceph_ll_lookup(cm_, obj_of(dir).in, name, &in, &x, kWant, AT_SYMLINK_NOFOLLOW,
-                                current_perm(cm_));
-  if (rc != 0) return ceph_status(rc, "lookup");
-  to_stat(x, st);
+  if (int rc = lookup_inode(dir, name, &in, st); rc != 0) return ceph_status(rc, "lookup");
   return Object(this, reinterpret_cast<uintptr_t>(new CephObject(in, nullptr, true)));
 }
 
 Status CephStore::stat_at(const Object& dir, const char* name, struct stat* st) {
   // lookup() without wrapping the inode in an Object: nothing to allocate per call.
   Inode* in = nullptr;
-  struct ceph_statx x {};
-  const int rc = ceph_ll_lookup(cm_, obj_of(dir).in, name, &in, &x, kWant, AT_SYMLINK_NOFOLLOW,
-                                current_perm(cm_));
-  if (rc != 0) return ceph_status(rc, "stat");
+  if (int rc = lookup_inode(dir, name, &in, st); rc != 0) return ceph_status(rc, "stat");
   ceph_ll_put(cm_, in);
-  to_stat(x, st);
   return Status();
 }
 

@@ -30,6 +30,7 @@
 
 struct ceph_mount_info;
 struct Fh;
+struct Inode;
 
 namespace odafs::server {
 
@@ -92,6 +93,9 @@ class CephStore final : public Store {
   explicit CephStore(ceph_mount_info* cm) : cm_(cm) {}
   // libcephfs's recall callback (ceph_deleg_cb_t); store is this.
   static void lease_recalled(Fh* fh, void* store);
+  // ceph_ll_lookup of name in dir, not following a symlink: *in referenced (the caller
+  // puts it) and *st filled on success. Returns libcephfs's rc.
+  int lookup_inode(const Object& dir, const char* name, Inode** in, struct stat* st);
   // Gives back the delegation fh holds and forgets it.
   void give_back_delegation(Fh* fh);
   // open_at's and find's second half: opens held (attributes st) as the node table keeps
