@@ -377,13 +377,13 @@ void FileService::write_through(const OpenNode& node, uint64_t offset, odafs_sta
   // Exclusive over the file, its cached blocks and the size the reply reports; the sync
   // below needs no lock.
   std::unique_lock locked(node->data_lock);
-  if (offset == kAppendOffset || shared_store_) {  // the end, as of now; others' changes
+  if (offset == kAppendOffset || check_change_times_) {  // the end, as of now; others' changes
     struct stat now;
     if (Status s = store_->stat(node.object(), &now); !s.ok()) {
       return reply_status<write_res>(r, xp(xdr_write_res), status_from_errno(s.errno_value()));
     }
-    if (shared_store_) check_cached_blocks(*node, now);  // before ours hide theirs
-    if (offset == kAppendOffset) {                       // no other write of ours runs meanwhile
+    if (check_change_times_) check_cached_blocks(*node, now);  // before ours hide theirs
+    if (offset == kAppendOffset) {  // no other write of ours runs meanwhile
       offset = static_cast<uint64_t>(now.st_size);
       if (offset > static_cast<uint64_t>(INT64_MAX) - len) {
         return reply_status<write_res>(r, xp(xdr_write_res), ODAFS_ERR_FBIG);

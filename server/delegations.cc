@@ -164,6 +164,8 @@ Delegations::Change Delegations::begin_change_without_waiting(uint64_t node) {
     changing_.push_back(node);
     if (sweep_locked(node, /*connection=*/0, /*writes_only=*/false, now_ms(), &to_recall) > 0) {
       fh = files_[node].fh;
+    } else {
+      erase_if_empty_locked(node);  // the sweep may have expired the last holder
     }
   }
   for (const Holder& h : to_recall) {

@@ -58,7 +58,7 @@ FileService::FileService(Options options, CpuAccounting* cpu)
       authority_(options_.access),
       cpu_(cpu),
       store_(store_of(options_)),
-      shared_store_(store_->shared()),
+      check_change_times_(store_->shared() && !store_->leases()),
       nodes_(*store_, options_.max_nodes, options_.max_open_files,
              options_.handle_key ? &*options_.handle_key : nullptr),
       cache_(cache::BlockCache::Options{options_.cache_bytes, options_.block_size}),
@@ -79,7 +79,7 @@ FileService::FileService(Options options, CpuAccounting* cpu)
   if (RAND_bytes(write_verf_.data(), static_cast<int>(write_verf_.size())) != 1) {
     throw std::runtime_error("RAND_bytes failed: no write verifier");
   }
-  if (shared_store_ && !leases_.active()) {
+  if (check_change_times_) {
     // A delegation promises that no one changes the file unseen; over a shared store
     // others do, unless the store's leases back ours (docs/ceph.md).
     options_.delegations = false;
@@ -144,7 +144,7 @@ odafs_stat FileService::stat_node(const OpenNode& node, struct stat* st) {
   if (Status s = store_->stat(node.object(), st); !s.ok())
     return status_from_errno(s.errno_value());
   if (st->st_nlink == 0) return ODAFS_ERR_STALE;  // removed since the handle was handed out
-  if (shared_store_ && S_ISREG(st->st_mode)) check_cached_blocks(*node, *st);
+  if (check_change_times_ && S_ISREG(st->st_mode)) check_cached_blocks(*node, *st);
   return ODAFS_OK;
 }
 
@@ -166,7 +166,8 @@ void FileService::check_cached_blocks(const Node& node, const struct stat& st) {
 }
 
 void FileService::blocks_checked(const Node& node, const struct stat& st) {
-  if (shared_store_) node.blocks_checked_at.store(change_time_ns(st), std::memory_order_release);
+  if (check_change_times_)
+    node.blocks_checked_at.store(change_time_ns(st), std::memory_order_release);
 }
 
 OpenNode FileService::resolve_or_reply(const char* fh, rpc::Reply& r, struct stat* st) {

@@ -273,7 +273,10 @@ class FileService {
   CallAuthority authority_;
   CpuAccounting* cpu_;
   std::shared_ptr<Store> store_;  // never null
-  const bool shared_store_;       // store_->shared()
+  // Over a shared store without leases only: cached blocks are checked against the file's
+  // change time (check_cached_blocks). With leases, blocks live only under a lease, which
+  // anyone else's change recalls first (LeaseKeeper), so the checks would be work twice.
+  const bool check_change_times_;
   NodeTable nodes_;
   cache::BlockCache cache_;
   // The one-sided engine over the cache arena (segment i is block i); null without ORDMA.

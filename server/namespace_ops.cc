@@ -288,11 +288,13 @@ int FileService::truncate_file(const OpenNode& node, uint64_t size) {
     std::unique_lock locked(node->data_lock);
     struct stat before;
     if (Status s = store_->stat(node.object(), &before); !s.ok()) return s.errno_value();
-    if (shared_store_) check_cached_blocks(*node, before);  // before ours hide others' changes
+    if (check_change_times_)
+      check_cached_blocks(*node, before);  // before ours hide others' changes
     if (Status s = store_->truncate(node.object(), size); !s.ok()) return s.errno_value();
     drop_cached_blocks(node->id, size, static_cast<uint64_t>(before.st_size));
     struct stat after;
-    if (shared_store_ && store_->stat(node.object(), &after).ok()) blocks_checked(*node, after);
+    if (check_change_times_ && store_->stat(node.object(), &after).ok())
+      blocks_checked(*node, after);
   }
   // A size change is stable when SETATTR answers, as NFS asks of every SETATTR.
   return store_->sync(node.object(), false).errno_value();

@@ -117,9 +117,9 @@ class Store {
   // "posix" or "cephfs": for logs and STATS.
   virtual const char* kind() const = 0;
   // Whether others change this store's objects behind this server (CephFS: other gateways
-  // and clients of the file system). The server then checks its cached blocks of a file
-  // against the file's change time whenever it looks at the file, and caches a file's
-  // bytes only under a lease (below; docs/ceph.md).
+  // and clients of the file system). The server then caches a file's bytes only under a
+  // lease (below), or, for a store without leases, checks its cached blocks of a file
+  // against the file's change time whenever it looks at the file (docs/ceph.md).
   virtual bool shared() const = 0;
 
   // Leases: the store's promise that no one else changes a file until the store recalls
