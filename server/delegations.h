@@ -77,7 +77,7 @@ class Delegations {
   // read one becomes write when asked and no other connection holds one). None when one
   // is being recalled, a change is under way, another connection holds a write one (or
   // any, for a write grant), the connection holds max_per_connection already, or (a new
-  // one) the file had a delegation recalled less than cooldown_ms ago.
+  // one) the file is cooling down after a recall (Options::cooldown_ms).
   //
   // The table keeps `node` while any delegation on it is out: a node shared elsewhere is
   // never evicted from the NodeTable, so a holder's handle stays good, its recall reaches
