@@ -301,7 +301,9 @@ int PosixStore::access(const Object& obj, int want) {
 Status PosixStore::list(const Object& dir, uint64_t cookie, DirVisitor& visitor, bool* eof) {
   *eof = false;
   // A private descriptor: a held one is shared by every thread, and so is its offset.
-  const int fd = ::openat(fd_of(dir), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  // Through /proc, as the caller: listing needs read permission only (POSIX), and
+  // openat(dir, ".") would resolve "." in the directory, which needs search permission.
+  const int fd = ::open(ProcPath(fd_of(dir)).text, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return Status::from_errno("list");
   const Object listing = adopt(fd);
   if (cookie != 0 && ::lseek(fd, static_cast<off_t>(cookie), SEEK_SET) < 0) {
