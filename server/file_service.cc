@@ -324,6 +324,7 @@ void FileService::do_stats(rpc::Reply& r) {
   values.emplace_back("nodes.max_open_fds", nodes_.max_open_files());
   values.emplace_back("nodes.reopens", nodes_.reopens());
   values.emplace_back("direct_writes.refused_busy", direct_writes_refused_.load());
+  values.emplace_back("direct_writes.waiting", direct_writes_waiting_.load());
   const auto& ds = delegations_.stats();
   values.emplace_back("delegations.held", delegations_.held());
   values.emplace_back("delegations.granted", ds.granted.load());

@@ -30,6 +30,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -41,6 +42,7 @@
 #include "server/cpu_accounting.h"
 #include "server/file_env.h"
 #include "server/file_service.h"
+#include "server/stop_watchdog.h"
 #include "server/tls_identities.h"
 #if ODAFS_HAVE_CEPHFS
 #include "server/store_impl/ceph_store.h"
@@ -230,6 +232,7 @@ int main(int argc, char** argv) {
   std::string state_dir;
   bool simulate_crashes = false;
   uint32_t slow_write_us = 0;
+  int stop_timeout_ms = 1500;
   AccessFlags access;
   size_t cache_mb = fs.cache_bytes >> 20;
   bool no_local_rings = false, no_ordma = false, no_delegations = false, auth_sys = false;
@@ -308,6 +311,9 @@ int main(int argc, char** argv) {
   flags.add("--lease-ms", &fs.lease_ms, "time to return a recalled delegation", 10, 600000);
   flags.add("--no-delegations", &no_delegations, "grant no delegations");
   flags.add("--grace-ms", &grace_ms, "grace period after a start (-1: two leases)", -1, 3600000);
+  flags.add("--stop-timeout-ms", &stop_timeout_ms,
+            "after SIGTERM, the longest the stop may take before odafsd exits anyway (status 3)",
+            100, 600000);
   flags.add("--state-dir", &state_dir,
             "where the recovery record is kept (default /var/lib/odafs as root, else "
             "$XDG_STATE_HOME/odafs or ~/.local/state/odafs)");
@@ -407,6 +413,8 @@ int main(int argc, char** argv) {
   if (slow_write_us > 0) fs.env = &slow_env;
 
   try {
+    // Declared first, so destroyed last: it times the destructors below too.
+    std::optional<odafs::server::StopWatchdog> stop_watchdog;
     odafs::server::CpuAccounting cpu;
     odafs::server::FileService service(fs, &cpu);
     odafs::rpc::Server::Options ro;
@@ -485,9 +493,13 @@ int main(int argc, char** argv) {
       _exit(86);  // no cleanup: a crash
     }
     ODAFS_LOG_INFO("signal %d: shutting down", sig);
+    stop_watchdog.emplace(stop_timeout_ms);
     service.stopping();
+    stop_watchdog->stage("stopping the one-sided engine");
     service.stop_engine();
+    stop_watchdog->stage("waiting for the rpc threads' calls to end");
     server.stop();
+    stop_watchdog->stage("closing files and freeing the cache");
   } catch (const std::exception& e) {
     ODAFS_LOG_ERROR("odafsd: %s", e.what());
     return 1;
