@@ -247,7 +247,7 @@ int main(int argc, char** argv) {
   flags.add("--ceph-id", &ceph_id, "the cephx user to connect as, without \"client.\" (admin)");
   flags.add("--handle-key-file", &handle_key_file,
             "32+ secret bytes shared by the odafsd of one CephFS: their handles are then "
-            "good on each (failover)");
+            "good on each (failover); mode 0600, in a directory no other user may write");
   flags.add("--listen", &listen, "RPC address; port 0 picks a free one (the ready line names it)");
   flags.add("--cache-mb", &cache_mb, "block cache size", 1, 1u << 20);
   flags.add("--block-size", &fs.block_size, "cache block size, a power of two", ODAFS_MINBLOCK,
@@ -313,7 +313,7 @@ int main(int argc, char** argv) {
   flags.add("--grace-ms", &grace_ms, "grace period after a start (-1: two leases)", -1, 3600000);
   flags.add("--state-dir", &state_dir,
             "where the recovery record is kept (default /var/lib/odafs as root, else "
-            "$XDG_STATE_HOME/odafs or ~/.local/state/odafs)");
+            "$XDG_STATE_HOME/odafs or ~/.local/state/odafs); no other user may own or write it");
   flags.add("--simulate-crashes", &simulate_crashes,
             "(testing) SIGUSR1 drops every unsynced change and exits 86, as a power loss");
   flags.add("--slow-writes", &slow_write_us,
