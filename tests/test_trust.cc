@@ -721,20 +721,29 @@ ROOT_TEST("odafsd refuses a state directory or key file another user owns or may
   TempDir top;
   REQUIRE(chmod(top.path().c_str(), 0755) == 0);
   TempDir exported;
-  auto state_dir_case = [&](const std::string& name, mode_t mode, uid_t owner) {
+  // bob_fifo: bob, who may write there, plants a FIFO as the record (which the old odafsd
+  // read at start, waiting for ever, deaf to SIGTERM). refused() includes: not blocked.
+  auto state_dir_case = [&](const std::string& name, mode_t mode, uid_t owner, bool bob_fifo) {
     const std::string dir = top / name;
     REQUIRE(mkdir(dir.c_str(), 0700) == 0);
     REQUIRE(chmod(dir.c_str(), mode) == 0);
     REQUIRE(chown(dir.c_str(), owner, owner) == 0);
+    if (bob_fifo) {
+      const std::string record = dir + "/" + record_name(exported.path());
+      REQUIRE(as_local_user(kBob, kBob, [&] {
+                return std::vector<int>{mkfifo(record.c_str(), 0666)};
+              }) == std::vector<int>{0});
+    }
     Trial trial({"--export", exported.path(), "--listen", "127.0.0.1:0", "--state-dir", dir});
+    CAPTURE(name);
     CAPTURE(trial.output());
     CHECK(trial.refused());
     CHECK(trial.output().find("--state-dir") != std::string::npos);
   };
-  state_dir_case("bobs", 0700, kBob);
-  state_dir_case("world-writable", 0777, 0);
-  state_dir_case("sticky", 01777, 0);
-  state_dir_case("group-writable", 0770, 0);
+  state_dir_case("bobs", 0700, kBob, false);
+  state_dir_case("world-writable", 0777, 0, true);
+  state_dir_case("sticky", 01777, 0, true);
+  state_dir_case("group-writable", 0770, 0, false);
 
   // The key file: 32 good bytes, in a directory and under an owner that may or may not do.
   const std::string key_bytes(40, 'k');
