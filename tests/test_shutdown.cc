@@ -61,14 +61,14 @@ odafs::MountOptions impatient() {
 
 }  // namespace
 
-TEST_CASE("SIGTERM with direct writes waiting for data their client never sends") {
-  TempDir dir;
-  write_local(dir / "target", std::string(1 << 20, 'a'));
-  ServerProcess server(dir.path(), {"--threads", "2", "--max-direct-writes", "2"});
-  HostileMount h(server.port(), "target");
-  int engine_fd = h.engine_connection(server.engine_port());  // takes the GETs, answers none
+namespace {
+
+// Sends WRITE_DIRECTs of h's file with these tags, each on a connection of its own (the
+// fds returned), all naming a buffer of h's session whose data never comes.
+std::vector<int> send_direct_writes(const ServerProcess& server, const HostileMount& h,
+                                    const std::vector<uint32_t>& tags) {
   std::vector<int> calls;
-  for (uint32_t i = 0; i < 2; ++i) {
+  for (uint32_t i = 0; i < tags.size(); ++i) {
     int fd = odafs::test::connect_from("127.0.0.1", server.port());
     REQUIRE(fd >= 0);
     write_direct_args wa{};
@@ -77,15 +77,33 @@ TEST_CASE("SIGTERM with direct writes waiting for data their client never sends"
     wa.count = 64 * 1024;
     wa.session = h.session.id;
     wa.buffer = 1;
-    wa.tag = 100 + i;
+    wa.tag = tags[i];
     std::string rec = odafs::test::rpc_call_record(i + 1, ODAFSPROC_WRITE_DIRECT,
                                                    to_xdrproc(xdr_write_direct_args), &wa);
     REQUIRE(send(fd, rec.data(), rec.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(rec.size()));
     calls.push_back(fd);
   }
-  // Both pulls wait (each up to the server's 10 s pull timeout) once their GETs are out.
+  return calls;
+}
+
+}  // namespace
+
+TEST_CASE("SIGTERM with direct writes waiting for data their client never sends") {
+  TempDir dir;
+  write_local(dir / "target", std::string(1 << 20, 'a'));
+  ServerProcess server(dir.path(), {"--threads", "2", "--max-direct-writes", "2"});
+  HostileMount h(server.port(), "target");
+  int engine_fd = h.engine_connection(server.engine_port());  // takes the GETs, answers none
+  std::vector<uint32_t> tags;
+  SUBCASE("two tags") { tags = {100, 101}; }
+  // A repeated tag once orphaned the first pull: nothing but its 10 s timeout ended it.
+  SUBCASE("one tag twice") { tags = {100, 100}; }
+  std::vector<int> calls = send_direct_writes(server, h, tags);
   auto probe = Client::mount(server.url(), impatient());
-  REQUIRE(eventually([&] { return server_stat(*probe, "direct_writes.waiting") >= 2; }));
+  // The pulls wait (each up to the server's 10 s pull timeout) once their GETs are out; a
+  // second pull of one tag is refused at once.
+  const uint64_t want = tags[0] == tags[1] ? 1 : 2;
+  REQUIRE(eventually([&] { return server_stat(*probe, "direct_writes.waiting") == want; }));
   probe.reset();
   check_prompt_stop(server);
   for (int fd : calls) close(fd);

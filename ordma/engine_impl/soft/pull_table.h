@@ -33,13 +33,16 @@ struct PullWaiter {
 
 class PullTable {
  public:
-  // A new waiter for (session, tag) expecting `length` bytes, replacing any older one.
+  // A new waiter for (session, tag) expecting `length` bytes; null if that tag has a waiter
+  // already. (Replacing it would orphan the older one: no answer, fail_session or fail_all
+  // could reach it, and its RPC thread would wait out its whole timeout, holding a stop.)
   std::shared_ptr<PullWaiter> add(uint64_t session, uint32_t tag, uint32_t length) {
-    auto w = std::make_shared<PullWaiter>();
-    w->data.resize(length);
     std::lock_guard lock(mu_);
-    pulls_[Key{session, tag}] = w;
-    return w;
+    auto [it, inserted] = pulls_.try_emplace(Key{session, tag});
+    if (!inserted) return nullptr;
+    it->second = std::make_shared<PullWaiter>();
+    it->second->data.resize(length);
+    return it->second;
   }
   // Removes and returns the waiter for (session, tag), null if there is none (answered,
   // timed out, or never asked).

@@ -22,6 +22,7 @@ void SoftEngineImpl::cancel(uint64_t session, uint32_t tag, Fault fault) {
 Fault SoftEngineImpl::pull(uint64_t session, uint32_t buffer, uint32_t offset, uint32_t tag,
                            uint32_t length, int timeout_ms, std::vector<char>* data) {
   std::shared_ptr<PullWaiter> w = pulls_.add(session, tag, length);
+  if (!w) return Fault::kTransport;  // a pull with this tag waits already: a client's error
   Fault f = send_to(session, wire::kKindGet, Fault::kNone, tag, buffer, offset, length, nullptr, 0);
   if (f == Fault::kNone) {
     timespec deadline = deadline_after_ms(timeout_ms);
