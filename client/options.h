@@ -85,8 +85,9 @@ struct MountOptions {
   // (and so reclaiming) every quarter second or so and saying so in the log every 5 s.
   // -1: as long as it takes (odafs-mount's default, as an NFS hard mount's). The library's
   // default is bounded so that a program (or a test) whose server is gone for good still
-  // ends. When the wait ends without the server, the bytes go to rescue files
-  // (rescue_dir), never nowhere.
+  // ends. The bound is looked at between re-mounts, and one re-mount to a server that
+  // accepts and does not answer takes up to timeout_ms. When the wait ends without the
+  // server, the bytes go to rescue files (rescue_dir), never nowhere.
   int unmount_wait_ms = 60000;
   // Where kept bytes that could not be written back at unmount are saved: one file per
   // server file, odafs-rescue.NAME.XXXXXX (mode 0600), holding the bytes at their offsets

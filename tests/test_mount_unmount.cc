@@ -20,7 +20,6 @@
 #include "tests/support/server_process.h"
 
 using odafs::test::eventually;
-using odafs::test::MountProcess;
 using odafs::test::read_local;
 using odafs::test::ServerProcess;
 using odafs::test::TempDir;
@@ -46,7 +45,8 @@ bool exited(pid_t pid, int* status) { return waitpid(pid, status, WNOHANG) == pi
 
 // `echo precious > m/g`, and the bytes are only in the mount (kept under its write
 // delegation: the export does not have them yet), then the server is killed.
-void write_kept_then_kill(MountProcess& m, ServerProcess& server, const std::string& exp) {
+void write_kept_then_kill(odafs::test::MountProcess& m, ServerProcess& server,
+                          const std::string& exp) {
   write_local(m / "g", kPrecious);
   REQUIRE(read_local(exp + "/g").empty());  // kept: otherwise this test proves nothing
   server.kill_hard();
@@ -57,7 +57,7 @@ void write_kept_then_kill(MountProcess& m, ServerProcess& server, const std::str
 ODAFS_MOUNT_TEST("unmount with the server down waits for it, by default, and the bytes land") {
   TempDir exp, mnt;
   ServerProcess server(exp.path());
-  MountProcess m(server.url(), mnt.path());
+  odafs::test::MountProcess m(server.url(), mnt.path());
   write_kept_then_kill(m, server, exp.path());
   // fusermount3 -u returns at once (the kernel's mount goes); odafs-mount stays to write
   // the bytes back, and says so.
@@ -79,7 +79,8 @@ ODAFS_MOUNT_TEST("unmount with the server down waits for it, by default, and the
 ODAFS_MOUNT_TEST("unmount_wait_ms gives up on a server that stays down: a rescue file, exit 1") {
   TempDir exp, mnt, rescue;
   ServerProcess server(exp.path());
-  MountProcess m(server.url(), mnt.path(), {"unmount_wait_ms=1500", "rescue_dir=" + rescue.path()});
+  odafs::test::MountProcess m(server.url(), mnt.path(),
+                              {"unmount_wait_ms=1500", "rescue_dir=" + rescue.path()});
   write_kept_then_kill(m, server, exp.path());
   REQUIRE(odafs::test::fusermount({"-u", mnt.path()}) == 0);
   int status = 0;
