@@ -37,7 +37,8 @@ namespace {
 // kills it if it still runs.
 class Tool {
  public:
-  explicit Tool(const std::vector<std::string>& args) {
+  // stdin_path: what the tool reads on its standard input (empty: this process's).
+  explicit Tool(const std::vector<std::string>& args, const std::string& stdin_path = "") {
     std::vector<std::string> argv_s = {ODAFS_CLI_PATH};
     argv_s.insert(argv_s.end(), args.begin(), args.end());
     std::vector<char*> argv = odafs::test::argv_of(argv_s);
@@ -45,6 +46,8 @@ class Tool {
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, (io_ / "out").c_str(), O_WRONLY | O_CREAT, 0600);
     posix_spawn_file_actions_addopen(&fa, 2, (io_ / "err").c_str(), O_WRONLY | O_CREAT, 0600);
+    if (!stdin_path.empty())
+      posix_spawn_file_actions_addopen(&fa, 0, stdin_path.c_str(), O_RDONLY, 0);
     int rc = posix_spawn(&pid_, ODAFS_CLI_PATH, &fa, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&fa);
     REQUIRE(rc == 0);
@@ -91,8 +94,9 @@ class Tool {
 
 // Runs the tool to its end (at most `bound`); REQUIREs that it ended.
 std::unique_ptr<Tool> run(const std::vector<std::string>& args,
-                          std::chrono::milliseconds bound = std::chrono::seconds(30)) {
-  auto t = std::make_unique<Tool>(args);
+                          std::chrono::milliseconds bound = std::chrono::seconds(30),
+                          const std::string& stdin_path = "") {
+  auto t = std::make_unique<Tool>(args, stdin_path);
   REQUIRE(t->wait(bound));
   return t;
 }
@@ -253,6 +257,18 @@ TEST_CASE("odafs put replaces the remote file whole, keeping its mode; a new fil
   auto in_place = run({"put", "--in-place", local / "in", server.url("/f")});
   CHECK(in_place->exit_code() == 0);
   CHECK(read_local(dir / "f") == data);
+  // From standard input, through a symlink: the file it names is replaced, the link stays.
+  REQUIRE(symlink("f", (dir / "link").c_str()) == 0);
+  write_local(local / "small", "from stdin");
+  auto piped = run({"put", "-", server.url("/link")}, std::chrono::seconds(30), local / "small");
+  INFO(piped->err());
+  CHECK(piped->exit_code() == 0);
+  CHECK(read_local(dir / "f") == "from stdin");
+  struct stat lst;
+  REQUIRE(lstat((dir / "link").c_str(), &lst) == 0);
+  CHECK(S_ISLNK(lst.st_mode));
+  REQUIRE(stat((dir / "f").c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0640);
 }
 
 TEST_CASE("odafs put of a directory fails before it touches the remote file") {

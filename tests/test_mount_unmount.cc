@@ -97,6 +97,24 @@ ODAFS_MOUNT_TEST("unmount_wait_ms gives up on a server that stays down: a rescue
   CHECK(read_local(exp / "g").empty());
 }
 
+ODAFS_MOUNT_TEST("a signal to odafs-mount waiting at unmount gives up into a rescue file") {
+  TempDir exp, mnt, rescue;
+  ServerProcess server(exp.path());
+  odafs::test::MountProcess m(server.url(), mnt.path(), {"rescue_dir=" + rescue.path()});
+  write_kept_then_kill(m, server, exp.path());
+  REQUIRE(odafs::test::fusermount({"-u", mnt.path()}) == 0);
+  REQUIRE(eventually([&] { return contains(m.stderr_text(), "waiting for the server"); }, 20));
+  REQUIRE(kill(m.pid(), SIGTERM) == 0);
+  int status = 0;
+  REQUIRE(eventually([&] { return exited(m.pid(), &status); }, 30));
+  INFO("odafs-mount said: " << m.stderr_text());
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 1);
+  const std::vector<std::string> saved = files_in(rescue.path());
+  REQUIRE(saved.size() == 1);
+  CHECK(read_local(saved[0]) == kPrecious);
+}
+
 TEST_CASE("the Client destructor puts kept bytes it cannot write back in a rescue file") {
   TempDir exp, rescue;
   ServerProcess server(exp.path());
