@@ -324,6 +324,7 @@ int run(int argc, char** argv) {
   // The kernel's mount is gone; bytes closes kept may not be on the server yet. They are
   // waited for (saying so), or saved in rescue files (a bounded wait, or a signal now).
   give_up_on_signal();
+  fs.close_left_open();
   odafs::Status kept = client->try_unmount(&g_give_up);
   if (!kept.ok()) {
     ODAFS_LOG_ERROR("odafs-mount: %s", kept.message().c_str());  // stderr, syslog
