@@ -312,9 +312,14 @@ class RemoteOutput {
         break;
       } catch (const odafs::Error& e) {
         if (e.errno_value() != EEXIST || attempt == 16) {
-          throw odafs::Error(e.errno_value(),
-                             "put " + url_ + ": cannot create a temporary file beside it (" +
-                                 message_of(e) + "; the remote file is unchanged)");
+          // A directory this user may not create in, holding a file it may write: the
+          // old way still works, and the message says so.
+          const bool refused = e.errno_value() == EACCES || e.errno_value() == EPERM;
+          throw odafs::Error(
+              e.errno_value(),
+              "put " + url_ + ": cannot create a temporary file beside it (" + message_of(e) +
+                  "; the remote file is unchanged" +
+                  (refused && existing ? "; --in-place writes into it instead" : "") + ")");
         }
       }
     }
