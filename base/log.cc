@@ -1,6 +1,7 @@
 #include "base/log.h"
 
 #include <strings.h>
+#include <syslog.h>
 #include <time.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@ LogLevel initial_level() {
 }
 
 std::atomic<LogLevel> g_level{initial_level()};
+std::atomic<bool> g_syslog{false};
 
 }  // namespace
 
@@ -36,6 +38,11 @@ bool LogThrottle::allow(uint64_t* dropped) {
   uint64_t held = held_.exchange(0, std::memory_order_relaxed);
   if (dropped != nullptr) *dropped = held;
   return true;
+}
+
+void log_to_syslog(const char* ident) {
+  openlog(ident, LOG_PID | LOG_NDELAY, LOG_DAEMON);
+  g_syslog.store(true, std::memory_order_release);
 }
 
 void set_log_level(LogLevel level) { g_level.store(level, std::memory_order_relaxed); }
@@ -60,6 +67,11 @@ void log_line(LogLevel level, const char* fmt, ...) {
   line[len++] = '\n';
   // One fwrite per line: stdio locks the stream, so concurrent lines stay whole.
   std::fwrite(line, 1, len, stderr);
+  if (g_syslog.load(std::memory_order_acquire)) {
+    static const int kPriorities[] = {LOG_DEBUG, LOG_INFO, LOG_WARNING, LOG_ERR};
+    // syslog stamps the time itself: the message alone, without the newline.
+    syslog(kPriorities[static_cast<int>(level)], "%.*s", static_cast<int>(len - 1 - n), line + n);
+  }
 }
 
 }  // namespace odafs

@@ -1,4 +1,5 @@
-// Process-wide logging to stderr: one line per event, with a level and a timestamp.
+// Process-wide logging to stderr (and syslog, when asked): one line per event, with a level
+// and a timestamp.
 //
 // Thread-safety: every function may be called from any thread; lines never interleave.
 #pragma once
@@ -16,6 +17,11 @@ void set_log_level(LogLevel level);
 LogLevel log_level();
 
 void log_line(LogLevel level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// From now on every line logged also goes to syslog (facility LOG_DAEMON, the level as
+// its priority), as `ident` with the process id: for a daemon whose stderr goes nowhere
+// (odafs-mount in the background). Call once, before other threads log.
+void log_to_syslog(const char* ident);
 
 // Lets one line through per interval and counts the rest, so that a flood of bad input
 // (refused connections, garbage records, forged handshakes) cannot flood the log. Keep one

@@ -108,14 +108,87 @@ Client::Client(const std::string& url, MountOptions options, ClientOwner owner)
     : url_(url), options_(options), read_mode_(options.read_mode), owner_(owner) {}
 
 Client::~Client() {
-  stop_reconnecting();
-  // Write delegations keep writes nobody else has: written back and returned first. The
-  // mount goes before open_files_, which its Delegations release into.
+  (void)try_unmount();  // it logged what it could not write back, and where it went
+  // The mount goes before open_files_, which its Delegations release into.
+  mount_.store(nullptr);
+}
+
+Status Client::try_unmount(const std::atomic<bool>* give_up) {
+  std::lock_guard lock(unmount_mu_);
+  if (unmounted_) return *unmounted_;
+  stop_reconnecting();  // from here this thread alone re-mounts
+  unmounting_.store(true, std::memory_order_release);
+  // Write delegations keep writes nobody else has: written back and returned first, or
+  // waited for the server with, or saved locally; never dropped.
+  wait_for_server(give_up);
   if (std::shared_ptr<const MountState> m = mount_.load()) {
-    if (!m->channel->broken()) m->delegations->return_all();
+    if (m->channel->broken()) {
+      reclaim(nullptr, *m->delegations,
+              "the server did not come back before the unmount gave up waiting for it");
+    }
     m->delegations->stop();
   }
-  mount_.store(nullptr);
+  Status status;
+  {
+    std::lock_guard rescued(rescued_mu_);
+    if (!rescued_.empty()) {
+      std::string message = "unmount: " + std::to_string(rescued_.size()) +
+                            " file(s) kept bytes the server never got; they were saved locally:";
+      for (const std::string& line : rescued_) message += "\n  " + line;
+      status = Status(EIO, message);
+    }
+  }
+  unmounted_ = status;
+  return status;
+}
+
+void Client::wait_for_server(const std::atomic<bool>* give_up) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto next_note = start;
+  for (;;) {
+    std::shared_ptr<const MountState> m = mount_.load();
+    if (!m) return;
+    if (!m->channel->broken()) {
+      m->delegations->return_all();
+      // A connection that broke under the write-back left its bytes for a re-mount.
+      if (!m->channel->broken()) return;
+    }
+    const Delegations::Unsent unsent = m->delegations->unsent();
+    if (unsent.paths.empty()) return;
+    const auto waited = Clock::now() - start;
+    if ((give_up != nullptr && give_up->load()) ||
+        (options_.unmount_wait_ms >= 0 &&
+         waited >= std::chrono::milliseconds(options_.unmount_wait_ms))) {
+      return;
+    }
+    if (Clock::now() >= next_note) {
+      std::string files;
+      for (size_t i = 0; i < unsent.paths.size() && i < 8; ++i) {
+        files += (i == 0 ? "" : ", ") + unsent.paths[i];
+      }
+      if (unsent.paths.size() > 8) files += ", ...";
+      ODAFS_LOG_WARN(
+          "odafs: unmount is waiting for the server %s: %zu byte(s) of %zu file(s) (%s) were "
+          "kept under write delegations and are not on it yet (waited %lld s; %s)",
+          server_name().c_str(), unsent.bytes, unsent.paths.size(), files.c_str(),
+          static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(waited).count()),
+          options_.unmount_wait_ms < 0
+              ? "waits until it answers; a signal, or unmount_wait_ms=N, gives up into rescue files"
+              : "gives up into rescue files after unmount_wait_ms");
+      next_note += std::chrono::seconds(5);
+    }
+    // A new mount reclaims them (Client::remount), or reports them: rescued meanwhile.
+    Result<std::shared_ptr<const MountState>> mounted = mount_state();
+    if (!mounted.ok()) {
+      ODAFS_LOG_DEBUG("odafs: unmount: re-mounting to write back: %s",
+                      mounted.status().to_string().c_str());
+      // The pause a re-mount's retries take (mount_state), in steps a give-up ends.
+      for (int i = 0; i < 5 && (give_up == nullptr || !give_up->load()); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+  }
 }
 
 std::unique_ptr<Client> Client::mount(const std::string& url, MountOptions options) {
@@ -221,7 +294,9 @@ Result<std::shared_ptr<const MountState>> Client::remount() {
   // kept if the server restarted: before anything else goes out on the new mount.
   ODAFS_ASSIGN_OR_RETURN(const bool may_reclaim, name_client(*m));
   if (std::shared_ptr<const MountState> old = mount_.load()) {
-    reclaim(*m, *old->delegations, may_reclaim);
+    reclaim(may_reclaim ? m.get() : nullptr, *old->delegations,
+            "the server did not let this client reclaim them (its grace period was over, or "
+            "it lost track of this client's write delegation)");
   }
   if (may_reclaim) {
     stat_res done{};

@@ -17,8 +17,8 @@
 //     what they name.
 //   Never throw Error: the try_ forms, which return a Status or a Result<T>
 //     (base/status.h) for callers that branch on the error (Client::try_lstat,
-//     Client::try_chmod, File::try_stat); destructors and File's moves (a File's close
-//     failure there is logged); read_batch (each request carries its own error); every
+//     Client::try_chmod, Client::try_unmount, File::try_stat); destructors and File's moves (a
+//     File's close failure there is logged); read_batch (each request carries its own error); every
 //     accessor (stats, options, limits, read_mode, set_read_mode, root, cache,
 //     directory_size, engine_connected, engine_transport; File's is_open, handle, path,
 //     cache_key, attributes_at_open, known_size); IoQueue's reap, depth, outstanding,
@@ -317,6 +317,17 @@ class Client {
   size_t finish_read(AsyncRead& op, bool* eof = nullptr);
 
   void ping();  // the NULL procedure: a round trip and nothing else
+
+  // Ends the mount, keeping every byte a close kept under a write delegation: writes them
+  // back and gives the delegations back; if the server cannot be reached, waits for it
+  // (MountOptions::unmount_wait_ms; give_up, when given and set, e.g. by a signal, ends the
+  // wait at once) saying so in the log every 5 s, re-mounting to reclaim them. What is not
+  // on the server when the wait ends goes to rescue files (MountOptions::rescue_dir), each
+  // logged with its path; then the status is EIO and its message names each file, its
+  // server and its rescue file. Never throws. Idempotent (a second call returns the first's
+  // status); the destructor calls it.
+  // REQUIRES: no other call on this client is in progress or follows (but the destructor).
+  Status try_unmount(const std::atomic<bool>* give_up = nullptr);
   std::vector<std::pair<std::string, uint64_t>> server_stats();
 
   // Asks the server for references to [offset, offset + len) of f and puts them in the
@@ -387,10 +398,11 @@ class Client {
   // CLIENT_ID on m's channel: true if the server lets this client reclaim (it restarted and
   // its record names this client). A server without CLIENT_ID: false.
   Result<bool> name_client(const MountState& m);
-  // Writes back on m what old's write delegations kept and did not send (old's connection
-  // broke), each found again by its path and file id, if `allowed`; reports the rest lost
-  // (report_lost). REQUIRES: m not published yet.
-  void reclaim(const MountState& m, Delegations& old, bool allowed);
+  // Writes back on *home what old's write delegations kept and did not send (old's
+  // connection broke), each found again by its path and file id; reports the rest lost
+  // (report_lost), and all of it when home is null (the server refused the reclaim, or
+  // there is no server to be had), `no_home` saying why. REQUIRES: home not published yet.
+  void reclaim(const MountState* home, Delegations& old, const std::string& no_home);
   // The file at `path` (from m's root, symbolic links not followed), by LOOKUPs on m's
   // channel only (the mount may not be published yet); DELAY and GRACE waited out.
   // Nothing if it is not there.
@@ -412,9 +424,22 @@ class Client {
   // on a thread that held its lock through the re-mount (so reclaim left it): written home
   // on the current mount as reclaim would, or reported lost. REQUIRES: sf.behind_mu held.
   void rehome_run_locked(SharedFile& sf);
-  // Logs that sf's bytes (`bytes` of them) are lost and why, and makes the file's next
-  // write, fsync or close through this client fail with EIO.
-  void report_lost(SharedFile& sf, size_t bytes, const std::string& why);
+  // Logs that sf's bytes (pieces: offset, length; their bytes end to end in data) are lost
+  // and why, and makes the file's next write, fsync or close through this client fail with
+  // EIO. While unmounting they go to a rescue file first (rescue), which the log names.
+  void report_lost(SharedFile& sf, const std::vector<std::pair<uint64_t, size_t>>& pieces,
+                   const std::vector<char>& data, const std::string& why);
+  // Saves sf's pieces in a new rescue file (MountOptions::rescue_dir), each at its offset,
+  // and records it for try_unmount's status. Returns its path, or why there is none.
+  Result<std::string> rescue(const SharedFile& sf,
+                             const std::vector<std::pair<uint64_t, size_t>>& pieces,
+                             const std::vector<char>& data);
+  // try_unmount's wait: while the current mount's connection is broken and its write
+  // delegations keep bytes, re-mounts (which reclaims them) until the server answers,
+  // unmount_wait_ms passes or give_up is set. Logs every 5 s what waits.
+  void wait_for_server(const std::atomic<bool>* give_up);
+  // The server the mount uses now, "HOST:PORT", for messages.
+  std::string server_name() const;
   // EIO if writes to file `fileid`, opened when its mtime was `mtime_at_open`, were lost
   // (report_lost) and not yet reported (LostWrites says how a reused id is told).
   Status check_lost(uint64_t fileid, const struct timespec& mtime_at_open);
@@ -539,7 +564,7 @@ class Client {
   std::shared_ptr<const tls::Context> tls_context_;
   // The URL's servers, and which one mounts next (guarded by remount_mu_).
   std::vector<net::Endpoint> servers_;
-  size_t server_index_ = 0;
+  std::atomic<size_t> server_index_{0};  // written under remount_mu_; messages read it
   std::atomic<ReadMode> read_mode_;
   std::mutex remount_mu_;  // serialises re-mounts; nothing else takes it
   std::atomic<std::shared_ptr<const MountState>> mount_;
@@ -556,6 +581,15 @@ class Client {
   bool reconnect_wanted_ = false;  // guarded by reconnect_mu_
   bool closing_ = false;           // guarded by reconnect_mu_
   std::thread reconnector_;
+  // try_unmount: its status once it ran (guarded by unmount_mu_), and whether it is under
+  // way (report_lost reads it on whichever thread reclaims).
+  std::mutex unmount_mu_;
+  std::optional<Status> unmounted_;
+  std::atomic<bool> unmounting_{false};
+  // The rescue files made, one line each for try_unmount's status. Guarded by rescued_mu_
+  // (rescue runs on the thread that reclaims: try_unmount's, or a delegation worker's).
+  std::mutex rescued_mu_;
+  std::vector<std::string> rescued_;
 };
 
 }  // namespace odafs

@@ -84,6 +84,29 @@ std::vector<Delegations::Return> Delegations::take_unsent() {
   return out;
 }
 
+Delegations::Unsent Delegations::unsent() const {
+  std::vector<OpenFiles::Ref> kept;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [key, e] : by_name_) {
+      if (e.kept) kept.push_back(e.kept);
+    }
+    for (const Return& r : returns_) {
+      if (r.kept) kept.push_back(r.kept);
+    }
+    for (const Return& r : unsent_) {
+      if (r.kept) kept.push_back(r.kept);
+    }
+  }
+  Unsent out;
+  for (const OpenFiles::Ref& sf : kept) {  // the files' locks outside mu_ (keep_open's order)
+    if (!unwritten(*sf)) continue;
+    out.paths.push_back(sf->path);
+    out.bytes += held_back(*sf).first;
+  }
+  return out;
+}
+
 bool Delegations::keep_unsent(Return& r) {
   if (!r.kept) return false;
   {

@@ -151,6 +151,15 @@ class Delegations {
   // return. Called on the channel's receiver thread.
   void recall(const Handle& fh, uint64_t id);
 
+  // What this mount's write delegations keep that the server may not have (kept by a
+  // close, queued for return, or handed back unsent when the connection broke): the files'
+  // paths and the bytes in all. For messages; takes the files' locks.
+  struct Unsent {
+    std::vector<std::string> paths;
+    size_t bytes = 0;
+  };
+  Unsent unsent() const;
+
   // Stops the return worker (pending returns are dropped: the connection goes with the
   // mount; kept bytes not written back are logged as lost). Idempotent.
   void stop();

@@ -35,6 +35,9 @@ enum odafs_read_mode {
 
 /* Mounts odafs://HOST:PORT/PATH. */
 odafs_client* odafs_mount(const char* url);
+/* Writes back what closes kept under write delegations and frees the client. A server
+ * that cannot be reached is waited for up to 60 s; then those bytes are saved in rescue
+ * files ($TMPDIR, else /var/tmp), each path logged (Client::try_unmount). */
 void odafs_unmount(odafs_client* client);
 int odafs_set_read_mode(odafs_client* client, enum odafs_read_mode mode);
 

@@ -3,9 +3,11 @@
 //   odafs [--timeout MS] COMMAND ...
 //   odafs ls|stat|cat|mkdir|rm|rmdir URL
 //   odafs mv URL URL2            (same server)
-//   odafs put LOCAL URL          odafs get URL LOCAL
+//   odafs put [--in-place] LOCAL|- URL      odafs get URL LOCAL
+//                                (put and get replace the target whole or not at all)
 //   odafs stats URL              (server counters)   odafs df URL     odafs ping URL
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,10 +30,13 @@ namespace {
   std::fprintf(out,
                "usage: odafs [OPTIONS] ls|stat|cat|mkdir|rm|rmdir|df|ping|stats URL\n"
                "       odafs [OPTIONS] mv URL URL2\n"
-               "       odafs [OPTIONS] put LOCAL URL\n"
+               "       odafs [OPTIONS] put [--in-place] LOCAL|- URL\n"
                "       odafs [OPTIONS] get URL LOCAL\n"
                "URL is odafs://HOST:PORT/PATH[?timeout_ms=N][&cache_policy=lru|mq][&tls=1]\n"
                "       [&tls_ca=FILE][&tls_cert=FILE&tls_key=FILE]\n"
+               "put writes a temporary file beside URL and renames it over URL once\n"
+               "the bytes are durable: URL is replaced whole or not at all (--in-place:\n"
+               "truncate URL and write into it). LOCAL - is standard input.\n"
                "OPTIONS:\n"
                "  --timeout MS      give up on a server that does not answer within MS ms\n"
                "  --tls             RPC-with-TLS (RFC 9289); the server's certificate must\n"
@@ -203,6 +208,232 @@ class LocalOutput {
   int fd_ = -1;
 };
 
+// e's message without the error's text, which what() ends with (": " + strerror): for an
+// Error that says e again in other words.
+std::string message_of(const odafs::Error& e) {
+  std::string what = e.what();
+  const std::string text = std::string(": ") + std::strerror(e.errno_value());
+  if (what.size() >= text.size() &&
+      what.compare(what.size() - text.size(), text.size(), text) == 0) {
+    what.resize(what.size() - text.size());
+  }
+  return what;
+}
+
+// What `put` reads: LOCAL, or standard input for "-". Opened and checked in the
+// constructor, before the server is touched: a directory (or what cannot be opened) is
+// refused there, so a bad LOCAL never costs the remote file anything. Regular files, FIFOs
+// and devices are read to their end.
+class LocalSource {
+ public:
+  explicit LocalSource(const std::string& local) : name_(local) {
+    if (local == "-") {
+      fd_ = 0;
+      name_ = "standard input";
+    } else {
+      fd_ = ::open(local.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd_ < 0) throw odafs::Error(errno, "put: cannot open " + local);
+      owned_ = true;
+    }
+    struct stat st;
+    if (fstat(fd_, &st) != 0) throw odafs::Error(errno, "put: fstat " + name_);
+    if (S_ISDIR(st.st_mode)) {
+      throw odafs::Error(EISDIR, "put: " + name_ + " is a directory (nothing was sent)");
+    }
+  }
+  ~LocalSource() {
+    if (owned_) ::close(fd_);
+  }
+  LocalSource(const LocalSource&) = delete;
+  LocalSource& operator=(const LocalSource&) = delete;
+
+  // Writes everything left to read into f from offset 0.
+  void copy_to(odafs::File& f) {
+    std::vector<char> buf(1 << 20);
+    uint64_t off = 0;
+    for (;;) {
+      ssize_t n = ::read(fd_, buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw odafs::Error(errno, "put: read " + name_);
+      if (n == 0) break;
+      f.pwrite(buf.data(), static_cast<size_t>(n), off);
+      off += static_cast<uint64_t>(n);
+    }
+  }
+
+ private:
+  std::string name_;
+  int fd_ = -1;
+  bool owned_ = false;
+};
+
+// Where `put` writes: the remote file is replaced whole or not at all, as LocalOutput does
+// for `get`. The bytes go to a hidden temporary in the target's directory,
+// .NAME.odafs-put.XXXXXX, created exclusively (CREATE EXCLUSIVE: never another's file);
+// commit() makes them durable on the server (fsync: the unstable writes COMMITted, nothing
+// left kept under a write delegation) and RENAMEs the temporary over the target. Until then
+// the target is untouched, and on every failure the destructor removes the temporary. A
+// process killed outright (SIGKILL) cannot: its temporary stays, hidden, and the target is
+// still whole.
+//
+// Mode: a new file gets 0644 less the umask (what open(O_CREAT, 0644) makes); a file that
+// exists keeps its mode, and its owner and group where the server lets this user set them.
+// A symlink at the target is followed (its file is replaced, as writing through it did).
+// A target that is a directory or another kind of object is refused before anything is
+// written.
+class RemoteOutput {
+ public:
+  // url: the target as the user named it, for messages.
+  RemoteOutput(odafs::Client& client, const std::string& path, const std::string& url)
+      : client_(client), url_(url) {
+    std::optional<odafs::Attr> existing;
+    target_ = follow_symlinks(path, &existing);
+    mode_t mode = 0644 & ~g_umask;
+    if (existing) {
+      if (existing->type == odafs::FileType::kDirectory) {
+        throw odafs::Error(EISDIR, "put: " + url_ + " is a directory");
+      }
+      if (existing->type != odafs::FileType::kRegular) {
+        throw odafs::Error(EINVAL,
+                           "put: " + url_ + " is not a regular file (--in-place writes into it)");
+      }
+      mode = existing->mode & 07777;
+    }
+    const size_t slash = target_.rfind('/');
+    const std::string dir = slash == std::string::npos ? "" : target_.substr(0, slash + 1);
+    const std::string base = slash == std::string::npos ? target_ : target_.substr(slash + 1);
+    // Writable by its owner while it is written, whatever the final mode.
+    const mode_t create_mode = mode | S_IWUSR | S_IRUSR;
+    for (int attempt = 0;; ++attempt) {
+      std::string temp = dir + "." + base + ".odafs-put." + random_suffix();
+      try {
+        file_ = client_.open(temp, O_WRONLY | O_CREAT | O_EXCL, create_mode);
+        temp_ = temp;
+        break;
+      } catch (const odafs::Error& e) {
+        if (e.errno_value() != EEXIST || attempt == 16) {
+          // A directory this user may not create in, holding a file it may write: the
+          // old way still works, and the message says so.
+          const bool refused = e.errno_value() == EACCES || e.errno_value() == EPERM;
+          throw odafs::Error(
+              e.errno_value(),
+              "put " + url_ + ": cannot create a temporary file beside it (" + message_of(e) +
+                  "; the remote file is unchanged" +
+                  (refused && existing ? "; --in-place writes into it instead" : "") + ")");
+        }
+      }
+    }
+    fix_mode_ = mode != create_mode ? std::optional<mode_t>(mode) : std::nullopt;
+    if (existing) owner_ = std::make_pair(existing->uid, existing->gid);
+  }
+  ~RemoteOutput() { discard(); }
+  RemoteOutput(const RemoteOutput&) = delete;
+  RemoteOutput& operator=(const RemoteOutput&) = delete;
+
+  // Copies all of `in` into the temporary.
+  void copy_from(LocalSource& in) {
+    try {
+      in.copy_to(file_);
+    } catch (const odafs::Error& e) {
+      throw unchanged(e);
+    }
+  }
+
+  // The copy is complete: durable on the server, then in the target's place.
+  void commit() {
+    try {
+      file_.fsync();
+      file_.close();
+      if (fix_mode_) client_.chmod(temp_, *fix_mode_);
+      if (owner_) {
+        const odafs::Attr now = client_.lstat(temp_);
+        if (now.uid != owner_->first || now.gid != owner_->second) {
+          // Only where allowed: a user may not give a file away (the server says EPERM).
+          try {
+            client_.chown(temp_, owner_->first, owner_->second);
+          } catch (const odafs::Error&) {
+          }
+        }
+      }
+      client_.rename(temp_, target_);
+      temp_.clear();
+    } catch (const odafs::Error& e) {
+      throw unchanged(e);
+    }
+  }
+
+ private:
+  static constexpr int kMaxSymlinks = 40;
+
+  // e, said of this put (the destructor then removes the temporary).
+  odafs::Error unchanged(const odafs::Error& e) const {
+    return odafs::Error(e.errno_value(),
+                        "put " + url_ + ": " + message_of(e) + " (the remote file is unchanged)");
+  }
+
+  // path with symlinks at its end followed (a relative target from the link's directory,
+  // an absolute one from the mount's root, as the client's walk takes them); *attr: the
+  // object there, if any.
+  std::string follow_symlinks(std::string path, std::optional<odafs::Attr>* attr) {
+    for (int hops = 0;; ++hops) {
+      odafs::Result<odafs::Attr> a = client_.try_lstat(path);
+      if (!a.ok()) {
+        if (a.errno_value() == ENOENT) return path;
+        throw odafs::Error(a.errno_value(), "put: " + url_ + ": " + a.status().message());
+      }
+      if (a->type != odafs::FileType::kSymlink) {
+        *attr = *a;
+        return path;
+      }
+      if (hops == kMaxSymlinks) throw odafs::Error(ELOOP, "put: " + url_);
+      const std::string link = client_.readlink(path);
+      const size_t slash = path.rfind('/');
+      path = !link.empty() && link[0] == '/' ? link
+             : slash == std::string::npos    ? link
+                                             : path.substr(0, slash + 1) + link;
+    }
+  }
+
+  static std::string random_suffix() {
+    static constexpr char kChars[] =
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    unsigned char bytes[6];
+    for (size_t got = 0; got < sizeof bytes;) {
+      ssize_t n = getrandom(bytes + got, sizeof bytes - got, 0);
+      if (n > 0) {
+        got += static_cast<size_t>(n);
+      } else if (errno != EINTR) {
+        throw odafs::Error(errno, "getrandom");
+      }
+    }
+    std::string s;
+    for (unsigned char b : bytes) s += kChars[b % (sizeof kChars - 1)];
+    return s;
+  }
+
+  // Removes the temporary, if there still is one. Its removal failing (the server gone) is
+  // said, naming it: the user may want it removed.
+  void discard() noexcept {
+    if (temp_.empty()) return;
+    try {
+      if (file_.is_open()) file_ = odafs::File();
+      client_.unlink(temp_);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "odafs: put: could not remove the temporary file %s: %s\n",
+                   temp_.c_str(), e.what());
+    }
+    temp_.clear();
+  }
+
+  odafs::Client& client_;
+  std::string url_;
+  std::string target_;  // the path replaced (the URL's, or what its symlinks name)
+  std::string temp_;    // the temporary; empty once renamed
+  odafs::File file_;
+  std::optional<mode_t> fix_mode_;                // chmod before the rename
+  std::optional<std::pair<uid_t, gid_t>> owner_;  // the replaced file's
+};
+
 // Takes the options before the command off argv; returns the index of the command.
 int parse_globals(int argc, char** argv) {
   int i = 1;
@@ -251,7 +482,6 @@ int run(int argc, char** argv) {
   argv += first - 1;
   if (argc < 3) usage();
   std::string cmd = argv[1];
-  constexpr size_t kChunk = 1 << 20;
   if (cmd == "ls") {
     Target t = open_target(argv[2]);
     odafs::Attr a = t.client->stat(t.path);
@@ -283,23 +513,25 @@ int run(int argc, char** argv) {
     copy_out(f, out.fd());
     out.commit();
   } else if (cmd == "put") {
-    if (argc < 4) usage();
-    int in = ::open(argv[2], O_RDONLY | O_CLOEXEC);
-    if (in < 0) throw odafs::Error(errno, std::string("open ") + argv[2]);
-    Target t = open_target(argv[3]);
-    odafs::File f = t.client->open(t.path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    std::vector<char> buf(kChunk);
-    uint64_t off = 0;
-    for (;;) {
-      ssize_t n = ::read(in, buf.data(), buf.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw odafs::Error(errno, "read");
-      if (n == 0) break;
-      f.pwrite(buf.data(), static_cast<size_t>(n), off);
-      off += static_cast<uint64_t>(n);
+    bool in_place = false;
+    int at = 2;
+    if (argc > at && std::strcmp(argv[at], "--in-place") == 0) {
+      in_place = true;
+      ++at;
     }
-    ::close(in);
-    f.close();
+    if (argc < at + 2) usage();
+    // The source is checked before anything touches the server.
+    LocalSource in(argv[at]);
+    Target t = open_target(argv[at + 1]);
+    if (in_place) {
+      odafs::File f = t.client->open(t.path, O_WRONLY | O_CREAT | O_TRUNC, 0644 & ~g_umask);
+      in.copy_to(f);
+      f.close();
+    } else {
+      RemoteOutput out(*t.client, t.path, argv[at + 1]);
+      out.copy_from(in);
+      out.commit();
+    }
   } else if (cmd == "mkdir") {
     Target t = open_target(argv[2]);
     t.client->mkdir(t.path);

@@ -79,6 +79,20 @@ struct MountOptions {
   // back (the delegation stays), so that a client that dies or is killed loses at most
   // this much of what it closed without fsync, as a local file system's page cache does.
   int delegated_write_back_ms = 5000;
+  // Unmounting (Client::try_unmount, and the destructor) with bytes kept under write
+  // delegations that the server does not have yet (the connection lost, the server down or
+  // restarting): how long to wait for the server to come back and take them, re-mounting
+  // (and so reclaiming) every quarter second or so and saying so in the log every 5 s.
+  // -1: as long as it takes (odafs-mount's default, as an NFS hard mount's). The library's
+  // default is bounded so that a program (or a test) whose server is gone for good still
+  // ends. The bound is looked at between re-mounts, and one re-mount to a server that
+  // accepts and does not answer takes up to timeout_ms. When the wait ends without the
+  // server, the bytes go to rescue files (rescue_dir), never nowhere.
+  int unmount_wait_ms = 60000;
+  // Where kept bytes that could not be written back at unmount are saved: one file per
+  // server file, odafs-rescue.NAME.XXXXXX (mode 0600), holding the bytes at their offsets
+  // in the file (what was not kept reads as zeros). Empty: $TMPDIR, else /var/tmp.
+  std::string rescue_dir;
   // How long a directory's handle found on the way to a file is used without looking the
   // directory up again (the path to it, not the file: open still looks the file up, for
   // close-to-open). Another client's rename of a directory may go unseen that long, as

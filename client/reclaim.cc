@@ -5,9 +5,12 @@
 // (it restarted, and its recovery record names this client). Bytes that cannot be written
 // back are reported: logged with the file and the byte count, and EIO at the file's next
 // write, fsync or close through this client. None is dropped silently.
+#include <fcntl.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <optional>
 
 #include "client/call_util.h"
@@ -158,7 +161,7 @@ std::string Client::write_home(const MountState& m, SharedFile& sf,
   return "";
 }
 
-void Client::reclaim(const MountState& m, Delegations& old, bool allowed) {
+void Client::reclaim(const MountState* home, Delegations& old, const std::string& no_home) {
   std::vector<Delegations::Return> unsent = old.take_unsent();
   for (Delegations::Return& r : unsent) {
     SharedFile& sf = *r.kept;
@@ -167,10 +170,8 @@ void Client::reclaim(const MountState& m, Delegations& old, bool allowed) {
     take_unsent_bytes(sf, /*run_locked=*/false, &pieces, &data);
     if (!data.empty()) {
       std::string why;
-      if (!allowed) {
-        why =
-            "the server did not let this client reclaim them (its grace period was over, or "
-            "it lost track of this client's write delegation)";
+      if (home == nullptr) {
+        why = no_home;
       } else {
         std::optional<rpc::CallCredential> cred;
         std::optional<rpc::CallAs> as;
@@ -178,9 +179,9 @@ void Client::reclaim(const MountState& m, Delegations& old, bool allowed) {
           cred.emplace(*r.caller, "odafs");
           as.emplace(*cred);
         }
-        why = loss(write_home(m, sf, pieces, data), r.removing, sf);
+        why = loss(write_home(*home, sf, pieces, data), r.removing, sf);
       }
-      if (!why.empty()) report_lost(sf, data.size(), why);
+      if (!why.empty()) report_lost(sf, pieces, data, why);
     }
     open_files_.release(cache_key(r.fh), r.kept);
   }
@@ -201,7 +202,7 @@ void Client::adopt_unsent(const Handle& fh, OpenFiles::Ref& kept, const rpc::Cal
     Result<std::shared_ptr<const MountState>> m = mount_state();
     const std::string why = m.ok() ? loss(write_home(**m, *kept, pieces, data), removing, *kept)
                                    : m.status().to_string();  // no mount to be had
-    if (!why.empty()) report_lost(*kept, data.size(), why);
+    if (!why.empty()) report_lost(*kept, pieces, data, why);
   }
   open_files_.release(cache_key(fh), kept);
 }
@@ -214,16 +215,75 @@ void Client::rehome_run_locked(SharedFile& sf) {
   Result<std::shared_ptr<const MountState>> m = mount_state();
   const std::string why =
       m.ok() ? write_home(**m, sf, pieces, data) : m.status().to_string();  // no mount to be had
-  if (!why.empty()) report_lost(sf, data.size(), why);
+  if (!why.empty()) report_lost(sf, pieces, data, why);
 }
 
-void Client::report_lost(SharedFile& sf, size_t bytes, const std::string& why) {
-  const std::string message = std::to_string(bytes) + " byte(s) written to " + sf.path +
-                              " under a write delegation were lost at a server restart: " + why;
+void Client::report_lost(SharedFile& sf, const std::vector<std::pair<uint64_t, size_t>>& pieces,
+                         const std::vector<char>& data, const std::string& why) {
+  std::string message = std::to_string(data.size()) + " byte(s) written to " + sf.path + " on " +
+                        server_name() +
+                        " under a write delegation could not be written back: " + why;
+  if (unmounting_.load(std::memory_order_acquire)) {
+    Result<std::string> saved = rescue(sf, pieces, data);
+    message += saved.ok() ? "; saved in " + *saved
+                          : "; and could not be saved locally: " + saved.status().to_string();
+  }
   ODAFS_LOG_ERROR("odafs: %s", message.c_str());
   stats_.lost_files.fetch_add(1, std::memory_order_relaxed);
   lost_writes_.add(sf.fileid, sf.server_mtime_ns.load(std::memory_order_relaxed),
                    message);  // the file's next write, fsync or close hears it
+}
+
+Result<std::string> Client::rescue(const SharedFile& sf,
+                                   const std::vector<std::pair<uint64_t, size_t>>& pieces,
+                                   const std::vector<char>& data) {
+  std::string dir = options_.rescue_dir;
+  if (dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    dir = tmp != nullptr && *tmp != '\0' ? tmp : "/var/tmp";
+  }
+  // NAME: the file's last component, kept to what a file name may hold here.
+  std::string name = sf.path.substr(sf.path.rfind('/') + 1);
+  if (name.empty() || name.size() > 64) name = name.empty() ? "file" : name.substr(0, 64);
+  std::string path = dir + "/odafs-rescue." + name + ".XXXXXX";
+  const int fd = mkostemp(path.data(), O_CLOEXEC);  // 0600: the user's bytes, the user's only
+  if (fd < 0) {
+    const int err = errno;
+    return Status(err, "rescue file in " + dir);
+  }
+  // In the order they were to land: a later piece over an earlier one.
+  const char* src = data.data();
+  Status written;
+  for (const auto& [offset, len] : pieces) {
+    for (size_t done = 0; done < len && written.ok();) {
+      const ssize_t n = pwrite(fd, src + done, len - done, static_cast<off_t>(offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int err = n < 0 ? errno : EIO;
+        written = Status(err, "writing rescue file " + path);
+      } else {
+        done += static_cast<size_t>(n);
+      }
+    }
+    src += len;
+  }
+  if (written.ok() && fsync(fd) != 0) {
+    const int err = errno;
+    written = Status(err, "fsync " + path);
+  }
+  close(fd);
+  if (!written.ok()) return written;
+  {
+    std::lock_guard lock(rescued_mu_);
+    rescued_.push_back(sf.path + " on " + server_name() + ": " + std::to_string(data.size()) +
+                       " byte(s) saved in " + path);
+  }
+  return path;
+}
+
+std::string Client::server_name() const {
+  // Without remount_mu_: a message may name the server just failed over from.
+  return servers_.empty() ? url_ : servers_[server_index_.load() % servers_.size()].to_string();
 }
 
 Status Client::check_lost(uint64_t fileid, const struct timespec& mtime_at_open) {

@@ -1,5 +1,5 @@
 // The odafs command-line tool, run as a process against real odafsd: --timeout against a
-// stopped server, and `get`, which replaces LOCAL whole or not at all.
+// stopped server, and `get` and `put`, which replace their target whole or not at all.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "tests/support/server_process.h"
+#include "tests/support/tmpfs.h"
 #include "tests/support/watchdog.h"
 
 extern char** environ;
@@ -35,7 +37,8 @@ namespace {
 // kills it if it still runs.
 class Tool {
  public:
-  explicit Tool(const std::vector<std::string>& args) {
+  // stdin_path: what the tool reads on its standard input (empty: this process's).
+  explicit Tool(const std::vector<std::string>& args, const std::string& stdin_path = "") {
     std::vector<std::string> argv_s = {ODAFS_CLI_PATH};
     argv_s.insert(argv_s.end(), args.begin(), args.end());
     std::vector<char*> argv = odafs::test::argv_of(argv_s);
@@ -43,6 +46,8 @@ class Tool {
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, (io_ / "out").c_str(), O_WRONLY | O_CREAT, 0600);
     posix_spawn_file_actions_addopen(&fa, 2, (io_ / "err").c_str(), O_WRONLY | O_CREAT, 0600);
+    if (!stdin_path.empty())
+      posix_spawn_file_actions_addopen(&fa, 0, stdin_path.c_str(), O_RDONLY, 0);
     int rc = posix_spawn(&pid_, ODAFS_CLI_PATH, &fa, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&fa);
     REQUIRE(rc == 0);
@@ -89,8 +94,9 @@ class Tool {
 
 // Runs the tool to its end (at most `bound`); REQUIREs that it ended.
 std::unique_ptr<Tool> run(const std::vector<std::string>& args,
-                          std::chrono::milliseconds bound = std::chrono::seconds(30)) {
-  auto t = std::make_unique<Tool>(args);
+                          std::chrono::milliseconds bound = std::chrono::seconds(30),
+                          const std::string& stdin_path = "") {
+  auto t = std::make_unique<Tool>(args, stdin_path);
   REQUIRE(t->wait(bound));
   return t;
 }
@@ -210,4 +216,138 @@ TEST_CASE("odafs get that fails mid-way leaves an existing LOCAL as it was") {
   CHECK(tool.exit_code() == 1);
   CHECK(read_local(local / "out") == before);
   CHECK(names_in(local.path()) == std::vector<std::string>{"out"});  // the temporary is gone
+}
+
+namespace {
+
+// The names in the export's directory that are put's hidden temporaries of `name`.
+std::vector<std::string> temporaries_of(const std::string& dir, const std::string& name) {
+  std::vector<std::string> out;
+  for (const std::string& n : names_in(dir)) {
+    if (n.rfind("." + name + ".odafs-put.", 0) == 0) out.push_back(n);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("odafs put replaces the remote file whole, keeping its mode; a new file gets 0644") {
+  TempDir dir, local;
+  ServerProcess server(dir.path());
+  write_local(dir / "f", "the old remote contents");
+  REQUIRE(chmod((dir / "f").c_str(), 0640) == 0);
+  const std::string data = pattern(3 << 20, 43);
+  write_local(local / "in", data);
+  auto t = run({"put", local / "in", server.url("/f")});
+  INFO(t->err());
+  CHECK(t->exit_code() == 0);
+  CHECK(read_local(dir / "f") == data);
+  struct stat st;
+  REQUIRE(stat((dir / "f").c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0640);
+  auto fresh = run({"put", local / "in", server.url("/new")});
+  CHECK(fresh->exit_code() == 0);
+  CHECK(read_local(dir / "new") == data);
+  REQUIRE(stat((dir / "new").c_str(), &st) == 0);
+  const mode_t mask = umask(022);  // the tool's, which it inherits from this process
+  umask(mask);
+  CHECK((st.st_mode & 07777) == (0644 & ~mask));
+  CHECK(names_in(dir.path()) == std::vector<std::string>{"f", "new"});  // no temporary left
+  // --in-place writes into the file, as put did before.
+  auto in_place = run({"put", "--in-place", local / "in", server.url("/f")});
+  CHECK(in_place->exit_code() == 0);
+  CHECK(read_local(dir / "f") == data);
+  // From standard input, through a symlink: the file it names is replaced, the link stays.
+  REQUIRE(symlink("f", (dir / "link").c_str()) == 0);
+  write_local(local / "small", "from stdin");
+  auto piped = run({"put", "-", server.url("/link")}, std::chrono::seconds(30), local / "small");
+  INFO(piped->err());
+  CHECK(piped->exit_code() == 0);
+  CHECK(read_local(dir / "f") == "from stdin");
+  struct stat lst;
+  REQUIRE(lstat((dir / "link").c_str(), &lst) == 0);
+  CHECK(S_ISLNK(lst.st_mode));
+  REQUIRE(stat((dir / "f").c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0640);
+}
+
+TEST_CASE("odafs put of a directory fails before it touches the remote file") {
+  TempDir dir, local;
+  ServerProcess server(dir.path());
+  const std::string before = "the remote file, before put";
+  write_local(dir / "f", before);
+  for (bool in_place : {false, true}) {
+    CAPTURE(in_place);
+    std::vector<std::string> args = {"put", local.path(), server.url("/f")};
+    if (in_place) args.insert(args.begin() + 1, "--in-place");
+    auto t = run(args);
+    CHECK(t->exit_code() == 1);
+    CHECK(contains(t->err(), local.path() + " is a directory"));
+    CHECK(read_local(dir / "f") == before);
+    CHECK(names_in(dir.path()) == std::vector<std::string>{"f"});
+  }
+}
+
+TEST_CASE("odafs put killed mid-way leaves the old remote file whole") {
+  TempDir dir, local;
+  ServerProcess server(dir.path());
+  const std::string before = pattern(3 << 20, 44);
+  write_local(dir / "f", before);
+  // The source is a FIFO this test feeds: the put is mid-way, for certain, while the test
+  // holds the rest back.
+  const std::string fifo = local / "in";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  Tool tool({"put", fifo, server.url("/f")});
+  int feed = -1;
+  REQUIRE(odafs::test::eventually([&] {
+    feed = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);  // ENXIO until it reads
+    return feed >= 0 || !tool.running();
+  }));
+  REQUIRE(feed >= 0);
+  REQUIRE(fcntl(feed, F_SETFL, 0) == 0);
+  // 2 MiB: the tool has read all but a pipe's worth of it once the writes return, so it
+  // has opened the remote file and written to it.
+  const std::string part = pattern(2 << 20, 45);
+  for (size_t done = 0; done < part.size();) {
+    ssize_t n = ::write(feed, part.data() + done, part.size() - done);
+    REQUIRE(n > 0);
+    done += static_cast<size_t>(n);
+  }
+  CHECK(odafs::test::eventually([&] { return !temporaries_of(dir.path(), "f").empty(); }));
+  REQUIRE(tool.running());
+  REQUIRE(kill(tool.pid(), SIGKILL) == 0);
+  REQUIRE(tool.wait(std::chrono::seconds(10)));
+  ::close(feed);
+  CHECK(read_local(dir / "f") == before);
+  // Through the server too (no copy of it in a client's hands).
+  auto get = run({"get", server.url("/f"), local / "out"});
+  CHECK(get->exit_code() == 0);
+  CHECK(read_local(local / "out") == before);
+}
+
+TEST_CASE("odafs put into a full export fails, naming the file; the old one stays whole" *
+          doctest::skip(*odafs::test::tmpfs_skip_reason() != '\0') *
+          doctest::description(odafs::test::tmpfs_skip_reason())) {
+  TempDir dir, local;
+  odafs::test::Tmpfs fs_guard(dir / "export", "size=1m");
+  REQUIRE(fs_guard.mounted);
+  const std::string root = fs_guard.dir;
+  ServerProcess server(root);
+  const std::string before = pattern(300000, 46);
+  write_local(root + "/f", before);
+  write_local(local / "in", pattern(2 << 20, 47));  // more than the export holds
+  for (bool in_place : {false, true}) {
+    CAPTURE(in_place);
+    std::vector<std::string> args = {"put", local / "in", server.url("/f")};
+    if (in_place) args.insert(args.begin() + 1, "--in-place");
+    auto t = run(args);
+    INFO(t->err());
+    CHECK(t->exit_code() == 1);
+    CHECK(contains(t->err(), strerror(ENOSPC)));
+    if (in_place) break;  // what --in-place promises no more: the file is cut
+    CHECK(contains(t->err(), server.url("/f")));
+    CHECK(contains(t->err(), "unchanged"));
+    CHECK(read_local(root + "/f") == before);
+    CHECK(names_in(root) == std::vector<std::string>{"f"});  // no temporary left behind
+  }
 }

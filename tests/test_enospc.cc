@@ -4,7 +4,6 @@
 // serving everyone, and freeing space must make writes work again.
 #include <doctest/doctest.h>
 #include <fcntl.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +20,7 @@
 #include "client/client.h"
 #include "tests/support/client_util.h"
 #include "tests/support/server_process.h"
+#include "tests/support/tmpfs.h"
 
 using odafs::Client;
 using odafs::Error;
@@ -30,46 +30,12 @@ using odafs::test::read_all;
 using odafs::test::read_local;
 using odafs::test::ServerProcess;
 using odafs::test::TempDir;
+using odafs::test::Tmpfs;
+using odafs::test::tmpfs_skip_reason;
 
 namespace {
 
-constexpr const char* kSize = "size=1m";
 constexpr size_t kChunk = 64 * 1024;
-
-// A tmpfs of kSize mounted on `dir` for the guard's life (detached on the way out, so a
-// failed check cannot leave it behind).
-struct Tmpfs {
-  std::string dir;
-  bool mounted = false;
-  int error = 0;  // mount(2)'s errno when it failed
-  explicit Tmpfs(std::string d) : dir(std::move(d)) {
-    mkdir(dir.c_str(), 0755);
-    mounted = ::mount("odafs-test", dir.c_str(), "tmpfs", 0, kSize) == 0;
-    if (!mounted) error = errno;
-  }
-  ~Tmpfs() {
-    if (mounted) umount2(dir.c_str(), MNT_DETACH);
-  }
-};
-
-// Why this process cannot mount a tmpfs ("" when it can: root, and not in a container that
-// forbids it). Decided once, before the tests run, so that the test below is reported as
-// skipped, naming the reason (also on stderr: doctest's summary shows only the count).
-const char* tmpfs_skip_reason() {
-  static const std::string why = [] {
-    std::string r;
-    if (geteuid() != 0) {
-      r = "needs root to mount a tmpfs (euid " + std::to_string(geteuid()) + ")";
-    } else {
-      TempDir probe;
-      Tmpfs t(probe / "m");
-      if (!t.mounted) r = std::string("mounting a tmpfs failed: ") + strerror(t.error);
-    }
-    if (!r.empty()) std::fprintf(stderr, "ENOSPC test skipped: %s\n", r.c_str());
-    return r;
-  }();
-  return why.c_str();
-}
 
 // The errno and message of the Error fn throws (0 and "" if it throws none).
 std::pair<int, std::string> error_of(const std::function<void()>& fn) {

@@ -39,7 +39,9 @@ FuseFs::FuseFs(Client& client, const Attr& root, FsOptions options)
       options_(options),
       block_size_(client.limits().block_size ? client.limits().block_size : 4096) {}
 
-FuseFs::~FuseFs() {
+FuseFs::~FuseFs() { close_left_open(); }
+
+void FuseFs::close_left_open() {
   std::vector<uint64_t> left;
   {
     std::lock_guard<std::mutex> lock(open_mu_);

@@ -65,8 +65,13 @@ class FuseFs {
   FuseFs(Client& client, const Attr& root, FsOptions options);
   FuseFs(const FuseFs&) = delete;
   FuseFs& operator=(const FuseFs&) = delete;
-  // Closes the files still open (the session loop has ended: no request runs any more).
+  // Closes the files still open (close_left_open).
   ~FuseFs();
+  // Closes the files and directories still open (the kernel never released them: an
+  // unmount by signal). REQUIRES: the session loop has ended (no request runs any more).
+  // Before the client's unmount, so that what their closes keep is written back or
+  // rescued with the rest.
+  void close_left_open();
 
   // The operation table; pass `this` as the session's userdata.
   static const fuse_lowlevel_ops& ops();

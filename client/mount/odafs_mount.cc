@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <csignal>
@@ -18,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "base/log.h"
 #include "client/client.h"
 #include "client/mount/fuse_ops.h"
 #include "client/mount/request_loop.h"
@@ -33,6 +35,8 @@ struct Config {
   int no_ordma = 0;
   int timeout_ms = 60000;
   int reconnect_ms = 0;
+  int unmount_wait_ms = -1;  // as long as it takes (a hard mount)
+  char* rescue_dir = nullptr;
   int dir_cache_ms = 3000;
   double attr_timeout = 1.0;
   double entry_timeout = 1.0;
@@ -60,6 +64,8 @@ const fuse_opt kSpec[] = {ODAFS_OPT("cache_blocks=%lu", cache_blocks, 0),
                           ODAFS_OPT("noordma", no_ordma, 1),
                           ODAFS_OPT("timeout_ms=%d", timeout_ms, 0),
                           ODAFS_OPT("reconnect_ms=%d", reconnect_ms, 0),
+                          ODAFS_OPT("unmount_wait_ms=%d", unmount_wait_ms, 0),
+                          ODAFS_OPT("rescue_dir=%s", rescue_dir, 0),
                           ODAFS_OPT("dir_cache_ms=%d", dir_cache_ms, 0),
                           ODAFS_OPT("attr_timeout=%lf", attr_timeout, 0),
                           ODAFS_OPT("entry_timeout=%lf", entry_timeout, 0),
@@ -99,6 +105,11 @@ void usage(const char* prog) {
       "    noordma                no one-sided reads: read_mode=preposted\n"
       "    timeout_ms=N           bound on every call to the server (default 60000)\n"
       "    reconnect_ms=N         keep re-connecting to a restarting server this long (0)\n"
+      "    unmount_wait_ms=N      at unmount, wait at most N ms for an unreachable server\n"
+      "                           to take the bytes closes kept, then save them in rescue\n"
+      "                           files and exit 1 (default: wait until it answers; a\n"
+      "                           SIGINT or SIGTERM then gives up the same way)\n"
+      "    rescue_dir=DIR         where rescue files go (default: $TMPDIR, else /var/tmp)\n"
       "    dir_cache_ms=N         libodafs directory handle cache (default 3000; 0: off)\n"
       "    attr_timeout=S         seconds the kernel trusts attributes (default 1)\n"
       "    entry_timeout=S        seconds the kernel trusts name lookups (default 1)\n"
@@ -192,6 +203,17 @@ class Backgrounder {
   int ready_fd_ = -1;  // closed unwritten when the child fails: the parent exits 1
 };
 
+// Set by SIGINT, SIGTERM or SIGHUP once the session is over: the unmount stops waiting
+// for the server and saves what it keeps in rescue files.
+std::atomic<bool> g_give_up{false};
+
+void give_up_on_signal() {
+  struct sigaction sa {};
+  sa.sa_handler = [](int) { g_give_up.store(true); };
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+}
+
 int run(int argc, char** argv) {
   fuse_args args = FUSE_ARGS_INIT(argc, argv);
   Config conf;
@@ -227,6 +249,9 @@ int run(int argc, char** argv) {
   mo.cache_blocks = conf.cache_blocks;
   mo.timeout_ms = conf.timeout_ms;
   mo.reconnect_window_ms = conf.reconnect_ms;
+  mo.unmount_wait_ms = conf.unmount_wait_ms < 0 ? -1 : conf.unmount_wait_ms;
+  std::unique_ptr<char, decltype(&free)> rescue_dir(conf.rescue_dir, free);
+  if (rescue_dir) mo.rescue_dir = rescue_dir.get();
   mo.dir_cache_ms = conf.dir_cache_ms;
   // libfuse's %s options are malloc'd strings, freed with conf's others.
   std::unique_ptr<char, decltype(&free)> tls_ca(conf.tls_ca, free), tls_cert(conf.tls_cert, free),
@@ -246,6 +271,9 @@ int run(int argc, char** argv) {
     return 1;
   }
 
+  // A background mount's stderr goes nowhere: what it logs (write-back failures, an
+  // unmount waiting for its server) goes to syslog too, in the foreground as well.
+  odafs::log_to_syslog("odafs-mount");
   Backgrounder bg(opts.foreground != 0);
   std::unique_ptr<odafs::Client> client;
   odafs::Attr root;
@@ -292,7 +320,17 @@ int run(int argc, char** argv) {
   }
   fuse_session_destroy(se);
   // A signal ends the loop with its number; that is a clean stop.
-  return rc == 0 || rc == SIGINT || rc == SIGTERM || rc == SIGHUP ? 0 : 1;
+  rc = rc == 0 || rc == SIGINT || rc == SIGTERM || rc == SIGHUP ? 0 : 1;
+  // The kernel's mount is gone; bytes closes kept may not be on the server yet. They are
+  // waited for (saying so), or saved in rescue files (a bounded wait, or a signal now).
+  give_up_on_signal();
+  fs.close_left_open();
+  odafs::Status kept = client->try_unmount(&g_give_up);
+  if (!kept.ok()) {
+    ODAFS_LOG_ERROR("odafs-mount: %s", kept.message().c_str());  // stderr, syslog
+    rc = 1;
+  }
+  return rc;
 }
 
 }  // namespace
