@@ -7,12 +7,14 @@
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <grp.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "base/net.h"
+#include "rpc/call_credential.h"
 #include "rpc/message_header.h"
 #include "rpc/record.h"
 #include "tests/support/confinement_world.h"
@@ -50,10 +53,9 @@ uid_t owner_of(const std::string& path) {
   return stat(path.c_str(), &st) == 0 ? st.st_uid : static_cast<uid_t>(-1);
 }
 
-// Runs body in a child process that has become uid:gid (no groups) and returns what body
-// returned: a list of results, one per check, for the parent to compare.
-std::vector<int> as_local_user(uint32_t uid, uint32_t gid,
-                               const std::function<std::vector<int>()>& body) {
+// Runs body in a forked child and returns what body returned: a list of results, one per
+// check, for the parent to compare ({-1000} when body threw).
+std::vector<int> in_child(const std::function<std::vector<int>()>& body) {
   int fds[2];
   REQUIRE(pipe(fds) == 0);
   pid_t child = fork();
@@ -61,14 +63,10 @@ std::vector<int> as_local_user(uint32_t uid, uint32_t gid,
   if (child == 0) {
     close(fds[0]);
     std::vector<int> out;
-    if (setgroups(0, nullptr) == 0 && setgid(gid) == 0 && setuid(uid) == 0) {
-      try {
-        out = body();
-      } catch (...) {
-        out = {-1000};
-      }
-    } else {
-      out = {-1001};
+    try {
+      out = body();
+    } catch (...) {
+      out = {-1000};
     }
     [[maybe_unused]] ssize_t n = write(fds[1], out.data(), out.size() * sizeof(int));
     _exit(0);
@@ -81,6 +79,15 @@ std::vector<int> as_local_user(uint32_t uid, uint32_t gid,
   int status = 0;
   waitpid(child, &status, 0);
   return results;
+}
+
+// Runs body in a child process that has become uid:gid (no groups): in_child.
+std::vector<int> as_local_user(uint32_t uid, uint32_t gid,
+                               const std::function<std::vector<int>()>& body) {
+  return in_child([&]() -> std::vector<int> {
+    if (setgroups(0, nullptr) != 0 || setgid(gid) != 0 || setuid(uid) != 0) return {-1001};
+    return body();
+  });
 }
 
 // An export as an attacker finds it: root's 0600 file, alice's 0600 file and 0700
@@ -151,6 +158,157 @@ ROOT_TEST("an unprivileged local user's raw calls: AUTH_NONE is anonymous, forge
   auto admin = odafs::Client::mount(server.url());
   CHECK(stat_of(*admin, "auth.refused.not_socket_owner") == 2);
   CHECK(stat_of(*admin, "auth.refused.bad_credential") == 3);
+}
+
+namespace {
+
+// Raw calls on one connection made from the local address `from` (Raw's channel cannot
+// choose one) to 127.0.0.1:port, each carrying `who`. Each returns the reply's status, or
+// one of Raw's refusals (kBadCred...), or kNoConnection.
+class RawFrom {
+ public:
+  static constexpr int kNoConnection = -5;
+  RawFrom(const char* from, uint16_t port, const AuthSysCred& who)
+      : fd_(odafs::test::connect_from(from, port)), cred_(caller(who), who.machine) {
+    timeval tv{10, 0};
+    if (fd_ >= 0) setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  ~RawFrom() {
+    if (fd_ >= 0) close(fd_);
+  }
+  RawFrom(const RawFrom&) = delete;
+  RawFrom& operator=(const RawFrom&) = delete;
+
+  int mount(const std::string& path, Handle* root) {
+    mount_res res{};
+    int st = call(ODAFSPROC_MOUNT, Args().str(path), to_xdrproc(xdr_mount_res), &res);
+    if (st == ODAFS_OK) std::memcpy(root->data(), res.mount_res_u.ok.root, 40);
+    xdr_free(to_xdrproc(xdr_mount_res), reinterpret_cast<char*>(&res));
+    return st;
+  }
+  int lookup(const Handle& dir, const std::string& name, Handle* fh) {
+    dirop_res res{};
+    int st = call(ODAFSPROC_LOOKUP, Args().fh(dir).str(name), to_xdrproc(xdr_dirop_res), &res);
+    if (st == ODAFS_OK) std::memcpy(fh->data(), res.dirop_res_u.ok.fh, 40);
+    return st;
+  }
+  int read(const Handle& fh) {
+    read_res res{};
+    int st =
+        call(ODAFSPROC_READ, Args().fh(fh).u64(0).u32(4096).u64(0), to_xdrproc(xdr_read_res), &res);
+    xdr_free(to_xdrproc(xdr_read_res), reinterpret_cast<char*>(&res));
+    return st;
+  }
+
+ private:
+  static odafs::rpc::CallerCred caller(const AuthSysCred& who) {
+    odafs::rpc::CallerCred c;
+    c.auth_sys = true;
+    c.uid = who.uid;
+    c.gid = who.gid;
+    return c;
+  }
+  template <class Res>
+  int call(uint32_t proc, Args args, xdrproc_t xres, Res* res) {
+    if (fd_ < 0) return kNoConnection;
+    bool_t (*enc)(XDR*, Args*) = xdr_args_bytes;
+    std::vector<char> record;
+    auto len = odafs::rpc::encode_call_record({++xid_, ODAFS_PROGRAM, ODAFS_V2, proc, cred_.body()},
+                                              to_xdrproc(enc), &args, 1 << 16, &record);
+    if (!len.ok() || send(fd_, record.data(), *len, MSG_NOSIGNAL) != static_cast<ssize_t>(*len)) {
+      return kNoConnection;
+    }
+    char mark[4];
+    if (recv(fd_, mark, 4, MSG_WAITALL) != 4) return kNoConnection;
+    std::vector<char> reply(odafs::rpc::read_record_mark(mark).length);
+    if (recv(fd_, reply.data(), reply.size(), MSG_WAITALL) != static_cast<ssize_t>(reply.size())) {
+      return kNoConnection;
+    }
+    odafs::rpc::ReplyHeader h;
+    size_t at = 0;
+    if (!odafs::rpc::decode_reply_header(reply.data(), reply.size(), &h, &at)) return kGarbage;
+    if (h.reply_stat == MSG_DENIED) {
+      if (h.reject_stat != AUTH_ERROR) return kOtherDenial;
+      return h.auth_stat == AUTH_BADCRED   ? kBadCred
+             : h.auth_stat == AUTH_TOOWEAK ? kTooWeak
+                                           : kOtherDenial;
+    }
+    if (h.accept_stat != SUCCESS) return kGarbage;
+    XDR x;
+    xdrmem_create(&x, reply.data() + at, static_cast<u_int>(reply.size() - at), XDR_DECODE);
+    if (!xres(&x, res, 0)) return kGarbage;
+    int status;
+    std::memcpy(&status, res, sizeof status);  // every result starts with its status
+    return status;
+  }
+
+  int fd_;
+  odafs::rpc::CallCredential cred_;
+  uint32_t xid_ = 0;
+};
+
+// Why this machine cannot give a test a network namespace of its own with a second
+// address of the host's ("" when it can): for a doctest skip.
+const char* netns_skip() {
+  static const std::string why = []() -> std::string {
+    if (geteuid() != 0) return "needs root: makes a network namespace, becomes other users";
+    if (std::system("ip -V >/dev/null 2>&1") != 0) return "needs the ip tool (iproute2)";
+    pid_t child = fork();
+    if (child < 0) return "cannot fork";
+    if (child == 0) {
+      _exit(unshare(CLONE_NEWNET) == 0 && std::system("ip link set lo up 2>/dev/null") == 0 ? 0
+                                                                                            : 1);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      return "cannot make a network namespace here (unshare(CLONE_NEWNET), ip link)";
+    }
+    return "";
+  }();
+  return why.c_str();
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a local user connecting from another of the host's addresses is named by the kernel: "
+    "he cannot claim another uid" *
+    doctest::skip(*netns_skip() != '\0') * doctest::description(netns_skip())) {
+  Export e;
+  // All of it in a network namespace of the test's own (gone with its last process): its
+  // loopback, and a second address of the host's, 10.253.0.1, on a dummy interface (or on
+  // lo where dummy interfaces cannot be made).
+  std::vector<int> got = in_child([&]() -> std::vector<int> {
+    if (unshare(CLONE_NEWNET) != 0) return {-2000};
+    if (std::system("exec 2>/dev/null; ip link set lo up && "
+                    "{ ip link add odafs-t0 type dummy && ip link set odafs-t0 up && "
+                    "ip addr add 10.253.0.1/32 dev odafs-t0 || "
+                    "ip addr add 10.253.0.1/32 dev lo; }") != 0) {
+      return {-2001};
+    }
+    ServerProcess server(e.dir.path(), {"--clients", "*(rw)"});
+    const uint16_t port = server.port();
+    return as_local_user(kBob, kBob, [port] {
+      std::vector<int> r;
+      Handle root, f;
+      {
+        RawFrom alice("10.253.0.1", port, as_user(kAlice, kAlice));
+        r.push_back(alice.mount("/", &root));
+        r.push_back(alice.lookup(root, "alicefile", &f));
+        r.push_back(alice.read(f));
+      }
+      r.push_back(RawFrom("10.253.0.1", port, as_user(0, 0)).mount("/", &root));
+      r.push_back(RawFrom("10.253.0.1", port, as_user(kBob, kBob)).mount("/", &root));
+      return r;
+    });
+  });
+  // Claiming alice or root is refused; claiming himself works (the kernel named him).
+  std::string results;
+  for (int v : got) results += std::to_string(v) + " ";
+  CAPTURE(results);
+  CHECK(got == std::vector<int>{kBadCred, kBadCred, kBadCred, kBadCred, ODAFS_OK});
+  CHECK(read_local(e.dir / "alicefile") == "alice's secret");
 }
 
 TEST_CASE("a credential with more than 16 groups, or none decodable, is AUTH_BADCRED") {
