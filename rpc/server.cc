@@ -375,6 +375,9 @@ void Server::on_readable(Connection* raw, Worker& w) {
   const bool tls = conn->tls.load(std::memory_order_acquire) != nullptr;
   size_t got = 0;
   for (int round = 0; open && handshake_done && round < kReadsPerEvent && got < limit; ++round) {
+    // TLS started meanwhile (this read began in the clear): what the socket holds now is
+    // TLS, for the next event, which judges the clear bytes taken (continue_handshake).
+    if (!tls && conn->tls.load(std::memory_order_acquire) != nullptr) break;
     size_t want = std::min(w.staging.size(), limit - got);
     ssize_t n = read_some(*conn, w.staging.data(), want);
     if (n > 0 && shut) continue;  // closing: drain to EOF, run nothing more

@@ -147,10 +147,11 @@ void Server::run_records(Connection& conn, std::vector<std::vector<char>>& recor
         break;
       }
     }
-    if (i > 0 && conn.tls.load(std::memory_order_acquire) != nullptr &&
+    if (conn.tls.load(std::memory_order_acquire) != nullptr &&
         !conn.tls_ready.load(std::memory_order_acquire)) {
-      // A call read in the clear after the AUTH_TLS probe: the client did not wait for the
-      // STARTTLS reply (RFC 9289 has it wait). Nothing of it runs; the connection closes.
+      // A call read in the clear after the AUTH_TLS probe (in its batch or by another
+      // reader): the client did not wait for the STARTTLS reply, as RFC 9289 has it do, or
+      // someone on the path added it. Nothing of it runs; the connection closes.
       ODAFS_LOG_WARN_THROTTLED("closing connection from %s: calls sent after the AUTH_TLS probe",
                                conn.peer.c_str());
       std::lock_guard lock(conn.write_mu);
