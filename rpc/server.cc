@@ -236,7 +236,9 @@ void Server::accept_all() {
       std::lock_guard lock(conns_mu_);
       const char* refusal = nullptr;
       size_t& from_host = per_address_[host];
-      if (conns_.size() >= options_.max_connections) {
+      if (admission.refused) {
+        if (refused_open_ >= options_.max_refused_connections) refusal = "admitted by no rule";
+      } else if (conns_.size() - refused_open_ >= options_.max_connections) {
         refusal = "--max-connections";
       } else if (options_.max_connections_per_address > 0 &&
                  from_host >= options_.max_connections_per_address) {
@@ -251,11 +253,18 @@ void Server::accept_all() {
         continue;
       }
       ++from_host;
+      if (admission.refused) {
+        ++refused_open_;
+        counters_.unadmitted.fetch_add(1, std::memory_order_relaxed);
+      }
       uint64_t id = next_conn_id_++;
       Loop& loop = least_loaded_loop();
       loop.connections.fetch_add(1, std::memory_order_relaxed);
+      // A refused connection's one record needs no large-record permit: those are for
+      // admitted peers' WRITEs.
       conn = std::make_shared<Connection>(id, fd, loop, from.host, from.to_string(), admission,
-                                          options_.max_record, now_ms());
+                                          admission.refused ? kLargeRecord : options_.max_record,
+                                          now_ms());
       conns_.emplace(id, conn);
     }
     net::set_nodelay(fd);
@@ -329,6 +338,7 @@ void Server::close_connection(Connection* conn) {
   std::lock_guard lock(conns_mu_);
   auto host = per_address_.find(conn->host);
   if (host != per_address_.end() && --host->second == 0) per_address_.erase(host);
+  if (conn->refused) --refused_open_;
   conns_.erase(conn->id);  // the fd closes when the last in-progress call lets go
   if (options_.on_connection_closed) options_.on_connection_closed(conn->id);
 }

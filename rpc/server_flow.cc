@@ -162,6 +162,14 @@ void Server::run_records(Connection& conn, std::vector<std::vector<char>>& recor
     counters_.records.fetch_add(1, std::memory_order_relaxed);
     dispatch(conn, records[i], w);
     recycle(records[i]);
+    if (conn.refused) {
+      // Its one answer (dispatch refused the call) goes out, then the connection closes.
+      flush_replies(w, /*call_running=*/false);
+      std::lock_guard lock(conn.write_mu);
+      if (!conn.write_failed) fail_writes(conn);
+      for (size_t j = i + 1; j < count; ++j) recycle(records[j]);
+      break;
+    }
   }
   flush_replies(w, /*call_running=*/false);
   w.out_conn = nullptr;
