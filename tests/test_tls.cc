@@ -603,16 +603,11 @@ TEST_CASE(
     doctest::description(geteuid() != 0 ? "needs root: the child becomes uid 65534" : "")) {
   TempDir dir;
   ServerProcess server(dir.path(), tls_flags());  // the loopback default: kernel-named peers
-  auto context = odafs::tls::Context::make(odafs::tls::Context::Side::kClient,
-                                           odafs::tls::Files{"", "", pem("ca.pem")});
-  REQUIRE(context.ok());
-  auto channel_options = [&](uint32_t uid) {
-    odafs::rpc::Channel::Options co;
-    co.program = ODAFS_PROGRAM;
-    co.version = ODAFS_V2;
-    co.timeout_ms = 5000;
-    co.tls = *context;
-    co.tls_host = "127.0.0.1";
+  // Made here: the children below only copy it (a context made after fork could wait on a
+  // lock another thread of the parent held).
+  const odafs::rpc::Channel::Options tls_channel = channel_options();
+  auto claiming = [&tls_channel](uint32_t uid) {
+    odafs::rpc::Channel::Options co = tls_channel;
     co.auth = odafs::rpc::AuthSysCred{uid, uid, "tls-test", {}};
     return co;
   };
@@ -620,7 +615,7 @@ TEST_CASE(
   // AUTH_BADCRED, 2 otherwise.
   auto mount_as_claimed = [&](uint32_t uid) {
     try {
-      odafs::rpc::Channel ch({"127.0.0.1", server.port()}, channel_options(uid));
+      odafs::rpc::Channel ch({"127.0.0.1", server.port()}, claiming(uid));
       mount_args a{};
       a.path = const_cast<char*>("/");
       mount_res res{};

@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "base/net.h"
-#include "rpc/call_credential.h"
 #include "rpc/message_header.h"
 #include "rpc/record.h"
 #include "tests/support/confinement_world.h"
@@ -162,91 +161,6 @@ ROOT_TEST("an unprivileged local user's raw calls: AUTH_NONE is anonymous, forge
 
 namespace {
 
-// Raw calls on one connection made from the local address `from` (Raw's channel cannot
-// choose one) to 127.0.0.1:port, each carrying `who`. Each returns the reply's status, or
-// one of Raw's refusals (kBadCred...), or kNoConnection.
-class RawFrom {
- public:
-  static constexpr int kNoConnection = -5;
-  RawFrom(const char* from, uint16_t port, const AuthSysCred& who)
-      : fd_(odafs::test::connect_from(from, port)), cred_(caller(who), who.machine) {
-    timeval tv{10, 0};
-    if (fd_ >= 0) setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  }
-  ~RawFrom() {
-    if (fd_ >= 0) close(fd_);
-  }
-  RawFrom(const RawFrom&) = delete;
-  RawFrom& operator=(const RawFrom&) = delete;
-
-  int mount(const std::string& path, Handle* root) {
-    mount_res res{};
-    int st = call(ODAFSPROC_MOUNT, Args().str(path), to_xdrproc(xdr_mount_res), &res);
-    if (st == ODAFS_OK) std::memcpy(root->data(), res.mount_res_u.ok.root, 40);
-    xdr_free(to_xdrproc(xdr_mount_res), reinterpret_cast<char*>(&res));
-    return st;
-  }
-  int lookup(const Handle& dir, const std::string& name, Handle* fh) {
-    dirop_res res{};
-    int st = call(ODAFSPROC_LOOKUP, Args().fh(dir).str(name), to_xdrproc(xdr_dirop_res), &res);
-    if (st == ODAFS_OK) std::memcpy(fh->data(), res.dirop_res_u.ok.fh, 40);
-    return st;
-  }
-  int read(const Handle& fh) {
-    read_res res{};
-    int st =
-        call(ODAFSPROC_READ, Args().fh(fh).u64(0).u32(4096).u64(0), to_xdrproc(xdr_read_res), &res);
-    xdr_free(to_xdrproc(xdr_read_res), reinterpret_cast<char*>(&res));
-    return st;
-  }
-
- private:
-  static odafs::rpc::CallerCred caller(const AuthSysCred& who) {
-    odafs::rpc::CallerCred c;
-    c.auth_sys = true;
-    c.uid = who.uid;
-    c.gid = who.gid;
-    return c;
-  }
-  template <class Res>
-  int call(uint32_t proc, Args args, xdrproc_t xres, Res* res) {
-    if (fd_ < 0) return kNoConnection;
-    bool_t (*enc)(XDR*, Args*) = xdr_args_bytes;
-    std::vector<char> record;
-    auto len = odafs::rpc::encode_call_record({++xid_, ODAFS_PROGRAM, ODAFS_V2, proc, cred_.body()},
-                                              to_xdrproc(enc), &args, 1 << 16, &record);
-    if (!len.ok() || send(fd_, record.data(), *len, MSG_NOSIGNAL) != static_cast<ssize_t>(*len)) {
-      return kNoConnection;
-    }
-    char mark[4];
-    if (recv(fd_, mark, 4, MSG_WAITALL) != 4) return kNoConnection;
-    std::vector<char> reply(odafs::rpc::read_record_mark(mark).length);
-    if (recv(fd_, reply.data(), reply.size(), MSG_WAITALL) != static_cast<ssize_t>(reply.size())) {
-      return kNoConnection;
-    }
-    odafs::rpc::ReplyHeader h;
-    size_t at = 0;
-    if (!odafs::rpc::decode_reply_header(reply.data(), reply.size(), &h, &at)) return kGarbage;
-    if (h.reply_stat == MSG_DENIED) {
-      if (h.reject_stat != AUTH_ERROR) return kOtherDenial;
-      return h.auth_stat == AUTH_BADCRED   ? kBadCred
-             : h.auth_stat == AUTH_TOOWEAK ? kTooWeak
-                                           : kOtherDenial;
-    }
-    if (h.accept_stat != SUCCESS) return kGarbage;
-    XDR x;
-    xdrmem_create(&x, reply.data() + at, static_cast<u_int>(reply.size() - at), XDR_DECODE);
-    if (!xres(&x, res, 0)) return kGarbage;
-    int status;
-    std::memcpy(&status, res, sizeof status);  // every result starts with its status
-    return status;
-  }
-
-  int fd_;
-  odafs::rpc::CallCredential cred_;
-  uint32_t xid_ = 0;
-};
-
 // Why this machine cannot give a test a network namespace of its own with a second
 // address of the host's ("" when it can): for a doctest skip.
 const char* netns_skip() {
@@ -287,19 +201,21 @@ TEST_CASE(
                     "ip addr add 10.253.0.1/32 dev lo; }") != 0) {
       return {-2001};
     }
-    ServerProcess server(e.dir.path(), {"--clients", "*(rw)"});
+    // Listening on every address of the namespace: bob connects to 10.253.0.1, so his
+    // socket's address is that one, not loopback.
+    ServerProcess server(e.dir.path(), {"--listen", "0.0.0.0:0", "--clients", "*(rw)"});
     const uint16_t port = server.port();
     return as_local_user(kBob, kBob, [port] {
       std::vector<int> r;
       Handle root, f;
       {
-        RawFrom alice("10.253.0.1", port, as_user(kAlice, kAlice));
+        Raw alice(port, as_user(kAlice, kAlice), "10.253.0.1");
         r.push_back(alice.mount("/", &root));
         r.push_back(alice.lookup(root, "alicefile", &f));
         r.push_back(alice.read(f));
       }
-      r.push_back(RawFrom("10.253.0.1", port, as_user(0, 0)).mount("/", &root));
-      r.push_back(RawFrom("10.253.0.1", port, as_user(kBob, kBob)).mount("/", &root));
+      r.push_back(Raw(port, as_user(0, 0), "10.253.0.1").mount("/", &root));
+      r.push_back(Raw(port, as_user(kBob, kBob), "10.253.0.1").mount("/", &root));
       return r;
     });
   });
