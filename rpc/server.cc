@@ -237,7 +237,9 @@ void Server::accept_all() {
       const char* refusal = nullptr;
       size_t& from_host = per_address_[host];
       if (admission.refused) {
-        if (refused_open_ >= options_.max_refused_connections) refusal = "admitted by no rule";
+        if (refused_open_ >= options_.max_refused_connections) {
+          refusal = "no rule admits it, and as many such connections wait for their refusal";
+        }
       } else if (conns_.size() - refused_open_ >= options_.max_connections) {
         refusal = "--max-connections";
       } else if (options_.max_connections_per_address > 0 &&
