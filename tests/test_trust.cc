@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <grp.h>
+#include <ifaddrs.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -225,6 +226,50 @@ TEST_CASE(
   CAPTURE(results);
   CHECK(got == std::vector<int>{kBadCred, kBadCred, kBadCred, kBadCred, ODAFS_OK});
   CHECK(read_local(e.dir / "alicefile") == "alice's secret");
+}
+
+TEST_CASE(
+    "every address of the host's interfaces is local, IPv4 mapped into IPv6 too; others not") {
+  auto v4 = [](const char* text) {
+    sockaddr_storage a{};
+    auto& in = reinterpret_cast<sockaddr_in&>(a);
+    in.sin_family = AF_INET;
+    REQUIRE(inet_pton(AF_INET, text, &in.sin_addr) == 1);
+    return a;
+  };
+  auto v6 = [](const char* text) {
+    sockaddr_storage a{};
+    auto& in6 = reinterpret_cast<sockaddr_in6&>(a);
+    in6.sin6_family = AF_INET6;
+    REQUIRE(inet_pton(AF_INET6, text, &in6.sin6_addr) == 1);
+    return a;
+  };
+  ifaddrs* list = nullptr;
+  REQUIRE(getifaddrs(&list) == 0);
+  int checked = 0;
+  for (const ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr) continue;
+    char text[INET6_ADDRSTRLEN] = {};
+    if (i->ifa_addr->sa_family == AF_INET) {
+      inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr, text,
+                sizeof text);
+      CAPTURE(text);
+      CHECK(odafs::net::is_host_address(v4(text)));
+      CHECK(odafs::net::is_host_address(v6(("::ffff:" + std::string(text)).c_str())));
+      ++checked;
+    } else if (i->ifa_addr->sa_family == AF_INET6) {
+      sockaddr_storage a{};
+      std::memcpy(&a, i->ifa_addr, sizeof(sockaddr_in6));
+      CHECK(odafs::net::is_host_address(a));
+      ++checked;
+    }
+  }
+  freeifaddrs(list);
+  CHECK(checked >= 1);
+  // Documentation ranges (RFC 5737, RFC 3849): no host here has them.
+  CHECK_FALSE(odafs::net::is_host_address(v4("192.0.2.77")));
+  CHECK_FALSE(odafs::net::is_host_address(v6("::ffff:192.0.2.77")));
+  CHECK_FALSE(odafs::net::is_host_address(v6("2001:db8::77")));
 }
 
 TEST_CASE("a credential with more than 16 groups, or none decodable, is AUTH_BADCRED") {
