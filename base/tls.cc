@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/log.h"
+
 namespace odafs::tls {
 namespace {
 
@@ -327,9 +329,13 @@ Status Session::write_all(const void* buf, size_t len, const timespec* deadline)
 
 PeerCertificate Session::peer() const {
   std::lock_guard lock(mu_);
-  PeerCertificate out;
   X509* cert = SSL_get0_peer_certificate(ssl_);
-  if (cert == nullptr || SSL_get_verify_result(ssl_) != X509_V_OK) return out;
+  if (cert == nullptr || SSL_get_verify_result(ssl_) != X509_V_OK) return PeerCertificate{};
+  return describe_certificate(cert);
+}
+
+PeerCertificate describe_certificate(X509* cert) {
+  PeerCertificate out;
   out.present = true;
   if (BIO* b = BIO_new(BIO_s_mem())) {
     X509_NAME_print_ex(b, X509_get_subject_name(cert), 0, XN_FLAG_RFC2253);
@@ -353,10 +359,19 @@ PeerCertificate Session::peer() const {
           out.alt_names.push_back("URI:" + asn1_text(g->d.uniformResourceIdentifier));
           break;
         case GEN_IPADD: {
+          // The CA signed whatever bytes it was given: an address is 4 or 16 of them, and
+          // inet_ntop reads that many whatever the string holds.
           const ASN1_OCTET_STRING* ip = g->d.iPAddress;
+          const int len = ASN1_STRING_length(ip);
+          if (len != 4 && len != 16) {
+            ODAFS_LOG_WARN_THROTTLED(
+                "certificate %s: an iPAddress subjectAltName of %d bytes (not 4 or 16) ignored",
+                out.subject.c_str(), len);
+            break;
+          }
           char text[INET6_ADDRSTRLEN] = {};
-          const int family = ASN1_STRING_length(ip) == 4 ? AF_INET : AF_INET6;
-          if (inet_ntop(family, ASN1_STRING_get0_data(ip), text, sizeof text) != nullptr) {
+          if (inet_ntop(len == 4 ? AF_INET : AF_INET6, ASN1_STRING_get0_data(ip), text,
+                        sizeof text) != nullptr) {
             out.alt_names.push_back(std::string("IP:") + text);
           }
           break;

@@ -38,6 +38,7 @@
 
 typedef struct ssl_ctx_st SSL_CTX;
 typedef struct ssl_st SSL;
+typedef struct x509_st X509;
 
 namespace odafs::tls {
 
@@ -80,6 +81,11 @@ struct PeerCertificate {
   std::vector<std::string> alt_names;
   time_t not_after = 0;
 };
+
+// The names of a certificate, whoever presented it (Session::peer's, for a verified
+// peer). Malformed entries (an iPAddress of neither 4 nor 16 bytes) are left out, logged.
+// present is set: the caller vouches for the certificate. REQUIRES: cert != nullptr.
+PeerCertificate describe_certificate(X509* cert);
 
 class Session {
  public:

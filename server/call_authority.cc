@@ -103,9 +103,20 @@ auth_stat CallAuthority::authorize(const rpc::CallContext& ctx, rpc::CallerCred*
         !a.tls ? "tls (this connection runs none)" : "mtls (this client presented no certificate)");
     return AUTH_TOOWEAK;
   }
-  const TlsIdentity* mapped = a.tls_identity != rpc::Admission::kNone && options_.tls != nullptr
-                                  ? &options_.tls->entry(a.tls_identity)
-                                  : nullptr;
+  const TlsIdentity* mapped = nullptr;
+  if (a.tls_identity != rpc::Admission::kNone && options_.tls != nullptr) {
+    mapped = options_.tls->current(a.tls_identity);
+    if (mapped == nullptr) {
+      // A reload took the line this connection was named by: it may no longer act as
+      // that identity, nor fall back to another; a new connection is named afresh.
+      counters_.identity_unmapped.fetch_add(1, std::memory_order_relaxed);
+      ODAFS_LOG_WARN_THROTTLED(
+          "call from %s refused: the identity map line its certificate was given is gone "
+          "since a reload (it must connect again)",
+          ctx.peer->c_str());
+      return AUTH_REJECTEDCRED;
+    }
+  }
   if (mapped != nullptr && !mapped->trust) {
     // The certificate says who calls: the credential's claim does not matter.
     cred->auth_sys = true;

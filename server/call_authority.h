@@ -15,7 +15,8 @@
 //      certificate: AUTH_TOOWEAK;
 //   2a. a certificate the identity map (tls_identities.h) maps to a user: the call runs as
 //      that user (then step 6); one it maps to `trust`: on as below; under `mtls`, one it
-//      does not name: as the anonymous user;
+//      does not name: as the anonymous user; one named by a line a reload has since
+//      removed or changed: AUTH_REJECTEDCRED;
 //   3. AUTH_NONE runs as the rule's anonymous uid/gid, and so does every call of a local
 //      peer the kernel could not name (whatever the rule), and of a peer the loopback
 //      default admits but the kernel could not name;
@@ -81,6 +82,8 @@ class CallAuthority {
     std::atomic<uint64_t> no_rule{0};  // connections no rule admits (refused at accept)
     std::atomic<uint64_t> insecure_port{0};
     std::atomic<uint64_t> tls_required{0};  // a tls or mtls rule's calls without it
+    // calls of a connection whose identity map line a reload removed (AUTH_REJECTEDCRED)
+    std::atomic<uint64_t> identity_unmapped{0};
     std::atomic<uint64_t> bad_credential{0};
     std::atomic<uint64_t> not_socket_owner{0};
     std::atomic<uint64_t> read_only{0};  // EROFS answers

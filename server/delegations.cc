@@ -85,10 +85,33 @@ Delegations::Grant Delegations::grant(const NodeRef& node_ref, uint64_t connecti
 
 bool Delegations::cooling_locked(uint64_t node, uint64_t connection, int64_t now) {
   if (options_.cooldown_ms <= 0) return false;
-  const Recalled& r = recently_recalled_[node % recently_recalled_.size()];
-  if (r.node != node || now - r.at_ms >= options_.cooldown_ms || r.by == connection) return false;
+  const Recalled& r = recalled_slot(node);
+  if (r.node != node || now >= r.until_ms || r.by == connection) return false;
   stats_.cooled.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+void Delegations::cool_down_locked(uint64_t node, uint64_t connection, bool write, int64_t now) {
+  if (options_.cooldown_ms <= 0) return;
+  Recalled& r = recalled_slot(node);
+  const bool same = r.node == node;
+  // Recalled again soon after the last cool-down ended: someone re-grabs as soon as it
+  // may, and the file cools longer each time (capped); quiet for a cool-down, it starts over.
+  int64_t cool = options_.cooldown_ms;
+  if (same && now < r.until_ms + r.cool_ms) {
+    cool = std::min(2 * r.cool_ms, kMaxCooldowns * options_.cooldown_ms);
+  }
+  // A write one's recall cost its holder a write-back: no one gets a new delegation for a
+  // while. A read one's: no one but the connection whose call recalled it (the writer may
+  // still be granted one). A write cool-down under way stays one.
+  const bool write_cooling = same && r.by == 0 && now < r.until_ms;
+  r = {node, std::max(same ? r.until_ms : 0, now + cool), cool,
+       write || write_cooling ? 0 : connection};
+}
+
+void Delegations::keep_cool_locked(uint64_t node, int64_t now) {
+  Recalled& r = recalled_slot(node);
+  if (r.node == node && now < r.until_ms) r.until_ms = std::max(r.until_ms, now + r.cool_ms);
 }
 
 void Delegations::uncount_locked(const Holder& h) {
@@ -102,6 +125,9 @@ size_t Delegations::sweep_locked(uint64_t node, uint64_t connection, bool writes
   if (it == files_.end()) return 0;
   std::vector<Holder>& holders = it->second.holders;
   size_t others = 0;
+  bool expired = false;
+  bool recalled = false;
+  bool recalled_write = false;
   for (size_t i = 0; i < holders.size();) {
     Holder& h = holders[i];
     if (h.connection == connection || (writes_only && !h.write)) {
@@ -110,6 +136,7 @@ size_t Delegations::sweep_locked(uint64_t node, uint64_t connection, bool writes
     }
     if (h.recalled_at_ms != 0 && now - h.recalled_at_ms >= options_.lease_ms) {
       stats_.expired.fetch_add(1, std::memory_order_relaxed);
+      expired = true;
       if (h.write) {
         if (revoked_.size() >= kMaxRevoked) {
           ODAFS_LOG_WARN_THROTTLED("delegations: over %zu revoked at once; forgetting the oldest",
@@ -127,18 +154,16 @@ size_t Delegations::sweep_locked(uint64_t node, uint64_t connection, bool writes
     if (h.recalled_at_ms == 0) {
       h.recalled_at_ms = std::max<int64_t>(now, 1);
       to_recall->push_back(h);
-      // Cool the file down (see Options::cooldown_ms). A write one's recall cost its
-      // holder a write-back: no one gets a new delegation for a while. A read one's: no
-      // one but the connection whose call recalled it (a reader re-opening at every turn
-      // must not make each write wait for a recall; the writer may still be granted one).
-      Recalled& r = recently_recalled_[node % recently_recalled_.size()];
-      const bool write_cooling =
-          r.node == node && r.by == 0 && now - r.at_ms < options_.cooldown_ms;
-      r = {node, now, h.write || write_cooling ? 0 : connection};
+      recalled = true;
+      recalled_write = recalled_write || h.write;
     }
     ++others;
     ++i;
   }
+  // Cool the file down (see Options::cooldown_ms): from the recall, and again from the
+  // end of a recall a holder let run out (it may grab again the moment the cool-down ends).
+  if (recalled) cool_down_locked(node, connection, recalled_write, now);
+  if (expired) keep_cool_locked(node, now);
   return others;
 }
 
@@ -149,6 +174,12 @@ void Delegations::erase_if_empty_locked(uint64_t node) {
 
 Delegations::Change Delegations::begin_change(uint64_t node, uint64_t connection) {
   std::unique_lock lock(mu_);
+  // A change keeps a cooling file cool: no one takes a delegation on a file another is
+  // writing just to make the writer's next change wait. The clock only for a file that
+  // may be cooling.
+  if (node != 0 && options_.cooldown_ms > 0 && recalled_slot(node).node == node) {
+    keep_cool_locked(node, now_ms());
+  }
   if (!wait_for_holders_locked(lock, node, connection, /*writes_only=*/false)) {
     return Change(nullptr, node);
   }

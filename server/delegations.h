@@ -46,13 +46,19 @@ class Delegations {
     // then ask the server, as without delegations). Bounds the table's memory.
     size_t max_per_connection = 4096;
     // After a recall of a delegation on a file, no delegation of either kind is granted
-    // on it for this long: after a write delegation's, to no one (a file clients take
+    // on it for a cool-down: after a write delegation's, to no one (a file clients take
     // turns writing is served without delegations rather than recalled back and forth:
     // every such recall costs its holder a write-back and a DELEGRETURN, and many of them
     // at once outlast the lease); after a read delegation's, to no one but the connection
     // whose call recalled it (a reader re-opening a file every few milliseconds cannot
     // make each of a writer's changes wait for a recall, and the writer may still take a
-    // write delegation). 0: off. FileService sets it to the lease.
+    // write delegation). The cool-down lasts cooldown_ms past the last of: the recall, a
+    // recalled holder's expiry, and any change to the file while it cools (a writer
+    // keeps the file cool while it writes, so a holder that answers no recall and grabs
+    // again the moment it may costs the writer one lease, not one per lease). A file
+    // recalled again within a cool-down of the last one's end cools twice as long, up to
+    // kMaxCooldowns times cooldown_ms; one quiet for that long starts over. 0: off.
+    // FileService sets it to the lease.
     int cooldown_ms = 5000;
   };
   // Sends CB_RECALL of delegation `id` on file `fh` to `connection`; false if that
@@ -71,7 +77,7 @@ class Delegations {
   // read one becomes write when asked and no other connection holds one). None when one
   // is being recalled, a change is under way, another connection holds a write one (or
   // any, for a write grant), the connection holds max_per_connection already, or (a new
-  // one) the file had a delegation recalled less than cooldown_ms ago.
+  // one) the file is cooling down after a recall (Options::cooldown_ms).
   //
   // The table keeps `node` while any delegation on it is out: a node shared elsewhere is
   // never evicted from the NodeTable, so a holder's handle stays good, its recall reaches
@@ -207,16 +213,28 @@ class Delegations {
   static constexpr size_t kMaxRevoked = 4096;
   std::vector<std::pair<uint64_t, uint64_t>> revoked_;
   std::atomic<size_t> revoked_count_{0};  // revoked_.size(), for the lock-free check
-  // Files recalled lately, by node id modulo the size, and when: a fixed table (a newer
-  // recall takes the slot), so remembering costs no allocation. Guarded by mu_.
+  // Files recalled lately, by node id modulo the size, and their cool-downs (see
+  // Options::cooldown_ms): a fixed table (a newer recall takes the slot), so remembering
+  // costs no allocation. Guarded by mu_.
+  static constexpr int64_t kMaxCooldowns = 8;
   struct Recalled {
     uint64_t node = 0;
-    int64_t at_ms = 0;
-    uint64_t by = 0;  // the connection that may still be granted one; 0: none may
+    int64_t until_ms = 0;  // no grant but to `by` before it
+    int64_t cool_ms = 0;   // this file's cool-down now (grows while it is contended)
+    uint64_t by = 0;       // the connection that may still be granted one; 0: none may
   };
   std::array<Recalled, 4096> recently_recalled_{};
+  Recalled& recalled_slot(uint64_t node) {
+    return recently_recalled_[node % recently_recalled_.size()];
+  }
   // Whether node cools down for a grant to connection (and counts it). REQUIRES: mu_ held.
   bool cooling_locked(uint64_t node, uint64_t connection, int64_t now);
+  // A recall of node's delegations (a write one among them if `write`) by connection's
+  // call starts or lengthens its cool-down. REQUIRES: mu_ held.
+  void cool_down_locked(uint64_t node, uint64_t connection, bool write, int64_t now);
+  // Something happened to node that a cool-down runs from (a change, a recalled holder's
+  // expiry): while it cools, the cool-down now ends cool_ms from now. REQUIRES: mu_ held.
+  void keep_cool_locked(uint64_t node, int64_t now);
   Stats stats_;
 };
 

@@ -69,14 +69,16 @@ void apply_option(std::string_view spec, std::string_view opt, ClientRule* rule)
 // not a literal address (a host name, then).
 bool parse_network(std::string_view spec, std::string_view who, ClientRule* rule) {
   std::string_view addr_text = who;
-  int prefix = -1;
+  int prefix = -1;  // none given
   if (size_t slash = who.find('/'); slash != std::string_view::npos) {
     addr_text = who.substr(0, slash);
-    std::string_view p = who.substr(slash + 1);
-    auto [end, err] = std::from_chars(p.data(), p.data() + p.size(), prefix);
-    if (err != std::errc() || end != p.data() + p.size() || p.empty()) {
-      bad(spec, "bad prefix length in '", who, "'");
-    }
+    // Decimal digits only, at most three: from_chars alone takes a sign, and "-0" (read
+    // as 0) admitted everyone while "-1" read as no prefix at all.
+    const std::string_view p = who.substr(slash + 1);
+    const bool digits =
+        !p.empty() && p.size() <= 3 && p.find_first_not_of("0123456789") == std::string_view::npos;
+    if (!digits) bad(spec, "bad prefix length in '", who, "' (want 0 to 32, or 0 to 128)");
+    std::from_chars(p.data(), p.data() + p.size(), prefix);
   }
   const std::string addr(addr_text);
   if (inet_pton(AF_INET, addr.c_str(), rule->address) == 1) {

@@ -69,7 +69,8 @@ FileService::FileService(Options options, CpuAccounting* cpu)
                    [this](uint64_t connection, const WireHandle& fh, uint64_t id) {
                      return send_recall(connection, fh, id);
                    }),
-      recovery_(Recovery::Options{options_.recovery_record, options_.grace_ms}),
+      recovery_(Recovery::Options{options_.recovery_record, options_.grace_ms,
+                                  options_.recovery_max_owners}),
       leases_(
           *store_, nodes_, delegations_, cache_,
           // Each lease keeps its file open: most of the open files may be leased ones.
@@ -298,6 +299,7 @@ void FileService::do_stats(rpc::Reply& r) {
   values.emplace_back("auth.refused.no_rule", ac.no_rule.load());
   values.emplace_back("auth.refused.insecure_port", ac.insecure_port.load());
   values.emplace_back("auth.refused.tls_required", ac.tls_required.load());
+  values.emplace_back("auth.refused.identity_unmapped", ac.identity_unmapped.load());
   values.emplace_back("auth.refused.bad_credential", ac.bad_credential.load());
   values.emplace_back("auth.refused.not_socket_owner", ac.not_socket_owner.load());
   values.emplace_back("auth.read_only", ac.read_only.load());
@@ -325,6 +327,7 @@ void FileService::do_stats(rpc::Reply& r) {
   values.emplace_back("nodes.max_open_fds", nodes_.max_open_files());
   values.emplace_back("nodes.reopens", nodes_.reopens());
   values.emplace_back("direct_writes.refused_busy", direct_writes_refused_.load());
+  values.emplace_back("direct_writes.waiting", direct_writes_waiting_.load());
   const auto& ds = delegations_.stats();
   values.emplace_back("delegations.held", delegations_.held());
   values.emplace_back("delegations.granted", ds.granted.load());

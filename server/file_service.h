@@ -74,6 +74,8 @@ class FileService {
     // and so no write delegations) and the longest grace period after a start.
     std::string recovery_record;
     int grace_ms = 10000;
+    // The most owners a recovery record may name: the server's connection limit.
+    size_t recovery_max_owners = 1024;
   };
 
   // Throws std::system_error when the export cannot be opened.

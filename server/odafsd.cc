@@ -28,8 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <iterator>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -41,6 +40,8 @@
 #include "server/cpu_accounting.h"
 #include "server/file_env.h"
 #include "server/file_service.h"
+#include "server/private_files.h"
+#include "server/stop_watchdog.h"
 #include "server/tls_identities.h"
 #if ODAFS_HAVE_CEPHFS
 #include "server/store_impl/ceph_store.h"
@@ -113,23 +114,27 @@ std::shared_ptr<odafs::server::Store> open_ceph_store(const std::string& path,
 // The key of --handle-key-file: SHA-256 of the file's bytes, of which there must be 32 or
 // more, in a file no one but its owner may read (it lets its holder forge handles), and of
 // the export: gateways of different directories of one CephFS never take each other's
-// handles (a handle would otherwise reach past the export it was given for).
+// handles (a handle would otherwise reach past the export it was given for). The file and
+// its directory must be private (server/private_files.h): a key another user could swap
+// would let that user forge handles.
 odafs::server::NodeTable::SharedKey read_handle_key(const std::string& path,
                                                     const std::string& export_spec) {
+  auto refuse = [&path](const std::string& why) {
+    usage(("--handle-key-file " + path + ": " + why).c_str());
+  };
+  odafs::Result<int> dir = odafs::server::open_private_dir(odafs::server::dir_of(path), false);
+  if (!dir.ok()) refuse(dir.status().message());
   struct stat st;
-  if (stat(path.c_str(), &st) != 0) usage(("--handle-key-file " + path + ": not found").c_str());
-  if ((st.st_mode & 077) != 0) {
-    usage(("--handle-key-file " + path + " may be read by others: chmod 600 it").c_str());
+  odafs::Result<std::string> bytes =
+      odafs::server::read_private_file(*dir, odafs::server::base_of(path), 1 << 16, &st);
+  close(*dir);
+  if (!bytes.ok()) refuse(bytes.status().message());
+  if ((st.st_mode & 077) != 0) refuse("may be read by others: chmod 600 it");
+  if (bytes->size() < 32) {
+    refuse("holds " + std::to_string(bytes->size()) +
+           " bytes, 32 or more are needed (head -c 32 /dev/urandom > FILE)");
   }
-  std::ifstream in(path, std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof()) usage(("--handle-key-file " + path + ": cannot be read").c_str());
-  if (bytes.size() < 32) {
-    usage(("--handle-key-file " + path + ": holds " + std::to_string(bytes.size()) +
-           " bytes, 32 or more are needed (head -c 32 /dev/urandom > FILE)")
-              .c_str());
-  }
-  const std::string keyed = bytes + '\0' + export_spec;
+  const std::string keyed = *bytes + '\0' + export_spec;
   odafs::server::NodeTable::SharedKey key;
   SHA256(reinterpret_cast<const unsigned char*>(keyed.data()), keyed.size(), key.data());
   return key;
@@ -230,6 +235,7 @@ int main(int argc, char** argv) {
   std::string state_dir;
   bool simulate_crashes = false;
   uint32_t slow_write_us = 0;
+  int stop_timeout_ms = 1500;
   AccessFlags access;
   size_t cache_mb = fs.cache_bytes >> 20;
   bool no_local_rings = false, no_ordma = false, no_delegations = false, auth_sys = false;
@@ -244,7 +250,7 @@ int main(int argc, char** argv) {
   flags.add("--ceph-id", &ceph_id, "the cephx user to connect as, without \"client.\" (admin)");
   flags.add("--handle-key-file", &handle_key_file,
             "32+ secret bytes shared by the odafsd of one CephFS: their handles are then "
-            "good on each (failover)");
+            "good on each (failover); mode 0600, in a directory no other user may write");
   flags.add("--listen", &listen, "RPC address; port 0 picks a free one (the ready line names it)");
   flags.add("--cache-mb", &cache_mb, "block cache size", 1, 1u << 20);
   flags.add("--block-size", &fs.block_size, "cache block size, a power of two", ODAFS_MINBLOCK,
@@ -309,9 +315,12 @@ int main(int argc, char** argv) {
   flags.add("--lease-ms", &fs.lease_ms, "time to return a recalled delegation", 10, 600000);
   flags.add("--no-delegations", &no_delegations, "grant no delegations");
   flags.add("--grace-ms", &grace_ms, "grace period after a start (-1: two leases)", -1, 3600000);
+  flags.add("--stop-timeout-ms", &stop_timeout_ms,
+            "after SIGTERM, the longest the stop may take before odafsd exits anyway (status 3)",
+            100, 600000);
   flags.add("--state-dir", &state_dir,
             "where the recovery record is kept (default /var/lib/odafs as root, else "
-            "$XDG_STATE_HOME/odafs or ~/.local/state/odafs)");
+            "$XDG_STATE_HOME/odafs or ~/.local/state/odafs); no other user may own or write it");
   flags.add("--simulate-crashes", &simulate_crashes,
             "(testing) SIGUSR1 drops every unsynced change and exits 86, as a power loss");
   flags.add("--slow-writes", &slow_write_us,
@@ -352,12 +361,13 @@ int main(int argc, char** argv) {
     usage(e.what());
   }
   const std::string ceph = ceph_path(fs.export_root);
+  // The key is checked first: a bad one is named whatever else is wrong.
+  if (!handle_key_file.empty()) {
+    fs.handle_key = read_handle_key(handle_key_file, fs.export_root);
+    if (ceph.empty()) usage("--handle-key-file needs --export ceph:PATH (handles by identity)");
+  }
   if (!ceph.empty()) fs.store = open_ceph_store(ceph, ceph_conf, ceph_id);
   configure_access(access, listen_at.host, fs.store != nullptr, &fs);
-  if (!handle_key_file.empty()) {
-    if (ceph.empty()) usage("--handle-key-file needs --export ceph:PATH (handles by identity)");
-    fs.handle_key = read_handle_key(handle_key_file, fs.export_root);
-  }
   std::unique_ptr<odafs::server::TlsIdentities> tls;
   if (!tls_files.tls.cert.empty() || !tls_files.tls.key.empty()) {
     odafs::Result<std::unique_ptr<odafs::server::TlsIdentities>> loaded =
@@ -380,6 +390,15 @@ int main(int argc, char** argv) {
   // several clusters.
   fs.recovery_record = recovery_record_path(
       state_dir, ceph.empty() ? fs.export_root : fs.export_root + "@" + ceph_conf);
+  fs.recovery_max_owners = max_connections;
+  if (!fs.recovery_record.empty()) {
+    // The record's directory must be private (server/private_files.h), or another user
+    // could make odafsd write through a link, block on a FIFO, or forge the record.
+    const std::string dir = odafs::server::dir_of(fs.recovery_record);
+    odafs::Result<int> opened = odafs::server::open_private_dir(dir, true);
+    if (!opened.ok()) usage(("--state-dir " + dir + ": " + opened.status().message()).c_str());
+    close(*opened);
+  }
   if (threads < 0) threads = cores;
   if (engine_threads < 0) engine_threads = std::max(1, cores / 2);
   // Calls that wait (on clients, leases) hand their loop to a spare thread; they share the
@@ -408,6 +427,8 @@ int main(int argc, char** argv) {
   if (slow_write_us > 0) fs.env = &slow_env;
 
   try {
+    // Declared first, so destroyed last: it times the destructors below too.
+    std::optional<odafs::server::StopWatchdog> stop_watchdog;
     odafs::server::CpuAccounting cpu;
     odafs::server::FileService service(fs, &cpu);
     odafs::rpc::Server::Options ro;
@@ -486,9 +507,13 @@ int main(int argc, char** argv) {
       _exit(86);  // no cleanup: a crash
     }
     ODAFS_LOG_INFO("signal %d: shutting down", sig);
+    stop_watchdog.emplace(stop_timeout_ms);
     service.stopping();
+    stop_watchdog->stage("stopping the one-sided engine");
     service.stop_engine();
+    stop_watchdog->stage("waiting for the rpc threads' calls to end");
     server.stop();
+    stop_watchdog->stage("closing files and freeing the cache");
   } catch (const std::exception& e) {
     ODAFS_LOG_ERROR("odafsd: %s", e.what());
     return 1;

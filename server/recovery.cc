@@ -7,12 +7,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <string_view>
 
 #include "base/futex.h"
 #include "base/log.h"
 #include "server/identity.h"
+#include "server/private_files.h"
 
 namespace odafs::server {
 namespace {
@@ -45,32 +45,18 @@ bool from_hex(std::string_view s, Recovery::Owner* o) {
   return true;
 }
 
-// mkdir -p with mode 0700 for what it makes. Returns 0 or the errno.
-int make_dirs(const std::string& dir) {
-  if (dir.empty()) return 0;
-  struct stat st;
-  if (stat(dir.c_str(), &st) == 0) return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
-  const size_t slash = dir.find_last_of('/');
-  if (slash != std::string::npos && slash > 0) {
-    if (int err = make_dirs(dir.substr(0, slash))) return err;
-  }
-  return mkdir(dir.c_str(), 0700) == 0 || errno == EEXIST ? 0 : errno;
-}
-
-std::string dir_of(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
-}
-
 }  // namespace
 
-Recovery::Recovery(Options options) : options_(std::move(options)) {
+Recovery::Recovery(Options options)
+    : options_(std::move(options)), name_(base_of(options_.record_path)) {
   if (options_.record_path.empty()) return;
-  if (int err = make_dirs(dir_of(options_.record_path))) {
-    ODAFS_LOG_ERROR("recovery record %s: cannot make its directory (%s); no write delegations",
-                    options_.record_path.c_str(), std::strerror(err));
+  Result<int> dir = open_private_dir(dir_of(options_.record_path), true);
+  if (!dir.ok()) {
+    ODAFS_LOG_ERROR("recovery record %s: its directory will not do (%s); no write delegations",
+                    options_.record_path.c_str(), dir.status().message().c_str());
     return;
   }
+  dir_fd_ = *dir;
   usable_ = true;
   read_record();
   if (pending_.empty()) return;
@@ -85,52 +71,90 @@ Recovery::Recovery(Options options) : options_(std::move(options)) {
   }
 }
 
+Recovery::~Recovery() {
+  if (dir_fd_ >= 0) close(dir_fd_);
+}
+
 void Recovery::read_record() {
-  std::ifstream in;
-  if (access(options_.record_path.c_str(), F_OK) != 0 && errno == ENOENT) return;
-  in.open(options_.record_path);
-  if (!in) {
-    {
-      ODAFS_LOG_ERROR("recovery record %s unreadable (%s): its clients' kept writes are lost",
-                      options_.record_path.c_str(), std::strerror(errno));
-    }
+  // A header line, then one line of 32 hex digits per owner.
+  const size_t line = 2 * sizeof(Owner) + 1;
+  const size_t max_bytes = kRecordHeader.size() + 1 + options_.max_owners * line;
+  struct stat st;
+  Result<std::string> text = read_private_file(dir_fd_, name_, max_bytes, &st);
+  if (text.errno_value() == ENOENT) return;
+  const char* path = options_.record_path.c_str();
+  if (text.errno_value() == EFBIG) {
+    ODAFS_LOG_ERROR(
+        "recovery record %s names more owners than the %zu connections the server "
+        "allows (forged or corrupt): ignored, its clients' kept writes are lost",
+        path, options_.max_owners);
     return;
   }
-  std::string line;
-  if (!std::getline(in, line) || line != kRecordHeader) {
-    ODAFS_LOG_ERROR("recovery record %s is not one (no '%s' line): ignored",
-                    options_.record_path.c_str(), std::string(kRecordHeader).c_str());
+  if (!text.ok()) {
+    ODAFS_LOG_ERROR(
+        "recovery record %s will not do (%s): ignored, its clients' kept writes "
+        "are lost",
+        path, text.status().message().c_str());
     return;
   }
-  while (std::getline(in, line)) {
+  std::string_view rest = *text;
+  auto next_line = [&rest] {
+    const size_t end = rest.find('\n');
+    const std::string_view l = rest.substr(0, end);
+    rest.remove_prefix(end == std::string_view::npos ? rest.size() : end + 1);
+    return l;
+  };
+  if (next_line() != kRecordHeader) {
+    ODAFS_LOG_ERROR("recovery record %s is not one (no '%s' line): ignored", path,
+                    std::string(kRecordHeader).c_str());
+    return;
+  }
+  std::set<Owner> owners;
+  while (!rest.empty()) {
     Owner o;
-    if (!from_hex(line, &o)) {
-      ODAFS_LOG_ERROR("recovery record %s: a bad line ignored", options_.record_path.c_str());
+    if (!from_hex(next_line(), &o)) {
+      ODAFS_LOG_ERROR("recovery record %s: a bad line ignored", path);
       continue;
     }
-    recorded_.insert(o);
+    owners.insert(o);
   }
+  if (owners.size() > options_.max_owners) {
+    ODAFS_LOG_ERROR(
+        "recovery record %s names more owners than the %zu connections the server "
+        "allows (forged or corrupt): ignored, its clients' kept writes are lost",
+        path, options_.max_owners);
+    return;
+  }
+  recorded_ = std::move(owners);
   pending_ = recorded_;
 }
 
 bool Recovery::write_record_locked() {
-  const std::string tmp = options_.record_path + ".tmp";
+  const std::string tmp = name_ + ".tmp";
   std::string text(kRecordHeader);
   text.push_back('\n');
   for (const Owner& o : recorded_) {
     text += to_hex(o);
     text.push_back('\n');
   }
-  // Write, sync, rename over the old one, sync the directory: a crash leaves the old
-  // record or the new one, never a torn one. As the server: a caller's call (its first
-  // write delegation) gets here acting as that caller, who may not write --state-dir.
+  // Write a fresh temporary, sync, rename over the old record, sync the directory: a
+  // crash leaves the old record or the new one, never a torn one. The temporary is made
+  // O_EXCL (a name left there, whatever it is, is removed first, never followed) in the
+  // directory's descriptor. As the server: a caller's call (its first write delegation)
+  // gets here acting as that caller, who may not write --state-dir.
   ServerIdentityScope as_server;
   const char* failed = nullptr;
   int err = 0;
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) {
+  if (unlinkat(dir_fd_, tmp.c_str(), 0) != 0 && errno != ENOENT) {
+    failed = "removing a stale temporary", err = errno;
+  }
+  const int fd = failed != nullptr
+                     ? -1
+                     : openat(dir_fd_, tmp.c_str(),
+                              O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (failed == nullptr && fd < 0) {
     failed = "open", err = errno;
-  } else {
+  } else if (fd >= 0) {
     if (write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
       failed = "write", err = errno != 0 ? errno : ENOSPC;
     } else if (fsync(fd) != 0) {
@@ -138,14 +162,10 @@ bool Recovery::write_record_locked() {
     }
     close(fd);
   }
-  if (failed == nullptr && rename(tmp.c_str(), options_.record_path.c_str()) != 0) {
+  if (failed == nullptr && renameat(dir_fd_, tmp.c_str(), dir_fd_, name_.c_str()) != 0) {
     failed = "rename", err = errno;
   }
-  if (failed == nullptr) {
-    int dir = open(dir_of(options_.record_path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir < 0 || fsync(dir) != 0) failed = "fsync of its directory", err = errno;
-    if (dir >= 0) close(dir);
-  }
+  if (failed == nullptr && fsync(dir_fd_) != 0) failed = "fsync of its directory", err = errno;
   if (failed != nullptr) {
     ODAFS_LOG_ERROR("recovery record %s: %s failed (%s)", options_.record_path.c_str(), failed,
                     std::strerror(err));

@@ -36,18 +36,27 @@ namespace odafs::server {
 class Recovery {
  public:
   struct Options {
-    // The record's file; its directory is made (0700) if missing. Empty: no record, so no
-    // write delegations (nothing could be reclaimed) and no grace period.
+    // The record's file; its directory is made (0700) if missing, and must be private
+    // (server/private_files.h). Empty: no record, so no write delegations (nothing could
+    // be reclaimed) and no grace period.
     std::string record_path;
     int grace_ms = 10000;  // the longest grace period after a start
+    // The most owners a record may name: the server's connection limit (each owner held a
+    // connection while recorded). A record naming more is forged or corrupt.
+    size_t max_owners = 1024;
   };
   using Owner = std::array<unsigned char, 16>;
 
   // Reads the record the previous instance left and opens the grace period if it names
-  // owners. A record that cannot be read or parsed is logged and treated as empty (its
-  // clients then report their kept bytes lost); a directory that cannot be made turns
-  // write delegations off (logged).
+  // owners. A record that cannot be read or parsed, is no regular file of root's or the
+  // server's user's, or names more than max_owners owners is logged and treated as empty
+  // (its clients then report their kept bytes lost: fail closed, the server still
+  // starts); a directory that cannot be made or is not private turns write delegations
+  // off (logged; odafsd refuses to start before that).
   explicit Recovery(Options options);
+  ~Recovery();
+  Recovery(const Recovery&) = delete;
+  Recovery& operator=(const Recovery&) = delete;
 
   struct Joined {
     bool reclaim = false;   // the owner was in the record: it may write back now
@@ -93,7 +102,9 @@ class Recovery {
   void read_record();
 
   const Options options_;
-  bool usable_ = false;  // the record's directory exists; set at construction
+  const std::string name_;  // the record's name in its directory
+  int dir_fd_ = -1;         // the record's directory; set at construction
+  bool usable_ = false;     // the record's directory is open; set at construction
   std::mutex mu_;
   std::atomic<bool> grace_{false};
   std::atomic<bool> stopping_{false};

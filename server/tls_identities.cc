@@ -1,5 +1,6 @@
 #include "server/tls_identities.h"
 
+#include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <sstream>
@@ -104,10 +105,24 @@ Status TlsIdentities::reload() {
   }
   std::lock_guard lock(mu_);
   context_ = std::move(*context);
-  active_.clear();
+  std::vector<uint32_t> previous;
+  previous.swap(active_);
+  for (uint32_t index : previous) lines_[index].in_map = false;
   for (TlsIdentity& entry : map) {
-    active_.push_back(static_cast<uint32_t>(entries_.size()));
-    entries_.push_back(std::move(entry));
+    // A line the old map had unchanged keeps its index (and its connections); a line
+    // named twice gets two.
+    auto kept = std::find_if(previous.begin(), previous.end(), [&](uint32_t index) {
+      return !lines_[index].in_map && lines_[index].identity == entry;
+    });
+    uint32_t index;
+    if (kept != previous.end()) {
+      index = *kept;
+    } else {
+      index = static_cast<uint32_t>(lines_.size());
+      lines_.push_back(Line{std::move(entry), false});
+    }
+    lines_[index].in_map = true;
+    active_.push_back(index);
   }
   return Status();
 }
@@ -122,7 +137,7 @@ uint32_t TlsIdentities::identify(const tls::PeerCertificate& cert) const {
   const std::string subject = "subject:" + cert.subject;
   std::lock_guard lock(mu_);
   for (uint32_t index : active_) {
-    const std::string& name = entries_[index].name;
+    const std::string& name = lines_[index].identity.name;
     if (name == subject) return index;
     for (const std::string& alt : cert.alt_names) {
       if (name == alt) return index;
@@ -131,9 +146,10 @@ uint32_t TlsIdentities::identify(const tls::PeerCertificate& cert) const {
   return UINT32_MAX;
 }
 
-const TlsIdentity& TlsIdentities::entry(uint32_t index) const {
+const TlsIdentity* TlsIdentities::current(uint32_t index) const {
   std::lock_guard lock(mu_);
-  return entries_[index];  // a deque's elements stay put as it grows
+  if (index >= lines_.size() || !lines_[index].in_map) return nullptr;
+  return &lines_[index].identity;  // a deque's elements stay put as it grows
 }
 
 }  // namespace odafs::server

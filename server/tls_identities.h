@@ -18,8 +18,11 @@
 // rule, and like a client without one elsewhere.
 //
 // Reloading (SIGHUP): a new context serves connections that start TLS from then on; the
-// map's new lines decide for them too. Connections already running keep the identity they
-// were given. A reload that fails (a file missing or bad) changes nothing and says why.
+// map's new lines decide for them too. A connection already running keeps the identity it
+// was given while the map still has that line unchanged; once a reload removed or changed
+// it, current() answers none and the connection's calls are refused (CallAuthority): its
+// client must connect again, and is then named by the new map. A reload that fails (a
+// file missing or bad) changes nothing and says why.
 //
 // Thread-safety: thread-safe. context() and identify() may run on any thread while
 // reload() runs on another.
@@ -43,6 +46,8 @@ struct TlsIdentity {
   uint32_t uid = 0;
   uint32_t gid = 0;
   std::vector<uint32_t> groups;  // at most 16
+
+  bool operator==(const TlsIdentity&) const = default;
 };
 
 // Parses an identity map's text; the Status names the line that is wrong.
@@ -60,18 +65,25 @@ class TlsIdentities {
   // Reads every file again; on failure keeps what it had.
   Status reload();
   std::shared_ptr<const tls::Context> context() const;
-  // The index of the map line naming cert (for entry()), or UINT32_MAX for none.
+  // The index of the map line naming cert (for current()), or UINT32_MAX for none.
   uint32_t identify(const tls::PeerCertificate& cert) const;
-  // The line at index; valid for the server's life (reloads add, never remove).
-  const TlsIdentity& entry(uint32_t index) const;
+  // The line at index (from identify), or nullptr once a reload removed or changed it.
+  // The line stays valid for the server's life (a deque's elements stay put).
+  const TlsIdentity* current(uint32_t index) const;
 
  private:
+  struct Line {
+    TlsIdentity identity;
+    bool in_map = false;  // the current map has it
+  };
   explicit TlsIdentities(Files files) : files_(std::move(files)) {}
   Files files_;
   mutable std::mutex mu_;
   std::shared_ptr<const tls::Context> context_;  // mu_
-  std::deque<TlsIdentity> entries_;              // mu_; every line ever loaded
-  std::vector<uint32_t> active_;                 // mu_; the current map's lines, in order
+  // mu_; every distinct line loaded: a reload reuses the index of a line it keeps
+  // unchanged, so the connections given it go on, and only new or changed lines grow this.
+  std::deque<Line> lines_;
+  std::vector<uint32_t> active_;  // mu_; the current map's lines, in order
 };
 
 }  // namespace odafs::server

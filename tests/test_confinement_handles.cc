@@ -35,7 +35,8 @@ TEST_CASE("confinement: symlinks that lead out are objects, never ways out") {
   struct stat secret;
   REQUIRE(::lstat((w.sentinel + "/secret").c_str(), &secret) == 0);
 
-  for (const auto& [path, h] : links) {
+  for (const auto& [path_key, h] : links) {
+    const auto& path = path_key;  // clang 14 lambdas cannot capture a binding
     CAPTURE(path);
     // As a directory: every directory procedure refuses it.
     CHECK(raw.lookup(h, "secret") == ODAFS_ERR_NOTDIR);
@@ -84,7 +85,8 @@ TEST_CASE("confinement: symlinks that lead out are objects, never ways out") {
   // LINK of a symlink makes a second name of the link itself (as link(2) does, following
   // nothing): never a name for what it points at, inside or outside the export.
   int n = 0;
-  for (const auto& [path, h] : links) {
+  for (const auto& [path_key, h] : links) {
+    const auto& path = path_key;  // clang 14 lambdas cannot capture a binding
     CAPTURE(path);
     const std::string name = "hard-" + std::to_string(n++);
     odafs_fattr a{};
@@ -102,7 +104,8 @@ TEST_CASE("confinement: symlinks that lead out are objects, never ways out") {
     CHECK(raw.read(made_h) == ODAFS_ERR_INVAL);  // still a link, never the file it names
   }
   // At a symlink's name, CREATE and MKDIR find something there and do not follow it.
-  for (const auto& [path, h] : links) {
+  for (const auto& [path_key, h] : links) {
+    const auto& path = path_key;  // clang 14 lambdas cannot capture a binding
     CAPTURE(path);
     size_t slash = path.rfind('/');
     Handle dir = slash == std::string::npos ? root : (path.rfind("d/e/", 0) == 0 ? e : d);
@@ -181,7 +184,8 @@ TEST_CASE("confinement: forged, stale and other-boot handles in every procedure"
       {"ACCESS", [&](const Handle& h) { return raw.access(h, ODAFS_ACCESS_READ); }},
       {"SETATTR owner", [&](const Handle& h) { return raw.setattr(h, Raw::Set::kOwner, 4321); }},
   };
-  for (const auto& [name, proc] : procs) {
+  for (const auto& [name_key, proc] : procs) {
+    const auto& name = name_key;  // clang 14 lambdas cannot capture a binding
     CAPTURE(name);
     CHECK(proc(forged) == ODAFS_ERR_BADHANDLE);
     CHECK(proc(zero) == ODAFS_ERR_BADHANDLE);

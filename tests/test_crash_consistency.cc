@@ -138,7 +138,8 @@ TEST_CASE("random workloads crashed at random points lose nothing made stable") 
 
     // Through the client mounted before the crash.
     server.start_again();
-    for (auto& [name, m] : model) {
+    for (auto& [name_key, m] : model) {
+      const auto& name = name_key;  // clang 14 lambdas cannot capture a binding
       std::string back(m.stable.size() + 10, '\0');
       size_t n = m.stable.empty() ? 0 : survivor->open(name).pread(back.data(), back.size(), 0);
       back.resize(n);
@@ -199,7 +200,8 @@ TEST_CASE("restarts under write delegations lose no byte a close acknowledged") 
     server.start_again();
     // A client mounted after the restart is served once the writer has written back.
     auto reader = Client::mount(server.url());
-    for (const auto& [name, bytes] : model) {
+    for (const auto& [name_key, bytes] : model) {
+      const auto& name = name_key;  // clang 14 lambdas cannot capture a binding
       CHECK_MESSAGE(odafs::test::read_all(*reader, name, bytes.size() + 10) == bytes, name);
     }
     size_t on_disk = 0;

@@ -113,7 +113,8 @@ void run_model(uint64_t seed) {
     log(what.str());
   }
   fs.reset();  // unmount: everything kept goes back
-  for (const auto& [name, want] : model) {
+  for (const auto& [name_key, want] : model) {
+    const auto& name = name_key;  // clang 14 lambdas cannot capture a binding
     CAPTURE(name);
     CHECK(read_local(dir / name) == want);
   }

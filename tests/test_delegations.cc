@@ -6,19 +6,28 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "client/client.h"
+#include "proto/odafs_prot.h"
+#include "rpc/xdr_util.h"
 #include "tests/support/client_util.h"
 #include "tests/support/delegation_holder.h"
+#include "tests/support/hostile.h"
 #include "tests/support/server_process.h"
 
 using odafs::Client;
 using odafs::File;
+using odafs::rpc::to_xdrproc;
 using odafs::test::holder_process;
+using odafs::test::HostileMount;
 using odafs::test::make_file;
 using odafs::test::read_all;
 using odafs::test::reap;
@@ -208,4 +217,110 @@ TEST_CASE("without delegations every open asks the server") {
   for (int i = 0; i < 3; ++i) CHECK(read_all(*fs, "f", 64) == "x");
   CHECK(server_stat(*fs, "calls.OPEN") == opens + 3);
   CHECK(fs->stats().delegated_opens.load() == 0);
+}
+
+namespace {
+
+// Runs fn in a thread until destroyed (then stops it: fn returns once stop is true).
+// Calls that fail in it end the loop quietly: the test's own checks tell.
+class Background {
+ public:
+  template <class Fn>
+  explicit Background(Fn fn)
+      : thread_([this, fn] {
+          try {
+            fn(stop_);
+          } catch (const std::exception&) {
+          }
+        }) {}
+  ~Background() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// An append and its fsync by `log`'s client, timed: how long the writer was stalled.
+double timed_append(File& log, int n) {
+  const auto t = std::chrono::steady_clock::now();
+  const std::string rec = "record " + std::to_string(n) + "\n";
+  log.pwrite(rec.data(), rec.size(), 0);
+  log.fsync();
+  return seconds_since(t);
+}
+
+}  // namespace
+
+TEST_CASE("a squatter re-grabbing read delegations it never returns stalls a writer once") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--lease-ms", "2000"});
+  make_file(server.url(), "log", "");
+  // The squatter, as an attacker would: OPENs for reading in a loop on a connection that
+  // answers no recall, so each delegation it is granted comes back only with its lease.
+  HostileMount squatter(server.port(), "log");
+  std::atomic<uint64_t> held{0};  // OPENs answered with a delegation (a new one or renewed)
+  auto grab = [&] {
+    open_args a{};
+    std::memcpy(a.dir, squatter.root.data(), squatter.root.size());
+    a.name = const_cast<char*>("log");
+    a.access = ODAFS_OPEN_READ;
+    open_res res{};
+    squatter.ch.call(ODAFSPROC_OPEN, to_xdrproc(xdr_open_args), &a, to_xdrproc(xdr_open_res), &res);
+    if (res.status == ODAFS_OK && res.open_res_u.ok.delegation != 0) held.fetch_add(1);
+  };
+  grab();
+  REQUIRE(held.load() == 1);  // it holds one before the writer starts
+  std::optional<Background> loop;
+  loop.emplace([&](const std::atomic<bool>& stop) {
+    while (!stop.load()) grab();
+  });
+  auto writer = Client::mount(server.url());
+  std::vector<double> stalls;
+  const auto start = std::chrono::steady_clock::now();
+  File log = writer->open("log", O_WRONLY | O_APPEND);  // recalls the squatter's
+  stalls.push_back(seconds_since(start));
+  // Appends for two and a half leases: the squatter's first delegation costs the writer
+  // its lease (it answers no recall); after that the file stays cool while the writer
+  // writes, so no other append waits for a recall (on 9345770 the squatter re-grabbed
+  // when the cool-down ended with that lease, and an append waited a lease again).
+  while (seconds_since(start) < 5.0)
+    stalls.push_back(timed_append(log, static_cast<int>(stalls.size())));
+  loop.reset();
+  std::sort(stalls.rbegin(), stalls.rend());
+  REQUIRE(stalls.size() >= 2);
+  MESSAGE("appends ", stalls.size(), ", squatter's OPENs with a delegation ", held.load(),
+          ", worst stalls ", stalls[0], " s, ", stalls[1], " s");
+  CHECK(stalls.size() > 100);
+  CHECK(stalls[0] < 2.0 + 1.0);  // one lease, and the retry after it
+  CHECK(stalls[1] < 1.0);
+  auto probe = Client::mount(server.url());
+  CHECK(server_stat(*probe, "delegations.expired") == 1);  // the squatter's first, alone
+}
+
+TEST_CASE("a reader re-opening a file at every turn stalls no append of another client for long") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--lease-ms", "2000"});
+  make_file(server.url(), "log", "");
+  std::atomic<uint64_t> opens{0};
+  std::optional<Background> reader;
+  reader.emplace([&](const std::atomic<bool>& stop) {
+    auto fs = Client::mount(server.url());
+    while (!stop.load()) {
+      read_all(*fs, "log", 64);  // open, read, close: a read delegation when granted
+      opens.fetch_add(1);
+    }
+  });
+  auto writer = Client::mount(server.url());
+  File log = writer->open("log", O_WRONLY | O_APPEND);
+  double worst = 0;
+  int appends = 0;
+  const auto start = std::chrono::steady_clock::now();
+  while (seconds_since(start) < 4.0) worst = std::max(worst, timed_append(log, appends++));
+  reader.reset();
+  MESSAGE("appends ", appends, ", reader's opens ", opens.load(), ", worst stall ", worst, " s");
+  CHECK(opens.load() > 10);
+  CHECK(worst < 1.0);  // a holder that answers its recalls at once costs a round trip
 }

@@ -142,7 +142,8 @@ TEST_CASE(
   // the export's disk; "fill" holds every acknowledged byte, and the server shows what the
   // disk holds (no bytes of a failed write kept in its cache as if written).
   auto reader = Client::mount(server.url());
-  for (const auto& [name, bytes] : before) {
+  for (const auto& [name_key, bytes] : before) {
+    const auto& name = name_key;  // clang 14 lambdas cannot capture a binding
     CAPTURE(name);
     CHECK(read_all(*reader, name, bytes.size() + 1) == bytes);
     CHECK(read_local(root + "/" + name) == bytes);

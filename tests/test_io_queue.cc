@@ -484,7 +484,8 @@ TEST_CASE("unstable writes from the queue are sent again after a crash, and go o
     want += pieces[i];
     q.submit_write(f, pieces[i].data(), kLen, i * kLen, i);
   }
-  for (auto& [tag, c] : drain(q)) {
+  for (auto& [tag_key, c] : drain(q)) {
+    const auto& tag = tag_key;  // clang 14 lambdas cannot capture a binding
     CAPTURE(tag);
     CHECK(c.error == 0);
     CHECK(c.bytes == kLen);

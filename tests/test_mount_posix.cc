@@ -331,6 +331,77 @@ ROOT_MOUNT_TEST("acting as callers through the mount: each caller's access and o
   CHECK(mode_of(fs.local("team")) == 0600);
 }
 
+ROOT_MOUNT_TEST(
+    "a directory the caller may read but not search: opendir lists it, lookups in it fail") {
+  // POSIX: listing a directory needs read permission, resolving a name in it search; the
+  // class judged (owner, group, other) is the caller's own, whatever the others grant.
+  constexpr gid_t kTeam = 4242;
+  struct Case {
+    mode_t mode;
+    uid_t owner;
+    gid_t group;
+    bool in_team;  // the caller (uid 65534) has kTeam among its groups
+  };
+  const Case cases[] = {
+      {0600, kNobody, 0, false}, {0477, kNobody, 0, false},  // as owner
+      {0060, 0, kTeam, true},    {0747, 0, kTeam, true},     // as group
+      {0006, 0, 0, false},       {0774, 0, 0, false},        // as other
+  };
+  auto as_caller = [&](bool in_team, auto fn) {
+    return in_child(std::chrono::seconds(20), [&] {
+      const gid_t groups[] = {kTeam};
+      if (setgroups(in_team ? 1 : 0, groups) != 0 || setresgid(kNobody, kNobody, kNobody) != 0 ||
+          setresuid(kNobody, kNobody, kNobody) != 0) {
+        return 90;
+      }
+      return fn();
+    });
+  };
+  // The kernel's checks (allow_other brings default_permissions), and the server's alone.
+  for (const char* checks : {"default_permissions", "nodefault_permissions"}) {
+    CAPTURE(checks);
+    Mounted fs({"allow_other", checks}, {"--auth-sys"});
+    REQUIRE(chmod(fs.exp.path().c_str(), 0755) == 0);
+    int n = 0;
+    for (const Case& c : cases) {
+      CAPTURE(c.mode);
+      // A directory of its own for each case: the kernel caches the names it resolved.
+      const std::string dir = "d" + std::to_string(n++);
+      REQUIRE(mkdir(fs.local(dir).c_str(), 0700) == 0);
+      write_local(fs.local(dir + "/f"), "inside");
+      REQUIRE(chown(fs.local(dir).c_str(), c.owner, c.group) == 0);
+      REQUIRE(chmod(fs.local(dir).c_str(), c.mode) == 0);
+      const std::string path = fs / dir;
+      const std::string inside = fs / (dir + "/f");
+      CHECK(as_caller(c.in_team, [&] {
+              const int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY);
+              if (fd < 0) return 100 + errno % 100;
+              close(fd);
+              DIR* d = opendir(path.c_str());
+              if (d == nullptr) return 2;
+              bool listed = false;
+              while (dirent* e = readdir(d)) listed = listed || std::strcmp(e->d_name, "f") == 0;
+              closedir(d);
+              return listed ? 0 : 3;
+            }) == 0);
+      struct stat st {};
+      CHECK(as_caller(c.in_team, [&] { return failed_with(stat(inside.c_str(), &st) != 0); }) ==
+            EACCES);
+      CHECK(as_caller(c.in_team, [&] { return failed_with(open(inside.c_str(), O_RDONLY) < 0); }) ==
+            EACCES);
+    }
+    // Search without read, the other way: names resolve, the listing is refused.
+    const std::string dir = "searchable";
+    REQUIRE(mkdir(fs.local(dir).c_str(), 0700) == 0);
+    write_local(fs.local(dir + "/f"), "inside");
+    REQUIRE(chmod(fs.local(dir).c_str(), 0711) == 0);
+    CHECK(as_caller(false, [&] {
+            return failed_with(open((fs / dir).c_str(), O_RDONLY | O_DIRECTORY) < 0);
+          }) == EACCES);
+    CHECK(as_caller(false, [&] { return read_local(fs / (dir + "/f")) == "inside" ? 0 : 1; }) == 0);
+  }
+}
+
 ROOT_MOUNT_TEST("two users on one mount: bob's looks at alice's 0600 file never break her reads") {
   Mounted fs({"allow_other"});  // odafsd as root acts as each caller by default
   constexpr uid_t kAlice = 1001;

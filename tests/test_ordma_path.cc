@@ -255,7 +255,8 @@ TEST_CASE("client cache: hits stay local; empty headers keep references for one-
   ServerProcess server(dir.path(), {"--block-size", "4096"});
   std::string data = pattern(64 * 4096, 141);
   write_local(dir / "c", data);
-  for (const auto& [url_option, policy] : kPolicies) {
+  for (const auto& [url_option_key, policy] : kPolicies) {
+    const auto& url_option = url_option_key;  // clang 14 lambdas cannot capture a binding
     CAPTURE(url_option);
     odafs::MountOptions mo;
     mo.cache_blocks = 8;  // 8 data blocks, 1024 headers: headers outnumber data
@@ -280,7 +281,8 @@ TEST_CASE("client cache: hits stay local; empty headers keep references for one-
 }
 
 TEST_CASE("client cache: close-to-open sees other clients' writes; own writes invalidate") {
-  for (const auto& [url_option, policy] : kPolicies) {
+  for (const auto& [url_option_key, policy] : kPolicies) {
+    const auto& url_option = url_option_key;  // clang 14 lambdas cannot capture a binding
     CAPTURE(url_option);
     TempDir dir;
     ServerProcess server(dir.path(), {"--block-size", "4096"});
@@ -323,7 +325,8 @@ TEST_CASE("client cache: bytes fetched before this client's write are never cach
   TempDir dir;
   ServerProcess server(dir.path(), {"--block-size", "4096"});
   write_local(dir / "race", std::string(4096, 'a'));
-  for (const auto& [url_option, policy] : kPolicies) {
+  for (const auto& [url_option_key, policy] : kPolicies) {
+    const auto& url_option = url_option_key;  // clang 14 lambdas cannot capture a binding
     CAPTURE(url_option);
     odafs::MountOptions mo;
     mo.cache_policy = policy;

@@ -722,3 +722,141 @@ ODAFS_MOUNT_TEST("odafs-mount -o tls: a file written through the mount reads bac
   CHECK(read_file(*c, "/through-mount") == "mounted over tls");
   CHECK(server_stat(*c, "rpc.tls_sessions") >= 2);
 }
+
+namespace {
+
+// A client certificate from the test CA with subjectAltName entries no config line can
+// write: an iPAddress of 5 bytes (an address is 4 or 16), DNS:bad-san.odafs.test, a good
+// IP:10.1.2.3 and an iPAddress of none. Files bad-san.pem and bad-san.key beside the CA's.
+void make_bad_san_certificate() {
+  static const bool made = [] {
+    // SEQUENCE { [7] 01 02 03 04 05, [2] "bad-san.odafs.test", [7] 0a 01 02 03, [7] "" }
+    const std::string der =
+        "30238705010203040582126261642d73616e2e6f646166732e7465737487040a0102038700";
+    const std::string command =
+        "cd '" + ca_dir() +
+        "' && openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out bad-san.key "
+        "2>/dev/null && openssl req -new -key bad-san.key -out bad-san.csr -subj "
+        "'/O=odafs test/CN=bad-san' 2>/dev/null && printf "
+        "'basicConstraints=CA:FALSE\\nkeyUsage=critical,digitalSignature\\n"
+        "extendedKeyUsage=clientAuth\\nsubjectAltName=DER:" +
+        der +
+        "\\n' >bad-san.ext && openssl x509 -req -in bad-san.csr -CA ca.pem -CAkey ca.key "
+        "-CAcreateserial -out bad-san.pem -days 365 -extfile bad-san.ext 2>/dev/null";
+    REQUIRE(std::system(command.c_str()) == 0);
+    return true;
+  }();
+  (void)made;
+}
+
+}  // namespace
+
+// The server's side names the peer from its certificate (the identity map's input): an
+// iPAddress of the wrong length is no address (inet_ntop would read 16 bytes of a 5-byte
+// string), the other names stand.
+TEST_CASE("a client certificate with a malformed iPAddress SAN: that name is ignored, not read") {
+  make_bad_san_certificate();
+  auto server_context = odafs::tls::Context::make(
+      odafs::tls::Context::Side::kServer,
+      odafs::tls::Files{pem("server.pem"), pem("server.key"), pem("ca.pem")});
+  auto client_context = odafs::tls::Context::make(
+      odafs::tls::Context::Side::kClient,
+      odafs::tls::Files{pem("bad-san.pem"), pem("bad-san.key"), pem("ca.pem")});
+  REQUIRE(server_context.ok());
+  REQUIRE(client_context.ok());
+  int fds[2];
+  REQUIRE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
+  auto server = odafs::tls::Session::make(*server_context, fds[0]);
+  auto client = odafs::tls::Session::make(*client_context, fds[1], "localhost");
+  REQUIRE(server.ok());
+  REQUIRE(client.ok());
+  // Both ends in turn until both are done (each step moves what the other sent).
+  for (int step = 0; step < 100 && !((*server)->handshake_done() && (*client)->handshake_done());
+       ++step) {
+    for (auto* s : {server->get(), client->get()}) {
+      const odafs::Status st = s->handshake();
+      REQUIRE((st.ok() || st.errno_value() == EAGAIN));
+    }
+  }
+  REQUIRE((*server)->handshake_done());
+  const odafs::tls::PeerCertificate peer = (*server)->peer();
+  CHECK(peer.present);
+  CHECK(peer.alt_names == std::vector<std::string>{"DNS:bad-san.odafs.test", "IP:10.1.2.3"});
+  server->reset();
+  client->reset();
+  close(fds[0]);
+  close(fds[1]);
+}
+
+// The same certificate against odafsd: it is mapped by its good names and serves on.
+TEST_CASE("odafsd takes a client certificate with a malformed iPAddress SAN without harm") {
+  make_bad_san_certificate();
+  TempDir dir;
+  const std::string map = dir.path() + "-identities";
+  {
+    std::ofstream out(map);
+    out << "DNS:bad-san.odafs.test trust\n";
+  }
+  ServerProcess server(dir.path(), tls_flags({"--tls-identity-map", map, "--clients",
+                                              "127.0.0.1(mtls,no_root_squash)"}));
+  MountOptions o = tls_options();
+  o.tls_cert = pem("bad-san.pem");
+  o.tls_key = pem("bad-san.key");
+  auto c = Client::mount(server.url(), o);
+  write_file(*c, "/f", "served");
+  CHECK(read_file(*c, "/f") == "served");
+  CHECK(server_stat(*c, "auth.refused.tls_required") == 0);
+  std::filesystem::remove(map);
+}
+
+// SIGHUP with a line of the identity map gone: a connection that was given that identity
+// is refused from its next call; new connections of that certificate are unmapped
+// (anonymous under mtls).
+TEST_CASE("SIGHUP removing an identity map line cuts the connections that ran as it" *
+          doctest::skip(geteuid() != 0) *
+          doctest::description(geteuid() != 0 ? "needs root: odafsd acts as callers" : "")) {
+  TempDir dir;
+  const std::string map = dir.path() + "-identities";
+  auto write_map = [&](const std::string& text) {
+    std::ofstream out(map + ".new");
+    out << text;
+    out.close();
+    std::filesystem::rename(map + ".new", map);
+  };
+  write_map("DNS:alice.odafs.test 4242:4242\nDNS:client.odafs.test trust\n");
+  ServerProcess server(dir.path(), tls_flags({"--tls-identity-map", map, "--auth-sys", "--clients",
+                                              "127.0.0.1(mtls,no_root_squash)"}));
+  chmod(dir.path().c_str(), 0777);
+  auto alice = Client::mount(server.url(), tls_options("alice"));
+  auto owner_of = [&](const std::string& name) {
+    struct stat st {};
+    return stat((std::filesystem::path(dir.path()) / name).c_str(), &st) == 0
+               ? static_cast<int64_t>(st.st_uid)
+               : -1;
+  };
+  auto admin = Client::mount(server.url(), tls_options("client"));  // a line that stays
+  write_file(*alice, "/before", "a");
+  REQUIRE(owner_of("before") == 4242);
+  // alice's line goes. Once a new connection of hers is no longer 4242, the reload is done.
+  write_map("DNS:client.odafs.test trust\n");
+  REQUIRE(kill(server.pid(), SIGHUP) == 0);
+  int probes = 0;
+  CHECK(eventually(
+      [&] {
+        const std::string name = "probe" + std::to_string(probes++);
+        odafs::test::errno_of([&] {
+          write_file(*Client::mount(server.url(), tls_options("alice")), "/" + name, "p");
+        });
+        return owner_of(name) != 4242;
+      },
+      10));
+  // The connection that ran as alice: refused, and nothing more is made as 4242 (whatever
+  // the library does next: a new connection is unmapped, anonymous).
+  odafs::test::errno_of([&] { write_file(*alice, "/after", "a"); });
+  CHECK(owner_of("after") != 4242);
+  CHECK(server_stat(*admin, "auth.refused.identity_unmapped") >= 1);
+  // The connection of a line that stayed goes on as it was.
+  write_file(*admin, "/by-admin", "a");
+  CHECK(owner_of("by-admin") == 0);
+  std::filesystem::remove(map);
+}

@@ -6,12 +6,18 @@
 // LOOKUPs must not turn against another's reads.
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <ifaddrs.h>
+#include <openssl/sha.h>
+#include <poll.h>
 #include <sched.h>
+#include <spawn.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,12 +31,15 @@
 #include "base/net.h"
 #include "rpc/message_header.h"
 #include "rpc/record.h"
+#include "server/export_rules.h"
 #include "tests/support/confinement_world.h"
 #include "tests/support/delegation_holder.h"
 #include "tests/support/hostile.h"
 
 using namespace odafs::test::confinement;
 using odafs::rpc::AuthSysCred;
+using odafs::test::eventually;
+using odafs::test::failed_with;
 using odafs::test::stat_of;
 
 // A case that becomes other users and needs odafsd to act as its callers: root only.
@@ -111,6 +120,117 @@ struct Export {
     REQUIRE(chmod((dir / "pub").c_str(), 0777) == 0);
   }
 };
+
+// One odafsd started with exactly `args` (no --state-dir added), watched for at most
+// `seconds`: it printed its ready line (then it runs until the Trial ends), exited, or did
+// neither (blocked: killed at the end of the wait). Its stdout and stderr together are
+// output().
+class Trial {
+ public:
+  explicit Trial(std::vector<std::string> args, double seconds = 10) {
+    args.insert(args.begin(), ODAFSD_PATH);
+    int out[2];
+    REQUIRE(pipe2(out, O_CLOEXEC) == 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 2);
+    std::vector<char*> argv = odafs::test::argv_of(args);
+    REQUIRE(posix_spawn(&pid_, ODAFSD_PATH, &fa, nullptr, argv.data(), environ) == 0);
+    posix_spawn_file_actions_destroy(&fa);
+    close(out[1]);
+    fd_ = out[0];
+    const bool settled = odafs::test::eventually(
+        [&] {
+          drain();
+          if (waitpid(pid_, &status_, WNOHANG) == pid_) {
+            pid_ = -1;
+            return true;
+          }
+          const size_t at = output_.find("odafsd ready rpc=127.0.0.1:");
+          if (at == std::string::npos || output_.find('\n', at) == std::string::npos) return false;
+          port_ = static_cast<uint16_t>(std::stoi(output_.substr(at + 27)));
+          return true;
+        },
+        seconds);
+    blocked_ = !settled;
+  }
+  ~Trial() { stop(SIGKILL); }
+  // Stops a running server with sig and waits for it (SIGKILL after 10 s); its wait status.
+  int stop(int sig = SIGTERM) {
+    if (pid_ > 0) {
+      kill(pid_, sig);
+      if (!odafs::test::eventually([&] { return waitpid(pid_, &status_, WNOHANG) == pid_; }, 10)) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &status_, 0);
+      }
+      pid_ = -1;
+    }
+    if (fd_ >= 0) {
+      drain();
+      close(fd_);
+      fd_ = -1;
+    }
+    return status_;
+  }
+  bool ready() const { return port_ != 0; }
+  bool blocked() const { return blocked_; }
+  // It exited at once with odafsd's usage status (2): refused to start.
+  bool refused() const {
+    return !blocked_ && port_ == 0 && WIFEXITED(status_) && WEXITSTATUS(status_) == 2;
+  }
+  uint16_t port() const { return port_; }
+  std::string url() const { return "odafs://127.0.0.1:" + std::to_string(port_) + "/"; }
+  const std::string& output() {
+    drain();
+    return output_;
+  }
+
+ private:
+  void drain() {
+    char buf[4096];
+    ssize_t n;
+    while (fd_ >= 0 && poll_readable() && (n = read(fd_, buf, sizeof buf)) > 0) {
+      output_.append(buf, static_cast<size_t>(n));
+    }
+  }
+  bool poll_readable() {
+    pollfd p{fd_, POLLIN, 0};
+    return poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0;
+  }
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  int status_ = 0;
+  uint16_t port_ = 0;
+  bool blocked_ = false;
+  std::string output_;
+};
+
+// The name odafsd gives the recovery record of export `dir` in its state directory
+// (odafsd.cc, recovery_record_path).
+std::string record_name(const std::string& dir) {
+  char* real = realpath(dir.c_str(), nullptr);
+  REQUIRE(real != nullptr);
+  const std::string key = real;
+  free(real);
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(key.data()), key.size(), digest);
+  char name[32];
+  std::snprintf(name, sizeof name, "recovery-%02x%02x%02x%02x%02x%02x%02x%02x", digest[0],
+                digest[1], digest[2], digest[3], digest[4], digest[5], digest[6], digest[7]);
+  return name;
+}
+
+// A recovery record naming `owners` clients (forged: none of them exists).
+std::string forged_record(int owners) {
+  std::string text = "odafs-recovery 1\n";
+  for (int i = 0; i < owners; ++i) {
+    char line[40];
+    std::snprintf(line, sizeof line, "%032x\n", i + 1);
+    text += line;
+  }
+  return text;
+}
 
 }  // namespace
 
@@ -491,22 +611,33 @@ TEST_CASE("odafsd refuses a non-loopback --listen without --clients, and bad rul
         std::vector<std::string>{"--listen", "127.0.0.1:0", "--clients", "10.0.0.0/99"},
         std::vector<std::string>{"--listen", "127.0.0.1:0", "--clients", "*(rw,bogus)"}}) {
     CAPTURE(extra[1]);
-    // Bounded: a server that wrongly starts would otherwise be waited for for ever.
-    std::vector<std::string> args = {"timeout", "10", ODAFSD_PATH, "--export", dir.path()};
+    std::vector<std::string> args = {"--export", dir.path()};
     args.insert(args.end(), extra.begin(), extra.end());
-    std::string cmd;
-    for (const std::string& a : args) cmd += "'" + a + "' ";
-    cmd += "2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    REQUIRE(p != nullptr);
-    std::string out;
-    char buf[512];
-    while (fgets(buf, sizeof buf, p) != nullptr) out += buf;
-    int status = pclose(p);
-    CHECK(WIFEXITED(status));
-    CHECK(WEXITSTATUS(status) == 2);
-    CHECK(out.find("--clients") != std::string::npos);
+    Trial trial(args);
+    CHECK(trial.refused());
+    CHECK(trial.output().find("--clients") != std::string::npos);
   }
+}
+
+// A prefix length is digits only, in range: "-0" once parsed as 0 and admitted everyone,
+// "-1" as no prefix at all.
+TEST_CASE("the export rule parser refuses signed, spaced or out-of-range prefix lengths") {
+  for (const char* spec :
+       {"127.0.0.1/-1", "10.9.8.7/-0", "10.0.0.0/+8", "10.0.0.0/ 8", "10.0.0.0/8 ", "10.0.0.0/0x8",
+        "10.0.0.0/33", "10.0.0.0/", "10.0.0.0/4294967304", "::1/129", "::1/-0", "10.0.0.0/8/8"}) {
+    CAPTURE(spec);
+    odafs::server::ExportRules rules;
+    CHECK_THROWS_AS(rules.add(spec, kNobody, kNobody), std::invalid_argument);
+    CHECK(rules.empty());
+  }
+  odafs::server::ExportRules rules;
+  rules.add("10.9.8.7/0", kNobody, kNobody);
+  rules.add("10.0.0.0/8(ro)", kNobody, kNobody);
+  rules.add("::1/128", kNobody, kNobody);
+  REQUIRE(rules.size() == 3);
+  CHECK(rules.rule(0).prefix == 0);
+  CHECK(rules.rule(1).prefix == 8);
+  CHECK(rules.rule(2).prefix == 128);
 }
 
 // The procedure table of docs/protocol.md ("Who may call what"), walked as bob against
@@ -646,4 +777,219 @@ ROOT_TEST("an unprivileged user in a grace period: cannot reclaim, waits, cannot
   });
   CHECK(got == std::vector<int>{ODAFS_OK, ODAFS_OK, 0, ODAFS_ERR_GRACE, ODAFS_OK, ODAFS_ERR_GRACE});
   odafs::test::reap(holder);
+}
+
+namespace {
+
+// CREATE UNCHECKED of `name` in the export's root, whose object is already there and
+// watched by inotify: returns the reply's status, and in *opened whether odafsd opened the
+// object (IN_OPEN; the reply comes after any open the server made, so reading the events
+// then is enough).
+int create_unchecked_over(ServerProcess& server, const std::string& path, const std::string& name,
+                          bool* opened) {
+  const int in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  REQUIRE(in >= 0);
+  REQUIRE(inotify_add_watch(in, path.c_str(), IN_OPEN) >= 0);
+  Raw raw(server.port());
+  Handle root;
+  REQUIRE(raw.mount("/", &root) == ODAFS_OK);
+  const int status = raw.create(root, name, ODAFS_CREATE_UNCHECKED);
+  alignas(inotify_event) char events[4096];
+  const ssize_t n = read(in, events, sizeof events);
+  *opened = n > 0;
+  close(in);
+  return status;
+}
+
+}  // namespace
+
+// A FIFO any user may open (0666) with a reader blocked on it: CREATE at its name must not
+// open it (an open for writing would wake the reader with nothing to read).
+TEST_CASE("CREATE UNCHECKED over a FIFO answers EXIST and never opens it") {
+  TempDir dir;
+  const std::string fifo = dir / "pipe";
+  REQUIRE(mkfifo(fifo.c_str(), 0666) == 0);
+  ServerProcess server(dir.path());
+  bool opened = true;
+  CHECK(create_unchecked_over(server, fifo, "pipe", &opened) == ODAFS_ERR_EXIST);
+  CHECK_FALSE(opened);
+  // A regular file at a name is still opened (the control: the watch sees opens).
+  write_local(dir / "plain", "x");
+  CHECK(create_unchecked_over(server, dir / "plain", "plain", &opened) == ODAFS_OK);
+  CHECK(opened);
+}
+
+ROOT_TEST("CREATE UNCHECKED over a character device answers EXIST and never opens it") {
+  TempDir dir;
+  const std::string node = dir / "null";
+  REQUIRE(mknod(node.c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0);
+  ServerProcess server(dir.path());
+  bool opened = true;
+  CHECK(create_unchecked_over(server, node, "null", &opened) == ODAFS_ERR_EXIST);
+  CHECK_FALSE(opened);
+}
+
+// --state-dir and --handle-key-file, as sshd treats its keys: a directory or file another
+// user owns or may write could be swapped under odafsd, so it refuses to start.
+ROOT_TEST("odafsd refuses a state directory or key file another user owns or may write") {
+  TempDir top;
+  REQUIRE(chmod(top.path().c_str(), 0755) == 0);
+  TempDir exported;
+  // bob_fifo: bob, who may write there, plants a FIFO as the record (which the old odafsd
+  // read at start, waiting for ever, deaf to SIGTERM). refused() includes: not blocked.
+  auto state_dir_case = [&](const std::string& name, mode_t mode, uid_t owner, bool bob_fifo) {
+    const std::string dir = top / name;
+    REQUIRE(mkdir(dir.c_str(), 0700) == 0);
+    REQUIRE(chmod(dir.c_str(), mode) == 0);
+    REQUIRE(chown(dir.c_str(), owner, owner) == 0);
+    if (bob_fifo) {
+      const std::string record = dir + "/" + record_name(exported.path());
+      REQUIRE(as_local_user(kBob, kBob, [&] {
+                return std::vector<int>{mkfifo(record.c_str(), 0666)};
+              }) == std::vector<int>{0});
+    }
+    Trial trial({"--export", exported.path(), "--listen", "127.0.0.1:0", "--state-dir", dir});
+    CAPTURE(name);
+    CAPTURE(trial.output());
+    CHECK(trial.refused());
+    CHECK(trial.output().find("--state-dir") != std::string::npos);
+  };
+  state_dir_case("bobs", 0700, kBob, false);
+  state_dir_case("world-writable", 0777, 0, true);
+  state_dir_case("sticky", 01777, 0, true);
+  state_dir_case("group-writable", 0770, 0, false);
+
+  // The key file: 32 good bytes, in a directory and under an owner that may or may not do.
+  const std::string key_bytes(40, 'k');
+  auto key_case = [&](const std::string& path, bool good) {
+    Trial trial({"--export", exported.path(), "--listen", "127.0.0.1:0", "--handle-key-file", path,
+                 "--state-dir", top / "state"});
+    CAPTURE(path);
+    CAPTURE(trial.output());
+    CHECK(trial.refused());
+    // A good key passes its checks and meets the next: the export must be a CephFS one.
+    CHECK((trial.output().find("needs --export ceph:PATH") != std::string::npos) == good);
+    if (!good) CHECK(trial.output().find("--handle-key-file") != std::string::npos);
+  };
+  REQUIRE(mkdir((top / "keys").c_str(), 0700) == 0);
+  write_local(top / "keys/key", key_bytes);
+  REQUIRE(chmod((top / "keys/key").c_str(), 0600) == 0);
+  key_case(top / "keys/key", true);
+  write_local(top / "keys/bobs-key", key_bytes);
+  REQUIRE(chmod((top / "keys/bobs-key").c_str(), 0600) == 0);
+  REQUIRE(chown((top / "keys/bobs-key").c_str(), kBob, kBob) == 0);
+  key_case(top / "keys/bobs-key", false);
+  // bob's directory, with his link to root's key: he could point it anywhere.
+  REQUIRE(mkdir((top / "bobs-keys").c_str(), 0755) == 0);
+  REQUIRE(chown((top / "bobs-keys").c_str(), kBob, kBob) == 0);
+  std::vector<int> planted = as_local_user(kBob, kBob, [&] {
+    return std::vector<int>{symlink((top / "keys/key").c_str(), (top / "bobs-keys/key").c_str())};
+  });
+  REQUIRE(planted == std::vector<int>{0});
+  key_case(top / "bobs-keys/key", false);
+  // A link even in root's own directory: the key is opened O_NOFOLLOW.
+  REQUIRE(symlink((top / "keys/key").c_str(), (top / "keys/link").c_str()) == 0);
+  key_case(top / "keys/link", false);
+  // A directory anyone may write (sticky or not): another user could have put it there.
+  REQUIRE(mkdir((top / "tmp").c_str(), 0700) == 0);
+  REQUIRE(chmod((top / "tmp").c_str(), 01777) == 0);
+  write_local(top / "tmp/key", key_bytes);
+  REQUIRE(chmod((top / "tmp/key").c_str(), 0600) == 0);
+  key_case(top / "tmp/key", false);
+}
+
+// bob owns the state directory (he made it, or was given it): he plants the record's
+// temporary as a link to a file of root's and forges a record, whose grace period's end
+// makes odafsd write the record again.
+ROOT_TEST("a state directory of bob's: odafsd refuses it, and root's file is untouched") {
+  TempDir top;
+  REQUIRE(chmod(top.path().c_str(), 0755) == 0);
+  TempDir exported;
+  const std::string state = top / "state";
+  const std::string victim = top / "shadow";
+  write_local(victim, "root's own\n");
+  REQUIRE(chmod(victim.c_str(), 0600) == 0);
+  REQUIRE(mkdir(state.c_str(), 0755) == 0);
+  REQUIRE(chown(state.c_str(), kBob, kBob) == 0);
+  const std::string record = state + "/" + record_name(exported.path());
+  std::vector<int> planted = as_local_user(kBob, kBob, [&] {
+    write_local(record, forged_record(1));
+    return std::vector<int>{symlink(victim.c_str(), (record + ".tmp").c_str())};
+  });
+  REQUIRE(planted == std::vector<int>{0});
+  Trial trial({"--export", exported.path(), "--listen", "127.0.0.1:0", "--state-dir", state,
+               "--grace-ms", "50"});
+  CAPTURE(trial.output());
+  CHECK(trial.refused());
+  CHECK(trial.output().find("--state-dir") != std::string::npos);
+  if (trial.ready()) {
+    // (The old odafsd started: a call after the grace period ends it, writing the record.)
+    auto c = odafs::Client::mount(trial.url());
+    c->stat("/");
+    trial.stop();
+  }
+  CHECK(read_local(victim) == "root's own\n");
+}
+
+// In odafsd's own directory a stale temporary at the record's name (a link, left from
+// before the directory was made private) is removed, never followed.
+TEST_CASE("a link at the record's temporary is not followed when the record is written") {
+  TempDir exported;
+  TempDir state;
+  TempDir elsewhere;
+  const std::string target = elsewhere / "target";
+  write_local(target, "mine\n");
+  const std::string record = state / record_name(exported.path());
+  write_local(record, forged_record(1));
+  REQUIRE(chmod(record.c_str(), 0600) == 0);
+  REQUIRE(symlink(target.c_str(), (record + ".tmp").c_str()) == 0);
+  Trial trial({"--export", exported.path(), "--listen", "127.0.0.1:0", "--state-dir", state.path(),
+               "--grace-ms", "50"});
+  CAPTURE(trial.output());
+  REQUIRE(trial.ready());
+  // A call after the grace period ends it: the record is written again, empty.
+  auto c = odafs::Client::mount(trial.url());
+  CHECK(eventually([&] {
+    c->stat("/");
+    return read_local(record) == forged_record(0);
+  }));
+  CHECK(read_local(target) == "mine\n");
+  struct stat st {};
+  CHECK(failed_with(lstat((record + ".tmp").c_str(), &st) != 0) == ENOENT);  // gone
+}
+
+// A FIFO at the record's name: reading it would wait for a writer for ever, before odafsd
+// takes signals. It is no record (logged), and odafsd starts and stops.
+TEST_CASE("a FIFO as the recovery record never blocks odafsd's start") {
+  TempDir exported;
+  TempDir state;
+  const std::string record = state / record_name(exported.path());
+  REQUIRE(mkfifo(record.c_str(), 0600) == 0);
+  Trial trial(
+      {"--export", exported.path(), "--listen", "127.0.0.1:0", "--state-dir", state.path()});
+  CAPTURE(trial.output());
+  CHECK_FALSE(trial.blocked());
+  CHECK(trial.ready());
+  CHECK(trial.output().find("not a regular file") != std::string::npos);
+  const int status = trial.stop(SIGTERM);
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+}
+
+// A record cannot name more owners than the server had connections (each owner held one
+// while it was recorded): a longer one is forged or corrupt. It is refused (logged) and
+// treated as empty, so no grace period holds every client back.
+TEST_CASE("a recovery record naming more owners than --max-connections opens no grace period") {
+  TempDir exported;
+  TempDir state;
+  const std::string record = state / record_name(exported.path());
+  write_local(record, forged_record(17));
+  REQUIRE(chmod(record.c_str(), 0600) == 0);
+  Trial trial({"--export", exported.path(), "--listen", "127.0.0.1:0", "--state-dir", state.path(),
+               "--max-connections", "16", "--grace-ms", "60000"});
+  CAPTURE(trial.output());
+  REQUIRE(trial.ready());
+  auto c = odafs::Client::mount(trial.url());
+  CHECK(stat_of(*c, "recovery.reclaimers") == 0);
+  CHECK(stat_of(*c, "recovery.in_grace") == 0);
+  CHECK(trial.output().find("more owners") != std::string::npos);
 }

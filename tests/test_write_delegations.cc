@@ -379,7 +379,8 @@ TEST_CASE("a file its creator writes, reads back, appends to, stats and removes 
   CHECK(after["REMOVE"] == before.at("REMOVE") + 1);
   after["CREATE"] = before.at("CREATE");
   after["REMOVE"] = before.at("REMOVE");
-  for (const auto& [name, count] : before) {  // no OPEN, READ, WRITE, COMMIT, GETATTR...
+  for (const auto& [name_key, count] : before) {  // no OPEN, READ, WRITE, COMMIT, GETATTR...
+    const auto& name = name_key;                  // clang 14 lambdas cannot capture a binding
     CAPTURE(name);
     CHECK(after[name] == count);
   }

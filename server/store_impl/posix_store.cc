@@ -27,6 +27,21 @@ struct ProcPath {
 
 constexpr int kHold = O_PATH | O_NOFOLLOW | O_CLOEXEC;
 
+// Opens the object an O_PATH descriptor holds again, for bytes (how: O_RDONLY, O_RDWR or
+// O_RDONLY | O_DIRECTORY), checked against the caller's permission: the very object held,
+// whatever its name means by now. This is how the store opens a name without ever opening
+// something else: held first (O_PATH runs no open of a FIFO or device, and inotify sees no
+// IN_OPEN), its type checked, then this. REQUIRES: the held object is a regular file or a
+// directory (fstat): a FIFO or device opened here would be opened for real.
+int reopen_held(int held, int how) {
+  return ::open(ProcPath(held).text, how | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+}
+
+// Whether a refused open for writing may still open the file for reading.
+bool read_only_may_do(int err) {
+  return err == EACCES || err == EROFS || err == ETXTBSY || err == EPERM;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<PosixStore>> PosixStore::open_export(const std::string& root, FileEnv* env) {
@@ -88,38 +103,40 @@ Result<Object> PosixStore::find(const ObjectId&, struct stat*, Access*) {
 Result<Object> PosixStore::open_at(const Object& dir, const char* name, struct stat* st,
                                    Access* access) {
   *access = Access{};
-  // O_NONBLOCK: the name may have become a FIFO since the caller looked (any client may
-  // make one), and opening a FIFO for reading waits for a writer. Regular files ignore it.
-  // A file is opened read-write where allowed, else read-only; a directory for reading;
-  // anything (or anything refused) else O_PATH.
-  constexpr int kCommon = O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK;
-  const int dirfd = fd_of(dir);
-  int fd = -1;
-  if (S_ISREG(st->st_mode)) {
-    fd = ::openat(dirfd, name, O_RDWR | kCommon);
-    if (fd >= 0) {
-      *access = Access{true, true};
-    } else if (errno == EACCES || errno == EROFS || errno == ETXTBSY || errno == EPERM) {
-      fd = ::openat(dirfd, name, O_RDONLY | kCommon);
-      if (fd >= 0) access->readable = true;
-    }
-  } else if (S_ISDIR(st->st_mode)) {
-    fd = ::openat(dirfd, name, O_RDONLY | O_DIRECTORY | kCommon);
-    if (fd >= 0) access->readable = true;
-  }
-  if (fd < 0 &&
-      (errno == EACCES || errno == EPERM || !(S_ISREG(st->st_mode) || S_ISDIR(st->st_mode)))) {
-    fd = ::openat(dirfd, name, O_PATH | kCommon);
-  }
-  if (fd < 0) return Status::from_errno("open_at");
-  Object opened = adopt(fd);
+  // Held first and checked to be what the caller looked at: the name may have become a
+  // FIFO or a device since (any client may make one), which must never be opened. A file
+  // is then opened read-write where allowed, else read-only; a directory for reading;
+  // anything (or anything refused) else stays held O_PATH.
+  const int held = ::openat(fd_of(dir), name, kHold);
+  if (held < 0) return Status::from_errno("open_at");
+  Object held_object = adopt(held);
   struct stat now;
-  if (::fstat(fd, &now) != 0) return Status::from_errno("open_at: fstat");
+  if (::fstat(held, &now) != 0) return Status::from_errno("open_at: fstat");
   if (now.st_ino != st->st_ino || now.st_dev != st->st_dev) {
     return Status(ESTALE, "open_at: replaced between stat and open");
   }
   *st = now;
-  return opened;
+  int fd = -1;
+  int err = 0;
+  if (S_ISREG(now.st_mode)) {
+    fd = reopen_held(held, O_RDWR);
+    if (fd >= 0) {
+      *access = Access{true, true};
+    } else if (read_only_may_do(errno)) {
+      fd = reopen_held(held, O_RDONLY);
+      if (fd >= 0) access->readable = true;
+    }
+    err = errno;
+  } else if (S_ISDIR(now.st_mode)) {
+    fd = reopen_held(held, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) access->readable = true;
+    err = errno;
+  }
+  if (fd >= 0) return adopt(fd);
+  if (S_ISREG(now.st_mode) || S_ISDIR(now.st_mode)) {
+    if (err != EACCES && err != EPERM) return Status(err, "open_at");
+  }
+  return held_object;
 }
 
 Status PosixStore::reopen_in_place(const Object& obj, bool write, Access* access) {
@@ -173,35 +190,43 @@ Result<Object> PosixStore::open(const Object& obj, int flags) {
   if (!how) return how.status();
   // Through /proc: a new open, checked against the caller's permission, of this very
   // object (an O_PATH descriptor cannot be reopened by openat).
-  const int fd = ::open(ProcPath(fd_of(obj)).text, *how | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  const int fd = reopen_held(fd_of(obj), *how);
   if (fd < 0) return Status::from_errno("open");
   return adopt(fd);
 }
 
 Result<Object> PosixStore::create(const Object& dir, const char* name, mode_t mode, bool exclusive,
                                   struct stat* st, bool* created, bool* writable) {
-  // Exclusive first, so that the store knows whether it created the file; a name removed
-  // between the two tries is created on the next. O_NONBLOCK: a FIFO at the name must not
-  // hold the thread until a writer comes (it is refused below).
-  constexpr int kOpen = O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_RDWR;
-  int fd = -1;
+  // Exclusive first, so that the store knows whether it created the file (O_EXCL opens
+  // nothing that was there, a link included); a name removed between the two tries is
+  // created on the next. What is there already is held first and opened only if it is a
+  // regular file: a FIFO or device at the name is never opened (reopen_held).
   *created = false;
   *writable = true;
+  int fd = -1;
+  int err = 0;
   for (int attempt = 0; attempt < 3 && fd < 0; ++attempt) {
-    fd = ::openat(fd_of(dir), name, kOpen | O_CREAT | O_EXCL, mode & 07777);
+    fd = ::openat(fd_of(dir), name, O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_RDWR,
+                  mode & 07777);
+    err = errno;
     *created = fd >= 0;
-    if (fd >= 0 || errno != EEXIST || exclusive) break;
-    fd = ::openat(fd_of(dir), name, kOpen);
+    if (fd >= 0 || err != EEXIST || exclusive) break;
+    const int held = ::openat(fd_of(dir), name, kHold);
+    err = errno;
+    if (held < 0 && err == ENOENT) continue;
+    if (held < 0) break;
+    Object held_object = adopt(held);
+    if (::fstat(held, st) != 0) return Status::from_errno("create: fstat");
+    if (!S_ISREG(st->st_mode)) return Status(EEXIST, "create: not a regular file at the name");
+    fd = reopen_held(held, O_RDWR);
     if (fd < 0 && errno == EACCES) {
       *writable = false;  // there, but the caller may not write it: read-only, as LOOKUP
-      fd = ::openat(fd_of(dir), name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+      fd = reopen_held(held, O_RDONLY);
     }
-    if (fd < 0 && errno != ENOENT) break;
+    err = errno;
+    break;
   }
-  if (fd < 0) {
-    const int err = errno == ELOOP ? EEXIST : errno;  // ELOOP: a symlink sits at the name
-    return Status(err, "create");
-  }
+  if (fd < 0) return Status(err, "create");
   Object file = adopt(fd);
   if (::fstat(fd, st) != 0) return Status::from_errno("create: fstat");
   if (!S_ISREG(st->st_mode)) return Status(EEXIST, "create: not a regular file at the name");
@@ -301,7 +326,9 @@ int PosixStore::access(const Object& obj, int want) {
 Status PosixStore::list(const Object& dir, uint64_t cookie, DirVisitor& visitor, bool* eof) {
   *eof = false;
   // A private descriptor: a held one is shared by every thread, and so is its offset.
-  const int fd = ::openat(fd_of(dir), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  // Through /proc, as the caller: listing needs read permission only (POSIX), and
+  // openat(dir, ".") would resolve "." in the directory, which needs search permission.
+  const int fd = ::open(ProcPath(fd_of(dir)).text, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return Status::from_errno("list");
   const Object listing = adopt(fd);
   if (cookie != 0 && ::lseek(fd, static_cast<off_t>(cookie), SEEK_SET) < 0) {

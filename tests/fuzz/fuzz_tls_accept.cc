@@ -2,12 +2,19 @@
 // after STARTTLS) fed arbitrary bytes: the handshake steps and the reads after it must end
 // in bytes, EAGAIN or a clean failure, never a crash, a hang or a leak.
 //
+// The same bytes are also a certificate's subjectAltName extension (DER GeneralNames, as a
+// CA may sign whatever a request holds): naming the peer from it (tls::describe_certificate,
+// what Session::peer runs on a verified certificate) must never read past what it holds.
+// Handshake inputs rarely parse as GeneralNames and the reverse: each corpus file serves
+// the part it fits, and the seeds san_* the second.
+//
 // The server's certificate is made once per process (an EC key, self-signed), in files the
 // context is built from, as odafsd's are.
 #include <openssl/ec.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -56,10 +63,27 @@ std::shared_ptr<const odafs::tls::Context> server_context() {
   return *context;
 }
 
+// A certificate whose subjectAltName extension holds [data, data + size) as its value.
+void name_certificate_with_san(const uint8_t* data, size_t size) {
+  X509* cert = X509_new();
+  ASN1_OCTET_STRING* value = ASN1_OCTET_STRING_new();
+  if (cert == nullptr || value == nullptr ||
+      ASN1_OCTET_STRING_set(value, data, static_cast<int>(size)) != 1) {
+    std::abort();
+  }
+  X509_EXTENSION* ext = X509_EXTENSION_create_by_NID(nullptr, NID_subject_alt_name, 0, value);
+  if (ext == nullptr || X509_add_ext(cert, ext, -1) != 1) std::abort();
+  (void)odafs::tls::describe_certificate(cert);
+  X509_EXTENSION_free(ext);
+  ASN1_OCTET_STRING_free(value);
+  X509_free(cert);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::shared_ptr<const odafs::tls::Context> context = server_context();
+  if (size <= 1 << 16) name_certificate_with_san(data, size);
   int fds[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return 0;
   // The peer's bytes, then its close: whatever the server waits for never comes.

@@ -393,7 +393,8 @@ struct World {
   // beside the export.
   void check_untouched() {
     auto now = stat_snapshot(paths);
-    for (auto& [path, before] : stats) {
+    for (auto& [path_key, before] : stats) {
+      const auto& path = path_key;  // clang 14 lambdas cannot capture a binding
       CHECK_MESSAGE(now[path] == before, path);
     }
     CHECK(content_snapshot(sentinel) == contents);  // reads: last

@@ -1,0 +1,206 @@
+// SIGTERM stops odafsd promptly whatever its clients are doing: an operator's service
+// manager and every test's teardown count on it. Each case puts the server in a state that
+// could hold its stop (a call waiting on a client that never answers, a recall in flight to a
+// stopped holder, a grace period, a slow disk) and asserts it exits cleanly within 2 s
+// (sanitizer builds included: the stop is bounded by design, not by a timeout).
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+#include "proto/odafs_prot.h"
+#include "rpc/xdr_util.h"
+#include "tests/support/client_util.h"
+#include "tests/support/delegation_holder.h"
+#include "tests/support/hostile.h"
+#include "tests/support/server_process.h"
+
+using odafs::Client;
+using odafs::File;
+using odafs::rpc::to_xdrproc;
+using odafs::test::eventually;
+using odafs::test::HostileMount;
+using odafs::test::server_stat;
+using odafs::test::ServerProcess;
+using odafs::test::TempDir;
+using odafs::test::write_local;
+
+namespace {
+
+constexpr double kStopBound = 2.0;  // seconds from SIGTERM to a clean exit
+
+// Stops server with SIGTERM; checks it exited 0 within kStopBound.
+void check_prompt_stop(ServerProcess& server) {
+  auto start = std::chrono::steady_clock::now();
+  int status = server.stop();
+  double took = odafs::test::seconds_since(start);
+  CAPTURE(took);
+  CHECK(took < kStopBound);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+// A client that gives up quickly once its server is gone: the test's own threads end soon
+// after the stop.
+odafs::MountOptions impatient() {
+  odafs::MountOptions o;
+  o.timeout_ms = 3000;
+  o.reconnect_window_ms = 0;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("SIGTERM with direct writes waiting for data their client never sends") {
+  TempDir dir;
+  write_local(dir / "target", std::string(1 << 20, 'a'));
+  ServerProcess server(dir.path(), {"--threads", "2", "--max-direct-writes", "2"});
+  HostileMount h(server.port(), "target");
+  int engine_fd = h.engine_connection(server.engine_port());  // takes the GETs, answers none
+  std::vector<int> calls;
+  for (uint32_t i = 0; i < 2; ++i) {
+    int fd = odafs::test::connect_from("127.0.0.1", server.port());
+    REQUIRE(fd >= 0);
+    write_direct_args wa{};
+    std::memcpy(wa.fh, h.file.data(), h.file.size());
+    wa.stable = ODAFS_FILE_SYNC;
+    wa.count = 64 * 1024;
+    wa.session = h.session.id;
+    wa.buffer = 1;
+    wa.tag = 100 + i;
+    std::string rec = odafs::test::rpc_call_record(i + 1, ODAFSPROC_WRITE_DIRECT,
+                                                   to_xdrproc(xdr_write_direct_args), &wa);
+    REQUIRE(send(fd, rec.data(), rec.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(rec.size()));
+    calls.push_back(fd);
+  }
+  // Both pulls wait (each up to the server's 10 s pull timeout) once their GETs are out.
+  auto probe = Client::mount(server.url(), impatient());
+  REQUIRE(eventually([&] { return server_stat(*probe, "direct_writes.waiting") >= 2; }));
+  probe.reset();
+  check_prompt_stop(server);
+  for (int fd : calls) close(fd);
+  close(engine_fd);
+}
+
+TEST_CASE("SIGTERM while a recall waits on a write-delegation holder that is stopped") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--lease-ms", "30000"});
+  pid_t holder = odafs::test::holder_process(server.url(), "f", [](Client& c) {
+    File f = c.open("f", O_RDWR);
+    f.pwrite("held", 4, 0);
+    f.close();
+  });
+  REQUIRE(odafs::test::stop_child(holder));
+  auto b = Client::mount(server.url(), impatient());
+  // b's open recalls the holder's delegation and waits (DELAY, retried) for a return that
+  // never comes before the 30 s lease ends.
+  std::thread opener([&] {
+    try {
+      File f = b->open("f", O_RDONLY);
+    } catch (const odafs::Error&) {
+      // the server went away under it: expected
+    }
+  });
+  REQUIRE(eventually([&] { return server_stat(*b, "delegations.recalled") >= 1; }));
+  check_prompt_stop(server);
+  opener.join();
+  kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+}
+
+TEST_CASE("SIGTERM in the grace period, with a client that kept bytes not yet back") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--grace-ms", "60000"});
+  // A child keeps bytes under a write delegation and is stopped: after the restart the
+  // server waits for its reclaim for the whole grace period.
+  pid_t holder = odafs::test::holder_process(server.url(), "f", [](Client& c) {
+    File f = c.open("f", O_RDWR);
+    f.pwrite("held", 4, 0);
+    f.close();
+  });
+  REQUIRE(odafs::test::stop_child(holder));
+  server.restart();
+  auto b = Client::mount(server.url(), impatient());
+  std::thread writer([&] {
+    try {
+      File f = b->open("f", O_RDWR);  // waits for the grace period: the holder may reclaim
+      f.pwrite("b", 1, 0);
+    } catch (const odafs::Error&) {
+      // the server went away under it: expected
+    }
+  });
+  REQUIRE(eventually([&] { return server_stat(*b, "recovery.in_grace") == 1; }));
+  check_prompt_stop(server);
+  writer.join();
+  kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+}
+
+TEST_CASE("SIGTERM with stable writes queued behind a slow disk") {
+  TempDir dir;
+  // Each write to the export takes 200 ms: four writers keep the disk busy at the SIGTERM.
+  ServerProcess server(dir.path(), {"--slow-writes", "200000", "--no-delegations"});
+  auto c = Client::mount(server.url(), impatient());
+  std::vector<std::thread> writers;
+  std::atomic<int> started{0};
+  for (int i = 0; i < 4; ++i) {
+    writers.emplace_back([&, i] {
+      try {
+        File f = c->open("w" + std::to_string(i), O_RDWR | O_CREAT, 0644);
+        std::string block(64 * 1024, 'w');
+        ++started;
+        for (int k = 0; k < 50; ++k) {
+          f.pwrite(block.data(), block.size(), k * block.size());
+          f.fsync();
+        }
+      } catch (const odafs::Error&) {
+        // the server went away under it: expected
+      }
+    });
+  }
+  REQUIRE(eventually([&] { return started.load() == 4; }));
+  REQUIRE(eventually([&] { return server_stat(*c, "io.bytes_written") >= 64 * 1024; }));
+  check_prompt_stop(server);
+  for (auto& t : writers) t.join();
+}
+
+TEST_CASE("a stop that overruns --stop-timeout-ms ends anyway, with its own exit status") {
+  TempDir dir;
+  // Each write's halves land 1 s apart: a write under way at the SIGTERM holds its rpc
+  // thread past the 300 ms bound.
+  ServerProcess server(
+      dir.path(), {"--slow-writes", "1000000", "--no-delegations", "--stop-timeout-ms", "300"});
+  auto c = Client::mount(server.url(), impatient());
+  std::atomic<bool> writing{false};
+  std::thread writer([&] {
+    try {
+      File f = c->open("w", O_RDWR | O_CREAT, 0644);
+      std::string block(4096, 'w');
+      writing = true;
+      for (int k = 0; k < 10; ++k) f.pwrite(block.data(), block.size(), k * block.size());
+    } catch (const odafs::Error&) {
+      // the server went away under it: expected
+    }
+  });
+  REQUIRE(eventually([&] { return writing.load(); }));
+  // The first write is under way once its file is no longer empty (its first half landed).
+  REQUIRE(eventually([&] { return std::filesystem::file_size(dir / "w") > 0; }));
+  auto start = std::chrono::steady_clock::now();
+  int status = server.signal_and_reap(SIGTERM);  // not stop(): this exit is the one expected
+  double took = odafs::test::seconds_since(start);
+  CAPTURE(took);
+  CHECK(took < kStopBound);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 3);  // StopWatchdog::kForcedExitStatus
+  writer.join();
+}
