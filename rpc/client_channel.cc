@@ -118,14 +118,18 @@ void Channel::start_tls(const net::Endpoint& server) {
   if (!decode_reply_header(record.data(), record.size(), &h, &results)) {
     refuse(EPROTO, "malformed answer to the AUTH_TLS probe");
   }
+  if (h.xid != probe_xid) {
+    refuse(EPROTO, "an answer in the clear with XID " + std::to_string(h.xid) +
+                       ", not the AUTH_TLS probe's " + std::to_string(probe_xid));
+  }
+  if (h.reply_stat == MSG_DENIED && h.reject_stat == AUTH_ERROR && h.auth_stat == AUTH_TOOWEAK) {
+    // odafsd's answer to a peer no rule admits, whatever it asks.
+    throw RpcError(RpcError::Kind::kDenied, EACCES, where + ": " + auth_refusal(h.auth_stat));
+  }
   if (h.reply_stat == MSG_DENIED && h.reject_stat == AUTH_ERROR) {
     refuse(EPROTONOSUPPORT, "the server offers no TLS (it refused the AUTH_TLS probe: AUTH_ERROR " +
                                 std::to_string(h.auth_stat) +
                                 "); odafsd serves TLS with --tls-cert and --tls-key");
-  }
-  if (h.xid != probe_xid) {
-    refuse(EPROTO, "an answer in the clear with XID " + std::to_string(h.xid) +
-                       ", not the AUTH_TLS probe's " + std::to_string(probe_xid));
   }
   if (h.reply_stat != MSG_ACCEPTED || h.accept_stat != SUCCESS ||
       h.verf_body != std::string_view(kStartTlsVerifier)) {
@@ -168,6 +172,7 @@ void Channel::start_tls(const net::Endpoint& server) {
   // Only the check's own answer will do: another is the reply to a call someone else
   // made inside this session (a record begun in the clear, say), and the session is not
   // this client's alone.
+  h = ReplyHeader{};
   if (!decode_reply_header(record.data(), record.size(), &h, &results) || h.xid != ping.xid ||
       h.reply_stat != MSG_ACCEPTED || h.accept_stat != SUCCESS) {
     refuse(EPROTO, "the first answer under TLS is not to this client's NULL check (XID " +

@@ -543,6 +543,12 @@ TEST_CASE("a record begun in the clear behind the AUTH_TLS probe never runs insi
   CHECK(read_file(*c, "/victim3") == "the victim's");
 }
 
+TEST_CASE("a peer no rule admits gets no TLS: its probe is refused, and the client says why") {
+  TempDir dir;
+  ServerProcess server(dir.path(), tls_flags({"--clients", "10.0.0.0/8(rw)"}));
+  CHECK(channel_error(server.port()).find("do not admit this client") != std::string::npos);
+}
+
 TEST_CASE("the client takes no answer but its own before TLS, and none in the clear after it") {
   auto server_context =
       odafs::tls::Context::make(odafs::tls::Context::Side::kServer,
