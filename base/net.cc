@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
@@ -373,13 +374,40 @@ bool diag_address(const sockaddr_storage& a, uint8_t* family, __be16* port, __be
 
 }  // namespace
 
-int64_t local_peer_uid(int fd) {
+bool is_host_address(const sockaddr_storage& addr) {
+  if (is_loopback(addr)) return true;
+  uint8_t family = 0;
+  __be16 port;
+  __be32 want[4];
+  if (!diag_address(addr, &family, &port, want)) return false;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return true;
+  bool found = false;
+  for (const ifaddrs* i = list; i != nullptr && !found; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr ||
+        (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) {
+      continue;
+    }
+    sockaddr_storage mine{};
+    std::memcpy(&mine, i->ifa_addr,
+                i->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
+    uint8_t mine_family = 0;
+    __be32 have[4];
+    found = diag_address(mine, &mine_family, &port, have) && mine_family == family &&
+            std::memcmp(have, want, family == AF_INET ? 4 : 16) == 0;
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+LocalPeer local_peer(int fd) {
   sockaddr_storage local{}, peer{};
   socklen_t local_len = sizeof local, peer_len = sizeof peer;
   if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
-      getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0 || !is_loopback(peer)) {
-    return -1;
+      getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
+    return {true, -1};  // cannot tell: as a local peer the kernel does not name
   }
+  if (!is_host_address(peer)) return {};
   struct {
     nlmsghdr header;
     inet_diag_req_v2 request;
@@ -395,13 +423,13 @@ int64_t local_peer_uid(int fd) {
   if (!diag_address(peer, &peer_family, &r.id.idiag_sport, r.id.idiag_src) ||
       !diag_address(local, &local_family, &r.id.idiag_dport, r.id.idiag_dst) ||
       peer_family != local_family) {
-    return -1;
+    return {true, -1};
   }
   r.sdiag_family = peer_family;
   r.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
   r.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
   int nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-  if (nl < 0) return -1;
+  if (nl < 0) return {true, -1};
   int64_t uid = -1;
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
@@ -419,7 +447,7 @@ int64_t local_peer_uid(int fd) {
     }
   }
   close(nl);
-  return uid;
+  return {true, uid};
 }
 
 }  // namespace odafs::net

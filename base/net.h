@@ -38,11 +38,23 @@ Endpoint endpoint_of(const sockaddr_storage& addr);
 // Whether addr is a loopback address (127.0.0.0/8, ::1, or 127.x mapped into IPv6).
 bool is_loopback(const sockaddr_storage& addr);
 
-// The uid that owns the other end of connected TCP socket fd, when that end is a socket
-// of this host (a loopback peer): the kernel's own record (NETLINK_SOCK_DIAG), which a
-// process cannot forge. -1 when the peer is not on this host, or the kernel would not say.
-// Costs a netlink round trip: call it once per connection.
-int64_t local_peer_uid(int fd);
+// Whether addr is one of this host's own addresses: loopback, or an address of any of its
+// interfaces (getifaddrs; IPv4 mapped into IPv6 counts as the IPv4 address). A process on
+// this host may bind any of them, so a peer coming from one is a local process, whatever
+// address it connected to. When the interface list cannot be read, true (fail closed: the
+// peer is then judged as a local one the kernel may not name).
+bool is_host_address(const sockaddr_storage& addr);
+
+// The other end of connected TCP socket fd, when it is on this host.
+struct LocalPeer {
+  bool local = false;  // the peer's address is one of this host's (is_host_address)
+  // The uid owning the peer's socket: the kernel's own record (NETLINK_SOCK_DIAG), which a
+  // process cannot forge. -1 when the peer is not local, or the kernel would not say: a
+  // local peer with -1 must be trusted with nothing a named one would be.
+  int64_t uid = -1;
+};
+// Costs a netlink round trip or two: call it once per connection.
+LocalPeer local_peer(int fd);
 
 // Connects a blocking TCP socket with TCP_NODELAY set.
 int connect_tcp(const Endpoint& where);

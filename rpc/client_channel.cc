@@ -101,9 +101,10 @@ void Channel::start_tls(const net::Endpoint& server) {
   std::vector<char> record;
   ReplyHeader h;
   size_t results = 0;
+  const uint32_t probe_xid = next_xid_.fetch_add(1);
   try {
     // The probe: NULL with an AUTH_TLS credential, in the clear.
-    CallSpec probe{next_xid_.fetch_add(1), options_.program, options_.version, 0, {}, true};
+    CallSpec probe{probe_xid, options_.program, options_.version, 0, {}, true};
     Result<size_t> len = encode_call_record(probe, to_xdrproc(xdr_nothing), nullptr, 4096, &record);
     if (!len.ok()) refuse(EINVAL, len.status().message());
     iovec iov{record.data(), *len};
@@ -117,6 +118,14 @@ void Channel::start_tls(const net::Endpoint& server) {
   if (!decode_reply_header(record.data(), record.size(), &h, &results)) {
     refuse(EPROTO, "malformed answer to the AUTH_TLS probe");
   }
+  if (h.xid != probe_xid) {
+    refuse(EPROTO, "an answer in the clear with XID " + std::to_string(h.xid) +
+                       ", not the AUTH_TLS probe's " + std::to_string(probe_xid));
+  }
+  if (h.reply_stat == MSG_DENIED && h.reject_stat == AUTH_ERROR && h.auth_stat == AUTH_TOOWEAK) {
+    // odafsd's answer to a peer no rule admits, whatever it asks.
+    throw RpcError(RpcError::Kind::kDenied, EACCES, where + ": " + auth_refusal(h.auth_stat));
+  }
   if (h.reply_stat == MSG_DENIED && h.reject_stat == AUTH_ERROR) {
     refuse(EPROTONOSUPPORT, "the server offers no TLS (it refused the AUTH_TLS probe: AUTH_ERROR " +
                                 std::to_string(h.auth_stat) +
@@ -125,6 +134,13 @@ void Channel::start_tls(const net::Endpoint& server) {
   if (h.reply_stat != MSG_ACCEPTED || h.accept_stat != SUCCESS ||
       h.verf_body != std::string_view(kStartTlsVerifier)) {
     refuse(EPROTO, "the server did not answer the AUTH_TLS probe with STARTTLS");
+  }
+  // RFC 9289: nothing received in the clear is carried into TLS. The server sends nothing
+  // after STARTTLS until the client's handshake begins, so bytes waiting now were added on
+  // the path.
+  char extra;
+  if (recv(fd_, &extra, 1, MSG_PEEK | MSG_DONTWAIT) > 0) {
+    refuse(EPROTO, "bytes in the clear after the server's STARTTLS");
   }
   Result<std::unique_ptr<tls::Session>> session =
       tls::Session::make(options_.tls, fd_, options_.tls_host);
@@ -152,6 +168,15 @@ void Channel::start_tls(const net::Endpoint& server) {
                        (options_.tls->has_certificate()
                             ? ""
                             : " (this client presented no certificate: tls_cert, tls_key)"));
+  }
+  // Only the check's own answer will do: another is the reply to a call someone else
+  // made inside this session (a record begun in the clear, say), and the session is not
+  // this client's alone.
+  h = ReplyHeader{};
+  if (!decode_reply_header(record.data(), record.size(), &h, &results) || h.xid != ping.xid ||
+      h.reply_stat != MSG_ACCEPTED || h.accept_stat != SUCCESS) {
+    refuse(EPROTO, "the first answer under TLS is not to this client's NULL check (XID " +
+                       std::to_string(h.xid) + ", not " + std::to_string(ping.xid) + ")");
   }
 }
 

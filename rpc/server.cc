@@ -236,7 +236,11 @@ void Server::accept_all() {
       std::lock_guard lock(conns_mu_);
       const char* refusal = nullptr;
       size_t& from_host = per_address_[host];
-      if (conns_.size() >= options_.max_connections) {
+      if (admission.refused) {
+        if (refused_open_ >= options_.max_refused_connections) {
+          refusal = "no rule admits it, and as many such connections wait for their refusal";
+        }
+      } else if (conns_.size() - refused_open_ >= options_.max_connections) {
         refusal = "--max-connections";
       } else if (options_.max_connections_per_address > 0 &&
                  from_host >= options_.max_connections_per_address) {
@@ -251,11 +255,18 @@ void Server::accept_all() {
         continue;
       }
       ++from_host;
+      if (admission.refused) {
+        ++refused_open_;
+        counters_.unadmitted.fetch_add(1, std::memory_order_relaxed);
+      }
       uint64_t id = next_conn_id_++;
       Loop& loop = least_loaded_loop();
       loop.connections.fetch_add(1, std::memory_order_relaxed);
+      // A refused connection's one record needs no large-record permit: those are for
+      // admitted peers' WRITEs.
       conn = std::make_shared<Connection>(id, fd, loop, from.host, from.to_string(), admission,
-                                          options_.max_record, now_ms());
+                                          admission.refused ? kLargeRecord : options_.max_record,
+                                          now_ms());
       conns_.emplace(id, conn);
     }
     net::set_nodelay(fd);
@@ -329,6 +340,7 @@ void Server::close_connection(Connection* conn) {
   std::lock_guard lock(conns_mu_);
   auto host = per_address_.find(conn->host);
   if (host != per_address_.end() && --host->second == 0) per_address_.erase(host);
+  if (conn->refused) --refused_open_;
   conns_.erase(conn->id);  // the fd closes when the last in-progress call lets go
   if (options_.on_connection_closed) options_.on_connection_closed(conn->id);
 }
@@ -375,6 +387,9 @@ void Server::on_readable(Connection* raw, Worker& w) {
   const bool tls = conn->tls.load(std::memory_order_acquire) != nullptr;
   size_t got = 0;
   for (int round = 0; open && handshake_done && round < kReadsPerEvent && got < limit; ++round) {
+    // TLS started meanwhile (this read began in the clear): what the socket holds now is
+    // TLS, for the next event, which judges the clear bytes taken (continue_handshake).
+    if (!tls && conn->tls.load(std::memory_order_acquire) != nullptr) break;
     size_t want = std::min(w.staging.size(), limit - got);
     ssize_t n = read_some(*conn, w.staging.data(), want);
     if (n > 0 && shut) continue;  // closing: drain to EOF, run nothing more

@@ -58,10 +58,18 @@ struct Admission {
   static constexpr uint32_t kNone = UINT32_MAX;
   uint32_t rule = kNone;     // the program's own index (an access rule); kNone: none matched
   uint16_t source_port = 0;  // the peer's TCP port
+  // The peer is a process on this host: it comes from one of the host's own addresses.
+  bool local = false;
   // The peer is a process on this host and the kernel named the owner of its socket:
   // owner.uid, with owner.gid and owner.gids as the host's user database has them.
   bool owner_known = false;
   CallerCred owner;
+  // The program admits the peer to nothing: the connection's first call, whatever it is
+  // (NULL and the AUTH_TLS probe included), is answered AUTH_ERROR / AUTH_TOOWEAK and the
+  // connection closed at once. It holds none of Options::max_connections' slots (they are
+  // for admitted peers; max_refused_connections bounds these apart), reads no record past
+  // what needs no permit, and starts no TLS.
+  bool refused = false;
   // RPC-with-TLS (RFC 9289): set once the connection's TLS handshake is done, before any
   // call after it runs (Options::on_tls may fill the program's own fields below).
   bool tls = false;
@@ -169,8 +177,12 @@ class Server {
     // made no progress for the longest are closed (rpc.slow_readers).
     size_t max_total_backlog = 32u << 20;
     // Connections beyond this are closed at accept: with kSmallInput it bounds the memory
-    // that partial records can hold.
+    // that partial records can hold. Refused ones (Admission::refused) do not count.
     size_t max_connections = 1024;
+    // Refused connections (Admission::refused) open at once, at most: more are closed at
+    // accept. Each lives until its one answer (or the idle timeout), so peers no rule
+    // admits cannot take the slots admitted ones need, and still hear why they are refused.
+    size_t max_refused_connections = 64;
     // Connections from one address beyond this are closed at accept (0: no limit), so one
     // host cannot take every slot.
     size_t max_connections_per_address = 256;
@@ -236,6 +248,7 @@ class Server {
     std::atomic<uint64_t> oversized{0};     // connections closed for record size
     std::atomic<uint64_t> slow_readers{0};  // connections closed for unread replies
     std::atomic<uint64_t> refused{0};       // connections over a connection limit
+    std::atomic<uint64_t> unadmitted{0};    // connections of peers admitted to nothing
     std::atomic<uint64_t> idle_closed{0};   // connections closed by the idle timeout
     std::atomic<uint64_t> shed{0};          // accepted and closed: out of descriptors
     std::atomic<uint64_t> paused{0};        // stopped reading: its replies wait (flow control)
@@ -351,6 +364,7 @@ class Server {
   std::unordered_map<uint64_t, std::shared_ptr<Connection>> conns_;
   uint64_t next_conn_id_ = 1;                            // guarded by conns_mu_
   std::unordered_map<std::string, size_t> per_address_;  // open connections by host; conns_mu_
+  size_t refused_open_ = 0;  // of conns_, those refused (Admission::refused); conns_mu_
 
   // Reply bytes queued in all connections, for max_total_backlog.
   std::atomic<size_t> total_backlog_{0};

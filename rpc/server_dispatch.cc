@@ -73,6 +73,12 @@ void Server::dispatch(Connection& conn, std::vector<char>& record, Worker& w) {
     };
   };
 
+  if (conn.refused) {
+    // The program admits the peer to nothing (Admission::refused): whatever it asked, NULL
+    // and AUTH_TLS included, it hears why, and nothing runs (run_records then closes it).
+    reject(auth_error(AUTH_TOOWEAK));
+    return;
+  }
   switch (header) {
     case CallHeaderStatus::kOk:
       break;

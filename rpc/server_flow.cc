@@ -147,10 +147,11 @@ void Server::run_records(Connection& conn, std::vector<std::vector<char>>& recor
         break;
       }
     }
-    if (i > 0 && conn.tls.load(std::memory_order_acquire) != nullptr &&
+    if (conn.tls.load(std::memory_order_acquire) != nullptr &&
         !conn.tls_ready.load(std::memory_order_acquire)) {
-      // A call read in the clear after the AUTH_TLS probe: the client did not wait for the
-      // STARTTLS reply (RFC 9289 has it wait). Nothing of it runs; the connection closes.
+      // A call read in the clear after the AUTH_TLS probe (in its batch or by another
+      // reader): the client did not wait for the STARTTLS reply, as RFC 9289 has it do, or
+      // someone on the path added it. Nothing of it runs; the connection closes.
       ODAFS_LOG_WARN_THROTTLED("closing connection from %s: calls sent after the AUTH_TLS probe",
                                conn.peer.c_str());
       std::lock_guard lock(conn.write_mu);
@@ -161,6 +162,14 @@ void Server::run_records(Connection& conn, std::vector<std::vector<char>>& recor
     counters_.records.fetch_add(1, std::memory_order_relaxed);
     dispatch(conn, records[i], w);
     recycle(records[i]);
+    if (conn.refused) {
+      // Its one answer (dispatch refused the call) goes out, then the connection closes.
+      flush_replies(w, /*call_running=*/false);
+      std::lock_guard lock(conn.write_mu);
+      if (!conn.write_failed) fail_writes(conn);
+      for (size_t j = i + 1; j < count; ++j) recycle(records[j]);
+      break;
+    }
   }
   flush_replies(w, /*call_running=*/false);
   w.out_conn = nullptr;

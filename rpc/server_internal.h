@@ -39,6 +39,7 @@ struct Server::Connection : std::enable_shared_from_this<Connection> {
         loop(loop),
         host(std::move(host)),
         peer(std::move(peer)),
+        refused(admission.refused),
         admission(admission),
         assembler(max_record),
         last_active_ms(now_ms) {}
@@ -56,6 +57,7 @@ struct Server::Connection : std::enable_shared_from_this<Connection> {
   Loop& loop;              // whose epoll set holds fd and write_fd, for the connection's life
   const std::string host;  // the peer's address: the per-address limit counts by it
   const std::string peer;
+  const bool refused;  // Admission::refused: one answer, then closed
   // Changed only when TLS starts (Server::continue_handshake), when no call of the
   // connection runs: the client waits for the handshake before it calls again.
   Admission admission;

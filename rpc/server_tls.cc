@@ -65,6 +65,18 @@ bool Server::continue_handshake(Connection& conn, bool* done) {
   tls::Session* t = conn.tls.load(std::memory_order_acquire);
   *done = t == nullptr || conn.tls_ready.load(std::memory_order_acquire);
   if (*done) return true;
+  if (!conn.assembler.idle()) {
+    // Bytes that came in the clear after the AUTH_TLS probe: a record begun there would be
+    // ended by the client's first TLS record and run inside its session, as the client.
+    // RFC 9289 carries nothing from the clear into TLS, and a client sends nothing between
+    // its probe and its handshake: someone on the path added them.
+    counters_.tls_failures.fetch_add(1, std::memory_order_relaxed);
+    ODAFS_LOG_WARN_THROTTLED(
+        "closing connection from %s: bytes in the clear after its AUTH_TLS "
+        "probe (an injection on the path?)",
+        conn.peer.c_str());
+    return false;
+  }
   Status step = t->handshake();
   if (step.errno_value() == EAGAIN) return true;
   if (!step.ok()) {

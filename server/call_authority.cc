@@ -61,19 +61,25 @@ rpc::Admission CallAuthority::admit(int fd, const sockaddr_storage& peer) const 
   a.rule = options_.rules.match(peer);
   a.source_port = net::endpoint_of(peer).port;
   if (a.rule == rpc::Admission::kNone) {
-    ODAFS_LOG_WARN_THROTTLED("client %s: no --clients rule admits it; its calls are refused",
-                             net::endpoint_of(peer).host.c_str());
+    // Decided here, from the address alone, before the connection takes a slot.
+    a.refused = true;
+    counters_.no_rule.fetch_add(1, std::memory_order_relaxed);
+    ODAFS_LOG_WARN_THROTTLED(
+        "client %s: no --clients rule admits it; its first call is refused and it is closed",
+        net::endpoint_of(peer).host.c_str());
     return a;
   }
-  if (int64_t uid = net::local_peer_uid(fd); uid >= 0) {
+  const net::LocalPeer local = net::local_peer(fd);
+  a.local = local.local;
+  if (local.uid >= 0) {
     a.owner_known = true;
     a.owner.auth_sys = true;
-    a.owner.uid = static_cast<uint32_t>(uid);
-    if (uid != 0) fill_groups_of(a.owner.uid, &a.owner);
-  } else if (net::is_loopback(peer)) {
+    a.owner.uid = static_cast<uint32_t>(local.uid);
+    if (local.uid != 0) fill_groups_of(a.owner.uid, &a.owner);
+  } else if (local.local) {
     ODAFS_LOG_WARN_THROTTLED(
-        "client %s: the kernel did not name the owner of this local "
-        "socket; under the loopback default its calls run as the anonymous user",
+        "client %s: a local socket whose owner the kernel did not name; its calls run as the "
+        "anonymous user",
         net::endpoint_of(peer).to_string().c_str());
   }
   return a;
@@ -82,10 +88,7 @@ rpc::Admission CallAuthority::admit(int fd, const sockaddr_storage& peer) const 
 auth_stat CallAuthority::authorize(const rpc::CallContext& ctx, rpc::CallerCred* cred) const {
   if (ctx.proc == ODAFSPROC_NULL) return AUTH_OK;
   const rpc::Admission& a = *ctx.admission;
-  if (a.rule == rpc::Admission::kNone) {
-    counters_.no_rule.fetch_add(1, std::memory_order_relaxed);
-    return AUTH_TOOWEAK;
-  }
+  if (a.rule == rpc::Admission::kNone) return AUTH_TOOWEAK;  // refused at admit already
   const ClientRule& rule = options_.rules.rule(a.rule);
   if (rule.secure && a.source_port >= 1024) {
     counters_.insecure_port.fetch_add(1, std::memory_order_relaxed);
@@ -125,7 +128,7 @@ auth_stat CallAuthority::authorize(const rpc::CallContext& ctx, rpc::CallerCred*
     return AUTH_OK;
   }
   if (!cred->auth_sys || rule.squash == ClientRule::Squash::kAll ||
-      (rule.mtls && mapped == nullptr) || (rule.named_peers_only && !a.owner_known)) {
+      (rule.mtls && mapped == nullptr) || ((rule.named_peers_only || a.local) && !a.owner_known)) {
     counters_.squashed.fetch_add(1, std::memory_order_relaxed);
     make_anonymous(rule, cred);
     return AUTH_OK;

@@ -1,12 +1,15 @@
 // Who may call odafsd, and as whom each call runs: the export rules (export_rules.h)
 // applied to every connection and call, before any procedure runs.
 //
-// At accept (admit): the first rule matching the peer's address, and, for a peer on this
-// host, the owner of its socket as the kernel records it, with that user's groups from
-// the host's user database.
+// At accept (admit): the first rule matching the peer's address (none: the connection is
+// refused, rpc::Admission::refused: one AUTH_TOOWEAK answer, then closed, holding no slot
+// of admitted clients), and, for a peer on this host (one coming from any of the host's
+// addresses, loopback or not: net::local_peer), the owner of its socket as the kernel
+// records it, with that user's groups from the host's user database.
 //
 // At every call (authorize), in order, failing closed:
-//   1. no rule admitted the peer: AUTH_TOOWEAK (NULL still answers: it is a ping);
+//   1. no rule admitted the peer: AUTH_TOOWEAK (the RPC server already answers so, NULL
+//      included, for the refused connection: this only fails closed);
 //   2. the rule says `secure` and the source port is 1024 or above, `tls` and the
 //      connection runs no TLS, or `mtls` and the client presented no verified
 //      certificate: AUTH_TOOWEAK;
@@ -14,8 +17,9 @@
 //      that user (then step 6); one it maps to `trust`: on as below; under `mtls`, one it
 //      does not name: as the anonymous user; one named by a line a reload has since
 //      removed or changed: AUTH_REJECTEDCRED;
-//   3. AUTH_NONE runs as the rule's anonymous uid/gid, and so does every call of a peer
-//      the loopback default admits but the kernel could not name;
+//   3. AUTH_NONE runs as the rule's anonymous uid/gid, and so does every call of a local
+//      peer the kernel could not name (whatever the rule), and of a peer the loopback
+//      default admits but the kernel could not name;
 //   4. AUTH_SYS naming uid or gid 0xffffffff (the kernel's "no id") in any field:
 //      AUTH_BADCRED (more than 16 groups never decodes: AUTH_BADCRED too);
 //   5. a local peer whose socket belongs to a user other than root may act only as that
@@ -75,7 +79,7 @@ class CallAuthority {
 
   // Refusals by reason, and the calls whose credential was squashed or confined.
   struct Counters {
-    std::atomic<uint64_t> no_rule{0};
+    std::atomic<uint64_t> no_rule{0};  // connections no rule admits (refused at accept)
     std::atomic<uint64_t> insecure_port{0};
     std::atomic<uint64_t> tls_required{0};  // a tls or mtls rule's calls without it
     // calls of a connection whose identity map line a reload removed (AUTH_REJECTEDCRED)

@@ -282,6 +282,7 @@ void FileService::do_stats(rpc::Reply& r) {
   values.emplace_back("rpc.oversized", rc.oversized.load());
   values.emplace_back("rpc.slow_readers", rc.slow_readers.load());
   values.emplace_back("rpc.refused", rc.refused.load());
+  values.emplace_back("rpc.unadmitted", rc.unadmitted.load());
   values.emplace_back("rpc.idle_closed", rc.idle_closed.load());
   values.emplace_back("rpc.shed", rc.shed.load());
   values.emplace_back("rpc.paused", rc.paused.load());

@@ -261,7 +261,8 @@ int main(int argc, char** argv) {
   flags.add("--max-nodes", &fs.max_nodes, "objects with valid handles", 16, 1u << 24);
   flags.add("--max-open-files", &fs.max_open_files,
             "descriptors kept open for them (never more than half of RLIMIT_NOFILE)", 2, 1u << 24);
-  flags.add("--max-connections", &max_connections, "RPC connections in all", 1, 1u << 20);
+  flags.add("--max-connections", &max_connections, "RPC connections of admitted clients in all", 1,
+            1u << 20);
   flags.add("--max-connections-per-address", &max_per_address,
             "RPC connections from one host (0: no limit)", 0, 1u << 20);
   flags.add("--idle-timeout", &idle_timeout_s,

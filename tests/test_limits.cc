@@ -188,6 +188,40 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "peers no rule admits take no connection slot: one refusal, then closed; admitted clients "
+    "get in while they flood") {
+  REQUIRE(ensure_fd_limit(4096));
+  TempDir dir;
+  write_local(dir / "data", "for 127.0.0.1");
+  ServerProcess server(dir.path(), {"--no-ordma", "--clients", "127.0.0.1(rw,no_root_squash)",
+                                    "--max-connections", "8"});
+  // The attacker holds many connections from addresses no rule admits; some call NULL.
+  std::vector<int> flood;
+  for (int i = 0; i < 200; ++i) {
+    const std::string from = "127.0.0." + std::to_string(2 + i % 6);
+    int fd = connect_from(from.c_str(), server.port());
+    if (fd >= 0) flood.push_back(fd);
+  }
+  const std::vector<uint32_t> null_call = {0x4e55, 0, 2, ODAFS_PROGRAM, ODAFS_V2, 0, 0, 0, 0, 0};
+  for (size_t i = 0; i < 8 && i < flood.size(); ++i) rpc_exchange(flood[i], null_call);
+  // The admitted client is served meanwhile.
+  auto fs = Client::mount(server.url());
+  CHECK(fs->stat("data").size == 13);
+  // An unadmitted connection's first call, NULL included, gets the refusal, then the close.
+  int fd = connect_from("127.0.0.9", server.port());
+  REQUIRE(fd >= 0);
+  std::string reply = rpc_exchange(fd, null_call);
+  REQUIRE_FALSE(reply.empty());
+  rpc_msg msg = decode_reply(reply);
+  CHECK(msg.rm_reply.rp_stat == MSG_DENIED);
+  CHECK(msg.rjcted_rply.rj_stat == AUTH_ERROR);
+  CHECK(msg.rjcted_rply.rj_why == AUTH_TOOWEAK);
+  CHECK(closed_by_peer(fd, 2000));
+  close(fd);
+  close_all(flood);
+}
+
+TEST_CASE(
     "engine: connections that never authenticate cost little and are closed; the cap "
     "refuses the rest; honest clients still read one-sided") {
   REQUIRE(ensure_fd_limit(8192));

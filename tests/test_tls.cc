@@ -5,6 +5,7 @@
 // SIGHUP reloading the certificate, the mount, and hostile bytes where TLS is expected.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -14,7 +15,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
+#include "base/futex.h"
 #include "doctest/doctest.h"
 #include "ordma/engine.h"
 #include "proto/odafs_prot.h"
@@ -23,6 +26,7 @@
 #include "rpc/record.h"
 #include "rpc/xdr_util.h"
 #include "tests/support/client_util.h"
+#include "tests/support/confinement_world.h"
 #include "tests/support/hostile.h"
 #include "tests/support/mount_process.h"
 #include "tests/support/mounted.h"
@@ -121,6 +125,121 @@ std::vector<char> probe(int fd) {
   REQUIRE(len.ok());
   return exchange(fd, record, *len);
 }
+
+odafs::rpc::Channel::Options channel_options() {
+  auto context = odafs::tls::Context::make(odafs::tls::Context::Side::kClient,
+                                           odafs::tls::Files{"", "", pem("ca.pem")});
+  REQUIRE(context.ok());
+  odafs::rpc::Channel::Options co;
+  co.program = ODAFS_PROGRAM;
+  co.version = ODAFS_V2;
+  co.timeout_ms = 5000;
+  co.tls = *context;
+  co.tls_host = "127.0.0.1";
+  return co;
+}
+
+// What connecting a TLS channel to 127.0.0.1:port says when it fails ("" when it does not).
+std::string channel_error(uint16_t port) {
+  try {
+    odafs::rpc::Channel ch({"127.0.0.1", port}, channel_options());
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A listening socket on 127.0.0.1 and the thread that serves its one connection with
+// `serve` (given the accepted socket, blocking, closed afterwards). Joined on destruction.
+class OneConnection {
+ public:
+  explicit OneConnection(std::function<void(int fd)> serve) {
+    odafs::net::Endpoint bound;
+    listen_fd_ = odafs::net::listen_tcp({"127.0.0.1", 0}, &bound);
+    port_ = bound.port;
+    thread_ = std::thread([this, serve = std::move(serve)] {
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (poll(&p, 1, 10000) != 1) return;
+      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) return;
+      timeval tv{5, 0};
+      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      serve(fd);
+      close(fd);
+    });
+  }
+  ~OneConnection() {
+    thread_.join();
+    close(listen_fd_);
+  }
+  uint16_t port() const { return port_; }
+
+ private:
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::thread thread_;
+};
+
+// Reads one whole record (mark and body, one fragment) from blocking fd; empty at EOF.
+std::string read_record(int fd) {
+  char mark[4];
+  if (recv(fd, mark, 4, MSG_WAITALL) != 4) return "";
+  std::string body(odafs::rpc::read_record_mark(mark).length, '\0');
+  if (recv(fd, body.data(), body.size(), MSG_WAITALL) != static_cast<ssize_t>(body.size())) {
+    return "";
+  }
+  return std::string(mark, 4) + body;
+}
+
+uint32_t xid_of(const std::string& record) {
+  uint32_t xid = 0;
+  if (record.size() >= 8) std::memcpy(&xid, record.data() + 4, 4);
+  return ntohl(xid);
+}
+
+// A whole accepted-SUCCESS reply record with no results and an AUTH_NONE verifier whose
+// body is `verifier` (a multiple of 4 bytes long).
+std::string success_reply(uint32_t xid, const std::string& verifier = "") {
+  odafs::test::confinement::Args a;
+  a.u32(xid).u32(1 /* REPLY */).u32(0 /* MSG_ACCEPTED */).u32(0 /* AUTH_NONE */);
+  a.str(verifier).u32(0 /* SUCCESS */);
+  std::string record(4, '\0');
+  odafs::rpc::put_record_mark(record.data(), static_cast<uint32_t>(a.b.size()), true);
+  return record + a.b;
+}
+
+// A man in the middle on loopback: relays one client's connection to 127.0.0.1:server_port
+// and appends `injected` to the client's first record (its AUTH_TLS probe), in the same
+// segment. Every other byte goes through untouched, both ways, until either side closes.
+class InjectingRelay {
+ public:
+  InjectingRelay(uint16_t server_port, std::string injected)
+      : front_([server_port, injected = std::move(injected)](int client) {
+          int server = odafs::test::connect_from("127.0.0.1", server_port);
+          if (server < 0) return;
+          std::string probe = read_record(client);
+          if (probe.empty()) return close(server), void();
+          probe += injected;
+          if (send(server, probe.data(), probe.size(), MSG_NOSIGNAL) !=
+              static_cast<ssize_t>(probe.size())) {
+            return close(server), void();
+          }
+          pollfd p[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
+          char buf[16384];
+          for (bool open = true; open && poll(p, 2, 10000) > 0;) {
+            for (int i = 0; i < 2 && open; ++i) {
+              if (p[i].revents == 0) continue;
+              ssize_t n = recv(p[i].fd, buf, sizeof buf, 0);
+              open = n > 0 && send(p[1 - i].fd, buf, static_cast<size_t>(n), MSG_NOSIGNAL) == n;
+            }
+          }
+          close(server);
+        }) {}
+  uint16_t port() const { return front_.port(); }
+
+ private:
+  OneConnection front_;
+};
 
 }  // namespace
 
@@ -395,6 +514,94 @@ TEST_CASE("a call sent behind the AUTH_TLS probe, before its answer, closes the 
   CHECK(read_file(*client, "/ok") == "still serving");
 }
 
+TEST_CASE("a record begun in the clear behind the AUTH_TLS probe never runs inside TLS") {
+  // An attacker on the path appends to the victim's probe a fragment that does not end its
+  // record: REMOVE with AUTH_NONE. Were it kept, the victim's first TLS record would end it,
+  // and the REMOVE would run inside the victim's session as the victim.
+  TempDir dir;
+  ServerProcess server(dir.path(), tls_flags());
+  REQUIRE(chmod(dir.path().c_str(), 0777) == 0);  // even the anonymous user could remove
+  odafs::test::write_local(dir / "victim3", "the victim's");
+  odafs::Handle root{};
+  REQUIRE(odafs::test::confinement::Raw(server.port(), std::nullopt).mount("/", &root) == ODAFS_OK);
+  odafs::test::confinement::Args remove;
+  remove.fh(root).str("victim3");
+  bool_t (*args)(XDR*, odafs::test::confinement::Args*) = odafs::test::confinement::xdr_args_bytes;
+  std::vector<char> record;
+  auto len =
+      odafs::rpc::encode_call_record({0x7777, ODAFS_PROGRAM, ODAFS_V2, ODAFSPROC_REMOVE, {}, false},
+                                     odafs::rpc::to_xdrproc(args), &remove, 4096, &record);
+  REQUIRE(len.ok());
+  odafs::rpc::put_record_mark(record.data(), static_cast<uint32_t>(*len - 4), /*last=*/false);
+  const std::string error = [&] {
+    InjectingRelay relay(server.port(), std::string(record.data(), *len));
+    return channel_error(relay.port());
+  }();
+  CHECK(!error.empty());  // the server closed the connection instead of going on with it
+  CHECK(odafs::test::read_local(dir / "victim3") == "the victim's");
+  auto c = Client::mount(server.url(), tls_options());  // and it serves on
+  CHECK(read_file(*c, "/victim3") == "the victim's");
+}
+
+TEST_CASE("a peer no rule admits gets no TLS: its probe is refused, and the client says why") {
+  TempDir dir;
+  ServerProcess server(dir.path(), tls_flags({"--clients", "10.0.0.0/8(rw)"}));
+  CHECK(channel_error(server.port()).find("do not admit this client") != std::string::npos);
+}
+
+TEST_CASE("the client takes no answer but its own before TLS, and none in the clear after it") {
+  auto server_context =
+      odafs::tls::Context::make(odafs::tls::Context::Side::kServer,
+                                odafs::tls::Files{pem("server.pem"), pem("server.key"), ""});
+  REQUIRE(server_context.ok());
+  // A server that answers the probe with STARTTLS, with the probe's XID plus probe_shift,
+  // followed in the clear by `after`; then runs TLS and answers the NULL check with its
+  // XID plus null_shift.
+  auto fake = [&](uint32_t probe_shift, std::string after, uint32_t null_shift) {
+    return [&, probe_shift, after, null_shift](int fd) {
+      const std::string probe = read_record(fd);
+      if (probe.empty()) return;
+      const std::string reply = success_reply(xid_of(probe) + probe_shift, "STARTTLS") + after;
+      if (send(fd, reply.data(), reply.size(), MSG_NOSIGNAL) < 0) return;
+      auto session = odafs::tls::Session::make(*server_context, fd);
+      if (!session.ok()) return;
+      if (!(*session)->handshake_until(odafs::deadline_after_ms(5000)).ok()) return;
+      char mark[4];
+      const timespec deadline = odafs::deadline_after_ms(5000);
+      auto got = (*session)->read_full(mark, 4, &deadline);
+      if (!got.ok() || !*got) return;
+      std::string call(4, '\0');
+      std::memcpy(call.data(), mark, 4);
+      call.resize(4 + odafs::rpc::read_record_mark(mark).length);
+      got = (*session)->read_full(call.data() + 4, call.size() - 4, &deadline);
+      if (!got.ok() || !*got) return;
+      const std::string answer = success_reply(xid_of(call) + null_shift);
+      (void)(*session)->write_all(answer.data(), answer.size(), &deadline);
+      char sink[256];  // until the client gives up on the connection
+      for (;;) {
+        got = (*session)->read_full(sink, sizeof sink, &deadline);
+        if (!got.ok() || !*got) break;
+      }
+    };
+  };
+  SUBCASE("the right XIDs: the channel connects (the fake server is sound)") {
+    OneConnection s(fake(0, "", 0));
+    CHECK(channel_error(s.port()) == "");
+  }
+  SUBCASE("STARTTLS with another XID") {
+    OneConnection s(fake(1, "", 0));
+    CHECK(channel_error(s.port()).find("XID") != std::string::npos);
+  }
+  SUBCASE("bytes in the clear behind STARTTLS") {
+    OneConnection s(fake(0, success_reply(0x7777), 0));
+    CHECK(channel_error(s.port()).find("in the clear") != std::string::npos);
+  }
+  SUBCASE("the NULL check answered with another XID (an injected call's reply)") {
+    OneConnection s(fake(0, "", 0x1000));
+    CHECK(channel_error(s.port()).find("XID") != std::string::npos);
+  }
+}
+
 TEST_CASE(
     "TLS changes nothing of who a local caller may be: an unprivileged one claiming root "
     "is refused, and AUTH_TLS on another procedure is no credential" *
@@ -402,16 +609,11 @@ TEST_CASE(
     doctest::description(geteuid() != 0 ? "needs root: the child becomes uid 65534" : "")) {
   TempDir dir;
   ServerProcess server(dir.path(), tls_flags());  // the loopback default: kernel-named peers
-  auto context = odafs::tls::Context::make(odafs::tls::Context::Side::kClient,
-                                           odafs::tls::Files{"", "", pem("ca.pem")});
-  REQUIRE(context.ok());
-  auto channel_options = [&](uint32_t uid) {
-    odafs::rpc::Channel::Options co;
-    co.program = ODAFS_PROGRAM;
-    co.version = ODAFS_V2;
-    co.timeout_ms = 5000;
-    co.tls = *context;
-    co.tls_host = "127.0.0.1";
+  // Made here: the children below only copy it (a context made after fork could wait on a
+  // lock another thread of the parent held).
+  const odafs::rpc::Channel::Options tls_channel = channel_options();
+  auto claiming = [&tls_channel](uint32_t uid) {
+    odafs::rpc::Channel::Options co = tls_channel;
     co.auth = odafs::rpc::AuthSysCred{uid, uid, "tls-test", {}};
     return co;
   };
@@ -419,7 +621,7 @@ TEST_CASE(
   // AUTH_BADCRED, 2 otherwise.
   auto mount_as_claimed = [&](uint32_t uid) {
     try {
-      odafs::rpc::Channel ch({"127.0.0.1", server.port()}, channel_options(uid));
+      odafs::rpc::Channel ch({"127.0.0.1", server.port()}, claiming(uid));
       mount_args a{};
       a.path = const_cast<char*>("/");
       mount_res res{};

@@ -8,8 +8,10 @@
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <ifaddrs.h>
 #include <openssl/sha.h>
 #include <poll.h>
+#include <sched.h>
 #include <spawn.h>
 #include <sys/inotify.h>
 #include <sys/socket.h>
@@ -19,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -59,10 +62,9 @@ uid_t owner_of(const std::string& path) {
   return stat(path.c_str(), &st) == 0 ? st.st_uid : static_cast<uid_t>(-1);
 }
 
-// Runs body in a child process that has become uid:gid (no groups) and returns what body
-// returned: a list of results, one per check, for the parent to compare.
-std::vector<int> as_local_user(uint32_t uid, uint32_t gid,
-                               const std::function<std::vector<int>()>& body) {
+// Runs body in a forked child and returns what body returned: a list of results, one per
+// check, for the parent to compare ({-1000} when body threw).
+std::vector<int> in_child(const std::function<std::vector<int>()>& body) {
   int fds[2];
   REQUIRE(pipe(fds) == 0);
   pid_t child = fork();
@@ -70,14 +72,10 @@ std::vector<int> as_local_user(uint32_t uid, uint32_t gid,
   if (child == 0) {
     close(fds[0]);
     std::vector<int> out;
-    if (setgroups(0, nullptr) == 0 && setgid(gid) == 0 && setuid(uid) == 0) {
-      try {
-        out = body();
-      } catch (...) {
-        out = {-1000};
-      }
-    } else {
-      out = {-1001};
+    try {
+      out = body();
+    } catch (...) {
+      out = {-1000};
     }
     [[maybe_unused]] ssize_t n = write(fds[1], out.data(), out.size() * sizeof(int));
     _exit(0);
@@ -90,6 +88,15 @@ std::vector<int> as_local_user(uint32_t uid, uint32_t gid,
   int status = 0;
   waitpid(child, &status, 0);
   return results;
+}
+
+// Runs body in a child process that has become uid:gid (no groups): in_child.
+std::vector<int> as_local_user(uint32_t uid, uint32_t gid,
+                               const std::function<std::vector<int>()>& body) {
+  return in_child([&]() -> std::vector<int> {
+    if (setgroups(0, nullptr) != 0 || setgid(gid) != 0 || setuid(uid) != 0) return {-1001};
+    return body();
+  });
 }
 
 // An export as an attacker finds it: root's 0600 file, alice's 0600 file and 0700
@@ -273,6 +280,114 @@ ROOT_TEST("an unprivileged local user's raw calls: AUTH_NONE is anonymous, forge
   CHECK(stat_of(*admin, "auth.refused.bad_credential") == 3);
 }
 
+namespace {
+
+// Why this machine cannot give a test a network namespace of its own with a second
+// address of the host's ("" when it can): for a doctest skip.
+const char* netns_skip() {
+  static const std::string why = []() -> std::string {
+    if (geteuid() != 0) return "needs root: makes a network namespace, becomes other users";
+    if (std::system("ip -V >/dev/null 2>&1") != 0) return "needs the ip tool (iproute2)";
+    pid_t child = fork();
+    if (child < 0) return "cannot fork";
+    if (child == 0) {
+      _exit(unshare(CLONE_NEWNET) == 0 && std::system("ip link set lo up 2>/dev/null") == 0 ? 0
+                                                                                            : 1);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      return "cannot make a network namespace here (unshare(CLONE_NEWNET), ip link)";
+    }
+    return "";
+  }();
+  return why.c_str();
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a local user connecting from another of the host's addresses is named by the kernel: "
+    "he cannot claim another uid" *
+    doctest::skip(*netns_skip() != '\0') * doctest::description(netns_skip())) {
+  Export e;
+  // All of it in a network namespace of the test's own (gone with its last process): its
+  // loopback, and a second address of the host's, 10.253.0.1, on a dummy interface (or on
+  // lo where dummy interfaces cannot be made).
+  std::vector<int> got = in_child([&]() -> std::vector<int> {
+    if (unshare(CLONE_NEWNET) != 0) return {-2000};
+    if (std::system("exec 2>/dev/null; ip link set lo up && "
+                    "{ ip link add odafs-t0 type dummy && ip link set odafs-t0 up && "
+                    "ip addr add 10.253.0.1/32 dev odafs-t0 || "
+                    "ip addr add 10.253.0.1/32 dev lo; }") != 0) {
+      return {-2001};
+    }
+    // Listening on every address of the namespace: bob connects to 10.253.0.1, so his
+    // socket's address is that one, not loopback.
+    ServerProcess server(e.dir.path(), {"--listen", "0.0.0.0:0", "--clients", "*(rw)"});
+    const uint16_t port = server.port();
+    return as_local_user(kBob, kBob, [port] {
+      std::vector<int> r;
+      Handle root, f;
+      {
+        Raw alice(port, as_user(kAlice, kAlice), "10.253.0.1");
+        r.push_back(alice.mount("/", &root));
+        r.push_back(alice.lookup(root, "alicefile", &f));
+        r.push_back(alice.read(f));
+      }
+      r.push_back(Raw(port, as_user(0, 0), "10.253.0.1").mount("/", &root));
+      r.push_back(Raw(port, as_user(kBob, kBob), "10.253.0.1").mount("/", &root));
+      return r;
+    });
+  });
+  // Claiming alice or root is refused; claiming himself works (the kernel named him).
+  std::string results;
+  for (int v : got) results += std::to_string(v) + " ";
+  CAPTURE(results);
+  CHECK(got == std::vector<int>{kBadCred, kBadCred, kBadCred, kBadCred, ODAFS_OK});
+  CHECK(read_local(e.dir / "alicefile") == "alice's secret");
+}
+
+TEST_CASE(
+    "every address of the host's interfaces is local, IPv4 mapped into IPv6 too; others not") {
+  // An address from its text: IPv6 when it has a colon.
+  auto address = [](const std::string& text) {
+    sockaddr_storage a{};
+    const bool is_v6 = text.find(':') != std::string::npos;
+    a.ss_family = is_v6 ? AF_INET6 : AF_INET;
+    void* bytes = is_v6 ? static_cast<void*>(&reinterpret_cast<sockaddr_in6&>(a).sin6_addr)
+                        : static_cast<void*>(&reinterpret_cast<sockaddr_in&>(a).sin_addr);
+    REQUIRE(inet_pton(a.ss_family, text.c_str(), bytes) == 1);
+    return a;
+  };
+  ifaddrs* list = nullptr;
+  REQUIRE(getifaddrs(&list) == 0);
+  int checked = 0;
+  for (const ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr) continue;
+    char text[INET6_ADDRSTRLEN] = {};
+    if (i->ifa_addr->sa_family == AF_INET) {
+      inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr, text,
+                sizeof text);
+      CAPTURE(text);
+      CHECK(odafs::net::is_host_address(address(text)));
+      CHECK(odafs::net::is_host_address(address("::ffff:" + std::string(text))));
+      ++checked;
+    } else if (i->ifa_addr->sa_family == AF_INET6) {
+      sockaddr_storage a{};
+      std::memcpy(&a, i->ifa_addr, sizeof(sockaddr_in6));
+      CHECK(odafs::net::is_host_address(a));
+      ++checked;
+    }
+  }
+  freeifaddrs(list);
+  CHECK(checked >= 1);
+  // Documentation ranges (RFC 5737, RFC 3849): no host here has them.
+  CHECK_FALSE(odafs::net::is_host_address(address("192.0.2.77")));
+  CHECK_FALSE(odafs::net::is_host_address(address("::ffff:192.0.2.77")));
+  CHECK_FALSE(odafs::net::is_host_address(address("2001:db8::77")));
+}
+
 TEST_CASE("a credential with more than 16 groups, or none decodable, is AUTH_BADCRED") {
   TempDir dir;
   ServerProcess server(dir.path());
@@ -319,13 +434,12 @@ TEST_CASE("a credential with more than 16 groups, or none decodable, is AUTH_BAD
 
 ROOT_TEST("--clients: no rule matches, secure, ro, root_squash, all_squash, anonuid") {
   Export e;
-  SUBCASE("a client no rule admits is refused at MOUNT and after; NULL still answers") {
+  SUBCASE("a client no rule admits is refused whatever it calls, NULL included") {
     ServerProcess server(e.dir.path(), {"--clients", "10.0.0.0/8(rw)"});
-    Raw raw(server.port());
-    CHECK(raw.null() == 0);
-    CHECK(raw.mount("/") == kTooWeak);
+    CHECK(Raw(server.port()).null() == kTooWeak);
+    CHECK(Raw(server.port()).mount("/") == kTooWeak);
     Handle root{};  // a handle guessed or kept from elsewhere does not help
-    CHECK(raw.getattr(root) == kTooWeak);
+    CHECK(Raw(server.port()).getattr(root) == kTooWeak);
   }
   SUBCASE("secure: a source port of 1024 and above is refused") {
     ServerProcess server(e.dir.path(), {"--clients", "127.0.0.1(rw,secure,no_root_squash)"});

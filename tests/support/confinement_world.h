@@ -81,9 +81,11 @@ inline odafs::rpc::AuthSysCred self_credential() {
 // the refusals above).
 class Raw {
  public:
-  // auth: the credential every call carries; nullopt sends AUTH_NONE.
-  explicit Raw(uint16_t port, std::optional<odafs::rpc::AuthSysCred> auth = self_credential())
-      : ch_({"127.0.0.1", port}, options(std::move(auth))) {}
+  // auth: the credential every call carries; nullopt sends AUTH_NONE. host: the server's
+  // address (the connection's source is then the host's address the kernel routes from).
+  explicit Raw(uint16_t port, std::optional<odafs::rpc::AuthSysCred> auth = self_credential(),
+               const std::string& host = "127.0.0.1")
+      : ch_({host, port}, options(std::move(auth))) {}
 
   int lookup(const Handle& dir, const std::string& name, Handle* fh = nullptr,
              odafs_fattr* attr = nullptr) {
