@@ -21,6 +21,7 @@
 
 #include "client/client.h"
 #include "proto/odafs_prot.h"
+#include "rpc/record.h"
 #include "rpc/xdr_util.h"
 #include "tests/support/hostile.h"
 #include "tests/support/server_process.h"
@@ -48,8 +49,7 @@ namespace {
 // record, or an empty string if the connection closed or nothing came within 5 s.
 std::string rpc_exchange(int fd, const std::vector<uint32_t>& words) {
   std::string msg(4, '\0');
-  uint32_t mark = htonl(0x80000000u | static_cast<uint32_t>(words.size() * 4));
-  std::memcpy(msg.data(), &mark, 4);
+  odafs::rpc::put_record_mark(msg.data(), static_cast<uint32_t>(words.size() * 4), /*last=*/true);
   for (uint32_t w : words) {
     uint32_t be = htonl(w);
     msg.append(reinterpret_cast<char*>(&be), 4);
@@ -67,9 +67,7 @@ std::string rpc_exchange(int fd, const std::vector<uint32_t>& words) {
     if (n <= 0) return {};
     reply.append(buf, static_cast<size_t>(n));
     if (reply.size() >= 4) {
-      uint32_t m;
-      std::memcpy(&m, reply.data(), 4);
-      want = 4 + (ntohl(m) & 0x7fffffffu);
+      want = 4 + odafs::rpc::read_record_mark(reply.data()).length;
     }
   }
   return reply.substr(4, want - 4);

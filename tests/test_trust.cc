@@ -412,14 +412,13 @@ TEST_CASE("a credential with more than 16 groups, or none decodable, is AUTH_BAD
   put(0);
   body.append(40, '\0');  // a handle's worth of arguments
   std::string record(4, '\0');
-  uint32_t mark = htonl(0x80000000u | static_cast<uint32_t>(body.size()));
-  std::memcpy(record.data(), &mark, 4);
+  odafs::rpc::put_record_mark(record.data(), static_cast<uint32_t>(body.size()), /*last=*/true);
   record += body;
   int fd = odafs::net::connect_tcp({"127.0.0.1", server.port()});
   REQUIRE(write(fd, record.data(), record.size()) == static_cast<ssize_t>(record.size()));
   char reply[256];
   REQUIRE(odafs::net::read_full(fd, reply, 4));
-  const uint32_t len = ntohl(*reinterpret_cast<uint32_t*>(reply)) & 0x7fffffffu;
+  const size_t len = odafs::rpc::read_record_mark(reply).length;
   REQUIRE(len <= sizeof reply);
   REQUIRE(odafs::net::read_full(fd, reply, len));
   close(fd);

@@ -21,6 +21,7 @@
 #include "proto/odafs_prot.h"
 #include "proto/ref_xdr.h"
 #include "rpc/call_credential.h"
+#include "rpc/record.h"
 #include "rpc/xdr_util.h"
 
 namespace odafs::test {
@@ -118,8 +119,7 @@ std::string rpc_call_record(uint32_t xid, uint32_t proc, xdrproc_t xargs, const 
   REQUIRE(xdr_callmsg(&x, &call));
   REQUIRE(xargs(&x, const_cast<void*>(args), 0));
   uint32_t len = xdr_getpos(&x);
-  uint32_t mark = htonl(len | 0x80000000u);
-  std::memcpy(rec.data(), &mark, 4);
+  rpc::put_record_mark(rec.data(), len, /*last=*/true);
   rec.resize(len + 4);
   return rec;
 }
