@@ -9,7 +9,7 @@
 //          [--engine-listen HOST:PORT] [--engine-threads N] [--no-ordma]
 //          [--max-rings N] [--no-local-rings] [--max-direct-writes N]
 //          [--max-input-mb N] [--max-backlog-mb N] [--lease-ms MS] [--no-delegations]
-//          [--grace-ms MS] [--state-dir DIR]
+//          [--grace-ms MS] [--state-dir DIR] [--stop-timeout-ms MS]
 //
 // Once ready it prints one line on stdout,
 //   "odafsd ready rpc=HOST:PORT engine=HOST:PORT|none export=DIR backend=NAME threads=N
