@@ -278,9 +278,14 @@ TEST_CASE("a server restart under a write delegation never leaves wrong data") {
     CHECK(server_stat(*a, "delegations.granted_write") == 1);
     w.pwrite(text.data(), text.size(), 0);
     server.restart();
-    // A stop leaves the recovery record naming this client: its re-mount may reclaim, and
-    // writes the open file's unsent bytes back in the grace period (or the fsync sends
-    // them itself, retrying GRACE, when it holds them at that moment). Either way they land.
+    // A stop leaves the recovery record naming this client. The client notices the broken
+    // connection by itself, re-mounts, and writes the open file's unsent bytes back in the
+    // grace period, which its RECLAIM_COMPLETE then ends: the bytes are home before any
+    // call of the file's.
+    auto other = Client::mount(server.url());
+    CHECK(eventually([&] { return server_stat(*other, "recovery.in_grace") == 0; }, 10));
+    CHECK(server_stat(*other, "recovery.reclaimed") >= 1);
+    CHECK(read_local(dir / "f") == text);
     CHECK(odafs::test::errno_of([&] { w.fsync(); }) == 0);
     CHECK(read_local(dir / "f") == text);
   }
