@@ -58,7 +58,8 @@ TEST_CASE("reads filling the server's cache never see half of a concurrent write
   TempDir dir;
   // The truncations drop the file's blocks from the cache, so readers fill them from the
   // file again and again while the writers write them.
-  ServerProcess server(dir.path(), {"--block-size", "4096", "--cache-mb", "1", "--threads", "4", "--slow-writes", "200"});
+  ServerProcess server(dir.path(), {"--block-size", "4096", "--cache-mb", "1", "--threads", "4",
+                                    "--slow-writes", "200"});
   {
     auto fs = Client::mount(server.url());
     File f = fs->open("f", O_RDWR | O_CREAT, 0644);
@@ -93,6 +94,7 @@ TEST_CASE("reads filling the server's cache never see half of a concurrent write
       }
     });
   }
+  // The writers and readers race for 4 s: the length of the load, not a wait for anything.
   std::this_thread::sleep_for(std::chrono::seconds(4));
   stop.store(true);
   for (auto& t : threads) t.join();

@@ -112,12 +112,11 @@ TEST_CASE(
     wrote = ceph_write(b.cm, wfd, "new", 3, 0) == 3 && ceph_fsync(b.cm, wfd, 0) == 0;
     ceph_close(b.cm, wfd);
   });
-  const auto start = std::chrono::steady_clock::now();
-  while (recalls.load() == 0 &&
-         std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  CHECK(odafs::test::eventually([&] { return recalls.load() != 0; }, 10));
   CHECK(recalls.load() == 1);
+  // B's write must NOT land while A holds the delegation. Nothing says a write is waiting
+  // (CephFS reports no such state, and B's call only returns once it landed): 300 ms in
+  // which it would have landed, had it not waited.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const std::string seen = std::string("B's open ") + (opened ? "returned" : "waits") +
                            ", B's write " + (wrote ? "landed" : "waits") +

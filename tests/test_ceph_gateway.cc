@@ -75,13 +75,15 @@ MountOptions uncached() {
 // refuses while any client has the file open to write: the gateway that wrote it closes
 // it a moment after the writes stop.
 bool reads_one_sided(Client& c, File& file, const std::string& expect) {
-  for (int i = 0; i < 1000; ++i) {
-    const uint64_t before = c.stats().ordma_reads.load();
-    if (read_all(file, expect.size()) != expect) return false;
-    if (c.stats().ordma_reads.load() > before) return true;
-    usleep(10'000);
-  }
-  return false;
+  bool wrong = false;
+  return odafs::test::eventually(
+             [&] {
+               const uint64_t before = c.stats().ordma_reads.load();
+               wrong = read_all(file, expect.size()) != expect;
+               return wrong || c.stats().ordma_reads.load() > before;
+             },
+             10) &&
+         !wrong;
 }
 
 }  // namespace
@@ -171,14 +173,14 @@ TEST_CASE("a read delegation through one gateway is recalled by a write through 
   // stop), and recalls early ones while its locks settle after the writer (seconds): the
   // reader opens until an open is its own, served by a delegation without a call.
   auto until_delegated = [&](const std::string& expect) {
-    for (int i = 0; i < 2000; ++i) {
-      const uint64_t opens = reader->stats().delegated_opens.load();
-      File r = reader->open(f, O_RDONLY);
-      CHECK(read_all(r, expect.size()) == expect);
-      if (reader->stats().delegated_opens.load() > opens) return true;
-      usleep(10'000);
-    }
-    return false;
+    return odafs::test::eventually(
+        [&] {
+          const uint64_t opens = reader->stats().delegated_opens.load();
+          File r = reader->open(f, O_RDONLY);
+          CHECK(read_all(r, expect.size()) == expect);
+          return reader->stats().delegated_opens.load() > opens;
+        },
+        30);
   };
   REQUIRE(until_delegated(v1));
   CHECK(odafs::test::server_stat(*reader, "delegations.held") > 0);
@@ -190,10 +192,8 @@ TEST_CASE("a read delegation through one gateway is recalled by a write through 
   CHECK(odafs::test::server_stat(*reader, "delegations.recalled") > recalled);
   // Returned (A did not wait for it before giving CephFS's back: the recall told the
   // reader to stop trusting its copies).
-  for (int i = 0; i < 500 && odafs::test::server_stat(*reader, "delegations.held") != 0; ++i) {
-    usleep(10'000);
-  }
-  CHECK(odafs::test::server_stat(*reader, "delegations.held") == 0);
+  CHECK(odafs::test::eventually(
+      [&] { return odafs::test::server_stat(*reader, "delegations.held") == 0; }));
   File r = reader->open(f, O_RDONLY);
   CHECK(read_all(r, v2.size()) == v2);
   r.close();

@@ -65,16 +65,12 @@ class Tool {
   pid_t pid() const { return pid_; }
   // Waits up to `bound` for the tool to exit; false (and it keeps running) if it does not.
   bool wait(std::chrono::milliseconds bound) {
-    auto deadline = Clock::now() + bound;
-    while (pid_ > 0) {
-      if (waitpid(pid_, &status_, WNOHANG) == pid_) {
-        seconds_ = std::chrono::duration<double>(Clock::now() - start_).count();
-        pid_ = -1;
-        break;
-      }
-      if (Clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    if (pid_ <= 0) return true;
+    const int status = odafs::test::wait_exit(pid_, bound);
+    if (status == -1) return false;
+    status_ = status;
+    seconds_ = std::chrono::duration<double>(Clock::now() - start_).count();
+    pid_ = -1;
     return true;
   }
   bool running() const { return pid_ > 0; }
@@ -195,19 +191,18 @@ TEST_CASE("odafs get that fails mid-way leaves an existing LOCAL as it was") {
   // Wait until the copy is under way (bytes written to a file beside LOCAL, or to LOCAL
   // itself), then freeze the tool there, so that the server dies mid-transfer whatever
   // the machine's speed.
-  bool copying = false;
-  for (auto deadline = Clock::now() + std::chrono::seconds(20);
-       !copying && tool.running() && Clock::now() < deadline;) {
+  // (Looked for every 200 us: the copy may take only milliseconds.)
+  auto copying = [&] {
     for (const std::string& name : names_in(local.path())) {
       struct stat st;
       if (stat((local / name).c_str(), &st) == 0 && st.st_size > 0 &&
           (name != "out" || static_cast<size_t>(st.st_size) != before.size())) {
-        copying = true;
+        return true;
       }
     }
-    if (!copying) std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  REQUIRE(copying);
+    return false;
+  };
+  REQUIRE(odafs::test::eventually(copying, 20, std::chrono::microseconds(200)));
   REQUIRE(odafs::test::stop_child(tool.pid()));
   REQUIRE(tool.running());  // it had not finished: the file is much larger than a chunk
   server.kill_hard();

@@ -151,11 +151,16 @@ TEST_CASE("reads keep running, correct or cleanly failed, while the client re-mo
       }
     });
   }
+  // Each restart, and the end, comes once the readers read again since the last.
+  auto reading = [&] {
+    const int since = good.load();
+    return odafs::test::eventually([&] { return good.load() >= since + 20; }, 20);
+  };
   for (int restart = 0; restart < 3; ++restart) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    CHECK(reading());
     server.restart();
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(reading());
   stop = true;
   for (auto& r : readers) r.join();
   CHECK(wrong.load() == 0);
@@ -204,6 +209,7 @@ TEST_CASE("a killed server restarted within the reconnect window: the next read 
   char b[16];
   CHECK(odafs::test::errno_of([&] { g.pread(b, sizeof b, 0); }) == ECONNREFUSED);
   std::thread restarter([&] {
+    // Lets time pass for the outage under test: the read waits it out.
     std::this_thread::sleep_for(std::chrono::milliseconds(700));
     server.start_again();
   });

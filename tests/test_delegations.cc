@@ -26,6 +26,7 @@
 using odafs::Client;
 using odafs::File;
 using odafs::rpc::to_xdrproc;
+using odafs::test::eventually;
 using odafs::test::holder_process;
 using odafs::test::HostileMount;
 using odafs::test::make_file;
@@ -85,11 +86,7 @@ TEST_CASE("a read delegation serves later opens without a call") {
     w.pwrite("H", 1, 0);  // this client's own write keeps it
     CHECK(server_stat(*fs, "delegations.held") == 1);
     fs->chmod("f", 0600);
-    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (server_stat(*fs, "delegations.held") != 0 && std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    CHECK(server_stat(*fs, "delegations.held") == 0);
+    CHECK(eventually([&] { return server_stat(*fs, "delegations.held") == 0; }));
     CHECK(server_stat(*fs, "delegations.returned") == returned + 1);
   }
 }

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "ordma/engine.h"
+#include "tests/support/server_process.h"
 
 using namespace odafs::ordma;
 
@@ -118,12 +119,11 @@ struct Stack {
 // error cost the client its queue pair, which it replaces in the background).
 void settle(Stack& st, EngineClient& c, const Session& s) {
   std::vector<char> buf(kSeg);
-  for (int i = 0; i < 100; ++i) {
+  const bool recovered = odafs::test::eventually([&] {
     uint32_t got = 0;
-    if (c.read(st.ref(0, s), 0, kSeg, buf.data(), &got) == Fault::kNone) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  FAIL("the client did not recover after a fault");
+    return c.read(st.ref(0, s), 0, kSeg, buf.data(), &got) == Fault::kNone;
+  });
+  if (!recovered) FAIL("the client did not recover after a fault");
 }
 
 void reads_return_bytes(const char* kind) {

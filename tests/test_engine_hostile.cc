@@ -74,12 +74,8 @@ struct RawRing {
   }
   // Waits (up to 5 s) for slot i to be answered.
   bool done(uint32_t i) const {
-    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (slot(i).state.load() != ring::kDone) {
-      if (std::chrono::steady_clock::now() > until) return false;
-      std::this_thread::yield();
-    }
-    return true;
+    return odafs::test::eventually([&] { return slot(i).state.load() == ring::kDone; }, 5,
+                                   std::chrono::microseconds(100));
   }
 };
 
@@ -344,11 +340,12 @@ TEST_CASE(
   }
   // The engine notices the closed setup socket and frees the ring (asynchronously).
   std::unique_ptr<EngineClient> third;
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  do {
-    third = connect_soft_engine(st.where(), s);
-  } while (std::string(third->transport()) != "ring" && std::chrono::steady_clock::now() < until);
-  CHECK(std::string(third->transport()) == "ring");
+  CHECK(odafs::test::eventually(
+      [&] {
+        third = connect_soft_engine(st.where(), s);
+        return std::string(third->transport()) == "ring";
+      },
+      10));
   CHECK(third->read(st.ref(3, s), 0, kSegBytes, buf.data(), &got) == Fault::kNone);
   CHECK(buf[0] == 'D');
 }

@@ -45,6 +45,13 @@ using Clock = std::chrono::steady_clock;
 
 #define MOUNT_TEST(name) ODAFS_MOUNT_TEST(name)
 
+namespace {
+// Mount options for tests that wait out the kernel's caches: it trusts attributes and name
+// lookups for 0.5 s (the default is 1 s), and kPastCacheTimes is past that.
+const std::vector<std::string> kShortCacheTimes = {"attr_timeout=0.5", "entry_timeout=0.5"};
+constexpr std::chrono::milliseconds kPastCacheTimes{600};
+}  // namespace
+
 MOUNT_TEST("files: create, read, write, append, truncate, O_EXCL, O_TRUNC, sparse") {
   Mounted fs;
   // Create and read back; the bytes reach other clients of the server.
@@ -181,7 +188,8 @@ MOUNT_TEST("names: rename over files and directories, unlink and rmdir errors, l
   write_local(fs / "taken", "t");
   CHECK(failed_with(link((fs / "h2").c_str(), (fs / "taken").c_str()) != 0) == EEXIST);
   CHECK(failed_with(link((fs / "d3").c_str(), (fs / "d4").c_str()) != 0) == EPERM);
-  CHECK(failed_with(mkfifo((fs / "h2").c_str(), 0644) != 0) == EEXIST);  // FIFOs: test_mount_objects
+  CHECK(failed_with(mkfifo((fs / "h2").c_str(), 0644) != 0) ==
+        EEXIST);  // FIFOs: test_mount_objects
 }
 
 MOUNT_TEST("symlinks: symlink, readlink, relative and absolute targets, ELOOP") {
@@ -312,7 +320,7 @@ MOUNT_TEST("attributes: chmod, utimensat with UTIME_NOW and UTIME_OMIT, chown, s
 }
 
 MOUNT_TEST("a listing's attributes (readdirplus) are what stat says, whoever holds newer bytes") {
-  Mounted fs;
+  Mounted fs(kShortCacheTimes);
   CHECK(mkdir((fs / "d").c_str(), 0755) == 0);
   for (int i = 0; i < 300; ++i) {
     write_local(fs.local("d/f" + std::to_string(i)), std::string(static_cast<size_t>(i), 'x'));
@@ -359,14 +367,15 @@ MOUNT_TEST("a listing's attributes (readdirplus) are what stat says, whoever hol
     f.pwrite("0123456789abcdef", 16, 300);
     f.close();  // kept by the other client
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // past attr_timeout
+  // Lets time pass for attr_timeout: the kernel asks again.
+  std::this_thread::sleep_for(kPastCacheTimes);
   auto seen = ls_l();
   for (int i = 0; i < 300; i += 30) CHECK(seen["f" + std::to_string(i)].st_size == 316);
   // This mount's own writes not yet sent: its listing keeps to what it knows.
   int fd = open((fs / "d/f7").c_str(), O_WRONLY | O_APPEND);
   REQUIRE(fd >= 0);
   CHECK(write(fd, "more", 4) == 4);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  std::this_thread::sleep_for(kPastCacheTimes);  // lets time pass for attr_timeout
   CHECK(ls_l()["f7"].st_size == 7 + 4);
   CHECK(close(fd) == 0);
   // Renamed and removed behind its back: the next listing and its attributes follow.
@@ -378,7 +387,8 @@ MOUNT_TEST("a listing's attributes (readdirplus) are what stat says, whoever hol
   other.reset();
   CHECK(read_local(fs.local("d/f30")).size() == 316);
   CHECK(fs.read_by_another_client("d/f7") == std::string(7, 'x') + "more");
-  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  // Lets time pass for attr_timeout and entry_timeout: the kernel looks the names up again.
+  std::this_thread::sleep_for(kPastCacheTimes);
   check_all();
   seen = ls_l();
   CHECK(seen.count("f9") == 0);
@@ -418,7 +428,7 @@ MOUNT_TEST("a listing read slowly does not bring back attributes this mount chan
 }
 
 MOUNT_TEST("a listing's attributes leave out files with writes behind (no delegations)") {
-  Mounted fs({}, {"--no-delegations"});
+  Mounted fs(kShortCacheTimes, {"--no-delegations"});
   for (int i = 0; i < 100; ++i) write_local(fs.local("f" + std::to_string(i)), "x");
   // Writes gathered behind and not sent while the files stay open: the server's sizes
   // are stale, and a listing's attributes must not stand in for what this mount knows.
@@ -429,7 +439,8 @@ MOUNT_TEST("a listing's attributes leave out files with writes behind (no delega
     CHECK(write_at(fd, "0123456789", 0) == 10);
     fds.push_back(fd);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // past attr_timeout
+  // Lets time pass for attr_timeout: the listing's attributes are asked for, not the opens'.
+  std::this_thread::sleep_for(kPastCacheTimes);
   DIR* d = opendir(fs.m.mountpoint().c_str());
   REQUIRE(d != nullptr);
   int wrong = 0;
@@ -472,11 +483,8 @@ MOUNT_TEST("two mounts of one export see each other's changes after close and op
   CHECK(cat(a / "fromb/file") == "b");
   CHECK(list(a.m.mountpoint()).count("fromb") == 1);
   CHECK(unlink((b / "fromb/file").c_str()) == 0);
-  auto deadline = Clock::now() + std::chrono::seconds(3);
-  while (access((a / "fromb/file").c_str(), F_OK) == 0 && Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  CHECK(failed_with(access((a / "fromb/file").c_str(), F_OK) != 0) == ENOENT);
+  CHECK(eventually(
+      [&] { return failed_with(access((a / "fromb/file").c_str(), F_OK) != 0) == ENOENT; }, 3));
 }
 
 MOUNT_TEST("a stopped or killed server fails operations within the timeout, never hangs") {
@@ -497,17 +505,20 @@ MOUNT_TEST("a stopped or killed server fails operations within the timeout, neve
   CHECK(rc == 10);
   CHECK(secs < 10);
   // Killed: calls fail at once (connection refused), including reads and writes. (Once
-  // the mount has seen its connection close: until then its delegation on f is trusted.)
+  // the mount has seen its connection close: until then its delegation on f is trusted,
+  // and the open of f succeeds without a call.)
   fs.server.kill_hard();
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  start = Clock::now();
-  rc = in_child(std::chrono::seconds(15), [&] {
-    int fd = open((fs / "f").c_str(), O_RDWR);
-    if (fd >= 0) return 1;
-    int fd2 = open((fs / "g").c_str(), O_CREAT | O_WRONLY, 0644);
-    return fd2 >= 0 ? 2 : 10;
-  });
-  secs = std::chrono::duration<double>(Clock::now() - start).count();
+  CHECK(eventually([&] {
+    start = Clock::now();
+    rc = in_child(std::chrono::seconds(15), [&] {
+      int fd = open((fs / "f").c_str(), O_RDWR);
+      if (fd >= 0) return 1;
+      int fd2 = open((fs / "g").c_str(), O_CREAT | O_WRONLY, 0644);
+      return fd2 >= 0 ? 2 : 10;
+    });
+    secs = std::chrono::duration<double>(Clock::now() - start).count();
+    return rc != 1;
+  }));
   CHECK(rc == 10);
   CHECK(secs < 10);
   // And the mount can still be taken down.
@@ -527,11 +538,8 @@ MOUNT_TEST("SIGTERM to a foreground odafs-mount unmounts and exits 0") {
   REQUIRE(held >= 0);
   CHECK(write_at(held, "kept", 0) == 4);
   REQUIRE(kill(fs.m.pid(), SIGTERM) == 0);
-  auto deadline = Clock::now() + std::chrono::seconds(10);
   int status = 0;
-  while (waitpid(fs.m.pid(), &status, WNOHANG) != fs.m.pid() && Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  CHECK(eventually([&] { return waitpid(fs.m.pid(), &status, WNOHANG) == fs.m.pid(); }, 10));
   INFO("wait status " << status << "; odafs-mount said: " << fs.m.stderr_text());
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
@@ -607,7 +615,7 @@ MOUNT_TEST("several threads at once: create, write, read, rename, remove in thei
 }
 
 MOUNT_TEST("listings with attributes while names change under them; the kernel forgets all") {
-  Mounted fs;
+  Mounted fs(kShortCacheTimes);
   CHECK(mkdir((fs / "d").c_str(), 0755) == 0);
   for (int i = 0; i < 200; ++i) write_local(fs.local("d/f" + std::to_string(i)), "x");
   std::atomic<bool> stop{false};
@@ -663,6 +671,7 @@ MOUNT_TEST("listings with attributes while names change under them; the kernel f
   threads.emplace_back(lister);
   threads.emplace_back(here);
   threads.emplace_back(there);
+  // The threads race for 4 s: the length of the load, not a wait for anything.
   std::this_thread::sleep_for(std::chrono::seconds(4));
   stop = true;
   for (auto& t : threads) t.join();
@@ -673,7 +682,8 @@ MOUNT_TEST("listings with attributes while names change under them; the kernel f
   if (geteuid() == 0) {
     std::ofstream("/proc/sys/vm/drop_caches") << "2\n";
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  // Lets time pass for attr_timeout and entry_timeout: every name and size is asked again.
+  std::this_thread::sleep_for(kPastCacheTimes);
   int wrong = 0;
   size_t seen = 0;
   DIR* d = opendir((fs / "d").c_str());
@@ -723,7 +733,8 @@ MOUNT_TEST("the kernel keeps a file's pages across opens while nobody changed th
   CHECK(resident_after_open() == pages);
   CHECK(cat(fs / "f") == data);
   // Another client changes the bytes, not the size: the next open drops the pages.
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // past a coarse clock tick
+  // Lets time pass for the file system's coarse clock: the rewrite's mtime is a later tick.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const std::string changed = pattern(1 << 20, 8);
   fs.write_by_another_client("f", changed);
   CHECK(resident_after_open() == 0);

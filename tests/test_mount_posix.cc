@@ -54,19 +54,7 @@ mode_t mode_of(const std::string& path) {
 }
 
 // Waits up to `bound` for child pid to exit; its wait status, or -1 (killed: it hung).
-int reap(pid_t pid, std::chrono::seconds bound) {
-  auto deadline = Clock::now() + bound;
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) != pid) {
-    if (Clock::now() >= deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return status;
-}
+int reap(pid_t pid, std::chrono::seconds bound) { return odafs::test::wait_child(pid, bound); }
 
 }  // namespace
 
@@ -582,10 +570,14 @@ MOUNT_TEST("a request waiting for the server does not hold up the mount's other 
   });
   REQUIRE(odafs::test::stop_child(holder));
   write_local(fs / "other", "free");
+  auto stats = odafs::Client::mount(fs.server.url());
+  const uint64_t recalls = odafs::test::server_stat(*stats, "delegations.recalled");
   const auto start = Clock::now();
   std::string waited;
   std::thread slow([&] { waited = cat(fs / "d/held"); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the open is waiting now
+  // The open is waiting once the server has recalled the holder's delegation for it.
+  CHECK(odafs::test::eventually(
+      [&] { return odafs::test::server_stat(*stats, "delegations.recalled") > recalls; }));
   const auto t0 = Clock::now();
   for (int i = 0; i < 20; ++i) {
     CHECK(cat(fs / "other") == "free");

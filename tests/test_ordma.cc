@@ -165,6 +165,8 @@ TEST_CASE("export table: revoke returns only after in-flight reads let go") {
     t.revoke(0);
     revoked = true;
   });
+  // The revoke must NOT finish while the segment is pinned. No event says it waits: the
+  // revoker gets 1000 turns of the CPU in which it would finish, had it not.
   for (int i = 0; i < 1000; ++i) std::this_thread::yield();
   CHECK_FALSE(revoked.load());  // still pinned
   t.unpin(0);

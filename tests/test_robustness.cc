@@ -2,6 +2,7 @@
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,9 +17,11 @@
 #include "client/client.h"
 #include "proto/odafs_prot.h"
 #include "rpc/client_channel.h"
+#include "rpc/record.h"
 #include "rpc/xdr_util.h"
 #include "tests/support/hostile.h"
 #include "tests/support/server_process.h"
+#include "tests/support/xdr_util.h"
 
 using odafs::Client;
 using odafs::Error;
@@ -131,8 +134,9 @@ TEST_CASE("garbage on one connection never disturbs another client") {
     std::string msg;
     int kind = round % 5;
     auto mark = [&](uint32_t len, bool last) {
-      uint32_t m = htonl(len | (last ? 0x80000000u : 0));
-      msg.append(reinterpret_cast<char*>(&m), 4);
+      char m[4];
+      odafs::rpc::put_record_mark(m, len, last);
+      msg.append(m, 4);
     };
     size_t body = 1 + rng() % 600;
     std::string junk(body, '\0');
@@ -151,20 +155,16 @@ TEST_CASE("garbage on one connection never disturbs another client") {
         msg += junk;
       }
     } else {  // a valid CALL header with a random procedure and random arguments
-      char hdr[40] = {};
-      uint32_t words[10] = {htonl(rng()),
-                            htonl(0),
-                            htonl(2),
-                            htonl(ODAFS_PROGRAM),
-                            htonl(ODAFS_V2),
-                            htonl(rng() % 20),
-                            0,
-                            0,
-                            0,
-                            0};
-      std::memcpy(hdr, words, sizeof hdr);
-      mark(static_cast<uint32_t>(sizeof hdr + body), true);
-      msg.append(hdr, sizeof hdr);
+      odafs::test::Wire hdr;
+      hdr.u32(static_cast<uint32_t>(rng()));  // xid
+      hdr.u32(0);                             // CALL
+      hdr.u32(2);                             // RPC version
+      hdr.u32(ODAFS_PROGRAM);
+      hdr.u32(ODAFS_V2);
+      hdr.u32(static_cast<uint32_t>(rng() % 20));  // procedure
+      for (int i = 0; i < 4; ++i) hdr.u32(0);      // AUTH_NONE credential and verifier
+      mark(static_cast<uint32_t>(hdr.size() + body), true);
+      msg.append(hdr.data(), hdr.size());
       msg += junk;
     }
     [[maybe_unused]] ssize_t n = send(fd, msg.data(), msg.size(), MSG_NOSIGNAL);
@@ -173,7 +173,7 @@ TEST_CASE("garbage on one connection never disturbs another client") {
   }
   // The worker must have made progress after the flood, too.
   int before = good_reads;
-  while (good_reads < before + 50) std::this_thread::yield();
+  CHECK(odafs::test::eventually([&] { return good_reads >= before + 50; }, 30));
   stop = true;
   worker.join();
   CHECK(bad_reads == 0);
@@ -304,7 +304,9 @@ TEST_CASE("a dropped client connection leaves the server serving") {
   for (int i = 0; i < 20; ++i) {
     int fd = raw_connect(server.port());
     // Half a record mark, then gone.
-    send(fd, "\x80\x00", 2, MSG_NOSIGNAL);
+    char mark[4];
+    odafs::rpc::put_record_mark(mark, 8, true);
+    send(fd, mark, 2, MSG_NOSIGNAL);
     close(fd);
   }
   auto fs = Client::mount(server.url());
@@ -346,13 +348,22 @@ TEST_CASE(
   std::string in;
   size_t replies = 0;
   std::vector<char> chunk(1 << 20);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (replies < 200 && std::chrono::steady_clock::now() < deadline) {
-    ssize_t n = recv(fd, chunk.data(), chunk.size(), 0);
-    if (n <= 0) break;
-    in.append(chunk.data(), static_cast<size_t>(n));
-    replies += odafs::test::take_records(&in);
-  }
+  bool closed = false;
+  // Reads what comes, waiting up to 100 ms at a time for more: whether all have come.
+  auto all_replies = [&] {
+    pollfd p{fd, POLLIN, 0};
+    while (!closed && replies < 200 && poll(&p, 1, 100) > 0) {
+      ssize_t n = recv(fd, chunk.data(), chunk.size(), MSG_DONTWAIT);
+      closed = n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
+      if (n > 0) {
+        in.append(chunk.data(), static_cast<size_t>(n));
+        replies += odafs::test::take_records(&in);
+      }
+    }
+    return closed || replies >= 200;
+  };
+  CHECK(odafs::test::eventually(all_replies, 60));
+  CHECK_FALSE(closed);
   CHECK(replies == 200);
   close(fd);
   fs->ping();

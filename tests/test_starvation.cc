@@ -27,15 +27,18 @@
 #include "proto/odafs_prot.h"
 #include "proto/ref_xdr.h"
 #include "rpc/client_channel.h"
+#include "rpc/record.h"
 #include "rpc/xdr_util.h"
 #include "tests/support/hostile.h"
 #include "tests/support/server_process.h"
+#include "tests/support/xdr_util.h"
 
 using odafs::Client;
 using odafs::File;
 using odafs::ordma::Reference;
 using odafs::ordma::Session;
 using odafs::rpc::to_xdrproc;
+using odafs::test::eventually;
 using odafs::test::HostileMount;
 using odafs::test::kSanitized;
 using odafs::test::pattern;
@@ -251,7 +254,8 @@ TEST_CASE("starvation: engine TCP connections flooding READ frames") {
     std::vector<int> fds;
     for (int i = 0; i < 4; ++i) fds.push_back(h.engine_connection(server.engine_port()));
     TcpFlood flood(fds, h.refs, 4096);
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // Under way: a connection's whole depth answered.
+    REQUIRE(eventually([&] { return flood.responses() >= 4096; }, 10));
     HonestFigures flooded = honest_reads(*fs, data, kSanitized ? 3000 : 1500);
     flood.stop();
     uint64_t flood_reads = flood.responses();
@@ -282,7 +286,7 @@ TEST_CASE("starvation: threads hammering a local ring") {
     HostileMount h(server.port(), "data");
     h.get_refs(kFileBytes);
     RingFlood flood(server, h, 8);
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    REQUIRE(eventually([&] { return flood.reads() >= 100; }, 10));  // under way
     HonestFigures flooded = honest_reads(*fs, data, kSanitized ? 3000 : 1500);
     flood.stop();
     report(rings ? "ring flood, honest ring" : "ring flood, honest TCP", alone, flooded,
@@ -298,31 +302,24 @@ TEST_CASE("starvation: threads hammering a local ring") {
 
 namespace {
 
-// Reads one reply record from fd within timeout_ms and returns the status of its results
-// (the word after the accepted reply header), or -1.
-int reply_status(int fd, int timeout_ms) {
+// A raw RPC call's connection, and the bytes of its reply as they come.
+struct RawCall {
+  int fd = -1;
   std::string in;
-  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (Clock::now() < deadline) {
-    if (in.size() >= 4) {
-      uint32_t mark;
-      std::memcpy(&mark, in.data(), 4);
-      size_t len = ntohl(mark) & 0x7fffffffu;
-      if (in.size() >= 4 + len && len >= 28) {
-        uint32_t words[7];
-        std::memcpy(words, in.data() + 4, sizeof words);
-        return static_cast<int>(ntohl(words[6]));
-      }
-    }
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 50) <= 0) continue;
+
+  // The status of the first reply's results (the word after the accepted reply header)
+  // once it has come whole, else -1. Takes what has arrived; never waits.
+  int status() {
     char buf[4096];
-    ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-    if (n <= 0) return -1;
-    in.append(buf, static_cast<size_t>(n));
+    ssize_t n;
+    while ((n = recv(fd, buf, sizeof buf, MSG_DONTWAIT)) > 0)
+      in.append(buf, static_cast<size_t>(n));
+    if (in.size() < 4) return -1;
+    const odafs::rpc::RecordMark mark = odafs::rpc::read_record_mark(in.data());
+    if (in.size() < 4 + mark.length || mark.length < 28) return -1;
+    return static_cast<int>(odafs::test::be32(in.data() + 4 + 24));
   }
-  return -1;
-}
+};
 
 }  // namespace
 
@@ -337,7 +334,7 @@ TEST_CASE("starvation: direct writes whose data never comes hold neither the ser
   int engine_fd = h.engine_connection(server.engine_port());  // gets the GETs, never answers
   // Six WRITE_DIRECTs on six connections: three wait for their data (the cap), three are
   // refused at once (NOTSUPP: the client would write by RPC).
-  std::vector<int> calls;
+  std::vector<RawCall> calls;
   for (uint32_t i = 0; i < 6; ++i) {
     int fd = odafs::test::connect_from("127.0.0.1", server.port());
     REQUIRE(fd >= 0);
@@ -352,22 +349,24 @@ TEST_CASE("starvation: direct writes whose data never comes hold neither the ser
     std::string rec = odafs::test::rpc_call_record(i + 1, ODAFSPROC_WRITE_DIRECT,
                                                    to_xdrproc(xdr_write_direct_args), &wa);
     REQUIRE(send(fd, rec.data(), rec.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(rec.size()));
-    calls.push_back(fd);
+    calls.push_back({fd, {}});
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  int refused = 0;
-  std::vector<int> waiting;
-  for (int fd : calls) {
-    int st = reply_status(fd, 100);
-    if (st == ODAFS_ERR_NOTSUPP) {
-      ++refused;
-      close(fd);
+  // Three refusals: the server refuses only while the cap is taken, so by then the other
+  // three hold it, their pulls waiting for data that never comes.
+  auto refused = [&] {
+    return std::count_if(calls.begin(), calls.end(),
+                         [](RawCall& c) { return c.status() == ODAFS_ERR_NOTSUPP; });
+  };
+  CHECK(eventually([&] { return refused() == 3; }));
+  std::vector<RawCall> waiting;
+  for (RawCall& c : calls) {
+    if (c.status() == ODAFS_ERR_NOTSUPP) {
+      close(c.fd);
     } else {
-      CHECK(st == -1);  // no answer yet: its pull waits
-      waiting.push_back(fd);
+      CHECK(c.status() == -1);  // no answer: its pull waits
+      waiting.push_back(c);
     }
   }
-  CHECK(refused == 3);
   CHECK(waiting.size() == 3);
 
   // Meanwhile an honest client reads by RPC, and writes with direct writes (refused while
@@ -411,9 +410,10 @@ TEST_CASE("starvation: direct writes whose data never comes hold neither the ser
   // their 10 s timeout, and the threads they held serve again.
   t0 = Clock::now();
   close(engine_fd);
-  for (int fd : waiting) {
-    CHECK(reply_status(fd, 5000) == ODAFS_ERR_NOTSUPP);
-    close(fd);
+  for (RawCall& c : waiting) {
+    CHECK(eventually([&] { return c.status() != -1; }));
+    CHECK(c.status() == ODAFS_ERR_NOTSUPP);
+    close(c.fd);
   }
   double freed_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   MESSAGE("stuck direct writes: answered " << freed_ms

@@ -25,8 +25,6 @@ extern char** environ;
 namespace odafs::test {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 const char* mount_binary() {
 #ifdef ODAFS_MOUNT_PATH
   return ODAFS_MOUNT_PATH;
@@ -88,19 +86,6 @@ std::string decide() {
     return "not root, and fusermount3 is not setuid: cannot mount FUSE file systems";
   }
   return "";
-}
-
-// Waits up to `bound` for pid to exit; its wait status, or -1 (still running).
-int wait_exit(pid_t pid, std::chrono::milliseconds bound) {
-  auto deadline = Clock::now() + bound;
-  int status = 0;
-  for (;;) {
-    pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) return status;
-    if (r < 0 && errno != EINTR) return 0;  // not our child any more
-    if (Clock::now() >= deadline) return -1;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
 }
 
 }  // namespace
@@ -193,19 +178,22 @@ MountProcess::MountProcess(std::string url, std::string mountpoint,
     pid_ = -1;
     throw std::runtime_error(std::string("cannot start odafs-mount: ") + std::strerror(rc));
   }
-  auto deadline = Clock::now() + std::chrono::seconds(10);
-  while (!is_odafs_mounted(mountpoint_)) {
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      throw std::runtime_error("odafs-mount exited before mounting: " + stderr_text());
-    }
-    if (Clock::now() >= deadline) {
-      std::string text = stderr_text();
-      unmount();
-      throw std::runtime_error("odafs-mount did not mount within 10 s: " + text);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  bool exited = false;
+  const bool mounted = eventually(
+      [&] {
+        int status = 0;
+        exited = waitpid(pid_, &status, WNOHANG) == pid_;
+        return exited || is_odafs_mounted(mountpoint_);
+      },
+      10);
+  if (exited) {
+    pid_ = -1;
+    throw std::runtime_error("odafs-mount exited before mounting: " + stderr_text());
+  }
+  if (!mounted) {
+    std::string text = stderr_text();
+    unmount();
+    throw std::runtime_error("odafs-mount did not mount within 10 s: " + text);
   }
 }
 

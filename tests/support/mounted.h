@@ -71,6 +71,17 @@ inline std::set<std::string> list(const std::string& dir) {
   return names;
 }
 
+// Waits up to `bound` for child pid to exit; its wait status, or -1 when it had to be
+// killed (a hang).
+inline int wait_child(pid_t pid, std::chrono::milliseconds bound) {
+  const int status = wait_exit(pid, bound);
+  if (status == -1) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  return status;
+}
+
 // Runs fn in a child process and waits up to `bound` for it; returns its exit code, or -1
 // if it had to be killed (a hang) or died of a signal. fn must use system calls only (the
 // child of a process with threads).
@@ -78,17 +89,8 @@ template <class Fn>
 int in_child(std::chrono::milliseconds bound, Fn&& fn) {
   pid_t pid = fork();
   if (pid == 0) _exit(fn());
-  auto deadline = std::chrono::steady_clock::now() + bound;
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) != pid) {
-    if (std::chrono::steady_clock::now() >= deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const int status = wait_child(pid, bound);
+  return status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 // Why a test that needs FUSE and root cannot run here ("" when it can).

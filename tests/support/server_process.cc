@@ -154,6 +154,7 @@ void ServerProcess::start() {
       ::kill(pid, SIGKILL);
       waitpid(pid, nullptr, 0);
     }
+    // Pacing the retries: the old port is let go in its own time, and nothing to watch says when.
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   posix_spawn_file_actions_destroy(&fa);
@@ -165,17 +166,11 @@ void ServerProcess::start() {
 int ServerProcess::stop() {
   if (pid_ <= 0) return 0;
   ::kill(pid_, SIGTERM);
-  int status = 0;
-  for (int i = 0; i < 1000; ++i) {
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      note_exit(pid_, status);
-      pid_ = -1;
-      return status;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  int status = wait_exit(pid_, std::chrono::seconds(10));
+  if (status == -1) {
+    ::kill(pid_, SIGKILL);
+    waitpid(pid_, &status, 0);
   }
-  ::kill(pid_, SIGKILL);
-  waitpid(pid_, &status, 0);
   note_exit(pid_, status);
   pid_ = -1;
   return status;

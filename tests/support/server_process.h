@@ -2,6 +2,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <sys/wait.h>
 
 #include <cerrno>
 #include <chrono>
@@ -99,18 +100,35 @@ inline int failed_with(bool failed) { return failed ? errno : 0; }
 // Deterministic pseudo-random bytes.
 std::string pattern(size_t len, uint64_t seed);
 
-// Polls pred every 10 ms for up to `seconds`; whether it came true. For what another
-// process or a client's own thread does in its own time.
+// Polls pred every `every` (10 ms unless told) for up to `seconds`; whether it came true.
+// For what another process or a client's own thread does in its own time: every wait of
+// the tests goes through here. A shorter `every` for a state that passes quickly.
 template <class Pred>
-bool eventually(Pred&& pred, double seconds = 5.0) {
+bool eventually(Pred&& pred, double seconds = 5.0,
+                std::chrono::microseconds every = std::chrono::milliseconds(10)) {
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(seconds));
   while (!pred()) {
     if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(every);
   }
   return true;
+}
+
+// Waits up to `bound` for child pid to exit: its wait status, or -1 while it still runs
+// (0 when pid is no child of this process).
+inline int wait_exit(pid_t pid, std::chrono::milliseconds bound) {
+  int status = -1;
+  eventually(
+      [&] {
+        const pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) return true;
+        status = r < 0 && errno != EINTR ? 0 : -1;
+        return status == 0;
+      },
+      std::chrono::duration<double>(bound).count());
+  return status;
 }
 
 }  // namespace odafs::test
