@@ -34,6 +34,7 @@ using odafs::test::connect_from;
 using odafs::test::count_closed;
 using odafs::test::cpu_seconds;
 using odafs::test::ensure_fd_limit;
+using odafs::test::eventually;
 using odafs::test::open_fds;
 using odafs::test::pattern;
 using odafs::test::rss_kib;
@@ -112,6 +113,7 @@ TEST_CASE(
     if (fd >= 0) flood.push_back(fd);
   }
   double cpu_before = cpu_seconds(server.pid());
+  // Time passing is what is measured: the server's CPU over 2 s of standing flood.
   std::this_thread::sleep_for(std::chrono::seconds(2));
   double cpu_used = cpu_seconds(server.pid()) - cpu_before;
   // The old accept loop retried EMFILE at once, forever: more than a core while flooded.
@@ -175,10 +177,12 @@ TEST_CASE(
   // The idle ones are closed after about the timeout.
   CHECK(count_closed(hog, 4000) == hog.size());
   close_all(hog);
+  // Lets the 1 s idle timeout under test run out on this client's own connection.
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   // This client's connection went idle and was closed too: its next calls reconnect.
   CHECK(f.pread(buf.data(), 100, 0) == 100);
   File w = fs->open("new", O_RDWR | O_CREAT);
+  // Lets the idle timeout close the connection under an open file: its write reconnects.
   std::this_thread::sleep_for(std::chrono::milliseconds(2000));
   CHECK(w.pwrite("hello", 5, 0) == 5);
   CHECK(fs->stat("new").size == 5);
@@ -236,7 +240,15 @@ TEST_CASE(
     if (fd >= 0) silent.push_back(fd);
   }
   CHECK(silent.size() > 1500);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  {
+    // RSS is sampled once the engine has taken every connection (kept or refused). An RPC
+    // mount only: its engine connection would be lazy anyway.
+    auto probe = Client::mount(server.url());
+    CHECK(eventually([&] {
+      return stat_of(*probe, "engine.connections") + stat_of(*probe, "engine.refused") >=
+             silent.size();
+    }));
+  }
   size_t rss_during = rss_kib(server.pid());
   // 2000 connections with a 64 KiB buffer each would be 125 MiB.
   CHECK(rss_during < rss_before + 16 * 1024);

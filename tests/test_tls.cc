@@ -452,6 +452,8 @@ TEST_CASE("SIGHUP reloads the certificate: new connections get the new one, old 
   std::filesystem::copy_file(pem("server.key"), key,
                              std::filesystem::copy_options::overwrite_existing);
   REQUIRE(kill(server.pid(), SIGHUP) == 0);
+  // A negative check: a reload that fails changes nothing a client can see (that is the
+  // point), so no event says it has run; 300 ms is long past its time (~20 ms) here.
   usleep(300 * 1000);
   CHECK(mount_error(server.url(), tls_options()).find("certificate verify failed") !=
         std::string::npos);

@@ -190,9 +190,7 @@ size_t take_records(std::string* buffer) {
   size_t n = 0;
   size_t pos = 0;
   while (buffer->size() - pos >= 4) {
-    uint32_t mark;
-    std::memcpy(&mark, buffer->data() + pos, 4);
-    size_t len = ntohl(mark) & 0x7fffffffu;
+    const size_t len = rpc::read_record_mark(buffer->data() + pos).length;
     if (buffer->size() - pos - 4 < len) break;
     pos += 4 + len;
     ++n;  // every reply is one fragment
