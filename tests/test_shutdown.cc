@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,6 +49,33 @@ void check_prompt_stop(ServerProcess& server) {
   CHECK(took < kStopBound);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+}
+
+// A child process holding a write delegation on "f" with bytes kept unsent, stopped
+// (SIGSTOP) so that it answers no recall and reclaims nothing.
+pid_t stopped_write_holder(const ServerProcess& server) {
+  pid_t holder = odafs::test::holder_process(server.url(), "f", [](Client& c) {
+    File f = c.open("f", O_RDWR);
+    f.pwrite("held", 4, 0);
+    f.close();
+  });
+  REQUIRE(odafs::test::stop_child(holder));
+  return holder;
+}
+
+void kill_and_reap(pid_t child) {
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+}
+
+// Runs calls on a thread of its own; the server going away under them is expected.
+std::thread calling(std::function<void()> calls) {
+  return std::thread([calls = std::move(calls)] {
+    try {
+      calls();
+    } catch (const odafs::Error&) {
+    }
+  });
 }
 
 // A client that gives up quickly once its server is gone: the test's own threads end soon
@@ -113,55 +141,33 @@ TEST_CASE("SIGTERM with direct writes waiting for data their client never sends"
 TEST_CASE("SIGTERM while a recall waits on a write-delegation holder that is stopped") {
   TempDir dir;
   ServerProcess server(dir.path(), {"--lease-ms", "30000"});
-  pid_t holder = odafs::test::holder_process(server.url(), "f", [](Client& c) {
-    File f = c.open("f", O_RDWR);
-    f.pwrite("held", 4, 0);
-    f.close();
-  });
-  REQUIRE(odafs::test::stop_child(holder));
+  pid_t holder = stopped_write_holder(server);
   auto b = Client::mount(server.url(), impatient());
   // b's open recalls the holder's delegation and waits (DELAY, retried) for a return that
   // never comes before the 30 s lease ends.
-  std::thread opener([&] {
-    try {
-      File f = b->open("f", O_RDONLY);
-    } catch (const odafs::Error&) {
-      // the server went away under it: expected
-    }
-  });
+  std::thread opener = calling([&] { b->open("f", O_RDONLY); });
   REQUIRE(eventually([&] { return server_stat(*b, "delegations.recalled") >= 1; }));
   check_prompt_stop(server);
   opener.join();
-  kill(holder, SIGKILL);
-  waitpid(holder, nullptr, 0);
+  kill_and_reap(holder);
 }
 
 TEST_CASE("SIGTERM in the grace period, with a client that kept bytes not yet back") {
   TempDir dir;
   ServerProcess server(dir.path(), {"--grace-ms", "60000"});
-  // A child keeps bytes under a write delegation and is stopped: after the restart the
-  // server waits for its reclaim for the whole grace period.
-  pid_t holder = odafs::test::holder_process(server.url(), "f", [](Client& c) {
-    File f = c.open("f", O_RDWR);
-    f.pwrite("held", 4, 0);
-    f.close();
-  });
-  REQUIRE(odafs::test::stop_child(holder));
+  // The stopped holder keeps bytes under a write delegation: after the restart the server
+  // waits for its reclaim for the whole grace period.
+  pid_t holder = stopped_write_holder(server);
   server.restart();
   auto b = Client::mount(server.url(), impatient());
-  std::thread writer([&] {
-    try {
-      File f = b->open("f", O_RDWR);  // waits for the grace period: the holder may reclaim
-      f.pwrite("b", 1, 0);
-    } catch (const odafs::Error&) {
-      // the server went away under it: expected
-    }
+  std::thread writer = calling([&] {
+    File f = b->open("f", O_RDWR);  // waits for the grace period: the holder may reclaim
+    f.pwrite("b", 1, 0);
   });
   REQUIRE(eventually([&] { return server_stat(*b, "recovery.in_grace") == 1; }));
   check_prompt_stop(server);
   writer.join();
-  kill(holder, SIGKILL);
-  waitpid(holder, nullptr, 0);
+  kill_and_reap(holder);
 }
 
 TEST_CASE("SIGTERM with stable writes queued behind a slow disk") {
@@ -172,19 +178,15 @@ TEST_CASE("SIGTERM with stable writes queued behind a slow disk") {
   std::vector<std::thread> writers;
   std::atomic<int> started{0};
   for (int i = 0; i < 4; ++i) {
-    writers.emplace_back([&, i] {
-      try {
-        File f = c->open("w" + std::to_string(i), O_RDWR | O_CREAT, 0644);
-        std::string block(64 * 1024, 'w');
-        ++started;
-        for (int k = 0; k < 50; ++k) {
-          f.pwrite(block.data(), block.size(), k * block.size());
-          f.fsync();
-        }
-      } catch (const odafs::Error&) {
-        // the server went away under it: expected
+    writers.push_back(calling([&, i] {
+      File f = c->open("w" + std::to_string(i), O_RDWR | O_CREAT, 0644);
+      std::string block(64 * 1024, 'w');
+      ++started;
+      for (int k = 0; k < 50; ++k) {
+        f.pwrite(block.data(), block.size(), k * block.size());
+        f.fsync();
       }
-    });
+    }));
   }
   REQUIRE(eventually([&] { return started.load() == 4; }));
   REQUIRE(eventually([&] { return server_stat(*c, "io.bytes_written") >= 64 * 1024; }));
@@ -200,15 +202,11 @@ TEST_CASE("a stop that overruns --stop-timeout-ms ends anyway, with its own exit
       dir.path(), {"--slow-writes", "1000000", "--no-delegations", "--stop-timeout-ms", "300"});
   auto c = Client::mount(server.url(), impatient());
   std::atomic<bool> writing{false};
-  std::thread writer([&] {
-    try {
-      File f = c->open("w", O_RDWR | O_CREAT, 0644);
-      std::string block(4096, 'w');
-      writing = true;
-      for (int k = 0; k < 10; ++k) f.pwrite(block.data(), block.size(), k * block.size());
-    } catch (const odafs::Error&) {
-      // the server went away under it: expected
-    }
+  std::thread writer = calling([&] {
+    File f = c->open("w", O_RDWR | O_CREAT, 0644);
+    std::string block(4096, 'w');
+    writing = true;
+    for (int k = 0; k < 10; ++k) f.pwrite(block.data(), block.size(), k * block.size());
   });
   REQUIRE(eventually([&] { return writing.load(); }));
   // The first write is under way once its file is no longer empty (its first half landed).
