@@ -202,9 +202,13 @@ class FileService {
   // delegations. False: answer DELAY.
   bool settle_for_open(const Node& node, const struct stat& st, uint32_t access,
                        uint64_t connection);
-  // The offset below which a write delegation granted now on file (of attributes st) may
-  // keep bytes unsent past a close: 0 unless the file system has room.
-  uint64_t space_limit(const Object& file, const struct stat& st) const;
+  // The offset below which the write delegation granted now on node (open as `open`, of
+  // attributes st) may keep bytes unsent past a close: the end of the space reserved for
+  // them now, 0 when none could be (docs/protocol.md, "Open delegations").
+  uint64_t space_limit(const OpenNode& open, const struct stat& st);
+  // A write delegation on node ended: the space reserved for it and not written goes back
+  // (Delegations::WriteEndedFn). REQUIRES: no Node::data_lock held by this thread.
+  void release_space(const NodeRef& node);
   // Answers OPEN or CREATE (an open_res) for node, opened with `access` by the caller `as`
   // acts for: its handle, attributes and, on a regular file, a delegation when one can be
   // granted. st: node's attributes, refreshed after a grant.

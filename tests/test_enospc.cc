@@ -1,7 +1,10 @@
 // Integration: an export on a file system that fills up. odafsd exports a 1 MiB tmpfs; a
 // client fills it until a write fails. The failure must reach the writer as ENOSPC (on the
 // RPC and the direct write path), nothing written before may change, the server must keep
-// serving everyone, and freeing space must make writes work again.
+// serving everyone, and freeing space must make writes work again. And the space a write
+// delegation promises (open_ok.space_limit) is held: a file whose writes and close all
+// succeeded is whole on the disk, through the library and through odafs-mount, however
+// full later files make it.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -19,6 +22,7 @@
 
 #include "client/client.h"
 #include "tests/support/client_util.h"
+#include "tests/support/mount_process.h"
 #include "tests/support/server_process.h"
 #include "tests/support/tmpfs.h"
 
@@ -45,6 +49,33 @@ std::pair<int, std::string> error_of(const std::function<void()>& fn) {
     return {e.errno_value(), e.what()};
   }
   return {0, ""};
+}
+
+// Why a test of a full export through odafs-mount cannot run here ("" when it can).
+const char* full_mount_skip() {
+  if (*tmpfs_skip_reason() != '\0') return tmpfs_skip_reason();
+  return odafs::test::fuse_available() ? "" : odafs::test::fuse_skip_description();
+}
+
+// Writes `bytes` to a new file at path as `head -c 1M src > path` does: open, write()s of
+// 8 KiB, close, every return checked. True when all succeeded; *err is the first errno.
+bool write_like_head(const std::string& path, const std::string& bytes, int* err) {
+  *err = 0;
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    *err = errno;
+    return false;
+  }
+  for (size_t done = 0; done < bytes.size() && *err == 0;) {
+    const ssize_t n = ::write(fd, bytes.data() + done, std::min<size_t>(8192, bytes.size() - done));
+    if (n <= 0) {
+      *err = n < 0 ? errno : EIO;
+    } else {
+      done += static_cast<size_t>(n);
+    }
+  }
+  if (::close(fd) != 0 && *err == 0) *err = errno;
+  return *err == 0;
 }
 
 }  // namespace
@@ -152,5 +183,94 @@ TEST_CASE(
   CHECK(read_all(*late, "g", more.size() + 1) == more);
   for (const char* kept : {"b", "c", "d/e"}) {
     CHECK(read_local(root + "/" + kept) == before[kept]);
+  }
+}
+
+TEST_CASE(
+    "a full export: a file whose writes and close succeeded through the library is whole on "
+    "the disk, however full later files make it" *
+    doctest::skip(*tmpfs_skip_reason() != '\0') * doctest::description(tmpfs_skip_reason())) {
+  TempDir dir;
+  Tmpfs fs_guard(dir / "export", "size=8m");
+  REQUIRE(fs_guard.mounted);
+  const std::string root = fs_guard.dir;
+  ServerProcess server(root);
+  std::vector<std::string> acked;  // names whose pwrites and close succeeded
+  int failed = 0;
+  {
+    auto client = Client::mount(server.url());
+    for (int i = 0; i < 12; ++i) {
+      const std::string name = "f" + std::to_string(i);
+      const std::string bytes = pattern(1 << 20, static_cast<uint64_t>(i));
+      size_t written = 0;  // pwrite throws when it fails, and never writes short
+      auto [err, message] = error_of([&] {
+        File f = client->open(name, O_RDWR | O_CREAT | O_TRUNC, 0644);
+        for (size_t off = 0; off < bytes.size(); off += kChunk) {
+          written += f.pwrite(bytes.data() + off, kChunk, off);
+        }
+        f.close();
+      });
+      if (err == 0) CHECK(written == bytes.size());
+      if (err == 0) {
+        acked.push_back(name);
+      } else {
+        ++failed;
+        CHECK_MESSAGE(err == ENOSPC, message);
+      }
+    }
+  }  // the client goes: what it kept is written back, and its delegations returned
+  CHECK(failed >= 1);
+  // The space reserved for the delegations and not written is free again: no file holds
+  // blocks past its end.
+  for (int i = 0; i < 12; ++i) {
+    struct stat st;
+    const std::string path = root + "/f" + std::to_string(i);
+    REQUIRE(::stat(path.c_str(), &st) == 0);
+    CAPTURE(path);
+    CHECK(static_cast<uint64_t>(st.st_blocks) * 512 <=
+          (static_cast<uint64_t>(st.st_size) + 4095) / 4096 * 4096);
+  }
+  for (const std::string& name : acked) {
+    CAPTURE(name);
+    const std::string on_disk = read_local(root + "/" + name);
+    CHECK(on_disk.size() == size_t{1} << 20);
+    CHECK((on_disk == pattern(1 << 20, static_cast<uint64_t>(std::stoi(name.substr(1))))));
+  }
+}
+
+TEST_CASE(
+    "a full export through odafs-mount: every file whose writes and close succeeded is whole "
+    "on the disk (write delegations keep bytes only in space the server holds)" *
+    doctest::skip(*full_mount_skip() != '\0') * doctest::description(full_mount_skip())) {
+  TempDir dir;
+  Tmpfs fs_guard(dir / "export", "size=20m");
+  REQUIRE(fs_guard.mounted);
+  const std::string root = fs_guard.dir;
+  ServerProcess server(root);
+  TempDir mnt;
+  odafs::test::MountProcess m(server.url(), mnt.path());  // default options
+
+  // 25 files of 1 MiB into 20 MiB: the last ones cannot fit.
+  constexpr int kFiles = 25;
+  std::vector<bool> acked(kFiles + 1, false);
+  int failed = 0;
+  for (int i = 1; i <= kFiles; ++i) {
+    int err = 0;
+    acked[i] = write_like_head(m / ("f" + std::to_string(i)),
+                               pattern(1 << 20, static_cast<uint64_t>(i)), &err);
+    if (!acked[i]) {
+      ++failed;
+      CHECK_MESSAGE((err == ENOSPC || err == EDQUOT), "f", i, ": ", strerror(err));
+    }
+  }
+  CHECK(failed >= 1);  // the disk did fill
+  // The unmount writes back whatever the mount still keeps; then the disk holds the truth.
+  m.unmount();
+  for (int i = 1; i <= kFiles; ++i) {
+    if (!acked[i]) continue;
+    CAPTURE(i);
+    const std::string on_disk = read_local(root + "/f" + std::to_string(i));
+    CHECK(on_disk.size() == size_t{1} << 20);
+    CHECK((on_disk == pattern(1 << 20, static_cast<uint64_t>(i))));
   }
 }
