@@ -51,6 +51,27 @@ std::pair<int, std::string> error_of(const std::function<void()>& fn) {
   return {0, ""};
 }
 
+// A tmpfs of `size` ("size=8m") exported by odafsd. REQUIRES: tmpfs_skip_reason() is "".
+struct SmallExport {
+  explicit SmallExport(const char* size) : fs(dir / "export", size), server(mounted(fs)) {}
+  const std::string& root() const { return fs.dir; }
+  static const std::string& mounted(const Tmpfs& t) {
+    REQUIRE(t.mounted);
+    return t.dir;
+  }
+  TempDir dir;
+  Tmpfs fs;
+  ServerProcess server;
+};
+
+// Checks that file `path` on the export's disk holds the MiB written from pattern seed.
+void check_whole_mib(const std::string& path, uint64_t seed) {
+  CAPTURE(path);
+  const std::string on_disk = read_local(path);
+  CHECK(on_disk.size() == size_t{1} << 20);
+  CHECK((on_disk == pattern(1 << 20, seed)));
+}
+
 // Why a test of a full export through odafs-mount cannot run here ("" when it can).
 const char* full_mount_skip() {
   if (*tmpfs_skip_reason() != '\0') return tmpfs_skip_reason();
@@ -190,15 +211,16 @@ TEST_CASE(
     "a full export: a file whose writes and close succeeded through the library is whole on "
     "the disk, however full later files make it" *
     doctest::skip(*tmpfs_skip_reason() != '\0') * doctest::description(tmpfs_skip_reason())) {
-  TempDir dir;
-  Tmpfs fs_guard(dir / "export", "size=8m");
-  REQUIRE(fs_guard.mounted);
-  const std::string root = fs_guard.dir;
-  ServerProcess server(root);
+  SmallExport exported("size=8m");
+  const std::string& root = exported.root();
   std::vector<std::string> acked;  // names whose pwrites and close succeeded
   int failed = 0;
   {
-    auto client = Client::mount(server.url());
+    auto client = Client::mount(exported.server.url());
+    // First a file far smaller than the space its write delegation holds.
+    File small = client->open("small", O_RDWR | O_CREAT, 0644);
+    CHECK(small.pwrite("tiny", 4, 0) == 4);
+    small.close();
     for (int i = 0; i < 12; ++i) {
       const std::string name = "f" + std::to_string(i);
       const std::string bytes = pattern(1 << 20, static_cast<uint64_t>(i));
@@ -222,19 +244,17 @@ TEST_CASE(
   CHECK(failed >= 1);
   // The space reserved for the delegations and not written is free again: no file holds
   // blocks past its end.
-  for (int i = 0; i < 12; ++i) {
+  CHECK(read_local(root + "/small") == "tiny");
+  for (int i = -1; i < 12; ++i) {
     struct stat st;
-    const std::string path = root + "/f" + std::to_string(i);
+    const std::string path = root + (i < 0 ? "/small" : "/f" + std::to_string(i));
     REQUIRE(::stat(path.c_str(), &st) == 0);
     CAPTURE(path);
     CHECK(static_cast<uint64_t>(st.st_blocks) * 512 <=
           (static_cast<uint64_t>(st.st_size) + 4095) / 4096 * 4096);
   }
   for (const std::string& name : acked) {
-    CAPTURE(name);
-    const std::string on_disk = read_local(root + "/" + name);
-    CHECK(on_disk.size() == size_t{1} << 20);
-    CHECK((on_disk == pattern(1 << 20, static_cast<uint64_t>(std::stoi(name.substr(1))))));
+    check_whole_mib(root + "/" + name, static_cast<uint64_t>(std::stoi(name.substr(1))));
   }
 }
 
@@ -242,13 +262,9 @@ TEST_CASE(
     "a full export through odafs-mount: every file whose writes and close succeeded is whole "
     "on the disk (write delegations keep bytes only in space the server holds)" *
     doctest::skip(*full_mount_skip() != '\0') * doctest::description(full_mount_skip())) {
-  TempDir dir;
-  Tmpfs fs_guard(dir / "export", "size=20m");
-  REQUIRE(fs_guard.mounted);
-  const std::string root = fs_guard.dir;
-  ServerProcess server(root);
+  SmallExport exported("size=20m");
   TempDir mnt;
-  odafs::test::MountProcess m(server.url(), mnt.path());  // default options
+  odafs::test::MountProcess m(exported.server.url(), mnt.path());  // default options
 
   // 25 files of 1 MiB into 20 MiB: the last ones cannot fit.
   constexpr int kFiles = 25;
@@ -267,10 +283,8 @@ TEST_CASE(
   // The unmount writes back whatever the mount still keeps; then the disk holds the truth.
   m.unmount();
   for (int i = 1; i <= kFiles; ++i) {
-    if (!acked[i]) continue;
-    CAPTURE(i);
-    const std::string on_disk = read_local(root + "/f" + std::to_string(i));
-    CHECK(on_disk.size() == size_t{1} << 20);
-    CHECK((on_disk == pattern(1 << 20, static_cast<uint64_t>(i))));
+    if (acked[i]) {
+      check_whole_mib(exported.root() + "/f" + std::to_string(i), static_cast<uint64_t>(i));
+    }
   }
 }
