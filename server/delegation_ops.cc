@@ -85,7 +85,7 @@ void FileService::reply_open(const rpc::CallContext& ctx, const IdentityScope& a
     } else if (g.id != 0) {
       res.open_res_u.ok.delegation = g.id;
       res.open_res_u.ok.delegation_kind = g.write ? ODAFS_DELEG_WRITE : ODAFS_DELEG_READ;
-      if (g.write) res.open_res_u.ok.space_limit = space_limit(*open, st);
+      if (g.write) res.open_res_u.ok.space_limit = space_limit(*open, &st);
       // Others' references to the file's blocks go: their one-sided reads would bypass
       // the recall a READ makes, and miss what the holder keeps unsent.
       if (g.new_write && st.st_size > 0) {
@@ -123,10 +123,10 @@ bool FileService::lease_for_delegation(const NodeRef& node) {
 // file between the two. And a release frees nothing while a write delegation on the file
 // is held (checked under the lock): its grant came before its reservation, so a release
 // either sees the holder, or runs wholly before the reservation takes the lock.
-uint64_t FileService::space_limit(const OpenNode& open, const struct stat& st) {
+uint64_t FileService::space_limit(const OpenNode& open, struct stat* st) {
   if (!store_->reserves_space()) return 0;
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (static_cast<uint64_t>(st.st_blocks) * 512 < size) return 0;  // sparse
+  const uint64_t size = static_cast<uint64_t>(st->st_size);
+  if (static_cast<uint64_t>(st->st_blocks) * 512 < size) return 0;  // sparse
   struct statvfs vfs;
   if (!store_->statfs(open.object(), &vfs).ok()) return 0;
   const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
@@ -136,6 +136,8 @@ uint64_t FileService::space_limit(const OpenNode& open, const struct stat& st) {
   // ENOSPC, EDQUOT: no room to promise; EOPNOTSUPP: a file system without fallocate. What a
   // failed reservation did allocate goes back when the delegation ends.
   if (!store_->reserve_space(open.object(), size, options_.max_io).ok()) return 0;
+  // The opener starts from the attributes after it (its change time moved).
+  (void)store_->stat(open.object(), st);
   return size + options_.max_io;
 }
 

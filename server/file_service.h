@@ -203,9 +203,9 @@ class FileService {
   bool settle_for_open(const Node& node, const struct stat& st, uint32_t access,
                        uint64_t connection);
   // The offset below which the write delegation granted now on node (open as `open`, of
-  // attributes st) may keep bytes unsent past a close: the end of the space reserved for
-  // them now, 0 when none could be (docs/protocol.md, "Open delegations").
-  uint64_t space_limit(const OpenNode& open, const struct stat& st);
+  // attributes *st, refreshed) may keep bytes unsent past a close: the end of the space
+  // reserved for them now, 0 when none could be (docs/protocol.md, "Open delegations").
+  uint64_t space_limit(const OpenNode& open, struct stat* st);
   // A write delegation on node ended: the space reserved for it and not written goes back
   // (Delegations::WriteEndedFn). REQUIRES: no Node::data_lock held by this thread.
   void release_space(const NodeRef& node);

@@ -389,11 +389,32 @@ Status PosixStore::truncate(const Object& file, uint64_t size) {
   return Status();
 }
 
-Status PosixStore::reserve_space(const Object& file, uint64_t offset, uint64_t len) {
-  if (::fallocate(fd_of(file), FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
-                  static_cast<off_t>(len)) != 0) {
-    return Status::from_errno("reserve space");
+namespace {
+
+// Space reserved or released changes no byte, but ext4 stamps both as a modification: the
+// modification time goes back to `before`'s (the change time cannot). As a caller who does
+// not own the file the time stays changed.
+void keep_mtime(int fd, const struct stat& before) {
+  struct stat after;
+  if (::fstat(fd, &after) != 0 || (after.st_mtim.tv_sec == before.st_mtim.tv_sec &&
+                                   after.st_mtim.tv_nsec == before.st_mtim.tv_nsec)) {
+    return;
   }
+  const timespec times[2] = {{0, UTIME_OMIT}, before.st_mtim};
+  (void)::futimens(fd, times);
+}
+
+}  // namespace
+
+Status PosixStore::reserve_space(const Object& file, uint64_t offset, uint64_t len) {
+  const int fd = fd_of(file);
+  struct stat before;
+  if (::fstat(fd, &before) != 0) return Status::from_errno("reserve space: fstat");
+  const int rc =
+      ::fallocate(fd, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset), static_cast<off_t>(len));
+  const int err = errno;
+  keep_mtime(fd, before);
+  if (rc != 0) return Status(err, std::string("reserve space: ") + strerror(err));
   return Status();
 }
 
@@ -407,16 +428,11 @@ Status PosixStore::release_space(const Object& file) {
   const uint64_t block = before.st_blksize > 0 ? static_cast<uint64_t>(before.st_blksize) : 4096;
   const uint64_t needed = (size + block - 1) / block * block;
   if (static_cast<uint64_t>(before.st_blocks) * 512 <= needed) return Status();
-  // A truncation to the size it has frees what lies past the end (ext4, XFS, tmpfs) and
-  // changes no byte; some file systems stamp it as a change: the modification time goes
-  // back to what it was (the change time cannot).
-  if (env_->ftruncate(fd, before.st_size) != 0) return Status::from_errno("release space");
-  struct stat after;
-  if (::fstat(fd, &after) == 0 && (after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
-                                   after.st_mtim.tv_nsec != before.st_mtim.tv_nsec)) {
-    const timespec times[2] = {{0, UTIME_OMIT}, before.st_mtim};
-    (void)::futimens(fd, times);  // as a caller who does not own the file: the time stays
-  }
+  // A truncation to the size it has frees what lies past the end (ext4, XFS, tmpfs).
+  const int rc = env_->ftruncate(fd, before.st_size);
+  const int err = errno;
+  keep_mtime(fd, before);
+  if (rc != 0) return Status(err, std::string("release space: ") + strerror(err));
   return Status();
 }
 
