@@ -7,6 +7,8 @@
 // full later files make it.
 #include <doctest/doctest.h>
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -282,9 +284,63 @@ TEST_CASE(
   CHECK(failed >= 1);  // the disk did fill
   // The unmount writes back whatever the mount still keeps; then the disk holds the truth.
   m.unmount();
+  INFO("odafs-mount said: ", m.stderr_text());
+  CHECK(m.stderr_text().find("ERROR") == std::string::npos);  // no write-back failed
   for (int i = 1; i <= kFiles; ++i) {
     if (acked[i]) {
       check_whole_mib(exported.root() + "/f" + std::to_string(i), static_cast<uint64_t>(i));
     }
   }
+}
+
+namespace {
+
+// Sets or clears a file's immutable attribute (chattr +i): writes to it fail with EPERM,
+// even through descriptors opened before. errno 0, or why it could not.
+int set_immutable(const std::string& path, bool on) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return errno;
+  int flags = 0;
+  int err = ::ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0 ? 0 : errno;
+  if (err == 0) {
+    flags = on ? (flags | FS_IMMUTABLE_FL) : (flags & ~FS_IMMUTABLE_FL);
+    if (::ioctl(fd, FS_IOC_SETFLAGS, &flags) != 0) err = errno;
+  }
+  ::close(fd);
+  return err;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a write-back that fails after the close that kept its bytes is logged naming the file "
+    "and the server" *
+    doctest::skip(!odafs::test::fuse_available()) *
+    doctest::description(odafs::test::fuse_available() ? ""
+                                                       : odafs::test::fuse_skip_description())) {
+  TempDir exported;
+  TempDir mnt;
+  ServerProcess server(exported.path());
+  odafs::test::MountProcess m(server.url(), mnt.path());
+  int err = 0;
+  REQUIRE(write_like_head(m / "precious", "kept by the mount\n", &err));  // kept past the close
+  const std::string local = exported / "precious";
+  if (int why = set_immutable(local, true); why != 0) {
+    MESSAGE("not checked: chattr +i on the export failed: ", strerror(why));
+    return;
+  }
+  struct Clear {  // the temporary directories must be removable, whatever fails below
+    std::string path;
+    ~Clear() { (void)set_immutable(path, false); }
+  } clear{local};
+  // The mount writes it back within delegated_write_back_ms (5 s); the server's write fails.
+  const std::string port = ":" + std::to_string(server.port());
+  CHECK(odafs::test::eventually(
+      [&] {
+        const std::string said = m.stderr_text();
+        return said.find("precious") != std::string::npos && said.find(port) != std::string::npos;
+      },
+      20));
+  INFO("odafs-mount said: ", m.stderr_text());
+  CHECK(m.stderr_text().find("ERROR") != std::string::npos);
 }
