@@ -83,14 +83,22 @@ odafs::rpc::CallerCred user(uint32_t uid, uint32_t gid) {
 
 // ---- the conformance suite: every check runs on each store ----
 
+// File "f", made in dir d with mode, opened to write; *st its attributes.
+Object new_file(Store& store, const Object& d, mode_t mode, struct stat* st) {
+  bool created = false;
+  bool writable = false;
+  Object f = must(store.create(d, "f", mode, true, st, &created, &writable), "create");
+  CHECK(created);
+  CHECK(writable);
+  return f;
+}
+
 void names_and_bytes(Store& store, const std::string& top) {
   Object d = fresh_dir(store, top);
   struct stat st;
   bool created = false;
   bool writable = false;
-  Object f = must(store.create(d, "f", 0640, true, &st, &created, &writable), "create");
-  CHECK(created);
-  CHECK(writable);
+  Object f = new_file(store, d, 0640, &st);
   CHECK(S_ISREG(st.st_mode));
   CHECK((st.st_mode & 07777) == 0640);  // no umask
   CHECK(must(store.write(f, "hello, store", 12, 0), "write") == 12);
@@ -305,9 +313,7 @@ std::string unique_top(const char* what) {
 void reserves_space(Store& store, const std::string& top) {
   Object d = fresh_dir(store, top);
   struct stat st;
-  bool created = false;
-  bool writable = false;
-  Object f = must(store.create(d, "f", 0644, true, &st, &created, &writable), "create");
+  Object f = new_file(store, d, 0644, &st);
   CHECK(must(store.write(f, "kept", 4, 0), "write") == 4);
   if (!store.reserves_space()) {
     CHECK(store.reserve_space(f, 4, 1 << 20).errno_value() == EOPNOTSUPP);
