@@ -23,7 +23,7 @@
 // that also lets a close skip its WRITE and COMMIT: the close leaves the file's SharedFile
 // (size, run written behind, unstable writes) in the entry (keep_open), so nothing is lost
 // when the last File goes. What is kept so is bounded in bytes (across the mount), in
-// offset (the server's space_limit: it saw room for them) and in time: the worker writes
+// offset (the server's space_limit: it holds the space for them) and in time: the worker writes
 // it back max_kept_ms after the close that kept it, keeping the delegation. Whenever the entry goes
 // (recalled, return_all: on the worker; this client's own change: on its thread, before the
 // change), the SharedFile first goes to write_back (send the run, COMMIT, re-send after a server
