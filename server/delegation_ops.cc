@@ -107,15 +107,15 @@ bool FileService::lease_for_delegation(const NodeRef& node) {
 }
 
 // The space rule. A write delegation's holder keeps unsent past a close at most one run,
-// under max_io bytes, and only below space_limit (client/delegations.h): the server holds
-// [size, size + max_io) for it at each grant (Store::reserve_space), so its write-back
-// cannot meet a disk that later files filled. A sparse file is promised nothing (a kept run
-// over a hole would need blocks the reservation does not hold), nor is anyone when the
-// store cannot reserve: every close then sends its bytes, and a full disk fails the
-// write(), fsync() or close() of the file that met it. A reservation lasts as long as its
-// delegation, so the server reserves only while the disk has room for two such runs per
-// write delegation held: what is reserved stays under about half of the free space, and
-// writers without a delegation still find room.
+// and only below space_limit (client/delegations.h): the server holds
+// [size, size + delegated_space) for it at each grant (Store::reserve_space), so its
+// write-back cannot meet a disk that later files filled. A sparse file is promised nothing (a kept
+// run over a hole would need blocks the reservation does not hold), nor is anyone when the store
+// cannot reserve: every close then sends its bytes, and a full disk fails the write(), fsync() or
+// close() of the file that met it. A reservation lasts as long as its delegation, so the server
+// reserves only while the disk has room for two such runs per write delegation held: what is
+// reserved stays under about half of the free space, and writers without a delegation still find
+// room.
 //
 // Reservations and their release are ordered by Node::data_lock held exclusively, as every
 // change of the file's size through the server is (write_through, truncate_file): the
@@ -130,15 +130,16 @@ uint64_t FileService::space_limit(const OpenNode& open, struct stat* st) {
   struct statvfs vfs;
   if (!store_->statfs(open.object(), &vfs).ok()) return 0;
   const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-  if (avail < 2 * (delegations_.writers() + 1) * uint64_t{options_.max_io}) return 0;
+  const uint64_t reserve = options_.delegated_space;
+  if (reserve == 0 || avail < 2 * (delegations_.writers() + 1) * reserve) return 0;
   if (!make_writable(open).ok()) return 0;
   std::unique_lock locked(open->data_lock);
   // ENOSPC, EDQUOT: no room to promise; EOPNOTSUPP: a file system without fallocate. What a
   // failed reservation did allocate goes back when the delegation ends.
-  if (!store_->reserve_space(open.object(), size, options_.max_io).ok()) return 0;
+  if (!store_->reserve_space(open.object(), size, reserve).ok()) return 0;
   // The opener starts from the attributes after it (its change time moved).
   (void)store_->stat(open.object(), st);
-  return size + options_.max_io;
+  return size + reserve;
 }
 
 void FileService::release_space(const NodeRef& node) {

@@ -42,6 +42,12 @@ class FileService {
     size_t cache_bytes = 64u << 20;
     uint32_t block_size = 8192;
     uint32_t max_io = 1u << 20;  // largest READ/WRITE payload
+    // Space reserved past a file's end for its write delegation's holder (space_limit: the
+    // size at the grant plus this). A holder keeps one run written behind past a close (64
+    // KiB, the client's MountOptions::write_behind_bytes); more would show in the file's
+    // bytes used while the delegation lasts, and fill more of a hole a writer leaves past
+    // it. A run that ends past the limit is sent by its close.
+    uint32_t delegated_space = 64u << 10;
     size_t max_nodes = 65536;
     // Descriptors the node table keeps open, at most half of RLIMIT_NOFILE (see NodeTable).
     size_t max_open_files = kDefaultMaxOpenFiles;
