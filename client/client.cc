@@ -279,11 +279,16 @@ Result<std::shared_ptr<const MountState>> Client::remount() {
   // The worker writes back on this mount only (m outlives its Delegations' worker).
   const MountState* mount = m.get();
   m->delegations = std::make_shared<Delegations>(
-      m->channel.get(), m->cache.get(), options_.delegated_bytes, options_.delegated_write_back_ms,
+      m->channel.get(), m->cache.get(), server_name(), options_.delegated_bytes,
+      options_.delegated_write_back_ms,
       [this, mount](const Handle& fh, const OpenFiles::Ref& kept) -> Result<bool> {
         OpenFiles::Ref sf = kept ? kept : open_files_.find(cache_key(fh));
         if (!sf) return false;
-        return write_back(*mount, fh, *sf);
+        Result<bool> wrote = write_back(*mount, fh, *sf);
+        if (wrote.ok()) return wrote;
+        // What the Delegations log names the file and the server.
+        return Status(wrote.errno_value(),
+                      sf->path + " on " + server_name() + ": " + wrote.status().message());
       },
       [this](const Handle& fh, OpenFiles::Ref& sf) { open_files_.release(cache_key(fh), sf); },
       [this] { reconnect_soon(); },

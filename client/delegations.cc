@@ -16,11 +16,12 @@
 
 namespace odafs {
 
-Delegations::Delegations(rpc::Channel* channel, ClientCache* cache, size_t max_kept_bytes,
-                         int max_kept_ms, WriteBack write_back, Release release,
-                         ConnectionLost connection_lost, Adopt adopt)
+Delegations::Delegations(rpc::Channel* channel, ClientCache* cache, std::string server,
+                         size_t max_kept_bytes, int max_kept_ms, WriteBack write_back,
+                         Release release, ConnectionLost connection_lost, Adopt adopt)
     : channel_(channel),
       cache_(cache),
+      server_(std::move(server)),
       max_kept_bytes_(max_kept_bytes),
       max_kept_ns_(int64_t{max_kept_ms} * 1000000),
       write_back_(std::move(write_back)),
@@ -133,8 +134,9 @@ void Delegations::stop() {
     // is the only word of it.
     if (r.kept.use_count() <= 2 && unwritten(*r.kept)) {
       ODAFS_LOG_ERROR(
-          "odafs: writes kept under a write delegation were not written back before the "
-          "connection went (lost)");
+          "odafs: writes to %s on %s kept under a write delegation were not written back "
+          "before the connection went (lost)",
+          r.kept->path.c_str(), server_.c_str());
     }
     release_(r.fh, r.kept);
   }
@@ -462,8 +464,9 @@ void Delegations::give_back(Return& r) {
     ODAFS_LOG_DEBUG("odafs: returning a delegation failed: %s", called.to_string().c_str());
   } else if (wrote_back && res.status == ODAFS_ERR_INVAL) {
     ODAFS_LOG_WARN(
-        "odafs: a write delegation had expired before its writes were written back: "
-        "another client may have accessed the file without them");
+        "odafs: a write delegation on %s on %s had expired before its writes were written "
+        "back: another client may have accessed the file without them",
+        r.kept ? r.kept->path.c_str() : "a file open here", server_.c_str());
   }
   given_back(r.id);
 }

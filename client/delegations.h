@@ -23,7 +23,7 @@
 // that also lets a close skip its WRITE and COMMIT: the close leaves the file's SharedFile
 // (size, run written behind, unstable writes) in the entry (keep_open), so nothing is lost
 // when the last File goes. What is kept so is bounded in bytes (across the mount), in
-// offset (the server's space_limit: it saw room for them) and in time: the worker writes
+// offset (the server's space_limit: it holds the space for them) and in time: the worker writes
 // it back max_kept_ms after the close that kept it, keeping the delegation. Whenever the entry goes
 // (recalled, return_all: on the worker; this client's own change: on its thread, before the
 // change), the SharedFile first goes to write_back (send the run, COMMIT, re-send after a server
@@ -81,10 +81,13 @@ class Delegations {
   // would otherwise have no one to reclaim them). Runs on the thread that gave it back.
   using Adopt = std::function<void(Return&)>;
   // REQUIRES: channel and cache outlive stop() (MountState stops it before freeing them),
-  // and so do what write_back and release use. max_kept_bytes, max_kept_ms:
-  // MountOptions::delegated_bytes, delegated_write_back_ms.
-  Delegations(rpc::Channel* channel, ClientCache* cache, size_t max_kept_bytes, int max_kept_ms,
-              WriteBack write_back, Release release, ConnectionLost connection_lost, Adopt adopt);
+  // and so do what write_back and release use. server: the channel's server, as messages
+  // name it. max_kept_bytes, max_kept_ms: MountOptions::delegated_bytes,
+  // delegated_write_back_ms. write_back's failures name the file and the server (they are
+  // logged as they are).
+  Delegations(rpc::Channel* channel, ClientCache* cache, std::string server, size_t max_kept_bytes,
+              int max_kept_ms, WriteBack write_back, Release release,
+              ConnectionLost connection_lost, Adopt adopt);
   ~Delegations();
   Delegations(const Delegations&) = delete;
   Delegations& operator=(const Delegations&) = delete;
@@ -204,6 +207,7 @@ class Delegations {
 
   rpc::Channel* const channel_;
   ClientCache* const cache_;
+  const std::string server_;
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, Entry> by_name_;     // name_key -> entry
   std::unordered_map<uint64_t, uint64_t> by_file_;  // cache_key(fh) -> name_key

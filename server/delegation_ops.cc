@@ -9,6 +9,7 @@
 
 #include <cstring>
 
+#include "base/log.h"
 #include "base/setid.h"
 #include "proto/status.h"
 #include "rpc/message_header.h"
@@ -84,7 +85,7 @@ void FileService::reply_open(const rpc::CallContext& ctx, const IdentityScope& a
     } else if (g.id != 0) {
       res.open_res_u.ok.delegation = g.id;
       res.open_res_u.ok.delegation_kind = g.write ? ODAFS_DELEG_WRITE : ODAFS_DELEG_READ;
-      if (g.write) res.open_res_u.ok.space_limit = space_limit(open->object(), st);
+      if (g.write) res.open_res_u.ok.space_limit = space_limit(*open, &st);
       // Others' references to the file's blocks go: their one-sided reads would bypass
       // the recall a READ makes, and miss what the holder keeps unsent.
       if (g.new_write && st.st_size > 0) {
@@ -105,16 +106,51 @@ bool FileService::lease_for_delegation(const NodeRef& node) {
   return open && open->readable() && leases_.may_cache(*open);
 }
 
-uint64_t FileService::space_limit(const Object& file, const struct stat& st) const {
-  // Each write delegation's holder keeps at most one run written behind past a close,
-  // under max_io bytes: room for two such runs per delegation held, and the holder may
-  // keep one more run past the file's end. A soft promise (docs/protocol.md, "Open
-  // delegations"): the disk can still fill from elsewhere before the bytes come back.
+// The space rule. A write delegation's holder keeps unsent past a close at most one run,
+// and only below space_limit (client/delegations.h): the server holds
+// [size, size + delegated_space) for it at each grant (Store::reserve_space), so its
+// write-back cannot meet a disk that later files filled. A sparse file is promised nothing (a kept
+// run over a hole would need blocks the reservation does not hold), nor is anyone when the store
+// cannot reserve: every close then sends its bytes, and a full disk fails the write(), fsync() or
+// close() of the file that met it. A reservation lasts as long as its delegation, so the server
+// reserves only while the disk has room for two such runs per write delegation held: what is
+// reserved stays under about half of the free space, and writers without a delegation still find
+// room.
+//
+// Reservations and their release are ordered by Node::data_lock held exclusively, as every
+// change of the file's size through the server is (write_through, truncate_file): the
+// release reads the size and frees what lies past it with no write able to extend the
+// file between the two. And a release frees nothing while a write delegation on the file
+// is held (checked under the lock): its grant came before its reservation, so a release
+// either sees the holder, or runs wholly before the reservation takes the lock.
+uint64_t FileService::space_limit(const OpenNode& open, struct stat* st) {
+  if (!store_->reserves_space()) return 0;
+  const uint64_t size = static_cast<uint64_t>(st->st_size);
+  if (static_cast<uint64_t>(st->st_blocks) * 512 < size) return 0;  // sparse
   struct statvfs vfs;
-  if (!store_->statfs(file, &vfs).ok()) return 0;
+  if (!store_->statfs(open.object(), &vfs).ok()) return 0;
   const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-  const uint64_t need = 2 * (delegations_.writers() + 1) * uint64_t{options_.max_io};
-  return avail >= need ? static_cast<uint64_t>(st.st_size) + options_.max_io : 0;
+  const uint64_t reserve = options_.delegated_space;
+  if (reserve == 0 || avail < 2 * (delegations_.writers() + 1) * reserve) return 0;
+  if (!make_writable(open).ok()) return 0;
+  std::unique_lock locked(open->data_lock);
+  // ENOSPC, EDQUOT: no room to promise; EOPNOTSUPP: a file system without fallocate. What a
+  // failed reservation did allocate goes back when the delegation ends.
+  if (!store_->reserve_space(open.object(), size, reserve).ok()) return 0;
+  // The opener starts from the attributes after it (its change time moved).
+  (void)store_->stat(open.object(), st);
+  return size + reserve;
+}
+
+void FileService::release_space(const NodeRef& node) {
+  Result<OpenNode> open = nodes_.open(node);
+  if (!open) return;  // no descriptor to be had: freed at the file's truncation or removal
+  std::unique_lock locked(node->data_lock);
+  if (delegations_.write_held_on(node->id)) return;  // a new holder's space (the rule above)
+  if (Status s = store_->release_space(open->object()); !s.ok()) {
+    ODAFS_LOG_WARN_THROTTLED("delegations: giving back space held for a write delegation: %s",
+                             s.to_string().c_str());
+  }
 }
 
 void FileService::do_delegreturn(const rpc::CallContext& ctx, delegreturn_args& a, rpc::Reply& r) {

@@ -17,9 +17,12 @@ int64_t now_ms() {
 
 }  // namespace
 
-Delegations::Delegations(Options options, RecallFn send_recall)
-    : options_(options), send_recall_(std::move(send_recall)) {
+Delegations::Delegations(Options options, RecallFn send_recall, WriteEndedFn write_ended)
+    : options_(options),
+      send_recall_(std::move(send_recall)),
+      write_ended_(std::move(write_ended)) {
   changing_.reserve(64);
+  ended_.reserve(64);
 }
 
 Delegations::Change::~Change() {
@@ -119,6 +122,33 @@ void Delegations::uncount_locked(const Holder& h) {
   if (h.write) write_held_.fetch_sub(1, std::memory_order_relaxed);
 }
 
+void Delegations::remove_locked(uint64_t node, const Holder& h) {
+  uncount_locked(h);
+  if (!h.write || !write_ended_) return;
+  auto f = files_.find(node);
+  if (f == files_.end()) return;
+  ended_.push_back(f->second.node);
+  ended_count_.store(ended_.size(), std::memory_order_relaxed);
+}
+
+void Delegations::tell_ended_slow() {
+  thread_local std::vector<NodeRef> ended;
+  {
+    std::lock_guard lock(mu_);
+    ended.swap(ended_);
+    ended_count_.store(0, std::memory_order_relaxed);
+  }
+  for (const NodeRef& node : ended) write_ended_(node);
+  ended.clear();
+}
+
+bool Delegations::write_held_on(uint64_t node) const {
+  std::lock_guard lock(mu_);
+  auto f = files_.find(node);
+  return f != files_.end() && std::any_of(f->second.holders.begin(), f->second.holders.end(),
+                                          [](const Holder& h) { return h.write; });
+}
+
 size_t Delegations::sweep_locked(uint64_t node, uint64_t connection, bool writes_only, int64_t now,
                                  std::vector<Holder>* to_recall) {
   auto it = files_.find(node);
@@ -146,7 +176,7 @@ size_t Delegations::sweep_locked(uint64_t node, uint64_t connection, bool writes
         revoked_.emplace_back(node, h.connection);
         revoked_count_.store(revoked_.size(), std::memory_order_relaxed);
       }
-      uncount_locked(h);
+      remove_locked(node, h);
       holders[i] = holders.back();
       holders.pop_back();
       continue;
@@ -173,18 +203,20 @@ void Delegations::erase_if_empty_locked(uint64_t node) {
 }
 
 Delegations::Change Delegations::begin_change(uint64_t node, uint64_t connection) {
-  std::unique_lock lock(mu_);
-  // A change keeps a cooling file cool: no one takes a delegation on a file another is
-  // writing just to make the writer's next change wait. The clock only for a file that
-  // may be cooling.
-  if (node != 0 && options_.cooldown_ms > 0 && recalled_slot(node).node == node) {
-    keep_cool_locked(node, now_ms());
+  bool clear;
+  {
+    std::unique_lock lock(mu_);
+    // A change keeps a cooling file cool: no one takes a delegation on a file another is
+    // writing just to make the writer's next change wait. The clock only for a file that
+    // may be cooling.
+    if (node != 0 && options_.cooldown_ms > 0 && recalled_slot(node).node == node) {
+      keep_cool_locked(node, now_ms());
+    }
+    clear = wait_for_holders_locked(lock, node, connection, /*writes_only=*/false);
+    if (clear) changing_.push_back(node);
   }
-  if (!wait_for_holders_locked(lock, node, connection, /*writes_only=*/false)) {
-    return Change(nullptr, node);
-  }
-  changing_.push_back(node);
-  return Change(this, node);
+  tell_ended();
+  return clear ? Change(this, node) : Change(nullptr, node);
 }
 
 Delegations::Change Delegations::begin_change_without_waiting(uint64_t node) {
@@ -208,8 +240,13 @@ Delegations::Change Delegations::begin_change_without_waiting(uint64_t node) {
 }
 
 bool Delegations::await_writers_slow(uint64_t node, uint64_t connection) {
-  std::unique_lock lock(mu_);
-  return wait_for_holders_locked(lock, node, connection, /*writes_only=*/true);
+  bool clear;
+  {
+    std::unique_lock lock(mu_);
+    clear = wait_for_holders_locked(lock, node, connection, /*writes_only=*/true);
+  }
+  tell_ended();
+  return clear;
 }
 
 bool Delegations::wait_for_holders_locked(std::unique_lock<std::mutex>& lock, uint64_t node,
@@ -248,7 +285,7 @@ bool Delegations::wait_for_holders_locked(std::unique_lock<std::mutex>& lock, ui
           return x.connection == h.connection && x.id == h.id;
         });
         if (gone == holders.end()) continue;
-        uncount_locked(*gone);
+        remove_locked(node, *gone);
         holders.erase(gone);
         stats_.dropped.fetch_add(1, std::memory_order_relaxed);
       }
@@ -293,23 +330,27 @@ void Delegations::unrevoke_locked(uint64_t node, uint64_t connection) {
 }
 
 bool Delegations::returned(uint64_t node, uint64_t connection, uint64_t id) {
-  std::lock_guard lock(mu_);
-  unrevoke_locked(node, connection);
-  auto f = files_.find(node);
-  if (f == files_.end()) return false;
-  auto& holders = f->second.holders;
-  auto it = std::find_if(holders.begin(), holders.end(),
-                         [&](const Holder& h) { return h.connection == connection && h.id == id; });
-  if (it == holders.end()) {
-    // Renewed under another id (an OPEN crossed the return): still held, nothing lost.
-    return std::any_of(holders.begin(), holders.end(),
-                       [&](const Holder& h) { return h.connection == connection; });
+  {
+    std::lock_guard lock(mu_);
+    unrevoke_locked(node, connection);
+    auto f = files_.find(node);
+    if (f == files_.end()) return false;
+    auto& holders = f->second.holders;
+    auto it = std::find_if(holders.begin(), holders.end(), [&](const Holder& h) {
+      return h.connection == connection && h.id == id;
+    });
+    if (it == holders.end()) {
+      // Renewed under another id (an OPEN crossed the return): still held, nothing lost.
+      return std::any_of(holders.begin(), holders.end(),
+                         [&](const Holder& h) { return h.connection == connection; });
+    }
+    remove_locked(node, *it);
+    holders.erase(it);
+    stats_.returned.fetch_add(1, std::memory_order_relaxed);
+    erase_if_empty_locked(node);
+    changed_.notify_all();
   }
-  uncount_locked(*it);
-  holders.erase(it);
-  stats_.returned.fetch_add(1, std::memory_order_relaxed);
-  erase_if_empty_locked(node);
-  changed_.notify_all();
+  tell_ended();
   return true;
 }
 
@@ -320,24 +361,29 @@ void Delegations::stop_serving() {
 }
 
 void Delegations::connection_closed(uint64_t connection) {
-  std::lock_guard lock(mu_);
-  if (stopping_) return;  // the server is going: its delegations stay in force to the end
-  unrevoke_locked(0, connection);
-  if (per_connection_.find(connection) == per_connection_.end()) return;
-  for (auto f = files_.begin(); f != files_.end();) {
-    auto& holders = f->second.holders;
-    size_t before = holders.size();
-    std::erase_if(holders, [&](const Holder& h) {
-      if (h.connection == connection && h.write) {
-        write_held_.fetch_sub(1, std::memory_order_relaxed);
-      }
-      return h.connection == connection;
-    });
-    stats_.dropped.fetch_add(before - holders.size(), std::memory_order_relaxed);
-    f = holders.empty() ? files_.erase(f) : std::next(f);
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;  // the server is going: its delegations stay in force to the end
+    unrevoke_locked(0, connection);
+    if (per_connection_.find(connection) == per_connection_.end()) return;
+    for (auto f = files_.begin(); f != files_.end();) {
+      auto& holders = f->second.holders;
+      size_t before = holders.size();
+      std::erase_if(holders, [&](const Holder& h) {
+        if (h.connection == connection && h.write) {
+          write_held_.fetch_sub(1, std::memory_order_relaxed);
+          if (write_ended_) ended_.push_back(f->second.node);
+        }
+        return h.connection == connection;
+      });
+      stats_.dropped.fetch_add(before - holders.size(), std::memory_order_relaxed);
+      f = holders.empty() ? files_.erase(f) : std::next(f);
+    }
+    ended_count_.store(ended_.size(), std::memory_order_relaxed);
+    per_connection_.erase(connection);
+    changed_.notify_all();
   }
-  per_connection_.erase(connection);
-  changed_.notify_all();
+  tell_ended();
 }
 
 void Delegations::file_gone(uint64_t node) {

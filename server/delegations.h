@@ -18,8 +18,14 @@
 // recalls only write delegations and costs one relaxed load while none exists anywhere.
 // A client's own accesses never conflict with its own delegation.
 //
-// Thread-safety: every member function is thread-safe. The recall sender is called
-// without the table's lock held.
+// A write delegation may hold space in the store for its holder's kept bytes (the
+// FileService's: docs/protocol.md, "Open delegations"): when one ends (returned, expired,
+// dropped with its connection, but not with its file) the table tells write_ended, from
+// whichever call of begin_change, await_writers, returned or connection_closed comes next
+// (often the one that ended it), so that the space it did not use is given back.
+//
+// Thread-safety: every member function is thread-safe. The recall sender and write_ended
+// are called without the table's lock held.
 #pragma once
 
 #include <array>
@@ -64,8 +70,12 @@ class Delegations {
   // Sends CB_RECALL of delegation `id` on file `fh` to `connection`; false if that
   // connection is gone.
   using RecallFn = std::function<bool(uint64_t connection, const WireHandle& fh, uint64_t id)>;
+  // A write delegation on `node` ended. Called with no lock of the table's held, on the
+  // thread of a begin_change, await_writers, returned or connection_closed (none of them
+  // called with a file's Node::data_lock held), never of begin_change_without_waiting.
+  using WriteEndedFn = std::function<void(const NodeRef& node)>;
 
-  Delegations(Options options, RecallFn send_recall);
+  Delegations(Options options, RecallFn send_recall, WriteEndedFn write_ended = {});
 
   struct Grant {
     uint64_t id = 0;  // 0: none granted
@@ -125,6 +135,8 @@ class Delegations {
   bool writers_out() const { return write_held_.load(std::memory_order_relaxed) != 0; }
   // How many write delegations are held (on all files).
   size_t writers() const { return write_held_.load(std::memory_order_relaxed); }
+  // Whether some connection holds a write delegation on `node` now.
+  bool write_held_on(uint64_t node) const;
 
   // Whether `connection`'s write delegation on `node` was taken back from it (its lease
   // ran out after a recall) and the connection has not given it back since. Its writes to
@@ -196,14 +208,28 @@ class Delegations {
   void uncount_locked(const Holder& h);
   void erase_if_empty_locked(uint64_t node);
   void end_change(uint64_t node);
+  // Holder h of `node` leaves the table: uncount_locked, and a write one's end is noted for
+  // write_ended. REQUIRES: mu_ held; node still in files_.
+  void remove_locked(uint64_t node, const Holder& h);
+  // Calls write_ended for the write delegations ended since the last call. One relaxed
+  // load when none did. REQUIRES: mu_ not held.
+  void tell_ended() {
+    if (ended_count_.load(std::memory_order_relaxed) != 0) tell_ended_slow();
+  }
+  void tell_ended_slow();
 
   const Options options_;
   const RecallFn send_recall_;
+  const WriteEndedFn write_ended_;
   mutable std::mutex mu_;
   std::condition_variable changed_;                      // a return, a drop or an expiry
   std::unordered_map<uint64_t, FileState> files_;        // by node id
   std::unordered_map<uint64_t, size_t> per_connection_;  // delegations held
   std::atomic<size_t> write_held_{0};  // write holders in files_ (written under mu_)
+  // Files whose write delegations ended, for write_ended (capacity kept: no allocation once
+  // grown). Guarded by mu_; ended_count_ its size, for the lock-free check.
+  std::vector<NodeRef> ended_;
+  std::atomic<size_t> ended_count_{0};
   uint64_t next_id_ = 1;
   int waiters_ = 0;
   bool stopping_ = false;           // stop_serving was called; guarded by mu_

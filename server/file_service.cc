@@ -62,13 +62,17 @@ FileService::FileService(Options options, CpuAccounting* cpu)
       nodes_(*store_, options_.max_nodes, options_.max_open_files,
              options_.handle_key ? &*options_.handle_key : nullptr),
       cache_(cache::BlockCache::Options{options_.cache_bytes, options_.block_size}),
-      delegations_(Delegations::Options{.lease_ms = options_.lease_ms,
-                                        .wait_ms = std::min(options_.lease_ms, 1000),
-                                        .max_waiters = options_.max_delegation_waiters,
-                                        .cooldown_ms = options_.lease_ms},
-                   [this](uint64_t connection, const WireHandle& fh, uint64_t id) {
-                     return send_recall(connection, fh, id);
-                   }),
+      delegations_(
+          Delegations::Options{.lease_ms = options_.lease_ms,
+                               .wait_ms = std::min(options_.lease_ms, 1000),
+                               .max_waiters = options_.max_delegation_waiters,
+                               .cooldown_ms = options_.lease_ms},
+          [this](uint64_t connection, const WireHandle& fh, uint64_t id) {
+            return send_recall(connection, fh, id);
+          },
+          store_->reserves_space()
+              ? Delegations::WriteEndedFn([this](const NodeRef& n) { release_space(n); })
+              : nullptr),
       recovery_(Recovery::Options{options_.recovery_record, options_.grace_ms,
                                   options_.recovery_max_owners}),
       leases_(

@@ -42,6 +42,12 @@ class FileService {
     size_t cache_bytes = 64u << 20;
     uint32_t block_size = 8192;
     uint32_t max_io = 1u << 20;  // largest READ/WRITE payload
+    // Space reserved past a file's end for its write delegation's holder (space_limit: the
+    // size at the grant plus this). A holder keeps one run written behind past a close (64
+    // KiB, the client's MountOptions::write_behind_bytes); more would show in the file's
+    // bytes used while the delegation lasts, and fill more of a hole a writer leaves past
+    // it. A run that ends past the limit is sent by its close.
+    uint32_t delegated_space = 64u << 10;
     size_t max_nodes = 65536;
     // Descriptors the node table keeps open, at most half of RLIMIT_NOFILE (see NodeTable).
     size_t max_open_files = kDefaultMaxOpenFiles;
@@ -202,9 +208,13 @@ class FileService {
   // delegations. False: answer DELAY.
   bool settle_for_open(const Node& node, const struct stat& st, uint32_t access,
                        uint64_t connection);
-  // The offset below which a write delegation granted now on file (of attributes st) may
-  // keep bytes unsent past a close: 0 unless the file system has room.
-  uint64_t space_limit(const Object& file, const struct stat& st) const;
+  // The offset below which the write delegation granted now on node (open as `open`, of
+  // attributes *st, refreshed) may keep bytes unsent past a close: the end of the space
+  // reserved for them now, 0 when none could be (docs/protocol.md, "Open delegations").
+  uint64_t space_limit(const OpenNode& open, struct stat* st);
+  // A write delegation on node ended: the space reserved for it and not written goes back
+  // (Delegations::WriteEndedFn). REQUIRES: no Node::data_lock held by this thread.
+  void release_space(const NodeRef& node);
   // Answers OPEN or CREATE (an open_res) for node, opened with `access` by the caller `as`
   // acts for: its handle, attributes and, on a regular file, a delegation when one can be
   // granted. st: node's attributes, refreshed after a grant.

@@ -239,6 +239,30 @@ class Store {
   // Makes file's data (data_only) or data and metadata durable.
   virtual Status sync(const Object& file, bool data_only) = 0;
 
+  // Space held for writes to come (a write delegation's space_limit, docs/protocol.md
+  // "Open delegations"): a store that reserves_space() makes the blocks of
+  // [offset, offset + len) of file (opened to write) allocated without changing its size
+  // (POSIX: fallocate(FALLOC_FL_KEEP_SIZE)), so that writes there later cannot fail for
+  // want of space; ENOSPC / EDQUOT when there is no room for them, EOPNOTSUPP where the
+  // file system cannot. One that does not (CephFS) answers EOPNOTSUPP always.
+  virtual bool reserves_space() const { return false; }
+  virtual Status reserve_space(const Object& file, uint64_t offset, uint64_t len) {
+    (void)file;
+    (void)offset;
+    (void)len;
+    return Status(EOPNOTSUPP, "this store reserves no space");
+  }
+  // Frees the blocks reserve_space allocated past file's end that no write has used
+  // since; nothing (and the file's times untouched) when there are none. The file's size
+  // and bytes stay as they are.
+  // REQUIRES: no write or truncation of file runs meanwhile (one that extends the file
+  // between the look at its size and the freeing would be cut back): the caller orders
+  // them (FileService: Node::data_lock held exclusively).
+  virtual Status release_space(const Object& file) {
+    (void)file;
+    return Status();
+  }
+
  protected:
   // The open flags open() uses for an object of type (S_IFMT bits) asked for with flags:
   // O_RDONLY | O_DIRECTORY for a directory (EISDIR if asked to write), O_RDONLY or O_RDWR

@@ -83,14 +83,22 @@ odafs::rpc::CallerCred user(uint32_t uid, uint32_t gid) {
 
 // ---- the conformance suite: every check runs on each store ----
 
+// File "f", made in dir d with mode, opened to write; *st its attributes.
+Object new_file(Store& store, const Object& d, mode_t mode, struct stat* st) {
+  bool created = false;
+  bool writable = false;
+  Object f = must(store.create(d, "f", mode, true, st, &created, &writable), "create");
+  CHECK(created);
+  CHECK(writable);
+  return f;
+}
+
 void names_and_bytes(Store& store, const std::string& top) {
   Object d = fresh_dir(store, top);
   struct stat st;
   bool created = false;
   bool writable = false;
-  Object f = must(store.create(d, "f", 0640, true, &st, &created, &writable), "create");
-  CHECK(created);
-  CHECK(writable);
+  Object f = new_file(store, d, 0640, &st);
   CHECK(S_ISREG(st.st_mode));
   CHECK((st.st_mode & 07777) == 0640);  // no umask
   CHECK(must(store.write(f, "hello, store", 12, 0), "write") == 12);
@@ -299,6 +307,42 @@ std::string unique_top(const char* what) {
   return std::string(what) + "-" + std::to_string(getpid());
 }
 
+// Space held for writes to come (a write delegation's space_limit): where the store
+// reserves, the blocks are allocated past the end without changing the size, and released
+// they are free again with the bytes, size and modification time as they were.
+void reserves_space(Store& store, const std::string& top) {
+  Object d = fresh_dir(store, top);
+  struct stat st;
+  Object f = new_file(store, d, 0644, &st);
+  CHECK(must(store.write(f, "kept", 4, 0), "write") == 4);
+  if (!store.reserves_space()) {
+    CHECK(store.reserve_space(f, 4, 1 << 20).errno_value() == EOPNOTSUPP);
+    CHECK(store.release_space(f).ok());
+    return;
+  }
+  struct stat before;
+  must(store.stat(f, &before), "stat");
+  Status reserved = store.reserve_space(f, 4, 1 << 20);
+  if (reserved.errno_value() == EOPNOTSUPP) {
+    MESSAGE("the file system under the temporary directory has no fallocate: not checked");
+    return;
+  }
+  must(reserved, "reserve_space");
+  must(store.stat(f, &st), "stat");
+  CHECK(st.st_size == 4);
+  CHECK(static_cast<uint64_t>(st.st_blocks) * 512 >= (1u << 20));
+  must(store.release_space(f), "release_space");
+  must(store.stat(f, &st), "stat");
+  CHECK(st.st_size == 4);
+  CHECK(static_cast<uint64_t>(st.st_blocks) * 512 <= 64 * 1024);
+  CHECK(st.st_mtim.tv_sec == before.st_mtim.tv_sec);
+  CHECK(st.st_mtim.tv_nsec == before.st_mtim.tv_nsec);
+  char buf[8] = {};
+  CHECK(must(store.read(f, buf, sizeof buf, 0), "read") == 4);
+  CHECK(std::string(buf, 4) == "kept");
+  must(store.release_space(f), "release_space with nothing reserved");
+}
+
 bool is_root() { return geteuid() == 0; }
 
 }  // namespace
@@ -309,6 +353,7 @@ TEST_CASE("posix store: names, bytes, attributes, listings, identity") {
   names_and_bytes(*store, "names");
   listing_resumes(*store, "listing");
   find_by_identity(*store, "find", false);
+  reserves_space(*store, "space");
   CHECK(odafs::server::PosixStore::open_export(dir.path() + "/none").errno_value() == ENOENT);
 }
 
@@ -340,6 +385,7 @@ TEST_CASE("cephfs store: names, bytes, attributes, listings, identity" *
   names_and_bytes(*store, unique_top("names"));
   listing_resumes(*store, unique_top("listing"));
   find_by_identity(*store, unique_top("find"), true);
+  reserves_space(*store, unique_top("space"));       // it cannot: EOPNOTSUPP
   acts_as_the_caller(*store, unique_top("caller"));  // UserPerm: no privilege needed
 }
 

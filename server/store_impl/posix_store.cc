@@ -389,6 +389,53 @@ Status PosixStore::truncate(const Object& file, uint64_t size) {
   return Status();
 }
 
+namespace {
+
+// Space reserved or released changes no byte, but ext4 stamps both as a modification: the
+// modification time goes back to `before`'s (the change time cannot). As a caller who does
+// not own the file the time stays changed.
+void keep_mtime(int fd, const struct stat& before) {
+  struct stat after;
+  if (::fstat(fd, &after) != 0 || (after.st_mtim.tv_sec == before.st_mtim.tv_sec &&
+                                   after.st_mtim.tv_nsec == before.st_mtim.tv_nsec)) {
+    return;
+  }
+  const timespec times[2] = {{0, UTIME_OMIT}, before.st_mtim};
+  (void)::futimens(fd, times);
+}
+
+}  // namespace
+
+Status PosixStore::reserve_space(const Object& file, uint64_t offset, uint64_t len) {
+  const int fd = fd_of(file);
+  struct stat before;
+  if (::fstat(fd, &before) != 0) return Status::from_errno("reserve space: fstat");
+  const int rc =
+      ::fallocate(fd, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset), static_cast<off_t>(len));
+  const int err = errno;
+  keep_mtime(fd, before);
+  if (rc != 0) return Status(err, std::string("reserve space: ") + strerror(err));
+  return Status();
+}
+
+Status PosixStore::release_space(const Object& file) {
+  const int fd = fd_of(file);
+  struct stat before;
+  if (::fstat(fd, &before) != 0) return Status::from_errno("release space: fstat");
+  // Blocks past the end show as more allocated than the size needs (a sparse file's holes
+  // can hide them: they are then kept until the file's next truncation or removal).
+  const uint64_t size = static_cast<uint64_t>(before.st_size);
+  const uint64_t block = before.st_blksize > 0 ? static_cast<uint64_t>(before.st_blksize) : 4096;
+  const uint64_t needed = (size + block - 1) / block * block;
+  if (static_cast<uint64_t>(before.st_blocks) * 512 <= needed) return Status();
+  // A truncation to the size it has frees what lies past the end (ext4, XFS, tmpfs).
+  const int rc = env_->ftruncate(fd, before.st_size);
+  const int err = errno;
+  keep_mtime(fd, before);
+  if (rc != 0) return Status(err, std::string("release space: ") + strerror(err));
+  return Status();
+}
+
 Status PosixStore::sync(const Object& file, bool data_only) {
   const int rc = data_only ? env_->fdatasync(fd_of(file)) : env_->fsync(fd_of(file));
   if (rc != 0) return Status::from_errno("sync");

@@ -66,6 +66,9 @@ class PosixStore final : public Store {
   Result<size_t> write(const Object& file, const void* buf, size_t len, uint64_t offset) override;
   Status truncate(const Object& file, uint64_t size) override;
   Status sync(const Object& file, bool data_only) override;
+  bool reserves_space() const override { return true; }
+  Status reserve_space(const Object& file, uint64_t offset, uint64_t len) override;
+  Status release_space(const Object& file) override;
 
  private:
   PosixStore(int root_fd, FileEnv* env) : root_fd_(root_fd), env_(env) {}
