@@ -233,13 +233,14 @@ TEST_CASE(
       const std::string name = "f" + std::to_string(i);
       const std::string bytes = pattern(1 << 20, static_cast<uint64_t>(i));
       size_t written = 0;  // pwrite throws when it fails, and never writes short
-      auto [err, message] = error_of([&] {
+      const auto [err, message_key] = error_of([&] {
         File f = client->open(name, O_RDWR | O_CREAT | O_TRUNC, 0644);
         for (size_t off = 0; off < bytes.size(); off += kChunk) {
           written += f.pwrite(bytes.data() + off, kChunk, off);
         }
         f.close();
       });
+      const std::string& message = message_key;  // clang 14 lambdas cannot capture a binding
       if (err == 0) CHECK(written == bytes.size());
       if (err == 0) {
         acked.push_back(name);
