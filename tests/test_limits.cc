@@ -8,6 +8,7 @@
 #include <rpc/rpc.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -197,15 +198,37 @@ TEST_CASE(
   write_local(dir / "data", "for 127.0.0.1");
   ServerProcess server(dir.path(), {"--no-ordma", "--clients", "127.0.0.1(rw,no_root_squash)",
                                     "--max-connections", "8"});
-  // The attacker holds many connections from addresses no rule admits; some call NULL.
-  std::vector<int> flood;
-  for (int i = 0; i < 200; ++i) {
-    const std::string from = "127.0.0." + std::to_string(2 + i % 6);
-    int fd = connect_from(from.c_str(), server.port());
-    if (fd >= 0) flood.push_back(fd);
-  }
   const std::vector<uint32_t> null_call = {0x4e55, 0, 2, ODAFS_PROGRAM, ODAFS_V2, 0, 0, 0, 0, 0};
-  for (size_t i = 0; i < 8 && i < flood.size(); ++i) rpc_exchange(flood[i], null_call);
+  // The attacker, an unprivileged user (uid 1002 when the suite runs as root), holds many
+  // connections from addresses no rule admits, some calling NULL, until told to stop (the
+  // pipe closes).
+  int ready[2], done[2];
+  REQUIRE(pipe(ready) == 0);
+  REQUIRE(pipe(done) == 0);
+  const pid_t attacker = fork();
+  REQUIRE(attacker >= 0);
+  if (attacker == 0) {
+    close(ready[0]);
+    close(done[1]);
+    if (geteuid() == 0 && (setgid(1002) != 0 || setuid(1002) != 0)) _exit(2);
+    std::vector<int> flood;
+    for (int i = 0; i < 200; ++i) {
+      const std::string from = "127.0.0." + std::to_string(2 + i % 6);
+      int fd = connect_from(from.c_str(), server.port());
+      if (fd >= 0) flood.push_back(fd);
+    }
+    for (size_t i = 0; i < 8 && i < flood.size(); ++i) rpc_exchange(flood[i], null_call);
+    const char held = flood.size() >= 150 ? 'y' : 'n';
+    (void)!write(ready[1], &held, 1);
+    char c;
+    (void)!read(done[0], &c, 1);  // returns at the close
+    _exit(0);
+  }
+  close(ready[1]);
+  close(done[0]);
+  char held = 0;
+  REQUIRE(read(ready[0], &held, 1) == 1);
+  CHECK(held == 'y');
   // The admitted client is served meanwhile.
   auto fs = Client::mount(server.url());
   CHECK(fs->stat("data").size == 13);
@@ -220,7 +243,12 @@ TEST_CASE(
   CHECK(msg.rjcted_rply.rj_why == AUTH_TOOWEAK);
   CHECK(closed_by_peer(fd, 2000));
   close(fd);
-  close_all(flood);
+  close(done[1]);
+  close(ready[0]);
+  int status = 0;
+  REQUIRE(waitpid(attacker, &status, 0) == attacker);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 TEST_CASE(
