@@ -399,18 +399,27 @@ class Client {
   // its record names this client). A server without CLIENT_ID: false.
   Result<bool> name_client(const MountState& m);
   // Writes back on *home what old's write delegations kept and did not send (old's
-  // connection broke), each found again by its path and file id; reports the rest lost
-  // (report_lost), and all of it when home is null (the server refused the reclaim, or
-  // there is no server to be had), `no_home` saying why. REQUIRES: home not published yet.
+  // connection broke), each to its file (home_of); reports the rest lost (report_lost), and
+  // all of it when home is null (the server refused the reclaim, or there is no server to
+  // be had), `no_home` saying why. REQUIRES: home not published yet.
   void reclaim(const MountState* home, Delegations& old, const std::string& no_home);
-  // The file at `path` (from m's root, symbolic links not followed), by LOOKUPs on m's
-  // channel only (the mount may not be published yet); DELAY and GRACE waited out.
-  // Nothing if it is not there.
+  // The file at `path` (from m's root, symbolic links followed as an open follows them),
+  // by LOOKUPs and READLINKs on m's channel only (the mount may not be published yet);
+  // DELAY and GRACE waited out. Nothing if it is not there.
   Result<std::optional<std::pair<Handle, Attr>>> find_again(const MountState& m,
                                                             const std::string& path);
+  // Where sf's kept bytes go on m: `held` (the handle this client holds; may be null) while
+  // the server takes it as sf's file, which follows the file wherever it was renamed; only
+  // if the server refuses it as stale (a restart: handles of a local export name one server
+  // instance) the file found again at sf's path (find_again) with sf's file id. Nothing
+  // when neither is sf's file. Another file that reuses the inode number is never taken by
+  // the handle (the server checks its slot generation and the kernel's file handle); by the
+  // path only the file id tells them apart.
+  Result<std::optional<Handle>> home_of(const MountState& m, const SharedFile& sf,
+                                        const Handle* held);
   // Writes (stable) pieces (offset, length; their bytes end to end in data) of sf's file,
-  // found again on m by sf's path and file id. Returns "" or why they could not be.
-  std::string write_home(const MountState& m, SharedFile& sf,
+  // found by home_of. Returns "" or why they could not be.
+  std::string write_home(const MountState& m, SharedFile& sf, const Handle* held,
                          const std::vector<std::pair<uint64_t, size_t>>& pieces,
                          const std::vector<char>& data);
   // Bytes a write delegation kept whose write-back failed with the connection after the
@@ -420,10 +429,11 @@ class Client {
   // Delegations::Return.
   void adopt_unsent(const Handle& fh, OpenFiles::Ref& kept, const rpc::CallerCred* caller,
                     bool removing);
-  // A run kept under a write delegation whose send failed because the connection broke,
-  // on a thread that held its lock through the re-mount (so reclaim left it): written home
-  // on the current mount as reclaim would, or reported lost. REQUIRES: sf.behind_mu held.
-  void rehome_run_locked(SharedFile& sf);
+  // A run kept under a write delegation (of the file fh names) whose send failed because
+  // the connection broke, on a thread that held its lock through the re-mount (so reclaim
+  // left it): written home on the current mount as reclaim would, or reported lost.
+  // REQUIRES: sf.behind_mu held.
+  void rehome_run_locked(const Handle& fh, SharedFile& sf);
   // Logs that sf's bytes (pieces: offset, length; their bytes end to end in data) are lost
   // and why, and makes the file's next write, fsync or close through this client fail with
   // EIO. While unmounting they go to a rescue file first (rescue), which the log names.

@@ -15,11 +15,6 @@
 #include "rpc/call_credential.h"
 
 namespace odafs {
-namespace {
-
-constexpr int kMaxSymlinkHops = 40;
-
-}  // namespace
 
 Result<std::pair<Handle, Attr>> Client::resolve(const std::string& path, bool follow_last,
                                                 bool for_parent) {
@@ -91,9 +86,7 @@ Result<std::pair<Handle, Attr>> Client::walk(const std::string& path, bool follo
     if (a.type == FileType::kSymlink && (!todo.empty() || follow_last)) {
       if (++hops > kMaxSymlinkHops) return Status(ELOOP, path);
       ODAFS_ASSIGN_OR_RETURN(std::string target, readlink_handle(h));
-      std::vector<std::string> more = split_path(target, /*resolve_dotdot=*/false);
-      for (auto it = more.rbegin(); it != more.rend(); ++it) todo.push_back(*it);
-      if (!target.empty() && target[0] == '/') cur = root();
+      if (push_link_target(target, &todo)) cur = root();
       attr.reset();
       literal = false;  // the path no longer names what it walks
       continue;

@@ -9,6 +9,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <optional>
@@ -61,6 +62,13 @@ void take_unsent_bytes(SharedFile& sf, bool run_locked,
 
 constexpr const char* kNotAtPath = "the file is no longer at its path";
 
+// Whether a reply on the reclaiming mount says to wait and ask again (retry_delayed): DELAY,
+// or GRACE while other clients reclaim.
+bool waits(const odafs_stat& status) {
+  const int raw = raw_enum(status);
+  return raw == ODAFS_ERR_DELAY || raw == ODAFS_ERR_GRACE;
+}
+
 // Why bytes could not be written home, or "" when that is no loss: the file was going with
 // this client's own REMOVE (cut off by the restart), and is gone.
 std::string loss(std::string why, bool removing, const SharedFile& sf) {
@@ -104,9 +112,14 @@ Result<bool> Client::name_client(const MountState& m) {
 Result<std::optional<std::pair<Handle, Attr>>> Client::find_again(const MountState& m,
                                                                   const std::string& path) {
   using Found = std::optional<std::pair<Handle, Attr>>;
+  std::vector<std::string> todo = split_path(path);
+  std::reverse(todo.begin(), todo.end());  // a stack: back() is the next component
   Handle cur = m.root;
   std::optional<Attr> attr;
-  for (const std::string& name : split_path(path)) {
+  int hops = 0;
+  while (!todo.empty()) {
+    const std::string name = std::move(todo.back());
+    todo.pop_back();
     diropargs args{};
     put_fh(args.dir, cur);
     args.name = const_cast<char*>(name.c_str());
@@ -115,15 +128,35 @@ Result<std::optional<std::pair<Handle, Attr>>> Client::find_again(const MountSta
           dirop_res res{};
           ODAFS_RETURN_IF_ERROR(call_rpc(*m.channel, ODAFSPROC_LOOKUP, to_xdrproc(xdr_diropargs),
                                          &args, to_xdrproc(xdr_dirop_res), &res));
-          const int status = raw_enum(res.status);
-          if (status == ODAFS_ERR_DELAY || status == ODAFS_ERR_GRACE) {
-            return Status(kDelayErrno, "lookup");
-          }
-          if (status != ODAFS_OK) return Found();
+          if (waits(res.status)) return Status(kDelayErrno, "lookup");
+          if (raw_enum(res.status) != ODAFS_OK) return Found();
           return Found(
               std::make_pair(get_fh(res.dirop_res_u.ok.fh), to_attr(res.dirop_res_u.ok.attr)));
         }));
     if (!step) return Found();
+    if (step->second.type == FileType::kSymlink) {
+      // Followed as the open that named the file followed it: a path through a link to a
+      // directory names the file by the link (issue #38).
+      if (++hops > kMaxSymlinkHops) return Found();
+      getattr_args link{};
+      put_fh(link.fh, step->first);
+      ODAFS_ASSIGN_OR_RETURN(
+          std::optional<std::string> target,
+          retry_delayed(options_.timeout_ms, [&]() -> Result<std::optional<std::string>> {
+            readlink_res res{};
+            XdrFree<readlink_res> guard{to_xdrproc(xdr_readlink_res), &res};
+            ODAFS_RETURN_IF_ERROR(call_rpc(*m.channel, ODAFSPROC_READLINK,
+                                           to_xdrproc(xdr_getattr_args), &link,
+                                           to_xdrproc(xdr_readlink_res), &res));
+            if (waits(res.status)) return Status(kDelayErrno, "readlink");
+            if (raw_enum(res.status) != ODAFS_OK) return std::optional<std::string>();
+            return std::optional<std::string>(res.readlink_res_u.target);
+          }));
+      if (!target) return Found();
+      if (push_link_target(*target, &todo)) cur = m.root;
+      attr.reset();
+      continue;
+    }
     cur = step->first;
     attr = step->second;
   }
@@ -131,15 +164,46 @@ Result<std::optional<std::pair<Handle, Attr>>> Client::find_again(const MountSta
   return Found(std::make_pair(cur, *attr));
 }
 
-std::string Client::write_home(const MountState& m, SharedFile& sf,
+Result<std::optional<Handle>> Client::home_of(const MountState& m, const SharedFile& sf,
+                                              const Handle* held) {
+  using Home = std::optional<Handle>;
+  const auto is_sf = [&](const Attr& a) {
+    return a.fileid == sf.fileid && a.type == FileType::kRegular;
+  };
+  if (held != nullptr) {
+    getattr_args args{};
+    put_fh(args.fh, *held);
+    ODAFS_ASSIGN_OR_RETURN(std::optional<Attr> attr,
+                           retry_delayed(options_.timeout_ms, [&]() -> Result<std::optional<Attr>> {
+                             attr_res res{};
+                             ODAFS_RETURN_IF_ERROR(call_rpc(*m.channel, ODAFSPROC_GETATTR,
+                                                            to_xdrproc(xdr_getattr_args), &args,
+                                                            to_xdrproc(xdr_attr_res), &res));
+                             if (waits(res.status)) return Status(kDelayErrno, "getattr");
+                             const int status = raw_enum(res.status);
+                             // Refused: a server instance that does not know it (a restart, with
+                             // handles that name one instance), or the file is gone. The path may
+                             // still find it.
+                             if (status == ODAFS_ERR_STALE || status == ODAFS_ERR_BADHANDLE) {
+                               return std::optional<Attr>();
+                             }
+                             ODAFS_RETURN_IF_ERROR(status_of(res.status, "getattr"));
+                             return std::optional<Attr>(to_attr(res.attr_res_u.attr));
+                           }));
+    if (attr && is_sf(*attr)) return Home(*held);
+  }
+  using Found = std::optional<std::pair<Handle, Attr>>;
+  ODAFS_ASSIGN_OR_RETURN(Found found, find_again(m, sf.path));
+  if (!found || !is_sf(found->second)) return Home();
+  return Home(found->first);
+}
+
+std::string Client::write_home(const MountState& m, SharedFile& sf, const Handle* held,
                                const std::vector<std::pair<uint64_t, size_t>>& pieces,
                                const std::vector<char>& data) {
-  Result<std::optional<std::pair<Handle, Attr>>> found = find_again(m, sf.path);
-  if (!found.ok()) return found.status().to_string();
-  if (!*found || (*found)->second.fileid != sf.fileid ||
-      (*found)->second.type != FileType::kRegular) {
-    return kNotAtPath;
-  }
+  Result<std::optional<Handle>> home = home_of(m, sf, held);
+  if (!home.ok()) return home.status().to_string();
+  if (!*home) return kNotAtPath;
   // Stable: durable when answered, so no COMMIT (and no verifier) to keep track of.
   const char* src = data.data();
   for (const auto& [offset, len] : pieces) {
@@ -147,7 +211,7 @@ std::string Client::write_home(const MountState& m, SharedFile& sf,
       WriteVerifier verf;
       int committed = 0;
       Result<size_t> n =
-          write_on(m, (*found)->first, src + done, std::min<size_t>(len - done, m.limits.max_write),
+          write_on(m, **home, src + done, std::min<size_t>(len - done, m.limits.max_write),
                    offset + done, Stability::kFileSync, &verf, &committed);
       if (!n.ok()) return n.status().to_string();
       if (*n == 0) return "the server wrote nothing";
@@ -179,7 +243,7 @@ void Client::reclaim(const MountState* home, Delegations& old, const std::string
           cred.emplace(*r.caller, "odafs");
           as.emplace(*cred);
         }
-        why = loss(write_home(*home, sf, pieces, data), r.removing, sf);
+        why = loss(write_home(*home, sf, &r.fh, pieces, data), r.removing, sf);
       }
       if (!why.empty()) report_lost(sf, pieces, data, why);
     }
@@ -200,21 +264,22 @@ void Client::adopt_unsent(const Handle& fh, OpenFiles::Ref& kept, const rpc::Cal
       as.emplace(*cred);
     }
     Result<std::shared_ptr<const MountState>> m = mount_state();
-    const std::string why = m.ok() ? loss(write_home(**m, *kept, pieces, data), removing, *kept)
-                                   : m.status().to_string();  // no mount to be had
+    const std::string why = m.ok()
+                                ? loss(write_home(**m, *kept, &fh, pieces, data), removing, *kept)
+                                : m.status().to_string();  // no mount to be had
     if (!why.empty()) report_lost(*kept, pieces, data, why);
   }
   open_files_.release(cache_key(fh), kept);
 }
 
-void Client::rehome_run_locked(SharedFile& sf) {
+void Client::rehome_run_locked(const Handle& fh, SharedFile& sf) {
   std::vector<std::pair<uint64_t, size_t>> pieces;
   std::vector<char> data;
   take_unsent_bytes(sf, /*run_locked=*/true, &pieces, &data);
   if (data.empty()) return;
   Result<std::shared_ptr<const MountState>> m = mount_state();
-  const std::string why =
-      m.ok() ? write_home(**m, sf, pieces, data) : m.status().to_string();  // no mount to be had
+  const std::string why = m.ok() ? write_home(**m, sf, &fh, pieces, data)
+                                 : m.status().to_string();  // no mount to be had
   if (!why.empty()) report_lost(sf, pieces, data, why);
 }
 

@@ -146,4 +146,10 @@ std::vector<std::string> split_path(const std::string& path, bool resolve_dotdot
   return parts;
 }
 
+bool push_link_target(const std::string& target, std::vector<std::string>* todo) {
+  std::vector<std::string> more = split_path(target, /*resolve_dotdot=*/false);
+  for (auto it = more.rbegin(); it != more.rend(); ++it) todo->push_back(std::move(*it));
+  return !target.empty() && target[0] == '/';
+}
+
 }  // namespace odafs

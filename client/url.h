@@ -53,4 +53,12 @@ Result<int> parse_timeout_ms(const std::string& text, const std::string& what = 
 // export root).
 std::vector<std::string> split_path(const std::string& path, bool resolve_dotdot = true);
 
+// The most symbolic links one path walk follows before it fails ELOOP (as Linux's 40).
+inline constexpr int kMaxSymlinkHops = 40;
+
+// A walk met a symbolic link whose target is `target`: pushes the target's components onto
+// `todo` (a stack of the components still to walk: back() is the next), and returns whether
+// the walk goes on from the mount root (an absolute target) rather than the link's directory.
+bool push_link_target(const std::string& target, std::vector<std::string>* todo);
+
 }  // namespace odafs

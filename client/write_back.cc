@@ -34,7 +34,7 @@ Status Client::flush_writes_behind(const Handle& fh) {
       [&] { return m->channel->broken(); });
   // The connection broke under the send, and the re-mount's reclaim could not take the
   // run (this thread held it): it goes home now, then the caller's call starts over.
-  if (!sent.ok() && m->channel->broken()) rehome_run_locked(*f);
+  if (!sent.ok() && m->channel->broken()) rehome_run_locked(fh, *f);
   return sent;
 }
 

@@ -119,6 +119,31 @@ TEST_CASE("a closed file kept under a write delegation survives a server crash o
   }
 }
 
+TEST_CASE("a file opened through a symbolic link keeps its bytes across a server crash") {
+  // The file is found again as its open found it, following the links on its path (issue
+  // #38). Before, the path was looked up without following them, and the bytes were
+  // reported lost ("no longer at its path"). A link as the last component gets no
+  // delegation (OPEN answers the link; the library then resolves the path without one),
+  // so it is the directory links that matter.
+  TempDir dir;
+  ServerProcess server(dir.path());
+  std::filesystem::create_directories(dir / "real/sub");
+  std::filesystem::create_symlink("real", dir / "ln");
+  std::filesystem::create_symlink("/ln/sub", dir / "abs");
+  const std::string text = pattern(20000, 5);
+  auto writer = Client::mount(server.url());
+  write_path(*writer, "/ln/f", text);
+  write_path(*writer, "/abs/g", text);
+  REQUIRE(read_local(dir / "real/f").empty());  // kept by the close
+  REQUIRE(read_local(dir / "real/sub/g").empty());
+  server.kill_hard();
+  server.start_again();
+  REQUIRE(eventually([&] { return writer->stats().reclaimed_files.load() == 2; }, 10));
+  CHECK(writer->stats().lost_files.load() == 0);
+  CHECK(read_local(dir / "real/f") == text);
+  CHECK(read_local(dir / "real/sub/g") == text);
+}
+
 TEST_CASE("kept bytes whose file went while the server was down are reported, not dropped") {
   TempDir dir;
   ServerProcess server(dir.path());
