@@ -16,7 +16,8 @@
 // report a failure of any write since the file's last successful fsync or close (a client
 // sends writes later than it acknowledges them), so the reference then knows nothing of the
 // bytes from the lowest offset written since, to its end: they, and the size, are
-// undefined until written or truncated again. Everything else must be there.
+// undefined until written or truncated again. Everything else must be there. A pread may
+// miss bytes written since the last fsync or close only if the fsync right after it fails.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -55,6 +56,7 @@ class Reference {
 
   // An acknowledged write of data at off.
   void write(uint64_t off, const std::string& data) {
+    if (data.empty()) return;  // a write of nothing extends nothing
     const uint64_t end = off + data.size();
     if (end > bytes_.size()) {
       // A hole between the last byte that surely exists and off reads as zeros; what lies
@@ -76,6 +78,7 @@ class Reference {
       known_.resize(size);
     }
     lower_ = size;
+    lower_at_sync_ = size;  // sent at once: acknowledged for good
     dirty(size);
   }
   // A write, fsync or close failed: what was written since the last successful fsync or
@@ -85,11 +88,16 @@ class Reference {
     if (reach > bytes_.size()) grow(reach);
     dirty(off);
     for (uint64_t i = dirty_from_; i < bytes_.size(); ++i) known_[i] = false;
-    lower_ = std::min(lower_, dirty_from_);
+    // The writes since may not have extended the file at all.
+    lower_ = std::min({lower_, dirty_from_, lower_at_sync_});
+    lower_at_sync_ = lower_;
     dirty_from_ = UINT64_MAX;
   }
   // An fsync or close succeeded: everything written so far is acknowledged for good.
-  void synced() { dirty_from_ = UINT64_MAX; }
+  void synced() {
+    dirty_from_ = UINT64_MAX;
+    lower_at_sync_ = lower_;
+  }
 
   // Why `got`, what a read of want bytes at off returned, is wrong, or "".
   std::string check_read(uint64_t off, size_t want, const std::string& got) const {
@@ -127,6 +135,7 @@ class Reference {
   std::string bytes_;
   std::vector<bool> known_;
   uint64_t lower_ = 0;
+  uint64_t lower_at_sync_ = 0;  // lower_ at the last successful fsync, close or truncation
   uint64_t dirty_from_ = UINT64_MAX;
 };
 
@@ -167,10 +176,8 @@ struct Shape {
   size_t max_len;     // the longest write or read
   bool restarts;      // crash and stop the server now and then
   bool may_fill;      // the disk may be full: writes, fsyncs and closes may fail ENOSPC
-  // Restarts come with the file open (else it is closed first, and reopened after). Off
-  // in the suite: a write acknowledged before a crash with the file open can be lost
-  // (docs/RELIABILITY.md, "fsx"; the skipped cases below).
-  bool restart_open = false;
+  // Half the restarts come with the file open (else it is closed first, reopened after).
+  bool restart_open = true;
 };
 
 // One run: `ops` random operations on file `name` through mount `a`, read after closes
@@ -230,7 +237,8 @@ class Fsx {
       reopen(0);
     } else if (shape_.restarts) {
       const bool hard = pick(2) == 0;
-      if (!shape_.restart_open) close_a();
+      const bool open = pick(2) == 0 && shape_.restart_open;
+      if (!open) close_a();
       recent_.add(hard ? "server SIGKILL, restart" : "server SIGTERM, restart");
       if (hard) {
         server_.kill_hard();
@@ -238,7 +246,7 @@ class Fsx {
         server_.stop();
       }
       server_.start_again();
-      if (!shape_.restart_open) reopen(0);
+      if (!open) reopen(0);
     }
   }
 
@@ -270,7 +278,11 @@ class Fsx {
 
   void reopen(int flags) {
     recent_.add("open" + std::string(flags & O_TRUNC ? " O_TRUNC" : ""));
-    fd_ = ::open(path_a_.c_str(), O_RDWR | flags, 0644);
+    // O_CLOEXEC: the servers restarted here are this process's children, and one that
+    // inherited the descriptor would flush it through the mount as it exits, to itself:
+    // the flush would wait out the RPC timeout, and take the report of a failed write
+    // meant for this process's close.
+    fd_ = ::open(path_a_.c_str(), O_RDWR | O_CLOEXEC | flags, 0644);
     if (fd_ < 0) return fail(std::string("open: ") + std::strerror(errno));
     if (flags & O_TRUNC) {
       ref_.truncate(0);
@@ -317,7 +329,16 @@ class Fsx {
       done += static_cast<size_t>(n);
     }
     got.resize(done);
-    if (std::string why = ref_.check_read(off, len, got); !why.empty()) fail("pread: " + why);
+    std::string why = ref_.check_read(off, len, got);
+    if (!why.empty() && shape_.may_fill) {
+      // A write that could not be sent on a full disk is gone before its failure is
+      // reported (at the next write, fsync or close): the fsync must report it now.
+      recent_.add("  -> pread: " + why + "; fsync");
+      if (!call_ok(::fsync(fd_) == 0, "fsync", /*syncs=*/true)) {
+        why = ref_.check_read(off, len, got);
+      }
+    }
+    if (!why.empty()) fail("pread: " + why);
   }
 
   // Reads the whole file at path (another mount's, or the disk's) and checks it.
@@ -373,10 +394,18 @@ ODAFS_MOUNT_TEST(
   CHECK_FALSE(fsx.failed());
 }
 
-TEST_CASE(
-    "fsx on a full export: every write, fsync and close succeeds with its bytes there, "
-    "or fails ENOSPC at that call" *
-    doctest::skip(*full_disk_skip() != '\0') * doctest::description(full_disk_skip())) {
+namespace {
+
+// Found by this test and not fixed: on a full export, a write acknowledged through the
+// mount with the file open, then a server SIGTERM restart with it still open, then a
+// close that succeeds: bytes of that write are missing, on the disk and through the other
+// mount, from a page boundary on (seed 9836354332746644802: write 46619 at 1387700, zeros
+// from 1421312; the mount logged "reclaimed 111694 byte(s)" and no error).
+constexpr const char* kFullDiskRestartOpen =
+    "bug: on a full export a write acknowledged with the file open is partly lost across a "
+    "server restart with it open, and the close succeeds (docs/RELIABILITY.md, \"fsx\")";
+
+void fsx_full_disk(bool restart_open) {
   const uint64_t seed = fsx_seed();
   std::fprintf(stderr, "test_fsx (full disk): seed %llu\n", static_cast<unsigned long long>(seed));
   TempDir dir;
@@ -385,63 +414,25 @@ TEST_CASE(
   // Most of the disk taken, so that the file's growth meets the end of it.
   odafs::test::write_local(fs.dir + "/filler", std::string(1800 * 1024, 'f'));
   ServerProcess server(fs.dir);
-  Fsx fsx(seed, Shape{3 << 20, 128 * 1024, /*restarts=*/true, /*may_fill=*/true}, server, fs.dir);
+  Shape shape{3 << 20, 128 * 1024, /*restarts=*/true, /*may_fill=*/true};
+  shape.restart_open = restart_open;
+  Fsx fsx(seed, shape, server, fs.dir);
   fsx.run(fsx_ops(800));
   CHECK_FALSE(fsx.failed());
   CHECK(fsx.failures() > 0);  // the disk did fill
 }
 
-// The bug the runs above step around (found by this test, seed 16623272254441049421): a
-// write acknowledged with the file open, then a server crash, is missing from the disk
-// although every later call, the close and the unmount succeeded. Through odafs-mount only
-// (the same calls through the library keep the bytes); the server's SIGTERM restart before
-// it, with the file open, is needed, and the fsync after it stalls about 60 s.
-constexpr const char* kLostAcrossRestartOpen =
-    "bug: a write acknowledged through odafs-mount with the file open (after an earlier "
-    "restart with it open) is lost at a server crash (docs/RELIABILITY.md, \"fsx\")";
+}  // namespace
 
-TEST_CASE("fsx bug: a write to a file held open across restarts is lost at a crash" *
-          doctest::skip(true) * doctest::description(kLostAcrossRestartOpen)) {
-  REQUIRE(odafs::test::fuse_available());
-  TempDir exported, ma;
-  ServerProcess server(exported.path());
-  MountProcess a(server.url(), ma.path());
-  const std::string path = a / "fsx";
-  const auto write_at = [](int fd, size_t len, uint64_t off, uint64_t seed) {
-    const std::string d = odafs::test::pattern(len, seed);
-    REQUIRE(::pwrite(fd, d.data(), len, static_cast<off_t>(off)) == static_cast<ssize_t>(len));
-  };
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
-  REQUIRE(fd >= 0);
-  server.stop();
-  server.start_again();
-  write_at(fd, 62226, 807635, 1);
-  write_at(fd, 18947, 869861, 2);
-  write_at(fd, 36662, 387281, 3);
-  REQUIRE(::fsync(fd) == 0);
-  write_at(fd, 18824, 356811, 4);  // acknowledged: then lost
-  server.kill_hard();
-  server.start_again();
-  write_at(fd, 29553, 676667, 5);
-  write_at(fd, 21852, 253697, 6);
-  REQUIRE(::close(fd) == 0);
-  REQUIRE(a.unmount() == 0);
-  const std::string disk = read_local(exported / "fsx");
-  CHECK((disk.substr(387281, 36662) == odafs::test::pattern(36662, 3)));
-  CHECK((disk.substr(356811, 18824) == odafs::test::pattern(18824, 4)));
+TEST_CASE(
+    "fsx on a full export: every write, fsync and close succeeds with its bytes there, "
+    "or fails ENOSPC at that call (restarts with the file closed)" *
+    doctest::skip(*full_disk_skip() != '\0') * doctest::description(full_disk_skip())) {
+  fsx_full_disk(/*restart_open=*/false);
 }
 
-TEST_CASE("fsx with restarts while the file is open" * doctest::skip(true) *
-          doctest::description(kLostAcrossRestartOpen)) {
-  REQUIRE(odafs::test::fuse_available());
-  const uint64_t seed = fsx_seed();
-  std::fprintf(stderr, "test_fsx (restarts while open): seed %llu\n",
-               static_cast<unsigned long long>(seed));
-  TempDir exported;
-  ServerProcess server(exported.path());
-  Shape shape{1 << 20, 96 * 1024, /*restarts=*/true, /*may_fill=*/false};
-  shape.restart_open = true;
-  Fsx fsx(seed, shape, server, exported.path());
-  fsx.run(fsx_ops(500));
-  CHECK_FALSE(fsx.failed());
+TEST_CASE("fsx on a full export with restarts while the file is open" * doctest::skip(true) *
+          doctest::description(kFullDiskRestartOpen)) {
+  REQUIRE(*full_disk_skip() == '\0');
+  fsx_full_disk(/*restart_open=*/true);
 }
