@@ -108,45 +108,79 @@ bool FileService::lease_for_delegation(const NodeRef& node) {
 
 // The space rule. A write delegation's holder keeps unsent past a close at most one run,
 // and only below space_limit (client/delegations.h): the server holds
-// [size, size + delegated_space) for it at each grant (Store::reserve_space), so its
-// write-back cannot meet a disk that later files filled. A sparse file is promised nothing (a kept
-// run over a hole would need blocks the reservation does not hold), nor is anyone when the store
-// cannot reserve: every close then sends its bytes, and a full disk fails the write(), fsync() or
-// close() of the file that met it. A reservation lasts as long as its delegation, so the server
-// reserves only while the disk has room for two such runs per write delegation held: what is
-// reserved stays under about half of the free space, and writers without a delegation still find
-// room.
+// [size, size + delegated_space) for it at each grant, so its write-back cannot meet a disk
+// that later files filled. Held one of two ways:
+//   - by the server's accounting (SpaceAccount, server/space_account.h), while the file
+//     system has the margin free beyond every promise: no system call, and every write the
+//     server makes outside the promises is refused with ENOSPC before it eats into them
+//     (write_through);
+//   - otherwise by the store (Store::reserve_space: fallocate KEEP_SIZE), which holds
+//     against anyone, writers outside odafsd included; only while the disk has room for two
+//     such runs per write delegation held, so that what is reserved stays under about half
+//     of the free space and writers without a delegation still find room.
+// A sparse file is promised nothing (a kept run over a hole would need blocks the promise
+// does not cover), nor is anyone when the store cannot reserve: every close then sends its
+// bytes, and a full disk fails the write(), fsync() or close() of the file that met it.
 //
-// Reservations and their release are ordered by Node::data_lock held exclusively, as every
+// Promises and their release are ordered by Node::data_lock held exclusively, as every
 // change of the file's size through the server is (write_through, truncate_file): the
 // release reads the size and frees what lies past it with no write able to extend the
 // file between the two. And a release frees nothing while a write delegation on the file
-// is held (checked under the lock): its grant came before its reservation, so a release
-// either sees the holder, or runs wholly before the reservation takes the lock.
+// is held (checked under the lock): its grant came before its promise, so a release
+// either sees the holder, or runs wholly before the promise takes the lock. A renewal
+// keeps the kind of promise the file has and moves it to the size now.
 uint64_t FileService::space_limit(const OpenNode& open, struct stat* st) {
   if (!store_->reserves_space()) return 0;
   const uint64_t size = static_cast<uint64_t>(st->st_size);
   if (static_cast<uint64_t>(st->st_blocks) * 512 < size) return 0;  // sparse
+  const uint64_t reserve = options_.delegated_space;
+  if (reserve == 0) return 0;
+  {
+    std::unique_lock locked(open->data_lock);
+    Node::SpacePromise& p = open->space;
+    if (p.to != 0 && p.by_account) {
+      p.from = size;
+      p.to = size + reserve;
+      return p.to;
+    }
+    if (p.to == 0 && space_.promise(reserve)) {
+      p = {size, size + reserve, true};
+      return p.to;
+    }
+  }
   struct statvfs vfs;
   if (!store_->statfs(open.object(), &vfs).ok()) return 0;
   const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-  const uint64_t reserve = options_.delegated_space;
-  if (reserve == 0 || avail < 2 * (delegations_.writers() + 1) * reserve) return 0;
+  if (avail < 2 * (delegations_.writers() + 1) * reserve) return 0;
   if (!make_writable(open).ok()) return 0;
   std::unique_lock locked(open->data_lock);
+  if (open->space.by_account) return 0;  // promised meanwhile by a renewal: that one holds
   // ENOSPC, EDQUOT: no room to promise; EOPNOTSUPP: a file system without fallocate. What a
   // failed reservation did allocate goes back when the delegation ends.
   if (!store_->reserve_space(open.object(), size, reserve).ok()) return 0;
+  space_reserved_.fetch_add(1, std::memory_order_relaxed);
+  open->space = {size, size + reserve, false};
   // The opener starts from the attributes after it (its change time moved).
   (void)store_->stat(open.object(), st);
   return size + reserve;
 }
 
 void FileService::release_space(const NodeRef& node) {
+  {
+    std::unique_lock locked(node->data_lock);
+    if (delegations_.write_held_on(node->id)) return;  // a new holder's space (the rule above)
+    if (node->space.by_account) {
+      const uint64_t promised = node->space.to - node->space.from;
+      node->space = {};
+      space_.unpromise(promised);
+      return;
+    }
+  }
   Result<OpenNode> open = nodes_.open(node);
   if (!open) return;  // no descriptor to be had: freed at the file's truncation or removal
   std::unique_lock locked(node->data_lock);
-  if (delegations_.write_held_on(node->id)) return;  // a new holder's space (the rule above)
+  if (delegations_.write_held_on(node->id)) return;
+  node->space = {};
   if (Status s = store_->release_space(open->object()); !s.ok()) {
     ODAFS_LOG_WARN_THROTTLED("delegations: giving back space held for a write delegation: %s",
                              s.to_string().c_str());

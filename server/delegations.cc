@@ -392,7 +392,7 @@ void Delegations::file_gone(uint64_t node) {
   auto f = files_.find(node);
   if (f == files_.end()) return;
   for (const Holder& h : f->second.holders) {
-    uncount_locked(h);
+    remove_locked(node, h);
     stats_.dropped.fetch_add(1, std::memory_order_relaxed);
   }
   files_.erase(f);

@@ -18,11 +18,11 @@
 // recalls only write delegations and costs one relaxed load while none exists anywhere.
 // A client's own accesses never conflict with its own delegation.
 //
-// A write delegation may hold space in the store for its holder's kept bytes (the
-// FileService's: docs/protocol.md, "Open delegations"): when one ends (returned, expired,
-// dropped with its connection, but not with its file) the table tells write_ended, from
-// whichever call of begin_change, await_writers, returned or connection_closed comes next
-// (often the one that ended it), so that the space it did not use is given back.
+// A write delegation may hold space for its holder's kept bytes (the FileService's:
+// docs/protocol.md, "Open delegations"): when one ends (returned, expired, dropped with its
+// connection or with its file) the table tells write_ended, from whichever call of
+// begin_change, await_writers, returned or connection_closed comes next (often the one
+// that ended it), so that the space it did not use is given back.
 //
 // Thread-safety: every member function is thread-safe. The recall sender and write_ended
 // are called without the table's lock held.

@@ -75,6 +75,11 @@ FileService::FileService(Options options, CpuAccounting* cpu)
               : nullptr),
       recovery_(Recovery::Options{options_.recovery_record, options_.grace_ms,
                                   options_.recovery_max_owners}),
+      space_(SpaceAccount::Options{.margin_bytes = options_.space_margin_bytes},
+             [this](struct statvfs* out) {
+               Result<OpenNode> root = nodes_.open(nodes_.root());  // always open
+               return root && store_->statfs(root->object(), out).ok();
+             }),
       leases_(
           *store_, nodes_, delegations_, cache_,
           // Each lease keeps its file open: most of the open files may be leased ones.
@@ -344,6 +349,13 @@ void FileService::do_stats(rpc::Reply& r) {
   values.emplace_back("delegations.cooled", ds.cooled.load());
   values.emplace_back("delegations.refused_revoked", ds.refused_revoked.load());
   const auto& gs = recovery_.stats();
+  const auto& ss = space_.stats();
+  values.emplace_back("space.promised_bytes", space_.promised());
+  values.emplace_back("space.promises", ss.promises.load());
+  values.emplace_back("space.declined", ss.declined.load());
+  values.emplace_back("space.refused", ss.refused.load());
+  values.emplace_back("space.samples", ss.samples.load());
+  values.emplace_back("space.reserved", space_reserved_.load());
   values.emplace_back("recovery.in_grace", recovery_.in_grace() ? 1 : 0);
   values.emplace_back("recovery.reclaimers", gs.reclaimers.load());
   values.emplace_back("recovery.reclaimed", gs.reclaimed.load());

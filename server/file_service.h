@@ -29,6 +29,7 @@
 #include "server/lease_keeper.h"
 #include "server/node_table.h"
 #include "server/recovery.h"
+#include "server/space_account.h"
 #include "server/store.h"
 
 namespace odafs::server {
@@ -48,6 +49,12 @@ class FileService {
     // bytes used while the delegation lasts, and fill more of a hole a writer leaves past
     // it. A run that ends past the limit is sent by its close.
     uint32_t delegated_space = 64u << 10;
+    // How that space is held (server/space_account.h): by the server's accounting while
+    // the file system has more than this free beyond what is promised (-1: the larger of
+    // 64 MiB and 1 % of it), below it by allocating it (fallocate). A margin larger than
+    // the file system always allocates (an export with per-user quotas, which only an
+    // allocation as the caller counts).
+    int64_t space_margin_bytes = -1;
     size_t max_nodes = 65536;
     // Descriptors the node table keeps open, at most half of RLIMIT_NOFILE (see NodeTable).
     size_t max_open_files = kDefaultMaxOpenFiles;
@@ -212,8 +219,9 @@ class FileService {
   // attributes *st, refreshed) may keep bytes unsent past a close: the end of the space
   // reserved for them now, 0 when none could be (docs/protocol.md, "Open delegations").
   uint64_t space_limit(const OpenNode& open, struct stat* st);
-  // A write delegation on node ended: the space reserved for it and not written goes back
-  // (Delegations::WriteEndedFn). REQUIRES: no Node::data_lock held by this thread.
+  // A write delegation on node ended (or its file is gone): the space promised for it
+  // goes back, to the account or, reserved in the store and not written, to the file
+  // system (Delegations::WriteEndedFn). REQUIRES: no Node::data_lock held by this thread.
   void release_space(const NodeRef& node);
   // Answers OPEN or CREATE (an open_res) for node, opened with `access` by the caller `as`
   // acts for: its handle, attributes and, on a regular file, a delegation when one can be
@@ -299,12 +307,16 @@ class FileService {
   rpc::Server* server_ = nullptr;
   Delegations delegations_;
   Recovery recovery_;
+  // The space promised to write delegations' holders; counts only while the store
+  // reserves_space() (else no space is promised).
+  SpaceAccount space_;
   LeaseKeeper leases_;  // after what it uses; its pins go before nodes_
   std::atomic<uint32_t> next_callback_xid_{1};
   std::atomic<uint64_t> bytes_read_{0};
   std::atomic<uint64_t> bytes_written_{0};
   std::atomic<size_t> direct_writes_waiting_{0};
   std::atomic<uint64_t> direct_writes_refused_{0};  // over max_direct_writes
+  std::atomic<uint64_t> space_reserved_{0};         // promises made by Store::reserve_space
 };
 
 }  // namespace odafs::server
