@@ -156,10 +156,10 @@ uint64_t FileService::space_limit(const OpenNode& open, struct stat* st) {
   std::unique_lock locked(open->data_lock);
   if (open->space.by_account) return 0;  // promised meanwhile by a renewal: that one holds
   // ENOSPC, EDQUOT: no room to promise; EOPNOTSUPP: a file system without fallocate. What a
-  // failed reservation did allocate goes back when the delegation ends.
+  // failed reservation did allocate goes back when the delegation ends (it is recorded).
+  open->space = {size, size + reserve, false};
   if (!store_->reserve_space(open.object(), size, reserve).ok()) return 0;
   space_reserved_.fetch_add(1, std::memory_order_relaxed);
-  open->space = {size, size + reserve, false};
   // The opener starts from the attributes after it (its change time moved).
   (void)store_->stat(open.object(), st);
   return size + reserve;
@@ -169,6 +169,7 @@ void FileService::release_space(const NodeRef& node) {
   {
     std::unique_lock locked(node->data_lock);
     if (delegations_.write_held_on(node->id)) return;  // a new holder's space (the rule above)
+    if (node->space.to == 0) return;                   // none was promised or reserved
     if (node->space.by_account) {
       const uint64_t promised = node->space.to - node->space.from;
       node->space = {};
