@@ -16,10 +16,13 @@
 // the export's file system directly, another server on it) take space it cannot refuse.
 // The margin (by default the larger of 64 MiB and 1 % of the file system) is what such a
 // writer must eat through first; on a file system with less free than that, every promise
-// is a fallocate again, which holds against anyone. Nor does it see per-user quotas
-// (fallocate as the caller does): give a margin larger than the file system to always
-// fallocate. And it lives in memory: after a restart only the grace period (in which only
-// reclaiming clients write) keeps promises made by the previous instance.
+// is a fallocate again, which holds against anyone. It counts file bytes only: a name the
+// server creates may take a directory block or an inode's (a few KiB on ext4, none on
+// tmpfs) beyond them, and so may the recovery record on the same file system. Nor does it
+// see per-user quotas (fallocate as the caller does): give a margin larger than the file
+// system to always fallocate. And it lives in memory: after a restart only the grace
+// period (in which only reclaiming clients write) keeps promises made by the previous
+// instance.
 //
 // The estimate is conservative: overwrites, and a holder's write-back into space already
 // counted as promised, count as new space taken; space freed (removals, truncations) is
