@@ -217,7 +217,7 @@ class FileService {
                        uint64_t connection);
   // The offset below which the write delegation granted now on node (open as `open`, of
   // attributes *st, refreshed) may keep bytes unsent past a close: the end of the space
-  // reserved for them now, 0 when none could be (docs/protocol.md, "Open delegations").
+  // promised them now, 0 when none could be (docs/protocol.md, "Open delegations").
   uint64_t space_limit(const OpenNode& open, struct stat* st);
   // A write delegation on node ended (or its file is gone): the space promised for it
   // goes back, to the account or, reserved in the store and not written, to the file
