@@ -239,6 +239,10 @@ TEST_CASE(
     File small = client->open("small", O_RDWR | O_CREAT, 0644);
     CHECK(small.pwrite("tiny", 4, 0) == 4);
     small.close();
+    // 8 MiB is under the default margin (64 MiB): the space is allocated (fallocate), not
+    // promised by the server's accounting, which a writer outside odafsd could take.
+    CHECK(server_stat(*client, "space.reserved") >= 1);
+    CHECK(server_stat(*client, "space.promises") == 0);
     for (int i = 0; i < 12; ++i) {
       const std::string name = "f" + std::to_string(i);
       const std::string bytes = pattern(1 << 20, static_cast<uint64_t>(i));
