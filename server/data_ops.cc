@@ -391,12 +391,12 @@ void FileService::write_through(const OpenNode& node, uint64_t offset, odafs_sta
     }
   }
   // Space promised to write delegations' holders by the server's accounting stays theirs
-  // (delegation_ops.cc, "The space rule"): bytes of the file's own promise draw on it (only
-  // its holder writes the file while it lasts); any others are refused when they would eat
-  // into what is promised.
+  // (delegation_ops.cc, "The space rule"): bytes in the file's own promise draw on it, by
+  // accounting or allocated (only its holder writes the file while it lasts); any others
+  // are refused when they would eat into what the accounting promised.
   const Node::SpacePromise& promise = node->space;
   uint64_t covered = 0;
-  if (promise.by_account && offset < promise.to && offset + len > promise.from) {
+  if (offset < promise.to && offset + len > promise.from) {
     covered = std::min<uint64_t>(offset + len, promise.to) - std::max(offset, promise.from);
   }
   if (!space_.begin_write(len, len - covered)) {

@@ -156,9 +156,13 @@ uint64_t FileService::space_limit(const OpenNode& open, struct stat* st) {
   std::unique_lock locked(open->data_lock);
   if (open->space.by_account) return 0;  // promised meanwhile by a renewal: that one holds
   // ENOSPC, EDQUOT: no room to promise; EOPNOTSUPP: a file system without fallocate. What a
-  // failed reservation did allocate goes back when the delegation ends (it is recorded).
-  open->space = {size, size + reserve, false};
+  // failed reservation did allocate goes back when the delegation ends: it is recorded, as
+  // an empty range (it covers no write). The reservation cannot take what the accounting
+  // promised: that is at most one run per write delegation held, and the check above left
+  // room for two each.
+  open->space = {size + reserve, size + reserve, false};
   if (!store_->reserve_space(open.object(), size, reserve).ok()) return 0;
+  open->space.from = size;
   space_reserved_.fetch_add(1, std::memory_order_relaxed);
   // The opener starts from the attributes after it (its change time moved).
   (void)store_->stat(open.object(), st);

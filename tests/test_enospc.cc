@@ -85,6 +85,22 @@ uint64_t disk_avail(const std::string& path) {
   return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
 }
 
+// Appends 64 KiB chunks to f, each synced (*filled counts the bytes that succeeded), until
+// one fails or enough() says stop; the failure's errno and message (0 and "" if stopped).
+std::pair<int, std::string> fill_up(File& f, uint64_t* filled,
+                                    const std::function<bool()>& enough) {
+  for (int i = 0; i < 256 && !enough(); ++i) {
+    const std::string chunk = pattern(kChunk, 200 + static_cast<uint64_t>(i));
+    auto failure = error_of([&] {
+      f.pwrite(chunk.data(), chunk.size(), *filled);
+      f.fsync();
+    });
+    if (failure.first != 0) return failure;
+    *filled += kChunk;
+  }
+  return {0, ""};
+}
+
 // Why a test of a full export through odafs-mount cannot run here ("" when it can).
 const char* full_mount_skip() {
   if (*tmpfs_skip_reason() != '\0') return tmpfs_skip_reason();
@@ -339,18 +355,10 @@ TEST_CASE(
 
   // Another client fills the export, each chunk synced: the server refuses it while the
   // promised space is still free on the disk.
-  std::pair<int, std::string> failure{0, ""};
   uint64_t filled = 0;
   {
     File fill = other->open("fill", O_RDWR | O_CREAT, 0644);
-    for (int i = 0; i < 160 && failure.first == 0; ++i) {
-      const std::string chunk = pattern(kChunk, 200 + static_cast<uint64_t>(i));
-      failure = error_of([&] {
-        fill.pwrite(chunk.data(), chunk.size(), filled);
-        fill.fsync();
-      });
-      if (failure.first == 0) filled += kChunk;
-    }
+    const auto failure = fill_up(fill, &filled, [] { return false; });
     REQUIRE_MESSAGE(failure.first == ENOSPC, failure.second);
     CHECK(filled >= (4u << 20));        // it filled up by the writes, not before them
     CHECK(disk_avail(root) >= kChunk);  // refused by the server, not by a full disk
@@ -365,6 +373,43 @@ TEST_CASE(
   CHECK(odafs::test::eventually([&] {
     return server_stat(*other, "space.promised_bytes") <= 64u << 10;  // "fill"'s, if any
   }));
+}
+
+TEST_CASE(
+    "a nearly full export: a holder whose space was allocated (under the margin) writes back "
+    "into it while the accounting refuses others" *
+    doctest::skip(*tmpfs_skip_reason() != '\0') * doctest::description(tmpfs_skip_reason())) {
+  SmallExport exported("size=8m", {"--space-margin-mb", "1"});
+  const std::string& root = exported.root();
+  auto keep = [&](Client& c, const char* name, const std::string& bytes) {
+    File f = c.open(name, O_RDWR | O_CREAT, 0644);
+    CHECK(f.pwrite(bytes.data(), bytes.size(), 0) == bytes.size());
+    f.close();  // may keep its bytes, within the space promised
+  };
+  const std::string held_bytes = pattern(60000, 8);
+  const std::string late_bytes = pattern(60000, 9);
+  auto holder = Client::mount(exported.server.url());
+  keep(*holder, "held", held_bytes);  // promised by accounting: the disk has room
+  auto other = Client::mount(exported.server.url());
+  File fill = other->open("fill", O_RDWR | O_CREAT, 0644);
+  uint64_t filled = 0;
+  // To under the margin beyond the promises, short of the refusal.
+  auto under_margin = fill_up(fill, &filled, [&] { return disk_avail(root) < (1u << 20); });
+  REQUIRE_MESSAGE(under_margin.first == 0, under_margin.second);
+  auto late = Client::mount(exported.server.url());
+  const uint64_t reserved_before = server_stat(*late, "space.reserved");
+  keep(*late, "late", late_bytes);  // under the margin: its space is allocated
+  CHECK(server_stat(*late, "space.reserved") == reserved_before + 1);
+  // On to the refusal: now the disk has less free than the accounting promised.
+  auto refused = fill_up(fill, &filled, [] { return false; });
+  REQUIRE_MESSAGE(refused.first == ENOSPC, refused.second);
+  (void)error_of([&] { fill.close(); });
+  // The write-back into the allocated space is not the accounting's to refuse; nor is the
+  // one into the promised space.
+  late.reset();
+  CHECK(read_local(root + "/late") == late_bytes);
+  holder.reset();
+  CHECK(read_local(root + "/held") == held_bytes);
 }
 
 namespace {
