@@ -161,7 +161,9 @@ uint64_t FileService::space_limit(const OpenNode& open, struct stat* st) {
   // promised: that is at most one run per write delegation held, and the check above left
   // room for two each.
   open->space = {size + reserve, size + reserve, false};
-  if (!store_->reserve_space(open.object(), size, reserve).ok()) return 0;
+  const bool reserved = store_->reserve_space(open.object(), size, reserve).ok();
+  space_.allocated(reserve);  // all of it, a failed one too: on the safe side
+  if (!reserved) return 0;
   open->space.from = size;
   space_reserved_.fetch_add(1, std::memory_order_relaxed);
   // The opener starts from the attributes after it (its change time moved).

@@ -67,6 +67,9 @@ class SpaceAccount {
   bool begin_write(uint64_t len, uint64_t uncovered);
   // The write begun with begin_write(len, ...) is over; `written` of its bytes landed.
   void end_write(uint64_t len, uint64_t written);
+  // The server took `bytes` of the file system otherwise than by a write (a reservation in
+  // the store): counted as written, so that the estimate stays at or under the truth.
+  void allocated(uint64_t bytes) { written_.fetch_add(static_cast<int64_t>(bytes)); }
 
   // The free space writers without a promise may still use, as of the last sample (what
   // FSSTAT answers): the file system's own, less what is promised.
