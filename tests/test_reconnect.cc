@@ -249,3 +249,54 @@ TEST_CASE("a client owner is bound to the principal that named it") {
   CHECK(back.write(fh, 0, "the victim's bytes") == ODAFS_OK);
   CHECK(read_local(dir / "v") == "the victim's bytes");
 }
+
+TEST_CASE("what the server keeps for away clients is bounded: in time and in number") {
+  TempDir dir;
+  // A 100 ms lease: an away client is given up after 12 leases (1.2 s).
+  ServerProcess server(dir.path(), {"--no-ordma", "--lease-ms", "100", "--max-connections", "6",
+                                    "--clients", "127.0.0.1(rw,no_root_squash)"});
+  REQUIRE(chmod(dir.path().c_str(), 0777) == 0);  // raw calls run as the anonymous user
+  auto watcher = Client::mount(server.url());     // a named client too: one owner known
+  // A client names owner `fill`, takes a write delegation on a file of its own and goes.
+  auto leave_holding = [&](unsigned char fill) {
+    RawMount raw(server.port());
+    REQUIRE(raw.client_id(fill) == ODAFS_OK);
+    char fh[ODAFS_FHSIZE];
+    int kind = -1;
+    const std::string name = "o" + std::to_string(fill);
+    REQUIRE(raw.create(name.c_str(), fh, &kind) == ODAFS_OK);
+    REQUIRE(kind == ODAFS_DELEG_WRITE);
+  };
+
+  SUBCASE("in number: past --max-connections owners known, the longest away is given up") {
+    for (unsigned char fill = 0x10; fill < 0x17; ++fill) {
+      leave_holding(fill);
+      // The close is seen before the next client names itself (the order matters here).
+      const uint64_t away = std::min<uint64_t>(fill - 0x10 + 1, 5);
+      REQUIRE(eventually([&] { return server_stat(*watcher, "owners.away") == away; }));
+    }
+    CHECK(server_stat(*watcher, "owners.known") == 6);
+    bool reclaim = false;
+    CHECK(RawMount(server.port()).client_id(0x16, &reclaim) == ODAFS_OK);
+    CHECK(reclaim);  // the newest away is still known
+    CHECK(RawMount(server.port()).client_id(0x10, &reclaim) == ODAFS_OK);
+    CHECK_FALSE(reclaim);  // the oldest was given up
+  }
+
+  SUBCASE("in time: an owner away past 12 leases is given up") {
+    leave_holding(0x20);
+    REQUIRE(eventually([&] { return server_stat(*watcher, "owners.away") == 1; }));
+    // Another client naming itself, as any does now and then, is when the server looks.
+    unsigned char probe = 0x30;
+    CHECK(eventually(
+        [&] {
+          RawMount(server.port()).client_id(probe++);
+          return server_stat(*watcher, "owners.away") == 0;
+        },
+        10, std::chrono::milliseconds(200)));
+    bool reclaim = true;
+    CHECK(RawMount(server.port()).client_id(0x20, &reclaim) == ODAFS_OK);
+    CHECK_FALSE(reclaim);
+    CHECK(server_stat(*watcher, "delegations.held") == 0);
+  }
+}
