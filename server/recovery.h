@@ -43,8 +43,9 @@ class Recovery {
     // be reclaimed) and no grace period.
     std::string record_path;
     int grace_ms = 10000;  // the longest grace period after a start
-    // The most owners a record may name: the server's connection limit (each owner held a
-    // connection while recorded). A record naming more is forged or corrupt.
+    // The most owners a record may name: the server's connection limit (a recorded owner
+    // is connected, or away and known to ClientOwners, which keeps no more than that many).
+    // A record naming more is forged or corrupt.
     size_t max_owners = 1024;
   };
   using Owner = std::array<unsigned char, 16>;
