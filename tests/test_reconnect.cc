@@ -300,3 +300,17 @@ TEST_CASE("what the server keeps for away clients is bounded: in time and in num
     CHECK(server_stat(*watcher, "delegations.held") == 0);
   }
 }
+
+TEST_CASE("a connection the server closes for idleness is a cut connection too: nothing lost") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--idle-timeout", "1"});
+  auto writer = Client::mount(server.url());
+  const std::string text = pattern(kFileBytes, 5);
+  write_chunked(*writer, "/f", text);
+  REQUIRE(read_local(dir / "f").size() < text.size());  // kept by the close
+  auto watcher = Client::mount(server.url());
+  CHECK(eventually([&] { return server_stat(*watcher, "rpc.idle_closed") >= 1; }, 10));
+  CHECK(eventually([&] { return read_local(dir / "f") == text; }, 10));
+  CHECK(writer->stats().lost_files.load() == 0);
+  CHECK(writer->stats().reclaimed_files.load() == 1);  // by its reconnection, not its timer
+}
