@@ -8,18 +8,29 @@ pid=""
 addr=""
 trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$work"' EXIT
 
-# build_targets TARGET...: a Release build of what the benchmark runs.
+# build_targets TARGET...: a Release build of what the benchmark runs. NEW_BUILD=DIR names a
+# build made beforehand instead (e.g. build-quick with -DODAFS_BUILD_BENCH=ON, on a machine
+# where builds go through one shared lock): nothing is built, DIR's programs run.
+new_build=${NEW_BUILD:-build}
 build_targets() {
+  [ -n "${NEW_BUILD:-}" ] && return 0
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
   ninja -C build "$@" >/dev/null
 }
 
 # build_base REV TARGET...: a Release build of TARGETs of revision REV, made once in a git
 # worktree beside the checkout ($BASE_DIR, else /tmp/odafs-base-SHORTREV) and reused (ninja
-# adds targets it lacks); sets $base_dir. For side-by-side runs of two builds.
+# adds targets it lacks); sets $base_dir and $base_build. For side-by-side runs of two builds.
+# BASE_BUILD=DIR names a build of REV made beforehand instead (nothing is built; $base_dir is
+# DIR's parent, the source tree).
 build_base() {
   local rev=$1
   shift
+  if [ -n "${BASE_BUILD:-}" ]; then
+    base_build=$BASE_BUILD
+    base_dir=$(dirname "$BASE_BUILD")
+    return 0
+  fi
   base_dir=${BASE_DIR:-/tmp/odafs-base-$(git rev-parse --short "$rev")}
   if [ ! -d "$base_dir/.git" ] && [ ! -f "$base_dir/.git" ]; then
     rm -rf "$base_dir"
@@ -28,6 +39,7 @@ build_base() {
   cmake -S "$base_dir" -B "$base_dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DODAFS_BUILD_TESTS=OFF >/dev/null
   ninja -C "$base_dir/build" "$@" >/dev/null
+  base_build=$base_dir/build
 }
 
 # protocol_version DIR: the odafs RPC program version the source tree DIR speaks.
@@ -59,9 +71,9 @@ interleave() {
   local r
   for r in $(seq "$1"); do
     if [ $((r % 2)) -eq 1 ]; then
-      run_one base "$base_dir/build" "$r"; run_one new build "$r"
+      run_one base "$base_build" "$r"; run_one new "$new_build" "$r"
     else
-      run_one new build "$r"; run_one base "$base_dir/build" "$r"
+      run_one new "$new_build" "$r"; run_one base "$base_build" "$r"
     fi
   done
 }

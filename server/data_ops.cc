@@ -390,9 +390,22 @@ void FileService::write_through(const OpenNode& node, uint64_t offset, odafs_sta
       }
     }
   }
+  // Space promised to write delegations' holders by the server's accounting stays theirs
+  // (delegation_ops.cc, "The space rule"): bytes in the file's own promise draw on it, by
+  // accounting or allocated (only its holder writes the file while it lasts); any others
+  // are refused when they would eat into what the accounting promised.
+  const Node::SpacePromise& promise = node->space;
+  uint64_t covered = 0;
+  if (offset < promise.to && offset + len > promise.from) {
+    covered = std::min<uint64_t>(offset + len, promise.to) - std::max(offset, promise.from);
+  }
+  if (!space_.begin_write(len, len - covered)) {
+    return reply_status<write_res>(r, xp(xdr_write_res), ODAFS_ERR_NOSPC);
+  }
   // A short write (ENOSPC half-way) still reaches the cache below for what landed, and the
   // reply's count tells the client the rest did not: it sends the rest, which fails.
   Result<size_t> done = store_->write(node.object(), src, len, offset);
+  space_.end_write(len, done ? *done : 0);
   if (!done)
     return reply_status<write_res>(r, xp(xdr_write_res), status_from_errno(done.errno_value()));
   len = *done;

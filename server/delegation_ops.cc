@@ -108,45 +108,86 @@ bool FileService::lease_for_delegation(const NodeRef& node) {
 
 // The space rule. A write delegation's holder keeps unsent past a close at most one run,
 // and only below space_limit (client/delegations.h): the server holds
-// [size, size + delegated_space) for it at each grant (Store::reserve_space), so its
-// write-back cannot meet a disk that later files filled. A sparse file is promised nothing (a kept
-// run over a hole would need blocks the reservation does not hold), nor is anyone when the store
-// cannot reserve: every close then sends its bytes, and a full disk fails the write(), fsync() or
-// close() of the file that met it. A reservation lasts as long as its delegation, so the server
-// reserves only while the disk has room for two such runs per write delegation held: what is
-// reserved stays under about half of the free space, and writers without a delegation still find
-// room.
+// [size, size + delegated_space) for it at each grant, so its write-back cannot meet a disk
+// that later files filled. Held one of two ways:
+//   - by the server's accounting (SpaceAccount, server/space_account.h), while the file
+//     system has the margin free beyond every promise: no system call, and every write the
+//     server makes outside the promises is refused with ENOSPC before it eats into them
+//     (write_through);
+//   - otherwise by the store (Store::reserve_space: fallocate KEEP_SIZE), which holds
+//     against anyone, writers outside odafsd included; only while the disk has room for two
+//     such runs per write delegation held, so that what is reserved stays under about half
+//     of the free space and writers without a delegation still find room.
+// A sparse file is promised nothing (a kept run over a hole would need blocks the promise
+// does not cover), nor is anyone when the store cannot reserve: every close then sends its
+// bytes, and a full disk fails the write(), fsync() or close() of the file that met it.
 //
-// Reservations and their release are ordered by Node::data_lock held exclusively, as every
+// Promises and their release are ordered by Node::data_lock held exclusively, as every
 // change of the file's size through the server is (write_through, truncate_file): the
 // release reads the size and frees what lies past it with no write able to extend the
 // file between the two. And a release frees nothing while a write delegation on the file
-// is held (checked under the lock): its grant came before its reservation, so a release
-// either sees the holder, or runs wholly before the reservation takes the lock.
+// is held (checked under the lock): its grant came before its promise, so a release
+// either sees the holder, or runs wholly before the promise takes the lock. A renewal
+// keeps the kind of promise the file has and moves it to the size now.
 uint64_t FileService::space_limit(const OpenNode& open, struct stat* st) {
   if (!store_->reserves_space()) return 0;
   const uint64_t size = static_cast<uint64_t>(st->st_size);
   if (static_cast<uint64_t>(st->st_blocks) * 512 < size) return 0;  // sparse
+  const uint64_t reserve = options_.delegated_space;
+  if (reserve == 0) return 0;
+  {
+    std::unique_lock locked(open->data_lock);
+    Node::SpacePromise& p = open->space;
+    if (p.to != 0 && p.by_account) {
+      p.from = size;
+      p.to = size + reserve;
+      return p.to;
+    }
+    if (p.to == 0 && space_.promise(reserve)) {
+      p = {size, size + reserve, true};
+      return p.to;
+    }
+  }
   struct statvfs vfs;
   if (!store_->statfs(open.object(), &vfs).ok()) return 0;
   const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-  const uint64_t reserve = options_.delegated_space;
-  if (reserve == 0 || avail < 2 * (delegations_.writers() + 1) * reserve) return 0;
+  if (avail < 2 * (delegations_.writers() + 1) * reserve) return 0;
   if (!make_writable(open).ok()) return 0;
   std::unique_lock locked(open->data_lock);
+  if (open->space.by_account) return 0;  // promised meanwhile by a renewal: that one holds
   // ENOSPC, EDQUOT: no room to promise; EOPNOTSUPP: a file system without fallocate. What a
-  // failed reservation did allocate goes back when the delegation ends.
-  if (!store_->reserve_space(open.object(), size, reserve).ok()) return 0;
+  // failed reservation did allocate goes back when the delegation ends: it is recorded, as
+  // an empty range (it covers no write). The reservation cannot take what the accounting
+  // promised: that is at most one run per write delegation held, and the check above left
+  // room for two each.
+  open->space = {size + reserve, size + reserve, false};
+  const bool reserved = store_->reserve_space(open.object(), size, reserve).ok();
+  space_.allocated(reserve);  // all of it, a failed one too: on the safe side
+  if (!reserved) return 0;
+  open->space.from = size;
+  space_reserved_.fetch_add(1, std::memory_order_relaxed);
   // The opener starts from the attributes after it (its change time moved).
   (void)store_->stat(open.object(), st);
   return size + reserve;
 }
 
 void FileService::release_space(const NodeRef& node) {
+  {
+    std::unique_lock locked(node->data_lock);
+    if (delegations_.write_held_on(node->id)) return;  // a new holder's space (the rule above)
+    if (node->space.to == 0) return;                   // none was promised or reserved
+    if (node->space.by_account) {
+      const uint64_t promised = node->space.to - node->space.from;
+      node->space = {};
+      space_.unpromise(promised);
+      return;
+    }
+  }
   Result<OpenNode> open = nodes_.open(node);
   if (!open) return;  // no descriptor to be had: freed at the file's truncation or removal
   std::unique_lock locked(node->data_lock);
-  if (delegations_.write_held_on(node->id)) return;  // a new holder's space (the rule above)
+  if (delegations_.write_held_on(node->id)) return;
+  node->space = {};
   if (Status s = store_->release_space(open->object()); !s.ok()) {
     ODAFS_LOG_WARN_THROTTLED("delegations: giving back space held for a write delegation: %s",
                              s.to_string().c_str());
@@ -161,26 +202,72 @@ void FileService::do_delegreturn(const rpc::CallContext& ctx, delegreturn_args& 
   reply_status<stat_res>(r, xp(xdr_stat_res), held ? ODAFS_OK : ODAFS_ERR_INVAL);
 }
 
+// Who holds what by owner. A client naming itself again, on a new connection, finds what
+// the server kept for it (its write delegations while it was away): it may write back what
+// it kept, as after a restart, and its RECLAIM_COMPLETE then ends those delegations (the
+// client dropped its own entries for them; its new mount starts afresh).
 void FileService::do_client_id(const rpc::CallContext& ctx, client_id_args& a, rpc::Reply& r) {
-  Recovery::Owner owner;
+  ClientOwners::Owner owner;
   std::memcpy(owner.data(), a.owner, owner.size());
-  Result<Recovery::Joined> j = recovery_.join(ctx.connection, owner);
   client_id_res res{};
-  res.status = j ? ODAFS_OK : status_from_errno(j.errno_value());
-  if (j) {
-    res.client_id_res_u.ok.reclaim = j->reclaim;
-    res.client_id_res_u.ok.grace_ms = j->grace_ms;
+  {
+    std::lock_guard naming(naming_mu_);
+    std::vector<ClientOwners::Forgotten> forgotten;
+    Result<ClientOwners::Joined> named =
+        owners_.join(ctx.connection, owner, authority_.principal(ctx),
+                     ctx.peer != nullptr ? *ctx.peer : "", &forgotten);
+    forget_owners(forgotten);
+    Result<Recovery::Joined> j =
+        named ? recovery_.join(ctx.connection, owner) : Result<Recovery::Joined>(named.status());
+    res.status = j ? ODAFS_OK : status_from_errno(j.errno_value());
+    if (j) {
+      res.client_id_res_u.ok.reclaim = j->reclaim || named->known;
+      res.client_id_res_u.ok.kept = named->known && !j->reclaim;
+      res.client_id_res_u.ok.grace_ms = j->grace_ms;
+    }
   }
   r.send(xp(xdr_client_id_res), &res);
 }
 
 void FileService::do_reclaim_complete(const rpc::CallContext& ctx, rpc::Reply& r) {
-  recovery_.reclaim_complete(ctx.connection);
+  {
+    std::lock_guard naming(naming_mu_);
+    recovery_.reclaim_complete(ctx.connection);
+    const uint64_t holder = owners_.holder_of(ctx.connection);
+    if ((holder & Delegations::kNamedHolder) != 0) delegations_.drop_holder(holder);
+  }
   reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_OK);
 }
 
-bool FileService::send_recall(uint64_t connection, const WireHandle& fh, uint64_t id) {
-  if (server_ == nullptr) return false;
+void FileService::connection_closed(uint64_t connection) {
+  std::lock_guard naming(naming_mu_);
+  std::vector<ClientOwners::Forgotten> forgotten;
+  const ClientOwners::Closed c = owners_.closed(connection, &forgotten);
+  recovery_.connection_closed(connection);
+  if (!c.named) {
+    delegations_.drop_holder(c.holder);
+  } else if (c.away && !delegations_.holder_away(c.holder)) {
+    // Away holding nothing: nothing to come back for.
+    ClientOwners::Owner owner;
+    if (owners_.forget_if_away(c.holder, &owner)) recovery_.forget(owner);
+  }
+  forget_owners(forgotten);
+}
+
+void FileService::forget_owners(const std::vector<ClientOwners::Forgotten>& forgotten) {
+  for (const ClientOwners::Forgotten& f : forgotten) {
+    ODAFS_LOG_WARN(
+        "a client away for over %lld ms (or the longest away of too many) loses its "
+        "delegations: coming back, it may not reclaim, and reports what it kept as lost",
+        static_cast<long long>(owners_.away_ms()));
+    delegations_.drop_holder(f.holder);
+    recovery_.forget(f.owner);
+  }
+}
+
+bool FileService::send_recall(uint64_t holder, const WireHandle& fh, uint64_t id) {
+  const uint64_t connection = owners_.connection_of(holder);
+  if (server_ == nullptr || connection == 0) return false;
   cb_recall_args args{};
   std::memcpy(args.fh, fh.data(), fh.size());
   args.delegation = id;

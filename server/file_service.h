@@ -13,8 +13,10 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cache/block_cache.h"
 #include "ordma/engine.h"
@@ -23,12 +25,14 @@
 #include "proto/wire_layout.h"
 #include "rpc/server.h"
 #include "server/call_authority.h"
+#include "server/client_owners.h"
 #include "server/cpu_accounting.h"
 #include "server/delegations.h"
 #include "server/file_env.h"
 #include "server/lease_keeper.h"
 #include "server/node_table.h"
 #include "server/recovery.h"
+#include "server/space_account.h"
 #include "server/store.h"
 
 namespace odafs::server {
@@ -48,6 +52,12 @@ class FileService {
     // bytes used while the delegation lasts, and fill more of a hole a writer leaves past
     // it. A run that ends past the limit is sent by its close.
     uint32_t delegated_space = 64u << 10;
+    // How that space is held (server/space_account.h): by the server's accounting while
+    // the file system has more than this free beyond what is promised (-1: the larger of
+    // 64 MiB and 1 % of it), below it by allocating it (fallocate). A margin larger than
+    // the file system always allocates (an export with per-user quotas, which only an
+    // allocation as the caller counts).
+    int64_t space_margin_bytes = -1;
     size_t max_nodes = 65536;
     // Descriptors the node table keeps open, at most half of RLIMIT_NOFILE (see NodeTable).
     size_t max_open_files = kDefaultMaxOpenFiles;
@@ -106,11 +116,10 @@ class FileService {
   void stop_engine();
   const ordma::Engine* engine() const { return engine_.get(); }
 
-  // The RPC server's hook for a closed connection: its delegations are gone.
-  void connection_closed(uint64_t connection) {
-    delegations_.connection_closed(connection);
-    recovery_.connection_closed(connection);
-  }
+  // The RPC server's hook for a closed connection: an unnamed one's delegations are gone; a
+  // named client's write delegations stay while it is away (docs/protocol.md, "Open
+  // delegations"), unless it holds none.
+  void connection_closed(uint64_t connection);
   // The server is stopping: connections closing from now on keep their clients' place in
   // the recovery record (they come back to reclaim after the restart).
   void stopping() {
@@ -210,10 +219,11 @@ class FileService {
                        uint64_t connection);
   // The offset below which the write delegation granted now on node (open as `open`, of
   // attributes *st, refreshed) may keep bytes unsent past a close: the end of the space
-  // reserved for them now, 0 when none could be (docs/protocol.md, "Open delegations").
+  // promised them now, 0 when none could be (docs/protocol.md, "Open delegations").
   uint64_t space_limit(const OpenNode& open, struct stat* st);
-  // A write delegation on node ended: the space reserved for it and not written goes back
-  // (Delegations::WriteEndedFn). REQUIRES: no Node::data_lock held by this thread.
+  // A write delegation on node ended (or its file is gone): the space promised for it
+  // goes back, to the account or, reserved in the store and not written, to the file
+  // system (Delegations::WriteEndedFn). REQUIRES: no Node::data_lock held by this thread.
   void release_space(const NodeRef& node);
   // Answers OPEN or CREATE (an open_res) for node, opened with `access` by the caller `as`
   // acts for: its handle, attributes and, on a regular file, a delegation when one can be
@@ -223,8 +233,11 @@ class FileService {
   void do_delegreturn(const rpc::CallContext& ctx, struct delegreturn_args& a, rpc::Reply& r);
   void do_client_id(const rpc::CallContext& ctx, struct client_id_args& a, rpc::Reply& r);
   void do_reclaim_complete(const rpc::CallContext& ctx, rpc::Reply& r);
-  // Sends CB_RECALL of delegation id on fh to connection (Delegations' recall sender).
-  bool send_recall(uint64_t connection, const WireHandle& fh, uint64_t id);
+  // Sends CB_RECALL of delegation id on fh to a connection of holder (Delegations' recall
+  // sender).
+  bool send_recall(uint64_t holder, const WireHandle& fh, uint64_t id);
+  // Drops what the server held for owners ClientOwners gave up on. REQUIRES: naming_mu_.
+  void forget_owners(const std::vector<ClientOwners::Forgotten>& forgotten);
   // Delegations::begin_change for the file (or none) that `name` in dir names now.
   // await_writers for the regular file `name` in dir names, if any. Costs nothing more
   // than Delegations::writers_out while no write delegation exists.
@@ -297,14 +310,23 @@ class FileService {
   int engine_threads_ = 0;  // as started, for STATS
   std::array<unsigned char, 8> write_verf_;
   rpc::Server* server_ = nullptr;
+  ClientOwners owners_;  // before delegations_, which asks it for holders
+  // Orders the changes of who holds what by owner (CLIENT_ID, RECLAIM_COMPLETE, a
+  // connection's close): a client naming itself again never races the close of its last
+  // connection. Rare calls; taken before any lock of delegations_ or owners_.
+  std::mutex naming_mu_;
   Delegations delegations_;
   Recovery recovery_;
+  // The space promised to write delegations' holders; counts only while the store
+  // reserves_space() (else no space is promised).
+  SpaceAccount space_;
   LeaseKeeper leases_;  // after what it uses; its pins go before nodes_
   std::atomic<uint32_t> next_callback_xid_{1};
   std::atomic<uint64_t> bytes_read_{0};
   std::atomic<uint64_t> bytes_written_{0};
   std::atomic<size_t> direct_writes_waiting_{0};
   std::atomic<uint64_t> direct_writes_refused_{0};  // over max_direct_writes
+  std::atomic<uint64_t> space_reserved_{0};         // promises made by Store::reserve_space
 };
 
 }  // namespace odafs::server

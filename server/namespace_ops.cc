@@ -488,8 +488,10 @@ void FileService::do_fsstat(const rpc::CallContext&, getattr_args& a, rpc::Reply
   res.status = ODAFS_OK;
   fsstat_ok& ok = res.fsstat_res_u.ok;
   ok.total_bytes = static_cast<u_quad_t>(vfs.f_blocks) * vfs.f_frsize;
-  ok.free_bytes = static_cast<u_quad_t>(vfs.f_bfree) * vfs.f_frsize;
-  ok.avail_bytes = static_cast<u_quad_t>(vfs.f_bavail) * vfs.f_frsize;
+  // Less what the accounting promised to write delegations' holders: no one else may
+  // write there (write_through).
+  ok.free_bytes = space_.available(static_cast<uint64_t>(vfs.f_bfree) * vfs.f_frsize);
+  ok.avail_bytes = space_.available(static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize);
   ok.total_files = vfs.f_files;
   ok.free_files = vfs.f_ffree;
   ok.block_size = static_cast<u_int>(vfs.f_bsize);

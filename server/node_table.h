@@ -111,6 +111,16 @@ struct Node {
   // directly, holds it shared. The kernel does not make pread atomic against a pwrite of
   // the same page, so without it a fill could cache half of a write.
   mutable std::shared_mutex data_lock;
+  // The FileService's too, guarded by data_lock held exclusively: the space promised to the
+  // holder of the write delegation on the file (FileService::space_limit), bytes [from, to)
+  // of it; `to` 0: none. by_account: counted in the server's SpaceAccount (nothing
+  // allocated); else reserved in the store (Store::reserve_space).
+  struct SpacePromise {
+    uint64_t from = 0;
+    uint64_t to = 0;
+    bool by_account = false;
+  };
+  mutable SpacePromise space;
   // The FileService's too, for a shared store (Store::shared): the change time (ns) of the
   // file its cached blocks were checked against; kNeverChecked before the first look.
   static constexpr int64_t kNeverChecked = INT64_MIN;

@@ -9,6 +9,7 @@
 //          [--engine-listen HOST:PORT] [--engine-threads N] [--no-ordma]
 //          [--max-rings N] [--no-local-rings] [--max-direct-writes N]
 //          [--max-input-mb N] [--max-backlog-mb N] [--lease-ms MS] [--no-delegations]
+//          [--space-margin-mb N]
 //          [--grace-ms MS] [--state-dir DIR] [--stop-timeout-ms MS]
 //
 // Once ready it prints one line on stdout,
@@ -232,6 +233,7 @@ int main(int argc, char** argv) {
   odafs::ordma::EngineOptions engine_options;
   int max_direct_writes = -1;  // -1: half of the spare threads
   int grace_ms = -1;           // -1: two leases
+  int64_t space_margin_mb = -1;
   std::string state_dir;
   bool simulate_crashes = false;
   uint32_t slow_write_us = 0;
@@ -314,6 +316,10 @@ int main(int argc, char** argv) {
             "direct writes waiting on clients (-1: half the spare threads; 0: none)", -1, 1024);
   flags.add("--lease-ms", &fs.lease_ms, "time to return a recalled delegation", 10, 600000);
   flags.add("--no-delegations", &no_delegations, "grant no delegations");
+  flags.add("--space-margin-mb", &space_margin_mb,
+            "write delegations' space is held by accounting while this much is free beyond "
+            "it, else by fallocate (-1: the larger of 64 MiB and 1 % of the file system)",
+            -1, INT32_MAX);
   flags.add("--grace-ms", &grace_ms, "grace period after a start (-1: two leases)", -1, 3600000);
   flags.add("--stop-timeout-ms", &stop_timeout_ms,
             "after SIGTERM, the longest the stop may take before odafsd exits anyway (status 3)",
@@ -352,6 +358,7 @@ int main(int argc, char** argv) {
   if (!rdma_device.empty()) engine_options.backend.emplace_back("rdma_device", rdma_device);
   if (no_ordma) fs.ordma = false;
   if (no_delegations) fs.delegations = false;
+  if (space_margin_mb >= 0) fs.space_margin_bytes = space_margin_mb << 20;
   if (auth_sys) access.identity = "caller";
   if (fs.export_root.empty() || listen.empty()) usage("--export and --listen are required");
   odafs::net::Endpoint listen_at;

@@ -35,6 +35,7 @@ using odafs::File;
 using odafs::test::pattern;
 using odafs::test::read_all;
 using odafs::test::read_local;
+using odafs::test::server_stat;
 using odafs::test::ServerProcess;
 using odafs::test::TempDir;
 using odafs::test::Tmpfs;
@@ -54,9 +55,11 @@ std::pair<int, std::string> error_of(const std::function<void()>& fn) {
   return {0, ""};
 }
 
-// A tmpfs of `size` ("size=8m") exported by odafsd. REQUIRES: tmpfs_skip_reason() is "".
+// A tmpfs of `size` ("size=8m") exported by odafsd (given `args`). REQUIRES:
+// tmpfs_skip_reason() is "".
 struct SmallExport {
-  explicit SmallExport(const char* size) : fs(dir / "export", size), server(mounted(fs)) {}
+  explicit SmallExport(const char* size, std::vector<std::string> args = {})
+      : fs(dir / "export", size), server(mounted(fs), std::move(args)) {}
   const std::string& root() const { return fs.dir; }
   static const std::string& mounted(const Tmpfs& t) {
     REQUIRE(t.mounted);
@@ -73,6 +76,29 @@ void check_whole_mib(const std::string& path, uint64_t seed) {
   const std::string on_disk = read_local(path);
   CHECK(on_disk.size() == size_t{1} << 20);
   CHECK((on_disk == pattern(1 << 20, seed)));
+}
+
+// The file system's free space for unprivileged writers at path, in bytes.
+uint64_t disk_avail(const std::string& path) {
+  struct statvfs vfs;
+  REQUIRE(statvfs(path.c_str(), &vfs) == 0);
+  return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+}
+
+// Appends 64 KiB chunks to f, each synced (*filled counts the bytes that succeeded), until
+// one fails or enough() says stop; the failure's errno and message (0 and "" if stopped).
+std::pair<int, std::string> fill_up(File& f, uint64_t* filled,
+                                    const std::function<bool()>& enough) {
+  for (int i = 0; i < 256 && !enough(); ++i) {
+    const std::string chunk = pattern(kChunk, 200 + static_cast<uint64_t>(i));
+    auto failure = error_of([&] {
+      f.pwrite(chunk.data(), chunk.size(), *filled);
+      f.fsync();
+    });
+    if (failure.first != 0) return failure;
+    *filled += kChunk;
+  }
+  return {0, ""};
 }
 
 // Why a test of a full export through odafs-mount cannot run here ("" when it can).
@@ -229,6 +255,10 @@ TEST_CASE(
     File small = client->open("small", O_RDWR | O_CREAT, 0644);
     CHECK(small.pwrite("tiny", 4, 0) == 4);
     small.close();
+    // 8 MiB is under the default margin (64 MiB): the space is allocated (fallocate), not
+    // promised by the server's accounting, which a writer outside odafsd could take.
+    CHECK(server_stat(*client, "space.reserved") >= 1);
+    CHECK(server_stat(*client, "space.promises") == 0);
     for (int i = 0; i < 12; ++i) {
       const std::string name = "f" + std::to_string(i);
       const std::string bytes = pattern(1 << 20, static_cast<uint64_t>(i));
@@ -298,6 +328,88 @@ TEST_CASE(
       check_whole_mib(exported.root() + "/f" + std::to_string(i), static_cast<uint64_t>(i));
     }
   }
+}
+
+TEST_CASE(
+    "a nearly full export: the server's accounting holds a write delegation's space without "
+    "allocating it, and refuses another client's writes that would eat into it (ENOSPC)" *
+    doctest::skip(*tmpfs_skip_reason() != '\0') * doctest::description(tmpfs_skip_reason())) {
+  // A margin of 1 MiB: the 8 MiB export has room enough for promises by accounting at first.
+  SmallExport exported("size=8m", {"--space-margin-mb", "1"});
+  const std::string& root = exported.root();
+  const std::string kept = pattern(60000, 5);
+  auto holder = Client::mount(exported.server.url());
+  {
+    File held = holder->open("held", O_RDWR | O_CREAT, 0644);
+    // Promised, and nothing allocated for it: no fallocate per grant.
+    CHECK(server_stat(*holder, "space.promised_bytes") == 64u << 10);
+    struct stat st;
+    REQUIRE(::stat((root + "/held").c_str(), &st) == 0);
+    CHECK(st.st_blocks == 0);
+    CHECK(held.pwrite(kept.data(), kept.size(), 0) == kept.size());
+    held.close();  // may keep its bytes, within the space promised
+  }
+  // FSSTAT tells others what they may still use: the disk's free space less the promise.
+  auto other = Client::mount(exported.server.url());
+  CHECK(other->statfs().avail_bytes + (64u << 10) <= disk_avail(root));
+
+  // Another client fills the export, each chunk synced: the server refuses it while the
+  // promised space is still free on the disk.
+  uint64_t filled = 0;
+  {
+    File fill = other->open("fill", O_RDWR | O_CREAT, 0644);
+    const auto failure = fill_up(fill, &filled, [] { return false; });
+    REQUIRE_MESSAGE(failure.first == ENOSPC, failure.second);
+    CHECK(filled >= (4u << 20));        // it filled up by the writes, not before them
+    CHECK(disk_avail(root) >= kChunk);  // refused by the server, not by a full disk
+    CHECK(server_stat(*other, "space.refused") >= 1);
+    (void)error_of([&] { fill.close(); });
+  }
+
+  // The holder's bytes reach the disk whole (its unmount writes back what it kept), and
+  // its promise is given back.
+  holder.reset();
+  CHECK(read_local(root + "/held") == kept);
+  CHECK(odafs::test::eventually([&] {
+    return server_stat(*other, "space.promised_bytes") <= 64u << 10;  // "fill"'s, if any
+  }));
+}
+
+TEST_CASE(
+    "a nearly full export: a holder whose space was allocated (under the margin) writes back "
+    "into it while the accounting refuses others" *
+    doctest::skip(*tmpfs_skip_reason() != '\0') * doctest::description(tmpfs_skip_reason())) {
+  SmallExport exported("size=8m", {"--space-margin-mb", "1"});
+  const std::string& root = exported.root();
+  auto keep = [&](Client& c, const char* name, const std::string& bytes) {
+    File f = c.open(name, O_RDWR | O_CREAT, 0644);
+    CHECK(f.pwrite(bytes.data(), bytes.size(), 0) == bytes.size());
+    f.close();  // may keep its bytes, within the space promised
+  };
+  const std::string held_bytes = pattern(60000, 8);
+  const std::string late_bytes = pattern(60000, 9);
+  auto holder = Client::mount(exported.server.url());
+  keep(*holder, "held", held_bytes);  // promised by accounting: the disk has room
+  auto other = Client::mount(exported.server.url());
+  File fill = other->open("fill", O_RDWR | O_CREAT, 0644);
+  uint64_t filled = 0;
+  // To under the margin beyond the promises, short of the refusal.
+  auto under_margin = fill_up(fill, &filled, [&] { return disk_avail(root) < (1u << 20); });
+  REQUIRE_MESSAGE(under_margin.first == 0, under_margin.second);
+  auto late = Client::mount(exported.server.url());
+  const uint64_t reserved_before = server_stat(*late, "space.reserved");
+  keep(*late, "late", late_bytes);  // under the margin: its space is allocated
+  CHECK(server_stat(*late, "space.reserved") == reserved_before + 1);
+  // On to the refusal: now the disk has less free than the accounting promised.
+  auto refused = fill_up(fill, &filled, [] { return false; });
+  REQUIRE_MESSAGE(refused.first == ENOSPC, refused.second);
+  (void)error_of([&] { fill.close(); });
+  // The write-back into the allocated space is not the accounting's to refuse; nor is the
+  // one into the promised space.
+  late.reset();
+  CHECK(read_local(root + "/late") == late_bytes);
+  holder.reset();
+  CHECK(read_local(root + "/held") == held_bytes);
 }
 
 namespace {

@@ -22,6 +22,7 @@
 #include "tests/support/client_util.h"
 #include "tests/support/delegation_holder.h"
 #include "tests/support/mount_process.h"
+#include "tests/support/raw_mount.h"
 #include "tests/support/server_process.h"
 
 using odafs::Client;
@@ -29,6 +30,7 @@ using odafs::File;
 using odafs::test::errno_of;
 using odafs::test::eventually;
 using odafs::test::pattern;
+using odafs::test::RawMount;
 using odafs::test::read_all;
 using odafs::test::read_local;
 using odafs::test::seconds_since;
@@ -49,48 +51,6 @@ void bring_down(ServerProcess& server, Down how) {
     server.stop();
   }
 }
-
-// A raw connection to the server that has mounted the export: for calls no library client
-// would make.
-struct RawMount {
-  explicit RawMount(uint16_t port)
-      : ch({"127.0.0.1", port}, [] {
-          odafs::rpc::Channel::Options o;
-          o.program = ODAFS_PROGRAM;
-          o.version = ODAFS_V2;
-          o.timeout_ms = 10000;
-          return o;
-        }()) {
-    mount_args a{};
-    a.path = const_cast<char*>("/");
-    mount_res res{};
-    ch.call(ODAFSPROC_MOUNT, odafs::rpc::to_xdrproc(xdr_mount_args), &a,
-            odafs::rpc::to_xdrproc(xdr_mount_res), &res);
-    REQUIRE(res.status == ODAFS_OK);
-    std::memcpy(root, res.mount_res_u.ok.root, sizeof root);
-    xdr_free(odafs::rpc::to_xdrproc(xdr_mount_res), reinterpret_cast<char*>(&res));
-  }
-  // CLIENT_ID with an owner of all `fill` bytes; the status, and *reclaim.
-  int client_id(unsigned char fill, bool* reclaim = nullptr) {
-    client_id_args a{};
-    std::memset(a.owner, fill, sizeof a.owner);
-    client_id_res res{};
-    ch.call(ODAFSPROC_CLIENT_ID, odafs::rpc::to_xdrproc(xdr_client_id_args), &a,
-            odafs::rpc::to_xdrproc(xdr_client_id_res), &res);
-    if (reclaim != nullptr) *reclaim = res.status == ODAFS_OK && res.client_id_res_u.ok.reclaim;
-    return res.status;
-  }
-  int getattr_root() {
-    getattr_args a{};
-    std::memcpy(a.fh, root, sizeof root);
-    attr_res res{};
-    ch.call(ODAFSPROC_GETATTR, odafs::rpc::to_xdrproc(xdr_getattr_args), &a,
-            odafs::rpc::to_xdrproc(xdr_attr_res), &res);
-    return res.status;
-  }
-  odafs::rpc::Channel ch;
-  char root[ODAFS_FHSIZE];
-};
 
 }  // namespace
 
