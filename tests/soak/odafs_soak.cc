@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -77,17 +78,29 @@ Sample sample(pid_t pid, double t) {
 }
 
 struct Child {
+  int id = 0;
   pid_t pid = -1;
-  int out = -1;
-  std::string text;
+  int out = -1;         // its stdout: the report line
+  int err = -1;         // its stderr: log lines, passed on with its name and kept in `last`
+  std::string text;     // all of stdout
+  std::string partial;  // a stderr line not yet ended
+  std::deque<std::string> last;  // its last kLastLines stderr lines, for a failure's report
   int status = 0;
   bool done = false;
+  bool killed = false;  // still running at the end: counted as failed once, not as died too
 };
+
+constexpr size_t kLastLines = 12;
 
 Child spawn_child(const std::string& self, int id, const std::string& url, const char* mode,
                   const Options& o) {
-  int p[2];
+  int p[2], e[2];
   if (pipe2(p, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+  if (pipe2(e, O_CLOEXEC) != 0) {
+    close(p[0]);
+    close(p[1]);
+    throw std::runtime_error("pipe failed");
+  }
   std::vector<std::string> args = {self,
                                    "--child",
                                    std::to_string(id),
@@ -104,22 +117,75 @@ Child spawn_child(const std::string& self, int id, const std::string& url, const
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, e[1], 2);
   Child c;
+  c.id = id;
   int rc = posix_spawn(&c.pid, self.c_str(), &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   close(p[1]);
+  close(e[1]);
   if (rc != 0) {
     close(p[0]);
+    close(e[0]);
     throw std::runtime_error("cannot spawn a soak client");
   }
   c.out = p[0];
+  c.err = e[0];
+  fcntl(c.out, F_SETFL, O_NONBLOCK);
+  fcntl(c.err, F_SETFL, O_NONBLOCK);
   return c;
+}
+
+// One stderr line of client c: to our stderr with the client's name (the clients' log lines
+// carry none), and into c.last.
+void said(Child& c, const std::string& line) {
+  std::fprintf(stderr, "client %d (pid %d): %s\n", c.id, c.pid, line.c_str());
+  c.last.push_back(line);
+  if (c.last.size() > kLastLines) c.last.pop_front();
 }
 
 void drain(Child& c) {
   char buf[4096];
   ssize_t n;
   while ((n = read(c.out, buf, sizeof buf)) > 0) c.text.append(buf, static_cast<size_t>(n));
+  while ((n = read(c.err, buf, sizeof buf)) > 0) {
+    c.partial.append(buf, static_cast<size_t>(n));
+    for (size_t eol; (eol = c.partial.find('\n')) != std::string::npos;) {
+      said(c, c.partial.substr(0, eol));
+      c.partial.erase(0, eol + 1);
+    }
+  }
+}
+
+void close_pipes(Child& c) {
+  drain(c);
+  if (!c.partial.empty()) said(c, c.partial);
+  c.partial.clear();
+  close(c.out);
+  close(c.err);
+}
+
+// A client that did not finish: every thread's stack, from gdb when the machine has it,
+// so that a hang says where it waits (the client is killed next).
+void dump_stacks(pid_t pid) {
+  if (access("/usr/bin/gdb", X_OK) != 0) {
+    std::fprintf(stderr, "soak: no /usr/bin/gdb: no stacks of client pid %d\n", pid);
+    return;
+  }
+  std::fflush(stderr);
+  std::vector<std::string> args = {
+      "/usr/bin/gdb",       "-p",  std::to_string(pid),  "-batch", "-ex",
+      "set pagination off", "-ex", "thread apply all bt"};
+  std::vector<char*> argv = odafs::test::argv_of(args);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, 2, 1);  // its report to our stderr
+  pid_t gdb = -1;
+  if (posix_spawn(&gdb, argv[0], &fa, nullptr, argv.data(), environ) == 0) {
+    int status = 0;
+    waitpid(gdb, &status, 0);
+  }
+  posix_spawn_file_actions_destroy(&fa);
 }
 
 // Checks every shared file as it lies in the export: the server's writes must have left
@@ -155,7 +221,6 @@ int run(const Options& o, const std::string& self) {
   std::vector<Child> children;
   for (int i = 0; i < o.clients; ++i) {
     children.push_back(spawn_child(self, i, url, kModes[i % 3], o));
-    fcntl(children.back().out, F_SETFL, O_NONBLOCK);
   }
   std::printf("soak: %d clients for %d s against odafsd pid %d (cache %d MiB)\n", o.clients,
               o.seconds, server.pid(), o.cache_mb);
@@ -170,15 +235,16 @@ int run(const Options& o, const std::string& self) {
   while (running > 0 && elapsed() < give_up) {
     std::vector<pollfd> fds;
     for (auto& c : children) {
-      if (!c.done) fds.push_back({c.out, POLLIN, 0});
+      if (c.done) continue;
+      fds.push_back({c.out, POLLIN, 0});
+      fds.push_back({c.err, POLLIN, 0});
     }
     poll(fds.data(), fds.size(), 200);
     for (auto& c : children) {
       if (c.done) continue;
       drain(c);
       if (waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
-        drain(c);
-        close(c.out);
+        close_pipes(c);
         c.done = true;
         --running;
       }
@@ -209,11 +275,13 @@ int run(const Options& o, const std::string& self) {
   int failures = 0;
   for (auto& c : children) {
     if (!c.done) {
-      std::fprintf(stderr, "soak: client pid %d still running after %.0f s; killing it\n", c.pid,
-                   give_up);
+      std::fprintf(stderr, "soak: client %d pid %d still running after %.0f s; its stacks:\n", c.id,
+                   c.pid, give_up);
+      dump_stacks(c.pid);
       ::kill(c.pid, SIGKILL);
       waitpid(c.pid, &c.status, 0);
-      close(c.out);
+      close_pipes(c);
+      c.killed = true;
       ++failures;
     }
   }
@@ -232,6 +300,7 @@ int run(const Options& o, const std::string& self) {
   std::vector<uint64_t> per_second(static_cast<size_t>(o.seconds) + 1, 0);
   int died = 0;
   for (auto& c : children) {
+    if (c.killed) continue;
     ClientReport r;
     std::istringstream lines(c.text);
     std::string line;
@@ -239,6 +308,12 @@ int run(const Options& o, const std::string& self) {
     while (std::getline(lines, line)) got = ClientReport::parse(line, &r) || got;
     if (!got || !WIFEXITED(c.status)) {
       ++died;
+      std::string how = WIFSIGNALED(c.status)
+                            ? "killed by signal " + std::to_string(WTERMSIG(c.status))
+                            : "exited " + std::to_string(WEXITSTATUS(c.status));
+      std::fprintf(stderr, "soak: client %d pid %d died (%s, no report); its last words:\n", c.id,
+                   c.pid, how.c_str());
+      for (const std::string& line : c.last) std::fprintf(stderr, "  %s\n", line.c_str());
       continue;
     }
     total.ops += r.ops;
