@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <string>
 #include <thread>
 
@@ -21,6 +22,7 @@
 #include "rpc/xdr_util.h"
 #include "tests/support/client_util.h"
 #include "tests/support/delegation_holder.h"
+#include "tests/support/hostile.h"
 #include "tests/support/mount_process.h"
 #include "tests/support/server_process.h"
 
@@ -244,4 +246,28 @@ ODAFS_MOUNT_TEST("through a mount: cp, a server crash and restart, and cat reads
   REQUIRE(eventually([&] { return read_local(dir / "f") == text; }, 10));
   auto other = Client::mount(server.url());
   CHECK(read_all(*other, "/f", text.size() + 10) == text);
+}
+
+TEST_CASE("unstable writes re-sent after a restart to a file removed meanwhile: ESTALE, not EIO") {
+  // The soak's "commit re-sent to a replaced shared file -> EIO": after a restart, fsync's
+  // COMMIT (on the handle found again by path) answers a new verifier, so the unstable
+  // writes go again; another client removed the file between that COMMIT and the writes.
+  // Their bytes went with the file: ESTALE, the file gone, as any call on it says; EIO
+  // would claim bytes lost from a file that still exists. A raw client's read delegation,
+  // never given back, holds the re-sent WRITE (DELAY) while the file is removed.
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--lease-ms", "2000"});
+  auto writer = Client::mount(server.url());
+  File f = writer->open("/f", O_RDWR | O_CREAT, 0644);
+  const std::string text = pattern(128 * 1024, 3);  // past write-behind: sent UNSTABLE
+  f.pwrite(text.data(), text.size(), 0);
+  server.kill_hard();
+  server.start_again();
+  f.stat();  // re-mounts, reclaims (nothing), finds the file again: the grace period ends
+  odafs::test::HostileMount holder(server.port(), "f");
+  REQUIRE(holder.open_read("f") != 0);
+  auto synced = std::async(std::launch::async, [&] { return errno_of([&] { f.fsync(); }); });
+  REQUIRE(eventually([&] { return server_stat(*writer, "delegations.recalled") >= 1; }));
+  std::filesystem::remove(dir / "f");  // another client's REMOVE, as far as f can tell
+  CHECK(synced.get() == ESTALE);
 }

@@ -157,6 +157,16 @@ HostileMount::HostileMount(uint16_t port, const std::string& name)
   std::memcpy(file.data(), lr.dirop_res_u.ok.fh, file.size());
 }
 
+uint64_t HostileMount::open_read(const std::string& name) {
+  open_args a{};
+  std::memcpy(a.dir, root.data(), root.size());
+  a.name = const_cast<char*>(name.c_str());
+  a.access = ODAFS_OPEN_READ;
+  open_res res{};
+  ch.call(ODAFSPROC_OPEN, rpc::to_xdrproc(xdr_open_args), &a, rpc::to_xdrproc(xdr_open_res), &res);
+  return res.status == ODAFS_OK ? res.open_res_u.ok.delegation : 0;
+}
+
 void HostileMount::get_refs(size_t bytes) {
   for (uint64_t off = 0; off < bytes; off += 1 << 20) {
     getrefs_args ga{};

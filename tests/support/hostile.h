@@ -58,6 +58,9 @@ struct HostileMount {
   HostileMount(uint16_t port, const std::string& name);
   // References to the file's blocks in [0, bytes).
   void get_refs(size_t bytes);
+  // OPEN of the file for reading: the delegation granted, 0 for none (or a failed OPEN).
+  // The connection answers no recall: the delegation comes back only with its lease.
+  uint64_t open_read(const std::string& name);
   // An authenticated engine TCP connection for this session (the WELCOME read); rcvbuf as
   // for connect_from.
   int engine_connection(uint16_t engine_port, int rcvbuf = 0);
