@@ -409,7 +409,8 @@ class Client {
   Result<std::optional<std::pair<Handle, Attr>>> find_again(const MountState& m,
                                                             const std::string& path);
   // Writes (stable) pieces (offset, length; their bytes end to end in data) of sf's file,
-  // found again on m by sf's path and file id. Returns "" or why they could not be.
+  // found again on m by one of sf's paths (the latest first) and its file id. Returns "" or
+  // why they could not be.
   std::string write_home(const MountState& m, SharedFile& sf,
                          const std::vector<std::pair<uint64_t, size_t>>& pieces,
                          const std::vector<char>& data);

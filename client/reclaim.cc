@@ -65,7 +65,7 @@ constexpr const char* kNotAtPath = "the file is no longer at its path";
 // this client's own REMOVE (cut off by the restart), and is gone.
 std::string loss(std::string why, bool removing, const SharedFile& sf) {
   if (removing && why == kNotAtPath) {
-    ODAFS_LOG_INFO("odafs: %s went with its REMOVE across a server restart", sf.path.c_str());
+    ODAFS_LOG_INFO("odafs: %s went with its REMOVE across a server restart", sf.path().c_str());
     return "";
   }
   return why;
@@ -134,12 +134,20 @@ Result<std::optional<std::pair<Handle, Attr>>> Client::find_again(const MountSta
 std::string Client::write_home(const MountState& m, SharedFile& sf,
                                const std::vector<std::pair<uint64_t, size_t>>& pieces,
                                const std::vector<char>& data) {
-  Result<std::optional<std::pair<Handle, Attr>>> found = find_again(m, sf.path);
-  if (!found.ok()) return found.status().to_string();
-  if (!*found || (*found)->second.fileid != sf.fileid ||
-      (*found)->second.type != FileType::kRegular) {
-    return kNotAtPath;
+  // The latest name this client opened the file by first; the file id tells which holds it.
+  std::optional<Handle> home;
+  std::string path;
+  for (const std::string& name : sf.paths()) {
+    Result<std::optional<std::pair<Handle, Attr>>> found = find_again(m, name);
+    if (!found.ok()) return found.status().to_string();
+    if (*found && (*found)->second.fileid == sf.fileid &&
+        (*found)->second.type == FileType::kRegular) {
+      home = (*found)->first;
+      path = name;
+      break;
+    }
   }
+  if (!home) return kNotAtPath;
   // Stable: durable when answered, so no COMMIT (and no verifier) to keep track of.
   const char* src = data.data();
   for (const auto& [offset, len] : pieces) {
@@ -147,7 +155,7 @@ std::string Client::write_home(const MountState& m, SharedFile& sf,
       WriteVerifier verf;
       int committed = 0;
       Result<size_t> n =
-          write_on(m, (*found)->first, src + done, std::min<size_t>(len - done, m.limits.max_write),
+          write_on(m, *home, src + done, std::min<size_t>(len - done, m.limits.max_write),
                    offset + done, Stability::kFileSync, &verf, &committed);
       if (!n.ok()) return n.status().to_string();
       if (*n == 0) return "the server wrote nothing";
@@ -157,7 +165,7 @@ std::string Client::write_home(const MountState& m, SharedFile& sf,
   }
   stats_.reclaimed_files.fetch_add(1, std::memory_order_relaxed);
   ODAFS_LOG_INFO("odafs: reclaimed %zu byte(s) of %s after a server restart", data.size(),
-                 sf.path.c_str());
+                 path.c_str());
   return "";
 }
 
@@ -220,7 +228,7 @@ void Client::rehome_run_locked(SharedFile& sf) {
 
 void Client::report_lost(SharedFile& sf, const std::vector<std::pair<uint64_t, size_t>>& pieces,
                          const std::vector<char>& data, const std::string& why) {
-  std::string message = std::to_string(data.size()) + " byte(s) written to " + sf.path + " on " +
+  std::string message = std::to_string(data.size()) + " byte(s) written to " + sf.path() + " on " +
                         server_name() +
                         " under a write delegation could not be written back: " + why;
   if (unmounting_.load(std::memory_order_acquire)) {
@@ -243,7 +251,8 @@ Result<std::string> Client::rescue(const SharedFile& sf,
     dir = tmp != nullptr && *tmp != '\0' ? tmp : "/var/tmp";
   }
   // NAME: the file's last component, kept to what a file name may hold here.
-  std::string name = sf.path.substr(sf.path.rfind('/') + 1);
+  const std::string latest = sf.path();
+  std::string name = latest.substr(latest.rfind('/') + 1);
   if (name.empty() || name.size() > 64) name = name.empty() ? "file" : name.substr(0, 64);
   std::string path = dir + "/odafs-rescue." + name + ".XXXXXX";
   const int fd = mkostemp(path.data(), O_CLOEXEC);  // 0600: the user's bytes, the user's only
@@ -275,7 +284,7 @@ Result<std::string> Client::rescue(const SharedFile& sf,
   if (!written.ok()) return written;
   {
     std::lock_guard lock(rescued_mu_);
-    rescued_.push_back(sf.path + " on " + server_name() + ": " + std::to_string(data.size()) +
+    rescued_.push_back(sf.path() + " on " + server_name() + ": " + std::to_string(data.size()) +
                        " byte(s) saved in " + path);
   }
   return path;
