@@ -1,7 +1,8 @@
 // odafs_soak: many client processes against one odafsd for a set time.
 //
 //   odafs_soak [--clients 64] [--seconds 600] [--shared-files 32] [--cache-mb 64]
-//              [--sample-seconds 5] [--max-rss-mb N] [--json FILE]
+//              [--sample-seconds 5] [--max-rss-mb N] [--restart-every S] [--cut-every S]
+//              [--json FILE]
 //
 // Starts odafsd on a temporary export on 127.0.0.1, then --clients processes (this binary
 // again, with --child), a third each reading one-sided over the local ring, one-sided over
@@ -9,8 +10,13 @@
 // workload of soak_client.h and checks every byte it reads. Meanwhile the server's RSS,
 // descriptors, threads and CPU are sampled. At the end the export's files are checked on
 // disk, the descriptors the clients used must be closed, and a table and a JSON record
-// are printed. Exits 1 on any checksum error, unexpected error, a client or server that
-// died, RSS above the bound, or a descriptor left behind.
+// are printed. Exits 1 on any checksum error, unexpected error, kept bytes a client reported
+// lost, a client or server that died, RSS above the bound, or a descriptor left behind.
+//
+// --restart-every S restarts the server every S seconds (SIGKILL and SIGTERM in turn);
+// --cut-every S sends the clients' RPC connections through a TCP relay (tcp_relay.h) that
+// resets all of them every S seconds while the server stays up. Either way the clients
+// reconnect, and an operation cut off counts as interrupted, not as an error.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -26,6 +32,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -33,6 +40,7 @@
 
 #include "tests/soak/soak_client.h"
 #include "tests/soak/soak_model.h"
+#include "tests/soak/tcp_relay.h"
 #include "tests/support/process_probe.h"
 #include "tests/support/server_process.h"
 
@@ -49,6 +57,7 @@ struct Options {
   int sample_seconds = 5;
   int max_rss_mb = 0;     // 0: cache_mb + kRssSlackMb
   int restart_every = 0;  // seconds between server restarts (SIGKILL, SIGTERM in turn); 0: none
+  int cut_every = 0;      // seconds between resets of every client connection (relay); 0: none
   std::string json;
 };
 
@@ -112,7 +121,7 @@ Child spawn_child(const std::string& self, int id, const std::string& url, const
                                    std::to_string(o.seconds),
                                    "--shared-files",
                                    std::to_string(o.shared_files)};
-  if (o.restart_every > 0) args.emplace_back("--restarts");
+  if (o.restart_every > 0 || o.cut_every > 0) args.emplace_back("--restarts");
   std::vector<char*> argv = odafs::test::argv_of(args);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
@@ -208,7 +217,11 @@ int run(const Options& o, const std::string& self) {
   test::TempDir dir;
   test::ServerProcess server(dir.path(), {"--cache-mb", std::to_string(o.cache_mb), "--block-size",
                                           std::to_string(kBlockSize)});
-  const std::string url = server.url("/");
+  // With cuts, the clients reach the server through the relay (restarts keep its port).
+  std::optional<TcpRelay> relay;
+  if (o.cut_every > 0) relay.emplace(server.port());
+  const std::string url =
+      relay ? "odafs://127.0.0.1:" + std::to_string(relay->port()) + "/" : server.url("/");
   setenv("ODAFS_SOAK_EXPORT", dir.path().c_str(), 1);
   const int max_rss_mb = o.max_rss_mb > 0 ? o.max_rss_mb : o.cache_mb + kRssSlackMb;
   const auto t0 = std::chrono::steady_clock::now();
@@ -230,7 +243,8 @@ int run(const Options& o, const std::string& self) {
   const double give_up = o.seconds + 120.0;
   double next_sample = o.sample_seconds;
   double next_restart = o.restart_every > 0 ? o.restart_every : give_up + 1;
-  int restarts = 0;
+  double next_cut = o.cut_every > 0 ? o.cut_every : give_up + 1;
+  int restarts = 0, cut_rounds = 0;
   size_t running = children.size();
   while (running > 0 && elapsed() < give_up) {
     std::vector<pollfd> fds;
@@ -262,6 +276,12 @@ int run(const Options& o, const std::string& self) {
                   restarts % 2 == 1 ? "SIGKILL" : "SIGTERM", server.pid());
       next_restart += o.restart_every;
       before = sample(server.pid(), elapsed());  // the CPU figure is the last instance's
+    }
+    if (relay && elapsed() >= next_cut && elapsed() < o.seconds) {
+      relay->cut_all();
+      ++cut_rounds;
+      std::printf("%8.0f every connection cut (round %d)\n", elapsed(), cut_rounds);
+      next_cut += o.cut_every;
     }
     if (elapsed() >= next_sample) {
       Sample s = sample(server.pid(), elapsed());
@@ -320,6 +340,7 @@ int run(const Options& o, const std::string& self) {
     total.races += r.races;
     total.interrupted += r.interrupted;
     total.errors += r.errors;
+    total.lost += r.lost;
     total.checksum_errors += r.checksum_errors;
     total.bytes_checked += r.bytes_checked;
     if (total.first_problem.empty() && !r.first_problem.empty()) {
@@ -358,9 +379,13 @@ int run(const Options& o, const std::string& self) {
   std::printf("%-28s %.1f MiB\n", "bytes checked", total.bytes_checked / 1048576.0);
   std::printf("%-28s %llu\n", "races (expected)", static_cast<unsigned long long>(total.races));
   std::printf("%-28s %d\n", "server restarts", restarts);
-  std::printf("%-28s %llu\n", "cut off by a restart",
+  std::printf("%-28s %d (%llu connections)\n", "connection cuts", cut_rounds,
+              static_cast<unsigned long long>(relay ? relay->cuts() : 0));
+  std::printf("%-28s %llu\n", "cut off by a restart or cut",
               static_cast<unsigned long long>(total.interrupted));
   std::printf("%-28s %llu\n", "unexpected errors", static_cast<unsigned long long>(total.errors));
+  std::printf("%-28s %llu\n", "kept bytes lost (files)",
+              static_cast<unsigned long long>(total.lost));
   std::printf("%-28s %llu\n", "checksum errors",
               static_cast<unsigned long long>(total.checksum_errors));
   std::printf("%-28s %llu\n", "bad files on disk", static_cast<unsigned long long>(disk_bad));
@@ -378,9 +403,12 @@ int run(const Options& o, const std::string& self) {
   std::ostringstream js;
   js << "{\"clients\":" << o.clients << ",\"seconds\":" << o.seconds << ",\"ops\":" << total.ops
      << ",\"races\":" << total.races << ",\"restarts\":" << restarts
+     << ",\"cut_every\":" << o.cut_every << ",\"cuts\":" << cut_rounds
+     << ",\"connections_cut\":" << (relay ? relay->cuts() : 0)
      << ",\"interrupted\":" << total.interrupted << ",\"errors\":" << total.errors
-     << ",\"checksum_errors\":" << total.checksum_errors << ",\"bad_files_on_disk\":" << disk_bad
-     << ",\"clients_died\":" << died + failures << ",\"bytes_checked\":" << total.bytes_checked
+     << ",\"lost_files\":" << total.lost << ",\"checksum_errors\":" << total.checksum_errors
+     << ",\"bad_files_on_disk\":" << disk_bad << ",\"clients_died\":" << died + failures
+     << ",\"bytes_checked\":" << total.bytes_checked
      << ",\"server\":{\"rss_max_kb\":" << peak.rss_kb << ",\"rss_bound_kb\":" << max_rss_mb * 1024
      << ",\"fds_max\":" << peak.fds << ",\"sockets_max\":" << peak.sockets
      << ",\"sockets_before\":" << before.sockets << ",\"sockets_after\":" << after.sockets
@@ -397,8 +425,8 @@ int run(const Options& o, const std::string& self) {
   std::printf("JSON %s\n", js.str().c_str());
   if (!o.json.empty()) std::ofstream(o.json) << js.str() << "\n";
 
-  bool ok = total.errors == 0 && total.checksum_errors == 0 && disk_bad == 0 && died == 0 &&
-            failures == 0 && server_clean && rss_ok && fds_ok;
+  bool ok = total.errors == 0 && total.lost == 0 && total.checksum_errors == 0 && disk_bad == 0 &&
+            died == 0 && failures == 0 && server_clean && rss_ok && fds_ok;
   std::printf("soak: %s\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
 }
@@ -407,6 +435,7 @@ int run(const Options& o, const std::string& self) {
   std::fprintf(why != nullptr ? stderr : stdout,
                "odafs_soak: %s\nusage: odafs_soak [--clients N] [--seconds S] [--shared-files N] "
                "[--cache-mb N] [--sample-seconds S] [--max-rss-mb N] [--restart-every S] "
+               "[--cut-every S] "
                "[--json FILE]\n",
                why != nullptr ? why : "a soak of checking clients against one odafsd");
   std::exit(why != nullptr ? 2 : 0);
@@ -456,6 +485,8 @@ int main(int argc, char** argv) {
     else if (flag == "--restart-every") {
       o.restart_every = number("--restart-every", value(), 1, 86400);
       child.restarts = true;
+    } else if (flag == "--cut-every") {
+      o.cut_every = number("--cut-every", value(), 1, 86400);
     } else if (flag == "--restarts")
       child.restarts = true;
     else if (flag == "--child") {
