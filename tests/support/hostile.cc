@@ -157,14 +157,24 @@ HostileMount::HostileMount(uint16_t port, const std::string& name)
   std::memcpy(file.data(), lr.dirop_res_u.ok.fh, file.size());
 }
 
-uint64_t HostileMount::open_read(const std::string& name) {
+uint64_t open_file(rpc::Channel& ch, const Handle& dir, const std::string& name, uint32_t access) {
   open_args a{};
-  std::memcpy(a.dir, root.data(), root.size());
+  std::memcpy(a.dir, dir.data(), dir.size());
   a.name = const_cast<char*>(name.c_str());
-  a.access = ODAFS_OPEN_READ;
+  a.access = access;
   open_res res{};
   ch.call(ODAFSPROC_OPEN, rpc::to_xdrproc(xdr_open_args), &a, rpc::to_xdrproc(xdr_open_res), &res);
   return res.status == ODAFS_OK ? res.open_res_u.ok.delegation : 0;
+}
+
+int client_id(rpc::Channel& ch, unsigned char fill, bool* reclaim) {
+  client_id_args a{};
+  std::memset(a.owner, fill, sizeof a.owner);
+  client_id_res res{};
+  ch.call(ODAFSPROC_CLIENT_ID, rpc::to_xdrproc(xdr_client_id_args), &a,
+          rpc::to_xdrproc(xdr_client_id_res), &res);
+  if (reclaim != nullptr) *reclaim = res.status == ODAFS_OK && res.client_id_res_u.ok.reclaim;
+  return res.status;
 }
 
 void HostileMount::get_refs(size_t bytes) {

@@ -58,13 +58,17 @@ struct HostileMount {
   HostileMount(uint16_t port, const std::string& name);
   // References to the file's blocks in [0, bytes).
   void get_refs(size_t bytes);
-  // OPEN of the file for reading: the delegation granted, 0 for none (or a failed OPEN).
-  // The connection answers no recall: the delegation comes back only with its lease.
-  uint64_t open_read(const std::string& name);
   // An authenticated engine TCP connection for this session (the WELCOME read); rcvbuf as
   // for connect_from.
   int engine_connection(uint16_t engine_port, int rcvbuf = 0);
 };
+
+// OPEN of `name` in directory `dir` on ch with `access` (ODAFS_OPEN_READ, | ODAFS_OPEN_WRITE):
+// the delegation granted, 0 for none (or a failed OPEN). A channel without a callback
+// handler answers no recall: the delegation comes back only with its lease.
+uint64_t open_file(rpc::Channel& ch, const Handle& dir, const std::string& name, uint32_t access);
+// CLIENT_ID on ch with an owner of all `fill` bytes: the status, and *reclaim (may be null).
+int client_id(rpc::Channel& ch, unsigned char fill, bool* reclaim = nullptr);
 
 // Splits a stream of reply records: appends what arrived to *buffer and removes every
 // complete record from its front, returning how many there were.
