@@ -301,7 +301,7 @@ Result<std::shared_ptr<const MountState>> Client::remount() {
   if (std::shared_ptr<const MountState> old = mount_.load()) {
     reclaim(may_reclaim ? m.get() : nullptr, *old->delegations,
             "the server did not let this client reclaim them (its grace period was over, or "
-            "it lost track of this client's write delegation)");
+            "it gave up this client's write delegations: the client was away too long)");
   }
   if (may_reclaim) {
     stat_res done{};

@@ -396,8 +396,9 @@ class Client {
   // A random owner id: names this client to the server across its connections.
   static Result<ClientOwner> make_owner();
   // CLIENT_ID on m's channel: true if the server lets this client reclaim (it restarted and
-  // its record names this client). A server without CLIENT_ID: false.
-  Result<bool> name_client(const MountState& m);
+  // its record names this client, or it kept this client's delegations while the client
+  // had no connection: then m->reclaim_after says so). A server without CLIENT_ID: false.
+  Result<bool> name_client(MountState& m);
   // Writes back on *home what old's write delegations kept and did not send (old's
   // connection broke), each found again by its path and file id; reports the rest lost
   // (report_lost), and all of it when home is null (the server refused the reclaim, or

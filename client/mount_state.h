@@ -72,6 +72,10 @@ struct MountState {
   // channel's callback handler.
   std::shared_ptr<Delegations> delegations;
   mutable EngineSlot engine;
+  // Why the bytes this mount writes home for the last one were kept from the server (the
+  // log says so): "a server restart", or "a reconnection" when the server kept this
+  // client's delegations across a lost connection (client_id_ok.kept).
+  const char* reclaim_after = "a server restart";
 };
 
 // The key a file's blocks have in the client cache: a hash of its handle. Not the file id:

@@ -2,7 +2,8 @@
 // delegation lets a close keep bytes only this client has; when the connection breaks,
 // the mount's Delegations hand them over (take_unsent) and the next mount writes them
 // back, before anything else goes out on it, if the server says this client may reclaim
-// (it restarted, and its recovery record names this client). Bytes that cannot be written
+// (it restarted, and its recovery record names this client; or it stayed up and kept this
+// client's delegations while the client was away). Bytes that cannot be written
 // back are reported: logged with the file and the byte count, and EIO at the file's next
 // write, fsync or close through this client. None is dropped silently.
 #include <fcntl.h>
@@ -86,7 +87,7 @@ Result<ClientOwner> Client::make_owner() {
   return o;
 }
 
-Result<bool> Client::name_client(const MountState& m) {
+Result<bool> Client::name_client(MountState& m) {
   client_id_args args{};
   std::memcpy(args.owner, owner_.data(), owner_.size());
   client_id_res res{};
@@ -98,6 +99,7 @@ Result<bool> Client::name_client(const MountState& m) {
     return false;  // a server without it: no write delegations, nothing to reclaim
   }
   ODAFS_RETURN_IF_ERROR(status_of(res.status, "client id"));
+  if (res.client_id_res_u.ok.kept) m.reclaim_after = "a reconnection";
   return static_cast<bool>(res.client_id_res_u.ok.reclaim);
 }
 
@@ -164,8 +166,8 @@ std::string Client::write_home(const MountState& m, SharedFile& sf,
     src += len;
   }
   stats_.reclaimed_files.fetch_add(1, std::memory_order_relaxed);
-  ODAFS_LOG_INFO("odafs: reclaimed %zu byte(s) of %s after a server restart", data.size(),
-                 path.c_str());
+  ODAFS_LOG_INFO("odafs: reclaimed %zu byte(s) of %s after %s", data.size(), path.c_str(),
+                 m.reclaim_after);
   return "";
 }
 

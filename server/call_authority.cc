@@ -211,4 +211,14 @@ bool CallAuthority::read_only(const rpc::CallContext& ctx) const {
   return rule == rpc::Admission::kNone || options_.rules.rule(rule).read_only;
 }
 
+std::string CallAuthority::principal(const rpc::CallContext& ctx) const {
+  if (const rpc::Admission* a = ctx.admission; a != nullptr) {
+    if (a->owner_known) return "uid:" + std::to_string(a->owner.uid);
+    if (a->tls_identity != rpc::Admission::kNone) return "tls:" + std::to_string(a->tls_identity);
+  }
+  // "HOST:PORT", the host bracketed if IPv6: the port is the connection's, not the client's.
+  const std::string peer = ctx.peer != nullptr ? *ctx.peer : "";
+  return "host:" + peer.substr(0, peer.rfind(':'));
+}
+
 }  // namespace odafs::server

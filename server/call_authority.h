@@ -36,6 +36,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 
 #include "rpc/server.h"
 #include "server/export_rules.h"
@@ -73,6 +74,12 @@ class CallAuthority {
     counters_.read_only.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
+
+  // Who the call's connection is, as a name to bind client state to (ClientOwners): a local
+  // peer the kernel named, by its user ("uid:N"); else a client whose certificate the
+  // identity map names, by that line ("tls:N"); else the peer's host ("host:ADDRESS"), the
+  // most this server can tell of it. Allocates: for CLIENT_ID, not the per-call path.
+  std::string principal(const rpc::CallContext& ctx) const;
 
   // Whether the call's client may make device nodes (its rule says `devices`).
   bool allows_devices(const rpc::CallContext& ctx) const;

@@ -161,26 +161,72 @@ void FileService::do_delegreturn(const rpc::CallContext& ctx, delegreturn_args& 
   reply_status<stat_res>(r, xp(xdr_stat_res), held ? ODAFS_OK : ODAFS_ERR_INVAL);
 }
 
+// Who holds what by owner. A client naming itself again, on a new connection, finds what
+// the server kept for it (its write delegations while it was away): it may write back what
+// it kept, as after a restart, and its RECLAIM_COMPLETE then ends those delegations (the
+// client dropped its own entries for them; its new mount starts afresh).
 void FileService::do_client_id(const rpc::CallContext& ctx, client_id_args& a, rpc::Reply& r) {
-  Recovery::Owner owner;
+  ClientOwners::Owner owner;
   std::memcpy(owner.data(), a.owner, owner.size());
-  Result<Recovery::Joined> j = recovery_.join(ctx.connection, owner);
   client_id_res res{};
-  res.status = j ? ODAFS_OK : status_from_errno(j.errno_value());
-  if (j) {
-    res.client_id_res_u.ok.reclaim = j->reclaim;
-    res.client_id_res_u.ok.grace_ms = j->grace_ms;
+  {
+    std::lock_guard naming(naming_mu_);
+    std::vector<ClientOwners::Forgotten> forgotten;
+    Result<ClientOwners::Joined> named =
+        owners_.join(ctx.connection, owner, authority_.principal(ctx),
+                     ctx.peer != nullptr ? *ctx.peer : "", &forgotten);
+    forget_owners(forgotten);
+    Result<Recovery::Joined> j =
+        named ? recovery_.join(ctx.connection, owner) : Result<Recovery::Joined>(named.status());
+    res.status = j ? ODAFS_OK : status_from_errno(j.errno_value());
+    if (j) {
+      res.client_id_res_u.ok.reclaim = j->reclaim || named->known;
+      res.client_id_res_u.ok.kept = named->known && !j->reclaim;
+      res.client_id_res_u.ok.grace_ms = j->grace_ms;
+    }
   }
   r.send(xp(xdr_client_id_res), &res);
 }
 
 void FileService::do_reclaim_complete(const rpc::CallContext& ctx, rpc::Reply& r) {
-  recovery_.reclaim_complete(ctx.connection);
+  {
+    std::lock_guard naming(naming_mu_);
+    recovery_.reclaim_complete(ctx.connection);
+    const uint64_t holder = owners_.holder_of(ctx.connection);
+    if ((holder & Delegations::kNamedHolder) != 0) delegations_.drop_holder(holder);
+  }
   reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_OK);
 }
 
-bool FileService::send_recall(uint64_t connection, const WireHandle& fh, uint64_t id) {
-  if (server_ == nullptr) return false;
+void FileService::connection_closed(uint64_t connection) {
+  std::lock_guard naming(naming_mu_);
+  std::vector<ClientOwners::Forgotten> forgotten;
+  const ClientOwners::Closed c = owners_.closed(connection, &forgotten);
+  recovery_.connection_closed(connection);
+  if (!c.named) {
+    delegations_.drop_holder(c.holder);
+  } else if (c.away && !delegations_.holder_away(c.holder)) {
+    // Away holding nothing: nothing to come back for.
+    ClientOwners::Owner owner;
+    if (owners_.forget_if_away(c.holder, &owner)) recovery_.forget(owner);
+  }
+  forget_owners(forgotten);
+}
+
+void FileService::forget_owners(const std::vector<ClientOwners::Forgotten>& forgotten) {
+  for (const ClientOwners::Forgotten& f : forgotten) {
+    ODAFS_LOG_WARN(
+        "a client away for over %lld ms (or the longest away of too many) loses its "
+        "delegations: coming back, it may not reclaim, and reports what it kept as lost",
+        static_cast<long long>(owners_.away_ms()));
+    delegations_.drop_holder(f.holder);
+    recovery_.forget(f.owner);
+  }
+}
+
+bool FileService::send_recall(uint64_t holder, const WireHandle& fh, uint64_t id) {
+  const uint64_t connection = owners_.connection_of(holder);
+  if (server_ == nullptr || connection == 0) return false;
   cb_recall_args args{};
   std::memcpy(args.fh, fh.data(), fh.size());
   args.delegation = id;

@@ -17,10 +17,12 @@ int64_t now_ms() {
 
 }  // namespace
 
-Delegations::Delegations(Options options, RecallFn send_recall, WriteEndedFn write_ended)
+Delegations::Delegations(Options options, RecallFn send_recall, WriteEndedFn write_ended,
+                         HolderFn holder_of)
     : options_(options),
       send_recall_(std::move(send_recall)),
-      write_ended_(std::move(write_ended)) {
+      write_ended_(std::move(write_ended)),
+      holder_of_(std::move(holder_of)) {
   changing_.reserve(64);
   ended_.reserve(64);
 }
@@ -44,17 +46,18 @@ Delegations::Grant Delegations::grant(const NodeRef& node_ref, uint64_t connecti
   std::lock_guard lock(mu_);
   if (stopping_) return {};
   if (std::find(changing_.begin(), changing_.end(), node) != changing_.end()) return {};
+  const uint64_t holder = holder_locked(connection);
   FileState& f = files_[node];
   f.node = node_ref;
   f.fh = fh;
   Holder* own = nullptr;
   for (Holder& h : f.holders) {
     if (h.recalled_at_ms != 0) return {};  // a change is waiting for this file
-    if (h.connection == connection) {
+    if (h.holder == holder) {
       own = &h;
     } else if (write || h.write) {
       erase_if_empty_locked(node);
-      return {};  // conflicts with another connection's delegation
+      return {};  // conflicts with another holder's delegation
     }
   }
   if (own != nullptr) {
@@ -69,15 +72,15 @@ Delegations::Grant Delegations::grant(const NodeRef& node_ref, uint64_t connecti
     }
     return {own->id, own->write, new_write};
   }
-  auto held = per_connection_.find(connection);
-  if ((held != per_connection_.end() && held->second >= options_.max_per_connection) ||
-      cooling_locked(node, connection, now_ms())) {
+  auto held = per_holder_.find(holder);
+  if ((held != per_holder_.end() && held->second >= options_.max_per_connection) ||
+      cooling_locked(node, holder, now_ms())) {
     erase_if_empty_locked(node);
     return {};
   }
   uint64_t id = next_id_++;
-  f.holders.push_back({connection, id, 0, write});
-  ++per_connection_[connection];
+  f.holders.push_back({holder, id, 0, write});
+  ++per_holder_[holder];
   stats_.granted.fetch_add(1, std::memory_order_relaxed);
   if (write) {
     write_held_.fetch_add(1, std::memory_order_relaxed);
@@ -86,15 +89,15 @@ Delegations::Grant Delegations::grant(const NodeRef& node_ref, uint64_t connecti
   return {id, write, write};
 }
 
-bool Delegations::cooling_locked(uint64_t node, uint64_t connection, int64_t now) {
+bool Delegations::cooling_locked(uint64_t node, uint64_t holder, int64_t now) {
   if (options_.cooldown_ms <= 0) return false;
   const Recalled& r = recalled_slot(node);
-  if (r.node != node || now >= r.until_ms || r.by == connection) return false;
+  if (r.node != node || now >= r.until_ms || r.by == holder) return false;
   stats_.cooled.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
-void Delegations::cool_down_locked(uint64_t node, uint64_t connection, bool write, int64_t now) {
+void Delegations::cool_down_locked(uint64_t node, uint64_t holder, bool write, int64_t now) {
   if (options_.cooldown_ms <= 0) return;
   Recalled& r = recalled_slot(node);
   const bool same = r.node == node;
@@ -105,11 +108,11 @@ void Delegations::cool_down_locked(uint64_t node, uint64_t connection, bool writ
     cool = std::min(2 * r.cool_ms, kMaxCooldowns * options_.cooldown_ms);
   }
   // A write one's recall cost its holder a write-back: no one gets a new delegation for a
-  // while. A read one's: no one but the connection whose call recalled it (the writer may
+  // while. A read one's: no one but the holder whose call recalled it (the writer may
   // still be granted one). A write cool-down under way stays one.
   const bool write_cooling = same && r.by == 0 && now < r.until_ms;
   r = {node, std::max(same ? r.until_ms : 0, now + cool), cool,
-       write || write_cooling ? 0 : connection};
+       write || write_cooling ? 0 : holder};
 }
 
 void Delegations::keep_cool_locked(uint64_t node, int64_t now) {
@@ -118,7 +121,7 @@ void Delegations::keep_cool_locked(uint64_t node, int64_t now) {
 }
 
 void Delegations::uncount_locked(const Holder& h) {
-  if (--per_connection_[h.connection] == 0) per_connection_.erase(h.connection);
+  if (--per_holder_[h.holder] == 0) per_holder_.erase(h.holder);
   if (h.write) write_held_.fetch_sub(1, std::memory_order_relaxed);
 }
 
@@ -149,7 +152,7 @@ bool Delegations::write_held_on(uint64_t node) const {
                                           [](const Holder& h) { return h.write; });
 }
 
-size_t Delegations::sweep_locked(uint64_t node, uint64_t connection, bool writes_only, int64_t now,
+size_t Delegations::sweep_locked(uint64_t node, uint64_t holder, bool writes_only, int64_t now,
                                  std::vector<Holder>* to_recall) {
   auto it = files_.find(node);
   if (it == files_.end()) return 0;
@@ -160,7 +163,7 @@ size_t Delegations::sweep_locked(uint64_t node, uint64_t connection, bool writes
   bool recalled_write = false;
   for (size_t i = 0; i < holders.size();) {
     Holder& h = holders[i];
-    if (h.connection == connection || (writes_only && !h.write)) {
+    if (h.holder == holder || (writes_only && !h.write)) {
       ++i;
       continue;
     }
@@ -173,7 +176,7 @@ size_t Delegations::sweep_locked(uint64_t node, uint64_t connection, bool writes
                                    kMaxRevoked);
           revoked_.erase(revoked_.begin());
         }
-        revoked_.emplace_back(node, h.connection);
+        revoked_.emplace_back(node, h.holder);
         revoked_count_.store(revoked_.size(), std::memory_order_relaxed);
       }
       remove_locked(node, h);
@@ -192,7 +195,7 @@ size_t Delegations::sweep_locked(uint64_t node, uint64_t connection, bool writes
   }
   // Cool the file down (see Options::cooldown_ms): from the recall, and again from the
   // end of a recall a holder let run out (it may grab again the moment the cool-down ends).
-  if (recalled) cool_down_locked(node, connection, recalled_write, now);
+  if (recalled) cool_down_locked(node, holder, recalled_write, now);
   if (expired) keep_cool_locked(node, now);
   return others;
 }
@@ -225,7 +228,7 @@ Delegations::Change Delegations::begin_change_without_waiting(uint64_t node) {
   {
     std::lock_guard lock(mu_);
     changing_.push_back(node);
-    if (sweep_locked(node, /*connection=*/0, /*writes_only=*/false, now_ms(), &to_recall) > 0) {
+    if (sweep_locked(node, /*holder=*/0, /*writes_only=*/false, now_ms(), &to_recall) > 0) {
       fh = files_[node].fh;
     } else {
       erase_if_empty_locked(node);  // the sweep may have expired the last holder
@@ -233,8 +236,9 @@ Delegations::Change Delegations::begin_change_without_waiting(uint64_t node) {
   }
   for (const Holder& h : to_recall) {
     stats_.recalled.fetch_add(1, std::memory_order_relaxed);
-    // Unreachable: its connection is closing, and connection_closed drops it.
-    (void)send_recall_(h.connection, fh, h.id);
+    // Unreachable: its connection is closing (drop_holder drops it), or a named client is
+    // away (it expires like any recalled one).
+    (void)send_recall_(h.holder, fh, h.id);
   }
   return Change(this, node);
 }
@@ -252,6 +256,7 @@ bool Delegations::await_writers_slow(uint64_t node, uint64_t connection) {
 bool Delegations::wait_for_holders_locked(std::unique_lock<std::mutex>& lock, uint64_t node,
                                           uint64_t connection, bool writes_only) {
   if (files_.find(node) == files_.end()) return true;  // the common case
+  const uint64_t holder = holder_locked(connection);
   const int64_t start = now_ms();
   bool waiting = false;
   auto leave = [&](bool clear) {
@@ -263,26 +268,30 @@ bool Delegations::wait_for_holders_locked(std::unique_lock<std::mutex>& lock, ui
   for (;;) {
     std::vector<Holder> to_recall;
     const int64_t now = now_ms();
-    if (sweep_locked(node, connection, writes_only, now, &to_recall) == 0) return leave(true);
+    if (sweep_locked(node, holder, writes_only, now, &to_recall) == 0) return leave(true);
     if (!to_recall.empty()) {
       const WireHandle fh = files_[node].fh;
       lock.unlock();
       std::vector<Holder> unreachable;
       for (const Holder& h : to_recall) {
         stats_.recalled.fetch_add(1, std::memory_order_relaxed);
-        if (!send_recall_(h.connection, fh, h.id)) unreachable.push_back(h);
+        // A named client with no connection stays recalled: it expires after the lease
+        // unless it comes back and writes back first.
+        if (!send_recall_(h.holder, fh, h.id) && (h.holder & kNamedHolder) == 0) {
+          unreachable.push_back(h);
+        }
       }
       lock.lock();
       for (const Holder& h : unreachable) {
         // A stopping server keeps it (its bytes come back to the next instance, and must not
         // find the file changed under them): the change waits, then answers DELAY.
         if (stopping_) break;
-        // Its connection is closing: connection_closed drops it too, whichever is first.
+        // Its connection is closing: drop_holder drops it too, whichever is first.
         auto f = files_.find(node);
         if (f == files_.end()) break;
         auto& holders = f->second.holders;
         auto gone = std::find_if(holders.begin(), holders.end(), [&](const Holder& x) {
-          return x.connection == h.connection && x.id == h.id;
+          return x.holder == h.holder && x.id == h.id;
         });
         if (gone == holders.end()) continue;
         remove_locked(node, *gone);
@@ -305,7 +314,7 @@ bool Delegations::wait_for_holders_locked(std::unique_lock<std::mutex>& lock, ui
     // Wake at the first lease to run out, or when this operation has waited long enough.
     int64_t until = start + options_.wait_ms;
     for (const Holder& h : files_[node].holders) {
-      if (h.connection != connection && h.recalled_at_ms != 0) {
+      if (h.holder != holder && h.recalled_at_ms != 0) {
         until = std::min(until, h.recalled_at_ms + options_.lease_ms);
       }
     }
@@ -316,15 +325,15 @@ bool Delegations::wait_for_holders_locked(std::unique_lock<std::mutex>& lock, ui
 bool Delegations::revoked_slow(uint64_t node, uint64_t connection) {
   std::lock_guard lock(mu_);
   const bool found = std::find(revoked_.begin(), revoked_.end(),
-                               std::make_pair(node, connection)) != revoked_.end();
+                               std::make_pair(node, holder_locked(connection))) != revoked_.end();
   if (found) stats_.refused_revoked.fetch_add(1, std::memory_order_relaxed);
   return found;
 }
 
-void Delegations::unrevoke_locked(uint64_t node, uint64_t connection) {
+void Delegations::unrevoke_locked(uint64_t node, uint64_t holder) {
   if (revoked_.empty()) return;
   std::erase_if(revoked_, [&](const std::pair<uint64_t, uint64_t>& r) {
-    return (node == 0 || r.first == node) && (connection == 0 || r.second == connection);
+    return (node == 0 || r.first == node) && (holder == 0 || r.second == holder);
   });
   revoked_count_.store(revoked_.size(), std::memory_order_relaxed);
 }
@@ -332,17 +341,17 @@ void Delegations::unrevoke_locked(uint64_t node, uint64_t connection) {
 bool Delegations::returned(uint64_t node, uint64_t connection, uint64_t id) {
   {
     std::lock_guard lock(mu_);
-    unrevoke_locked(node, connection);
+    const uint64_t holder = holder_locked(connection);
+    unrevoke_locked(node, holder);
     auto f = files_.find(node);
     if (f == files_.end()) return false;
     auto& holders = f->second.holders;
-    auto it = std::find_if(holders.begin(), holders.end(), [&](const Holder& h) {
-      return h.connection == connection && h.id == id;
-    });
+    auto it = std::find_if(holders.begin(), holders.end(),
+                           [&](const Holder& h) { return h.holder == holder && h.id == id; });
     if (it == holders.end()) {
       // Renewed under another id (an OPEN crossed the return): still held, nothing lost.
       return std::any_of(holders.begin(), holders.end(),
-                         [&](const Holder& h) { return h.connection == connection; });
+                         [&](const Holder& h) { return h.holder == holder; });
     }
     remove_locked(node, *it);
     holders.erase(it);
@@ -360,30 +369,58 @@ void Delegations::stop_serving() {
   changed_.notify_all();
 }
 
-void Delegations::connection_closed(uint64_t connection) {
+void Delegations::drop_holder_locked(uint64_t holder, bool reads_only) {
+  if (per_holder_.find(holder) == per_holder_.end()) return;
+  size_t left = 0;
+  for (auto f = files_.begin(); f != files_.end();) {
+    auto& holders = f->second.holders;
+    const size_t before = holders.size();
+    std::erase_if(holders, [&](const Holder& h) {
+      if (h.holder != holder) return false;
+      if (reads_only && h.write) {
+        ++left;
+        return false;
+      }
+      if (h.write) {
+        write_held_.fetch_sub(1, std::memory_order_relaxed);
+        if (write_ended_) ended_.push_back(f->second.node);
+      }
+      return true;
+    });
+    stats_.dropped.fetch_add(before - holders.size(), std::memory_order_relaxed);
+    f = holders.empty() ? files_.erase(f) : std::next(f);
+  }
+  ended_count_.store(ended_.size(), std::memory_order_relaxed);
+  if (left == 0) {
+    per_holder_.erase(holder);
+  } else {
+    per_holder_[holder] = left;
+  }
+  changed_.notify_all();
+}
+
+void Delegations::drop_holder(uint64_t holder) {
   {
     std::lock_guard lock(mu_);
     if (stopping_) return;  // the server is going: its delegations stay in force to the end
-    unrevoke_locked(0, connection);
-    if (per_connection_.find(connection) == per_connection_.end()) return;
-    for (auto f = files_.begin(); f != files_.end();) {
-      auto& holders = f->second.holders;
-      size_t before = holders.size();
-      std::erase_if(holders, [&](const Holder& h) {
-        if (h.connection == connection && h.write) {
-          write_held_.fetch_sub(1, std::memory_order_relaxed);
-          if (write_ended_) ended_.push_back(f->second.node);
-        }
-        return h.connection == connection;
-      });
-      stats_.dropped.fetch_add(before - holders.size(), std::memory_order_relaxed);
-      f = holders.empty() ? files_.erase(f) : std::next(f);
-    }
-    ended_count_.store(ended_.size(), std::memory_order_relaxed);
-    per_connection_.erase(connection);
-    changed_.notify_all();
+    unrevoke_locked(0, holder);
+    drop_holder_locked(holder, /*reads_only=*/false);
   }
   tell_ended();
+}
+
+bool Delegations::holder_away(uint64_t holder) {
+  bool stays;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return true;
+    drop_holder_locked(holder, /*reads_only=*/true);
+    stays = per_holder_.find(holder) != per_holder_.end() ||
+            std::any_of(revoked_.begin(), revoked_.end(),
+                        [&](const std::pair<uint64_t, uint64_t>& r) { return r.second == holder; });
+  }
+  tell_ended();
+  return stays;
 }
 
 void Delegations::file_gone(uint64_t node) {
@@ -402,7 +439,7 @@ void Delegations::file_gone(uint64_t node) {
 size_t Delegations::held() const {
   std::lock_guard lock(mu_);
   size_t n = 0;
-  for (const auto& [connection, count] : per_connection_) n += count;
+  for (const auto& [holder, count] : per_holder_) n += count;
   return n;
 }
 

@@ -62,17 +62,22 @@ FileService::FileService(Options options, CpuAccounting* cpu)
       nodes_(*store_, options_.max_nodes, options_.max_open_files,
              options_.handle_key ? &*options_.handle_key : nullptr),
       cache_(cache::BlockCache::Options{options_.cache_bytes, options_.block_size}),
+      // An away client's state lasts twelve leases (a minute at the default lease): long
+      // enough to ride out a cut connection, short enough that what it pins goes.
+      owners_(ClientOwners::Options{.away_ms = int64_t{12} * options_.lease_ms,
+                                    .max_owners = options_.recovery_max_owners}),
       delegations_(
           Delegations::Options{.lease_ms = options_.lease_ms,
                                .wait_ms = std::min(options_.lease_ms, 1000),
                                .max_waiters = options_.max_delegation_waiters,
                                .cooldown_ms = options_.lease_ms},
-          [this](uint64_t connection, const WireHandle& fh, uint64_t id) {
-            return send_recall(connection, fh, id);
+          [this](uint64_t holder, const WireHandle& fh, uint64_t id) {
+            return send_recall(holder, fh, id);
           },
           store_->reserves_space()
               ? Delegations::WriteEndedFn([this](const NodeRef& n) { release_space(n); })
-              : nullptr),
+              : nullptr,
+          [this](uint64_t connection) { return owners_.holder_of(connection); }),
       recovery_(Recovery::Options{options_.recovery_record, options_.grace_ms,
                                   options_.recovery_max_owners}),
       leases_(
@@ -349,6 +354,8 @@ void FileService::do_stats(rpc::Reply& r) {
   values.emplace_back("recovery.reclaimed", gs.reclaimed.load());
   values.emplace_back("recovery.held_back", gs.held_back.load());
   values.emplace_back("recovery.record_writes", gs.record_writes.load());
+  values.emplace_back("owners.known", owners_.known());
+  values.emplace_back("owners.away", owners_.away());
   if (engine_) {
     const ordma::EngineStats& es = engine_->stats();
     values.emplace_back(std::string("engine.backend.") + engine_->kind(), 1);

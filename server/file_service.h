@@ -13,8 +13,10 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cache/block_cache.h"
 #include "ordma/engine.h"
@@ -23,6 +25,7 @@
 #include "proto/wire_layout.h"
 #include "rpc/server.h"
 #include "server/call_authority.h"
+#include "server/client_owners.h"
 #include "server/cpu_accounting.h"
 #include "server/delegations.h"
 #include "server/file_env.h"
@@ -106,11 +109,10 @@ class FileService {
   void stop_engine();
   const ordma::Engine* engine() const { return engine_.get(); }
 
-  // The RPC server's hook for a closed connection: its delegations are gone.
-  void connection_closed(uint64_t connection) {
-    delegations_.connection_closed(connection);
-    recovery_.connection_closed(connection);
-  }
+  // The RPC server's hook for a closed connection: an unnamed one's delegations are gone; a
+  // named client's write delegations stay while it is away (docs/protocol.md, "Open
+  // delegations"), unless it holds none.
+  void connection_closed(uint64_t connection);
   // The server is stopping: connections closing from now on keep their clients' place in
   // the recovery record (they come back to reclaim after the restart).
   void stopping() {
@@ -223,8 +225,11 @@ class FileService {
   void do_delegreturn(const rpc::CallContext& ctx, struct delegreturn_args& a, rpc::Reply& r);
   void do_client_id(const rpc::CallContext& ctx, struct client_id_args& a, rpc::Reply& r);
   void do_reclaim_complete(const rpc::CallContext& ctx, rpc::Reply& r);
-  // Sends CB_RECALL of delegation id on fh to connection (Delegations' recall sender).
-  bool send_recall(uint64_t connection, const WireHandle& fh, uint64_t id);
+  // Sends CB_RECALL of delegation id on fh to a connection of holder (Delegations' recall
+  // sender).
+  bool send_recall(uint64_t holder, const WireHandle& fh, uint64_t id);
+  // Drops what the server held for owners ClientOwners gave up on. REQUIRES: naming_mu_.
+  void forget_owners(const std::vector<ClientOwners::Forgotten>& forgotten);
   // Delegations::begin_change for the file (or none) that `name` in dir names now.
   // await_writers for the regular file `name` in dir names, if any. Costs nothing more
   // than Delegations::writers_out while no write delegation exists.
@@ -297,6 +302,11 @@ class FileService {
   int engine_threads_ = 0;  // as started, for STATS
   std::array<unsigned char, 8> write_verf_;
   rpc::Server* server_ = nullptr;
+  ClientOwners owners_;  // before delegations_, which asks it for holders
+  // Orders the changes of who holds what by owner (CLIENT_ID, RECLAIM_COMPLETE, a
+  // connection's close): a client naming itself again never races the close of its last
+  // connection. Rare calls; taken before any lock of delegations_ or owners_.
+  std::mutex naming_mu_;
   Delegations delegations_;
   Recovery recovery_;
   LeaseKeeper leases_;  // after what it uses; its pins go before nodes_

@@ -258,17 +258,13 @@ bool Recovery::may_hold_writes(uint64_t connection) {
 
 void Recovery::connection_closed(uint64_t connection) {
   std::lock_guard lock(mu_);
-  auto it = owners_.find(connection);
-  if (it == owners_.end()) return;
-  const Owner owner = it->second;
-  owners_.erase(it);
-  if (stopping_.load(std::memory_order_relaxed) || recorded_.count(owner) == 0) return;
-  if (pending_.count(owner) != 0) return;  // still to reclaim (it may reconnect)
-  for (const auto& [c, o] : owners_) {
-    if (o == owner) return;  // another connection of the client holds on
-  }
-  recorded_.erase(owner);
-  write_record_locked();
+  owners_.erase(connection);
+}
+
+void Recovery::forget(const Owner& owner) {
+  std::lock_guard lock(mu_);
+  if (stopping_.load(std::memory_order_relaxed) || pending_.count(owner) != 0) return;
+  if (recorded_.erase(owner) != 0) write_record_locked();
 }
 
 }  // namespace odafs::server

@@ -14,10 +14,12 @@
 // grace_ms, for at most another grace_ms. A record without owners
 // opens no grace period: a restart with no write delegation out costs nothing.
 //
-// An owner leaves the record when its last connection closes while the server runs (its
-// delegations went with it), and every owner leaves it when a grace period ends (none holds
+// An owner leaves the record when the server gives up what it held for it while the server
+// runs (forget: it closed its last connection holding nothing, or stayed away too long;
+// server/client_owners.h), and every owner leaves it when a grace period ends (none holds
 // a write delegation of the new instance yet); a server stopping or crashing leaves the
-// record as it is.
+// record as it is. An owner away with its write delegations kept stays in it, so that a
+// restart meanwhile still lets it reclaim.
 //
 // Thread-safety: thread-safe. holds_back and in_grace cost one relaxed load once the grace
 // period is over.
@@ -43,8 +45,9 @@ class Recovery {
     // be reclaimed) and no grace period.
     std::string record_path;
     int grace_ms = 10000;  // a grace period's length (twice it at most: see above)
-    // The most owners a record may name: the server's connection limit (each owner held a
-    // connection while recorded). A record naming more is forged or corrupt.
+    // The most owners a record may name: the server's connection limit (a recorded owner
+    // is connected, or away and known to ClientOwners, which keeps no more than that many).
+    // A record naming more is forged or corrupt.
     size_t max_owners = 1024;
   };
   using Owner = std::array<unsigned char, 16>;
@@ -80,7 +83,11 @@ class Recovery {
   // Before a write delegation goes to `connection`: its owner is in the record (written
   // and synced the first time). False: grant none (no owner named, or no record kept).
   bool may_hold_writes(uint64_t connection);
+  // The connection is gone (its owner stays recorded until forget).
   void connection_closed(uint64_t connection);
+  // The server holds nothing for `owner` any more: it leaves the record, unless the server
+  // is stopping or the owner is still to reclaim in a grace period.
+  void forget(const Owner& owner);
   // The server is stopping: its connections close now, but their owners stay recorded.
   void stopping() { stopping_.store(true, std::memory_order_relaxed); }
 

@@ -24,6 +24,7 @@
 #include "tests/support/delegation_holder.h"
 #include "tests/support/hostile.h"
 #include "tests/support/mount_process.h"
+#include "tests/support/raw_mount.h"
 #include "tests/support/server_process.h"
 
 using odafs::Client;
@@ -31,6 +32,7 @@ using odafs::File;
 using odafs::test::errno_of;
 using odafs::test::eventually;
 using odafs::test::pattern;
+using odafs::test::RawMount;
 using odafs::test::read_all;
 using odafs::test::read_local;
 using odafs::test::seconds_since;
@@ -51,42 +53,6 @@ void bring_down(ServerProcess& server, Down how) {
     server.stop();
   }
 }
-
-// A raw connection to the server that has mounted the export: for calls no library client
-// would make.
-struct RawMount {
-  explicit RawMount(uint16_t port)
-      : ch({"127.0.0.1", port}, [] {
-          odafs::rpc::Channel::Options o;
-          o.program = ODAFS_PROGRAM;
-          o.version = ODAFS_V2;
-          o.timeout_ms = 10000;
-          return o;
-        }()) {
-    mount_args a{};
-    a.path = const_cast<char*>("/");
-    mount_res res{};
-    ch.call(ODAFSPROC_MOUNT, odafs::rpc::to_xdrproc(xdr_mount_args), &a,
-            odafs::rpc::to_xdrproc(xdr_mount_res), &res);
-    REQUIRE(res.status == ODAFS_OK);
-    std::memcpy(root, res.mount_res_u.ok.root, sizeof root);
-    xdr_free(odafs::rpc::to_xdrproc(xdr_mount_res), reinterpret_cast<char*>(&res));
-  }
-  // CLIENT_ID with an owner of all `fill` bytes; the status, and *reclaim.
-  int client_id(unsigned char fill, bool* reclaim = nullptr) {
-    return odafs::test::client_id(ch, fill, reclaim);
-  }
-  int getattr_root() {
-    getattr_args a{};
-    std::memcpy(a.fh, root, sizeof root);
-    attr_res res{};
-    ch.call(ODAFSPROC_GETATTR, odafs::rpc::to_xdrproc(xdr_getattr_args), &a,
-            odafs::rpc::to_xdrproc(xdr_attr_res), &res);
-    return res.status;
-  }
-  odafs::rpc::Channel ch;
-  char root[ODAFS_FHSIZE];
-};
 
 }  // namespace
 
@@ -298,13 +264,15 @@ TEST_CASE(
   // bytes lost. A raw client stands in for it: back in time, never complete.
   TempDir dir;
   ServerProcess server(dir.path(), {"--grace-ms", "1500"});
-  odafs::test::make_file(server.url(), "/f", "x");
+  REQUIRE(chmod(dir.path().c_str(), 0777) == 0);  // raw calls run as the anonymous user
   {
-    odafs::test::HostileMount holder(server.port(), "f");
-    REQUIRE(odafs::test::client_id(holder.ch, 0x51) == ODAFS_OK);
+    RawMount holder(server.port());
+    REQUIRE(holder.client_id(0x51) == ODAFS_OK);
     // A write delegation writes the owner into the record.
-    REQUIRE(odafs::test::open_file(holder.ch, holder.root, "f",
-                                   ODAFS_OPEN_READ | ODAFS_OPEN_WRITE) != 0);
+    char fh[ODAFS_FHSIZE];
+    int kind = -1;
+    REQUIRE(holder.create("f", fh, &kind) == ODAFS_OK);
+    REQUIRE(kind == ODAFS_DELEG_WRITE);
     server.kill_hard();  // while it is connected: the record keeps it
   }
   server.start_again();

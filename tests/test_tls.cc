@@ -31,6 +31,7 @@
 #include "tests/support/mount_process.h"
 #include "tests/support/mounted.h"
 #include "tests/support/server_process.h"
+#include "tests/support/tcp_relay.h"
 
 using odafs::Client;
 using odafs::Error;
@@ -208,38 +209,21 @@ std::string success_reply(uint32_t xid, const std::string& verifier = "") {
   return record + a.b;
 }
 
-// A man in the middle on loopback: relays one client's connection to 127.0.0.1:server_port
-// and appends `injected` to the client's first record (its AUTH_TLS probe), in the same
+// A man in the middle on loopback: relays connections to 127.0.0.1:server_port and
+// appends `injected` to each client's first record (its AUTH_TLS probe), in the same
 // segment. Every other byte goes through untouched, both ways, until either side closes.
-class InjectingRelay {
- public:
-  InjectingRelay(uint16_t server_port, std::string injected)
-      : front_([server_port, injected = std::move(injected)](int client) {
-          int server = odafs::test::connect_from("127.0.0.1", server_port);
-          if (server < 0) return;
-          std::string probe = read_record(client);
-          if (probe.empty()) return close(server), void();
-          probe += injected;
-          if (send(server, probe.data(), probe.size(), MSG_NOSIGNAL) !=
-              static_cast<ssize_t>(probe.size())) {
-            return close(server), void();
-          }
-          pollfd p[2] = {{client, POLLIN, 0}, {server, POLLIN, 0}};
-          char buf[16384];
-          for (bool open = true; open && poll(p, 2, 10000) > 0;) {
-            for (int i = 0; i < 2 && open; ++i) {
-              if (p[i].revents == 0) continue;
-              ssize_t n = recv(p[i].fd, buf, sizeof buf, 0);
-              open = n > 0 && send(p[1 - i].fd, buf, static_cast<size_t>(n), MSG_NOSIGNAL) == n;
-            }
-          }
-          close(server);
-        }) {}
-  uint16_t port() const { return front_.port(); }
-
- private:
-  OneConnection front_;
-};
+odafs::test::TcpRelay injecting_relay(uint16_t server_port, std::string injected) {
+  return odafs::test::TcpRelay(
+      server_port, [injected = std::move(injected)](int client, int server) {
+        timeval tv{5, 0};  // a client that sends no probe does not hold the relay forever
+        setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        std::string probe = read_record(client);
+        if (probe.empty()) return false;
+        probe += injected;
+        return send(server, probe.data(), probe.size(), MSG_NOSIGNAL) ==
+               static_cast<ssize_t>(probe.size());
+      });
+}
 
 }  // namespace
 
@@ -536,7 +520,7 @@ TEST_CASE("a record begun in the clear behind the AUTH_TLS probe never runs insi
   REQUIRE(len.ok());
   odafs::rpc::put_record_mark(record.data(), static_cast<uint32_t>(*len - 4), /*last=*/false);
   const std::string error = [&] {
-    InjectingRelay relay(server.port(), std::string(record.data(), *len));
+    odafs::test::TcpRelay relay = injecting_relay(server.port(), std::string(record.data(), *len));
     return channel_error(relay.port());
   }();
   CHECK(!error.empty());  // the server closed the connection instead of going on with it

@@ -252,18 +252,22 @@ TEST_CASE("a holder stopped past its lease never overwrites a write committed af
   CHECK(read_local(dir / "f").substr(0, 15) == "BBBB, committed");
 }
 
-TEST_CASE("a write-delegation holder that dies gives it up at once") {
+TEST_CASE("a write-delegation holder that dies costs a reader one lease, no more") {
+  // The server cannot tell a client that died from one whose connection was cut and that
+  // will come back to write back (test_reconnect): the holder's write delegation outlives
+  // its connection, and a reader's recall, which cannot reach it, expires a lease later.
   TempDir dir;
-  ServerProcess server(dir.path(), {"--lease-ms", "30000"});
+  ServerProcess server(dir.path(), {"--lease-ms", "2000"});
   pid_t holder =
       holder_process(server.url(), "f", [](Client& c) { take_write_delegation(c, "f"); });
   reap(holder);
   auto b = Client::mount(server.url());
   auto start = std::chrono::steady_clock::now();
   CHECK(read_all(*b, "f", 64) == "before");  // never fsynced: gone with the process
-  CHECK(seconds_since(start) < 5.0);         // far below the 30 s lease
-  CHECK(server_stat(*b, "delegations.expired") == 0);
-  CHECK(server_stat(*b, "delegations.dropped") >= 1);
+  const double waited = seconds_since(start);
+  CHECK(waited > 1.5);
+  CHECK(waited < 6.0);
+  CHECK(server_stat(*b, "delegations.expired") == 1);
 }
 
 TEST_CASE("a server restart under a write delegation never leaves wrong data") {

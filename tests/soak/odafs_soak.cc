@@ -14,9 +14,10 @@
 // lost, a client or server that died, RSS above the bound, or a descriptor left behind.
 //
 // --restart-every S restarts the server every S seconds (SIGKILL and SIGTERM in turn);
-// --cut-every S sends the clients' RPC connections through a TCP relay (tcp_relay.h) that
-// resets all of them every S seconds while the server stays up. Either way the clients
-// reconnect, and an operation cut off counts as interrupted, not as an error.
+// --cut-every S sends the clients' RPC connections through a TCP relay
+// (tests/support/tcp_relay.h) that resets all of them every S seconds while the server
+// stays up. Either way the clients reconnect, and an operation cut off counts as
+// interrupted, not as an error.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -40,9 +41,9 @@
 
 #include "tests/soak/soak_client.h"
 #include "tests/soak/soak_model.h"
-#include "tests/soak/tcp_relay.h"
 #include "tests/support/process_probe.h"
 #include "tests/support/server_process.h"
+#include "tests/support/tcp_relay.h"
 
 extern char** environ;
 
@@ -218,7 +219,7 @@ int run(const Options& o, const std::string& self) {
   test::ServerProcess server(dir.path(), {"--cache-mb", std::to_string(o.cache_mb), "--block-size",
                                           std::to_string(kBlockSize)});
   // With cuts, the clients reach the server through the relay (restarts keep its port).
-  std::optional<TcpRelay> relay;
+  std::optional<test::TcpRelay> relay;
   if (o.cut_every > 0) relay.emplace(server.port());
   const std::string url =
       relay ? "odafs://127.0.0.1:" + std::to_string(relay->port()) + "/" : server.url("/");
@@ -245,6 +246,7 @@ int run(const Options& o, const std::string& self) {
   double next_restart = o.restart_every > 0 ? o.restart_every : give_up + 1;
   double next_cut = o.cut_every > 0 ? o.cut_every : give_up + 1;
   int restarts = 0, cut_rounds = 0;
+  uint64_t connections_cut = 0;
   size_t running = children.size();
   while (running > 0 && elapsed() < give_up) {
     std::vector<pollfd> fds;
@@ -278,7 +280,7 @@ int run(const Options& o, const std::string& self) {
       before = sample(server.pid(), elapsed());  // the CPU figure is the last instance's
     }
     if (relay && elapsed() >= next_cut && elapsed() < o.seconds) {
-      relay->cut_all();
+      connections_cut += relay->reset_all();
       ++cut_rounds;
       std::printf("%8.0f every connection cut (round %d)\n", elapsed(), cut_rounds);
       next_cut += o.cut_every;
@@ -380,7 +382,7 @@ int run(const Options& o, const std::string& self) {
   std::printf("%-28s %llu\n", "races (expected)", static_cast<unsigned long long>(total.races));
   std::printf("%-28s %d\n", "server restarts", restarts);
   std::printf("%-28s %d (%llu connections)\n", "connection cuts", cut_rounds,
-              static_cast<unsigned long long>(relay ? relay->cuts() : 0));
+              static_cast<unsigned long long>(connections_cut));
   std::printf("%-28s %llu\n", "cut off by a restart or cut",
               static_cast<unsigned long long>(total.interrupted));
   std::printf("%-28s %llu\n", "unexpected errors", static_cast<unsigned long long>(total.errors));
@@ -404,11 +406,10 @@ int run(const Options& o, const std::string& self) {
   js << "{\"clients\":" << o.clients << ",\"seconds\":" << o.seconds << ",\"ops\":" << total.ops
      << ",\"races\":" << total.races << ",\"restarts\":" << restarts
      << ",\"cut_every\":" << o.cut_every << ",\"cuts\":" << cut_rounds
-     << ",\"connections_cut\":" << (relay ? relay->cuts() : 0)
-     << ",\"interrupted\":" << total.interrupted << ",\"errors\":" << total.errors
-     << ",\"lost_files\":" << total.lost << ",\"checksum_errors\":" << total.checksum_errors
-     << ",\"bad_files_on_disk\":" << disk_bad << ",\"clients_died\":" << died + failures
-     << ",\"bytes_checked\":" << total.bytes_checked
+     << ",\"connections_cut\":" << connections_cut << ",\"interrupted\":" << total.interrupted
+     << ",\"errors\":" << total.errors << ",\"lost_files\":" << total.lost
+     << ",\"checksum_errors\":" << total.checksum_errors << ",\"bad_files_on_disk\":" << disk_bad
+     << ",\"clients_died\":" << died + failures << ",\"bytes_checked\":" << total.bytes_checked
      << ",\"server\":{\"rss_max_kb\":" << peak.rss_kb << ",\"rss_bound_kb\":" << max_rss_mb * 1024
      << ",\"fds_max\":" << peak.fds << ",\"sockets_max\":" << peak.sockets
      << ",\"sockets_before\":" << before.sockets << ",\"sockets_after\":" << after.sockets

@@ -167,16 +167,6 @@ uint64_t open_file(rpc::Channel& ch, const Handle& dir, const std::string& name,
   return res.status == ODAFS_OK ? res.open_res_u.ok.delegation : 0;
 }
 
-int client_id(rpc::Channel& ch, unsigned char fill, bool* reclaim) {
-  client_id_args a{};
-  std::memset(a.owner, fill, sizeof a.owner);
-  client_id_res res{};
-  ch.call(ODAFSPROC_CLIENT_ID, rpc::to_xdrproc(xdr_client_id_args), &a,
-          rpc::to_xdrproc(xdr_client_id_res), &res);
-  if (reclaim != nullptr) *reclaim = res.status == ODAFS_OK && res.client_id_res_u.ok.reclaim;
-  return res.status;
-}
-
 void HostileMount::get_refs(size_t bytes) {
   for (uint64_t off = 0; off < bytes; off += 1 << 20) {
     getrefs_args ga{};

@@ -67,8 +67,6 @@ struct HostileMount {
 // the delegation granted, 0 for none (or a failed OPEN). A channel without a callback
 // handler answers no recall: the delegation comes back only with its lease.
 uint64_t open_file(rpc::Channel& ch, const Handle& dir, const std::string& name, uint32_t access);
-// CLIENT_ID on ch with an owner of all `fill` bytes: the status, and *reclaim (may be null).
-int client_id(rpc::Channel& ch, unsigned char fill, bool* reclaim = nullptr);
 
 // Splits a stream of reply records: appends what arrived to *buffer and removes every
 // complete record from its front, returning how many there were.
