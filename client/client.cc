@@ -288,7 +288,7 @@ Result<std::shared_ptr<const MountState>> Client::remount() {
         if (wrote.ok()) return wrote;
         // What the Delegations log names the file and the server.
         return Status(wrote.errno_value(),
-                      sf->path + " on " + server_name() + ": " + wrote.status().message());
+                      sf->path() + " on " + server_name() + ": " + wrote.status().message());
       },
       [this](const Handle& fh, OpenFiles::Ref& sf) { open_files_.release(cache_key(fh), sf); },
       [this] { reconnect_soon(); },

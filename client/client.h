@@ -412,7 +412,8 @@ class Client {
   // Where sf's kept bytes go on m: `held` (the handle this client holds; may be null) while
   // the server takes it as sf's file, which follows the file wherever it was renamed; only
   // if the server refuses it as stale (a restart: handles of a local export name one server
-  // instance) the file found again at sf's path (find_again) with sf's file id. Nothing
+  // instance) the file found again at one of sf's paths (find_again; the latest first) with
+  // sf's file id. Nothing
   // when neither is sf's file. Another file that reuses the inode number is never taken by
   // the handle (the server checks its slot generation and the kernel's file handle); by the
   // path only the file id tells them apart.

@@ -102,7 +102,7 @@ Delegations::Unsent Delegations::unsent() const {
   Unsent out;
   for (const OpenFiles::Ref& sf : kept) {  // the files' locks outside mu_ (keep_open's order)
     if (!unwritten(*sf)) continue;
-    out.paths.push_back(sf->path);
+    out.paths.push_back(sf->path());
     out.bytes += held_back(*sf).first;
   }
   return out;
@@ -136,7 +136,7 @@ void Delegations::stop() {
       ODAFS_LOG_ERROR(
           "odafs: writes to %s on %s kept under a write delegation were not written back "
           "before the connection went (lost)",
-          r.kept->path.c_str(), server_.c_str());
+          r.kept->path().c_str(), server_.c_str());
     }
     release_(r.fh, r.kept);
   }
@@ -466,7 +466,7 @@ void Delegations::give_back(Return& r) {
     ODAFS_LOG_WARN(
         "odafs: a write delegation on %s on %s had expired before its writes were written "
         "back: another client may have accessed the file without them",
-        r.kept ? r.kept->path.c_str() : "a file open here", server_.c_str());
+        r.kept ? r.kept->path().c_str() : "a file open here", server_.c_str());
   }
   given_back(r.id);
 }

@@ -9,9 +9,9 @@ OpenFiles::Ref OpenFiles::acquire(uint64_t key, const Attr& at_open, const std::
   Ref& f = files_[key];
   if (!f) {
     f = std::make_shared<SharedFile>();
-    f->path = path;
     f->fileid = at_open.fileid;
   }
+  f->opened_as(path);
   f->size.store(at_open.size, std::memory_order_relaxed);
   f->server_mtime_ns.store(nanoseconds(at_open.mtime), std::memory_order_relaxed);
   return f;
@@ -23,6 +23,24 @@ void OpenFiles::release(uint64_t key, Ref& ref) {
   // Two references left (the map's and this one): no other File has it.
   if (it != files_.end() && it->second == ref && ref.use_count() == 2) files_.erase(it);
   ref.reset();
+}
+
+void SharedFile::opened_as(const std::string& path) {
+  std::lock_guard lock(paths_mu_);
+  if (!paths_.empty() && paths_.front() == path) return;  // the common case: no allocation
+  std::erase(paths_, path);
+  if (paths_.size() == kMaxPaths) paths_.pop_back();
+  paths_.insert(paths_.begin(), path);
+}
+
+std::string SharedFile::path() const {
+  std::lock_guard lock(paths_mu_);
+  return paths_.empty() ? std::string() : paths_.front();
+}
+
+std::vector<std::string> SharedFile::paths() const {
+  std::lock_guard lock(paths_mu_);
+  return paths_;
 }
 
 OpenFiles::Ref OpenFiles::find(uint64_t key) const {

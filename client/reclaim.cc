@@ -74,7 +74,7 @@ bool waits(const odafs_stat& status) {
 // this client's own REMOVE (cut off by the restart), and is gone.
 std::string loss(std::string why, bool removing, const SharedFile& sf) {
   if (removing && why == kNotAtPath) {
-    ODAFS_LOG_INFO("odafs: %s went with its REMOVE across a server restart", sf.path.c_str());
+    ODAFS_LOG_INFO("odafs: %s went with its REMOVE across a server restart", sf.path().c_str());
     return "";
   }
   return why;
@@ -194,10 +194,14 @@ Result<std::optional<Handle>> Client::home_of(const MountState& m, const SharedF
                            }));
     if (attr && is_sf(*attr)) return Home(*held);
   }
+  // Every name this client opened the file by, the latest first; the file id tells which
+  // holds it.
   using Found = std::optional<std::pair<Handle, Attr>>;
-  ODAFS_ASSIGN_OR_RETURN(Found found, find_again(m, sf.path));
-  if (!found || !is_sf(found->second)) return Home();
-  return Home(found->first);
+  for (const std::string& name : sf.paths()) {
+    ODAFS_ASSIGN_OR_RETURN(Found found, find_again(m, name));
+    if (found && is_sf(found->second)) return Home(found->first);
+  }
+  return Home();
 }
 
 std::string Client::write_home(const MountState& m, SharedFile& sf, const Handle* held,
@@ -222,7 +226,7 @@ std::string Client::write_home(const MountState& m, SharedFile& sf, const Handle
     src += len;
   }
   stats_.reclaimed_files.fetch_add(1, std::memory_order_relaxed);
-  ODAFS_LOG_INFO("odafs: reclaimed %zu byte(s) of %s after %s", data.size(), sf.path.c_str(),
+  ODAFS_LOG_INFO("odafs: reclaimed %zu byte(s) of %s after %s", data.size(), sf.path().c_str(),
                  m.reclaim_after);
   return "";
 }
@@ -287,7 +291,7 @@ void Client::rehome_run_locked(const Handle& fh, SharedFile& sf) {
 
 void Client::report_lost(SharedFile& sf, const std::vector<std::pair<uint64_t, size_t>>& pieces,
                          const std::vector<char>& data, const std::string& why) {
-  std::string message = std::to_string(data.size()) + " byte(s) written to " + sf.path + " on " +
+  std::string message = std::to_string(data.size()) + " byte(s) written to " + sf.path() + " on " +
                         server_name() +
                         " under a write delegation could not be written back: " + why;
   if (unmounting_.load(std::memory_order_acquire)) {
@@ -310,7 +314,8 @@ Result<std::string> Client::rescue(const SharedFile& sf,
     dir = tmp != nullptr && *tmp != '\0' ? tmp : "/var/tmp";
   }
   // NAME: the file's last component, kept to what a file name may hold here.
-  std::string name = sf.path.substr(sf.path.rfind('/') + 1);
+  const std::string latest = sf.path();
+  std::string name = latest.substr(latest.rfind('/') + 1);
   if (name.empty() || name.size() > 64) name = name.empty() ? "file" : name.substr(0, 64);
   std::string path = dir + "/odafs-rescue." + name + ".XXXXXX";
   const int fd = mkostemp(path.data(), O_CLOEXEC);  // 0600: the user's bytes, the user's only
@@ -342,7 +347,7 @@ Result<std::string> Client::rescue(const SharedFile& sf,
   if (!written.ok()) return written;
   {
     std::lock_guard lock(rescued_mu_);
-    rescued_.push_back(sf.path + " on " + server_name() + ": " + std::to_string(data.size()) +
+    rescued_.push_back(sf.path() + " on " + server_name() + ": " + std::to_string(data.size()) +
                        " byte(s) saved in " + path);
   }
   return path;

@@ -20,9 +20,16 @@
 namespace odafs {
 
 struct SharedFile {
-  // The file, as its first open named it: a write delegation's bytes are found a home by
-  // them after a server restart (client/reclaim.cc). Set at creation, then constant.
-  std::string path;
+  // The paths this client's opens named the file by, the latest first: a write delegation's
+  // bytes are found a home by them after a server restart (client/reclaim.cc tries each; the
+  // file id decides). Not the first open's alone: the file may have been renamed while
+  // something of this client's kept this alive (an open File, a write-back under way) and
+  // opened again by its new name, whose close then kept bytes here.
+  // Thread-safety: all three are thread-safe.
+  void opened_as(const std::string& path);  // OpenFiles::acquire, at every open
+  std::string path() const;                 // the latest, for messages
+  std::vector<std::string> paths() const;
+  // Set at creation, then constant.
   uint64_t fileid = 0;
   // The file's modification time (ns) as the server showed it at the latest open: what
   // LostWrites keys a loss by besides the file id, as inode numbers are reused.
@@ -55,6 +62,11 @@ struct SharedFile {
   // A write-behind run that could not be sent: reported by the next write, fsync or close.
   int behind_errno = 0;
   std::string behind_error;
+
+ private:
+  static constexpr size_t kMaxPaths = 4;  // bounded: a file opened by many names keeps the last
+  mutable std::mutex paths_mu_;
+  std::vector<std::string> paths_;  // latest first; guarded by paths_mu_
 };
 
 }  // namespace odafs

@@ -88,7 +88,8 @@ Status write_run(SharedFile& sf, size_t max_write, const char* buf, size_t len, 
 // for the next one): commit() -> Result<WriteVerifier>, the server's. If the server
 // restarted since one was acknowledged, they may be lost, so all go again, in order,
 // stable, through write_stable(src, len, offset) -> Result<size_t> (bytes written), as NFS
-// clients do. On failure (returned) they stay
+// clients do; EIO if that fails, but ESTALE if the file is gone (write_stable's ESTALE after
+// the COMMIT succeeded: it was removed in between). On failure (returned) they stay
 // uncommitted, ahead of newer ones, and the next try sends them again. `what` names the
 // file in errors. Shared by File (which finds a stale handle again) and by a write
 // delegation's write-back (which has only the handle).
@@ -156,8 +157,19 @@ Status commit_books(SharedFile& shared, const std::string& what, CommitFn&& comm
   Status done = v.status();
   if (done.ok() && (changed || (verifier && *verifier != *v))) {
     if (Status again = send_again(); !again.ok()) {
-      done = Status(EIO, "commit " + what + ": the server restarted and unstable writes could " +
-                             "not be sent again: " + again.to_string());
+      // ESTALE: the handle the COMMIT just used went stale before the writes did, so the
+      // file was removed (or renamed over) since: its bytes went with it, as they would
+      // have had the remove come a moment later. That is the file gone, as for any call on
+      // it, not bytes lost from a file that is still there.
+      done = again.errno_value() == ESTALE
+                 ? Status(ESTALE, "commit " + what +
+                                      ": the file was removed after the server restarted, "
+                                      "before its unstable writes were sent again: " +
+                                      again.to_string())
+                 : Status(EIO, "commit " + what +
+                                   ": the server restarted and unstable writes could not be "
+                                   "sent again: " +
+                                   again.to_string());
     }
   }
   if (!done.ok()) {

@@ -214,6 +214,16 @@ bool Recovery::grace_over_now() {
 bool Recovery::grace_over_locked(int64_t now) {
   if (!grace_.load(std::memory_order_relaxed)) return true;
   if (!pending_.empty() && now < grace_ends_ms_) return false;
+  // Past its time, the period waits on for owners that came back and are writing back
+  // (connected, RECLAIM_COMPLETE not yet sent): ended under them, their write-backs would
+  // find files others renamed or removed meanwhile, and report bytes lost that were on
+  // their way. Bounded, by a second grace_ms: a reclaimer that never completes holds
+  // everyone back no longer than that.
+  if (!pending_.empty() && now < grace_ends_ms_ + options_.grace_ms) {
+    for (const auto& [connection, owner] : owners_) {
+      if (pending_.count(owner) != 0) return false;
+    }
+  }
   end_grace_locked();
   return true;
 }

@@ -9,7 +9,9 @@
 // opens a grace period: until each of them has sent RECLAIM_COMPLETE, or grace_ms have
 // passed, calls from their connections are served (their write-backs) and every other
 // call waits (GRACE, which clients retry), so nobody reads or overwrites a file before its
-// holder's bytes are back; no delegation is granted meanwhile. A record without owners
+// holder's bytes are back; no delegation is granted meanwhile. An owner that came back in
+// time and is still writing back (connected, not complete) holds the period open past
+// grace_ms, for at most another grace_ms. A record without owners
 // opens no grace period: a restart with no write delegation out costs nothing.
 //
 // An owner leaves the record when the server gives up what it held for it while the server
@@ -42,7 +44,7 @@ class Recovery {
     // (server/private_files.h). Empty: no record, so no write delegations (nothing could
     // be reclaimed) and no grace period.
     std::string record_path;
-    int grace_ms = 10000;  // the longest grace period after a start
+    int grace_ms = 10000;  // a grace period's length (twice it at most: see above)
     // The most owners a record may name: the server's connection limit (a recorded owner
     // is connected, or away and known to ClientOwners, which keeps no more than that many).
     // A record naming more is forged or corrupt.

@@ -25,7 +25,6 @@
 
 using odafs::Client;
 using odafs::File;
-using odafs::rpc::to_xdrproc;
 using odafs::test::eventually;
 using odafs::test::holder_process;
 using odafs::test::HostileMount;
@@ -260,13 +259,9 @@ TEST_CASE("a squatter re-grabbing read delegations it never returns stalls a wri
   HostileMount squatter(server.port(), "log");
   std::atomic<uint64_t> held{0};  // OPENs answered with a delegation (a new one or renewed)
   auto grab = [&] {
-    open_args a{};
-    std::memcpy(a.dir, squatter.root.data(), squatter.root.size());
-    a.name = const_cast<char*>("log");
-    a.access = ODAFS_OPEN_READ;
-    open_res res{};
-    squatter.ch.call(ODAFSPROC_OPEN, to_xdrproc(xdr_open_args), &a, to_xdrproc(xdr_open_res), &res);
-    if (res.status == ODAFS_OK && res.open_res_u.ok.delegation != 0) held.fetch_add(1);
+    if (odafs::test::open_file(squatter.ch, squatter.root, "log", ODAFS_OPEN_READ) != 0) {
+      held.fetch_add(1);
+    }
   };
   grab();
   REQUIRE(held.load() == 1);  // it holds one before the writer starts

@@ -55,6 +55,11 @@ class Workload {
       auto s = std::chrono::duration_cast<std::chrono::seconds>(now - start).count();
       ++rep_.ops_per_second[std::min(static_cast<size_t>(s), rep_.ops_per_second.size() - 1)];
     }
+    // What the unmount could not write back is lost too (and saved in a rescue file).
+    if (Status unmounted = fs_->try_unmount(); !unmounted.ok()) {
+      unexpected("unmount: " + unmounted.to_string());
+    }
+    rep_.lost = fs_->stats().lost_files.load();
   }
 
  private:
@@ -399,8 +404,8 @@ ClientReport run_client(const ClientConfig& cfg) {
 std::string ClientReport::to_line() const {
   std::ostringstream s;
   s << "SOAK id=" << id << " ops=" << ops << " races=" << races << " interrupted=" << interrupted
-    << " errors=" << errors << " checksum=" << checksum_errors << " bytes=" << bytes_checked
-    << " per_s=";
+    << " errors=" << errors << " lost=" << lost << " checksum=" << checksum_errors
+    << " bytes=" << bytes_checked << " per_s=";
   for (size_t i = 0; i < ops_per_second.size(); ++i) s << (i ? "," : "") << ops_per_second[i];
   std::string problem = first_problem;
   std::replace(problem.begin(), problem.end(), '\n', ' ');
@@ -439,6 +444,8 @@ bool ClientReport::parse(const std::string& line, ClientReport* out) {
       r.interrupted = n;
     else if (key == "errors")
       r.errors = n;
+    else if (key == "lost")
+      r.lost = n;
     else if (key == "checksum")
       r.checksum_errors = n;
     else if (key == "bytes")

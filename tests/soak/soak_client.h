@@ -25,17 +25,21 @@ struct ClientConfig {
   int seconds = 60;
   int shared_files = 32;
   uint64_t seed = 1;
-  // The server restarts under the soak: the client reconnects (and reclaims), and an
-  // operation the restart cut off (its effect unknown) counts as interrupted, not as an
-  // error; a private file it touched leaves the model (its bytes are unknown).
+  // The server restarts, or the connections are cut, under the soak: the client reconnects
+  // (and reclaims), and an operation a restart or cut cut off (its effect unknown) counts as
+  // interrupted, not as an error; a private file it touched leaves the model (its bytes are
+  // unknown).
   bool restarts = false;
 };
 
 struct ClientReport {
   int id = 0;
   uint64_t ops = 0;
-  uint64_t races = 0;            // expected conflicts with other clients
-  uint64_t interrupted = 0;      // operations a server restart cut off (restarts only)
+  uint64_t races = 0;        // expected conflicts with other clients
+  uint64_t interrupted = 0;  // operations a restart or cut cut off (restarts only)
+  // Files whose bytes, kept under a write delegation, the client could not write back and
+  // reported lost (ClientStats::lost_files, after its unmount): a broken promise.
+  uint64_t lost = 0;
   uint64_t errors = 0;           // unexpected errors
   uint64_t checksum_errors = 0;  // bytes that break the model
   uint64_t bytes_checked = 0;

@@ -157,6 +157,16 @@ HostileMount::HostileMount(uint16_t port, const std::string& name)
   std::memcpy(file.data(), lr.dirop_res_u.ok.fh, file.size());
 }
 
+uint64_t open_file(rpc::Channel& ch, const Handle& dir, const std::string& name, uint32_t access) {
+  open_args a{};
+  std::memcpy(a.dir, dir.data(), dir.size());
+  a.name = const_cast<char*>(name.c_str());
+  a.access = access;
+  open_res res{};
+  ch.call(ODAFSPROC_OPEN, rpc::to_xdrproc(xdr_open_args), &a, rpc::to_xdrproc(xdr_open_res), &res);
+  return res.status == ODAFS_OK ? res.open_res_u.ok.delegation : 0;
+}
+
 void HostileMount::get_refs(size_t bytes) {
   for (uint64_t off = 0; off < bytes; off += 1 << 20) {
     getrefs_args ga{};

@@ -63,6 +63,11 @@ struct HostileMount {
   int engine_connection(uint16_t engine_port, int rcvbuf = 0);
 };
 
+// OPEN of `name` in directory `dir` on ch with `access` (ODAFS_OPEN_READ, | ODAFS_OPEN_WRITE):
+// the delegation granted, 0 for none (or a failed OPEN). A channel without a callback
+// handler answers no recall: the delegation comes back only with its lease.
+uint64_t open_file(rpc::Channel& ch, const Handle& dir, const std::string& name, uint32_t access);
+
 // Splits a stream of reply records: appends what arrived to *buffer and removes every
 // complete record from its front, returning how many there were.
 size_t take_records(std::string* buffer);
