@@ -11,17 +11,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "client/client.h"
+#include "client/io_queue.h"
 #include "client/url.h"
 
 namespace {
@@ -50,7 +53,13 @@ namespace {
 // --timeout, if given; a URL's ?timeout_ms wins over it, as in Client::mount.
 std::optional<int> g_timeout_ms;
 // --tls and its files; a URL's tls options win over them.
-odafs::MountOptions g_options;
+// No data cache: a command reads a file once, front to back, and keeping each block cost a
+// copy of every byte (ClientCache::store, 5% of get's CPU) and the cache's allocation.
+odafs::MountOptions g_options = [] {
+  odafs::MountOptions o;
+  o.cache_blocks = 0;
+  return o;
+}();
 // The timeout the last mount used, for the message when a call runs out of it.
 int g_effective_timeout_ms = odafs::MountOptions{}.timeout_ms;
 // The process's umask, read once at start: `get` creates LOCAL with 0644 minus it, as
@@ -101,17 +110,132 @@ void write_all(int fd, const char* p, size_t n) {
   }
 }
 
-// Copies the whole remote file to fd.
-void copy_out(odafs::File& f, int fd) {
-  std::vector<char> buf(1 << 20);
-  uint64_t off = 0;
-  for (;;) {
-    size_t n = f.pread(buf.data(), buf.size(), off);
-    if (n == 0) break;
-    write_all(fd, buf.data(), n);
-    off += n;
+// A whole file's bytes streamed through an IoQueue, kDepth calls of up to the server's
+// max_read / max_write in flight: the server reads or writes one chunk while the wire
+// carries the next and this side copies a third. One call at a time left each side idle
+// for the other's part of every round trip (get ran at a third of a local cp; bench/stream).
+// Each chunk has its own buffer, slot i of the ring, allocated once.
+// Thread-safety: one thread. REQUIRES: the Client outlives it.
+class Stream {
+ public:
+  Stream(odafs::Client& client, bool writing)
+      : chunk_(std::min<size_t>(kMaxChunk,
+                                writing ? client.limits().max_write : client.limits().max_read)),
+        queue_(client, kDepth),
+        ring_(kDepth * chunk_) {}
+
+  // Copies the remote file from offset 0 to fd, in order, until a read comes back short
+  // (the end of the file as the client sees it, File::pread's contract). Throws Error.
+  void to_fd(odafs::File& f, int fd) {
+    uint64_t next = 0;  // the next chunk to submit; chunk k lands in slot k % kDepth
+    for (; next < kDepth; ++next) submit_read(f, next);
+    for (uint64_t k = 0;; ++k) {
+      const size_t n = wait_for(k);
+      write_all(fd, slot(k), n);
+      if (n < chunk_) return;  // the end: the reads past it (in flight) are dropped
+      submit_read(f, next++);  // into the slot chunk k just left
+    }
   }
-}
+
+  // Writes everything left to read from fd into f from offset 0; returns when every
+  // WRITE has its reply. Throws Error (`what` names the source in read errors).
+  void from_fd(int fd, odafs::File& f, const std::string& what) {
+    uint64_t off = 0;
+    for (uint64_t k = 0;; ++k) {
+      if (k >= kDepth) {  // slot k % kDepth is free again once its write is answered
+        const uint64_t old = k - kDepth;
+        check_write({old, wait_for(old), 0});
+      }
+      const size_t n = fill(fd, slot(k), what);
+      if (n == 0) break;
+      queue_.submit_write(f, slot(k), n, off, k);
+      sizes_[k % kDepth] = n;
+      off += n;
+    }
+    drain();
+  }
+
+ private:
+  static constexpr size_t kDepth = 8;
+  static constexpr size_t kMaxChunk = 1u << 20;
+
+  char* slot(uint64_t k) { return ring_.data() + (k % kDepth) * chunk_; }
+
+  void submit_read(odafs::File& f, uint64_t k) {
+    queue_.submit_read(f, slot(k), chunk_, k * chunk_, k);
+    sizes_[k % kDepth] = chunk_;
+  }
+
+  // Waits until chunk k has completed; returns its bytes. Throws Error on its (or an
+  // earlier-reaped chunk's) failure, or a write that came back short.
+  size_t wait_for(uint64_t k) {
+    while (!done_[k % kDepth] || tag_[k % kDepth] != k) {
+      odafs::Completion got[kDepth];
+      const size_t n = queue_.wait(std::span(got, kDepth), 1, -1);
+      if (n == 0) throw odafs::Error(EIO, "stream: chunk " + std::to_string(k) + " lost");
+      for (size_t i = 0; i < n; ++i) {
+        if (got[i].error != 0) {
+          throw odafs::Error(got[i].error,
+                             "chunk at offset " + std::to_string(got[i].user_tag * chunk_));
+        }
+        const size_t s = got[i].user_tag % kDepth;
+        done_[s] = true;
+        tag_[s] = got[i].user_tag;
+        bytes_[s] = got[i].bytes;
+      }
+    }
+    done_[k % kDepth] = false;
+    return bytes_[k % kDepth];
+  }
+
+  // Waits for every request outstanding; throws the first failure, or EIO for a write
+  // that came back short without one.
+  void drain() {
+    while (queue_.outstanding() > 0) {
+      odafs::Completion got[kDepth];
+      const size_t n = queue_.wait(std::span(got, kDepth), 1, -1);
+      for (size_t i = 0; i < n; ++i) check_write(got[i]);
+    }
+    for (size_t s = 0; s < kDepth; ++s) {
+      if (done_[s]) check_write({tag_[s], bytes_[s], 0});
+    }
+  }
+
+  void check_write(const odafs::Completion& c) {
+    if (c.error != 0) {
+      throw odafs::Error(c.error, "write at offset " + std::to_string(c.user_tag * chunk_));
+    }
+    if (c.bytes != sizes_[c.user_tag % kDepth]) {
+      throw odafs::Error(EIO, "short write at offset " + std::to_string(c.user_tag * chunk_));
+    }
+  }
+
+  // Reads fd until chunk_ bytes are in buf or the end; returns how many.
+  size_t fill(int fd, char* buf, const std::string& what) {
+    size_t got = 0;
+    while (got < chunk_) {
+      ssize_t n = ::read(fd, buf + got, chunk_ - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw odafs::Error(errno, "put: read " + what);
+      if (n == 0) break;
+      got += static_cast<size_t>(n);
+    }
+    return got;
+  }
+
+  const size_t chunk_;
+  odafs::IoQueue queue_;
+  std::vector<char> ring_;
+  // Per slot: the chunk it last held, whether its completion was reaped and not yet
+  // taken, the bytes it came back with, and the bytes asked for.
+  uint64_t tag_[kDepth] = {};
+  bool done_[kDepth] = {};
+  size_t bytes_[kDepth] = {};
+  size_t sizes_[kDepth] = {};
+};
+
+// Copies the whole remote file to fd.
+void copy_out(odafs::Client& client, odafs::File& f, int fd) { Stream(client, false).to_fd(f, fd); }
 
 // Where `get` writes: LOCAL is replaced whole or not at all. The bytes go to a temporary
 // file in LOCAL's directory (so the rename cannot cross file systems), which commit()
@@ -247,18 +371,9 @@ class LocalSource {
   LocalSource(const LocalSource&) = delete;
   LocalSource& operator=(const LocalSource&) = delete;
 
-  // Writes everything left to read into f from offset 0.
-  void copy_to(odafs::File& f) {
-    std::vector<char> buf(1 << 20);
-    uint64_t off = 0;
-    for (;;) {
-      ssize_t n = ::read(fd_, buf.data(), buf.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw odafs::Error(errno, "put: read " + name_);
-      if (n == 0) break;
-      f.pwrite(buf.data(), static_cast<size_t>(n), off);
-      off += static_cast<uint64_t>(n);
-    }
+  // Writes everything left to read into f from offset 0 (every WRITE answered).
+  void copy_to(odafs::Client& client, odafs::File& f) {
+    Stream(client, true).from_fd(fd_, f, name_);
   }
 
  private:
@@ -333,7 +448,7 @@ class RemoteOutput {
   // Copies all of `in` into the temporary.
   void copy_from(LocalSource& in) {
     try {
-      in.copy_to(file_);
+      in.copy_to(client_, file_);
     } catch (const odafs::Error& e) {
       throw unchanged(e);
     }
@@ -504,13 +619,13 @@ int run(int argc, char** argv) {
   } else if (cmd == "cat") {
     Target t = open_target(argv[2]);
     odafs::File f = t.client->open(t.path, O_RDONLY);
-    copy_out(f, 1);
+    copy_out(*t.client, f, 1);
   } else if (cmd == "get") {
     if (argc < 4) usage();
     Target t = open_target(argv[2]);
     odafs::File f = t.client->open(t.path, O_RDONLY);  // a missing file fails here: no LOCAL
     LocalOutput out(argv[3]);
-    copy_out(f, out.fd());
+    copy_out(*t.client, f, out.fd());
     out.commit();
   } else if (cmd == "put") {
     bool in_place = false;
@@ -525,7 +640,7 @@ int run(int argc, char** argv) {
     Target t = open_target(argv[at + 1]);
     if (in_place) {
       odafs::File f = t.client->open(t.path, O_WRONLY | O_CREAT | O_TRUNC, 0644 & ~g_umask);
-      in.copy_to(f);
+      in.copy_to(*t.client, f);
       f.close();
     } else {
       RemoteOutput out(*t.client, t.path, argv[at + 1]);
