@@ -6,7 +6,10 @@
 # machine's drift hits every case alike; each case runs on a fresh file name, and each
 # mount case on a fresh odafs-mount (so that neither the kernel's page cache nor the
 # client's block cache holds the file: the cat reads from odafsd). Prints the median and
-# spread (min–max) of MiB/s and each case's median ratio to the local cp, and writes
+# spread (min–max) of MiB/s and each case's median ratio to the local cp, and the CPU time
+# each case costs, in ms: the client's (the command's user + system time, plus
+# odafs-mount's for the mount cases) and odafsd's (on a loaded machine wall time follows
+# the CPU spent more than anything), and writes
 # $OUT/stream.json (default docs/results/stream.json) and stream.svg beside it.
 #   TMPDIR=/dev/shm bash bench/stream/run.sh [SIZE_MIB] [ROUNDS]      (defaults 256, 5)
 # BUILD=build-quick uses the helpers' build (default build/, built here in Release).
@@ -44,11 +47,17 @@ rows=$work/rows.jsonl
 : >"$rows"
 
 now() { date +%s.%N; }
+# cpu_ms PID: the process's user + system CPU time so far, in ms.
+cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) * 1000 / hz}' "/proc/$1/stat"; }
+# timed CMD...: runs CMD, its user + system time (ms) to $work/time.
+timed() { /usr/bin/time -o "$work/time" -f "%U %S" "$@"; }
+client_ms() { awk '{print ($1 + $2) * 1000}' "$work/time"; }
 
 mount_fresh() {
   mnt=$work/mnt
   mkdir -p "$mnt"
   "$mount_bin" "odafs://$addr/" "$mnt"
+  mount_pid=$(pgrep -nf "^$mount_bin odafs://$addr/ $mnt\$")
 }
 unmount() {
   fusermount3 -u "$mnt"
@@ -58,35 +67,42 @@ unmount() {
 # run_case CASE ROUND: runs one transfer of the file, timed around the transfer alone,
 # each cleaned up after; appends a row.
 run_case() {
-  local c=$1 r=$2 t0 t1
+  local c=$1 r=$2 t0 t1 s0 s1 m0=0 m1=0
+  s0=$(cpu_ms "$pid")
   case $c in
     local_cp)
-      t0=$(now); cp "$src" "$local_dir/copy"; t1=$(now)
+      t0=$(now); timed cp "$src" "$local_dir/copy"; t1=$(now)
       rm -f "$local_dir/copy" ;;
     put)
-      t0=$(now); "$odafs_bin" put "$src" "odafs://$addr/put-$r"; t1=$(now)
+      t0=$(now); timed "$odafs_bin" put "$src" "odafs://$addr/put-$r"; t1=$(now)
       cmp -s "$src" "$export_dir/put-$r" || { echo "put: the copy differs" >&2; exit 1; }
       rm -f "$export_dir/put-$r" ;;
     get)
-      t0=$(now); "$odafs_bin" get "odafs://$addr/served" "$local_dir/got"; t1=$(now)
+      t0=$(now); timed "$odafs_bin" get "odafs://$addr/served" "$local_dir/got"; t1=$(now)
       cmp -s "$src" "$local_dir/got" || { echo "get: the copy differs" >&2; exit 1; }
       rm -f "$local_dir/got" ;;
     cp_in)
       mount_fresh
       # cp's close waits for the bytes to be at the server (close-to-open).
-      t0=$(now); cp "$src" "$mnt/cp-$r"; t1=$(now)
+      m0=$(cpu_ms "$mount_pid")
+      t0=$(now); timed cp "$src" "$mnt/cp-$r"; t1=$(now)
+      m1=$(cpu_ms "$mount_pid")
       unmount
       cmp -s "$src" "$export_dir/cp-$r" || { echo "cp_in: the copy differs" >&2; exit 1; }
       rm -f "$export_dir/cp-$r" ;;
     cat_out)
       mount_fresh
-      t0=$(now); cat "$mnt/served" >"$local_dir/cat"; t1=$(now)
+      m0=$(cpu_ms "$mount_pid")
+      t0=$(now); timed cat "$mnt/served" >"$local_dir/cat"; t1=$(now)
+      m1=$(cpu_ms "$mount_pid")
       unmount
       cmp -s "$src" "$local_dir/cat" || { echo "cat_out: the copy differs" >&2; exit 1; }
       rm -f "$local_dir/cat" ;;
   esac
+  s1=$(cpu_ms "$pid")
   python3 -c "import json; s = $t1 - $t0; print(json.dumps({'case': '$c', 'round': $r, \
-'seconds': s, 'mib_per_s': $size_mib / s}))" >>"$rows"
+'seconds': s, 'mib_per_s': $size_mib / s, 'client_cpu_ms': $(client_ms) + $m1 - $m0, \
+'server_cpu_ms': 0 if '$c' == 'local_cp' else $s1 - $s0}))" >>"$rows"
   echo "  round $r $c: $(tail -1 "$rows" | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["mib_per_s"]))') MiB/s" >&2
 }
 
