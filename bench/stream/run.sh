@@ -13,6 +13,8 @@
 # $OUT/stream.json (default docs/results/stream.json) and stream.svg beside it.
 #   TMPDIR=/dev/shm bash bench/stream/run.sh [SIZE_MIB] [ROUNDS]      (defaults 256, 5)
 # BUILD=build-quick uses the helpers' build (default build/, built here in Release).
+# BASE_BUILD=DIR adds the four odafs cases again with DIR's odafs and odafs-mount (named
+# base_put, ...), interleaved with the rest: a before/after in one run (same odafsd).
 # Needs FUSE (root, fusermount3) for the mount cases; without it they are skipped, said so.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,8 +24,8 @@ rounds=${2:-5}
 source bench/lib.sh  # $out, $work (removed at exit), start_odafsd / stop_odafsd
 build=${BUILD:-build}
 if [ "$build" = build ]; then build_targets odafsd odafs odafs-mount; fi
-odafs_bin=$(realpath "$build/odafs")
-mount_bin=$(realpath "$build/odafs-mount")
+new_odafs=$(realpath "$build/odafs")
+new_mount=$(realpath "$build/odafs-mount")
 mnt=""
 trap '[ -n "$mnt" ] && fusermount3 -u "$mnt" 2>/dev/null; [ -n "$pid" ] && kill $pid 2>/dev/null;
   rm -rf "$work"' EXIT
@@ -32,6 +34,9 @@ cases="local_cp put get cp_in cat_out"
 if ! command -v fusermount3 >/dev/null || [ ! -e /dev/fuse ]; then
   echo "no FUSE here (fusermount3, /dev/fuse): cp_in and cat_out skipped" >&2
   cases="local_cp put get"
+fi
+if [ -n "${BASE_BUILD:-}" ]; then
+  for c in $cases; do [ "$c" = local_cp ] || cases="$cases base_$c"; done
 fi
 
 ODAFSD_BIN=$build/odafsd start_odafsd stream -- --cache-mb 64
@@ -67,7 +72,11 @@ unmount() {
 # run_case CASE ROUND: runs one transfer of the file, timed around the transfer alone,
 # each cleaned up after; appends a row.
 run_case() {
-  local c=$1 r=$2 t0 t1 s0 s1 m0=0 m1=0
+  local label=$1 c=${1#base_} r=$2 t0 t1 s0 s1 m0=0 m1=0
+  odafs_bin=$new_odafs mount_bin=$new_mount
+  if [ "$label" != "$c" ]; then
+    odafs_bin=$(realpath "$BASE_BUILD/odafs") mount_bin=$(realpath "$BASE_BUILD/odafs-mount")
+  fi
   s0=$(cpu_ms "$pid")
   case $c in
     local_cp)
@@ -100,10 +109,10 @@ run_case() {
       rm -f "$local_dir/cat" ;;
   esac
   s1=$(cpu_ms "$pid")
-  python3 -c "import json; s = $t1 - $t0; print(json.dumps({'case': '$c', 'round': $r, \
+  python3 -c "import json; s = $t1 - $t0; print(json.dumps({'case': '$label', 'round': $r, \
 'seconds': s, 'mib_per_s': $size_mib / s, 'client_cpu_ms': $(client_ms) + $m1 - $m0, \
 'server_cpu_ms': 0 if '$c' == 'local_cp' else $s1 - $s0}))" >>"$rows"
-  echo "  round $r $c: $(tail -1 "$rows" | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["mib_per_s"]))') MiB/s" >&2
+  echo "  round $r $label: $(tail -1 "$rows" | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["mib_per_s"]))') MiB/s" >&2
 }
 
 read -r -a order <<<"$cases"
@@ -113,7 +122,7 @@ for r in $(seq "$rounds"); do
 done
 
 python3 bench/stream/report.py "$rows" "$out/stream.json" "$size_mib" "$rounds" \
-  "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo +dirty)"
+  "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo +dirty)" "${BASE_BUILD:-}"
 python3 bench/plot.py "$out/stream.json" "$out/stream.svg" --key rows --x round \
   --y mib_per_s --series case --title "Streaming ${size_mib} MiB on tmpfs, per round" \
   --ylabel "MiB/s" >/dev/null || echo "(no plot)" >&2
