@@ -120,8 +120,8 @@ class Stream {
  public:
   explicit Stream(odafs::Client& client)
       : chunk_(std::min<size_t>(kMaxChunk, client.limits().max_read)),
-        queue_(client, kDepth),
-        ring_(kDepth * chunk_) {}
+        ring_(kDepth * chunk_),
+        queue_(client, kDepth) {}
 
   // Copies the remote file from offset 0 to fd, in order, until a read comes back short
   // (the end of the file as the client sees it, File::pread's contract). Throws Error.
@@ -169,8 +169,10 @@ class Stream {
   }
 
   const size_t chunk_;
-  odafs::IoQueue queue_;
+  // Before queue_: destroyed after it, as the queue's destructor waits for the READs still
+  // in flight (past the end of the file, or after a failure) that land in the ring.
   std::vector<char> ring_;
+  odafs::IoQueue queue_;
   // Per slot: the chunk it last held, whether its completion was reaped and not yet
   // taken, and the bytes it came back with.
   uint64_t tag_[kDepth] = {};
