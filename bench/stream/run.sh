@@ -122,7 +122,7 @@ for r in $(seq "$rounds"); do
 done
 
 python3 bench/stream/report.py "$rows" "$out/stream.json" "$size_mib" "$rounds" \
-  "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo +dirty)" "${BASE_BUILD:-}"
+  "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!docs/results' || echo +dirty)" "${BASE_BUILD:-}"
 python3 bench/plot.py "$out/stream.json" "$out/stream.svg" --key rows --x round \
   --y mib_per_s --series case --title "Streaming ${size_mib} MiB on tmpfs, per round" \
   --ylabel "MiB/s" >/dev/null || echo "(no plot)" >&2
