@@ -31,6 +31,12 @@ namespace {
 struct Config {
   char* url = nullptr;  // the first non-option argument
   unsigned long cache_blocks = 2048;
+  // Bytes of consecutive writes gathered into one WRITE (MountOptions::write_behind_bytes).
+  // The kernel hands over a cp's write(2)s of 128 KiB one at a time, each waiting for its
+  // reply: gathered up to the server's max_write (1 MiB), 8 of them cost one round trip,
+  // not 8 (bench/stream: cp into the mount). A failure to send them comes back from the
+  // next write, fsync or close, as for the small writes gathered before.
+  unsigned long write_behind = 1u << 20;
   char* read_mode = nullptr;
   int no_ordma = 0;
   int timeout_ms = 60000;
@@ -60,6 +66,7 @@ enum OptionKey { kKeyAllowOther = 1, kKeyDefaultPermissions = 2 };
   fuse_opt { templ, offsetof(Config, field), value }
 
 const fuse_opt kSpec[] = {ODAFS_OPT("cache_blocks=%lu", cache_blocks, 0),
+                          ODAFS_OPT("write_behind=%lu", write_behind, 0),
                           ODAFS_OPT("read_mode=%s", read_mode, 0),
                           ODAFS_OPT("noordma", no_ordma, 1),
                           ODAFS_OPT("timeout_ms=%d", timeout_ms, 0),
@@ -101,6 +108,8 @@ void usage(const char* prog) {
       "\n"
       "odafs options (-o):\n"
       "    cache_blocks=N         client data cache, in server blocks (default 2048; 0: off)\n"
+      "    write_behind=N         bytes of consecutive writes sent as one WRITE (default\n"
+      "                           1048576, at most the server's max_write; 0: each at once)\n"
       "    read_mode=MODE         ordma (default) | preposted | inline | direct\n"
       "    noordma                no one-sided reads: read_mode=preposted\n"
       "    timeout_ms=N           bound on every call to the server (default 60000)\n"
@@ -247,6 +256,7 @@ int run(int argc, char** argv) {
 
   odafs::MountOptions mo;
   mo.cache_blocks = conf.cache_blocks;
+  mo.write_behind_bytes = conf.write_behind;
   mo.timeout_ms = conf.timeout_ms;
   mo.reconnect_window_ms = conf.reconnect_ms;
   mo.unmount_wait_ms = conf.unmount_wait_ms < 0 ? -1 : conf.unmount_wait_ms;
