@@ -438,6 +438,15 @@ int main(int argc, char** argv) {
     std::optional<odafs::server::StopWatchdog> stop_watchdog;
     odafs::server::CpuAccounting cpu;
     odafs::server::FileService service(fs, &cpu);
+    // Destroyed between the rpc server's destructor and the service's: the stop's log then
+    // tells the two apart.
+    struct StageWhenDestroyed {
+      std::optional<odafs::server::StopWatchdog>& watchdog;
+      const char* what;
+      ~StageWhenDestroyed() {
+        if (watchdog) watchdog->stage(what);
+      }
+    } service_stage{stop_watchdog, "closing files and freeing the cache"};
     odafs::rpc::Server::Options ro;
     ro.listen = listen_at;
     ro.threads = threads;
@@ -520,7 +529,7 @@ int main(int argc, char** argv) {
     service.stop_engine();
     stop_watchdog->stage("waiting for the rpc threads' calls to end");
     server.stop();
-    stop_watchdog->stage("closing files and freeing the cache");
+    stop_watchdog->stage("freeing the rpc server's connections and buffers");
   } catch (const std::exception& e) {
     ODAFS_LOG_ERROR("odafsd: %s", e.what());
     return 1;
