@@ -94,6 +94,8 @@ void run_model(uint64_t seed) {
       File f = fs->open(name, O_RDONLY);
       const std::string& want = model[name];
       std::string got(want.size() + bs, '\0');
+      // The size the open started from: a read stops there without asking the server.
+      const uint64_t at_open = f.known_size();
       got.resize(f.pread(got.data(), got.size(), 0));
       const uint64_t size = f.stat().size;
       if (got != want || size != want.size()) {
@@ -102,8 +104,8 @@ void run_model(uint64_t seed) {
         std::ostringstream last;
         for (const std::string& h : history) last << "  " << h << "\n";
         FAIL_CHECK("op " << op << ": " << name << " read " << got.size() << " bytes, stat " << size
-                         << ", want " << want.size() << ", first difference at " << at
-                         << "\nlast operations:\n"
+                         << ", want " << want.size() << ", size at open " << at_open
+                         << ", first difference at " << at << "\nlast operations:\n"
                          << last.str());
         ok = false;
       }
