@@ -60,9 +60,14 @@ Result<bool> Client::write_back(const MountState& m, const Handle& fh, SharedFil
     if (n != 0) m.cache->forget_data(key, at / bs, (at + n - 1) / bs);
   };
   // On m's channel only: a re-mount here could free m's Delegations from its own worker.
+  // The size later opens under the delegation start from grows with what goes out here, as
+  // with this client's other writes (Delegations::wrote): a File's run may be written back
+  // here with no close of it recording its size (the SharedFile is kept by another entry).
   auto write_one = [&](const char* src, size_t n, uint64_t at, Stability how, WriteVerifier* verf,
-                       int* committed) {
-    return write_on(m, fh, src, n, at, how, verf, committed);
+                       int* committed) -> Result<size_t> {
+    ODAFS_ASSIGN_OR_RETURN(size_t wrote, write_on(m, fh, src, n, at, how, verf, committed));
+    if (wrote != 0) m.delegations->wrote(fh, at + wrote);
+    return wrote;
   };
   {
     // The run must go out before the delegation does: a thread holding the lock may be
