@@ -122,7 +122,7 @@ MOUNT_TEST("files: create, read, write, append, truncate, O_EXCL, O_TRUNC, spars
 }
 
 MOUNT_TEST("a cp's 128 KiB writes reach the server gathered, a WRITE per MiB (write_behind)") {
-  Mounted fs;
+  Mounted fs({"write_behind=1048576"});
   const std::string data = pattern(4 << 20, 7);
   auto other = odafs::Client::mount(fs.server.url());
   const uint64_t before = odafs::test::server_stat(*other, "calls.WRITE");

@@ -35,8 +35,10 @@ struct Config {
   // The kernel hands over a cp's write(2)s of 128 KiB one at a time, each waiting for its
   // reply: gathered up to the server's max_write (1 MiB), 8 of them cost one round trip,
   // not 8 (bench/stream: cp into the mount). A failure to send them comes back from the
-  // next write, fsync or close, as for the small writes gathered before.
-  unsigned long write_behind = 1u << 20;
+  // next write, fsync or close, as for the small writes gathered before. The default stays
+  // the library's 64 KiB: with 1 MiB runs test_fsx lost acknowledged bytes across a server
+  // SIGKILL (2 runs in 5; docs/RELIABILITY.md, "Not yet defended") until that is found.
+  unsigned long write_behind = 64u << 10;
   char* read_mode = nullptr;
   int no_ordma = 0;
   int timeout_ms = 60000;
@@ -109,7 +111,7 @@ void usage(const char* prog) {
       "odafs options (-o):\n"
       "    cache_blocks=N         client data cache, in server blocks (default 2048; 0: off)\n"
       "    write_behind=N         bytes of consecutive writes sent as one WRITE (default\n"
-      "                           1048576, at most the server's max_write; 0: each at once)\n"
+      "                           65536, at most the server's max_write; 0: each at once)\n"
       "    read_mode=MODE         ordma (default) | preposted | inline | direct\n"
       "    noordma                no one-sided reads: read_mode=preposted\n"
       "    timeout_ms=N           bound on every call to the server (default 60000)\n"
