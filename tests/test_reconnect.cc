@@ -5,10 +5,8 @@
 // meanwhile; an owner that does not come back within the lease of a conflicting access
 // loses its delegation, and its late write-back is refused and reported. A client owner is
 // bound to the principal that first named it.
-#include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -357,12 +355,8 @@ TEST_CASE(
   ra.name = const_cast<char*>("victim");
   calls +=
       odafs::test::rpc_call_record(2, ODAFSPROC_REMOVE, odafs::rpc::to_xdrproc(xdr_diropargs), &ra);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(server.port());
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  const int fd = odafs::test::connect_from("127.0.0.1", server.port());
+  REQUIRE(fd >= 0);
   REQUIRE(send(fd, calls.data(), calls.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(calls.size()));
   // Reset (RST), as the relay does, once the server has read both calls and waits in the
   // first.
