@@ -250,9 +250,12 @@ class Server {
     std::atomic<uint64_t> refused{0};       // connections over a connection limit
     std::atomic<uint64_t> unadmitted{0};    // connections of peers admitted to nothing
     std::atomic<uint64_t> idle_closed{0};   // connections closed by the idle timeout
-    std::atomic<uint64_t> shed{0};          // accepted and closed: out of descriptors
-    std::atomic<uint64_t> paused{0};        // stopped reading: its replies wait (flow control)
-    std::atomic<uint64_t> input_waits{0};   // waited for a large-record permit
+    // Calls read with others in one batch and not run: their connection was reset while
+    // the ones before them ran (run_records).
+    std::atomic<uint64_t> dropped_after_reset{0};
+    std::atomic<uint64_t> shed{0};         // accepted and closed: out of descriptors
+    std::atomic<uint64_t> paused{0};       // stopped reading: its replies wait (flow control)
+    std::atomic<uint64_t> input_waits{0};  // waited for a large-record permit
     std::atomic<uint64_t> bytes_in{0};
     std::atomic<uint64_t> bytes_out{0};
     std::atomic<uint64_t> handovers{0};  // loops handed to a spare (before_blocking)
@@ -295,8 +298,11 @@ class Server {
   void close_connection(Connection* conn);
   // Runs records [0, count) of `records` unless the connection's replies back up; then the
   // rest wait in the connection (flow control) and are run when its backlog has drained.
+  // A connection reset while a batch runs drops the batch's calls not run yet: the client
+  // was told they failed with the connection, and may have gone on on another one.
   void run_records(Connection& conn, std::vector<std::vector<char>>& records, size_t count,
                    Worker& w);
+  static bool reset_meanwhile(const Connection& conn, int64_t batch_start_ms);
   void dispatch(Connection& conn, std::vector<char>& record, Worker& w);
   // Answers an AUTH_TLS probe (RFC 9289 section 4.1) that asked on conn: the STARTTLS
   // reply goes out in the clear, and every byte after it is TLS. False: the connection

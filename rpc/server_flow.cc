@@ -1,3 +1,4 @@
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
@@ -125,9 +126,20 @@ void Server::shed_backlog() {
   }
 }
 
+// Whether conn's peer reset (or closed) it since the batch that started at batch_start_ms
+// was read. Asked only once a batch has run for a while: the calls of a batch that runs at
+// once are as good as run before any reset, and asking costs a poll(2) per call.
+bool Server::reset_meanwhile(const Connection& conn, int64_t batch_start_ms) {
+  constexpr int64_t kAskAfterMs = 1;
+  if (now_ms() - batch_start_ms < kAskAfterMs) return false;
+  pollfd p{conn.fd, POLLRDHUP, 0};
+  return poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP | POLLRDHUP)) != 0;
+}
+
 void Server::run_records(Connection& conn, std::vector<std::vector<char>>& records, size_t count,
                          Worker& w) {
   w.out_conn = &conn;
+  const int64_t batch_start_ms = count > 1 ? now_ms() : 0;
   for (size_t i = 0; i < count; ++i) {
     if (conn.backlog_bytes.load(std::memory_order_relaxed) > 0) {
       std::lock_guard lock(conn.write_mu);
@@ -156,6 +168,13 @@ void Server::run_records(Connection& conn, std::vector<std::vector<char>>& recor
                                conn.peer.c_str());
       std::lock_guard lock(conn.write_mu);
       if (!conn.write_failed) fail_writes(conn);
+      for (size_t j = i; j < count; ++j) recycle(records[j]);
+      break;
+    }
+    if (i != 0 && reset_meanwhile(conn, batch_start_ms)) {
+      // The client was told these calls failed with the connection, and may have gone on
+      // on another (issue #38): run late, a REMOVE would remove the file it made anew.
+      counters_.dropped_after_reset.fetch_add(count - i, std::memory_order_relaxed);
       for (size_t j = i; j < count; ++j) recycle(records[j]);
       break;
     }

@@ -298,6 +298,7 @@ void FileService::do_stats(rpc::Reply& r) {
   values.emplace_back("rpc.refused", rc.refused.load());
   values.emplace_back("rpc.unadmitted", rc.unadmitted.load());
   values.emplace_back("rpc.idle_closed", rc.idle_closed.load());
+  values.emplace_back("rpc.dropped_after_reset", rc.dropped_after_reset.load());
   values.emplace_back("rpc.shed", rc.shed.load());
   values.emplace_back("rpc.paused", rc.paused.load());
   values.emplace_back("rpc.input_waits", rc.input_waits.load());

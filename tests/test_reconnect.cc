@@ -7,6 +7,7 @@
 // bound to the principal that first named it.
 #include <doctest/doctest.h>
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -25,6 +27,7 @@
 #include "rpc/xdr_util.h"
 #include "tests/support/client_util.h"
 #include "tests/support/delegation_holder.h"
+#include "tests/support/hostile.h"
 #include "tests/support/mount_process.h"
 #include "tests/support/raw_mount.h"
 #include "tests/support/server_process.h"
@@ -314,4 +317,62 @@ TEST_CASE("a connection the server closes for idleness is a cut connection too: 
   CHECK(eventually([&] { return writer->stats().reclaimed_files.load() == 1; }, 10));
   CHECK(read_local(dir / "f") == text);
   CHECK(writer->stats().lost_files.load() == 0);
+}
+
+// Issue #38 (cut soak, ESTALE on a client's private file): a call the server had read from
+// a connection, but not run yet when the connection was reset, still ran later, after the
+// client reconnected and went on. The client was told its REMOVE failed with the
+// connection (a non-idempotent call is not sent again); the soak then removed the file
+// itself and created it anew, and the old REMOVE, queued in its batch behind a call that
+// waited, removed the new file: its writes met ESTALE and its name ENOENT. Here the old
+// connection's REMOVE waits behind a GETATTR of a file another holder keeps under a write
+// delegation it does not return (that wait ends with DELAY after the server's wait_ms).
+TEST_CASE(
+    "a call read from a connection reset before it ran does not run after the client's "
+    "next calls") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  REQUIRE(chmod(dir.path().c_str(), 0777) == 0);  // raw calls run as the anonymous user
+  RawMount holder(server.port());                 // no callback handler: answers no recall
+  REQUIRE(holder.client_id(0x38) == ODAFS_OK);
+  char held[ODAFS_FHSIZE];
+  int kind = -1;
+  REQUIRE(holder.create("held", held, &kind) == ODAFS_OK);
+  REQUIRE(kind == ODAFS_DELEG_WRITE);
+  odafs::test::make_file(server.url(), "victim", "old");
+  auto fs = Client::mount(server.url());
+  const uint64_t getattrs = server_stat(*fs, "calls.GETATTR");
+  const uint64_t removes = server_stat(*fs, "calls.REMOVE");
+
+  // One send, so one batch: GETATTR waits for the recall; REMOVE is queued behind it.
+  std::string calls;
+  getattr_args ga{};
+  std::memcpy(ga.fh, held, sizeof ga.fh);
+  calls += odafs::test::rpc_call_record(1, ODAFSPROC_GETATTR,
+                                        odafs::rpc::to_xdrproc(xdr_getattr_args), &ga);
+  diropargs ra{};
+  std::memcpy(ra.dir, holder.root, sizeof ra.dir);
+  ra.name = const_cast<char*>("victim");
+  calls +=
+      odafs::test::rpc_call_record(2, ODAFSPROC_REMOVE, odafs::rpc::to_xdrproc(xdr_diropargs), &ra);
+  const int fd = odafs::test::connect_from("127.0.0.1", server.port());
+  REQUIRE(fd >= 0);
+  REQUIRE(send(fd, calls.data(), calls.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(calls.size()));
+  // Reset (RST), as the relay does, once the server has read both calls and waits in the
+  // first.
+  REQUIRE(eventually([&] { return server_stat(*fs, "calls.GETATTR") > getattrs; }));
+  linger l{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+  close(fd);
+
+  // The client goes on: the file it was removing is removed and made anew.
+  fs->unlink("victim");
+  odafs::test::write_path(*fs, "victim", "new");
+  // Once the old GETATTR's wait is over, the old REMOVE was either run or dropped.
+  REQUIRE(eventually([&] {
+    return server_stat(*fs, "rpc.dropped_after_reset") >= 1 ||
+           server_stat(*fs, "calls.REMOVE") > removes + 1;
+  }));
+  CHECK(std::filesystem::exists(dir / "victim"));
+  CHECK(server_stat(*fs, "calls.REMOVE") == removes + 1);  // this client's own only
 }
