@@ -141,6 +141,13 @@ inline Status wait_rpc_until(rpc::Channel& ch, rpc::Call& call, XDR* results, ti
   return rpc_status([&] { ch.wait_until(call, results, deadline); });
 }
 
+// Whether a call's errno says the server could not be reached (refused, reset, timed
+// out): the call may not have run, and the server may be back in a moment.
+inline bool server_unreachable(int err) {
+  return err == ECONNREFUSED || err == ECONNRESET || err == EPIPE || err == ETIMEDOUT ||
+         err == EHOSTUNREACH || err == ENETUNREACH;
+}
+
 // A new channel to server. Its constructor throws RpcError when TLS cannot start and
 // std::system_error when the connection cannot be made (errno 0 there reads as
 // ECONNREFUSED).

@@ -222,9 +222,7 @@ Result<std::shared_ptr<const MountState>> Client::mount_state() {
   for (;;) {
     Result<std::shared_ptr<const MountState>> mounted = remount();
     const int err = mounted.errno_value();
-    const bool server_away = err == ECONNREFUSED || err == ECONNRESET || err == EPIPE ||
-                             err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH;
-    if (!server_away) return mounted;
+    if (!server_unreachable(err)) return mounted;
     if (servers_.size() > 1) {  // the next server, at once, until each had its turn
       const net::Endpoint& from = servers_[server_index_];
       server_index_ = (server_index_ + 1) % servers_.size();

@@ -129,6 +129,19 @@ class File {
   // flush(), then forget the handle.
   void close();
 
+  // A reader's place among this file's failed writes sent behind: fsync and flush given a
+  // mark report a failure the mark has not heard of yet, once per mark, as Linux reports
+  // a writeback error once per open file (errseq). A File's own mark serves pwrite,
+  // fsync(), flush() and close(). One File used by several processes keeps a mark per
+  // process (odafs-mount: a descriptor inherited across fork), so that a child's close,
+  // even close-on-exec's, does not take the report its parent's close owes. A new mark
+  // (kNewErrorMark) starts where this File's own mark is: it hears what pwrite has not
+  // reported yet.
+  using ErrorMark = uint64_t;
+  static constexpr ErrorMark kNewErrorMark = ~ErrorMark{0};
+  void fsync(ErrorMark* mark);
+  void flush(ErrorMark* mark);
+
   bool is_open() const { return client_ != nullptr; }
   Handle handle() const;
   const std::string& path() const { return path_; }
@@ -169,9 +182,11 @@ class File {
   // the kept bytes past MountOptions::max_uncommitted_bytes.
   Status make_room_for(size_t len);
   // Sends the write-behind run of this file, if any (every read, stat and IoQueue request
-  // does first). report: return the error of this or an earlier run (writes, fsync);
-  // otherwise keep it for them (reads) and return ok. EBADF for a closed file.
-  Status flush_behind(bool report);
+  // does first). report: return the error of this or an earlier run that `mark` (null:
+  // this File's) has not heard of (writes, fsync); otherwise keep it for them (reads) and
+  // return ok. A run kept unsent because the server could not be reached fails the call
+  // either way (the run stays for the next). EBADF for a closed file.
+  Status flush_behind(bool report, ErrorMark* mark = nullptr);
   // Reads [offset, offset + len) from the run written behind, if it holds all of it (or
   // all up to the end of the file): true, and *n bytes copied to buf.
   bool read_behind(void* buf, size_t len, uint64_t offset, size_t* n);
@@ -189,18 +204,22 @@ class File {
   // reply's size says where it landed (no GETATTR first).
   Result<size_t> write_through(const char* buf, size_t len, uint64_t offset, Stability how,
                                bool append);
-  // REQUIRES the shared behind_mu: sends the run; on failure records its error and returns
-  // it.
+  // REQUIRES the shared behind_mu: sends the run; on failure returns it, and either keeps
+  // the run (the server unreachable) or drops it and records the error (write_books.h).
   Status send_behind_locked(Stability how);
-  // REQUIRES the shared behind_mu: a recorded run error, once (then it is forgotten).
-  Status take_behind_error_locked();
+  // REQUIRES the shared behind_mu: the latest recorded run error if `mark` (null: this
+  // File's) has not heard of it; then it has.
+  Status take_behind_error_locked(ErrorMark* mark = nullptr);
+  // REQUIRES the shared behind_mu: whether `mark` (null: this File's) has a run error to
+  // hear of.
+  bool behind_error_unheard_locked(ErrorMark* mark = nullptr);
   // COMMIT of the unstable writes (fsync without sending the write-behind run).
   Status commit_unstable();
   // pread, fsync, flush and close without throwing, for IoQueue, for one another and for
   // the destructor.
   Result<size_t> try_pread(void* buf, size_t len, uint64_t offset);
-  Status try_fsync();
-  Status try_flush();
+  Status try_fsync(ErrorMark* mark = nullptr);
+  Status try_flush(ErrorMark* mark = nullptr);
   Status try_close();
   // try_close for the destructor and the move assignment: logs a failure, never throws.
   void close_quietly() noexcept;

@@ -24,6 +24,10 @@ struct File::State {
   // closed. Acquired under size_key (the key changes with a stale handle's refresh).
   OpenFiles::Ref shared;
   uint64_t size_key = 0;
+  // Guarded by shared->behind_mu: this File's own error mark, and where it starts (the
+  // failures heard of by someone when the File opened).
+  ErrorMark errors_heard = 0;
+  ErrorMark errors_at_open = 0;
 };
 
 File::File(Client* client, Handle fh, const Attr& attr, WriteVerifier instance, std::string path,
@@ -39,6 +43,8 @@ File::File(Client* client, Handle fh, const Attr& attr, WriteVerifier instance, 
   state_->instance = instance;
   state_->size_key = state_->key;
   state_->shared = client->open_files_.acquire(state_->key, attr, path_);
+  std::lock_guard behind(state_->shared->behind_mu);
+  state_->errors_at_open = state_->shared->behind_failures_reported;
 }
 
 uint64_t File::size_hint() const {
@@ -293,26 +299,37 @@ Status File::send_behind_locked(Stability how) {
         // by a write delegation past its close), gathered by positioned writes.
         return write_through(buf, len, offset, how, /*append=*/false).status();
       },
-      [] { return false; });  // an open File's own run: its next call reports the failure
+      // An open File's own run: kept when the server could not be reached (it may be
+      // restarting: the next call sends the run again, and this one's caller hears of
+      // it), else dropped, and its next call reports the failure.
+      [](const Status& failed) { return server_unreachable(failed.errno_value()); });
 }
 
-Status File::take_behind_error_locked() {
+bool File::behind_error_unheard_locked(ErrorMark* mark) {
+  ErrorMark& own = state_->errors_heard;
+  own = std::max(own, state_->errors_at_open);
+  if (mark != nullptr && *mark == kNewErrorMark) *mark = own;
+  return (mark != nullptr ? *mark : own) != state_->shared->behind_failures;
+}
+
+Status File::take_behind_error_locked(ErrorMark* mark) {
+  if (!behind_error_unheard_locked(mark)) return Status();
   SharedFile& sf = *state_->shared;
-  if (sf.behind_errno == 0) return Status();
-  Status e(sf.behind_errno, "an earlier write of " + path_ + " failed: " + sf.behind_error);
-  sf.behind_errno = 0;
-  sf.behind_error.clear();
-  return e;
+  (mark != nullptr ? *mark : state_->errors_heard) = sf.behind_failures;
+  sf.behind_failures_reported = sf.behind_failures;
+  return Status(sf.behind_errno, "an earlier write of " + path_ + " failed: " + sf.behind_error);
 }
 
-Status File::flush_behind(bool report) {
+Status File::flush_behind(bool report, ErrorMark* mark) {
   if (client_ == nullptr) return kClosed;
   SharedFile& sf = *state_->shared;
   if (!report && !sf.has_behind.load(std::memory_order_acquire)) return Status();
   std::lock_guard behind(sf.behind_mu);
-  // A failure is recorded in sf: kept for the next write, fsync or close unless reported.
-  (void)send_behind_locked(client_->options().stability);
-  if (report) return take_behind_error_locked();
+  // A failure that dropped the run is recorded in sf, for the next write, fsync or close
+  // unless reported now; a run kept unsent (the server unreachable) fails this call.
+  Status sent = send_behind_locked(client_->options().stability);
+  if (!sent.ok() && !sf.behind.empty()) return sent;
+  if (report) return take_behind_error_locked(mark);
   return Status();
 }
 
@@ -350,7 +367,9 @@ void File::truncate(uint64_t size) {
 
 void File::fsync() { or_throw(try_fsync()); }
 
-Status File::try_fsync() {
+void File::fsync(ErrorMark* mark) { or_throw(try_fsync(mark)); }
+
+Status File::try_fsync(ErrorMark* mark) {
   if (client_ == nullptr) return kClosed;
   ODAFS_RETURN_IF_ERROR(client_->check_lost(fileid_, opened_.mtime));
   SharedFile& sf = *state_->shared;
@@ -365,11 +384,12 @@ Status File::try_fsync() {
     // The run is all there is to make durable (a file written and closed at once, as
     // PostMark's and most programs' are): one FILE_SYNC WRITE does it, no COMMIT after.
     if (nothing_else && !sf.behind.empty()) {
-      (void)send_behind_locked(Stability::kFileSync);  // a failure is recorded: taken next
-      return take_behind_error_locked();
+      Status sent = send_behind_locked(Stability::kFileSync);
+      if (!sent.ok() && !sf.behind.empty()) return sent;  // kept unsent (flush_behind)
+      return take_behind_error_locked(mark);
     }
   }
-  ODAFS_RETURN_IF_ERROR(flush_behind(true));
+  ODAFS_RETURN_IF_ERROR(flush_behind(true, mark));
   return commit_unstable();
 }
 
@@ -395,21 +415,23 @@ Status File::commit_unstable() {
 
 void File::flush() { or_throw(try_flush()); }
 
-Status File::try_flush() {
+void File::flush(ErrorMark* mark) { or_throw(try_flush(mark)); }
+
+Status File::try_flush(ErrorMark* mark) {
   if (client_ == nullptr) return kClosed;
   ODAFS_RETURN_IF_ERROR(client_->check_lost(fileid_, opened_.mtime));
   SharedFile& sf = *state_->shared;
   bool failed;
   {
     std::lock_guard behind(sf.behind_mu);
-    failed = sf.behind_errno != 0;
+    failed = behind_error_unheard_locked(mark);
   }
   // Under a write delegation the SharedFile stays with it, unsent and uncommitted, until
   // it is recalled or given back (client/delegations.h); an error waiting is reported
   // now. Only UNSTABLE mounts: the others asked for their bytes durable by the close.
-  if (failed || client_->options().stability != Stability::kUnstable) return try_fsync();
+  if (failed || client_->options().stability != Stability::kUnstable) return try_fsync(mark);
   ODAFS_ASSIGN_OR_RETURN(auto m, client_->mount_state());
-  if (!m->delegations->keep_open(handle(), state_->shared)) return try_fsync();
+  if (!m->delegations->keep_open(handle(), state_->shared)) return try_fsync(mark);
   return Status();
 }
 

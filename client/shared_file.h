@@ -59,8 +59,13 @@ struct SharedFile {
   std::vector<char> behind;             // written, not yet sent: [behind_offset, + behind.size())
   uint64_t size_before_run = 0;         // `size` when the run began (restored if it fails)
   std::atomic<bool> has_behind{false};  // behind is not empty (checked without the lock)
-  // A write-behind run that could not be sent: reported by the next write, fsync or close.
-  int behind_errno = 0;
+  // Write-behind runs that could not be sent, counted (as Linux's errseq_t): each reader's
+  // mark (File::ErrorMark) hears of the latest once, at its next write, fsync or close.
+  // behind_failures_reported: the count when someone last heard; a File opened while a
+  // failure was heard by no one starts there, and hears it.
+  uint64_t behind_failures = 0;
+  uint64_t behind_failures_reported = 0;
+  int behind_errno = 0;  // the latest failure
   std::string behind_error;
 
  private:

@@ -31,7 +31,7 @@ Status Client::flush_writes_behind(const Handle& fh) {
             },
             [&](uint64_t at, size_t n) { forget_data(key, at, n); });
       },
-      [&] { return m->channel->broken(); });
+      [&](const Status&) { return m->channel->broken(); });
   // The connection broke under the send, and the re-mount's reclaim could not take the
   // run (this thread held it): it goes home now, then the caller's call starts over.
   if (!sent.ok() && m->channel->broken()) rehome_run_locked(fh, *f);
@@ -92,7 +92,7 @@ Result<bool> Client::write_back(const MountState& m, const Handle& fh, SharedFil
                 forget);
           },
           // The connection broke: the run stays for the next mount to reclaim.
-          [&] { return m.channel->broken(); }));
+          [&](const Status&) { return m.channel->broken(); }));
     }
   }
   ODAFS_RETURN_IF_ERROR(commit_books(

@@ -22,21 +22,22 @@
 namespace odafs {
 
 // Sends sf's write-behind run with write(bytes, length, offset) -> Status and empties it.
-// On failure records the error for the next write, fsync or close, drops the run (the
-// server never got it, as an NFS client's failed write-behind), and returns the failure;
-// but when kept() says so (a write delegation's kept bytes whose connection broke: the
-// next mount reclaims them, client/reclaim.cc) it leaves the run as it was and only
-// returns the failure. REQUIRES sf.behind_mu.
+// On failure records the error for the next write, fsync or close of each open File of sf
+// (SharedFile::behind_failures), drops the run (the server never got it, as an NFS
+// client's failed write-behind), and returns the failure; but when kept(failure) says so
+// (a write delegation's kept bytes whose connection broke: the next mount reclaims them,
+// client/reclaim.cc; an open File's run the server could not be reached for: the next call
+// sends it again) it leaves the run as it was and only returns the failure. REQUIRES
+// sf.behind_mu.
 template <class WriteFn, class KeepFn>
 Status send_run_locked(SharedFile& sf, WriteFn&& write, KeepFn&& kept) {
   if (sf.behind.empty()) return Status();
   Status sent = write(sf.behind.data(), sf.behind.size(), sf.behind_offset);
   if (!sent.ok()) {
-    if (kept()) return sent;
-    if (sf.behind_errno == 0) {
-      sf.behind_errno = sent.errno_value();
-      sf.behind_error = sent.to_string();
-    }
+    if (kept(sent)) return sent;
+    ++sf.behind_failures;
+    sf.behind_errno = sent.errno_value();
+    sf.behind_error = sent.to_string();
     // Refused by the server (EFBIG at 2^62 left stat saying 2^62 + 1): the size the run made
     // is not the file's; back to what it was before the run, unless a truncation set it
     // lower since. (Other failures, a file gone say, keep reads asking the server.)

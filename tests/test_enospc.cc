@@ -11,6 +11,7 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -410,6 +411,52 @@ TEST_CASE(
   CHECK(read_local(root + "/late") == late_bytes);
   holder.reset();
   CHECK(read_local(root + "/held") == held_bytes);
+}
+
+TEST_CASE(
+    "a failed write sent behind is reported to the writer's close through odafs-mount, even "
+    "after a child that inherited the descriptor exec'd (its close-on-exec is a flush too)" *
+    doctest::skip(*full_mount_skip() != '\0') * doctest::description(full_mount_skip())) {
+  SmallExport exported("size=2m");
+  const std::string& root = exported.root();
+  odafs::test::write_local(root + "/victim", pattern(256 * 1024, 11));
+  {  // the rest of the disk taken, so that growing the file fails
+    const int fd = ::open((root + "/filler").c_str(), O_WRONLY | O_CREAT, 0644);
+    REQUIRE(fd >= 0);
+    const std::string chunk(64 * 1024, 'f');
+    while (::write(fd, chunk.data(), chunk.size()) > 0) {
+    }
+    ::close(fd);
+  }
+  TempDir mnt;
+  odafs::test::MountProcess m(exported.server.url(), mnt.path());
+  const int fd = ::open((m / "victim").c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  // Gathered behind (under write_behind), past the end: the disk has no room for it.
+  const std::string grow = pattern(40000, 12);
+  REQUIRE(::pwrite(fd, grow.data(), grow.size(), 256 * 1024) == static_cast<ssize_t>(grow.size()));
+  // A read of a page the kernel does not hold sends the run first; it fails, and the
+  // failure is kept for this descriptor's next write, fsync or close.
+  std::string got(4096, '\0');
+  REQUIRE(::pread(fd, got.data(), got.size(), 64 * 1024) == 4096);
+  CHECK(got == pattern(256 * 1024, 11).substr(64 * 1024, 4096));
+  // A child that inherited the descriptor execs: the kernel flushes it as the child.
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::execl("/bin/true", "true", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  errno = 0;
+  const int closed = ::close(fd);
+  const int err = errno;
+  CHECK(closed == -1);
+  CHECK_MESSAGE(err == ENOSPC, strerror(err));
+  INFO("odafs-mount said: ", m.stderr_text());
+  CHECK(read_local(root + "/victim").size() == 256 * 1024);  // nothing of it landed
 }
 
 namespace {

@@ -142,6 +142,25 @@ TEST_CASE("a run that cannot be sent fails the next write, fsync or close; never
   CHECK_FALSE(held.is_open());
 }
 
+TEST_CASE(
+    "a run the server cannot be reached for stays: the call that tried fails, and the next "
+    "sends it once the server is back") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--no-delegations"});
+  auto fs = Client::mount(server.url());  // reconnect window 0: a call fails at once
+  File f = fs->open("u", O_RDWR | O_CREAT);
+  const std::string bytes = pattern(3000, 7);
+  f.pwrite(bytes.data(), bytes.size(), 0);  // gathered
+  server.kill_hard();
+  // The fsync cannot reach the server: it fails, and the run is not dropped.
+  const int refused = errno_of([&] { f.fsync(); });
+  CHECK((refused == ECONNREFUSED || refused == ECONNRESET || refused == EPIPE));
+  server.start_again();
+  CHECK(errno_of([&] { f.fsync(); }) == 0);
+  CHECK(read_local(dir / "u") == bytes);
+  CHECK(errno_of([&] { f.close(); }) == 0);
+}
+
 TEST_CASE("times set after writes are kept (the writes go before the SETATTR)") {
   TempDir dir;
   ServerProcess server(dir.path());

@@ -137,7 +137,10 @@ void FuseFs::op_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     // Every close(2): commit the unstable writes (a no-op when there are none), so that
     // close reports a failed write and the data is durable, as NFS does at close; under
     // a write delegation they stay with it (File::flush).
-    if (File* f = file_of(fi)) f->flush();
+    if (OpenFile* of = open_file_of(fi)) {
+      CallerErrorMarks::Held caller(of->error_marks, fuse_req_ctx(req)->pid);
+      of->file.flush(caller.mark());
+    }
     fuse_reply_err(req, 0);
   });
 }
@@ -168,7 +171,10 @@ void FuseFs::op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_in
   (void)ino;
   (void)datasync;
   guard(req, "fsync", [&] {
-    if (File* f = file_of(fi)) f->fsync();
+    if (OpenFile* of = open_file_of(fi)) {
+      CallerErrorMarks::Held caller(of->error_marks, fuse_req_ctx(req)->pid);
+      of->file.fsync(caller.mark());
+    }
     fuse_reply_err(req, 0);
   });
 }

@@ -40,6 +40,7 @@
 
 #include "base/log.h"
 #include "client/client.h"
+#include "client/mount/caller_error_marks.h"
 #include "client/mount/caller_groups.h"
 #include "client/mount/inode_table.h"
 #include "rpc/call_credential.h"
@@ -108,6 +109,8 @@ class FuseFs {
     // Who opened it: the release (which the kernel sends as no one in particular) closes
     // as the opener, whose flushes a write delegation keeps (Delegations::keep_open).
     const rpc::CallerCred opener;
+    // Each caller's place among the file's failed writes, for its fsync and flush.
+    CallerErrorMarks error_marks;
   };
   struct OpenDir : OpenNode {
     OpenDir() : OpenNode(Kind::kDir) {}
