@@ -163,12 +163,9 @@ TEST_CASE("SIGTERM with a batch of calls each waiting on a holder that answers n
   TempDir dir;
   ServerProcess server(dir.path(), {"--lease-ms", "30000"});
   REQUIRE(chmod(dir.path().c_str(), 0777) == 0);  // raw calls run as the anonymous user
-  RawMount holder(server.port());                 // no callback handler: answers no recall
-  REQUIRE(holder.client_id(0x40) == ODAFS_OK);
+  RawMount holder(server.port());
   char held[ODAFS_FHSIZE];
-  int kind = -1;
-  REQUIRE(holder.create("held", held, &kind) == ODAFS_OK);
-  REQUIRE(kind == ODAFS_DELEG_WRITE);
+  holder.create_write_held(0x40, "held", held);
   std::string calls;
   getattr_args ga{};
   std::memcpy(ga.fh, held, sizeof ga.fh);
