@@ -292,9 +292,12 @@ TEST_CASE(
   REQUIRE(chmod(dir.path().c_str(), 0777) == 0);  // raw calls run as the anonymous user
   {
     RawMount holder(server.port());
+    REQUIRE(holder.client_id(0x51) == ODAFS_OK);
     // A write delegation writes the owner into the record.
     char fh[ODAFS_FHSIZE];
-    holder.create_write_held(0x51, "f", fh);
+    int kind = -1;
+    REQUIRE(holder.create("f", fh, &kind) == ODAFS_OK);
+    REQUIRE(kind == ODAFS_DELEG_WRITE);
     server.kill_hard();  // while it is connected: the record keeps it
   }
   server.start_again();
