@@ -299,7 +299,8 @@ class Server {
   // Runs records [0, count) of `records` unless the connection's replies back up; then the
   // rest wait in the connection (flow control) and are run when its backlog has drained.
   // A connection reset while a batch runs drops the batch's calls not run yet: the client
-  // was told they failed with the connection, and may have gone on on another one.
+  // was told they failed with the connection, and may have gone on on another one. So does
+  // the server's stop: it joins this thread, and waits for no call not begun.
   void run_records(Connection& conn, std::vector<std::vector<char>>& records, size_t count,
                    Worker& w);
   static bool reset_meanwhile(const Connection& conn, int64_t batch_start_ms);

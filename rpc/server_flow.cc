@@ -171,6 +171,13 @@ void Server::run_records(Connection& conn, std::vector<std::vector<char>>& recor
       for (size_t j = i; j < count; ++j) recycle(records[j]);
       break;
     }
+    if (stopping_.load(std::memory_order_acquire)) {
+      // The server stops: calls not begun are not run, and go unanswered like those not
+      // read yet (their clients send them to the next instance, or report them cut). Run,
+      // each could wait out its own bound, and a client's batch would set the stop's length.
+      for (size_t j = i; j < count; ++j) recycle(records[j]);
+      break;
+    }
     if (i != 0 && reset_meanwhile(conn, batch_start_ms)) {
       // The client was told these calls failed with the connection, and may have gone on
       // on another (issue #38): run late, a REMOVE would remove the file it made anew.

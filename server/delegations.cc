@@ -284,7 +284,7 @@ bool Delegations::wait_for_holders_locked(std::unique_lock<std::mutex>& lock, ui
       lock.lock();
       for (const Holder& h : unreachable) {
         // A stopping server keeps it (its bytes come back to the next instance, and must not
-        // find the file changed under them): the change waits, then answers DELAY.
+        // find the file changed under them): the change answers DELAY (below).
         if (stopping_) break;
         // Its connection is closing: drop_holder drops it too, whichever is first.
         auto f = files_.find(node);
@@ -300,7 +300,9 @@ bool Delegations::wait_for_holders_locked(std::unique_lock<std::mutex>& lock, ui
       }
       continue;
     }
-    if (now - start >= options_.wait_ms) return leave(false);
+    // A stopping server waits on no holder: the stop joins this thread, and would otherwise
+    // last as long as the holders take to answer (up to wait_ms per call).
+    if (stopping_ || now - start >= options_.wait_ms) return leave(false);
     if (!waiting) {
       if (waiters_ >= options_.max_waiters) return leave(false);
       ++waiters_;

@@ -180,8 +180,9 @@ class Delegations {
   // its stays (a write delegation or a revocation it has not heard of).
   bool holder_away(uint64_t holder);
   // The server is stopping: from now on no delegation is granted, and the delegations of
-  // closing connections stay in force (a change waiting on one answers DELAY), so nothing
-  // overtakes bytes their holders will reclaim from the next instance.
+  // closing connections stay in force (a change or read waiting on any holder answers DELAY
+  // at once: the stop waits on no client), so nothing overtakes bytes their holders will
+  // reclaim from the next instance.
   void stop_serving();
   // File `node` is gone (removed, its handles stale): so are its delegations.
   void file_gone(uint64_t node);

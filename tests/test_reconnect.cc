@@ -333,12 +333,9 @@ TEST_CASE(
   TempDir dir;
   ServerProcess server(dir.path());
   REQUIRE(chmod(dir.path().c_str(), 0777) == 0);  // raw calls run as the anonymous user
-  RawMount holder(server.port());                 // no callback handler: answers no recall
-  REQUIRE(holder.client_id(0x38) == ODAFS_OK);
+  RawMount holder(server.port());
   char held[ODAFS_FHSIZE];
-  int kind = -1;
-  REQUIRE(holder.create("held", held, &kind) == ODAFS_OK);
-  REQUIRE(kind == ODAFS_DELEG_WRITE);
+  holder.create_write_held(0x38, "held", held);
   odafs::test::make_file(server.url(), "victim", "old");
   auto fs = Client::mount(server.url());
   const uint64_t getattrs = server_stat(*fs, "calls.GETATTR");

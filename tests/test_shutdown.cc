@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +25,7 @@
 #include "tests/support/client_util.h"
 #include "tests/support/delegation_holder.h"
 #include "tests/support/hostile.h"
+#include "tests/support/raw_mount.h"
 #include "tests/support/server_process.h"
 
 using odafs::Client;
@@ -31,6 +33,7 @@ using odafs::File;
 using odafs::rpc::to_xdrproc;
 using odafs::test::eventually;
 using odafs::test::HostileMount;
+using odafs::test::RawMount;
 using odafs::test::server_stat;
 using odafs::test::ServerProcess;
 using odafs::test::TempDir;
@@ -150,6 +153,35 @@ TEST_CASE("SIGTERM while a recall waits on a write-delegation holder that is sto
   check_prompt_stop(server);
   opener.join();
   kill_and_reap(holder);
+}
+
+// A client's calls sent together are read as one batch and run in order. Each GETATTR here
+// waits for a write delegation whose holder answers no recall (up to the server's wait_ms,
+// 1 s, then DELAY): a stop that ran the rest of the batch waited a second per call, so a
+// peer chose how long the stop took (here 12 s, past the harness's bound).
+TEST_CASE("SIGTERM with a batch of calls each waiting on a holder that answers no recall") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--lease-ms", "30000"});
+  REQUIRE(chmod(dir.path().c_str(), 0777) == 0);  // raw calls run as the anonymous user
+  RawMount holder(server.port());
+  char held[ODAFS_FHSIZE];
+  holder.create_write_held(0x40, "held", held);
+  std::string calls;
+  getattr_args ga{};
+  std::memcpy(ga.fh, held, sizeof ga.fh);
+  for (uint32_t xid = 1; xid <= 12; ++xid) {
+    calls +=
+        odafs::test::rpc_call_record(xid, ODAFSPROC_GETATTR, to_xdrproc(xdr_getattr_args), &ga);
+  }
+  const int fd = odafs::test::connect_from("127.0.0.1", server.port());
+  REQUIRE(fd >= 0);
+  // One send, so one batch: the first GETATTR recalls and waits, the others queue behind it.
+  REQUIRE(send(fd, calls.data(), calls.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(calls.size()));
+  auto probe = Client::mount(server.url(), impatient());
+  REQUIRE(eventually([&] { return server_stat(*probe, "delegations.recalled") >= 1; }));
+  probe.reset();
+  check_prompt_stop(server);
+  close(fd);
 }
 
 TEST_CASE("SIGTERM in the grace period, with a client that kept bytes not yet back") {

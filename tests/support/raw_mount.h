@@ -70,6 +70,15 @@ struct RawMount {
     }
     return res.status;
   }
+  // Names this client with owner id `owner` (all bytes `owner`), then creates `name` in the
+  // root and REQUIREs a write delegation on it; its handle into fh. A RawMount has no
+  // callback handler: it answers no recall, so a conflicting access waits for the lease.
+  void create_write_held(unsigned char owner, const char* name, char (&fh)[ODAFS_FHSIZE]) {
+    REQUIRE(client_id(owner) == ODAFS_OK);  // only a named client gets a write delegation
+    int kind = -1;
+    REQUIRE(create(name, fh, &kind) == ODAFS_OK);
+    REQUIRE(kind == ODAFS_DELEG_WRITE);
+  }
   // A stable WRITE of `data` at `offset`: the status.
   int write(const char (&fh)[ODAFS_FHSIZE], uint64_t offset, const std::string& data) {
     write_args a{};
