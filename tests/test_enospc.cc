@@ -414,6 +414,44 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "a write delegation keeps no run over a hole of the file: a full disk fails that close, "
+    "not a later write-back" *
+    doctest::skip(*tmpfs_skip_reason() != '\0') * doctest::description(tmpfs_skip_reason())) {
+  SmallExport exported("size=4m");
+  const std::string& root = exported.root();
+  {  // a hole [0, 1 MiB), then blocks allocated past the end: st_blocks hides the hole
+    const int fd = ::open((root + "/holey").c_str(), O_RDWR | O_CREAT, 0644);
+    REQUIRE(fd >= 0);
+    const std::string tail = pattern(8192, 13);
+    REQUIRE(::pwrite(fd, tail.data(), tail.size(), 1 << 20) == 8192);
+    REQUIRE(::fallocate(fd, FALLOC_FL_KEEP_SIZE, (1 << 20) + 8192, 1 << 20) == 0);
+    ::close(fd);
+  }
+  auto client = Client::mount(exported.server.url());
+  File f = client->open("holey", O_RDWR);  // a write delegation, room promised past the end
+  {
+    const int fd = ::open((root + "/filler").c_str(), O_WRONLY | O_CREAT, 0644);
+    REQUIRE(fd >= 0);
+    const std::string chunk(64 * 1024, 'f');
+    while (::write(fd, chunk.data(), chunk.size()) > 0) {
+    }
+    ::close(fd);
+  }
+  const std::string bytes = pattern(4000, 14);
+  CHECK(f.pwrite(bytes.data(), bytes.size(), 100 * 1024) == bytes.size());  // in the hole
+  const auto [err, message] = error_of([&] { f.close(); });
+  client.reset();  // whatever it kept goes back now
+  const std::string on_disk = read_local(root + "/holey");
+  if (err == 0) {
+    // The close said the bytes are the server's to keep: they must be there.
+    CHECK(on_disk.substr(100 * 1024, bytes.size()) == bytes);
+  } else {
+    CHECK_MESSAGE(err == ENOSPC, message);
+  }
+  CHECK(err == ENOSPC);  // the disk is full: the close that sent them hears it
+}
+
+TEST_CASE(
     "a failed write sent behind is reported to the writer's close through odafs-mount, even "
     "after a child that inherited the descriptor exec'd (its close-on-exec is a flush too)" *
     doctest::skip(*full_mount_skip() != '\0') * doctest::description(full_mount_skip())) {

@@ -2,8 +2,9 @@
 // seeded random sequence of writes at random offsets and lengths, truncations (shrinking
 // and growing), appends, preads compared byte for byte, fsyncs, closes and reopens of one
 // file on one mount, reads of it through a second mount of the same export after a close
-// (close-to-open), and server crashes (SIGKILL) and stops (SIGTERM), restarted on the same
-// port and state directory, all interleaved; then, on a small tmpfs export, the same with
+// (close-to-open), server crashes (SIGKILL) and stops (SIGTERM), restarted on the same
+// port and state directory, and cuts of the writing mount's connections (a relay resets
+// them, the server staying up), all interleaved; then, on a small tmpfs export, the same with
 // the disk full. The file is checked against a reference kept in memory: every byte a call
 // acknowledged must be there (through the mount, through the other mount, and on the
 // export's disk at the end).
@@ -37,11 +38,13 @@
 
 #include "tests/support/mount_process.h"
 #include "tests/support/server_process.h"
+#include "tests/support/tcp_relay.h"
 #include "tests/support/tmpfs.h"
 
 using odafs::test::MountProcess;
 using odafs::test::read_local;
 using odafs::test::ServerProcess;
+using odafs::test::TcpRelay;
 using odafs::test::TempDir;
 using odafs::test::Tmpfs;
 using odafs::test::tmpfs_skip_reason;
@@ -190,15 +193,20 @@ struct Shape {
 
 // One run: `ops` random operations on file `name` through mount `a`, read after closes
 // through mount `b`, against a Reference. `disk` is the export's directory (checked at
-// the end, after both mounts are gone).
+// the end, after both mounts are gone). With a relay, mount `a`'s RPC connections go
+// through it, and some of the restarts are cuts of them instead (the server stays up).
 class Fsx {
  public:
-  Fsx(uint64_t seed, Shape shape, ServerProcess& server, const std::string& disk)
-      : seed_(seed), rng_(seed), shape_(shape), server_(server), disk_(disk) {}
+  Fsx(uint64_t seed, Shape shape, ServerProcess& server, const std::string& disk,
+      TcpRelay* relay = nullptr)
+      : seed_(seed), rng_(seed), shape_(shape), server_(server), disk_(disk), relay_(relay) {}
 
   void run(int ops) {
     TempDir ma, mb;
-    auto a = std::make_unique<MountProcess>(server_.url(), ma.path(), fsx_mount_options());
+    const std::string url_a = relay_ != nullptr
+                                  ? "odafs://127.0.0.1:" + std::to_string(relay_->port()) + "/"
+                                  : server_.url();
+    auto a = std::make_unique<MountProcess>(url_a, ma.path(), fsx_mount_options());
     auto b = std::make_unique<MountProcess>(server_.url(), mb.path(), fsx_mount_options());
     path_a_ = *a / "fsx";
     path_b_ = *b / "fsx";
@@ -244,6 +252,13 @@ class Fsx {
       read_through(path_b_, "the other mount, after a close");
       reopen(0);
     } else if (shape_.restarts) {
+      if (relay_ != nullptr && pick(3) == 0) {
+        // The writer's connections reset by the path, the server staying up, the file
+        // open: the mount reconnects at its next call and loses nothing.
+        recent_.add("connection cut");
+        relay_->reset_all();
+        return;
+      }
       const bool hard = pick(2) == 0;
       const bool open = pick(2) == 0 && shape_.restart_open;
       if (!open) close_a();
@@ -375,6 +390,7 @@ class Fsx {
   const Shape shape_;
   ServerProcess& server_;
   const std::string disk_;
+  TcpRelay* const relay_;
   std::string path_a_, path_b_;
   int fd_ = -1;
   Reference ref_;
@@ -398,8 +414,9 @@ ODAFS_MOUNT_TEST(
   std::fprintf(stderr, "test_fsx: seed %llu\n", static_cast<unsigned long long>(seed));
   TempDir exported;
   ServerProcess server(exported.path());
+  TcpRelay relay(server.port());
   Fsx fsx(seed, Shape{1 << 20, 96 * 1024, /*restarts=*/true, /*may_fill=*/false}, server,
-          exported.path());
+          exported.path(), &relay);
   fsx.run(fsx_ops(1500));
   CHECK_FALSE(fsx.failed());
 }
@@ -415,9 +432,10 @@ void fsx_full_disk(bool restart_open) {
   // Most of the disk taken, so that the file's growth meets the end of it.
   odafs::test::write_local(fs.dir + "/filler", std::string(1800 * 1024, 'f'));
   ServerProcess server(fs.dir);
+  TcpRelay relay(server.port());
   Shape shape{3 << 20, 128 * 1024, /*restarts=*/true, /*may_fill=*/true};
   shape.restart_open = restart_open;
-  Fsx fsx(seed, shape, server, fs.dir);
+  Fsx fsx(seed, shape, server, fs.dir, &relay);
   fsx.run(fsx_ops(800));
   CHECK_FALSE(fsx.failed());
   CHECK(fsx.failures() > 0);  // the disk did fill
