@@ -203,7 +203,7 @@ bool Delegations::keep_open(const Handle& fh, const OpenFiles::Ref& shared) {
   // for a run over bytes the file had then: they may be a hole (a truncation that grew the
   // file, an earlier failed write) that needs blocks no one holds (issue #38, test_fsx).
   if (held.run_end > e.held.space_limit ||
-      (held.run_end != 0 && held.run_start < e.held.attr.size)) {
+      (held.run_end != 0 && held.run_start < e.held.space_from)) {
     return false;
   }
   // Over the bound: this close sends its bytes, and the entry keeps what it kept before.
@@ -288,7 +288,7 @@ void Delegations::insert(const Handle& dir, std::string_view name, const Handle&
   Entry& e = by_name_[key];
   e.dir = dir;
   e.name.assign(name);
-  e.held = {fh, attr, write, space_limit};
+  e.held = {fh, attr, write, space_limit, attr.size};
   e.id = id;
   if (renewed.kept) {
     e.kept = std::move(renewed.kept);

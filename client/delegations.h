@@ -98,6 +98,7 @@ class Delegations {
     Attr attr;
     bool write = false;
     uint64_t space_limit = 0;  // a write one keeps unsent bytes past a close below this
+    uint64_t space_from = 0;   // and at or past this: the size at the grant (attr.size grows)
   };
   // The file `name` in directory `dir` names under a delegation this mount may trust now.
   // Allocates nothing.
