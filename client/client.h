@@ -207,6 +207,9 @@ class File {
   // REQUIRES the shared behind_mu: sends the run; on failure returns it, and either keeps
   // the run (the server unreachable) or drops it and records the error (write_books.h).
   Status send_behind_locked(Stability how);
+  // Bytes of this file lost at a reclaim (Client::check_lost) become a failure of its
+  // writes, which each open and caller hears (take_behind_error_locked).
+  void note_lost_writes();
   // REQUIRES the shared behind_mu: the latest recorded run error if `mark` (null: this
   // File's) has not heard of it; then it has.
   Status take_behind_error_locked(ErrorMark* mark = nullptr);

@@ -40,26 +40,18 @@ bool same_caller(const std::optional<rpc::CallerCred>& a, const std::optional<rp
          std::equal(a->gids, a->gids + std::min<uint32_t>(a->ngids, 16), b->gids);
 }
 
-// What `shared` holds back from the server: its run and its uncommitted copies (bytes),
-// and where its run starts and ends (both 0: none).
-struct HeldBack {
-  size_t bytes = 0;
-  uint64_t run_start = 0;
-  uint64_t run_end = 0;
-};
-HeldBack held_back(SharedFile& shared) {
-  HeldBack h;
+// The bytes `shared` holds back from the server (its run, and its uncommitted copies), and
+// where its run ends (0: none).
+std::pair<size_t, uint64_t> held_back(SharedFile& shared) {
+  size_t n;
+  uint64_t end = 0;
   {
     std::lock_guard behind(shared.behind_mu);
-    h.bytes = shared.behind.size();
-    if (h.bytes != 0) {
-      h.run_start = shared.behind_offset;
-      h.run_end = shared.behind_offset + h.bytes;
-    }
+    n = shared.behind.size();
+    if (n != 0) end = shared.behind_offset + n;
   }
   std::lock_guard lock(shared.mu);
-  h.bytes += shared.pending_data.size();
-  return h;
+  return {n + shared.pending_data.size(), end};
 }
 
 // Whether `shared` holds bytes the server may not have durably.
@@ -111,7 +103,7 @@ Delegations::Unsent Delegations::unsent() const {
   for (const OpenFiles::Ref& sf : kept) {  // the files' locks outside mu_ (keep_open's order)
     if (!unwritten(*sf)) continue;
     out.paths.push_back(sf->path());
-    out.bytes += held_back(*sf).bytes;
+    out.bytes += held_back(*sf).first;
   }
   return out;
 }
@@ -187,8 +179,7 @@ bool Delegations::holds_write(const Handle& fh) const {
 bool Delegations::keep_open(const Handle& fh, const OpenFiles::Ref& shared) {
   if (held_.load(std::memory_order_acquire) == 0) return false;
   // Before mu_: pwrite takes behind_mu, then mu_.
-  const HeldBack held = held_back(*shared);
-  const size_t bytes = held.bytes;
+  const auto [bytes, run_end] = held_back(*shared);
   std::lock_guard lock(mu_);
   if (stopping_ || !trusted()) return false;
   auto f = by_file_.find(cache_key(fh));
@@ -199,13 +190,7 @@ bool Delegations::keep_open(const Handle& fh, const OpenFiles::Ref& shared) {
   std::optional<rpc::CallerCred> caller;
   if (as != nullptr) caller = as->id();
   if (e.kept && e.kept != shared) return false;
-  // The server promised room past the size at the grant, below space_limit, and nothing
-  // for a run over bytes the file had then: they may be a hole (a truncation that grew the
-  // file, an earlier failed write) that needs blocks no one holds (issue #38, test_fsx).
-  if (held.run_end > e.held.space_limit ||
-      (held.run_end != 0 && held.run_start < e.held.space_from)) {
-    return false;
-  }
+  if (run_end > e.held.space_limit) return false;  // the server promised no room for it
   // Over the bound: this close sends its bytes, and the entry keeps what it kept before.
   if (kept_bytes_ - e.kept_bytes + bytes > max_kept_bytes_) return false;
   if (!e.kept) {
@@ -288,7 +273,7 @@ void Delegations::insert(const Handle& dir, std::string_view name, const Handle&
   Entry& e = by_name_[key];
   e.dir = dir;
   e.name.assign(name);
-  e.held = {fh, attr, write, space_limit, attr.size};
+  e.held = {fh, attr, write, space_limit};
   e.id = id;
   if (renewed.kept) {
     e.kept = std::move(renewed.kept);

@@ -23,8 +23,7 @@
 // that also lets a close skip its WRITE and COMMIT: the close leaves the file's SharedFile
 // (size, run written behind, unstable writes) in the entry (keep_open), so nothing is lost
 // when the last File goes. What is kept so is bounded in bytes (across the mount), in
-// offset (a run past the size at the grant and below the server's space_limit: it holds
-// that space for them) and in time: the worker writes
+// offset (the server's space_limit: it holds the space for them) and in time: the worker writes
 // it back max_kept_ms after the close that kept it, keeping the delegation. Whenever the entry goes
 // (recalled, return_all: on the worker; this client's own change: on its thread, before the
 // change), the SharedFile first goes to write_back (send the run, COMMIT, re-send after a server
@@ -98,7 +97,6 @@ class Delegations {
     Attr attr;
     bool write = false;
     uint64_t space_limit = 0;  // a write one keeps unsent bytes past a close below this
-    uint64_t space_from = 0;   // and at or past this: the size at the grant (attr.size grows)
   };
   // The file `name` in directory `dir` names under a delegation this mount may trust now.
   // Allocates nothing.
@@ -139,8 +137,7 @@ class Delegations {
   // A close of file fh under a write delegation this mount may trust now: keeps `shared`
   // in the entry (if it keeps none yet) and returns true; the close then commits nothing.
   // False too when the bytes kept across the mount's files would pass max_kept_bytes, or
-  // the run written behind reaches past the delegation's space_limit or starts below the
-  // size at its grant.
+  // the run written behind reaches past the delegation's space_limit.
   // REQUIRES: no lock of `shared` held.
   // The bytes are written back later, on another thread, as the caller of the first keep
   // (rpc::CallAs::current(), or the channel's own): a close by another caller gets false.

@@ -222,7 +222,7 @@ Result<size_t> File::try_pread(void* buf, size_t len, uint64_t offset) {
 size_t File::pwrite(const void* buf, size_t len, uint64_t offset) {
   return or_throw([&]() -> Result<size_t> {
     ODAFS_RETURN_IF_ERROR(check_writable());
-    ODAFS_RETURN_IF_ERROR(client_->check_lost(fileid_, opened_.mtime));
+    note_lost_writes();
     const MountOptions& o = client_->options();
     ODAFS_ASSIGN_OR_RETURN(auto m, client_->mount_state());
     const size_t behind_cap = std::min<size_t>(o.write_behind_bytes, m->limits.max_write);
@@ -305,6 +305,13 @@ Status File::send_behind_locked(Stability how) {
       [](const Status& failed) { return server_unreachable(failed.errno_value()); });
 }
 
+void File::note_lost_writes() {
+  Status lost = client_->check_lost(fileid_, opened_.mtime);
+  if (lost.ok()) return;
+  std::lock_guard behind(state_->shared->behind_mu);
+  record_write_failure_locked(*state_->shared, lost);
+}
+
 bool File::behind_error_unheard_locked(ErrorMark* mark) {
   ErrorMark& own = state_->errors_heard;
   own = std::max(own, state_->errors_at_open);
@@ -371,7 +378,7 @@ void File::fsync(ErrorMark* mark) { or_throw(try_fsync(mark)); }
 
 Status File::try_fsync(ErrorMark* mark) {
   if (client_ == nullptr) return kClosed;
-  ODAFS_RETURN_IF_ERROR(client_->check_lost(fileid_, opened_.mtime));
+  note_lost_writes();
   SharedFile& sf = *state_->shared;
   if (client_->options().stability == Stability::kUnstable &&
       sf.has_behind.load(std::memory_order_acquire)) {
@@ -419,7 +426,7 @@ void File::flush(ErrorMark* mark) { or_throw(try_flush(mark)); }
 
 Status File::try_flush(ErrorMark* mark) {
   if (client_ == nullptr) return kClosed;
-  ODAFS_RETURN_IF_ERROR(client_->check_lost(fileid_, opened_.mtime));
+  note_lost_writes();
   SharedFile& sf = *state_->shared;
   bool failed;
   {

@@ -2,8 +2,9 @@
 // server (kept under a write delegation when the server restarted, and not reclaimable:
 // client/reclaim.cc), by file id: the object, whatever name reaches it now (a file created
 // since under the old name is another file, and hears nothing). The next write, fsync or
-// close of such a file through this client fails with EIO, once, as a failed write-behind
-// does; the log has named it already.
+// close of such a file through this client takes the loss over into the file's failed
+// writes (File::note_lost_writes), and fails with EIO as a failed write-behind does: once
+// for each open of the file and each process using it; the log has named it already.
 //
 // A file id alone does not name one file for ever: file systems reuse inode numbers, so a
 // file created after the loss may carry the lost one's (ext4 does so at once). The second

@@ -21,6 +21,15 @@
 
 namespace odafs {
 
+// Records a failure of sf's writes (a run that could not be sent, bytes lost at a reclaim)
+// for the next write, fsync or close of each open File of sf, each caller hearing it once
+// (File::ErrorMark). REQUIRES sf.behind_mu.
+inline void record_write_failure_locked(SharedFile& sf, const Status& failed) {
+  ++sf.behind_failures;
+  sf.behind_errno = failed.errno_value();
+  sf.behind_error = failed.to_string();
+}
+
 // Sends sf's write-behind run with write(bytes, length, offset) -> Status and empties it.
 // On failure records the error for the next write, fsync or close of each open File of sf
 // (SharedFile::behind_failures), drops the run (the server never got it, as an NFS
@@ -35,9 +44,7 @@ Status send_run_locked(SharedFile& sf, WriteFn&& write, KeepFn&& kept) {
   Status sent = write(sf.behind.data(), sf.behind.size(), sf.behind_offset);
   if (!sent.ok()) {
     if (kept(sent)) return sent;
-    ++sf.behind_failures;
-    sf.behind_errno = sent.errno_value();
-    sf.behind_error = sent.to_string();
+    record_write_failure_locked(sf, sent);
     // Refused by the server (EFBIG at 2^62 left stat saying 2^62 + 1): the size the run made
     // is not the file's; back to what it was before the run, unless a truncation set it
     // lower since. (Other failures, a file gone say, keep reads asking the server.)

@@ -119,8 +119,11 @@ bool FileService::lease_for_delegation(const NodeRef& node) {
 //     such runs per write delegation held, so that what is reserved stays under about half
 //     of the free space and writers without a delegation still find room.
 // A sparse file is promised nothing (a kept run over a hole would need blocks the promise
-// does not cover), nor is anyone when the store cannot reserve: every close then sends its
-// bytes, and a full disk fails the write(), fsync() or close() of the file that met it.
+// does not cover; the store looks for holes, Store::has_hole, since blocks reserved past
+// the end by earlier grants hide them from st_blocks: test_fsx found one so), nor is anyone
+// when the store cannot reserve: every close then sends its bytes, and a full disk fails
+// the write(), fsync() or close() of the file that met it. A run over the file's written
+// bytes needs no blocks (on a file system that overwrites in place).
 //
 // Promises and their release are ordered by Node::data_lock held exclusively, as every
 // change of the file's size through the server is (write_through, truncate_file): the
@@ -133,6 +136,11 @@ uint64_t FileService::space_limit(const OpenNode& open, struct stat* st) {
   if (!store_->reserves_space()) return 0;
   const uint64_t size = static_cast<uint64_t>(st->st_size);
   if (static_cast<uint64_t>(st->st_blocks) * 512 < size) return 0;  // sparse
+  if (size != 0) {  // blocks reserved past the end hide a hole from st_blocks: look
+    if (!nodes_.make_readable(open).ok()) return 0;
+    Result<bool> hole = store_->has_hole(open.object(), size);
+    if (!hole.ok() || *hole) return 0;
+  }
   const uint64_t reserve = options_.delegated_space;
   if (reserve == 0) return 0;
   {

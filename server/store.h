@@ -252,6 +252,15 @@ class Store {
     (void)len;
     return Status(EOPNOTSUPP, "this store reserves no space");
   }
+  // Whether file (opened to read or write) has a hole before `size`: a write there would
+  // need blocks, where one over written bytes needs none (a write delegation's holder may
+  // keep such writes only in space held for them). Blocks allocated past the end can hide
+  // a hole from st_blocks, so a store that reserves_space() looks. true where it cannot.
+  virtual Result<bool> has_hole(const Object& file, uint64_t size) {
+    (void)file;
+    (void)size;
+    return true;
+  }
   // Frees the blocks reserve_space allocated past file's end that no write has used
   // since; nothing (and the file's times untouched) when there are none. The file's size
   // and bytes stay as they are.

@@ -414,8 +414,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "a write delegation keeps no run over a hole of the file: a full disk fails that close, "
-    "not a later write-back" *
+    "a file with a hole hidden by blocks reserved past its end is promised no space: a full "
+    "disk fails the close of a write into the hole, not a later write-back" *
     doctest::skip(*tmpfs_skip_reason() != '\0') * doctest::description(tmpfs_skip_reason())) {
   SmallExport exported("size=4m");
   const std::string& root = exported.root();
@@ -428,7 +428,7 @@ TEST_CASE(
     ::close(fd);
   }
   auto client = Client::mount(exported.server.url());
-  File f = client->open("holey", O_RDWR);  // a write delegation, room promised past the end
+  File f = client->open("holey", O_RDWR);  // a write delegation, but no room promised
   {
     const int fd = ::open((root + "/filler").c_str(), O_WRONLY | O_CREAT, 0644);
     REQUIRE(fd >= 0);

@@ -418,6 +418,14 @@ Status PosixStore::reserve_space(const Object& file, uint64_t offset, uint64_t l
   return Status();
 }
 
+Result<bool> PosixStore::has_hole(const Object& file, uint64_t size) {
+  if (size == 0) return false;
+  // The first hole at or after 0; the end of the file counts as one (SEEK_HOLE's rule).
+  const off_t hole = ::lseek(fd_of(file), 0, SEEK_HOLE);
+  if (hole < 0) return Status::from_errno("seek a hole");
+  return static_cast<uint64_t>(hole) < size;
+}
+
 Status PosixStore::release_space(const Object& file) {
   const int fd = fd_of(file);
   struct stat before;

@@ -69,6 +69,7 @@ class PosixStore final : public Store {
   bool reserves_space() const override { return true; }
   Status reserve_space(const Object& file, uint64_t offset, uint64_t len) override;
   Status release_space(const Object& file) override;
+  Result<bool> has_hole(const Object& file, uint64_t size) override;
 
  private:
   PosixStore(int root_fd, FileEnv* env) : root_fd_(root_fd), env_(env) {}
