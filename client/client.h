@@ -442,10 +442,10 @@ class Client {
   Result<std::optional<Handle>> home_of(const MountState& m, const SharedFile& sf,
                                         const Handle* held);
   // Writes (stable) pieces (offset, length; their bytes end to end in data) of sf's file,
-  // found by home_of. Returns "" or why they could not be.
-  std::string write_home(const MountState& m, SharedFile& sf, const Handle* held,
-                         const std::vector<std::pair<uint64_t, size_t>>& pieces,
-                         const std::vector<char>& data);
+  // found by home_of. Returns ok or why they could not be.
+  Status write_home(const MountState& m, SharedFile& sf, const Handle* held,
+                    const std::vector<std::pair<uint64_t, size_t>>& pieces,
+                    const std::vector<char>& data);
   // Bytes a write delegation kept whose write-back failed with the connection after the
   // re-mount had taken the rest (Delegations' adopt hook): written home on the current mount
   // as reclaim would, or reported lost; `kept` released.
@@ -460,9 +460,10 @@ class Client {
   void rehome_run_locked(const Handle& fh, SharedFile& sf);
   // Logs that sf's bytes (pieces: offset, length; their bytes end to end in data) are lost
   // and why, and makes the file's next write, fsync or close through this client fail with
-  // EIO. While unmounting they go to a rescue file first (rescue), which the log names.
+  // ENOSPC or EDQUOT when that is why, else EIO. While unmounting they go to a rescue file
+  // first (rescue), which the log names.
   void report_lost(SharedFile& sf, const std::vector<std::pair<uint64_t, size_t>>& pieces,
-                   const std::vector<char>& data, const std::string& why);
+                   const std::vector<char>& data, const Status& why);
   // Saves sf's pieces in a new rescue file (MountOptions::rescue_dir), each at its offset,
   // and records it for try_unmount's status. Returns its path, or why there is none.
   Result<std::string> rescue(const SharedFile& sf,
@@ -474,8 +475,9 @@ class Client {
   void wait_for_server(const std::atomic<bool>* give_up);
   // The server the mount uses now, "HOST:PORT", for messages.
   std::string server_name() const;
-  // EIO if writes to file `fileid`, opened when its mtime was `mtime_at_open`, were lost
-  // (report_lost) and not yet reported (LostWrites says how a reused id is told).
+  // The failure (report_lost's errno) if writes to file `fileid`, opened when its mtime was
+  // `mtime_at_open`, were lost and not yet reported (LostWrites says how a reused id is
+  // told).
   Status check_lost(uint64_t fileid, const struct timespec& mtime_at_open);
   // The connection broke while write delegations kept bytes: re-mount (and so reclaim)
   // soon, on a thread of the client's, even if no call comes. Never blocks.

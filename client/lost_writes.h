@@ -3,8 +3,9 @@
 // client/reclaim.cc), by file id: the object, whatever name reaches it now (a file created
 // since under the old name is another file, and hears nothing). The next write, fsync or
 // close of such a file through this client takes the loss over into the file's failed
-// writes (File::note_lost_writes), and fails with EIO as a failed write-behind does: once
-// for each open of the file and each process using it; the log has named it already.
+// writes (File::note_lost_writes), and fails as a failed write-behind does (ENOSPC or
+// EDQUOT when the server's disk was why, else EIO): once for each open of the file and each
+// process using it; the log has named it already.
 //
 // A file id alone does not name one file for ever: file systems reuse inode numbers, so a
 // file created after the loss may carry the lost one's (ext4 does so at once). The second
@@ -25,26 +26,28 @@
 #include <string>
 #include <unordered_map>
 
+#include "base/status.h"
+
 namespace odafs {
 
 class LostWrites {
  public:
   // Remembers that file `fileid`, last seen modified at `mtime_ns`, lost its writes, and
-  // why. At most kMax files (any go).
-  void add(uint64_t fileid, int64_t mtime_ns, std::string why) {
+  // why (the errno to report, and the message). At most kMax files (any go).
+  void add(uint64_t fileid, int64_t mtime_ns, int err, std::string why) {
     std::lock_guard lock(mu_);
     if (lost_.size() >= kMax) lost_.erase(lost_.begin());
-    lost_[fileid] = Loss{mtime_ns, std::move(why)};
+    lost_[fileid] = Loss{mtime_ns, err, std::move(why)};
     count_.store(lost_.size(), std::memory_order_relaxed);
   }
   bool any() const { return count_.load(std::memory_order_relaxed) != 0; }
   // Why file `fileid`, opened when it was modified at `mtime_ns`, lost its writes,
   // forgetting it; nothing if it did not (or is a later file under the same id).
-  std::optional<std::string> take(uint64_t fileid, int64_t mtime_ns) {
+  std::optional<Status> take(uint64_t fileid, int64_t mtime_ns) {
     std::lock_guard lock(mu_);
     auto it = lost_.find(fileid);
     if (it == lost_.end() || mtime_ns > it->second.mtime_ns) return std::nullopt;
-    std::string why = std::move(it->second.why);
+    Status why(it->second.err, std::move(it->second.why));
     lost_.erase(it);
     count_.store(lost_.size(), std::memory_order_relaxed);
     return why;
@@ -53,6 +56,7 @@ class LostWrites {
  private:
   struct Loss {
     int64_t mtime_ns;
+    int err;
     std::string why;
   };
   static constexpr size_t kMax = 1024;

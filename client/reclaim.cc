@@ -70,12 +70,12 @@ bool waits(const odafs_stat& status) {
   return raw == ODAFS_ERR_DELAY || raw == ODAFS_ERR_GRACE;
 }
 
-// Why bytes could not be written home, or "" when that is no loss: the file was going with
+// Why bytes could not be written home, or ok when that is no loss: the file was going with
 // this client's own REMOVE (cut off by the restart), and is gone.
-std::string loss(std::string why, bool removing, const SharedFile& sf) {
-  if (removing && why == kNotAtPath) {
+Status loss(Status why, bool removing, const SharedFile& sf) {
+  if (removing && why.message() == kNotAtPath) {
     ODAFS_LOG_INFO("odafs: %s went with its REMOVE across a server restart", sf.path().c_str());
-    return "";
+    return Status();
   }
   return why;
 }
@@ -204,12 +204,12 @@ Result<std::optional<Handle>> Client::home_of(const MountState& m, const SharedF
   return Home();
 }
 
-std::string Client::write_home(const MountState& m, SharedFile& sf, const Handle* held,
-                               const std::vector<std::pair<uint64_t, size_t>>& pieces,
-                               const std::vector<char>& data) {
+Status Client::write_home(const MountState& m, SharedFile& sf, const Handle* held,
+                          const std::vector<std::pair<uint64_t, size_t>>& pieces,
+                          const std::vector<char>& data) {
   Result<std::optional<Handle>> home = home_of(m, sf, held);
-  if (!home.ok()) return home.status().to_string();
-  if (!*home) return kNotAtPath;
+  if (!home.ok()) return home.status();
+  if (!*home) return Status(EIO, kNotAtPath);
   // Stable: durable when answered, so no COMMIT (and no verifier) to keep track of.
   const char* src = data.data();
   for (const auto& [offset, len] : pieces) {
@@ -219,8 +219,8 @@ std::string Client::write_home(const MountState& m, SharedFile& sf, const Handle
       Result<size_t> n =
           write_on(m, **home, src + done, std::min<size_t>(len - done, m.limits.max_write),
                    offset + done, Stability::kFileSync, &verf, &committed);
-      if (!n.ok()) return n.status().to_string();
-      if (*n == 0) return "the server wrote nothing";
+      if (!n.ok()) return n.status();
+      if (*n == 0) return Status(EIO, "the server wrote nothing");
       done += *n;
     }
     src += len;
@@ -228,7 +228,7 @@ std::string Client::write_home(const MountState& m, SharedFile& sf, const Handle
   stats_.reclaimed_files.fetch_add(1, std::memory_order_relaxed);
   ODAFS_LOG_INFO("odafs: reclaimed %zu byte(s) of %s after %s", data.size(), sf.path().c_str(),
                  m.reclaim_after);
-  return "";
+  return Status();
 }
 
 void Client::reclaim(const MountState* home, Delegations& old, const std::string& no_home) {
@@ -239,9 +239,9 @@ void Client::reclaim(const MountState* home, Delegations& old, const std::string
     std::vector<char> data;
     take_unsent_bytes(sf, /*run_locked=*/false, &pieces, &data);
     if (!data.empty()) {
-      std::string why;
+      Status why;
       if (home == nullptr) {
-        why = no_home;
+        why = Status(EIO, no_home);
       } else {
         std::optional<rpc::CallCredential> cred;
         std::optional<rpc::CallAs> as;
@@ -251,7 +251,7 @@ void Client::reclaim(const MountState* home, Delegations& old, const std::string
         }
         why = loss(write_home(*home, sf, &r.fh, pieces, data), r.removing, sf);
       }
-      if (!why.empty()) report_lost(sf, pieces, data, why);
+      if (!why.ok()) report_lost(sf, pieces, data, why);
     }
     open_files_.release(cache_key(r.fh), r.kept);
   }
@@ -270,10 +270,9 @@ void Client::adopt_unsent(const Handle& fh, OpenFiles::Ref& kept, const rpc::Cal
       as.emplace(*cred);
     }
     Result<std::shared_ptr<const MountState>> m = mount_state();
-    const std::string why = m.ok()
-                                ? loss(write_home(**m, *kept, &fh, pieces, data), removing, *kept)
-                                : m.status().to_string();  // no mount to be had
-    if (!why.empty()) report_lost(*kept, pieces, data, why);
+    const Status why = m.ok() ? loss(write_home(**m, *kept, &fh, pieces, data), removing, *kept)
+                              : m.status();  // no mount to be had
+    if (!why.ok()) report_lost(*kept, pieces, data, why);
   }
   open_files_.release(cache_key(fh), kept);
 }
@@ -284,16 +283,16 @@ void Client::rehome_run_locked(const Handle& fh, SharedFile& sf) {
   take_unsent_bytes(sf, /*run_locked=*/true, &pieces, &data);
   if (data.empty()) return;
   Result<std::shared_ptr<const MountState>> m = mount_state();
-  const std::string why = m.ok() ? write_home(**m, sf, &fh, pieces, data)
-                                 : m.status().to_string();  // no mount to be had
-  if (!why.empty()) report_lost(sf, pieces, data, why);
+  const Status why =
+      m.ok() ? write_home(**m, sf, &fh, pieces, data) : m.status();  // no mount to be had
+  if (!why.ok()) report_lost(sf, pieces, data, why);
 }
 
 void Client::report_lost(SharedFile& sf, const std::vector<std::pair<uint64_t, size_t>>& pieces,
-                         const std::vector<char>& data, const std::string& why) {
+                         const std::vector<char>& data, const Status& why) {
   std::string message = std::to_string(data.size()) + " byte(s) written to " + sf.path() + " on " +
                         server_name() +
-                        " under a write delegation could not be written back: " + why;
+                        " under a write delegation could not be written back: " + why.to_string();
   if (unmounting_.load(std::memory_order_acquire)) {
     Result<std::string> saved = rescue(sf, pieces, data);
     message += saved.ok() ? "; saved in " + *saved
@@ -301,8 +300,11 @@ void Client::report_lost(SharedFile& sf, const std::vector<std::pair<uint64_t, s
   }
   ODAFS_LOG_ERROR("odafs: %s", message.c_str());
   stats_.lost_files.fetch_add(1, std::memory_order_relaxed);
-  lost_writes_.add(sf.fileid, sf.server_mtime_ns.load(std::memory_order_relaxed),
-                   message);  // the file's next write, fsync or close hears it
+  // The file's next write, fsync or close hears it: ENOSPC or EDQUOT as such (a full disk
+  // is the writer's to act on), anything else as EIO.
+  const int err =
+      why.errno_value() == ENOSPC || why.errno_value() == EDQUOT ? why.errno_value() : EIO;
+  lost_writes_.add(sf.fileid, sf.server_mtime_ns.load(std::memory_order_relaxed), err, message);
 }
 
 Result<std::string> Client::rescue(const SharedFile& sf,
@@ -360,8 +362,8 @@ std::string Client::server_name() const {
 
 Status Client::check_lost(uint64_t fileid, const struct timespec& mtime_at_open) {
   if (!lost_writes_.any()) return Status();
-  if (std::optional<std::string> why = lost_writes_.take(fileid, nanoseconds(mtime_at_open))) {
-    return Status(EIO, *why);
+  if (std::optional<Status> why = lost_writes_.take(fileid, nanoseconds(mtime_at_open))) {
+    return *why;
   }
   return Status();
 }

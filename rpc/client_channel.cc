@@ -236,7 +236,15 @@ void Channel::start(Call& c, uint32_t proc, xdrproc_t xargs, const void* args) {
 
   c.state_.store(Call::kPending, std::memory_order_relaxed);
   {
+    // Checked again under the lock fail_all takes: a call added after the receiver failed
+    // the pending ones (and stopped) would wait out the whole timeout for a reply that no
+    // one reads (a SIGKILLed server's connection, between the check above and here).
     std::lock_guard lock(pending_mu_);
+    if (broken()) {
+      c.state_.store(Call::kIdle, std::memory_order_relaxed);
+      throw RpcError(RpcError::Kind::kTransport, ECONNRESET,
+                     "rpc channel broken: " + broken_reason_);
+    }
     pending_.push_back(&c);
   }
   try {

@@ -430,7 +430,7 @@ void fsx_full_disk(bool restart_open) {
   Tmpfs fs(dir / "export", "size=3m");
   REQUIRE(fs.mounted);
   // Most of the disk taken, so that the file's growth meets the end of it.
-  odafs::test::write_local(fs.dir + "/filler", std::string(1800 * 1024, 'f'));
+  odafs::test::write_local(fs.dir + "/filler", std::string(2300 * 1024, 'f'));
   ServerProcess server(fs.dir);
   TcpRelay relay(server.port());
   Shape shape{3 << 20, 128 * 1024, /*restarts=*/true, /*may_fill=*/true};
