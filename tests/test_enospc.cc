@@ -102,6 +102,16 @@ std::pair<int, std::string> fill_up(File& f, uint64_t* filled,
   return {0, ""};
 }
 
+// Writes file `path` until its file system has no room left.
+void fill_disk(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT, 0644);
+  REQUIRE(fd >= 0);
+  const std::string chunk(64 * 1024, 'f');
+  while (::write(fd, chunk.data(), chunk.size()) > 0) {
+  }
+  ::close(fd);
+}
+
 // Why a test of a full export through odafs-mount cannot run here ("" when it can).
 const char* full_mount_skip() {
   if (*tmpfs_skip_reason() != '\0') return tmpfs_skip_reason();
@@ -429,14 +439,7 @@ TEST_CASE(
   }
   auto client = Client::mount(exported.server.url());
   File f = client->open("holey", O_RDWR);  // a write delegation, but no room promised
-  {
-    const int fd = ::open((root + "/filler").c_str(), O_WRONLY | O_CREAT, 0644);
-    REQUIRE(fd >= 0);
-    const std::string chunk(64 * 1024, 'f');
-    while (::write(fd, chunk.data(), chunk.size()) > 0) {
-    }
-    ::close(fd);
-  }
+  fill_disk(root + "/filler");
   const std::string bytes = pattern(4000, 14);
   CHECK(f.pwrite(bytes.data(), bytes.size(), 100 * 1024) == bytes.size());  // in the hole
   const auto [err, message] = error_of([&] { f.close(); });
@@ -458,14 +461,7 @@ TEST_CASE(
   SmallExport exported("size=2m");
   const std::string& root = exported.root();
   odafs::test::write_local(root + "/victim", pattern(256 * 1024, 11));
-  {  // the rest of the disk taken, so that growing the file fails
-    const int fd = ::open((root + "/filler").c_str(), O_WRONLY | O_CREAT, 0644);
-    REQUIRE(fd >= 0);
-    const std::string chunk(64 * 1024, 'f');
-    while (::write(fd, chunk.data(), chunk.size()) > 0) {
-    }
-    ::close(fd);
-  }
+  fill_disk(root + "/filler");  // growing the file fails from here on
   TempDir mnt;
   odafs::test::MountProcess m(exported.server.url(), mnt.path());
   const int fd = ::open((m / "victim").c_str(), O_RDWR | O_CLOEXEC);
