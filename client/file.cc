@@ -24,10 +24,9 @@ struct File::State {
   // closed. Acquired under size_key (the key changes with a stale handle's refresh).
   OpenFiles::Ref shared;
   uint64_t size_key = 0;
-  // Guarded by shared->behind_mu: this File's own error mark, and where it starts (the
-  // failures heard of by someone when the File opened).
+  // Guarded by shared->behind_mu: this File's own error mark. It starts at the failures
+  // someone had heard of when the File opened: one no one heard is this File's to hear.
   ErrorMark errors_heard = 0;
-  ErrorMark errors_at_open = 0;
 };
 
 File::File(Client* client, Handle fh, const Attr& attr, WriteVerifier instance, std::string path,
@@ -44,7 +43,7 @@ File::File(Client* client, Handle fh, const Attr& attr, WriteVerifier instance, 
   state_->size_key = state_->key;
   state_->shared = client->open_files_.acquire(state_->key, attr, path_);
   std::lock_guard behind(state_->shared->behind_mu);
-  state_->errors_at_open = state_->shared->behind_failures_reported;
+  state_->errors_heard = state_->shared->behind_failures_reported;
 }
 
 uint64_t File::size_hint() const {
@@ -313,10 +312,8 @@ void File::note_lost_writes() {
 }
 
 bool File::behind_error_unheard_locked(ErrorMark* mark) {
-  ErrorMark& own = state_->errors_heard;
-  own = std::max(own, state_->errors_at_open);
-  if (mark != nullptr && *mark == kNewErrorMark) *mark = own;
-  return (mark != nullptr ? *mark : own) != state_->shared->behind_failures;
+  if (mark != nullptr && *mark == kNewErrorMark) *mark = state_->errors_heard;
+  return (mark != nullptr ? *mark : state_->errors_heard) != state_->shared->behind_failures;
 }
 
 Status File::take_behind_error_locked(ErrorMark* mark) {
