@@ -171,17 +171,16 @@ void Server::run_records(Connection& conn, std::vector<std::vector<char>>& recor
       for (size_t j = i; j < count; ++j) recycle(records[j]);
       break;
     }
-    if (stopping_.load(std::memory_order_acquire)) {
-      // The server stops: calls not begun are not run, and go unanswered like those not
-      // read yet (their clients send them to the next instance, or report them cut). Run,
-      // each could wait out its own bound, and a client's batch would set the stop's length.
-      for (size_t j = i; j < count; ++j) recycle(records[j]);
-      break;
-    }
-    if (i != 0 && reset_meanwhile(conn, batch_start_ms)) {
-      // The client was told these calls failed with the connection, and may have gone on
-      // on another (issue #38): run late, a REMOVE would remove the file it made anew.
-      counters_.dropped_after_reset.fetch_add(count - i, std::memory_order_relaxed);
+    // Calls not begun are not run, and go unanswered like those not read yet, when:
+    // - the server stops: run, each could wait out its own bound, and a client's batch
+    //   would set the stop's length (their clients send them to the next instance, or
+    //   report them cut);
+    // - the connection was reset: the client was told these calls failed with it, and may
+    //   have gone on on another (issue #38): run late, a REMOVE would remove the file it
+    //   made anew.
+    const bool stopping = stopping_.load(std::memory_order_acquire);
+    if (stopping || (i != 0 && reset_meanwhile(conn, batch_start_ms))) {
+      if (!stopping) counters_.dropped_after_reset.fetch_add(count - i, std::memory_order_relaxed);
       for (size_t j = i; j < count; ++j) recycle(records[j]);
       break;
     }
