@@ -123,7 +123,7 @@ Status Client::try_unmount(const std::atomic<bool>* give_up) {
   wait_for_server(give_up);
   if (std::shared_ptr<const MountState> m = mount_.load()) {
     if (m->channel->broken()) {
-      reclaim(nullptr, *m->delegations,
+      reclaim(nullptr, *m,
               "the server did not come back before the unmount gave up waiting for it");
     }
     m->delegations->stop();
@@ -290,14 +290,15 @@ Result<std::shared_ptr<const MountState>> Client::remount() {
       },
       [this](const Handle& fh, OpenFiles::Ref& sf) { open_files_.release(cache_key(fh), sf); },
       [this] { reconnect_soon(); },
-      [this](Delegations::Return& r) {
-        adopt_unsent(r.fh, r.kept, r.caller ? &*r.caller : nullptr, r.removing);
+      [this, mount](Delegations::Return& r) {
+        adopt_unsent(HeldHandle{r.fh, mount->limits.write_verifier}, r.kept,
+                     r.caller ? &*r.caller : nullptr, r.removing);
       });
   // Named, this client may be granted write delegations, and reclaim what the last mount's
   // kept if the server restarted: before anything else goes out on the new mount.
   ODAFS_ASSIGN_OR_RETURN(const bool may_reclaim, name_client(*m));
   if (std::shared_ptr<const MountState> old = mount_.load()) {
-    reclaim(may_reclaim ? m.get() : nullptr, *old->delegations,
+    reclaim(may_reclaim ? m.get() : nullptr, *old,
             "the server did not let this client reclaim them (its grace period was over, or "
             "it gave up this client's write delegations: the client was away too long)");
   }

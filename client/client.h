@@ -421,29 +421,39 @@ class Client {
   // its record names this client, or it kept this client's delegations while the client
   // had no connection: then m->reclaim_after says so). A server without CLIENT_ID: false.
   Result<bool> name_client(MountState& m);
+  // A handle this client holds for a file with kept bytes, and the server instance it
+  // came from (the write verifier of the mount it was issued on).
+  struct HeldHandle {
+    Handle fh;
+    WriteVerifier instance;
+  };
   // Writes back on *home what old's write delegations kept and did not send (old's
   // connection broke), each to its file (home_of); reports the rest lost (report_lost), and
   // all of it when home is null (the server refused the reclaim, or there is no server to
   // be had), `no_home` saying why. REQUIRES: home not published yet.
-  void reclaim(const MountState* home, Delegations& old, const std::string& no_home);
+  void reclaim(const MountState* home, const MountState& old, const std::string& no_home);
   // The file at `path` (from m's root, symbolic links followed as an open follows them),
   // by LOOKUPs and READLINKs on m's channel only (the mount may not be published yet);
   // DELAY and GRACE waited out. Nothing if it is not there.
   Result<std::optional<std::pair<Handle, Attr>>> find_again(const MountState& m,
                                                             const std::string& path);
-  // Where sf's kept bytes go on m: `held` (the handle this client holds; may be null) while
-  // the server takes it as sf's file, which follows the file wherever it was renamed; only
-  // if the server refuses it as stale (a restart: handles of a local export name one server
-  // instance) the file found again at one of sf's paths (find_again; the latest first) with
-  // sf's file id. Nothing
-  // when neither is sf's file. Another file that reuses the inode number is never taken by
-  // the handle (the server checks its slot generation and the kernel's file handle); by the
-  // path only the file id tells them apart.
+  // Where sf's kept bytes go on m: `held` (may be null) while the server takes it as sf's
+  // file, which follows the file wherever it was renamed; only if the server refuses it as
+  // stale, the file found again at one of sf's paths (find_again; the latest first) with
+  // sf's file id. Nothing when neither is sf's file. Another file that reuses the inode
+  // number is never taken by the handle (the server checks its slot generation and the
+  // kernel's file handle); by the path only the file id tells them apart.
+  // Fails ESTALE (kRemovedOnServer) when the file is gone: m's server is the instance that
+  // issued `held` (it stayed up: a stale handle then means the file was removed, or
+  // replaced by a rename over it) and no path leads to the file. After a restart a stale
+  // handle says nothing of the file (handles of a local export name one instance): then
+  // nothing is returned, as for a file that is no longer at its path.
   Result<std::optional<Handle>> home_of(const MountState& m, const SharedFile& sf,
-                                        const Handle* held);
+                                        const HeldHandle* held);
   // Writes (stable) pieces (offset, length; their bytes end to end in data) of sf's file,
-  // found by home_of. Returns ok or why they could not be.
-  Status write_home(const MountState& m, SharedFile& sf, const Handle* held,
+  // found by home_of. Returns ok or why they could not be: ESTALE only when the file is
+  // gone from the server (the bytes went with it).
+  Status write_home(const MountState& m, SharedFile& sf, const HeldHandle* held,
                     const std::vector<std::pair<uint64_t, size_t>>& pieces,
                     const std::vector<char>& data);
   // Bytes a write delegation kept whose write-back failed with the connection after the
@@ -451,13 +461,14 @@ class Client {
   // as reclaim would, or reported lost; `kept` released.
   // caller: whose close kept them (null: the channel's own credential); removing: see
   // Delegations::Return.
-  void adopt_unsent(const Handle& fh, OpenFiles::Ref& kept, const rpc::CallerCred* caller,
+  void adopt_unsent(const HeldHandle& held, OpenFiles::Ref& kept, const rpc::CallerCred* caller,
                     bool removing);
-  // A run kept under a write delegation (of the file fh names) whose send failed because
-  // the connection broke, on a thread that held its lock through the re-mount (so reclaim
-  // left it): written home on the current mount as reclaim would, or reported lost.
+  // A run kept (of the file held names) whose send failed because the connection broke, on
+  // a thread that held its lock through the re-mount (so reclaim left it): written home on
+  // the current mount as reclaim would, or reported lost; if the file was removed on the
+  // server meanwhile, its open Files hear ESTALE as they would have connected.
   // REQUIRES: sf.behind_mu held.
-  void rehome_run_locked(const Handle& fh, SharedFile& sf);
+  void rehome_run_locked(const HeldHandle& held, SharedFile& sf);
   // Logs that sf's bytes (pieces: offset, length; their bytes end to end in data) are lost
   // and why, and makes the file's next write, fsync or close through this client fail with
   // ENOSPC or EDQUOT when that is why, else EIO. While unmounting they go to a rescue file

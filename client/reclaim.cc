@@ -21,6 +21,7 @@
 #include "client/mount_state.h"
 #include "client/shared_file.h"
 #include "client/url.h"
+#include "client/write_books.h"
 #include "rpc/call_credential.h"
 
 namespace odafs {
@@ -62,6 +63,8 @@ void take_unsent_bytes(SharedFile& sf, bool run_locked,
 }
 
 constexpr const char* kNotAtPath = "the file is no longer at its path";
+constexpr const char* kRemovedOnServer =
+    "the file was removed on the server (or replaced by a rename over it) since";
 
 // Whether a reply on the reclaiming mount says to wait and ask again (retry_delayed): DELAY,
 // or GRACE while other clients reclaim.
@@ -70,9 +73,17 @@ bool waits(const odafs_stat& status) {
   return raw == ODAFS_ERR_DELAY || raw == ODAFS_ERR_GRACE;
 }
 
-// Why bytes could not be written home, or ok when that is no loss: the file was going with
-// this client's own REMOVE (cut off by the restart), and is gone.
+// Why bytes could not be written home, or ok when that is no loss: the file is gone, so
+// nothing anyone can read could hold them, as for bytes written to a local file that is
+// then unlinked. Gone means removed on the server that stayed up (by another client, or a
+// rename over it: write_home's ESTALE), or not found after a restart while it was going
+// with this client's own REMOVE (cut off by the restart).
 Status loss(Status why, bool removing, const SharedFile& sf) {
+  if (why.errno_value() == ESTALE) {
+    ODAFS_LOG_INFO("odafs: the bytes kept for %s went with the file: %s", sf.path().c_str(),
+                   why.message().c_str());
+    return Status();
+  }
   if (removing && why.message() == kNotAtPath) {
     ODAFS_LOG_INFO("odafs: %s went with its REMOVE across a server restart", sf.path().c_str());
     return Status();
@@ -167,14 +178,15 @@ Result<std::optional<std::pair<Handle, Attr>>> Client::find_again(const MountSta
 }
 
 Result<std::optional<Handle>> Client::home_of(const MountState& m, const SharedFile& sf,
-                                              const Handle* held) {
+                                              const HeldHandle* held) {
   using Home = std::optional<Handle>;
   const auto is_sf = [&](const Attr& a) {
     return a.fileid == sf.fileid && a.type == FileType::kRegular;
   };
+  bool held_is_gone = false;
   if (held != nullptr) {
     getattr_args args{};
-    put_fh(args.fh, *held);
+    put_fh(args.fh, held->fh);
     ODAFS_ASSIGN_OR_RETURN(std::optional<Attr> attr,
                            retry_delayed(options_.timeout_ms, [&]() -> Result<std::optional<Attr>> {
                              attr_res res{};
@@ -192,7 +204,8 @@ Result<std::optional<Handle>> Client::home_of(const MountState& m, const SharedF
                              ODAFS_RETURN_IF_ERROR(status_of(res.status, "getattr"));
                              return std::optional<Attr>(to_attr(res.attr_res_u.attr));
                            }));
-    if (attr && is_sf(*attr)) return Home(*held);
+    if (attr && is_sf(*attr)) return Home(held->fh);
+    held_is_gone = !attr && held->instance == m.limits.write_verifier;
   }
   // Every name this client opened the file by, the latest first; the file id tells which
   // holds it.
@@ -201,10 +214,11 @@ Result<std::optional<Handle>> Client::home_of(const MountState& m, const SharedF
     ODAFS_ASSIGN_OR_RETURN(Found found, find_again(m, name));
     if (found && is_sf(found->second)) return Home(found->first);
   }
+  if (held_is_gone) return Status(ESTALE, kRemovedOnServer);
   return Home();
 }
 
-Status Client::write_home(const MountState& m, SharedFile& sf, const Handle* held,
+Status Client::write_home(const MountState& m, SharedFile& sf, const HeldHandle* held,
                           const std::vector<std::pair<uint64_t, size_t>>& pieces,
                           const std::vector<char>& data) {
   Result<std::optional<Handle>> home = home_of(m, sf, held);
@@ -231,8 +245,8 @@ Status Client::write_home(const MountState& m, SharedFile& sf, const Handle* hel
   return Status();
 }
 
-void Client::reclaim(const MountState* home, Delegations& old, const std::string& no_home) {
-  std::vector<Delegations::Return> unsent = old.take_unsent();
+void Client::reclaim(const MountState* home, const MountState& old, const std::string& no_home) {
+  std::vector<Delegations::Return> unsent = old.delegations->take_unsent();
   for (Delegations::Return& r : unsent) {
     SharedFile& sf = *r.kept;
     std::vector<std::pair<uint64_t, size_t>> pieces;
@@ -249,7 +263,8 @@ void Client::reclaim(const MountState* home, Delegations& old, const std::string
           cred.emplace(*r.caller, "odafs");
           as.emplace(*cred);
         }
-        why = loss(write_home(*home, sf, &r.fh, pieces, data), r.removing, sf);
+        const HeldHandle held{r.fh, old.limits.write_verifier};
+        why = loss(write_home(*home, sf, &held, pieces, data), r.removing, sf);
       }
       if (!why.ok()) report_lost(sf, pieces, data, why);
     }
@@ -257,8 +272,8 @@ void Client::reclaim(const MountState* home, Delegations& old, const std::string
   }
 }
 
-void Client::adopt_unsent(const Handle& fh, OpenFiles::Ref& kept, const rpc::CallerCred* caller,
-                          bool removing) {
+void Client::adopt_unsent(const HeldHandle& held, OpenFiles::Ref& kept,
+                          const rpc::CallerCred* caller, bool removing) {
   std::vector<std::pair<uint64_t, size_t>> pieces;
   std::vector<char> data;
   take_unsent_bytes(*kept, /*run_locked=*/false, &pieces, &data);
@@ -270,22 +285,30 @@ void Client::adopt_unsent(const Handle& fh, OpenFiles::Ref& kept, const rpc::Cal
       as.emplace(*cred);
     }
     Result<std::shared_ptr<const MountState>> m = mount_state();
-    const Status why = m.ok() ? loss(write_home(**m, *kept, &fh, pieces, data), removing, *kept)
+    const Status why = m.ok() ? loss(write_home(**m, *kept, &held, pieces, data), removing, *kept)
                               : m.status();  // no mount to be had
     if (!why.ok()) report_lost(*kept, pieces, data, why);
   }
-  open_files_.release(cache_key(fh), kept);
+  open_files_.release(cache_key(held.fh), kept);
 }
 
-void Client::rehome_run_locked(const Handle& fh, SharedFile& sf) {
+void Client::rehome_run_locked(const HeldHandle& held, SharedFile& sf) {
   std::vector<std::pair<uint64_t, size_t>> pieces;
   std::vector<char> data;
   take_unsent_bytes(sf, /*run_locked=*/true, &pieces, &data);
   if (data.empty()) return;
   Result<std::shared_ptr<const MountState>> m = mount_state();
   const Status why =
-      m.ok() ? write_home(**m, sf, &fh, pieces, data) : m.status();  // no mount to be had
-  if (!why.ok()) report_lost(sf, pieces, data, why);
+      m.ok() ? write_home(**m, sf, &held, pieces, data) : m.status();  // no mount to be had
+  if (why.ok()) return;
+  if (why.errno_value() == ESTALE) {
+    // Removed while the connection was down: the open Files hear it as they would have
+    // connected (their run's WRITE answered STALE), and nothing is lost that a reader
+    // could have seen.
+    record_write_failure_locked(sf, why);
+    return;
+  }
+  report_lost(sf, pieces, data, why);
 }
 
 void Client::report_lost(SharedFile& sf, const std::vector<std::pair<uint64_t, size_t>>& pieces,

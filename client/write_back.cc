@@ -33,8 +33,13 @@ Status Client::flush_writes_behind(const Handle& fh) {
       },
       [&](const Status&) { return m->channel->broken(); });
   // The connection broke under the send, and the re-mount's reclaim could not take the
-  // run (this thread held it): it goes home now, then the caller's call starts over.
-  if (!sent.ok() && m->channel->broken()) rehome_run_locked(fh, *f);
+  // run (this thread held it): it goes home now, then the caller's call starts over. fh is
+  // taken as m's instance's: one of an older instance that no call found again since a
+  // restart would, with a cut in this very send, be taken for a removed file's, and the
+  // writer told ESTALE rather than the run written by the file's path.
+  if (!sent.ok() && m->channel->broken()) {
+    rehome_run_locked(HeldHandle{fh, m->limits.write_verifier}, *f);
+  }
   return sent;
 }
 

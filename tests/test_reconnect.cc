@@ -195,6 +195,33 @@ TEST_CASE("another client's access waits for an away owner's write-back, or for 
     CHECK(why.find("/f") != std::string::npos);
     CHECK(why.find("could not be written back") != std::string::npos);
   }
+
+  SUBCASE("the file is removed while the owner is away: its kept bytes went with it, no loss") {
+    // Another client's REMOVE waits out the lease, then runs; the owner, back, finds its
+    // handle stale on the server that stayed up: the file is gone, and nothing a reader
+    // could see is lost (as for a local file unlinked after its last write).
+    const auto start = std::chrono::steady_clock::now();
+    reader->unlink("/f");
+    CHECK(seconds_since(start) > 2.0);
+    relay.set_refusing(false);
+    // The owner re-mounts (and reclaims) before its first call on the new mount answers.
+    CHECK(eventually(
+        [&] {
+          try {
+            owner->open("/g", O_RDWR | O_CREAT).close();
+            return true;
+          } catch (const odafs::Error&) {
+            return false;
+          }
+        },
+        15));
+    CHECK(owner->stats().lost_files.load() == 0);
+    CHECK(owner->stats().reclaimed_files.load() == 0);
+    CHECK_FALSE(std::filesystem::exists(dir / "f"));
+    // A new file under the name gets none of the old one's bytes.
+    write_chunked(*owner, "/f", "new");
+    CHECK(read_all(*owner, "/f", 100) == "new");
+  }
 }
 
 TEST_CASE("a client owner is bound to the principal that named it") {
