@@ -366,7 +366,7 @@ void FileService::do_stats(rpc::Reply& r) {
   values.emplace_back("recovery.reclaimers", gs.reclaimers.load());
   values.emplace_back("recovery.reclaimed", gs.reclaimed.load());
   values.emplace_back("recovery.held_back", gs.held_back.load());
-  values.emplace_back("recovery.record_writes", gs.record_writes.load());
+  values.emplace_back("recovery.record_writes", recovery_.record_writes());
   values.emplace_back("owners.known", owners_.known());
   values.emplace_back("owners.away", owners_.away());
   if (engine_) {

@@ -11,7 +11,6 @@
 
 #include "base/futex.h"
 #include "base/log.h"
-#include "server/identity.h"
 #include "server/private_files.h"
 
 namespace odafs::server {
@@ -56,9 +55,9 @@ Recovery::Recovery(Options options)
                     options_.record_path.c_str(), dir.status().message().c_str());
     return;
   }
-  dir_fd_ = *dir;
+  read_record(*dir);
+  writer_ = std::make_unique<RecordWriter>(*dir, name_, options_.record_path);
   usable_ = true;
-  read_record();
   if (pending_.empty()) return;
   stats_.reclaimers.store(pending_.size(), std::memory_order_relaxed);
   grace_ends_ms_ = now_ms() + options_.grace_ms;
@@ -71,16 +70,14 @@ Recovery::Recovery(Options options)
   }
 }
 
-Recovery::~Recovery() {
-  if (dir_fd_ >= 0) close(dir_fd_);
-}
+Recovery::~Recovery() = default;
 
-void Recovery::read_record() {
+void Recovery::read_record(int dir_fd) {
   // A header line, then one line of 32 hex digits per owner.
   const size_t line = 2 * sizeof(Owner) + 1;
   const size_t max_bytes = kRecordHeader.size() + 1 + options_.max_owners * line;
   struct stat st;
-  Result<std::string> text = read_private_file(dir_fd_, name_, max_bytes, &st);
+  Result<std::string> text = read_private_file(dir_fd, name_, max_bytes, &st);
   if (text.errno_value() == ENOENT) return;
   const char* path = options_.record_path.c_str();
   if (text.errno_value() == EFBIG) {
@@ -129,50 +126,14 @@ void Recovery::read_record() {
   pending_ = recorded_;
 }
 
-bool Recovery::write_record_locked() {
-  const std::string tmp = name_ + ".tmp";
+uint64_t Recovery::submit_record_locked() {
   std::string text(kRecordHeader);
   text.push_back('\n');
   for (const Owner& o : recorded_) {
     text += to_hex(o);
     text.push_back('\n');
   }
-  // Write a fresh temporary, sync, rename over the old record, sync the directory: a
-  // crash leaves the old record or the new one, never a torn one. The temporary is made
-  // O_EXCL (a name left there, whatever it is, is removed first, never followed) in the
-  // directory's descriptor. As the server: a caller's call (its first write delegation)
-  // gets here acting as that caller, who may not write --state-dir.
-  ServerIdentityScope as_server;
-  const char* failed = nullptr;
-  int err = 0;
-  if (unlinkat(dir_fd_, tmp.c_str(), 0) != 0 && errno != ENOENT) {
-    failed = "removing a stale temporary", err = errno;
-  }
-  const int fd = failed != nullptr
-                     ? -1
-                     : openat(dir_fd_, tmp.c_str(),
-                              O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (failed == nullptr && fd < 0) {
-    failed = "open", err = errno;
-  } else if (fd >= 0) {
-    if (write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
-      failed = "write", err = errno != 0 ? errno : ENOSPC;
-    } else if (fsync(fd) != 0) {
-      failed = "fsync", err = errno;
-    }
-    close(fd);
-  }
-  if (failed == nullptr && renameat(dir_fd_, tmp.c_str(), dir_fd_, name_.c_str()) != 0) {
-    failed = "rename", err = errno;
-  }
-  if (failed == nullptr && fsync(dir_fd_) != 0) failed = "fsync of its directory", err = errno;
-  if (failed != nullptr) {
-    ODAFS_LOG_ERROR("recovery record %s: %s failed (%s)", options_.record_path.c_str(), failed,
-                    std::strerror(err));
-    return false;
-  }
-  stats_.record_writes.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  return writer_->submit(std::move(text));
 }
 
 Result<Recovery::Joined> Recovery::join(uint64_t connection, const Owner& owner) {
@@ -240,19 +201,28 @@ void Recovery::end_grace_locked() {
   // Those who did not come back have lost what they kept.
   pending_.clear();
   recorded_.clear();
-  write_record_locked();
+  submit_record_locked();
   grace_.store(false, std::memory_order_relaxed);
 }
 
 bool Recovery::may_hold_writes(uint64_t connection) {
   if (!usable_) return false;
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   auto it = owners_.find(connection);
   if (it == owners_.end()) return false;
-  if (recorded_.count(it->second) != 0) return true;
-  recorded_.insert(it->second);
-  if (write_record_locked()) return true;
-  recorded_.erase(it->second);
+  const Owner owner = it->second;
+  if (recorded_.count(owner) != 0) return true;
+  if (stopping_.load(std::memory_order_relaxed)) return false;
+  recorded_.insert(owner);
+  const uint64_t version = submit_record_locked();
+  lock.unlock();
+  if (writer_->wait_durable(version)) return true;
+  // Not recorded: a later version (another owner's) may still name it, which only lets it
+  // reclaim after a restart that it need not.
+  lock.lock();
+  if (!stopping_.load(std::memory_order_relaxed) && recorded_.erase(owner) != 0) {
+    submit_record_locked();
+  }
   return false;
 }
 
@@ -264,7 +234,12 @@ void Recovery::connection_closed(uint64_t connection) {
 void Recovery::forget(const Owner& owner) {
   std::lock_guard lock(mu_);
   if (stopping_.load(std::memory_order_relaxed) || pending_.count(owner) != 0) return;
-  if (recorded_.erase(owner) != 0) write_record_locked();
+  if (recorded_.erase(owner) != 0) submit_record_locked();
+}
+
+void Recovery::stopping() {
+  stopping_.store(true, std::memory_order_relaxed);
+  if (writer_) writer_->stop();
 }
 
 }  // namespace odafs::server

@@ -29,11 +29,13 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 
 #include "base/status.h"
+#include "server/record_writer.h"
 
 namespace odafs::server {
 
@@ -81,23 +83,27 @@ class Recovery {
   // The grace period is on: grant no delegation.
   bool in_grace() { return grace_.load(std::memory_order_relaxed) && !grace_over_now(); }
   // Before a write delegation goes to `connection`: its owner is in the record (written
-  // and synced the first time). False: grant none (no owner named, or no record kept).
+  // and synced the first time: waits for the disk). False: grant none (no owner named, no
+  // record kept, or the server began to stop meanwhile).
   bool may_hold_writes(uint64_t connection);
   // The connection is gone (its owner stays recorded until forget).
   void connection_closed(uint64_t connection);
   // The server holds nothing for `owner` any more: it leaves the record, unless the server
-  // is stopping or the owner is still to reclaim in a grace period.
+  // is stopping or the owner is still to reclaim in a grace period. Does not wait for the
+  // disk (an owner recorded too long only lets a client reclaim that need not).
   void forget(const Owner& owner);
-  // The server is stopping: its connections close now, but their owners stay recorded.
-  void stopping() { stopping_.store(true, std::memory_order_relaxed); }
+  // The server is stopping: its connections close now, but their owners stay recorded; no
+  // rewrite begins, and a grant waiting for one gives up. Never waits for the disk.
+  void stopping();
 
   struct Stats {
     std::atomic<uint64_t> held_back{0};   // calls answered GRACE
     std::atomic<uint64_t> reclaimers{0};  // owners found in the record at start
     std::atomic<uint64_t> reclaimed{0};   // of them, RECLAIM_COMPLETE received
-    std::atomic<uint64_t> record_writes{0};
   };
   const Stats& stats() const { return stats_; }
+  // Versions of the record written and synced.
+  uint64_t record_writes() const { return writer_ ? writer_->writes() : 0; }
 
  private:
   bool holds_back_slow(uint64_t connection);
@@ -106,14 +112,14 @@ class Recovery {
   // REQUIRES: mu_ held.
   bool grace_over_locked(int64_t now_ms);
   void end_grace_locked();
-  // Writes recorded_ to the record file, atomically and synced. REQUIRES: mu_ held.
-  bool write_record_locked();
-  void read_record();
+  // Queues recorded_ as the record's next version. REQUIRES: mu_ held.
+  uint64_t submit_record_locked();
+  void read_record(int dir_fd);
 
   const Options options_;
-  const std::string name_;  // the record's name in its directory
-  int dir_fd_ = -1;         // the record's directory; set at construction
-  bool usable_ = false;     // the record's directory is open; set at construction
+  const std::string name_;                // the record's name in its directory
+  bool usable_ = false;                   // the record's directory is open; set at construction
+  std::unique_ptr<RecordWriter> writer_;  // set at construction when usable_
   std::mutex mu_;
   std::atomic<bool> grace_{false};
   std::atomic<bool> stopping_{false};

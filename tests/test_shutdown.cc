@@ -25,6 +25,7 @@
 #include "tests/support/client_util.h"
 #include "tests/support/delegation_holder.h"
 #include "tests/support/hostile.h"
+#include "tests/support/mount_process.h"
 #include "tests/support/raw_mount.h"
 #include "tests/support/server_process.h"
 
@@ -33,6 +34,7 @@ using odafs::File;
 using odafs::rpc::to_xdrproc;
 using odafs::test::eventually;
 using odafs::test::HostileMount;
+using odafs::test::MountProcess;
 using odafs::test::RawMount;
 using odafs::test::server_stat;
 using odafs::test::ServerProcess;
@@ -224,6 +226,38 @@ TEST_CASE("SIGTERM with stable writes queued behind a slow disk") {
   REQUIRE(eventually([&] { return server_stat(*c, "io.bytes_written") >= 64 * 1024; }));
   check_prompt_stop(server);
   for (auto& t : writers) t.join();
+}
+
+// The recovery record lies on a disk that hangs: a FUSE mount (odafs-mount of a second
+// odafsd) whose daemon is stopped with SIGSTOP. The last client's unmount, just before the
+// SIGTERM, takes its owner out of the record: that rewrite must not hold the stop (issue #40:
+// done on the rpc thread that read the close, it held the stop, which joins that thread, until
+// the stop watchdog ended the process with status 3).
+ODAFS_MOUNT_TEST(
+    "SIGTERM while the recovery record's rewrite for a closed client waits on a disk that hangs") {
+  TempDir disk_export, disk_mountpoint, dir;
+  ServerProcess disk_server(disk_export.path());
+  MountProcess disk(disk_server.url(), disk_mountpoint.path());
+  ServerProcess server(dir.path(), {"--state-dir", disk / "state"});
+  auto watcher = Client::mount(server.url(), impatient());
+  auto c = Client::mount(server.url(), impatient());
+  {
+    File f = c->open("f", O_RDWR | O_CREAT, 0644);
+    f.pwrite("kept", 4, 0);
+    f.close();
+  }
+  // c's first write delegation named it in the record, through the mount.
+  REQUIRE(server_stat(*watcher, "recovery.record_writes") >= 1);
+  REQUIRE(server_stat(*watcher, "owners.known") == 2);
+  REQUIRE(odafs::test::stop_child(disk.pid()));
+  // Whatever happens below, the disk's daemon runs again before its mount is taken down.
+  struct Resume {
+    pid_t pid;
+    ~Resume() { kill(pid, SIGCONT); }
+  } resume{disk.pid()};
+  c.reset();  // writes back, returns its delegation, closes: its owner leaves the record
+  REQUIRE(eventually([&] { return server_stat(*watcher, "owners.known") == 1; }));
+  check_prompt_stop(server);
 }
 
 TEST_CASE("a stop that overruns --stop-timeout-ms ends anyway, with its own exit status") {
