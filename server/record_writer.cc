@@ -14,6 +14,9 @@
 #include "base/log.h"
 
 namespace odafs::server {
+namespace {
+std::atomic<bool> g_left_a_write{false};
+}  // namespace
 
 struct RecordWriter::State {
   State(int fd, std::string n, std::string p)
@@ -54,6 +57,7 @@ RecordWriter::~RecordWriter() {
         "recovery record %s: a write still under way after %d ms is left to end "
         "with the process (the record holds the old version or the new one)",
         state_->path.c_str(), kLeaveAfterMs);
+    g_left_a_write.store(true);
   }
 }
 
@@ -77,6 +81,8 @@ void RecordWriter::stop() {
   state_->stopped = true;
   state_->cv.notify_all();
 }
+
+bool RecordWriter::left_a_write() { return g_left_a_write.load(); }
 
 uint64_t RecordWriter::writes() const { return state_->writes.load(std::memory_order_relaxed); }
 

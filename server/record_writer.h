@@ -45,6 +45,9 @@ class RecordWriter {
   void stop();
   // Versions written and synced so far.
   uint64_t writes() const;
+  // Whether any writer of this process left a write under way at its destruction: its thread
+  // may sleep in the disk for good, so the process must not wait on it at exit.
+  static bool left_a_write();
 
  private:
   struct State;
