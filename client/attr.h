@@ -23,6 +23,7 @@ struct Attr {
   uint64_t size = 0;
   uint64_t used = 0;
   uint64_t fileid = 0;
+  uint64_t file_generation = 0;  // with fileid, this file and no other; 0: the server cannot tell
   struct timespec atime {};
   struct timespec mtime {};
   struct timespec ctime {};

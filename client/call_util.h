@@ -70,6 +70,7 @@ inline Attr to_attr(const odafs_fattr& a) {
   out.size = a.size;
   out.used = a.used;
   out.fileid = a.fileid;
+  out.file_generation = a.file_generation;
   out.atime = timespec_of(a.atime);
   out.mtime = timespec_of(a.mtime);
   out.ctime = timespec_of(a.ctime);

@@ -36,7 +36,7 @@ rpc::Channel::Options channel_options(const MountOptions& options,
   o.tls = std::move(tls);
   o.tls_host = tls_host;
   o.program = ODAFS_PROGRAM;
-  o.version = ODAFS_V2;
+  o.version = ODAFS_V3;
   o.max_record = kLargestRecord;
   o.timeout_ms = options.timeout_ms;
   if (options.auth_sys) {

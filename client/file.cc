@@ -155,14 +155,18 @@ Result<bool> File::refresh_stale(const Handle& stale) {
   // worth finding again by its path, and only if the path still leads to the same inode:
   // otherwise the name may now belong to another file, and an open file never switches
   // to another (a soak caught writes landing in a file created under a removed one's
-  // name). A restart that also replaced the file by one reusing its inode number is not
-  // told apart (docs/RELIABILITY.md).
+  // name). Nor to one that reuses its inode number, once removed: the file generation
+  // tells them apart, where the server knows it.
   ODAFS_ASSIGN_OR_RETURN(auto m, client_->mount_state());
   const WriteVerifier now = m->limits.write_verifier;
   if (now == instance) return false;
   ODAFS_ASSIGN_OR_RETURN(auto found, client_->resolve(path_, true));
   const auto& [fresh, attr] = found;
   if (fresh == stale || attr.fileid != fileid_ || attr.type != FileType::kRegular) return false;
+  if (attr.file_generation != 0 && opened_.file_generation != 0 &&
+      attr.file_generation != opened_.file_generation) {
+    return false;
+  }
   std::lock_guard lock(state_->mu);
   state_->fh = fresh;
   state_->key = odafs::cache_key(fresh);

@@ -10,6 +10,7 @@ OpenFiles::Ref OpenFiles::acquire(uint64_t key, const Attr& at_open, const std::
   if (!f) {
     f = std::make_shared<SharedFile>();
     f->fileid = at_open.fileid;
+    f->file_generation = at_open.file_generation;
   }
   f->opened_as(path);
   f->size.store(at_open.size, std::memory_order_relaxed);

@@ -65,6 +65,8 @@ void take_unsent_bytes(SharedFile& sf, bool run_locked,
 constexpr const char* kNotAtPath = "the file is no longer at its path";
 constexpr const char* kRemovedOnServer =
     "the file was removed on the server (or replaced by a rename over it) since";
+constexpr const char* kInodeReused =
+    "the file was removed on the server: its inode number now names another file";
 
 // Whether a reply on the reclaiming mount says to wait and ask again (retry_delayed): DELAY,
 // or GRACE while other clients reclaim.
@@ -76,8 +78,9 @@ bool waits(const odafs_stat& status) {
 // Why bytes could not be written home, or ok when that is no loss: the file is gone, so
 // nothing anyone can read could hold them, as for bytes written to a local file that is
 // then unlinked. Gone means removed on the server that stayed up (by another client, or a
-// rename over it: write_home's ESTALE), or not found after a restart while it was going
-// with this client's own REMOVE (cut off by the restart).
+// rename over it: write_home's ESTALE), its inode number found naming another file (after
+// a restart too: ESTALE), or not found after a restart while it was going with this
+// client's own REMOVE (cut off by the restart).
 Status loss(Status why, bool removing, const SharedFile& sf) {
   if (why.errno_value() == ESTALE) {
     ODAFS_LOG_INFO("odafs: the bytes kept for %s went with the file: %s", sf.path().c_str(),
@@ -180,8 +183,17 @@ Result<std::optional<std::pair<Handle, Attr>>> Client::find_again(const MountSta
 Result<std::optional<Handle>> Client::home_of(const MountState& m, const SharedFile& sf,
                                               const HeldHandle* held) {
   using Home = std::optional<Handle>;
-  const auto is_sf = [&](const Attr& a) {
-    return a.fileid == sf.fileid && a.type == FileType::kRegular;
+  // The same file: its inode number, and its generation where both sides know it. The same
+  // inode number with another generation is another file, made after sf's was removed
+  // (reused numbers are why: writing there would put sf's bytes in a stranger's file).
+  enum class Match { kOther, kSame, kReused };
+  const auto match = [&](const Attr& a) {
+    if (a.fileid != sf.fileid || a.type != FileType::kRegular) return Match::kOther;
+    if (a.file_generation != 0 && sf.file_generation != 0 &&
+        a.file_generation != sf.file_generation) {
+      return Match::kReused;
+    }
+    return Match::kSame;
   };
   bool held_is_gone = false;
   if (held != nullptr) {
@@ -204,17 +216,23 @@ Result<std::optional<Handle>> Client::home_of(const MountState& m, const SharedF
                              ODAFS_RETURN_IF_ERROR(status_of(res.status, "getattr"));
                              return std::optional<Attr>(to_attr(res.attr_res_u.attr));
                            }));
-    if (attr && is_sf(*attr)) return Home(held->fh);
+    if (attr && match(*attr) == Match::kSame) return Home(held->fh);
     held_is_gone = !attr && held->instance == m.limits.write_verifier;
   }
   // Every name this client opened the file by, the latest first; the file id tells which
-  // holds it.
+  // holds it. A reused inode number says the file is gone, but only once no other name
+  // holds it (an export spanning file systems may show one number twice).
   using Found = std::optional<std::pair<Handle, Attr>>;
+  bool reused = false;
   for (const std::string& name : sf.paths()) {
     ODAFS_ASSIGN_OR_RETURN(Found found, find_again(m, name));
-    if (found && is_sf(found->second)) return Home(found->first);
+    if (!found) continue;
+    const Match at_name = match(found->second);
+    if (at_name == Match::kSame) return Home(found->first);
+    reused = reused || at_name == Match::kReused;
   }
   if (held_is_gone) return Status(ESTALE, kRemovedOnServer);
+  if (reused) return Status(ESTALE, kInodeReused);
   return Home();
 }
 

@@ -29,8 +29,9 @@ struct SharedFile {
   void opened_as(const std::string& path);  // OpenFiles::acquire, at every open
   std::string path() const;                 // the latest, for messages
   std::vector<std::string> paths() const;
-  // Set at creation, then constant.
+  // Set at creation, then constant. file_generation: 0 when the server could not tell.
   uint64_t fileid = 0;
+  uint64_t file_generation = 0;
   // The file's modification time (ns) as the server showed it at the latest open: what
   // LostWrites keys a loss by besides the file id, as inode numbers are reused.
   std::atomic<int64_t> server_mtime_ns{0};

@@ -42,8 +42,8 @@ inline odafs_ftype wire_type(mode_t st_mode) {
 }
 
 // The wire attributes of a file from its stat (set-id and permission bits in mode; the
-// type apart).
-inline void fill_attr(const struct stat& st, odafs_fattr* a) {
+// type apart) and its file_generation (odafs_fattr; 0 where the caller cannot tell).
+inline void fill_attr(const struct stat& st, uint64_t file_generation, odafs_fattr* a) {
   a->type = wire_type(st.st_mode);
   a->mode = st.st_mode & 07777;
   a->nlink = static_cast<u_int>(st.st_nlink);
@@ -52,6 +52,7 @@ inline void fill_attr(const struct stat& st, odafs_fattr* a) {
   a->size = static_cast<u_quad_t>(st.st_size);
   a->used = static_cast<u_quad_t>(st.st_blocks) * 512u;
   a->fileid = st.st_ino;
+  a->file_generation = file_generation;
   a->atime = wire_time(st.st_atim);
   a->mtime = wire_time(st.st_mtim);
   a->ctime = wire_time(st.st_ctim);

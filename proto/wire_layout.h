@@ -21,7 +21,7 @@ struct Time {  // odafs_time
 
 struct Fattr {  // odafs_fattr
   Be32 type, mode, nlink, uid, gid;
-  Be64 size, used, fileid;
+  Be64 size, used, fileid, file_generation;
   Time atime, mtime, ctime;
   Be32 rdev_major, rdev_minor;
 };
@@ -43,8 +43,8 @@ struct ReadReplyPrefix {
 };
 
 static_assert(sizeof(Time) == 12);
-static_assert(sizeof(Fattr) == 88);
+static_assert(sizeof(Fattr) == 96);
 static_assert(sizeof(Ref) == 68);
-static_assert(sizeof(ReadReplyPrefix) == 100);
+static_assert(sizeof(ReadReplyPrefix) == 108);
 
 }  // namespace odafs::wire

@@ -30,7 +30,7 @@ void FileService::do_getattr(const rpc::CallContext& ctx, getattr_args& a, rpc::
       return reply_status<attr_res>(r, xp(xdr_attr_res), status_from_errno(s.errno_value()));
     }
   }
-  reply_attr(st, r);
+  reply_attr(*node, st, r);
 }
 
 void FileService::do_setattr(const rpc::CallContext& ctx, setattr_args& a, rpc::Reply& r) {
@@ -103,7 +103,7 @@ void FileService::do_setattr(const rpc::CallContext& ctx, setattr_args& a, rpc::
   }
   if (err == 0) err = store_->stat(node.object(), &st).errno_value();
   if (err != 0) return reply_status<attr_res>(r, xp(xdr_attr_res), status_from_errno(err));
-  reply_attr(st, r);
+  reply_attr(*node, st, r);
 }
 
 void FileService::do_access(const rpc::CallContext& ctx, access_args& a, rpc::Reply& r) {

@@ -127,7 +127,7 @@ void FileService::do_read(const rpc::CallContext& ctx, read_args& a, rpc::Reply&
   XDR* x = r.results();
   odafs_stat status = ODAFS_OK;
   odafs_fattr attr;
-  fill_attr(st, &attr);
+  fill_attr(st, node->file_generation, &attr);
   bool_t eof_flag = eof;
   u_int data_len = len;
   xdr_odafs_stat(x, &status);
@@ -237,7 +237,7 @@ void FileService::do_read_direct(const rpc::CallContext& ctx, read_direct_args& 
   bytes_read_.fetch_add(len, std::memory_order_relaxed);
   read_direct_res res{};
   res.status = ODAFS_OK;
-  fill_attr(st, &res.read_direct_res_u.ok.attr);
+  fill_attr(st, node->file_generation, &res.read_direct_res_u.ok.attr);
   res.read_direct_res_u.ok.eof = a.offset + len >= size;
   res.read_direct_res_u.ok.count = len;
   r.send(xp(xdr_read_direct_res), &res);
@@ -429,7 +429,7 @@ void FileService::write_through(const OpenNode& node, uint64_t offset, odafs_sta
   res.write_res_u.ok.count = static_cast<u_int>(len);
   res.write_res_u.ok.committed = committed;
   std::memcpy(res.write_res_u.ok.verf, write_verf_.data(), write_verf_.size());
-  fill_attr(st, &res.write_res_u.ok.attr);
+  fill_attr(st, node->file_generation, &res.write_res_u.ok.attr);
   r.send(xp(xdr_write_res), &res);
 }
 

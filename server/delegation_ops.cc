@@ -95,7 +95,7 @@ void FileService::reply_open(const rpc::CallContext& ctx, const IdentityScope& a
   }
   res.status = ODAFS_OK;
   std::memcpy(res.open_res_u.ok.fh, fh.data(), fh.size());
-  fill_attr(st, &res.open_res_u.ok.attr);
+  fill_attr(st, node->file_generation, &res.open_res_u.ok.attr);
   res.open_res_u.ok.lease_ms = static_cast<u_int>(delegations_.lease_ms());
   r.send(xp(xdr_open_res), &res);
 }

@@ -97,7 +97,7 @@ class FileService {
   // Throws std::system_error when the export cannot be opened.
   FileService(Options options, CpuAccounting* cpu);
 
-  // Adds every procedure of ODAFS_V2 to server. REQUIRES: server not started; server
+  // Adds every procedure of ODAFS_V3 to server. REQUIRES: server not started; server
   // outlives this service's use of it (STATS reads its counters).
   void register_procedures(rpc::Server* server);
 

@@ -48,7 +48,7 @@ void FileService::entry_attributes(const Object& dir, const char* name, odafs_po
   // which recalls the holder's.
   if (S_ISREG(st.st_mode) && delegations_.writers_out()) return;
   out->present = TRUE;
-  fill_attr(st, &out->odafs_post_attr_u.attr);
+  fill_attr(st, 0, &out->odafs_post_attr_u.attr);  // no node: file_generation unknown
 }
 
 void FileService::do_mount(const rpc::CallContext& ctx, mount_args& a, rpc::Reply& r) {
@@ -145,7 +145,7 @@ void FileService::reply_node(const Node& node, const struct stat& st, rpc::Reply
   res.status = ODAFS_OK;
   WireHandle h = nodes_.handle_of(node);
   std::memcpy(res.dirop_res_u.ok.fh, h.data(), h.size());
-  fill_attr(st, &res.dirop_res_u.ok.attr);
+  fill_attr(st, node.file_generation, &res.dirop_res_u.ok.attr);
   r.send(xp(xdr_dirop_res), &res);
 }
 
@@ -388,7 +388,7 @@ void FileService::do_link(const rpc::CallContext& ctx, link_args& a, rpc::Reply&
   if (!linked.ok()) {
     return reply_status<attr_res>(r, xp(xdr_attr_res), status_from_errno(linked.errno_value()));
   }
-  reply_attr(st, r);
+  reply_attr(*file, st, r);
 }
 
 void FileService::do_readdir(const rpc::CallContext& ctx, readdir_args& a, rpc::Reply& r) {

@@ -33,6 +33,15 @@ uint32_t get32(const unsigned char* p) {
 }
 uint64_t get64(const unsigned char* p) { return (uint64_t{get32(p)} << 32) | get32(p + 4); }
 
+// FNV-1a over the durable key: stable across server instances and builds (clients compare
+// it after a restart). Never 0, which says "cannot tell".
+uint64_t file_generation_of(const std::string& durable) {
+  if (durable.empty()) return 0;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : durable) h = (h ^ c) * 0x100000001b3ull;
+  return h != 0 ? h : 1;
+}
+
 // Whether two durable keys name the same object; without them the ObjectId must do.
 bool same_object(const std::string& a, const std::string& b) {
   return a.empty() || b.empty() || a == b;
@@ -320,6 +329,7 @@ NodeRef NodeTable::insert_locked(const struct stat& st, std::string durable) {
   node->generation = slots_[slot].generation;
   node->key = store_.id_of(st);
   node->type = st.st_mode & S_IFMT;
+  node->file_generation = file_generation_of(durable);
   node->durable = std::move(durable);
   slots_[slot].node = node;
   slots_[slot].referenced = true;

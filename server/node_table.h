@@ -103,6 +103,9 @@ struct Node {
   uint64_t id = 0;  // unique for the server's lifetime: the block cache's file key
   uint32_t slot = 0;
   uint32_t generation = 0;
+  // A digest of the store's durable key (odafs_fattr.file_generation: with the inode
+  // number, this object and no other, across server instances too); 0 without one.
+  uint64_t file_generation = 0;
   ObjectId key;     // the store's identity of the object (Store::id_of)
   mode_t type = 0;  // S_IFREG, S_IFDIR, ...
   // Orders changes to a file's bytes against reads of them (the FileService's, not the

@@ -460,7 +460,7 @@ int main(int argc, char** argv) {
     ro.max_input_bytes = max_input_mb << 20;
     ro.max_total_backlog = max_backlog_mb << 20;
     ro.program = ODAFS_PROGRAM;
-    ro.version = ODAFS_V2;
+    ro.version = ODAFS_V3;
     ro.on_thread_start = [&cpu] { cpu.join("rpc"); };
     ro.on_connection_closed = [&service](uint64_t c) { service.connection_closed(c); };
     ro.on_thread_exit = [&cpu] { cpu.leave(); };

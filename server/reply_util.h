@@ -9,6 +9,7 @@
 #include "proto/odafs_prot.h"
 #include "rpc/server.h"
 #include "rpc/xdr_util.h"
+#include "server/node_table.h"
 
 namespace odafs::server {
 
@@ -26,11 +27,11 @@ void reply_status(rpc::Reply& r, xdrproc_t xres, odafs_stat status) {
   r.send(xres, &res);
 }
 
-// Replies attr_res (GETATTR, SETATTR, LINK) with the attributes st.
-inline void reply_attr(const struct stat& st, rpc::Reply& r) {
+// Replies attr_res (GETATTR, SETATTR, LINK) with the attributes st of node's object.
+inline void reply_attr(const Node& node, const struct stat& st, rpc::Reply& r) {
   attr_res res{};
   res.status = ODAFS_OK;
-  fill_attr(st, &res.attr_res_u.attr);
+  fill_attr(st, node.file_generation, &res.attr_res_u.attr);
   r.send(xp(xdr_attr_res), &res);
 }
 

@@ -198,7 +198,7 @@ TEST_CASE(
   write_local(dir / "data", "for 127.0.0.1");
   ServerProcess server(dir.path(), {"--no-ordma", "--clients", "127.0.0.1(rw,no_root_squash)",
                                     "--max-connections", "8"});
-  const std::vector<uint32_t> null_call = {0x4e55, 0, 2, ODAFS_PROGRAM, ODAFS_V2, 0, 0, 0, 0, 0};
+  const std::vector<uint32_t> null_call = {0x4e55, 0, 2, ODAFS_PROGRAM, ODAFS_V3, 0, 0, 0, 0, 0};
   // The attacker, an unprivileged user (uid 1002 when the suite runs as root), holds many
   // connections from addresses no rule admits, some calling NULL, until told to stop (the
   // pipe closes).
@@ -306,7 +306,7 @@ TEST_CASE(
   REQUIRE(fd >= 0);
 
   // xid, CALL, rpcvers 3, prog, vers, proc NULL, AUTH_NONE cred and verifier.
-  std::string reply = rpc_exchange(fd, {0x1234, 0, 3, ODAFS_PROGRAM, ODAFS_V2, 0, 0, 0, 0, 0});
+  std::string reply = rpc_exchange(fd, {0x1234, 0, 3, ODAFS_PROGRAM, ODAFS_V3, 0, 0, 0, 0, 0});
   REQUIRE_FALSE(reply.empty());
   rpc_msg msg = decode_reply(reply);
   CHECK(msg.rm_xid == 0x1234);
@@ -316,7 +316,7 @@ TEST_CASE(
   CHECK(msg.rjcted_rply.rj_vers.high == 2);
 
   // A 500-byte AUTH_SYS credential (the limit is 400).
-  std::vector<uint32_t> call = {0x5678, 0, 2, ODAFS_PROGRAM, ODAFS_V2, 0, AUTH_SYS, 500};
+  std::vector<uint32_t> call = {0x5678, 0, 2, ODAFS_PROGRAM, ODAFS_V3, 0, AUTH_SYS, 500};
   call.resize(call.size() + 125, 0);
   call.push_back(0);  // verifier
   call.push_back(0);
@@ -329,7 +329,7 @@ TEST_CASE(
   CHECK(msg.rjcted_rply.rj_why == AUTH_BADCRED);
 
   // The connection still serves a good call.
-  reply = rpc_exchange(fd, {0x9abc, 0, 2, ODAFS_PROGRAM, ODAFS_V2, 0, 0, 0, 0, 0});
+  reply = rpc_exchange(fd, {0x9abc, 0, 2, ODAFS_PROGRAM, ODAFS_V3, 0, 0, 0, 0, 0});
   REQUIRE_FALSE(reply.empty());
   msg = decode_reply(reply);
   CHECK(msg.rm_xid == 0x9abc);

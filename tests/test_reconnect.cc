@@ -243,7 +243,7 @@ TEST_CASE("a client owner is bound to the principal that named it") {
       try {
         odafs::rpc::Channel::Options o;
         o.program = ODAFS_PROGRAM;
-        o.version = ODAFS_V2;
+        o.version = ODAFS_V3;
         o.timeout_ms = 10000;
         odafs::rpc::Channel ch({"127.0.0.1", server.port()}, o);
         client_id_args a{};

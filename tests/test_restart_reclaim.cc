@@ -15,6 +15,7 @@
 #include <future>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "client/client.h"
 #include "proto/odafs_prot.h"
@@ -39,6 +40,7 @@ using odafs::test::seconds_since;
 using odafs::test::server_stat;
 using odafs::test::ServerProcess;
 using odafs::test::TempDir;
+using odafs::test::write_local;
 using odafs::test::write_path;
 
 namespace {
@@ -123,6 +125,102 @@ TEST_CASE("kept bytes whose file went while the server was down are reported, no
   again.fsync();
   again.close();
   CHECK(read_local(dir / "gone") == "y");
+}
+
+namespace {
+
+// Removes `path` and puts at its name a new file holding `text` that has the removed one's
+// inode number, as a file system that reuses inode numbers may (ext4 at once). Returns
+// false if no new file in the directory got the number in 32 tries.
+bool replace_reusing_inode(const std::string& path, const std::string& text) {
+  struct stat old;
+  if (stat(path.c_str(), &old) != 0) return false;
+  std::filesystem::remove(path);
+  const std::string dir = std::filesystem::path(path).parent_path();
+  bool reused = false;
+  std::vector<std::string> others;
+  for (int i = 0; i < 32 && !reused; ++i) {
+    const std::string name = dir + "/reuse-" + std::to_string(i);
+    write_local(name, text);
+    struct stat st;
+    reused = stat(name.c_str(), &st) == 0 && st.st_ino == old.st_ino;
+    if (reused) {
+      std::filesystem::rename(name, path);
+    } else {
+      others.push_back(name);
+    }
+  }
+  for (const std::string& o : others) std::filesystem::remove(o);
+  return reused;
+}
+
+// Whether the file system under $TMPDIR (the tests' exports) reuses a removed file's inode
+// number for the next file made in its directory.
+bool inode_numbers_reused() {
+  static const bool reused = [] {
+    TempDir probe;
+    write_local(probe / "a", "a");
+    return replace_reusing_inode(probe / "a", "b");
+  }();
+  return reused;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "kept bytes of a file removed while the server was down go with it, never into a "
+    "new file with its inode number" *
+    doctest::skip(!inode_numbers_reused()) *
+    doctest::description(inode_numbers_reused()
+                             ? ""
+                             : "needs a file system that reuses inode numbers (ext4)")) {
+  // After a restart the client's handles name no file (a handle names one server instance):
+  // the file is found again by its path, and the inode number decides. A file made since,
+  // with the removed one's number, must not take its bytes (a soak found one holding another
+  // file's blocks). The file generation tells them apart; the bytes went with the file.
+  TempDir dir;
+  ServerProcess server(dir.path());
+  auto writer = Client::mount(server.url());
+  write_path(*writer, "/f", "kept bytes of the removed file");
+  REQUIRE(read_local(dir / "f").empty());
+  server.kill_hard();
+  REQUIRE(replace_reusing_inode(dir / "f", "a new file"));
+  server.start_again();
+  // The reader is served once the writer's reclaim is over (the grace period).
+  auto reader = Client::mount(server.url());
+  CHECK(read_all(*reader, "/f", 100) == "a new file");
+  CHECK(read_local(dir / "f") == "a new file");
+  CHECK(writer->stats().reclaimed_files.load() == 0);
+  CHECK(writer->stats().lost_files.load() == 0);
+  CHECK(server_stat(*reader, "recovery.reclaimed") == 1);
+}
+
+TEST_CASE(
+    "an open file's unsent writes after a restart never land in a new file with its "
+    "inode number" *
+    doctest::skip(!inode_numbers_reused()) *
+    doctest::description(inode_numbers_reused()
+                             ? ""
+                             : "needs a file system that reuses inode numbers (ext4)")) {
+  // The soak's shared file holding blocks of two other files: open Files whose file was
+  // removed, and a new one made with its inode number, while the server was down, found
+  // "their" file again by path after the restart and wrote on into the new one.
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--no-delegations"});
+  auto writer = Client::mount(server.url());
+  File f = writer->open("/f", O_RDWR | O_CREAT, 0644);
+  const std::string text = pattern(128 * 1024, 5);  // past write-behind: sent UNSTABLE
+  f.pwrite(text.data(), text.size(), 0);
+  server.kill_hard();
+  REQUIRE(replace_reusing_inode(dir / "f", "a new file"));
+  server.start_again();
+  // The file is gone: its writes went with it, as ESTALE says of any call on it.
+  CHECK(errno_of([&] {
+          f.pwrite("more", 4, 0);
+          f.fsync();
+        }) == ESTALE);
+  CHECK(read_local(dir / "f") == "a new file");
+  CHECK(writer->stats().lost_files.load() == 0);
 }
 
 TEST_CASE("kept bytes of a file renamed while the server was down: its next write fails EIO") {

@@ -39,7 +39,7 @@ namespace {
 odafs::net::Endpoint endpoint(const ServerProcess& s) { return {"127.0.0.1", s.port()}; }
 
 odafs::rpc::Channel::Options channel_options(uint32_t prog = ODAFS_PROGRAM,
-                                             uint32_t vers = ODAFS_V2) {
+                                             uint32_t vers = ODAFS_V3) {
   odafs::rpc::Channel::Options o;
   o.program = prog;
   o.version = vers;
@@ -160,7 +160,7 @@ TEST_CASE("garbage on one connection never disturbs another client") {
       hdr.u32(0);                             // CALL
       hdr.u32(2);                             // RPC version
       hdr.u32(ODAFS_PROGRAM);
-      hdr.u32(ODAFS_V2);
+      hdr.u32(ODAFS_V3);
       hdr.u32(static_cast<uint32_t>(rng() % 20));  // procedure
       for (int i = 0; i < 4; ++i) hdr.u32(0);      // AUTH_NONE credential and verifier
       mark(static_cast<uint32_t>(hdr.size() + body), true);

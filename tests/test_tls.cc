@@ -120,7 +120,7 @@ std::vector<char> exchange(int fd, const std::vector<char>& record, size_t len) 
 // Sends the AUTH_TLS probe on fd and returns the reply record's body.
 std::vector<char> probe(int fd) {
   std::vector<char> record;
-  odafs::rpc::CallSpec spec{77, ODAFS_PROGRAM, ODAFS_V2, 0, {}, true};
+  odafs::rpc::CallSpec spec{77, ODAFS_PROGRAM, ODAFS_V3, 0, {}, true};
   auto len = odafs::rpc::encode_call_record(spec, odafs::rpc::to_xdrproc(odafs::rpc::xdr_nothing),
                                             nullptr, 4096, &record);
   REQUIRE(len.ok());
@@ -133,7 +133,7 @@ odafs::rpc::Channel::Options channel_options() {
   REQUIRE(context.ok());
   odafs::rpc::Channel::Options co;
   co.program = ODAFS_PROGRAM;
-  co.version = ODAFS_V2;
+  co.version = ODAFS_V3;
   co.timeout_ms = 5000;
   co.tls = *context;
   co.tls_host = "127.0.0.1";
@@ -376,7 +376,7 @@ TEST_CASE("a TLS mount's engine session is refused in the clear, and good only u
   ServerProcess server(dir.path(), tls_flags());
   odafs::rpc::Channel::Options co;
   co.program = ODAFS_PROGRAM;
-  co.version = ODAFS_V2;
+  co.version = ODAFS_V3;
   co.timeout_ms = 10000;
   auto context = odafs::tls::Context::make(odafs::tls::Context::Side::kClient,
                                            odafs::tls::Files{"", "", pem("ca.pem")});
@@ -477,8 +477,8 @@ TEST_CASE("a call sent behind the AUTH_TLS probe, before its answer, closes the 
   TempDir dir;
   ServerProcess server(dir.path(), tls_flags());
   std::vector<char> probe_record, call_record;
-  odafs::rpc::CallSpec p{1, ODAFS_PROGRAM, ODAFS_V2, 0, {}, true};
-  odafs::rpc::CallSpec c{2, ODAFS_PROGRAM, ODAFS_V2, 0, {}, false};
+  odafs::rpc::CallSpec p{1, ODAFS_PROGRAM, ODAFS_V3, 0, {}, true};
+  odafs::rpc::CallSpec c{2, ODAFS_PROGRAM, ODAFS_V3, 0, {}, false};
   auto nothing = odafs::rpc::to_xdrproc(odafs::rpc::xdr_nothing);
   auto n1 = odafs::rpc::encode_call_record(p, nothing, nullptr, 4096, &probe_record);
   auto n2 = odafs::rpc::encode_call_record(c, nothing, nullptr, 4096, &call_record);
@@ -515,7 +515,7 @@ TEST_CASE("a record begun in the clear behind the AUTH_TLS probe never runs insi
   bool_t (*args)(XDR*, odafs::test::confinement::Args*) = odafs::test::confinement::xdr_args_bytes;
   std::vector<char> record;
   auto len =
-      odafs::rpc::encode_call_record({0x7777, ODAFS_PROGRAM, ODAFS_V2, ODAFSPROC_REMOVE, {}, false},
+      odafs::rpc::encode_call_record({0x7777, ODAFS_PROGRAM, ODAFS_V3, ODAFSPROC_REMOVE, {}, false},
                                      odafs::rpc::to_xdrproc(args), &remove, 4096, &record);
   REQUIRE(len.ok());
   odafs::rpc::put_record_mark(record.data(), static_cast<uint32_t>(*len - 4), /*last=*/false);
@@ -629,7 +629,7 @@ TEST_CASE(
   // AUTH_TLS with a procedure other than NULL, raw: AUTH_BADCRED, nothing runs.
   int fd = connect_to(server.port());
   std::vector<char> record;
-  odafs::rpc::CallSpec spec{9, ODAFS_PROGRAM, ODAFS_V2, ODAFSPROC_MOUNT, {}, true};
+  odafs::rpc::CallSpec spec{9, ODAFS_PROGRAM, ODAFS_V3, ODAFSPROC_MOUNT, {}, true};
   mount_args a{};
   a.path = const_cast<char*>("/");
   auto len = odafs::rpc::encode_call_record(spec, odafs::rpc::to_xdrproc(xdr_mount_args), &a, 4096,

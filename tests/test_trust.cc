@@ -398,7 +398,7 @@ TEST_CASE("a credential with more than 16 groups, or none decodable, is AUTH_BAD
     body.append(reinterpret_cast<const char*>(&v), 4);
   };
   for (uint32_t v :
-       {7u, 0u /*CALL*/, 2u, static_cast<uint32_t>(ODAFS_PROGRAM), static_cast<uint32_t>(ODAFS_V2),
+       {7u, 0u /*CALL*/, 2u, static_cast<uint32_t>(ODAFS_PROGRAM), static_cast<uint32_t>(ODAFS_V3),
         static_cast<uint32_t>(ODAFSPROC_GETATTR), 1u /*AUTH_SYS*/, 4u * (1 + 1 + 1 + 1 + 1 + 17)}) {
     put(v);
   }

@@ -36,6 +36,7 @@ odafs_fattr sample_attr() {
   a.size = 0x123456789abcull;
   a.used = 4096;
   a.fileid = 0xfedcba9876543210ull;
+  a.file_generation = 0x0123456789abcdefull;
   a.atime = {-5, 999999999};
   a.mtime = {1700000000, 1};
   a.ctime = {0x7fffffffffffll, 0};
@@ -52,6 +53,7 @@ void check_attr_equal(const odafs_fattr& a, const odafs_fattr& b) {
   CHECK(a.size == b.size);
   CHECK(a.used == b.used);
   CHECK(a.fileid == b.fileid);
+  CHECK(a.file_generation == b.file_generation);
   CHECK(a.atime.seconds == b.atime.seconds);
   CHECK(a.atime.nseconds == b.atime.nseconds);
   CHECK(a.mtime.seconds == b.mtime.seconds);
@@ -72,12 +74,12 @@ TEST_CASE("odafs_fattr is exactly sizeof(wire::Fattr) bytes on the wire") {
   // Also for a zeroed one: no part of it is optional.
   odafs_fattr zero{};
   zero.type = ODAFS_DIR;
-  CHECK(encode(xdr_odafs_fattr, &zero).size() == 88);
+  CHECK(encode(xdr_odafs_fattr, &zero).size() == 96);
 
   odafs_fattr back;
   size_t used = 0;
   REQUIRE(decode(xdr_odafs_fattr, wire.data(), wire.size(), &back, &used));
-  CHECK(used == 88);
+  CHECK(used == 96);
   check_attr_equal(a, back);
 }
 

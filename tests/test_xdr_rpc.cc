@@ -53,7 +53,7 @@ TEST_CASE("RPC call header with an AUTH_SYS credential round trip") {
   call.rm_direction = CALL;
   call.rm_call.cb_rpcvers = RPC_MSG_VERSION;
   call.rm_call.cb_prog = ODAFS_PROGRAM;
-  call.rm_call.cb_vers = ODAFS_V2;
+  call.rm_call.cb_vers = ODAFS_V3;
   call.rm_call.cb_proc = ODAFSPROC_READ;
   call.rm_call.cb_cred.oa_flavor = AUTH_SYS;
   call.rm_call.cb_cred.oa_base = cred.data();
@@ -93,7 +93,7 @@ TEST_CASE("RPC call header with an AUTH_SYS credential round trip") {
   CHECK(got.rm_direction == CALL);
   CHECK(got.rm_call.cb_rpcvers == RPC_MSG_VERSION);
   CHECK(got.rm_call.cb_prog == ODAFS_PROGRAM);
-  CHECK(got.rm_call.cb_vers == ODAFS_V2);
+  CHECK(got.rm_call.cb_vers == ODAFS_V3);
   CHECK(got.rm_call.cb_proc == ODAFSPROC_READ);
   CHECK(got.rm_call.cb_verf.oa_flavor == AUTH_NONE);
   CHECK(got.rm_call.cb_verf.oa_length == 0);

@@ -79,7 +79,7 @@ struct Harness {
     ro.max_record = service->max_request_record();
     ro.max_reply = service->max_reply_record();
     ro.program = ODAFS_PROGRAM;
-    ro.version = ODAFS_V2;
+    ro.version = ODAFS_V3;
     const odafs::server::CallAuthority* authority = &service->authority();
     ro.admit = [authority](int fd, const sockaddr_storage& peer) {
       return authority->admit(fd, peer);
@@ -134,7 +134,7 @@ struct Harness {
   // Sends one call and waits for its reply. False if the connection broke.
   bool call(uint32_t proc, unsigned cred_kind, const std::vector<unsigned char>& args) {
     uint32_t id = xid++;
-    std::vector<uint32_t> words = {id, 0, 2, ODAFS_PROGRAM, ODAFS_V2, proc};
+    std::vector<uint32_t> words = {id, 0, 2, ODAFS_PROGRAM, ODAFS_V3, proc};
     for (uint32_t w : credential(cred_kind)) words.push_back(w);
     words.push_back(0);  // verifier: AUTH_NONE
     words.push_back(0);

@@ -249,7 +249,7 @@ class Raw {
   static odafs::rpc::Channel::Options options(std::optional<odafs::rpc::AuthSysCred> auth) {
     odafs::rpc::Channel::Options o;
     o.program = ODAFS_PROGRAM;
-    o.version = ODAFS_V2;
+    o.version = ODAFS_V3;
     o.timeout_ms = 10000;
     o.auth = std::move(auth);
     return o;

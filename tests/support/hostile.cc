@@ -110,7 +110,7 @@ std::string rpc_call_record(uint32_t xid, uint32_t proc, xdrproc_t xargs, const 
   call.rm_direction = CALL;
   call.rm_call.cb_rpcvers = 2;
   call.rm_call.cb_prog = ODAFS_PROGRAM;
-  call.rm_call.cb_vers = ODAFS_V2;
+  call.rm_call.cb_vers = ODAFS_V3;
   call.rm_call.cb_proc = proc;
   call.rm_call.cb_cred.oa_flavor = AUTH_SYS;
   call.rm_call.cb_cred.oa_base = const_cast<char*>(cred.body().data());
@@ -128,7 +128,7 @@ namespace {
 rpc::Channel::Options channel_options() {
   rpc::Channel::Options o;
   o.program = ODAFS_PROGRAM;
-  o.version = ODAFS_V2;
+  o.version = ODAFS_V3;
   o.timeout_ms = 30000;
   o.auth = rpc::AuthSysCred{getuid(), getgid(), "test", {}};  // this process, as itself
   return o;

@@ -19,7 +19,7 @@ struct RawMount {
       : ch({"127.0.0.1", port}, [] {
           rpc::Channel::Options o;
           o.program = ODAFS_PROGRAM;
-          o.version = ODAFS_V2;
+          o.version = ODAFS_V3;
           o.timeout_ms = 10000;
           return o;
         }()) {
