@@ -122,14 +122,14 @@ void Recovery::read_record(int dir_fd) {
         path, options_.max_owners);
     return;
   }
-  recorded_ = std::move(owners);
-  pending_ = recorded_;
+  for (const Owner& o : owners) recorded_.emplace(o, 0);  // on disk already
+  pending_ = std::move(owners);
 }
 
 uint64_t Recovery::submit_record_locked() {
   std::string text(kRecordHeader);
   text.push_back('\n');
-  for (const Owner& o : recorded_) {
+  for (const auto& [o, version] : recorded_) {
     text += to_hex(o);
     text.push_back('\n');
   }
@@ -211,16 +211,26 @@ bool Recovery::may_hold_writes(uint64_t connection) {
   auto it = owners_.find(connection);
   if (it == owners_.end()) return false;
   const Owner owner = it->second;
-  if (recorded_.count(owner) != 0) return true;
-  if (stopping_.load(std::memory_order_relaxed)) return false;
-  recorded_.insert(owner);
-  const uint64_t version = submit_record_locked();
+  // Named already: granted once its version is on disk (another call may have just queued
+  // it: the grant waits for it as that call does).
+  auto [entry, fresh] = recorded_.try_emplace(owner, 0);
+  if (fresh) {
+    if (stopping_.load(std::memory_order_relaxed)) {
+      recorded_.erase(entry);
+      return false;
+    }
+    entry->second = submit_record_locked();
+  }
+  const uint64_t version = entry->second;
   lock.unlock();
   if (writer_->wait_durable(version)) return true;
   // Not recorded: a later version (another owner's) may still name it, which only lets it
   // reclaim after a restart that it need not.
   lock.lock();
-  if (!stopping_.load(std::memory_order_relaxed) && recorded_.erase(owner) != 0) {
+  auto again = recorded_.find(owner);
+  if (fresh && again != recorded_.end() && again->second == version &&
+      !stopping_.load(std::memory_order_relaxed)) {
+    recorded_.erase(again);
     submit_record_locked();
   }
   return false;

@@ -123,8 +123,10 @@ class Recovery {
   std::mutex mu_;
   std::atomic<bool> grace_{false};
   std::atomic<bool> stopping_{false};
-  int64_t grace_ends_ms_ = 0;         // steady clock; guarded by mu_
-  std::set<Owner> recorded_;          // in the record file; guarded by mu_
+  int64_t grace_ends_ms_ = 0;  // steady clock; guarded by mu_
+  // In the record file, each with the version of it that first named the owner (0: read at
+  // start); guarded by mu_.
+  std::map<Owner, uint64_t> recorded_;
   std::set<Owner> pending_;           // to reclaim still; guarded by mu_
   std::map<uint64_t, Owner> owners_;  // by connection; guarded by mu_
   Stats stats_;
