@@ -8,7 +8,9 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <sstream>
+#include <thread>
 
 #include "client/client.h"
 #include "tests/soak/soak_model.h"
@@ -184,13 +186,14 @@ class Workload {
     std::string name = private_name();
     auto it = model_.find(name);
     if (it == model_.end()) {
+      if (unsure_.count(name) != 0) return;  // an interrupted operation's: either way
       int err = 0;
       try {
         fs_->stat(name);
       } catch (const Error& e) {
         err = e.errno_value();
       }
-      if (err != ENOENT)
+      if (err != ENOENT && !(cfg_.restarts && is_cut_off(err)))
         checksum_problem(name + ": removed, but stat gave errno " + std::to_string(err));
       return;
     }
@@ -229,6 +232,7 @@ class Workload {
     uint64_t first = rng_() % kPrivateMaxBlocks;
     write_blocks(f, private_id(), first, 1 + rng_() % 3, first * bs_, &model_[name]);
     f.close();
+    unsure_.erase(name);
   }
 
   void private_append() {
@@ -257,6 +261,7 @@ class Workload {
     std::vector<unsigned char> bytes = std::move(it->second);
     model_.erase(it);
     model_[to] = std::move(bytes);
+    unsure_.erase(to);
   }
 
   void private_remove() {
@@ -314,13 +319,23 @@ class Workload {
     }
   }
 
+  // The operation on `name` was cut off: what the server did is unknown (a CREATE may have
+  // run and its answer been lost), so the file is removed, retried while the cut lasts. If
+  // that fails too, `name` is unsure until a write makes it anew (the next create of it is
+  // O_EXCL-free): a read then checks nothing of it.
   void forget_private(const std::string& name) {
     model_.erase(name);
-    try {
-      fs_->unlink(name);
-    } catch (const Error&) {
-      // gone already, or the server is still away: the next create of it is O_EXCL-free
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      try {
+        fs_->unlink(name);
+        return;
+      } catch (const Error& e) {
+        if (e.errno_value() == ENOENT) return;
+        if (!is_cut_off(e.errno_value())) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // pacing the retries
     }
+    unsure_.insert(name);
   }
 
   void unexpected(const std::string& what) {
@@ -384,6 +399,7 @@ class Workload {
   std::vector<unsigned char> buf_, out_;
   std::map<std::string, std::vector<unsigned char>> model_;
   std::vector<std::string> picked_;  // the private files the current operation picked
+  std::set<std::string> unsure_;     // private files an interrupted operation left unknown
   std::map<std::string, std::vector<std::string>> history_;
 };
 
