@@ -167,13 +167,17 @@ bool inode_numbers_reused() {
 
 }  // namespace
 
-TEST_CASE(
+// A doctest TEST_CASE that reports a skip naming the reason where inode numbers are not
+// reused at once (tmpfs numbers every new file afresh).
+#define INODE_REUSE_TEST(name)                                                        \
+  TEST_CASE(name* doctest::skip(!inode_numbers_reused()) *                            \
+            doctest::description(inode_numbers_reused() ? ""                          \
+                                                        : "needs a file system that " \
+                                                          "reuses inode numbers (ext4)"))
+
+INODE_REUSE_TEST(
     "kept bytes of a file removed while the server was down go with it, never into a "
-    "new file with its inode number" *
-    doctest::skip(!inode_numbers_reused()) *
-    doctest::description(inode_numbers_reused()
-                             ? ""
-                             : "needs a file system that reuses inode numbers (ext4)")) {
+    "new file with its inode number") {
   // After a restart the client's handles name no file (a handle names one server instance):
   // the file is found again by its path, and the inode number decides. A file made since,
   // with the removed one's number, must not take its bytes (a soak found one holding another
@@ -195,13 +199,9 @@ TEST_CASE(
   CHECK(server_stat(*reader, "recovery.reclaimed") == 1);
 }
 
-TEST_CASE(
+INODE_REUSE_TEST(
     "an open file's unsent writes after a restart never land in a new file with its "
-    "inode number" *
-    doctest::skip(!inode_numbers_reused()) *
-    doctest::description(inode_numbers_reused()
-                             ? ""
-                             : "needs a file system that reuses inode numbers (ext4)")) {
+    "inode number") {
   // The soak's shared file holding blocks of two other files: open Files whose file was
   // removed, and a new one made with its inode number, while the server was down, found
   // "their" file again by path after the restart and wrote on into the new one.
