@@ -185,12 +185,17 @@ bool Channel::read_full(void* buf, size_t len) {
   return got_or_throw(tls_->read_full(buf, len, nullptr));
 }
 
+void Channel::read_rest(void* buf, size_t len) {
+  if (!read_full(buf, len)) {
+    throw std::system_error(ECONNRESET, std::generic_category(),
+                            "server closed the connection mid-record");
+  }
+}
+
 void Channel::readv_full(iovec* iov, int count) {
   if (!tls_) return net::readv_full(fd_, iov, count);
   for (int i = 0; i < count; ++i) {
-    if (!read_full(iov[i].iov_base, iov[i].iov_len)) {
-      throw std::runtime_error("server closed the connection");
-    }
+    read_rest(iov[i].iov_base, iov[i].iov_len);
   }
 }
 
@@ -381,6 +386,10 @@ void Channel::fail_all(const std::string& why) {
 }
 
 void Channel::receive_loop() {
+  // The call whose reply is being read: out of pending_ from take_pending on, so if the
+  // stream breaks mid-reply fail_all cannot find it and it is failed here (else its
+  // waiter, finding it gone from pending_, would wait on the receiver for good).
+  Call* reading = nullptr;
   try {
     for (;;) {
       // Record mark, XID and direction: every reply and call has at least these.
@@ -402,6 +411,7 @@ void Channel::receive_loop() {
         continue;
       }
       Call* c = take_pending(xid);
+      reading = c;
       if (c == nullptr) {  // timed out and abandoned: skip its reply
         discard(frag - 8, last);
         continue;
@@ -410,7 +420,7 @@ void Channel::receive_loop() {
       std::memcpy(c->reply_.data(), head + 4, 8);
       if (c->posted_ != nullptr && last && frag >= c->posted_header_ && c->posted_header_ >= 12) {
         c->reply_.resize(c->posted_header_);
-        read_full(c->reply_.data() + 8, c->posted_header_ - 8);
+        read_rest(c->reply_.data() + 8, c->posted_header_ - 8);
         size_t payload = load_be32(c->reply_.data() + c->posted_header_ - 4);
         size_t rest = frag - c->posted_header_;
         size_t padded = payload + xdr_padding(payload);
@@ -426,6 +436,7 @@ void Channel::receive_loop() {
                           {c->reply_.data() + c->posted_header_, trailer}};
           readv_full(iov, 3);
           c->posted_length_ = payload;
+          reading = nullptr;
           complete(c);
           continue;
         }
@@ -433,11 +444,16 @@ void Channel::receive_loop() {
       } else {
         read_generic(c, frag - 8, last);
       }
+      reading = nullptr;
       complete(c);
     }
   } catch (const std::exception& e) {
     if (!broken()) ODAFS_LOG_WARN("rpc channel: %s", e.what());
     fail_all(e.what());
+    if (reading != nullptr) {
+      reading->error_ = std::string("rpc connection lost mid-reply: ") + e.what();
+      complete(reading);
+    }
   }
 }
 
@@ -450,7 +466,7 @@ void Channel::take_callback(const char* xid_and_direction, size_t frag_left, boo
   }
   callback_record_.resize(8 + frag_left);
   std::memcpy(callback_record_.data(), xid_and_direction, 8);
-  read_full(callback_record_.data() + 8, frag_left);
+  read_rest(callback_record_.data() + 8, frag_left);
   CallHeader header;
   size_t args_offset = 0;
   if (decode_call_header(callback_record_.data(), callback_record_.size(), &header, &args_offset) !=
@@ -486,10 +502,10 @@ void Channel::read_generic(Call* c, size_t frag_left, bool last) {
       throw std::system_error(EMSGSIZE, std::generic_category(), "rpc reply too large");
     }
     c->reply_.resize(at + frag_left);
-    read_full(c->reply_.data() + at, frag_left);
+    read_rest(c->reply_.data() + at, frag_left);
     if (last) return;
     char head[4];
-    read_full(head, 4);
+    read_rest(head, 4);
     const RecordMark mark = read_record_mark(head);
     frag_left = mark.length;
     last = mark.last;
@@ -501,12 +517,12 @@ void Channel::discard(size_t frag_left, bool last) {
   for (;;) {
     while (frag_left > 0) {
       size_t n = std::min(frag_left, sizeof sink);
-      read_full(sink, n);
+      read_rest(sink, n);
       frag_left -= n;
     }
     if (last) return;
     char head[4];
-    read_full(head, 4);
+    read_rest(head, 4);
     const RecordMark mark = read_record_mark(head);
     frag_left = mark.length;
     last = mark.last;

@@ -167,8 +167,9 @@ class Channel {
   // One whole reply record read before the receiver runs (start_tls), body into *out.
   void read_record_now(std::vector<char>* out, const timespec& deadline);
   // The connection's bytes, through TLS once it runs. read_full: false at EOF, throws on
-  // failure; write_all throws.
+  // failure; read_rest (the rest of a record begun) and write_all throw on both.
   bool read_full(void* buf, size_t len);
+  void read_rest(void* buf, size_t len);
   void readv_full(iovec* iov, int count);
   void write_all(const char* data, size_t len);
   void fail_all(const std::string& why);

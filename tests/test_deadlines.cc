@@ -11,8 +11,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -23,6 +27,10 @@
 #include "client/client.h"
 #include "ordma/engine.h"
 #include "ordma/engine_impl/soft/soft_engine.h"
+#include "rpc/client_channel.h"
+#include "rpc/errors.h"
+#include "rpc/record.h"
+#include "rpc/xdr_util.h"
 #include "tests/support/server_process.h"
 #include "tests/support/watchdog.h"
 
@@ -200,6 +208,71 @@ TEST_CASE("connect_engine gives up on an engine that never greets") {
   CHECK(err == ETIMEDOUT);
   CHECK(elapsed >= 0.3);
   CHECK(elapsed < 3);
+}
+
+TEST_CASE("a reply the connection loses mid-record fails its call at once, never a hang") {
+  // A peer that answers a call with the first bytes of a reply record, then closes (a
+  // relay reset, a NAT dropping the flow): the receiver has taken the call out of the
+  // pending list to read its reply, so the call is failed by the receiver itself. Found by
+  // the cut soak: a client waited for good on a read whose reply was cut off. A regression
+  // (the call left waiting on the receiver) is caught by the watchdog, which cannot
+  // release such a wait: it ends the process with a message instead of letting ctest's
+  // timeout say less.
+  bool posted = false;
+  SUBCASE("a reply read whole") {}
+  SUBCASE("a reply into a posted buffer") { posted = true; }
+  odafs::net::Endpoint bound;
+  int listener = odafs::net::listen_tcp({"127.0.0.1", 0}, &bound);
+  odafs::net::set_nonblocking(listener, false);  // the peer's accept waits for the client
+  std::thread peer([listener] {
+    int fd = accept(listener, nullptr, nullptr);
+    if (fd < 0) return;
+    char mark[4];
+    if (odafs::net::read_full(fd, mark, sizeof mark)) {
+      std::vector<char> call(odafs::rpc::read_record_mark(mark).length);
+      if (odafs::net::read_full(fd, call.data(), call.size())) {
+        char reply[4 + 16] = {};
+        odafs::rpc::put_record_mark(reply, 200, true);  // 200 bytes promised, 16 sent
+        std::memcpy(reply + 4, call.data(), 4);         // the call's XID
+        reply[11] = 1;                                  // REPLY
+        iovec iov{reply, sizeof reply};
+        odafs::net::write_all(fd, &iov, 1);
+      }
+    }
+    close(fd);
+  });
+  std::atomic<bool> returned{false};
+  Watchdog watchdog(kWatchdog, [&returned] {
+    if (returned.load()) return;
+    std::fprintf(stderr, "a call whose reply was cut off mid-record still waits: hung\n");
+    std::_Exit(3);
+  });
+  odafs::rpc::Channel::Options o;
+  o.program = 400100;
+  o.version = 1;
+  o.timeout_ms = 60000;  // the failure must come from the cut, not from the timeout
+  auto t0 = Clock::now();
+  int err = 0;
+  {
+    odafs::rpc::Channel ch(bound, o);
+    odafs::rpc::Call call;
+    char payload[64];
+    if (posted) call.post(payload, sizeof payload, 28);
+    try {
+      ch.start(call, 0, odafs::rpc::to_xdrproc(odafs::rpc::xdr_nothing), nullptr);
+      XDR x;
+      ch.wait(call, &x);
+    } catch (const odafs::rpc::RpcError& e) {
+      err = e.code().value();
+    }
+  }
+  double elapsed = seconds_since(t0);
+  returned.store(true);
+  CHECK_FALSE(watchdog.finish());
+  peer.join();
+  close(listener);
+  CHECK(err == ECONNRESET);
+  CHECK(elapsed < kBoundSeconds);
 }
 
 TEST_CASE("a late transfer for a direct call that gave up lands in no buffer") {
