@@ -284,6 +284,7 @@ void Channel::wait_until(Call& c, XDR* results, timespec deadline) {
   if (before_blocking != nullptr && c.state_.load(std::memory_order_acquire) == Call::kPending) {
     before_blocking(before_blocking_arg);
   }
+  int receiver_waits = 0;  // deadlines passed while the receiver read this call's reply
   while (c.state_.load(std::memory_order_acquire) == Call::kPending) {
     futex_wait(&c.state_, Call::kPending, &deadline);
     bool expired = deadline_passed(deadline);
@@ -293,13 +294,22 @@ void Channel::wait_until(Call& c, XDR* results, timespec deadline) {
         c.posted_ = nullptr;
         throw RpcError(RpcError::Kind::kTransport, ETIMEDOUT, "rpc call timed out");
       }
-      // The receiver owns the call right now and will complete it shortly.
+      // The receiver is reading this call's reply and normally completes it at once. A
+      // server stalled mid-record would hold it (and every later reply) for good: a second
+      // later the connection is shut down, the stream being unusable anyway, and the
+      // receiver fails the call.
+      if (++receiver_waits == 2) shutdown(fd_, SHUT_RDWR);
       deadline = deadline_after_ms(1000);
     }
   }
   c.state_.store(Call::kIdle, std::memory_order_relaxed);
   c.posted_ = nullptr;
-  if (!c.error_.empty()) throw RpcError(RpcError::Kind::kTransport, ECONNRESET, c.error_);
+  if (!c.error_.empty()) {
+    if (receiver_waits >= 2) {
+      throw RpcError(RpcError::Kind::kTransport, ETIMEDOUT, "rpc call timed out mid-reply");
+    }
+    throw RpcError(RpcError::Kind::kTransport, ECONNRESET, c.error_);
+  }
 
   ReplyHeader h;
   size_t results_offset = 0;

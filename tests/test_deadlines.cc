@@ -210,21 +210,20 @@ TEST_CASE("connect_engine gives up on an engine that never greets") {
   CHECK(elapsed < 3);
 }
 
-TEST_CASE("a reply the connection loses mid-record fails its call at once, never a hang") {
-  // A peer that answers a call with the first bytes of a reply record, then closes (a
-  // relay reset, a NAT dropping the flow): the receiver has taken the call out of the
-  // pending list to read its reply, so the call is failed by the receiver itself. Found by
-  // the cut soak: a client waited for good on a read whose reply was cut off. A regression
-  // (the call left waiting on the receiver) is caught by the watchdog, which cannot
-  // release such a wait: it ends the process with a message instead of letting ctest's
-  // timeout say less.
-  bool posted = false;
-  SUBCASE("a reply read whole") {}
-  SUBCASE("a reply into a posted buffer") { posted = true; }
+namespace {
+
+// A peer that answers one call with the first 16 bytes of a 200-byte reply record, then
+// closes (a relay reset, a NAT dropping the flow) or, with `stall`, says nothing more until
+// the client closes (a server stopped mid-reply). The receiver has taken the call out of
+// the pending list to read its reply, so the call's end is up to the receiver. Returns the
+// errno the call failed with (0: it did not fail). A regression (the call left waiting on
+// the receiver for good) is caught by a watchdog that cannot release such a wait: it ends
+// the process with a message instead of letting ctest's timeout say less.
+int call_answered_in_part(bool posted, bool stall, int timeout_ms, double* elapsed) {
   odafs::net::Endpoint bound;
   int listener = odafs::net::listen_tcp({"127.0.0.1", 0}, &bound);
   odafs::net::set_nonblocking(listener, false);  // the peer's accept waits for the client
-  std::thread peer([listener] {
+  std::thread peer([listener, stall] {
     int fd = accept(listener, nullptr, nullptr);
     if (fd < 0) return;
     char mark[4];
@@ -237,6 +236,9 @@ TEST_CASE("a reply the connection loses mid-record fails its call at once, never
         reply[11] = 1;                                  // REPLY
         iovec iov{reply, sizeof reply};
         odafs::net::write_all(fd, &iov, 1);
+        char sink;
+        while (stall && recv(fd, &sink, 1, 0) > 0) {
+        }
       }
     }
     close(fd);
@@ -244,13 +246,14 @@ TEST_CASE("a reply the connection loses mid-record fails its call at once, never
   std::atomic<bool> returned{false};
   Watchdog watchdog(kWatchdog, [&returned] {
     if (returned.load()) return;
-    std::fprintf(stderr, "a call whose reply was cut off mid-record still waits: hung\n");
+    std::fprintf(stderr,
+                 "a call answered in part (cut off or stalled mid-record) still waits: hung\n");
     std::_Exit(3);
   });
   odafs::rpc::Channel::Options o;
   o.program = 400100;
   o.version = 1;
-  o.timeout_ms = 60000;  // the failure must come from the cut, not from the timeout
+  o.timeout_ms = timeout_ms;
   auto t0 = Clock::now();
   int err = 0;
   {
@@ -266,13 +269,35 @@ TEST_CASE("a reply the connection loses mid-record fails its call at once, never
       err = e.code().value();
     }
   }
-  double elapsed = seconds_since(t0);
+  *elapsed = seconds_since(t0);
   returned.store(true);
   CHECK_FALSE(watchdog.finish());
   peer.join();
   close(listener);
-  CHECK(err == ECONNRESET);
+  return err;
+}
+
+}  // namespace
+
+TEST_CASE("a reply the connection loses mid-record fails its call at once, never a hang") {
+  // Found by the cut soak: a client waited for good on a read whose reply was cut off.
+  bool posted = false;
+  SUBCASE("a reply read whole") {}
+  SUBCASE("a reply into a posted buffer") { posted = true; }
+  double elapsed = 0;
+  // A timeout far off: the failure must come from the cut.
+  CHECK(call_answered_in_part(posted, /*stall=*/false, 60000, &elapsed) == ECONNRESET);
   CHECK(elapsed < kBoundSeconds);
+}
+
+TEST_CASE("a server that stops mid-reply costs the caller its timeout and a second, no more") {
+  bool posted = false;
+  SUBCASE("a reply read whole") {}
+  SUBCASE("a reply into a posted buffer") { posted = true; }
+  double elapsed = 0;
+  CHECK(call_answered_in_part(posted, /*stall=*/true, 500, &elapsed) == ETIMEDOUT);
+  CHECK(elapsed >= 0.5);
+  CHECK(elapsed < 4);
 }
 
 TEST_CASE("a late transfer for a direct call that gave up lands in no buffer") {
