@@ -294,7 +294,8 @@ class Server {
   Loop& least_loaded_loop();
   void accept_all();
   void sweep_idle();
-  void on_readable(Connection* conn, Worker& w);
+  // `events`: what epoll reported with the event (EPOLLERR/EPOLLHUP: the peer reset it).
+  void on_readable(Connection* conn, Worker& w, uint32_t events);
   void close_connection(Connection* conn);
   // Runs records [0, count) of `records` unless the connection's replies back up; then the
   // rest wait in the connection (flow control) and are run when its backlog has drained.

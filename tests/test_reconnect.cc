@@ -400,3 +400,63 @@ TEST_CASE(
   CHECK(std::filesystem::exists(dir / "victim"));
   CHECK(server_stat(*fs, "calls.REMOVE") == removes + 1);  // this client's own only
 }
+
+// The same hazard one step earlier (the cut soak on 41655fa: "c4/p0: removed, but stat gave
+// errno 0"): a CREATE sat unread in the server's socket while every thread was busy, the
+// relay reset the connection, the client reconnected, found no file to remove, and only
+// then did the server read the CREATE (the kernel hands out what arrived before a reset)
+// and make the file. Here the one event loop (--threads 1) is held by a write whose halves
+// land 1 s apart; the CREATE arrives meanwhile and the connection is reset behind it.
+TEST_CASE("a call still unread when its connection was reset is not run") {
+  TempDir dir;
+  ServerProcess server(dir.path(),
+                       {"--threads", "1", "--slow-writes", "1000000", "--no-delegations"});
+  REQUIRE(chmod(dir.path().c_str(), 0777) == 0);  // raw calls run as the anonymous user
+  RawMount raw(server.port());
+  auto fs = Client::mount(server.url());
+  const uint64_t creates = server_stat(*fs, "calls.CREATE");
+
+  // Connected and served before the loop is held: the CREATE below waits only for a thread.
+  const int fd = odafs::test::connect_from("127.0.0.1", server.port());
+  REQUIRE(fd >= 0);
+  const std::string null_call = odafs::test::rpc_call_record(
+      1, ODAFSPROC_NULL, odafs::rpc::to_xdrproc(odafs::rpc::xdr_nothing), nullptr);
+  REQUIRE(send(fd, null_call.data(), null_call.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(null_call.size()));
+  char reply[64];
+  REQUIRE(recv(fd, reply, sizeof reply, 0) > 0);
+
+  std::thread writer([&fs] {
+    File f = fs->open("slow", O_RDWR | O_CREAT, 0644);
+    const std::string block(4096, 's');
+    f.pwrite(block.data(), block.size(), 0);
+    f.fsync();
+  });
+  // The write is under way (its first half landed): the loop is held for a second.
+  REQUIRE(eventually([&] {
+    std::error_code ec;
+    return std::filesystem::file_size(dir / "slow", ec) > 0 && !ec;
+  }));
+  create_args ca{};
+  std::memcpy(ca.dir, raw.root, sizeof ca.dir);
+  ca.name = const_cast<char*>("victim");
+  ca.mode = 0644;
+  ca.how = ODAFS_CREATE_UNCHECKED;
+  const std::string create = odafs::test::rpc_call_record(
+      2, ODAFSPROC_CREATE, odafs::rpc::to_xdrproc(xdr_create_args), &ca);
+  REQUIRE(send(fd, create.data(), create.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(create.size()));
+  linger l{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+  close(fd);  // a reset (RST), as the relay's cut
+  writer.join();
+
+  // Once the loop is free the reset connection's event is handled: the CREATE either ran
+  // or was dropped.
+  REQUIRE(eventually([&] {
+    return server_stat(*fs, "rpc.dropped_after_reset") >= 1 ||
+           server_stat(*fs, "calls.CREATE") > creates + 1;
+  }));
+  CHECK_FALSE(std::filesystem::exists(dir / "victim"));
+  CHECK(server_stat(*fs, "calls.CREATE") == creates + 1);  // the writer's own only
+}
