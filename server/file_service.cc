@@ -209,6 +209,7 @@ void FileService::register_procedures(rpc::Server* server) {
     rpc::ProcedureFn (*bind)(FileService*);
     bool changes = false;
     bool in_grace = false;
+    bool moves_names = false;  // may take a file from its path: REMOVE, RMDIR, RENAME
   };
   static constexpr Entry kProcedures[] = {
       {ODAFSPROC_MOUNT, "MOUNT", bind_procedure<xdr_mount_args, &FileService::do_mount>, false,
@@ -221,9 +222,12 @@ void FileService::register_procedures(rpc::Server* server) {
       {ODAFSPROC_LOOKUP, "LOOKUP", bind_procedure<xdr_diropargs, &FileService::do_lookup>},
       {ODAFSPROC_CREATE, "CREATE", bind_procedure<xdr_create_args, &FileService::do_create>, true},
       {ODAFSPROC_MKDIR, "MKDIR", bind_procedure<xdr_mkdir_args, &FileService::do_mkdir>, true},
-      {ODAFSPROC_REMOVE, "REMOVE", bind_procedure<xdr_diropargs, &FileService::do_remove>, true},
-      {ODAFSPROC_RMDIR, "RMDIR", bind_procedure<xdr_diropargs, &FileService::do_rmdir>, true},
-      {ODAFSPROC_RENAME, "RENAME", bind_procedure<xdr_rename_args, &FileService::do_rename>, true},
+      {ODAFSPROC_REMOVE, "REMOVE", bind_procedure<xdr_diropargs, &FileService::do_remove>, true,
+       false, true},
+      {ODAFSPROC_RMDIR, "RMDIR", bind_procedure<xdr_diropargs, &FileService::do_rmdir>, true, false,
+       true},
+      {ODAFSPROC_RENAME, "RENAME", bind_procedure<xdr_rename_args, &FileService::do_rename>, true,
+       false, true},
       {ODAFSPROC_LINK, "LINK", bind_procedure<xdr_link_args, &FileService::do_link>, true},
       {ODAFSPROC_ACCESS, "ACCESS", bind_procedure<xdr_access_args, &FileService::do_access>},
       {ODAFSPROC_READDIR, "READDIR", bind_procedure<xdr_readdir_args, &FileService::do_readdir>},
@@ -256,6 +260,18 @@ void FileService::register_procedures(rpc::Server* server) {
       fn = [this, fn = std::move(fn)](const rpc::CallContext& c, XDR* in, rpc::Reply& r) {
         if (!authority_.refuses_change(c)) return fn(c, in, r);
         reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_ERR_ROFS);
+        return true;
+      };
+    }
+    if (e.moves_names) {
+      // In a grace period no one, reclaimers included, takes a file from its path: the
+      // record names owners, not their files, so a reclaimer's REMOVE or RENAME could move
+      // the file another reclaimer's write-back will look up by that path, and its kept
+      // bytes would be lost (the restart soak's "no longer at its path"). Clients wait
+      // GRACE out as DELAY; it ends with the last reclaimer's RECLAIM_COMPLETE.
+      fn = [this, fn = std::move(fn)](const rpc::CallContext& c, XDR* in, rpc::Reply& r) {
+        if (!recovery_.in_grace()) return fn(c, in, r);
+        reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_ERR_GRACE);
         return true;
       };
     }

@@ -410,3 +410,41 @@ TEST_CASE(
   CHECK(eventually([&] { return other.getattr_root() == ODAFS_OK; }, 5));
   CHECK(seconds_since(started) < 4.5);  // at most another --grace-ms (and the restart's time)
 }
+
+TEST_CASE("in a grace period no one renames or removes a file, reclaimers included") {
+  // The restart soak's "no longer at its path" (two losses on ed69442, 0.2 s after a SIGKILL
+  // restart; one on 954c2a8): a client back to reclaim was served every call, so its REMOVE
+  // or RENAME could take a file from the path another reclaimer's write-back looks it up by.
+  // The record names owners, not their files, so the server cannot tell which files wait.
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--grace-ms", "5000"});
+  REQUIRE(chmod(dir.path().c_str(), 0777) == 0);  // raw calls run as the anonymous user
+  {
+    RawMount a(server.port());
+    char fa[ODAFS_FHSIZE];
+    a.create_write_held(0x71, "f", fa);  // a keeps bytes for f, as far as anyone knows
+    RawMount b(server.port());
+    char fb[ODAFS_FHSIZE];
+    b.create_write_held(0x72, "g", fb);
+    server.kill_hard();  // both connected: the record keeps both owners
+  }
+  server.start_again();
+  RawMount b(server.port());
+  bool reclaim = false;
+  REQUIRE(b.client_id(0x72, &reclaim) == ODAFS_OK);
+  REQUIRE(reclaim);
+  // a is not back yet: its file keeps its name and its place.
+  CHECK(b.remove("f") == ODAFS_ERR_GRACE);  // the old server removed it
+  CHECK(b.rename("f", "h") == ODAFS_ERR_GRACE);
+  CHECK(b.rename("g", "f") == ODAFS_ERR_GRACE);  // over it, the same
+  CHECK(std::filesystem::exists(dir / "f"));
+  CHECK(b.getattr_root() == ODAFS_OK);  // the rest of a reclaimer's calls are served
+  // a comes back and completes, then b: the grace period is over at once, and so the wait.
+  RawMount a(server.port());
+  REQUIRE(a.client_id(0x71, &reclaim) == ODAFS_OK);
+  REQUIRE(reclaim);
+  REQUIRE(a.reclaim_complete() == ODAFS_OK);
+  REQUIRE(b.reclaim_complete() == ODAFS_OK);
+  CHECK(b.rename("f", "h") == ODAFS_OK);
+  CHECK(b.remove("h") == ODAFS_OK);
+}

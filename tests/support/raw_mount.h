@@ -92,6 +92,32 @@ struct RawMount {
             &res);
     return res.status;
   }
+  // REMOVE of `name` in the root: the status.
+  int remove(const char* name) {
+    diropargs a{};
+    std::memcpy(a.dir, root, sizeof root);
+    a.name = const_cast<char*>(name);
+    return call_for_status(ODAFSPROC_REMOVE, rpc::to_xdrproc(xdr_diropargs), &a);
+  }
+  // RENAME of `from` to `to`, both in the root: the status.
+  int rename(const char* from, const char* to) {
+    rename_args a{};
+    std::memcpy(a.from_dir, root, sizeof root);
+    std::memcpy(a.to_dir, root, sizeof root);
+    a.from_name = const_cast<char*>(from);
+    a.to_name = const_cast<char*>(to);
+    return call_for_status(ODAFSPROC_RENAME, rpc::to_xdrproc(xdr_rename_args), &a);
+  }
+  // RECLAIM_COMPLETE: the status.
+  int reclaim_complete() {
+    return call_for_status(ODAFSPROC_RECLAIM_COMPLETE, rpc::to_xdrproc(rpc::xdr_nothing), nullptr);
+  }
+  // A call whose results are a stat_res: its status.
+  int call_for_status(uint32_t proc, xdrproc_t xargs, const void* args) {
+    stat_res res{};
+    ch.call(proc, xargs, args, rpc::to_xdrproc(xdr_stat_res), &res);
+    return res.status;
+  }
   rpc::Channel ch;
   char root[ODAFS_FHSIZE];
 };
