@@ -423,12 +423,14 @@ void Server::on_readable(Connection* raw, Worker& w, uint32_t events) {
     open = false;  // EOF or error
     break;
   }
-  if (open && (events & (EPOLLERR | EPOLLHUP)) != 0) {
+  if (open && !shut && (events & (EPOLLERR | EPOLLHUP)) != 0) {
     // The peer reset the connection before these calls were read: its client was told they
     // failed with it and may have gone on on another (issue #38: a CREATE that sat unread
     // while every thread waited made, once run, a file the client had since found absent
     // and counted removed). The kernel still hands out what arrived before the reset.
-    // Calls read in an earlier event are settled by run_records (reset_meanwhile).
+    // Calls read in an earlier event are settled by run_records (reset_meanwhile). Not
+    // when this server shut the connection itself (its own shutdown reports EPOLLHUP too):
+    // that one drains to EOF as before, so closing it never resets replies in flight.
     counters_.dropped_after_reset.fetch_add(w.batch_used, std::memory_order_relaxed);
     open = false;
   }
