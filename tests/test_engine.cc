@@ -196,6 +196,56 @@ TEST_CASE("many threads share one engine connection; responses find their owners
   CHECK(st.engine->stats().reads.load() == kThreads * 100);
 }
 
+TEST_CASE("threads sharing a TCP connection with batches in flight never sleep on a lost turn") {
+  // Each thread has a batch of reads pending and sleeps on one of them while another thread
+  // reads the socket for everyone. When that reader is done it hands the socket to a read
+  // still pending. If the hand-over woke a read its thread was not sleeping on, no one read
+  // the socket and every sleeper waited out its timeout (the mount's 1 MiB read-ahead,
+  // 128 blocks in flight, stalled 60 s a time that way). A timeout here fails the
+  // connection, so every read answered and the connection whole says no turn was lost.
+  EngineStack st(1);
+  Session s = st.sessions.issue();
+  EngineClientOptions via;
+  via.local_rings = false;
+  via.timeout_ms = 20000;
+  auto client = connect_soft_engine(st.where(), s, via);
+  constexpr int kThreads = 4;
+  constexpr int kBatches = 300;
+  std::atomic<int> wrong{0};
+  std::atomic<int64_t> slowest_ms{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<std::vector<char>> dst(kSegments, std::vector<char>(kSegBytes));
+      std::vector<ReadOp> ops(kSegments);
+      for (int b = 0; b < kBatches && wrong == 0; ++b) {
+        for (uint32_t i = 0; i < kSegments; ++i) {
+          ops[i] = ReadOp{st.ref((i + t) % kSegments, s), 0, kSegBytes, dst[i].data()};
+        }
+        auto t0 = std::chrono::steady_clock::now();
+        client->read_many(ops);
+        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - t0)
+                      .count();
+        int64_t seen = slowest_ms.load();
+        while (ms > seen && !slowest_ms.compare_exchange_weak(seen, ms)) {
+        }
+        for (uint32_t i = 0; i < kSegments; ++i) {
+          if (ops[i].fault != Fault::kNone ||
+              dst[i][kSegBytes - 1] != static_cast<char>('A' + (i + t) % kSegments)) {
+            ++wrong;
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  INFO("slowest batch: " << slowest_ms.load() << " ms");
+  CHECK(wrong == 0);
+  CHECK_FALSE(client->broken());
+  CHECK(slowest_ms.load() < via.timeout_ms / 2);
+}
+
 TEST_CASE("server-initiated reads take bytes from registered buffers, and only from them") {
   EngineStack st;
   Session s = st.sessions.issue();

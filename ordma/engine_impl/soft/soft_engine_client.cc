@@ -58,6 +58,10 @@ class SoftEngineClient final : public EngineClient {
     std::atomic<uint32_t> state{kWaiting};  // futex word; kDone once fault/got are final
     Fault fault = Fault::kTransport;
     uint32_t got = 0;
+    // Its owner sleeps on this read's state word (set and cleared under mu_): the socket
+    // can only be handed over to such a read. A thread with a batch pending sleeps on one
+    // read at a time; a wake on any other read of its would reach no one.
+    bool asleep = false;
     // The thread that waits for it. The reader completing its own calls (a lone caller,
     // or IoQueue's one thread with a window in flight) skips the futex wake: that thread
     // is not asleep, and the wake would be a system call per read for no one.
@@ -218,6 +222,7 @@ class SoftEngineClient final : public EngineClient {
       pend[k].owner = this_thread();
       pend[k].fault = Fault::kTransport;
       pend[k].got = 0;
+      pend[k].asleep = false;
       pend[k].state.store(kWaiting, std::memory_order_relaxed);
     }
     thread_local std::vector<unsigned char> frames;
@@ -284,10 +289,13 @@ class SoftEngineClient final : public EngineClient {
         std::lock_guard lock(mu_);
         uint32_t st = p.state.load(std::memory_order_acquire);
         if (st == kLead) p.state.compare_exchange_strong(st, kWaiting);  // take the offer
+        p.asleep = false;
         if (p.state.load(std::memory_order_acquire) == kDone) return;
         if (!reader_active_) {
           reader_active_ = true;
           lead = true;
+        } else {
+          p.asleep = true;  // until the futex wait below returns
         }
       }
       if (!lead) {
@@ -307,12 +315,14 @@ class SoftEngineClient final : public EngineClient {
       }
       std::lock_guard lock(mu_);
       reader_active_ = false;
-      if (!pending_.empty()) {  // hand the socket to one caller still waiting
-        Pending* next = pending_.front();
+      // Hand the socket to one caller asleep on its read. Callers not asleep need no offer:
+      // each looks for a reader under mu_ before it sleeps, and leads when there is none.
+      auto next = std::find_if(pending_.begin(), pending_.end(),
+                               [](const Pending* q) { return q->asleep; });
+      if (next != pending_.end()) {
         uint32_t expected = kWaiting;
-        if (next->state.compare_exchange_strong(expected, kLead) &&
-            next->owner != this_thread()) {  // ours: our next await takes the offer
-          futex_wake(&next->state, 1);
+        if ((*next)->state.compare_exchange_strong(expected, kLead)) {
+          futex_wake(&(*next)->state, 1);
         }
       }
       return;
