@@ -139,6 +139,28 @@ MOUNT_TEST("a cp's 128 KiB writes reach the server gathered, a WRITE per MiB (wr
   CHECK(odafs::test::server_stat(*other, "calls.WRITE") - before <= 8);
 }
 
+MOUNT_TEST("st_blksize is the largest WRITE, and a write(2) of it is one WRITE (defaults)") {
+  Mounted fs;
+  auto other = odafs::Client::mount(fs.server.url());
+  const uint32_t io = std::min(other->limits().max_read, other->limits().max_write);
+  write_local(fs / "f", "x");
+  struct stat st {};
+  REQUIRE(stat((fs / "f").c_str(), &st) == 0);
+  // cp and cat size their buffers by it (8 KiB, the server's block, before: cp then wrote
+  // 128 KiB at a time, a FUSE round trip each).
+  CHECK(st.st_blksize == static_cast<blksize_t>(io));
+  const std::string data = pattern(4 * size_t{io}, 3);
+  const uint64_t before = odafs::test::server_stat(*other, "calls.WRITE");
+  int fd = open((fs / "big").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  REQUIRE(fd >= 0);
+  for (size_t off = 0; off < data.size(); off += st.st_blksize) {
+    REQUIRE(write(fd, data.data() + off, st.st_blksize) == st.st_blksize);
+  }
+  CHECK(close(fd) == 0);
+  CHECK(odafs::test::read_all(*other, "big", data.size()) == data);
+  CHECK(odafs::test::server_stat(*other, "calls.WRITE") - before == 4);
+}
+
 MOUNT_TEST("names: rename over files and directories, unlink and rmdir errors, long names") {
   Mounted fs;
   write_local(fs / "f1", "one");

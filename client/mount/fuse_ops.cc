@@ -5,6 +5,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <new>
@@ -37,7 +38,9 @@ FuseFs::FuseFs(Client& client, const Attr& root, FsOptions options)
       machine_(host_name()),
       inodes_(root.fileid),
       options_(options),
-      block_size_(client.limits().block_size ? client.limits().block_size : 4096) {}
+      block_size_(client.limits().block_size ? client.limits().block_size : 4096),
+      io_size_(
+          std::max(block_size_, std::min(client.limits().max_read, client.limits().max_write))) {}
 
 FuseFs::~FuseFs() { close_left_open(); }
 
@@ -130,7 +133,7 @@ File* FuseFs::file_of(const fuse_file_info* fi) {
 struct stat FuseFs::to_stat(const Attr& a) const {
   // st_ino is the server's file id (FUSE reports attr.ino, not the node id), so that
   // programs that compare inode numbers (find, tar, cp -a) see stable ones.
-  return odafs::to_stat(a, block_size_);
+  return odafs::to_stat(a, io_size_);
 }
 
 void FuseFs::reply_entry(fuse_req_t req, Ino parent, const std::string& name, const Attr& a) {

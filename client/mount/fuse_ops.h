@@ -213,7 +213,13 @@ class FuseFs {
   std::atomic<uint64_t> attr_epoch_{0};
   std::atomic<uint64_t> changes_{0};  // see changing()
   const FsOptions options_;
-  uint32_t block_size_;  // reported as st_blksize
+  uint32_t block_size_;  // the server's block: statfs's f_bsize when the server names none
+  // Reported as st_blksize, the size programs pick their buffers by (cp and cat read and
+  // write max(128 KiB, st_blksize) at a time): the largest transfer one READ and one WRITE
+  // carry, as Linux's NFS client reports its rsize/wsize. Each write(2) is a FUSE round
+  // trip the program waits for, so larger ones stream faster (cp into the mount: 8 of
+  // them per MiB with the 8 KiB block, one now). stdio ignores a st_blksize above BUFSIZ.
+  uint32_t io_size_;
   fuse_session* session_ = nullptr;
   std::mutex open_mu_;  // guards open_
   std::unordered_map<OpenNode*, std::unique_ptr<OpenNode>> open_;
