@@ -121,28 +121,29 @@ void Server::stop() {
 
 thread_local Server::Worker* Server::current_worker_ = nullptr;
 
-void before_blocking(Wait wait) {
+bool before_blocking(Wait wait) {
   Server::Worker* w = Server::current_worker_;
-  if (w == nullptr || w->loop == nullptr) return;  // not a pool thread, or handed over
+  if (w == nullptr || w->loop == nullptr) return true;  // not a pool thread, or handed over
   if (wait == Wait::kShort) {
     // An epoll set polls readable while it has ready events: nothing is taken from it.
     pollfd ready{w->loop->epoll_fd, POLLIN, 0};
-    if (poll(&ready, 1, 0) <= 0) return;
+    if (poll(&ready, 1, 0) <= 0) return true;
   }
-  w->server->hand_over(*w);
+  return w->server->hand_over(*w);
 }
 
-void Server::hand_over(Worker& w) {
+bool Server::hand_over(Worker& w) {
   flush_replies(w, /*call_running=*/true);  // replies made must not wait for this call
   std::lock_guard lock(drivers_mu_);
-  if (stopping_.load(std::memory_order_relaxed)) return;
+  if (stopping_.load(std::memory_order_relaxed)) return false;
   // Spares already promised to other loops are not free.
   if (idle_spares_ <= static_cast<int>(driverless_.size())) {
     if (counters_.spare_threads.load(std::memory_order_relaxed) >=
         static_cast<uint64_t>(options_.max_blocked_threads)) {
+      counters_.no_spare.fetch_add(1, std::memory_order_relaxed);
       ODAFS_LOG_WARN_THROTTLED("all %d spare rpc threads wait in calls: a loop waits too",
                                options_.max_blocked_threads);
-      return;
+      return false;
     }
     counters_.spare_threads.fetch_add(1, std::memory_order_relaxed);
     spawn_thread(w.loop);
@@ -152,6 +153,7 @@ void Server::hand_over(Worker& w) {
   }
   counters_.handovers.fetch_add(1, std::memory_order_relaxed);
   w.loop = nullptr;  // a spare drives it now
+  return true;
 }
 
 void Server::spawn_thread(Loop* loop) {

@@ -47,10 +47,15 @@ namespace odafs::rpc {
 //   kShort  a wait on this machine (a disk flush): handed over only when another
 //           connection of the loop has something ready now, since a hand-over costs two
 //           context switches, more than a flush that the device acknowledges at once.
-// Cheap to call more than once per call; a no-op outside a server's pool thread, and when
-// no spare can be had (max_blocked_threads), in which case the loop waits with the handler.
+// Cheap to call more than once per call; a no-op outside a server's pool thread.
+// Returns false when the loop stays with this thread: no spare can be had
+// (max_blocked_threads) or the server stops. Every connection of the loop then waits as
+// long as the handler does, the replies other callers' waits depend on included, so a
+// handler whose wait is on another party should not start it: it answers DELAY (the
+// client retries) or takes a way that does not wait. kShort's choice not to hand over
+// (nothing ready) returns true.
 enum class Wait { kShort, kLong };
-void before_blocking(Wait wait = Wait::kLong);
+bool before_blocking(Wait wait = Wait::kLong);
 
 // What the program decided about a connection's peer when it accepted it (Options::admit),
 // handed to every call on the connection. The RPC layer only carries it.
@@ -259,6 +264,7 @@ class Server {
     std::atomic<uint64_t> bytes_in{0};
     std::atomic<uint64_t> bytes_out{0};
     std::atomic<uint64_t> handovers{0};  // loops handed to a spare (before_blocking)
+    std::atomic<uint64_t> no_spare{0};   // before_blocking found no spare: the loop waited
     // Threads started beyond the loops' own (changed under drivers_mu_ only).
     std::atomic<uint64_t> spare_threads{0};
     std::atomic<uint64_t> batches{0};       // reply sends (each holds one or more replies)
@@ -275,7 +281,7 @@ class Server {
   struct Connection;
   struct Worker;
   struct Loop;
-  friend void before_blocking(Wait wait);
+  friend bool before_blocking(Wait wait);
   static thread_local Worker* current_worker_;  // the calling pool thread's, else null
   struct Procedure {
     const char* name = nullptr;
@@ -289,7 +295,8 @@ class Server {
   // Spares: blocks until a loop needs a driver; null when the server stops.
   Loop* wait_for_loop();
   // before_blocking() for the calling worker w: flush, then give w's loop to a spare.
-  void hand_over(Worker& w);
+  // False when no spare can be had (w keeps its loop).
+  bool hand_over(Worker& w);
   void spawn_thread(Loop* loop);  // REQUIRES: drivers_mu_ held
   Loop& least_loaded_loop();
   void accept_all();

@@ -351,12 +351,18 @@ void FileService::do_write_direct(const rpc::CallContext& ctx, write_direct_args
     direct_writes_refused_.fetch_add(1, std::memory_order_relaxed);
     status = ODAFS_ERR_NOTSUPP;
   }
+  // The pull waits up to kPullTimeoutMs for the client's engine: not with this thread's
+  // event loop held (no spare to take it). The client then writes by RPC.
+  if (status == ODAFS_OK && !rpc::before_blocking()) {
+    direct_writes_waiting_.fetch_sub(1, std::memory_order_acq_rel);
+    direct_writes_refused_.fetch_add(1, std::memory_order_relaxed);
+    status = ODAFS_ERR_NOTSUPP;
+  }
   if (status != ODAFS_OK) {
     cancel();
     return reply_status<write_res>(r, xp(xdr_write_res), status);
   }
   thread_local std::vector<char> data;
-  rpc::before_blocking();  // up to kPullTimeoutMs for the client's engine to answer
   ordma::Fault f =
       engine_->pull(a.session, a.buffer, a.buffer_offset, a.tag, a.count, kPullTimeoutMs, &data);
   direct_writes_waiting_.fetch_sub(1, std::memory_order_acq_rel);

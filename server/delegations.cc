@@ -307,10 +307,12 @@ bool Delegations::wait_for_holders_locked(std::unique_lock<std::mutex>& lock, ui
       if (waiters_ >= options_.max_waiters) return leave(false);
       ++waiters_;
       waiting = true;
-      // The holders answer on other connections, perhaps of this thread's event loop.
+      // The holders answer on other connections, perhaps of this thread's event loop: a
+      // wait that would hold the loop (no spare to take it) is answered DELAY at once.
       lock.unlock();
-      rpc::before_blocking();
+      const bool loop_free = rpc::before_blocking();
       lock.lock();
+      if (!loop_free) return leave(false);
       continue;
     }
     // Wake at the first lease to run out, or when this operation has waited long enough.

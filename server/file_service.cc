@@ -322,6 +322,7 @@ void FileService::do_stats(rpc::Reply& r) {
   values.emplace_back("rpc.bytes_out", rc.bytes_out.load());
   values.emplace_back("rpc.loops", static_cast<uint64_t>(server_->loops()));
   values.emplace_back("rpc.handovers", rc.handovers.load());
+  values.emplace_back("rpc.no_spare", rc.no_spare.load());
   values.emplace_back("rpc.spare_threads", rc.spare_threads.load());
   values.emplace_back("rpc.reply_batches", rc.batches.load());
   values.emplace_back("rpc.tls_sessions", rc.tls_sessions.load());
