@@ -129,10 +129,10 @@ bool before_blocking(Wait wait) {
     pollfd ready{w->loop->epoll_fd, POLLIN, 0};
     if (poll(&ready, 1, 0) <= 0) return true;
   }
-  return w->server->hand_over(*w);
+  return w->server->hand_over(*w, wait);
 }
 
-bool Server::hand_over(Worker& w) {
+bool Server::hand_over(Worker& w, Wait wait) {
   flush_replies(w, /*call_running=*/true);  // replies made must not wait for this call
   std::lock_guard lock(drivers_mu_);
   if (stopping_.load(std::memory_order_relaxed)) return false;
@@ -141,8 +141,14 @@ bool Server::hand_over(Worker& w) {
     if (counters_.spare_threads.load(std::memory_order_relaxed) >=
         static_cast<uint64_t>(options_.max_blocked_threads)) {
       counters_.no_spare.fetch_add(1, std::memory_order_relaxed);
-      ODAFS_LOG_WARN_THROTTLED("all %d spare rpc threads wait in calls: a loop waits too",
-                               options_.max_blocked_threads);
+      // A flush keeps its loop a moment, which a disk under load makes common; a long wait
+      // is given up by its caller, which is worth saying.
+      if (wait == Wait::kLong) {
+        ODAFS_LOG_WARN_THROTTLED(
+            "all %d spare rpc threads wait in calls: a call that would "
+            "wait with its loop answers at once",
+            options_.max_blocked_threads);
+      }
       return false;
     }
     counters_.spare_threads.fetch_add(1, std::memory_order_relaxed);

@@ -294,9 +294,9 @@ class Server {
   void worker_loop(Loop* loop);
   // Spares: blocks until a loop needs a driver; null when the server stops.
   Loop* wait_for_loop();
-  // before_blocking() for the calling worker w: flush, then give w's loop to a spare.
+  // before_blocking(wait) for the calling worker w: flush, then give w's loop to a spare.
   // False when no spare can be had (w keeps its loop).
-  bool hand_over(Worker& w);
+  bool hand_over(Worker& w, Wait wait);
   void spawn_thread(Loop* loop);  // REQUIRES: drivers_mu_ held
   Loop& least_loaded_loop();
   void accept_all();
