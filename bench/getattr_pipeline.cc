@@ -1,0 +1,112 @@
+// odafs-getattr-pipeline: what the server spends on a GETATTR when calls arrive together.
+//
+//   odafs-getattr-pipeline --url odafs://127.0.0.1:PORT/ [--inflight 1,16] [--seconds 2]
+//                          [--rounds 3]
+//
+// One thread, one connection, raw RPC: it sends `inflight` GETATTRs of the export's root
+// at once and waits for all of them, over and over, the way an asynchronous metadata API
+// would send them (libodafs has none yet: issue #41). Synchronous callers, even 16
+// threads on one connection, send one call per wake-up, and the server then wakes once
+// per call. Each point's server CPU per call comes from STATS (cpu_us.total) over the
+// measured time. Rounds interleave the points. Prints a JSON object per point and a table.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "base/flags.h"
+#include "bench/bench_util.h"
+#include "client/client.h"
+#include "client/url.h"
+#include "proto/odafs_prot.h"
+#include "rpc/client_channel.h"
+#include "rpc/xdr_util.h"
+
+namespace {
+
+using odafs::rpc::to_xdrproc;
+
+struct Point {
+  size_t inflight = 0;
+  double calls_per_s = 0;
+  double server_cpu_us_per_call = 0;
+};
+
+// Runs `inflight` GETATTRs at a time for `seconds`. Calls and replies are reused: the loop
+// allocates nothing.
+Point run_point(odafs::rpc::Channel& ch, const char (&root)[ODAFS_FHSIZE], size_t inflight,
+                double seconds, odafs::Client& stats) {
+  std::vector<std::unique_ptr<odafs::rpc::Call>> calls;
+  for (size_t i = 0; i < inflight; ++i) calls.push_back(std::make_unique<odafs::rpc::Call>());
+  getattr_args args{};
+  std::memcpy(args.fh, root, sizeof args.fh);
+  const uint64_t cpu0 = odafs::bench::server_cpu_us(stats)["total"];
+  const auto start = std::chrono::steady_clock::now();
+  const auto end = start + std::chrono::duration<double>(seconds);
+  uint64_t done = 0;
+  while (std::chrono::steady_clock::now() < end) {
+    for (auto& c : calls) ch.start(*c, ODAFSPROC_GETATTR, to_xdrproc(xdr_getattr_args), &args);
+    for (auto& c : calls) {
+      XDR x;
+      ch.wait(*c, &x);
+      attr_res res{};
+      if (!xdr_attr_res(&x, &res) || res.status != ODAFS_OK) {
+        throw std::runtime_error("GETATTR failed");
+      }
+    }
+    done += inflight;
+  }
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const uint64_t cpu1 = odafs::bench::server_cpu_us(stats)["total"];
+  return Point{inflight, static_cast<double>(done) / took,
+               static_cast<double>(cpu1 - cpu0) / static_cast<double>(done)};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string url_text, inflight_text = "1,16";
+  double seconds = 2;
+  int rounds = 3;
+  odafs::Flags flags("odafs-getattr-pipeline", "--url odafs://HOST:PORT/ [flags]");
+  flags.add("--url", &url_text, "the export (odafs://HOST:PORT/)");
+  flags.add("--inflight", &inflight_text, "GETATTRs in flight, a list (default 1,16)");
+  flags.add("--seconds", &seconds, "seconds per point (default 2)", 0.1, 3600);
+  flags.add("--rounds", &rounds, "rounds over the points (default 3)", 1, 100);
+  flags.parse(argc, argv);
+  try {
+    odafs::Url url = odafs::or_throw(odafs::parse_url(url_text));
+    auto stats = odafs::Client::mount(url_text);
+    odafs::rpc::Channel::Options o;
+    o.program = ODAFS_PROGRAM;
+    o.version = ODAFS_V3;
+    odafs::rpc::Channel ch(url.server, o);
+    mount_args ma{};
+    ma.path = const_cast<char*>("/");
+    mount_res mr{};
+    ch.call(ODAFSPROC_MOUNT, to_xdrproc(xdr_mount_args), &ma, to_xdrproc(xdr_mount_res), &mr);
+    if (mr.status != ODAFS_OK) throw std::runtime_error("MOUNT refused");
+    char root[ODAFS_FHSIZE];
+    std::memcpy(root, mr.mount_res_u.ok.root, sizeof root);
+    xdr_free(to_xdrproc(xdr_mount_res), reinterpret_cast<char*>(&mr));
+    std::printf("%8s %12s %22s\n", "inflight", "calls/s", "server CPU us/call");
+    for (int r = 1; r <= rounds; ++r) {
+      for (size_t n : odafs::bench::parse_list(inflight_text)) {
+        Point p = run_point(ch, root, n, seconds, *stats);
+        std::printf("%8zu %12.0f %22.2f\n", p.inflight, p.calls_per_s, p.server_cpu_us_per_call);
+        std::fprintf(stderr,
+                     "{\"round\": %d, \"inflight\": %zu, \"calls_per_s\": %.1f, "
+                     "\"server_cpu_us_per_call\": %.3f}\n",
+                     r, p.inflight, p.calls_per_s, p.server_cpu_us_per_call);
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "odafs-getattr-pipeline: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
