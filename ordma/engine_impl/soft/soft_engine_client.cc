@@ -4,7 +4,7 @@
 // follower). A lone caller thus reads its own response with no thread hand-off, which is
 // most of a one-sided read's latency. With many callers, the leader places each response's
 // bytes straight into its owner's buffer and wakes that owner alone (a futex per request);
-// once its own response is in, it hands the socket to one waiting caller.
+// once its own response is in, it hands the socket to one caller asleep on its read.
 //
 // When the engine offers a local ring and it can be reached, reads go through the ring
 // instead; TCP then carries only direct I/O, and reads again if the ring breaks.
@@ -58,9 +58,8 @@ class SoftEngineClient final : public EngineClient {
     std::atomic<uint32_t> state{kWaiting};  // futex word; kDone once fault/got are final
     Fault fault = Fault::kTransport;
     uint32_t got = 0;
-    // Its owner sleeps on this read's state word (set and cleared under mu_): the socket
-    // can only be handed over to such a read. A thread with a batch pending sleeps on one
-    // read at a time; a wake on any other read of its would reach no one.
+    // Under mu_: its owner sleeps on this read's state word. Only such a read is offered the
+    // socket (a thread sleeps on one read of its batch at a time: a wake elsewhere is lost).
     bool asleep = false;
     // The thread that waits for it. The reader completing its own calls (a lone caller,
     // or IoQueue's one thread with a window in flight) skips the futex wake: that thread
@@ -315,15 +314,12 @@ class SoftEngineClient final : public EngineClient {
       }
       std::lock_guard lock(mu_);
       reader_active_ = false;
-      // Hand the socket to one caller asleep on its read. Callers not asleep need no offer:
-      // each looks for a reader under mu_ before it sleeps, and leads when there is none.
+      // To a caller asleep on its read; the others look for a reader before they sleep.
       auto next = std::find_if(pending_.begin(), pending_.end(),
                                [](const Pending* q) { return q->asleep; });
-      if (next != pending_.end()) {
-        uint32_t expected = kWaiting;
-        if ((*next)->state.compare_exchange_strong(expected, kLead)) {
-          futex_wake(&(*next)->state, 1);
-        }
+      uint32_t expected = kWaiting;
+      if (next != pending_.end() && (*next)->state.compare_exchange_strong(expected, kLead)) {
+        futex_wake(&(*next)->state, 1);
       }
       return;
     }
