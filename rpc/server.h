@@ -264,7 +264,7 @@ class Server {
     std::atomic<uint64_t> bytes_in{0};
     std::atomic<uint64_t> bytes_out{0};
     std::atomic<uint64_t> handovers{0};  // loops handed to a spare (before_blocking)
-    std::atomic<uint64_t> no_spare{0};   // before_blocking found no spare: the loop waited
+    std::atomic<uint64_t> no_spare{0};   // before_blocking found no spare: the loop stayed
     // Threads started beyond the loops' own (changed under drivers_mu_ only).
     std::atomic<uint64_t> spare_threads{0};
     std::atomic<uint64_t> batches{0};       // reply sends (each holds one or more replies)
