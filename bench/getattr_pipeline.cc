@@ -3,12 +3,15 @@
 //   odafs-getattr-pipeline --url odafs://127.0.0.1:PORT/ [--inflight 1,16] [--seconds 2]
 //                          [--rounds 3]
 //
-// One thread, one connection, raw RPC: it sends `inflight` GETATTRs of the export's root
-// at once and waits for all of them, over and over, the way an asynchronous metadata API
-// would send them (libodafs has none yet: issue #41). Synchronous callers, even 16
-// threads on one connection, send one call per wake-up, and the server then wakes once
-// per call. Each point's server CPU per call comes from STATS (cpu_us.total) over the
-// measured time. Rounds interleave the points. Prints a JSON object per point and a table.
+// One thread, one connection: it sends `inflight` GETATTRs at once and waits for all of
+// them, over and over, two ways: `library`, IoQueue::submit_stat of an open file (libodafs's
+// asynchronous stat), and `rpc`, raw calls of the export's root (the server alone, no
+// client library). Synchronous callers, even 16 threads on one connection, send one call
+// per wake-up, and the server then wakes once per call. Each point's server CPU per call
+// comes from STATS (cpu_us.total) over the measured time. Rounds interleave the points.
+// Prints a table, and a JSON object per point on stderr.
+#include <fcntl.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -20,6 +23,7 @@
 #include "base/flags.h"
 #include "bench/bench_util.h"
 #include "client/client.h"
+#include "client/io_queue.h"
 #include "client/url.h"
 #include "proto/odafs_prot.h"
 #include "rpc/client_channel.h"
@@ -30,6 +34,7 @@ namespace {
 using odafs::rpc::to_xdrproc;
 
 struct Point {
+  const char* via = "";
   size_t inflight = 0;
   double calls_per_s = 0;
   double server_cpu_us_per_call = 0;
@@ -62,7 +67,35 @@ Point run_point(odafs::rpc::Channel& ch, const char (&root)[ODAFS_FHSIZE], size_
   const double took =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const uint64_t cpu1 = odafs::bench::server_cpu_us(stats)["total"];
-  return Point{inflight, static_cast<double>(done) / took,
+  return Point{"rpc", inflight, static_cast<double>(done) / took,
+               static_cast<double>(cpu1 - cpu0) / static_cast<double>(done)};
+}
+
+// The same through libodafs: IoQueue::submit_stat of one open file, `inflight` at a time.
+Point run_library(odafs::Client& client, odafs::File& f, size_t inflight, double seconds) {
+  odafs::IoQueue q(client, inflight);
+  std::vector<odafs::Attr> attrs(inflight);
+  std::vector<odafs::Completion> done_now(inflight);
+  const uint64_t cpu0 = odafs::bench::server_cpu_us(client)["total"];
+  const auto start = std::chrono::steady_clock::now();
+  const auto end = start + std::chrono::duration<double>(seconds);
+  uint64_t done = 0;
+  while (std::chrono::steady_clock::now() < end) {
+    for (size_t i = 0; i < inflight; ++i) q.submit_stat(f, &attrs[i], i);
+    for (size_t got = 0; got < inflight;) {
+      const size_t n = q.wait(done_now, 1, 30000);
+      if (n == 0) throw std::runtime_error("stat: no completion in 30 s");
+      for (size_t i = 0; i < n; ++i) {
+        if (done_now[i].error != 0) throw std::runtime_error("stat failed");
+      }
+      got += n;
+    }
+    done += inflight;
+  }
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const uint64_t cpu1 = odafs::bench::server_cpu_us(client)["total"];
+  return Point{"library", inflight, static_cast<double>(done) / took,
                static_cast<double>(cpu1 - cpu0) / static_cast<double>(done)};
 }
 
@@ -93,17 +126,24 @@ int main(int argc, char** argv) {
     char root[ODAFS_FHSIZE];
     std::memcpy(root, mr.mount_res_u.ok.root, sizeof root);
     xdr_free(to_xdrproc(xdr_mount_res), reinterpret_cast<char*>(&mr));
-    std::printf("%8s %12s %22s\n", "inflight", "calls/s", "server CPU us/call");
+    odafs::File f = stats->open("/odafs-getattr-pipeline.dat", O_RDWR | O_CREAT, 0644);
+    std::printf("%8s %8s %12s %22s\n", "via", "inflight", "calls/s", "server CPU us/call");
     for (int r = 1; r <= rounds; ++r) {
       for (size_t n : odafs::bench::parse_list(inflight_text)) {
-        Point p = run_point(ch, root, n, seconds, *stats);
-        std::printf("%8zu %12.0f %22.2f\n", p.inflight, p.calls_per_s, p.server_cpu_us_per_call);
-        std::fprintf(stderr,
-                     "{\"round\": %d, \"inflight\": %zu, \"calls_per_s\": %.1f, "
-                     "\"server_cpu_us_per_call\": %.3f}\n",
-                     r, p.inflight, p.calls_per_s, p.server_cpu_us_per_call);
+        for (int way = 0; way < 2; ++way) {
+          Point p = (way + r) % 2 == 0 ? run_point(ch, root, n, seconds, *stats)
+                                       : run_library(*stats, f, n, seconds);
+          std::printf("%8s %8zu %12.0f %22.2f\n", p.via, p.inflight, p.calls_per_s,
+                      p.server_cpu_us_per_call);
+          std::fprintf(stderr,
+                       "{\"round\": %d, \"via\": \"%s\", \"inflight\": %zu, "
+                       "\"calls_per_s\": %.1f, \"server_cpu_us_per_call\": %.3f}\n",
+                       r, p.via, p.inflight, p.calls_per_s, p.server_cpu_us_per_call);
+        }
       }
     }
+    f.close();
+    stats->unlink("/odafs-getattr-pipeline.dat");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "odafs-getattr-pipeline: %s\n", e.what());
     return 1;

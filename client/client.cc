@@ -409,6 +409,21 @@ Result<Attr> Client::try_getattr(const Handle& fh) {
   });
 }
 
+Status Client::start_getattr(const MountState& m, rpc::Call& call, const Handle& fh) {
+  getattr_args args{};
+  put_fh(args.fh, fh);
+  return start_rpc(*m.channel, call, ODAFSPROC_GETATTR, to_xdrproc(xdr_getattr_args), &args);
+}
+
+Result<Attr> Client::finish_getattr(const MountState& m, rpc::Call& call, const Handle& fh) {
+  XDR x;
+  ODAFS_RETURN_IF_ERROR(wait_rpc_until(*m.channel, call, &x, call.deadline()));
+  attr_res res{};
+  if (!xdr_attr_res(&x, &res)) return Status(EPROTO, "getattr: malformed reply");
+  ODAFS_RETURN_IF_ERROR(status_of(res.status, "getattr"));
+  return with_writes_behind(fh, to_attr(res.attr_res_u.attr));
+}
+
 Attr Client::with_writes_behind(const Handle& fh, Attr a) const {
   // Writes gathered behind (client/shared_file.h) have not reached the server, whose size
   // is then short of what this client wrote: the kernel under odafs-mount would cut its

@@ -156,6 +156,8 @@ class File {
   // The size this client knows (see State::size); reads stop there without an RPC.
   uint64_t size_hint() const;
   void saw_size_at_least(uint64_t size);
+  // The size a GETATTR of the file reported (stat, IoQueue::submit_stat).
+  void learned_size(uint64_t size);
   // After ESTALE from `stale`: if the server restarted since the handle was issued, finds
   // the file again by its path (the same inode only), switches to its new handle and
   // returns true (also when another call already switched); false when the file is gone.
@@ -578,6 +580,10 @@ class Client {
   // *verf and *committed.
   Status start_write(const MountState& m, rpc::Call& call, const Handle& fh, const void* buf,
                      size_t len, uint64_t offset, Stability how);
+  // One GETATTR of fh in two halves, for IoQueue::submit_stat; the attributes as
+  // try_getattr returns them.
+  Status start_getattr(const MountState& m, rpc::Call& call, const Handle& fh);
+  Result<Attr> finish_getattr(const MountState& m, rpc::Call& call, const Handle& fh);
   Result<size_t> finish_write(const MountState& m, rpc::Call& call, size_t len, WriteVerifier* verf,
                               int* committed, uint64_t* size_after = nullptr);
   // The read path of File::pread (read_path.cc): per block, cache → one-sided read with a

@@ -50,6 +50,10 @@ uint64_t File::size_hint() const {
   return state_->shared ? state_->shared->size.load(std::memory_order_relaxed) : UINT64_MAX;
 }
 
+void File::learned_size(uint64_t size) {
+  if (state_->shared) state_->shared->size.store(size, std::memory_order_relaxed);
+}
+
 void File::saw_size_at_least(uint64_t size) {
   if (!state_->shared) return;  // closed
   std::atomic<uint64_t>& known_size = state_->shared->size;
@@ -353,7 +357,7 @@ Result<Attr> File::try_stat() {
   ODAFS_RETURN_IF_ERROR(flush_behind(false));
   ODAFS_ASSIGN_OR_RETURN(
       Attr a, retry_stale([&](const Handle& fh, uint64_t) { return client_->try_getattr(fh); }));
-  state_->shared->size.store(a.size, std::memory_order_relaxed);
+  learned_size(a.size);
   return a;
 }
 

@@ -25,11 +25,11 @@ bool at_or_before(const timespec& a, const timespec& b) {
 // One request and what it needs while in flight. Reused for request after request: the
 // call's buffers and scratch keep their capacity.
 struct IoQueue::Slot {
-  enum class Op : uint8_t { kRead, kWrite };
   uint32_t index = 0;
   Op op = Op::kRead;
   File* file = nullptr;
-  char* buf = nullptr;  // a write's bytes are only read
+  char* buf = nullptr;   // a write's bytes are only read
+  Attr* attr = nullptr;  // a stat's result
   size_t len = 0;
   uint64_t offset = 0;
   uint64_t tag = 0;
@@ -94,19 +94,28 @@ Result<IoQueue::Slot*> IoQueue::take_slot(File& f, const void* buf, size_t len) 
 }
 
 void IoQueue::submit_read(File& f, void* buf, size_t len, uint64_t offset, uint64_t user_tag) {
-  or_throw(try_submit(false, f, buf, len, offset, user_tag));
+  or_throw(try_submit(Op::kRead, f, buf, len, offset, user_tag));
 }
 
 void IoQueue::submit_write(File& f, const void* buf, size_t len, uint64_t offset,
                            uint64_t user_tag) {
-  or_throw(try_submit(true, f, buf, len, offset, user_tag));
+  or_throw(try_submit(Op::kWrite, f, const_cast<void*>(buf), len, offset, user_tag));
 }
 
-Status IoQueue::try_submit(bool write, File& f, const void* buf, size_t len, uint64_t offset,
+void IoQueue::submit_stat(File& f, Attr* out, uint64_t user_tag) {
+  if (out == nullptr) throw Error(EINVAL, "IoQueue: null attributes");
+  or_throw(try_submit(Op::kStat, f, out, 0, 0, user_tag));
+}
+
+Status IoQueue::try_submit(Op op, File& f, void* buf, size_t len, uint64_t offset,
                            uint64_t user_tag) {
   ODAFS_ASSIGN_OR_RETURN(Slot * slot, take_slot(f, buf, len));
   Slot& s = *slot;
-  s.op = write ? Slot::Op::kWrite : Slot::Op::kRead;
+  s.op = op;
+  if (op == Op::kStat) {
+    s.attr = static_cast<Attr*>(buf);
+    s.buf = nullptr;
+  }
   s.offset = offset;
   s.tag = user_tag;
   drive(s, false);
@@ -126,7 +135,9 @@ void IoQueue::drive(Slot& s, bool rpc_ready) {
     // submit, reap or wait. The steps return theirs; what can still be thrown under them
     // (memory running out, a bug below the client) ends the request, not the caller.
     try {
-      step = s.op == Slot::Op::kRead ? drive_read(s, rpc_ready) : drive_write(s, rpc_ready);
+      step = s.op == Op::kRead    ? drive_read(s, rpc_ready)
+             : s.op == Op::kWrite ? drive_write(s, rpc_ready)
+                                  : drive_stat(s, rpc_ready);
     } catch (const std::bad_alloc&) {
       s.in_flight = false;
       complete(s, ENOMEM);
@@ -146,7 +157,7 @@ void IoQueue::drive(Slot& s, bool rpc_ready) {
     // DELAY: the server did nothing; the same goes again after the policy's pause (a
     // rare wait, taken here). A read resumes where it stopped.
     if (err == kDelayErrno && policy(s).again_after_delay()) {
-      if (s.op == Slot::Op::kRead) s.reader.reset();
+      if (s.op == Op::kRead) s.reader.reset();
       rpc_ready = false;
       continue;
     }
@@ -253,9 +264,31 @@ Result<bool> IoQueue::drive_write(Slot& s, bool rpc_ready) {
   return false;
 }
 
+Result<bool> IoQueue::drive_stat(Slot& s, bool rpc_ready) {
+  if (!s.started) {
+    s.started = true;
+    if (!s.file->is_open()) return Status(EBADF, "IoQueue: stat of a closed file");
+    ODAFS_RETURN_IF_ERROR(s.file->flush_behind(false));  // as File::stat: its own writes count
+  }
+  if (rpc_ready) {
+    s.in_flight = false;
+    ODAFS_ASSIGN_OR_RETURN(Attr a, client_.finish_getattr(*s.mount, s.call, s.fh));
+    s.file->learned_size(a.size);
+    *s.attr = a;
+    return true;
+  }
+  if (!s.mount) {
+    ODAFS_ASSIGN_OR_RETURN(s.mount, client_.mount_state());
+    std::tie(s.fh, s.key) = s.file->current();
+  }
+  ODAFS_RETURN_IF_ERROR(client_.start_getattr(*s.mount, s.call, s.fh));
+  s.in_flight = true;
+  return false;
+}
+
 void IoQueue::complete(Slot& s, int error) {
   s.error = error;
-  if (error == 0 && s.op == Slot::Op::kRead && s.done > 0) {
+  if (error == 0 && s.op == Op::kRead && s.done > 0) {
     s.file->saw_size_at_least(s.offset + s.done);
   }
   s.reader.reset();

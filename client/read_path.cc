@@ -309,7 +309,7 @@ void Client::read_batch(std::span<ReadRequest> requests) {
       continue;
     }
     if (outstanding == q.depth()) collect(1);
-    if (Status submitted = q.try_submit(false, *r.file, r.buf, r.len, r.offset, i);
+    if (Status submitted = q.try_submit(IoQueue::Op::kRead, *r.file, r.buf, r.len, r.offset, i);
         submitted.ok()) {
       ++outstanding;
     } else {

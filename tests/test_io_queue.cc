@@ -352,6 +352,50 @@ TEST_CASE("reads at and past the end of file") {
   CHECK(buf.substr(0, 1000) == data.substr(0, 1000));
 }
 
+TEST_CASE(
+    "stats in flight together: each file's own attributes, and the server reads them at once") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--block-size", "4096"});
+  constexpr size_t kFiles = 16;
+  for (size_t i = 0; i < kFiles; ++i)
+    write_local(dir / ("f" + std::to_string(i)), pattern(i * 1000 + 7, i));
+  auto fs = Client::mount(server.url());
+  std::vector<File> files;
+  for (size_t i = 0; i < kFiles; ++i) files.push_back(fs->open("f" + std::to_string(i), O_RDWR));
+  // Bytes gathered behind and not sent yet count, as File::stat counts them.
+  const std::string tail = pattern(100, 99);
+  files[3].pwrite(tail.data(), tail.size(), 3 * 1000 + 7);
+  // Another client grows a file: the stat asks the server, not what this one knew at open.
+  auto other = Client::mount(server.url());
+  File grow = other->open("f5", O_WRONLY);
+  grow.pwrite("more", 4, 5 * 1000 + 7);
+  grow.close();
+  File closed = fs->open("f0");
+  closed.close();
+
+  const uint64_t before = server_stat(*other, "calls.GETATTR");
+  IoQueue q(*fs, 64);
+  std::vector<odafs::Attr> attrs(kFiles);
+  for (size_t i = 0; i < kFiles; ++i) q.submit_stat(files[i], &attrs[i], i);
+  odafs::Attr unused;
+  q.submit_stat(closed, &unused, 100);
+  auto done = drain(q);
+  REQUIRE(done.size() == kFiles + 1);
+  CHECK(done[100].error == EBADF);
+  for (size_t i = 0; i < kFiles; ++i) {
+    CAPTURE(i);
+    CHECK(done[i].error == 0);
+    CHECK(done[i].bytes == 0);
+    uint64_t want = i * 1000 + 7;
+    if (i == 3) want += tail.size();
+    if (i == 5) want += 4;
+    CHECK(attrs[i].size == want);
+    CHECK(attrs[i].type == odafs::FileType::kRegular);
+  }
+  CHECK(server_stat(*other, "calls.GETATTR") - before >= kFiles);
+  CHECK(errno_of([&] { q.submit_stat(files[1], nullptr, 1); }) == EINVAL);
+}
+
 TEST_CASE("errors come with their own completions and disturb no other request") {
   TempDir dir;
   ServerProcess server(dir.path(), {"--block-size", "4096"});
