@@ -40,19 +40,35 @@ struct Point {
   double server_cpu_us_per_call = 0;
 };
 
-// Runs `inflight` GETATTRs at a time for `seconds`. Calls and replies are reused: the loop
-// allocates nothing.
-Point run_point(odafs::rpc::Channel& ch, const char (&root)[ODAFS_FHSIZE], size_t inflight,
-                double seconds, odafs::Client& stats) {
-  std::vector<std::unique_ptr<odafs::rpc::Call>> calls;
-  for (size_t i = 0; i < inflight; ++i) calls.push_back(std::make_unique<odafs::rpc::Call>());
-  getattr_args args{};
-  std::memcpy(args.fh, root, sizeof args.fh);
+// Runs batch() (one round of `inflight` calls, all awaited) for `seconds`; the server's CPU
+// per call from its STATS over that time.
+template <class Batch>
+Point measure(const char* via, size_t inflight, double seconds, odafs::Client& stats,
+              Batch&& batch) {
   const uint64_t cpu0 = odafs::bench::server_cpu_us(stats)["total"];
   const auto start = std::chrono::steady_clock::now();
   const auto end = start + std::chrono::duration<double>(seconds);
   uint64_t done = 0;
   while (std::chrono::steady_clock::now() < end) {
+    batch();
+    done += inflight;
+  }
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const uint64_t cpu1 = odafs::bench::server_cpu_us(stats)["total"];
+  return Point{via, inflight, static_cast<double>(done) / took,
+               static_cast<double>(cpu1 - cpu0) / static_cast<double>(done)};
+}
+
+// Raw RPC: `inflight` GETATTRs of the root at a time. Calls and replies are reused: the
+// loop allocates nothing.
+Point run_rpc(odafs::rpc::Channel& ch, const char (&root)[ODAFS_FHSIZE], size_t inflight,
+              double seconds, odafs::Client& stats) {
+  std::vector<std::unique_ptr<odafs::rpc::Call>> calls;
+  for (size_t i = 0; i < inflight; ++i) calls.push_back(std::make_unique<odafs::rpc::Call>());
+  getattr_args args{};
+  std::memcpy(args.fh, root, sizeof args.fh);
+  return measure("rpc", inflight, seconds, stats, [&] {
     for (auto& c : calls) ch.start(*c, ODAFSPROC_GETATTR, to_xdrproc(xdr_getattr_args), &args);
     for (auto& c : calls) {
       XDR x;
@@ -62,13 +78,7 @@ Point run_point(odafs::rpc::Channel& ch, const char (&root)[ODAFS_FHSIZE], size_
         throw std::runtime_error("GETATTR failed");
       }
     }
-    done += inflight;
-  }
-  const double took =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const uint64_t cpu1 = odafs::bench::server_cpu_us(stats)["total"];
-  return Point{"rpc", inflight, static_cast<double>(done) / took,
-               static_cast<double>(cpu1 - cpu0) / static_cast<double>(done)};
+  });
 }
 
 // The same through libodafs: IoQueue::submit_stat of one open file, `inflight` at a time.
@@ -76,11 +86,7 @@ Point run_library(odafs::Client& client, odafs::File& f, size_t inflight, double
   odafs::IoQueue q(client, inflight);
   std::vector<odafs::Attr> attrs(inflight);
   std::vector<odafs::Completion> done_now(inflight);
-  const uint64_t cpu0 = odafs::bench::server_cpu_us(client)["total"];
-  const auto start = std::chrono::steady_clock::now();
-  const auto end = start + std::chrono::duration<double>(seconds);
-  uint64_t done = 0;
-  while (std::chrono::steady_clock::now() < end) {
+  return measure("library", inflight, seconds, client, [&] {
     for (size_t i = 0; i < inflight; ++i) q.submit_stat(f, &attrs[i], i);
     for (size_t got = 0; got < inflight;) {
       const size_t n = q.wait(done_now, 1, 30000);
@@ -90,13 +96,7 @@ Point run_library(odafs::Client& client, odafs::File& f, size_t inflight, double
       }
       got += n;
     }
-    done += inflight;
-  }
-  const double took =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const uint64_t cpu1 = odafs::bench::server_cpu_us(client)["total"];
-  return Point{"library", inflight, static_cast<double>(done) / took,
-               static_cast<double>(cpu1 - cpu0) / static_cast<double>(done)};
+  });
 }
 
 }  // namespace
@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
     for (int r = 1; r <= rounds; ++r) {
       for (size_t n : odafs::bench::parse_list(inflight_text)) {
         for (int way = 0; way < 2; ++way) {
-          Point p = (way + r) % 2 == 0 ? run_point(ch, root, n, seconds, *stats)
+          Point p = (way + r) % 2 == 0 ? run_rpc(ch, root, n, seconds, *stats)
                                        : run_library(*stats, f, n, seconds);
           std::printf("%8s %8zu %12.0f %22.2f\n", p.via, p.inflight, p.calls_per_s,
                       p.server_cpu_us_per_call);
