@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <string>
@@ -542,6 +543,33 @@ TEST_CASE("unstable writes from the queue are sent again after a crash, and go o
   auto d = drain(q);
   CHECK(d[1].bytes == want.size());
   CHECK(back == want);
+}
+
+TEST_CASE("stats from the queue across a server restart: the file found again, a removed one not") {
+  TempDir dir;
+  ServerProcess server(dir.path(), {"--block-size", "4096"});
+  write_local(dir / "kept", pattern(12345, 1));
+  write_local(dir / "gone", pattern(100, 2));
+  auto fs = Client::mount(server.url());
+  File kept = fs->open("kept");
+  File gone = fs->open("gone");
+  int status = server.signal_and_reap(SIGKILL);
+  REQUIRE(WIFSIGNALED(status));
+  std::filesystem::remove(dir / "gone");  // while the server is down: its handle stays stale
+  server.start_again();
+  IoQueue q(*fs, 4);
+  odafs::Attr a{}, b{};
+  q.submit_stat(kept, &a, 1);
+  q.submit_stat(gone, &b, 2);
+  auto done = drain(q);
+  CHECK(done[1].error == 0);
+  CHECK(a.size == 12345);
+  // As File::stat: after a restart the file is looked for by its path, which is gone.
+  CHECK(done[2].error == ENOENT);
+  CHECK(errno_of([&] { gone.stat(); }) == ENOENT);
+  // And the handle found again serves the next one at once.
+  q.submit_stat(kept, &a, 3);
+  CHECK(drain(q)[3].error == 0);
 }
 
 TEST_CASE("the C API's queue") {
