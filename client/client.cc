@@ -404,9 +404,13 @@ Result<Attr> Client::try_getattr(const Handle& fh) {
     attr_res res{};
     ODAFS_RETURN_IF_ERROR(call_rpc(ch, ODAFSPROC_GETATTR, to_xdrproc(xdr_getattr_args), &args,
                                    to_xdrproc(xdr_attr_res), &res));
-    ODAFS_RETURN_IF_ERROR(status_of(res.status, "getattr"));
-    return with_writes_behind(fh, to_attr(res.attr_res_u.attr));
+    return attr_of(res, fh);
   });
+}
+
+Result<Attr> Client::attr_of(const attr_res& res, const Handle& fh) const {
+  ODAFS_RETURN_IF_ERROR(status_of(res.status, "getattr"));
+  return with_writes_behind(fh, to_attr(res.attr_res_u.attr));
 }
 
 Status Client::start_getattr(const MountState& m, rpc::Call& call, const Handle& fh) {
@@ -420,8 +424,7 @@ Result<Attr> Client::finish_getattr(const MountState& m, rpc::Call& call, const 
   ODAFS_RETURN_IF_ERROR(wait_rpc_until(*m.channel, call, &x, call.deadline()));
   attr_res res{};
   if (!xdr_attr_res(&x, &res)) return Status(EPROTO, "getattr: malformed reply");
-  ODAFS_RETURN_IF_ERROR(status_of(res.status, "getattr"));
-  return with_writes_behind(fh, to_attr(res.attr_res_u.attr));
+  return attr_of(res, fh);
 }
 
 Attr Client::with_writes_behind(const Handle& fh, Attr a) const {

@@ -65,6 +65,7 @@
 #include "client/options.h"
 
 struct setattr_args;  // proto/odafs_prot.x
+struct attr_res;      // proto/odafs_prot.x
 
 namespace odafs::tls {
 class Context;
@@ -584,6 +585,8 @@ class Client {
   // try_getattr returns them.
   Status start_getattr(const MountState& m, rpc::Call& call, const Handle& fh);
   Result<Attr> finish_getattr(const MountState& m, rpc::Call& call, const Handle& fh);
+  // A GETATTR reply's attributes (its error otherwise), with this client's writes behind.
+  Result<Attr> attr_of(const attr_res& res, const Handle& fh) const;
   Result<size_t> finish_write(const MountState& m, rpc::Call& call, size_t len, WriteVerifier* verf,
                               int* committed, uint64_t* size_after = nullptr);
   // The read path of File::pread (read_path.cc): per block, cache → one-sided read with a
