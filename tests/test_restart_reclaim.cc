@@ -248,7 +248,13 @@ TEST_CASE(
   odafs::test::make_file(server.url(), "/other", "other");
 
   SUBCASE("no write delegation out: a restart opens no grace period") {
-    { auto reader = Client::mount(server.url()); }
+    {
+      // make_file's client took a write delegation (the record's first version) and left
+      // (its second, which the record's own thread writes a moment later: on a loaded
+      // machine the kill came first once, and the restart waited for that client).
+      auto reader = Client::mount(server.url());
+      REQUIRE(eventually([&] { return server_stat(*reader, "recovery.record_writes") == 2; }));
+    }
     server.kill_hard();
     server.start_again();
     const auto start = std::chrono::steady_clock::now();
