@@ -303,10 +303,6 @@ void find_by_identity(Store& store, const std::string& top, bool finds) {
   CHECK(store.find(id, &again, &access).errno_value() == ESTALE);
 }
 
-std::string unique_top(const char* what) {
-  return std::string(what) + "-" + std::to_string(getpid());
-}
-
 // Space held for writes to come (a write delegation's space_limit): where the store
 // reserves, the blocks are allocated past the end without changing the size, and released
 // they are free again with the bytes, size and modification time as they were.
@@ -366,7 +362,13 @@ TEST_CASE("posix store: acts as the caller" * doctest::skip(!is_root()) *
 }
 
 #if ODAFS_HAVE_CEPHFS
+
 namespace {
+
+// A top directory of its own in the shared cluster, for one run of the suite.
+std::string unique_top(const char* what) {
+  return std::string(what) + "-" + std::to_string(getpid());
+}
 
 bool no_cluster() { return !cluster().why_not.empty(); }
 const char* skip_reason() { return no_cluster() ? cluster().why_not.c_str() : ""; }
