@@ -129,6 +129,9 @@ class File {
   void flush();
   // flush(), then forget the handle.
   void close();
+  // Whether open() was served by a delegation this client already held, without a call:
+  // then nobody else changed the file since this client last heard from the server about it.
+  bool opened_by_delegation() const { return opened_by_delegation_; }
 
   // A reader's place among this file's failed writes sent behind: fsync and flush given a
   // mark report a failure the mark has not heard of yet, once per mark, as Linux reports
@@ -235,6 +238,7 @@ class File {
   std::unique_ptr<State> state_;  // handle, and what the client's Files of the file share
   uint64_t fileid_ = 0;
   Attr opened_;
+  bool opened_by_delegation_ = false;
   std::string path_;
   int flags_ = 0;
 };
@@ -531,7 +535,9 @@ class Client {
   // What open() finds at an existing path, for `access` (O_RDONLY, O_WRONLY, O_RDWR):
   // from a read delegation this mount holds, without a call, or by OPEN, which may grant
   // one (and, to write, recalls other clients'). Follows symlinks.
-  Result<std::pair<Handle, Attr>> open_existing(const std::string& path, int access);
+  // *by_delegation: whether a delegation served it.
+  Result<std::pair<Handle, Attr>> open_existing(const std::string& path, int access,
+                                                bool* by_delegation);
   // Whether m holds a delegation on `name` in dir that it may trust now: then *fh, *attr
   // (its size grown by this client's writes behind) and *write (a write delegation) say
   // what it holds. Allocates nothing.

@@ -74,6 +74,7 @@ File& File::operator=(File&& other) noexcept {
     state_ = std::move(other.state_);
     fileid_ = other.fileid_;
     opened_ = other.opened_;
+    opened_by_delegation_ = other.opened_by_delegation_;
     path_ = std::move(other.path_);
     flags_ = other.flags_;
   }

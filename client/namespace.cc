@@ -161,6 +161,7 @@ File Client::open(const std::string& path, int flags, mode_t mode) {
     Handle fh;
     Attr attr;
     bool created = false;
+    bool by_delegation = false;
     // O_TRUNC needs write permission whatever the access mode, and truncates an O_RDONLY
     // open too (as Linux's open(2)): checked before anything is discarded.
     const int access =
@@ -194,7 +195,7 @@ File Client::open(const std::string& path, int flags, mode_t mode) {
       }
     }
     if (!created) {
-      ODAFS_ASSIGN_OR_RETURN(std::tie(fh, attr), open_existing(path, access));
+      ODAFS_ASSIGN_OR_RETURN(std::tie(fh, attr), open_existing(path, access, &by_delegation));
       if (attr.type == FileType::kRegular) {
         ODAFS_RETURN_IF_ERROR(check_access(fh, attr, path, access));
       }
@@ -213,7 +214,9 @@ File Client::open(const std::string& path, int flags, mode_t mode) {
       cache.forget_file_data(key);
     }
     if ((flags & O_TRUNC) && access != O_RDONLY) attr.size = 0;
-    return File(this, fh, attr, m->limits.write_verifier, path, flags);
+    File file(this, fh, attr, m->limits.write_verifier, path, flags);
+    file.opened_by_delegation_ = by_delegation;
+    return file;
   }));
 }
 
@@ -231,7 +234,8 @@ bool Client::delegated(const MountState& m, const Handle& dir, std::string_view 
   return true;
 }
 
-Result<std::pair<Handle, Attr>> Client::open_existing(const std::string& path, int access) {
+Result<std::pair<Handle, Attr>> Client::open_existing(const std::string& path, int access,
+                                                      bool* by_delegation) {
   if (split_path(path).empty()) return resolve(path, true);  // the mount root
   ODAFS_ASSIGN_OR_RETURN(auto parent, resolve_parent(path));
   const Handle& dir = parent.first;
@@ -243,6 +247,7 @@ Result<std::pair<Handle, Attr>> Client::open_existing(const std::string& path, i
   bool write = false;
   if (delegated(*current, dir, name, &fh, &attr, &write) && (access == O_RDONLY || write)) {
     stats_.delegated_opens.fetch_add(1, std::memory_order_relaxed);
+    *by_delegation = true;
     return std::make_pair(fh, attr);
   }
   Result<std::pair<Handle, Attr>> found =

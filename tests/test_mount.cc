@@ -139,6 +139,28 @@ MOUNT_TEST("a cp's 128 KiB writes reach the server gathered, a WRITE per MiB (wr
   CHECK(odafs::test::server_stat(*other, "calls.WRITE") - before <= 8);
 }
 
+MOUNT_TEST(
+    "a close of a read-only descriptor sends nothing (FOPEN_NOFLUSH); the writer's close "
+    "sends and commits its bytes") {
+  Mounted fs({}, {"--no-delegations"});  // no delegation keeps the writer's bytes
+  auto other = odafs::Client::mount(fs.server.url());
+  const int writer = open((fs / "f").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  REQUIRE(writer >= 0);
+  const std::string data = pattern(3000, 3);
+  REQUIRE(write(writer, data.data(), data.size()) == static_cast<ssize_t>(data.size()));
+  const int reader = open((fs / "f").c_str(), O_RDONLY);  // the write is still behind
+  REQUIRE(reader >= 0);
+  const uint64_t writes = odafs::test::server_stat(*other, "calls.WRITE");
+  const uint64_t commits = odafs::test::server_stat(*other, "calls.COMMIT");
+  CHECK(close(reader) == 0);
+  // Before, the kernel's FLUSH at this close committed every open's writes of the file.
+  CHECK(odafs::test::server_stat(*other, "calls.WRITE") == writes);
+  CHECK(odafs::test::server_stat(*other, "calls.COMMIT") == commits);
+  CHECK(close(writer) == 0);
+  CHECK(odafs::test::server_stat(*other, "calls.WRITE") > writes);
+  CHECK(odafs::test::read_all(*other, "f", data.size()) == data);
+}
+
 MOUNT_TEST("st_blksize is the largest WRITE, and a write(2) of it is one WRITE (defaults)") {
   Mounted fs;
   auto other = odafs::Client::mount(fs.server.url());

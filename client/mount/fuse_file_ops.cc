@@ -23,6 +23,14 @@ constexpr int kOpenFlags = O_ACCMODE | O_APPEND | O_TRUNC;
 // one request, one atomic append at the server.
 unsigned direct_io_for(int open_flags) { return (open_flags & O_APPEND) != 0 ? 1 : 0; }
 
+// A close of an open for reading only has nothing to send or report (Linux's NFS client
+// likewise flushes only descriptors open for writing): the kernel is told to skip its
+// FLUSH (FOPEN_NOFLUSH), a round trip per close(2). Not for opens to write, even under a
+// write delegation that would keep their bytes: the kernel fixes it at open, and should the
+// file outgrow the room the delegation holds, or the delegation be recalled, the bytes would
+// go at the release, after close(2) returned, where a failure reaches no one.
+unsigned no_flush_for(int open_flags) { return (open_flags & O_ACCMODE) == O_RDONLY ? 1 : 0; }
+
 // Room for one reply of `size` bytes (read data, a listing slice). A thread serves one
 // request at a time, and the room stays with it: the requests allocate nothing once it
 // has grown to the largest (max_read, or the kernel's readdir size).
@@ -43,7 +51,9 @@ void FuseFs::op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     // when the file's times and size are what the last open here found (nobody changed it
     // since; this mount's own writes went through those pages), else dropped; its
     // attributes are invalidated so that the size another client gave the file is
-    // fetched (through this open file) before a read stops at an old size.
+    // fetched (through this open file) before a read stops at an old size. Not when a
+    // delegation this mount already held served the open: nobody changed the file since
+    // the open that brought it, which invalidated them (no GETATTR round trip then).
     std::string path = fs.inodes_.path(ino);
     auto open = std::make_unique<OpenFile>(fs.client_.open(path, fi->flags & kOpenFlags), ino,
                                            fs.attr_epoch_.load(), caller_of(req));
@@ -53,7 +63,10 @@ void FuseFs::op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
                                           at_open.size};
     fi->direct_io = direct_io_for(fi->flags);
     fi->keep_cache = fs.inodes_.pages_still_valid(ino, version) && !(fi->flags & O_TRUNC) ? 1 : 0;
-    if (fs.session_ != nullptr) fuse_lowlevel_notify_inval_inode(fs.session_, ino, -1, 0);
+    if (fs.session_ != nullptr && !open->file.opened_by_delegation()) {
+      fuse_lowlevel_notify_inval_inode(fs.session_, ino, -1, 0);
+    }
+    fi->noflush = no_flush_for(fi->flags);
     fi->fh = fs.adopt(std::move(open));
     fs.opened(ino);
     if (fuse_reply_open(req, fi) != 0) {
@@ -81,6 +94,7 @@ void FuseFs::op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode
     e.entry_timeout = fs.options_.entry_timeout;
     fi->keep_cache = 0;
     fi->direct_io = direct_io_for(fi->flags);
+    fi->noflush = no_flush_for(fi->flags);
     fi->fh = fs.adopt(std::move(open));
     fs.opened(e.ino);
     if (fuse_reply_create(req, &e, fi) != 0) {
