@@ -18,9 +18,33 @@ struct odafs_file {
   uint32_t block_size;  // the mount's, for st_blksize
 };
 struct odafs_ioq {
+  // A request submitted and not yet reaped. The queue knows it by its index here (the tag
+  // it was given); the reap puts back the caller's tag and turns a stat's Attr into a
+  // struct stat and a create's File into an odafs_file, in C terms.
+  struct Pending {
+    uint64_t user_tag = 0;
+    odafs::Attr attr;
+    struct stat* st = nullptr;   // a stat's result goes here
+    odafs_file* file = nullptr;  // a create's, handed to *file_out at reap (freed on failure)
+    odafs_file** file_out = nullptr;
+  };
+  // Before impl: destroyed after it, whose destructor waits for the calls in flight.
+  std::vector<Pending> pending;  // depth entries
+  std::vector<uint32_t> free;    // free entries of pending
   odafs::IoQueue impl;
+  uint32_t block_size;
   std::vector<odafs::Completion> out;  // depth entries: what one reap can return
-  odafs_ioq(odafs::Client& c, size_t depth) : impl(c, depth), out(depth) {}
+  odafs_ioq(odafs::Client& c, size_t depth)
+      : pending(depth <= 65536 ? depth : 0),
+        impl(c, depth),
+        block_size(c.limits().block_size),
+        out(depth) {
+    free.reserve(depth);
+    for (size_t i = depth; i-- > 0;) free.push_back(static_cast<uint32_t>(i));
+  }
+  ~odafs_ioq() {
+    for (Pending& p : pending) delete p.file;  // created, never reaped
+  }
 };
 
 namespace {
@@ -62,13 +86,46 @@ unsigned char dtype(odafs::FileType t) {
 }
 
 // The queue's completions, as the C API's.
-ssize_t copy_out(const odafs_ioq* q, size_t n, odafs_completion* out) {
+ssize_t copy_out(odafs_ioq* q, size_t n, odafs_completion* out) {
   for (size_t i = 0; i < n; ++i) {
-    out[i].user_tag = q->out[i].user_tag;
-    out[i].bytes = q->out[i].bytes;
-    out[i].error = q->out[i].error;
+    const odafs::Completion& c = q->out[i];
+    odafs_ioq::Pending& p = q->pending[c.user_tag];
+    out[i].user_tag = p.user_tag;
+    out[i].bytes = c.bytes;
+    out[i].error = c.error;
+    if (p.st != nullptr && c.error == 0) *p.st = odafs::to_stat(p.attr, q->block_size);
+    if (p.file_out != nullptr) {
+      if (c.error != 0) {
+        delete p.file;
+        p.file = nullptr;
+      }
+      *p.file_out = p.file;
+    }
+    p = odafs_ioq::Pending{};
+    q->free.push_back(static_cast<uint32_t>(c.user_tag));
   }
   return static_cast<ssize_t>(n);
+}
+
+// Submits one request to q through fn(entry, tag), the entry taken for it (given back if
+// fn throws); 0, or -1 with errno (EBUSY: depth requests outstanding).
+template <class Fn>
+int submit(odafs_ioq* q, uint64_t user_tag, Fn&& fn) {
+  if (q->free.empty()) return errno = EBUSY, -1;
+  const uint32_t tag = q->free.back();
+  odafs_ioq::Pending& p = q->pending[tag];
+  p.user_tag = user_tag;
+  int rc = guarded([&] {
+    fn(p, uint64_t{tag});
+    return 0;
+  });
+  if (rc != 0) {
+    delete p.file;
+    p = odafs_ioq::Pending{};
+  } else {
+    q->free.pop_back();
+  }
+  return rc;
 }
 
 bool null_arg(const void* p) {
@@ -277,9 +334,8 @@ int odafs_ioq_submit_read(odafs_ioq* q, odafs_file* file, void* buf, size_t len,
                           uint64_t user_tag) {
   if (null_arg(q) || null_arg(file) || (len > 0 && null_arg(buf))) return -1;
   if (offset < 0) return errno = EINVAL, -1;
-  return guarded([&] {
-    q->impl.submit_read(file->impl, buf, len, static_cast<uint64_t>(offset), user_tag);
-    return 0;
+  return submit(q, user_tag, [&](odafs_ioq::Pending&, uint64_t tag) {
+    q->impl.submit_read(file->impl, buf, len, static_cast<uint64_t>(offset), tag);
   });
 }
 
@@ -287,10 +343,55 @@ int odafs_ioq_submit_write(odafs_ioq* q, odafs_file* file, const void* buf, size
                            off_t offset, uint64_t user_tag) {
   if (null_arg(q) || null_arg(file) || (len > 0 && null_arg(buf))) return -1;
   if (offset < 0) return errno = EINVAL, -1;
-  return guarded([&] {
-    q->impl.submit_write(file->impl, buf, len, static_cast<uint64_t>(offset), user_tag);
-    return 0;
+  return submit(q, user_tag, [&](odafs_ioq::Pending&, uint64_t tag) {
+    q->impl.submit_write(file->impl, buf, len, static_cast<uint64_t>(offset), tag);
   });
+}
+
+int odafs_ioq_submit_stat(odafs_ioq* q, odafs_file* file, struct stat* st, uint64_t user_tag) {
+  if (null_arg(q) || null_arg(file) || null_arg(st)) return -1;
+  return submit(q, user_tag, [&](odafs_ioq::Pending& p, uint64_t tag) {
+    p.st = st;
+    q->impl.submit_stat(file->impl, &p.attr, tag);
+  });
+}
+
+int odafs_ioq_submit_lstat(odafs_ioq* q, const char* path, struct stat* st, uint64_t user_tag) {
+  if (null_arg(q) || null_arg(path) || null_arg(st)) return -1;
+  return submit(q, user_tag, [&](odafs_ioq::Pending& p, uint64_t tag) {
+    p.st = st;
+    q->impl.submit_lstat(path, &p.attr, tag);
+  });
+}
+
+int odafs_ioq_submit_access(odafs_ioq* q, const char* path, int mode, int* granted,
+                            uint64_t user_tag) {
+  if (null_arg(q) || null_arg(path) || null_arg(granted)) return -1;
+  return submit(q, user_tag, [&](odafs_ioq::Pending&, uint64_t tag) {
+    q->impl.submit_access(path, mode, granted, tag);
+  });
+}
+
+int odafs_ioq_submit_create(odafs_ioq* q, const char* path, int flags, mode_t mode,
+                            odafs_file** file, uint64_t user_tag) {
+  if (null_arg(q) || null_arg(path) || null_arg(file)) return -1;
+  return submit(q, user_tag, [&](odafs_ioq::Pending& p, uint64_t tag) {
+    p.file = new odafs_file{odafs::File(), q->block_size};
+    p.file_out = file;
+    q->impl.submit_create(path, flags, mode, &p.file->impl, tag);
+  });
+}
+
+int odafs_ioq_submit_unlink(odafs_ioq* q, const char* path, uint64_t user_tag) {
+  if (null_arg(q) || null_arg(path)) return -1;
+  return submit(q, user_tag,
+                [&](odafs_ioq::Pending&, uint64_t tag) { q->impl.submit_unlink(path, tag); });
+}
+
+int odafs_ioq_submit_chmod(odafs_ioq* q, const char* path, mode_t mode, uint64_t user_tag) {
+  if (null_arg(q) || null_arg(path)) return -1;
+  return submit(q, user_tag,
+                [&](odafs_ioq::Pending&, uint64_t tag) { q->impl.submit_chmod(path, mode, tag); });
 }
 
 ssize_t odafs_ioq_reap(odafs_ioq* q, struct odafs_completion* out, size_t max) {

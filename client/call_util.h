@@ -142,6 +142,11 @@ inline Status wait_rpc_until(rpc::Channel& ch, rpc::Call& call, XDR* results, ti
   return rpc_status([&] { ch.wait_until(call, results, deadline); });
 }
 
+// OPEN's and CREATE's access for an open(2) access mode (O_RDONLY, O_WRONLY, O_RDWR).
+inline uint32_t open_access(int access) {
+  return access == O_RDONLY ? ODAFS_OPEN_READ : ODAFS_OPEN_READ | ODAFS_OPEN_WRITE;
+}
+
 // Whether a call's errno says the server could not be reached (refused, reset, timed
 // out): the call may not have run, and the server may be back in a moment.
 inline bool server_unreachable(int err) {

@@ -377,12 +377,8 @@ Result<std::pair<Handle, Attr>> Client::try_lookup(const Handle& dir, const std:
   // client's rename, removal or change of it recalls first. Only a file of one link: this
   // client's removal of another name of it changes its link count unseen by the entry.
   std::pair<Handle, Attr> found;
-  bool write = false;
   ODAFS_ASSIGN_OR_RETURN(auto m, mount_state());
-  if (delegated(*m, dir, name, &found.first, &found.second, &write) && found.second.nlink <= 1) {
-    stats_.delegated_lookups.fetch_add(1, std::memory_order_relaxed);
-    return found;
-  }
+  if (lookup_without_call(*m, dir, name, &found)) return found;
   return with_channel(true, [&](rpc::Channel& ch) -> Result<std::pair<Handle, Attr>> {
     diropargs args{};
     put_fh(args.dir, dir);
@@ -390,9 +386,18 @@ Result<std::pair<Handle, Attr>> Client::try_lookup(const Handle& dir, const std:
     dirop_res res{};
     ODAFS_RETURN_IF_ERROR(call_rpc(ch, ODAFSPROC_LOOKUP, to_xdrproc(xdr_diropargs), &args,
                                    to_xdrproc(xdr_dirop_res), &res));
-    ODAFS_RETURN_IF_ERROR(status_of(res.status, "lookup " + name));
-    return std::make_pair(get_fh(res.dirop_res_u.ok.fh), to_attr(res.dirop_res_u.ok.attr));
+    return lookup_of(res, name);
   });
+}
+
+bool Client::lookup_without_call(const MountState& m, const Handle& dir, const std::string& name,
+                                 std::pair<Handle, Attr>* found) {
+  bool write = false;
+  if (!delegated(m, dir, name, &found->first, &found->second, &write) || found->second.nlink > 1) {
+    return false;
+  }
+  stats_.delegated_lookups.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 Attr Client::getattr(const Handle& fh) { return or_throw(try_getattr(fh)); }
@@ -619,8 +624,7 @@ Result<Attr> Client::setattr(const Handle& fh, setattr_args& args, const std::st
     attr_res res{};
     ODAFS_RETURN_IF_ERROR(call_rpc(ch, ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args,
                                    to_xdrproc(xdr_attr_res), &res));
-    ODAFS_RETURN_IF_ERROR(status_of(res.status, what));
-    return to_attr(res.attr_res_u.attr);
+    return setattr_of(res, what);
   });
 }
 

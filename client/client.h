@@ -66,6 +66,10 @@
 
 struct setattr_args;  // proto/odafs_prot.x
 struct attr_res;      // proto/odafs_prot.x
+struct dirop_res;     // proto/odafs_prot.x
+struct access_res;    // proto/odafs_prot.x
+struct open_res;      // proto/odafs_prot.x
+struct create_args;   // proto/odafs_prot.x
 
 namespace odafs::tls {
 class Context;
@@ -593,6 +597,47 @@ class Client {
   Result<Attr> finish_getattr(const MountState& m, rpc::Call& call, const Handle& fh);
   // A GETATTR reply's attributes (its error otherwise), with this client's writes behind.
   Result<Attr> attr_of(const attr_res& res, const Handle& fh) const;
+  // IoQueue's metadata requests: one call each in two halves, like the reads'
+  // (client/namespace_calls.cc). start_* encode the call (the arguments are not kept);
+  // finish_* wait for its reply (it is there or overdue: IoQueue polled) and decode it with
+  // the synchronous call's own decoder below. finish_create records a delegation granted.
+  Status start_lookup(const MountState& m, rpc::Call& call, const Handle& dir,
+                      const std::string& name);
+  Result<std::pair<Handle, Attr>> finish_lookup(const MountState& m, rpc::Call& call,
+                                                const std::string& name);
+  Status start_access(const MountState& m, rpc::Call& call, const Handle& fh, int want);
+  Result<int> finish_access(const MountState& m, rpc::Call& call, int want);
+  // REQUIRES: forget_delegation(fh) done (setattr() does it).
+  Status start_setattr(const MountState& m, rpc::Call& call, const Handle& fh, setattr_args& args);
+  Result<Attr> finish_setattr(const MountState& m, rpc::Call& call, const std::string& what);
+  // access: O_RDONLY, O_WRONLY or O_RDWR; flags: O_EXCL is the only one read.
+  Status start_create(const MountState& m, rpc::Call& call, const Handle& dir,
+                      const std::string& name, mode_t mode, int flags, int access);
+  Result<std::pair<Handle, Attr>> finish_create(const MountState& m, rpc::Call& call,
+                                                const Handle& dir, const std::string& name,
+                                                int access, const std::string& what);
+  // REMOVE (proc ODAFSPROC_REMOVE) or RMDIR of name in dir.
+  Status start_remove(const MountState& m, rpc::Call& call, const Handle& dir,
+                      const std::string& name, uint32_t proc);
+  Status finish_remove(const MountState& m, rpc::Call& call, const std::string& what);
+  // The decoders the synchronous calls and the halves share: a reply's result, or its
+  // error naming `what` (a LOOKUP's: the name).
+  static Result<std::pair<Handle, Attr>> lookup_of(const dirop_res& res, const std::string& name);
+  static Result<int> granted_of(const access_res& res, int want);
+  static Result<Attr> setattr_of(const attr_res& res, const std::string& what);
+  // CREATE's arguments; they point into name, which must outlive them.
+  static create_args create_call_args(const Handle& dir, const std::string& name, mode_t mode,
+                                      int flags, int access);
+  // The file an OPEN or CREATE of `name` in dir answered, its delegation, if granted,
+  // recorded (a write open without one forgets the name's: this client is about to write).
+  static Result<std::pair<Handle, Attr>> opened(const MountState& m, const Handle& dir,
+                                                std::string_view name, int access,
+                                                const open_res& res, const std::string& what);
+  // The File open() hands out for (fh, attr) found at path: the cached blocks
+  // revalidated (close-to-open), O_DIRECTORY and a directory opened to write refused, and
+  // O_TRUNC done (a SETATTR when the file has bytes).
+  Result<File> file_at_open(const std::shared_ptr<const MountState>& m, const Handle& fh, Attr attr,
+                            const std::string& path, int flags, int access, bool by_delegation);
   Result<size_t> finish_write(const MountState& m, rpc::Call& call, size_t len, WriteVerifier* verf,
                               int* committed, uint64_t* size_after = nullptr);
   // The read path of File::pread (read_path.cc): per block, cache → one-sided read with a
@@ -612,6 +657,13 @@ class Client {
   Result<Attr> setattr(const Handle& fh, setattr_args& args, const std::string& what);
   // ACCESS: the part of want (R_OK | W_OK | X_OK) the caller has on fh.
   Result<int> access_handle(const Handle& fh, int want);
+  // access() and open() without throwing (IoQueue's requests finish with them).
+  Result<int> try_access(const std::string& path, int want, bool follow_last);
+  Result<File> try_open(const std::string& path, int flags, mode_t mode);
+  // What LOOKUP of name in dir would answer, from a delegation this client holds on the
+  // file (a file of one link), without a call: true and *found.
+  bool lookup_without_call(const MountState& m, const Handle& dir, const std::string& name,
+                           std::pair<Handle, Attr>* found);
   Result<std::string> readlink_handle(const Handle& fh);
   Status remove_name(const std::string& path, uint32_t proc, const char* what);
   // Drops what the current mount caches of the file's data (after this client changed it).

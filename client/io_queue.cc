@@ -10,7 +10,11 @@
 #include "base/log.h"
 #include "client/block_reader.h"
 #include "client/call_util.h"
+#include "client/delegations.h"
+#include "client/dir_cache.h"
 #include "client/mount_state.h"
+#include "client/url.h"
+#include "rpc/call_credential.h"
 #include "rpc/client_channel.h"
 
 namespace odafs {
@@ -19,6 +23,9 @@ namespace {
 bool at_or_before(const timespec& a, const timespec& b) {
   return a.tv_sec < b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec <= b.tv_nsec);
 }
+
+// Where a request by path stands.
+enum class PathStep : uint8_t { kFindParent, kLookupLast, kOwnCall };
 
 }  // namespace
 
@@ -48,6 +55,20 @@ struct IoQueue::Slot {
   size_t chunk = 0;  // the WRITE in flight: its length
   rpc::Call call;
   std::vector<char> scratch;
+  // Requests by path. The strings keep their capacity from request to request.
+  std::string path;
+  std::string name;  // its last name, in `dir`
+  Handle dir{};
+  PathStep step = PathStep::kFindParent;
+  int want = 0;                             // access's
+  int* granted = nullptr;                   // access's result
+  mode_t mode = 0;                          // create's and chmod's
+  int flags = 0;                            // create's
+  File* made = nullptr;                     // create's result
+  std::optional<Delegations::Return> held;  // unlink's: a delegation taken for the removal
+  // The submitter's per-call credential (rpc::CallAs), if any: the calls the request starts
+  // later, inside someone's reap or wait, go as the caller who asked for it.
+  std::optional<rpc::CallCredential> as;
 };
 
 IoQueue::IoQueue(Client& client, size_t depth) : client_(client), depth_(depth) {
@@ -73,15 +94,15 @@ IoQueue::~IoQueue() {
   }
 }
 
-Result<IoQueue::Slot*> IoQueue::take_slot(File& f, const void* buf, size_t len) {
+Result<IoQueue::Slot*> IoQueue::take_slot(File* f, const void* buf, size_t len) {
   if (len > 0 && buf == nullptr) return Status(EINVAL, "IoQueue: null buffer");
-  if (f.is_open() && f.client_ != &client_) {
+  if (f != nullptr && f->is_open() && f->client_ != &client_) {
     return Status(EINVAL, "IoQueue: a file of another client");
   }
   if (free_.empty()) return Status(EBUSY, "IoQueue: depth requests outstanding");
   Slot& s = slots_[free_.back()];
   free_.pop_back();
-  s.file = &f;
+  s.file = f;
   s.buf = static_cast<char*>(const_cast<void*>(buf));
   s.len = len;
   s.done = 0;
@@ -90,6 +111,8 @@ Result<IoQueue::Slot*> IoQueue::take_slot(File& f, const void* buf, size_t len) 
   s.in_flight = false;
   s.waiting_engine = false;
   s.retry.reset();
+  s.as.reset();
+  if (const rpc::CallCredential* caller = rpc::CallAs::current()) s.as.emplace(*caller);
   return &s;
 }
 
@@ -109,7 +132,7 @@ void IoQueue::submit_stat(File& f, Attr* out, uint64_t user_tag) {
 
 Status IoQueue::try_submit(Op op, File& f, void* buf, size_t len, uint64_t offset,
                            uint64_t user_tag) {
-  ODAFS_ASSIGN_OR_RETURN(Slot * slot, take_slot(f, buf, len));
+  ODAFS_ASSIGN_OR_RETURN(Slot * slot, take_slot(&f, buf, len));
   Slot& s = *slot;
   s.op = op;
   if (op == Op::kStat) {
@@ -123,12 +146,57 @@ Status IoQueue::try_submit(Op op, File& f, void* buf, size_t len, uint64_t offse
   return Status();
 }
 
+template <class Fill>
+void IoQueue::submit_by_path(Op op, const std::string& path, uint64_t user_tag, Fill&& fill) {
+  Slot& s = *or_throw(take_slot(nullptr, nullptr, 0));
+  s.op = op;
+  s.tag = user_tag;
+  s.path = path;
+  s.step = PathStep::kFindParent;
+  fill(s);
+  drive(s, false);
+  if (s.in_flight) flight_.push_back(s.index);
+}
+
+void IoQueue::submit_lstat(const std::string& path, Attr* out, uint64_t user_tag) {
+  if (out == nullptr) throw Error(EINVAL, "IoQueue: null attributes");
+  submit_by_path(Op::kLstat, path, user_tag, [&](Slot& s) { s.attr = out; });
+}
+
+void IoQueue::submit_access(const std::string& path, int want, int* granted, uint64_t user_tag) {
+  if (granted == nullptr) throw Error(EINVAL, "IoQueue: null result");
+  submit_by_path(Op::kAccess, path, user_tag, [&](Slot& s) {
+    s.want = want;
+    s.granted = granted;
+  });
+}
+
+void IoQueue::submit_create(const std::string& path, int flags, mode_t mode, File* out,
+                            uint64_t user_tag) {
+  if (out == nullptr) throw Error(EINVAL, "IoQueue: null file");
+  submit_by_path(Op::kCreate, path, user_tag, [&](Slot& s) {
+    s.flags = flags | O_CREAT;
+    s.mode = mode;
+    s.made = out;
+  });
+}
+
+void IoQueue::submit_unlink(const std::string& path, uint64_t user_tag) {
+  submit_by_path(Op::kUnlink, path, user_tag, [](Slot&) {});
+}
+
+void IoQueue::submit_chmod(const std::string& path, mode_t mode, uint64_t user_tag) {
+  submit_by_path(Op::kChmod, path, user_tag, [&](Slot& s) { s.mode = mode; });
+}
+
 RetryPolicy& IoQueue::policy(Slot& s) {
   if (!s.retry) s.retry.emplace(client_.options().timeout_ms);
   return *s.retry;
 }
 
 void IoQueue::drive(Slot& s, bool rpc_ready) {
+  std::optional<rpc::CallAs> as;
+  if (s.as) as.emplace(*s.as);
   for (;;) {
     Result<bool> step = false;
     // The queue's promise: a request's failure is its completion's, never thrown out of
@@ -137,7 +205,8 @@ void IoQueue::drive(Slot& s, bool rpc_ready) {
     try {
       step = s.op == Op::kRead    ? drive_read(s, rpc_ready)
              : s.op == Op::kWrite ? drive_write(s, rpc_ready)
-                                  : drive_stat(s, rpc_ready);
+             : s.op == Op::kStat  ? drive_stat(s, rpc_ready)
+                                  : drive_by_path(s, rpc_ready);
     } catch (const std::bad_alloc&) {
       s.in_flight = false;
       complete(s, ENOMEM);
@@ -155,7 +224,8 @@ void IoQueue::drive(Slot& s, bool rpc_ready) {
     s.in_flight = false;
     const int err = step.errno_value();
     // DELAY: the server did nothing; the same goes again after the policy's pause (a
-    // rare wait, taken here). A read resumes where it stopped.
+    // rare wait, taken here). A read resumes where it stopped, a request by path sends
+    // the call of its step again.
     if (err == kDelayErrno && policy(s).again_after_delay()) {
       if (s.op == Op::kRead) s.reader.reset();
       rpc_ready = false;
@@ -163,12 +233,25 @@ void IoQueue::drive(Slot& s, bool rpc_ready) {
     }
     // Reads and writes are idempotent: after a lost connection (a failure on a channel
     // now broken, as Client::with_mount tells it) the request resumes where it stopped,
-    // on the re-mounted connection.
-    if (s.mount && s.mount->channel->broken() && policy(s).again_after_lost_connection(true)) {
+    // on the re-mounted connection. Of the requests by path, those that change nothing
+    // start over; a CREATE or REMOVE may have been done, and fails.
+    const bool idempotent =
+        !by_path(s.op) || s.op == Op::kLstat || s.op == Op::kAccess || s.op == Op::kChmod;
+    if (s.mount && s.mount->channel->broken() &&
+        policy(s).again_after_lost_connection(idempotent)) {
       ODAFS_LOG_WARN("odafs: connection lost (%s); reconnecting",
                      step.status().to_string().c_str());
       s.reader.reset();
-      s.mount.reset();
+      start_over(s);
+      rpc_ready = false;
+      continue;
+    }
+    // A request by path that met a stale handle (a server restart, or a directory the
+    // cache held removed by another client) starts over once, with the directory cache
+    // emptied, as Client::resolve does.
+    if (err == ESTALE && by_path(s.op) && s.mount && policy(s).again_after_stale()) {
+      s.mount->dirs->clear();
+      start_over(s);
       rpc_ready = false;
       continue;
     }
@@ -286,7 +369,140 @@ Result<bool> IoQueue::drive_stat(Slot& s, bool rpc_ready) {
   return false;
 }
 
+Result<bool> IoQueue::drive_by_path(Slot& s, bool rpc_ready) {
+  if (rpc_ready) {
+    s.in_flight = false;
+    return finish_step(s);
+  }
+  if (s.step == PathStep::kFindParent) {
+    // The mount root has no parent: its stat is the synchronous one.
+    if (split_path(s.path).empty()) return finish_synchronously(s);
+    ODAFS_ASSIGN_OR_RETURN(auto parent, client_.resolve_parent(s.path));
+    s.dir = parent.first;
+    s.name = std::move(parent.second);
+    ODAFS_ASSIGN_OR_RETURN(s.mount, client_.mount_state());
+    s.step =
+        s.op == Op::kCreate || s.op == Op::kUnlink ? PathStep::kOwnCall : PathStep::kLookupLast;
+    std::pair<Handle, Attr> found;
+    if (s.step == PathStep::kLookupLast &&
+        client_.lookup_without_call(*s.mount, s.dir, s.name, &found)) {
+      // A delegation answers the LOOKUP (a file: no symlink to follow).
+      if (s.op == Op::kLstat) {
+        *s.attr = client_.with_writes_behind(found.first, found.second);
+        return true;
+      }
+      s.fh = found.first;
+      if (s.op == Op::kChmod) ODAFS_RETURN_IF_ERROR(client_.forget_delegation(s.fh));
+      s.step = PathStep::kOwnCall;
+    }
+    if (s.op == Op::kUnlink) s.held = s.mount->delegations->take_for_remove(s.dir, s.name);
+  }
+  return start_step(s);
+}
+
+Result<bool> IoQueue::start_step(Slot& s) {
+  const MountState& m = *s.mount;
+  if (s.step == PathStep::kLookupLast) {
+    ODAFS_RETURN_IF_ERROR(client_.start_lookup(m, s.call, s.dir, s.name));
+  } else if (s.op == Op::kAccess) {
+    ODAFS_RETURN_IF_ERROR(client_.start_access(m, s.call, s.fh, s.want));
+  } else if (s.op == Op::kChmod) {
+    setattr_args args{};
+    args.mode.set = TRUE;
+    args.mode.odafs_set_u32_u.value = s.mode & 07777;
+    ODAFS_RETURN_IF_ERROR(client_.start_setattr(m, s.call, s.fh, args));
+  } else if (s.op == Op::kCreate) {
+    ODAFS_RETURN_IF_ERROR(
+        client_.start_create(m, s.call, s.dir, s.name, s.mode, s.flags, s.flags & O_ACCMODE));
+  } else {  // kUnlink
+    ODAFS_RETURN_IF_ERROR(client_.start_remove(m, s.call, s.dir, s.name, ODAFSPROC_REMOVE));
+  }
+  s.in_flight = true;
+  return false;
+}
+
+Result<bool> IoQueue::finish_step(Slot& s) {
+  const MountState& m = *s.mount;
+  if (s.step == PathStep::kLookupLast) {
+    ODAFS_ASSIGN_OR_RETURN(auto found, client_.finish_lookup(m, s.call, s.name));
+    if (s.op == Op::kLstat) {
+      *s.attr = client_.with_writes_behind(found.first, found.second);
+      return true;
+    }
+    if (found.second.type == FileType::kSymlink) return finish_synchronously(s);
+    s.fh = found.first;
+    // A SETATTR sent before the writes gathered behind would be undone by them, and this
+    // client's own delegation on the file is void once it changes it (Client::setattr).
+    if (s.op == Op::kChmod) ODAFS_RETURN_IF_ERROR(client_.forget_delegation(s.fh));
+    s.step = PathStep::kOwnCall;
+    return start_step(s);
+  }
+  switch (s.op) {
+    case Op::kAccess: {
+      ODAFS_ASSIGN_OR_RETURN(*s.granted, client_.finish_access(m, s.call, s.want));
+      return true;
+    }
+    case Op::kChmod:
+      ODAFS_RETURN_IF_ERROR(client_.finish_setattr(m, s.call, "chmod " + s.path).status());
+      return true;
+    case Op::kCreate: {
+      const int access = s.flags & O_ACCMODE;
+      Result<std::pair<Handle, Attr>> made =
+          client_.finish_create(m, s.call, s.dir, s.name, access, "create " + s.path);
+      // EEXIST without O_EXCL: a symlink at the name, which open(O_CREAT) follows.
+      if (made.errno_value() == EEXIST && !(s.flags & O_EXCL)) return finish_synchronously(s);
+      ODAFS_RETURN_IF_ERROR(made.status());
+      ODAFS_ASSIGN_OR_RETURN(*s.made, client_.file_at_open(s.mount, made->first, made->second,
+                                                           s.path, s.flags, access, false));
+      return true;
+    }
+    default: {  // kUnlink
+      Status removed = client_.finish_remove(m, s.call, "unlink " + s.path);
+      if (removed.errno_value() == kDelayErrno) return removed;   // sent again, still held
+      if (s.held) m.delegations->removed(*s.held, removed.ok());  // still there: bytes back
+      s.held.reset();
+      ODAFS_RETURN_IF_ERROR(removed);
+      return true;
+    }
+  }
+}
+
+Result<bool> IoQueue::finish_synchronously(Slot& s) {
+  switch (s.op) {
+    case Op::kLstat: {
+      ODAFS_ASSIGN_OR_RETURN(*s.attr, client_.try_lstat(s.path));
+      return true;
+    }
+    case Op::kAccess: {
+      ODAFS_ASSIGN_OR_RETURN(*s.granted, client_.try_access(s.path, s.want, true));
+      return true;
+    }
+    case Op::kChmod:
+      ODAFS_RETURN_IF_ERROR(client_.try_chmod(s.path, s.mode));
+      return true;
+    case Op::kCreate: {
+      ODAFS_ASSIGN_OR_RETURN(*s.made, client_.try_open(s.path, s.flags, s.mode));
+      return true;
+    }
+    default:
+      return Status(EINVAL, "IoQueue: no synchronous form");
+  }
+}
+
+void IoQueue::start_over(Slot& s) {
+  if (s.held) {
+    s.mount->delegations->removed(*s.held, false);
+    s.held.reset();
+  }
+  s.step = PathStep::kFindParent;
+  s.mount.reset();
+}
+
 void IoQueue::complete(Slot& s, int error) {
+  if (s.held) {  // an unlink that failed before its REMOVE was answered: the bytes go back
+    s.mount->delegations->removed(*s.held, false);
+    s.held.reset();
+  }
   s.error = error;
   if (error == 0 && s.op == Op::kRead && s.done > 0) {
     s.file->saw_size_at_least(s.offset + s.done);

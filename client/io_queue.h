@@ -56,6 +56,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "client/client.h"
@@ -103,6 +104,35 @@ class IoQueue {
   // submit_read, with out for buf.
   void submit_stat(File& f, Attr* out, uint64_t user_tag);
 
+  // ---- Metadata by path, as Client's synchronous calls take paths. The path is copied at
+  // submit, and its parent directory found there: from the client's directory cache, or
+  // by the LOOKUPs of a walk, made there and waited for (a walk blocks as File's rare cases
+  // do). The request's own calls then go pipelined like reads, and complete in any order;
+  // the completion's bytes are 0. A request that meets a symlink where it follows one (the
+  // last name of submit_access and submit_chmod), or a name CREATE finds taken by one
+  // without O_EXCL, finishes with the synchronous call, at reap or wait. DELAY is waited
+  // out as for reads; a lost connection or a server restart starts the request over once
+  // when it is idempotent (lstat, access, chmod), and fails it otherwise (create, unlink:
+  // it may have been done). Throws Error: EBUSY as submit_read, EINVAL for a null out.
+  //
+  // The attributes of path, not following a symlink at its end (Client::lstat): one LOOKUP,
+  // or none while this client holds a delegation on the file.
+  void submit_lstat(const std::string& path, Attr* out, uint64_t user_tag);
+  // The part of want (R_OK | W_OK | X_OK) the caller has on path, following a symlink at
+  // its end (Client::access): a LOOKUP, then an ACCESS.
+  void submit_access(const std::string& path, int want, int* granted, uint64_t user_tag);
+  // Creates path (with O_EXCL in flags, fails EEXIST if it exists) and opens it into *out,
+  // as Client::open(path, flags | O_CREAT, mode) does: one CREATE, which may bring a
+  // delegation. Truncating a file that existed (O_TRUNC without O_EXCL) is a SETATTR at
+  // reap or wait. REQUIRES: *out is not used until the completion is reaped.
+  void submit_create(const std::string& path, int flags, mode_t mode, File* out, uint64_t user_tag);
+  // Removes the name path of a file (Client::unlink): one REMOVE, after what this client
+  // kept under a write delegation of it is written back (at submit, blocking).
+  void submit_unlink(const std::string& path, uint64_t user_tag);
+  // Sets the permission bits of path, following a symlink at its end (Client::chmod): a
+  // LOOKUP, then a SETATTR.
+  void submit_chmod(const std::string& path, mode_t mode, uint64_t user_tag);
+
   // Moves up to out.size() completions into out, without waiting; returns how many.
   size_t reap(std::span<Completion> out);
   // Waits until at least min completions are there, or nothing is left in flight, or
@@ -119,18 +149,32 @@ class IoQueue {
  private:
   struct Slot;
   friend class Client;  // read_batch: try_submit
-  Result<Slot*> take_slot(File& f, const void* buf, size_t len);
+  // f: null for a request by path.
+  Result<Slot*> take_slot(File* f, const void* buf, size_t len);
   // The request's RetryPolicy (client/retry_policy.h), made at its first failure.
   RetryPolicy& policy(Slot& s);
   // submit_read / submit_write / submit_stat, failing as they throw.
-  enum class Op : uint8_t { kRead, kWrite, kStat };
+  enum class Op : uint8_t { kRead, kWrite, kStat, kLstat, kAccess, kCreate, kUnlink, kChmod };
+  static bool by_path(Op op) { return op >= Op::kLstat; }
   Status try_submit(Op op, File& f, void* buf, size_t len, uint64_t offset, uint64_t user_tag);
+  // The submit_* by path: a slot with the path and op, its result pointer set by `fill`.
+  template <class Fill>
+  void submit_by_path(Op op, const std::string& path, uint64_t user_tag, Fill&& fill);
   // Runs s until it waits on a call or completes; rpc_ready: its call has its reply (or
   // its deadline passed).
   void drive(Slot& s, bool rpc_ready);
   Result<bool> drive_read(Slot& s, bool rpc_ready);  // true: complete
   Result<bool> drive_write(Slot& s, bool rpc_ready);
   Result<bool> drive_stat(Slot& s, bool rpc_ready);
+  // The requests by path: find the parent, then LOOKUP the last name when the op needs
+  // its handle, then the op's own call (start_step).
+  Result<bool> drive_by_path(Slot& s, bool rpc_ready);
+  Result<bool> finish_step(Slot& s);
+  Result<bool> start_step(Slot& s);
+  // Its synchronous call, for the cases submit_lstat & co. leave to it.
+  Result<bool> finish_synchronously(Slot& s);
+  // Back to the start (after a lost connection or a restart), giving back what it took.
+  void start_over(Slot& s);
   void complete(Slot& s, int error);
   // Drives every slot whose call is ready or overdue. Returns whether calls are still in
   // flight, and the earliest of their deadlines in *next.

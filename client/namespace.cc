@@ -131,33 +131,12 @@ Result<std::string> Client::readlink_handle(const Handle& fh) {
   });
 }
 
-namespace {
-
-uint32_t open_access(int access) {
-  return access == O_RDONLY ? ODAFS_OPEN_READ : ODAFS_OPEN_READ | ODAFS_OPEN_WRITE;
-}
-
-// The file an OPEN or CREATE of `name` in dir answered (its failure names `what`), its
-// delegation, if granted, recorded.
-Result<std::pair<Handle, Attr>> opened(const MountState& m, const Handle& dir,
-                                       std::string_view name, int access, const open_res& res,
-                                       const std::string& what) {
-  ODAFS_RETURN_IF_ERROR(status_of(res.status, what));
-  const open_ok& ok = res.open_res_u.ok;
-  std::pair<Handle, Attr> out{get_fh(ok.fh), to_attr(ok.attr)};
-  if (ok.delegation != 0) {
-    m.delegations->insert(dir, name, out.first, out.second, ok.delegation, ok.lease_ms,
-                          ok.delegation_kind == ODAFS_DELEG_WRITE, ok.space_limit);
-  } else if (access != O_RDONLY) {
-    m.delegations->forget_name(dir, name);  // this client is about to write it
-  }
-  return out;
-}
-
-}  // namespace
-
 File Client::open(const std::string& path, int flags, mode_t mode) {
-  return or_throw(again_after_restart([&]() -> Result<File> {
+  return or_throw(try_open(path, flags, mode));
+}
+
+Result<File> Client::try_open(const std::string& path, int flags, mode_t mode) {
+  return again_after_restart([&]() -> Result<File> {
     Handle fh;
     Attr attr;
     bool created = false;
@@ -174,12 +153,7 @@ File Client::open(const std::string& path, int flags, mode_t mode) {
       // when opened to write (docs/protocol.md, "Open delegations").
       Result<std::pair<Handle, Attr>> made =
           with_mount(false, [&](const MountState& m) -> Result<std::pair<Handle, Attr>> {
-            create_args args{};
-            put_fh(args.dir, dir);
-            args.name = const_cast<char*>(name.data());
-            args.mode = mode & 07777;
-            args.how = (flags & O_EXCL) ? ODAFS_CREATE_EXCLUSIVE : ODAFS_CREATE_UNCHECKED;
-            args.access = open_access(access);
+            const create_args args = create_call_args(dir, name, mode, flags, access);
             open_res res{};
             ODAFS_RETURN_IF_ERROR(call_rpc(*m.channel, ODAFSPROC_CREATE,
                                            to_xdrproc(xdr_create_args), &args,
@@ -200,24 +174,28 @@ File Client::open(const std::string& path, int flags, mode_t mode) {
         ODAFS_RETURN_IF_ERROR(check_access(fh, attr, path, access));
       }
     }
-    const uint64_t key = cache_key(fh);
     ODAFS_ASSIGN_OR_RETURN(std::shared_ptr<const MountState> m, mount_state());
-    ClientCache& cache = *m->cache;
-    cache.revalidate(key, attr.mtime, attr.ctime, attr.size);  // close-to-open
+    return file_at_open(m, fh, attr, path, flags, access, by_delegation);
+  });
+}
 
-    if (attr.type == FileType::kDirectory && access != O_RDONLY) return Status(EISDIR, path);
-    if ((flags & O_DIRECTORY) && attr.type != FileType::kDirectory) {
-      return Status(ENOTDIR, path);
-    }
-    if ((flags & O_TRUNC) && access != O_RDONLY && attr.type == FileType::kRegular && attr.size) {
-      ODAFS_ASSIGN_OR_RETURN(attr, setattr_size(fh, 0));  // the times change too
-      cache.forget_file_data(key);
-    }
-    if ((flags & O_TRUNC) && access != O_RDONLY) attr.size = 0;
-    File file(this, fh, attr, m->limits.write_verifier, path, flags);
-    file.opened_by_delegation_ = by_delegation;
-    return file;
-  }));
+Result<File> Client::file_at_open(const std::shared_ptr<const MountState>& m, const Handle& fh,
+                                  Attr attr, const std::string& path, int flags, int access,
+                                  bool by_delegation) {
+  ClientCache& cache = *m->cache;
+  cache.revalidate(cache_key(fh), attr.mtime, attr.ctime, attr.size);  // close-to-open
+  if (attr.type == FileType::kDirectory && access != O_RDONLY) return Status(EISDIR, path);
+  if ((flags & O_DIRECTORY) && attr.type != FileType::kDirectory) {
+    return Status(ENOTDIR, path);
+  }
+  if ((flags & O_TRUNC) && access != O_RDONLY && attr.type == FileType::kRegular && attr.size) {
+    ODAFS_ASSIGN_OR_RETURN(attr, setattr_size(fh, 0));  // the times change too
+    cache.forget_file_data(cache_key(fh));
+  }
+  if ((flags & O_TRUNC) && access != O_RDONLY) attr.size = 0;
+  File file(this, fh, attr, m->limits.write_verifier, path, flags);
+  file.opened_by_delegation_ = by_delegation;
+  return file;
 }
 
 bool Client::delegated(const MountState& m, const Handle& dir, std::string_view name, Handle* fh,
@@ -295,8 +273,7 @@ Result<int> Client::access_handle(const Handle& fh, int want) {
     access_res res{};
     ODAFS_RETURN_IF_ERROR(call_rpc(ch, ODAFSPROC_ACCESS, to_xdrproc(xdr_access_args), &args,
                                    to_xdrproc(xdr_access_res), &res));
-    ODAFS_RETURN_IF_ERROR(status_of(res.status, "access"));
-    return static_cast<int>(res.access_res_u.granted & args.want);
+    return granted_of(res, static_cast<int>(args.want));
   });
 }
 
@@ -499,10 +476,14 @@ void Client::chown(const std::string& path, uid_t uid, gid_t gid) {
 }
 
 int Client::access(const std::string& path, int want, bool follow_last) {
-  return or_throw(again_after_restart([&]() -> Result<int> {
+  return or_throw(try_access(path, want, follow_last));
+}
+
+Result<int> Client::try_access(const std::string& path, int want, bool follow_last) {
+  return again_after_restart([&]() -> Result<int> {
     ODAFS_ASSIGN_OR_RETURN(auto found, resolve(path, follow_last));
     return access_handle(found.first, want);
-  }));
+  });
 }
 
 void Client::utimens(const std::string& path, const struct timespec times[2], bool follow_last) {

@@ -74,9 +74,9 @@ int odafs_link(odafs_client* client, const char* existing, const char* new_path)
 /* Like readlink(2): no terminating NUL; returns the length. */
 ssize_t odafs_readlink(odafs_client* client, const char* path, char* buf, size_t len);
 
-/* Asynchronous I/O (client/io_queue.h, odafs::IoQueue): one thread submits many reads and
- * writes without waiting, then reaps or waits for their completions. Reads go down the
- * same path as odafs_pread (client cache, one-sided reads, RPC); writes are pipelined
+/* Asynchronous I/O (client/io_queue.h, odafs::IoQueue): one thread submits many reads,
+ * writes and metadata requests without waiting, then reaps or waits for their completions. Reads go
+ * down the same path as odafs_pread (client cache, one-sided reads, RPC); writes are pipelined
  * WRITE calls with odafs_pwrite's bookkeeping. A queue is used by one thread at a time.
  * At most `depth` requests are submitted and not yet reaped. */
 typedef struct odafs_ioq odafs_ioq;
@@ -96,6 +96,19 @@ int odafs_ioq_submit_read(odafs_ioq* q, odafs_file* file, void* buf, size_t len,
                           uint64_t user_tag);
 int odafs_ioq_submit_write(odafs_ioq* q, odafs_file* file, const void* buf, size_t len,
                            off_t offset, uint64_t user_tag);
+/* The metadata requests (IoQueue::submit_stat, submit_lstat...): as odafs_fstat,
+ * odafs_lstat, odafs_access (the granted part of mode in *granted), odafs_open with O_CREAT
+ * (the open file in *file at reap, NULL on failure), odafs_unlink and odafs_chmod. The
+ * results are written when the completion is reaped; st, granted and file must stay valid
+ * until then. Paths are copied at submit. Errors as odafs_ioq_submit_read's. */
+int odafs_ioq_submit_stat(odafs_ioq* q, odafs_file* file, struct stat* st, uint64_t user_tag);
+int odafs_ioq_submit_lstat(odafs_ioq* q, const char* path, struct stat* st, uint64_t user_tag);
+int odafs_ioq_submit_access(odafs_ioq* q, const char* path, int mode, int* granted,
+                            uint64_t user_tag);
+int odafs_ioq_submit_create(odafs_ioq* q, const char* path, int flags, mode_t mode,
+                            odafs_file** file, uint64_t user_tag);
+int odafs_ioq_submit_unlink(odafs_ioq* q, const char* path, uint64_t user_tag);
+int odafs_ioq_submit_chmod(odafs_ioq* q, const char* path, mode_t mode, uint64_t user_tag);
 /* Moves up to max completions into out without waiting; returns how many (-1/EINVAL for a
  * NULL argument). */
 ssize_t odafs_ioq_reap(odafs_ioq* q, struct odafs_completion* out, size_t max);

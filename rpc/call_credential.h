@@ -26,7 +26,9 @@ class CallCredential {
   // id.auth_sys is taken as true; at most 16 groups of id.gids travel (id.ngids is cut
   // there), and at most 255 bytes of machine. The stamp is 0: odafsd does not read it.
   CallCredential(const CallerCred& id, std::string_view machine);
-  CallCredential(const CallCredential&) = delete;
+  // A copy carries the same caller (IoQueue keeps its submitter's for the calls it starts
+  // later, at reap). Immutable: no assignment.
+  CallCredential(const CallCredential&) = default;
   CallCredential& operator=(const CallCredential&) = delete;
 
   const CallerCred& id() const { return id_; }
