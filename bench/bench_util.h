@@ -33,6 +33,18 @@ inline std::vector<size_t> parse_list(const std::string& text) {
   return out;
 }
 
+// "a,b" → {"a", "b"}.
+inline std::vector<std::string> parse_words(const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t pos = 0; pos <= text.size();) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    if (comma > pos) out.push_back(text.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return out;
+}
+
 // The server's CPU microseconds by thread group ("rpc", "engine", "total"), from STATS.
 inline std::map<std::string, uint64_t> server_cpu_us(odafs::Client& c) {
   std::map<std::string, uint64_t> out;
