@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "client/cli_remove.h"
 #include "client/client.h"
 #include "client/io_queue.h"
 #include "client/url.h"
@@ -31,7 +32,8 @@ namespace {
 
 [[noreturn]] void usage(FILE* out = stderr, int status = 2) {
   std::fprintf(out,
-               "usage: odafs [OPTIONS] ls|stat|cat|mkdir|rm|rmdir|df|ping|stats URL\n"
+               "usage: odafs [OPTIONS] ls|stat|cat|mkdir|rmdir|df|ping|stats URL\n"
+               "       odafs [OPTIONS] rm [-r] URL...\n"
                "       odafs [OPTIONS] mv URL URL2\n"
                "       odafs [OPTIONS] put [--in-place] LOCAL|- URL\n"
                "       odafs [OPTIONS] get URL LOCAL\n"
@@ -40,6 +42,8 @@ namespace {
                "put writes a temporary file beside URL and renames it over URL once\n"
                "the bytes are durable: URL is replaced whole or not at all (--in-place:\n"
                "truncate URL and write into it). LOCAL - is standard input.\n"
+               "rm removes every URL given, -r directories with all they hold; the\n"
+               "removals go out together. It says each failure and goes on.\n"
                "OPTIONS:\n"
                "  --timeout MS      give up on a server that does not answer within MS ms\n"
                "  --tls             RPC-with-TLS (RFC 9289); the server's certificate must\n"
@@ -507,6 +511,34 @@ class RemoteOutput {
   std::optional<std::pair<uid_t, gid_t>> owner_;  // the replaced file's
 };
 
+// odafs rm [-r] URL...: every operand tried, its REMOVEs pipelined (client/cli_remove.h);
+// one mount per run of operands on the same server. Exit status 1 if any failed.
+int remove_operands(int n, char** operands) {
+  bool recursive = false;
+  if (n > 0 && (std::strcmp(operands[0], "-r") == 0 || std::strcmp(operands[0], "-R") == 0 ||
+                std::strcmp(operands[0], "--recursive") == 0)) {
+    recursive = true;
+    --n;
+    ++operands;
+  }
+  if (n == 0) usage();
+  bool ok = true;
+  Target t;
+  std::unique_ptr<odafs::cli::Remover> remover;
+  for (int i = 0; i < n; ++i) {
+    odafs::Url parsed = odafs::or_throw(odafs::parse_url(operands[i]));
+    if (!remover || parsed.server.to_string() != t.server) {
+      if (remover) ok = remover->finish() && ok;
+      remover.reset();
+      t = open_target(operands[i]);
+      remover = std::make_unique<odafs::cli::Remover>(*t.client);
+    }
+    remover->remove(parsed.path, operands[i], recursive);
+  }
+  ok = remover->finish() && ok;
+  return ok ? 0 : 1;
+}
+
 // Takes the options before the command off argv; returns the index of the command.
 int parse_globals(int argc, char** argv) {
   int i = 1;
@@ -609,8 +641,7 @@ int run(int argc, char** argv) {
     Target t = open_target(argv[2]);
     t.client->mkdir(t.path);
   } else if (cmd == "rm") {
-    Target t = open_target(argv[2]);
-    t.client->unlink(t.path);
+    return remove_operands(argc - 2, argv + 2);
   } else if (cmd == "rmdir") {
     Target t = open_target(argv[2]);
     t.client->rmdir(t.path);

@@ -346,3 +346,33 @@ TEST_CASE("odafs put into a full export fails, naming the file; the old one stay
     CHECK(names_in(root) == std::vector<std::string>{"f"});  // no temporary left behind
   }
 }
+
+TEST_CASE("odafs rm removes every operand, says each failure and goes on; -r takes trees") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  write_local(dir / "one", "1");
+  write_local(dir / "two", "2");
+  std::filesystem::create_directories(dir / "t/a/b");
+  std::filesystem::create_directories(dir / "t/c");
+  for (int i = 0; i < 100; ++i) {  // more names than the tool keeps in flight at once
+    write_local(dir / ("t/a/f" + std::to_string(i)), "x");
+    write_local(dir / ("t/a/b/g" + std::to_string(i)), "y");
+  }
+  std::filesystem::create_symlink("nowhere", dir / "t/c/dangling");
+  const std::string url = server.url();
+  auto many = run({"rm", url + "one", url + "missing", url + "two"});
+  CHECK(many->exit_code() == 1);
+  CHECK(many->err().find("missing: No such file or directory") != std::string::npos);
+  CHECK(!std::filesystem::exists(dir / "one"));
+  CHECK(!std::filesystem::exists(dir / "two"));
+  auto no_r = run({"rm", url + "t"});  // a directory without -r: refused, left whole
+  CHECK(no_r->exit_code() == 1);
+  CHECK(no_r->err().find("Is a directory") != std::string::npos);
+  CHECK(std::filesystem::exists(dir / "t/a/f0"));
+  auto tree = run({"rm", "-r", url + "t"});
+  INFO("stderr: ", tree->err());
+  CHECK(tree->exit_code() == 0);
+  CHECK(!std::filesystem::exists(dir / "t"));
+  CHECK(names_in(dir.path()).empty());
+  CHECK(run({"rm"})->exit_code() == 2);  // nothing to remove: the usage
+}
