@@ -154,6 +154,11 @@ bool replace_reusing_inode(const std::string& path, const std::string& text) {
   return reused;
 }
 
+// Other processes making files on the same file system (the suites run in parallel) can
+// take a freed inode number before the test's new file does: the tests that need the number
+// reused start over, this many times at most.
+constexpr int kReuseAttempts = 5;
+
 // Whether the file system under $TMPDIR (the tests' exports) reuses a removed file's inode
 // number for the next file made in its directory.
 bool inode_numbers_reused() {
@@ -182,21 +187,26 @@ INODE_REUSE_TEST(
   // the file is found again by its path, and the inode number decides. A file made since,
   // with the removed one's number, must not take its bytes (a soak found one holding another
   // file's blocks). The file generation tells them apart; the bytes went with the file.
-  TempDir dir;
-  ServerProcess server(dir.path());
-  auto writer = Client::mount(server.url());
-  write_path(*writer, "/f", "kept bytes of the removed file");
-  REQUIRE(read_local(dir / "f").empty());
-  server.kill_hard();
-  REQUIRE(replace_reusing_inode(dir / "f", "a new file"));
-  server.start_again();
-  // The reader is served once the writer's reclaim is over (the grace period).
-  auto reader = Client::mount(server.url());
-  CHECK(read_all(*reader, "/f", 100) == "a new file");
-  CHECK(read_local(dir / "f") == "a new file");
-  CHECK(writer->stats().reclaimed_files.load() == 0);
-  CHECK(writer->stats().lost_files.load() == 0);
-  CHECK(server_stat(*reader, "recovery.reclaimed") == 1);
+  for (int attempt = 1; attempt <= kReuseAttempts; ++attempt) {
+    TempDir dir;
+    ServerProcess server(dir.path());
+    auto writer = Client::mount(server.url());
+    write_path(*writer, "/f", "kept bytes of the removed file");
+    REQUIRE(read_local(dir / "f").empty());
+    server.kill_hard();
+    if (!replace_reusing_inode(dir / "f", "a new file")) continue;  // taken meanwhile
+    server.start_again();
+    // The reader is served once the writer's reclaim is over (the grace period).
+    auto reader = Client::mount(server.url());
+    CHECK(read_all(*reader, "/f", 100) == "a new file");
+    CHECK(read_local(dir / "f") == "a new file");
+    CHECK(writer->stats().reclaimed_files.load() == 0);
+    CHECK(writer->stats().lost_files.load() == 0);
+    CHECK(server_stat(*reader, "recovery.reclaimed") == 1);
+    return;
+  }
+  FAIL("the removed file's inode number went to other processes' files ", kReuseAttempts,
+       " times in a row");
 }
 
 INODE_REUSE_TEST(
@@ -205,22 +215,27 @@ INODE_REUSE_TEST(
   // The soak's shared file holding blocks of two other files: open Files whose file was
   // removed, and a new one made with its inode number, while the server was down, found
   // "their" file again by path after the restart and wrote on into the new one.
-  TempDir dir;
-  ServerProcess server(dir.path(), {"--no-delegations"});
-  auto writer = Client::mount(server.url());
-  File f = writer->open("/f", O_RDWR | O_CREAT, 0644);
-  const std::string text = pattern(128 * 1024, 5);  // past write-behind: sent UNSTABLE
-  f.pwrite(text.data(), text.size(), 0);
-  server.kill_hard();
-  REQUIRE(replace_reusing_inode(dir / "f", "a new file"));
-  server.start_again();
-  // The file is gone: its writes went with it, as ESTALE says of any call on it.
-  CHECK(errno_of([&] {
-          f.pwrite("more", 4, 0);
-          f.fsync();
-        }) == ESTALE);
-  CHECK(read_local(dir / "f") == "a new file");
-  CHECK(writer->stats().lost_files.load() == 0);
+  for (int attempt = 1; attempt <= kReuseAttempts; ++attempt) {
+    TempDir dir;
+    ServerProcess server(dir.path(), {"--no-delegations"});
+    auto writer = Client::mount(server.url());
+    File f = writer->open("/f", O_RDWR | O_CREAT, 0644);
+    const std::string text = pattern(128 * 1024, 5);  // past write-behind: sent UNSTABLE
+    f.pwrite(text.data(), text.size(), 0);
+    server.kill_hard();
+    if (!replace_reusing_inode(dir / "f", "a new file")) continue;  // taken meanwhile
+    server.start_again();
+    // The file is gone: its writes went with it, as ESTALE says of any call on it.
+    CHECK(errno_of([&] {
+            f.pwrite("more", 4, 0);
+            f.fsync();
+          }) == ESTALE);
+    CHECK(read_local(dir / "f") == "a new file");
+    CHECK(writer->stats().lost_files.load() == 0);
+    return;
+  }
+  FAIL("the removed file's inode number went to other processes' files ", kReuseAttempts,
+       " times in a row");
 }
 
 TEST_CASE("kept bytes of a file renamed while the server was down: its next write fails EIO") {
