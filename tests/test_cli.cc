@@ -376,3 +376,75 @@ TEST_CASE("odafs rm removes every operand, says each failure and goes on; -r tak
   CHECK(names_in(dir.path()).empty());
   CHECK(run({"rm"})->exit_code() == 2);  // nothing to remove: the usage
 }
+
+TEST_CASE("odafs is strict: an unknown option or an extra argument is an error with a hint") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  write_local(dir / "f", "data");
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"ls", server.url("/"), "--no-such-option"},
+           {"ls", server.url("/"), server.url("/f")},  // one URL only
+           {"stat", server.url("/f"), "extra"},
+           {"frobnicate", server.url("/")},
+           {"get", server.url("/f")},  // LOCAL missing
+       }) {
+    CAPTURE(args[0]);
+    auto t = run(args);
+    CHECK(t->exit_code() == 2);
+    CHECK(contains(t->err(), "usage: odafs --help"));
+    CHECK(t->out().empty());
+  }
+  CHECK(read_local(dir / "f") == "data");  // nothing ran
+  auto version = run({"--version"});
+  CHECK(version->exit_code() == 0);
+  CHECK(contains(version->out(), "odafs "));
+  auto help = run({"rm", "--help"});
+  CHECK(help->exit_code() == 0);
+  CHECK(contains(help->out(), "--recursive"));
+}
+
+TEST_CASE("odafs takes its options after the command too (a --timeout there is kept)") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  REQUIRE(odafs::test::stop_child(server.pid()));
+  pid_t pid = server.pid();
+  Watchdog watchdog(std::chrono::seconds(20), [pid] { kill(pid, SIGCONT); });
+  Tool tool({"ls", server.url("/"), "--timeout", "1000"});
+  const bool ended = tool.wait(std::chrono::seconds(10));  // was 60 s: the option ignored
+  CHECK_FALSE(watchdog.finish());
+  REQUIRE(ended);
+  CHECK(tool.exit_code() == 1);
+  CHECK(contains(tool.err(), "1000 ms timeout"));
+}
+
+TEST_CASE("odafs get URL - writes to standard output; ls -l and stat say it all readably") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  const std::string data = pattern(300000, 9);
+  write_local(dir / "big", data);
+  REQUIRE(::chmod((dir / "big").c_str(), 0640) == 0);
+  std::filesystem::create_directory(dir / "sub");
+  std::filesystem::create_symlink("big", dir / "link");
+  auto got = run({"get", server.url("/big"), "-"});
+  CHECK(got->exit_code() == 0);
+  CHECK(got->out() == data);
+  auto ls = run({"ls", "-l", server.url("/")});
+  CHECK(ls->exit_code() == 0);
+  const std::string out = ls->out();
+  CHECK(contains(out, "-rw-r----- "));
+  CHECK(contains(out, " 300000 "));
+  CHECK(contains(out, " big\n"));
+  CHECK(contains(out, "\nd"));  // sub, a directory
+  CHECK(contains(out, " sub\n"));
+  CHECK(contains(out, "lrwxrwxrwx"));
+  auto st = run({"stat", server.url("/big")});
+  CHECK(st->exit_code() == 0);
+  CHECK(contains(st->out(), "mode: 0640"));
+  // "mtime: 2026-11-29 12:00:00.123456789 +0000", not seconds since 1970.
+  const size_t at = st->out().find("mtime: ");
+  REQUIRE(at != std::string::npos);
+  const std::string mtime = st->out().substr(at + 7, 30);
+  CHECK(mtime[4] == '-');
+  CHECK(mtime[10] == ' ');
+  CHECK(mtime[13] == ':');
+}

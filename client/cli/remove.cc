@@ -1,5 +1,5 @@
-// odafs rm: pipelined removals through IoQueue (client/cli_remove.h).
-#include "client/cli_remove.h"
+// odafs rm: pipelined removals through IoQueue (client/cli/remove.h).
+#include "client/cli/remove.h"
 
 #include <cstdio>
 #include <cstring>

@@ -1,11 +1,7 @@
-// odafs: command-line client.
-//
-//   odafs [--timeout MS] COMMAND ...
-//   odafs ls|stat|cat|mkdir|rm|rmdir URL
-//   odafs mv URL URL2            (same server)
-//   odafs put [--in-place] LOCAL|- URL      odafs get URL LOCAL
-//                                (put and get replace the target whole or not at all)
-//   odafs stats URL              (server counters)   odafs df URL     odafs ping URL
+// odafs, the command-line tool: moving whole files between the local system and a server
+// (client/cli/transfer.h).
+#include "client/cli/transfer.h"
+
 #include <fcntl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -13,94 +9,19 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "client/cli_remove.h"
 #include "client/client.h"
 #include "client/io_queue.h"
-#include "client/url.h"
 
+namespace odafs::cli {
 namespace {
-
-[[noreturn]] void usage(FILE* out = stderr, int status = 2) {
-  std::fprintf(out,
-               "usage: odafs [OPTIONS] ls|stat|cat|mkdir|rmdir|df|ping|stats URL\n"
-               "       odafs [OPTIONS] rm [-r] URL...\n"
-               "       odafs [OPTIONS] mv URL URL2\n"
-               "       odafs [OPTIONS] put [--in-place] LOCAL|- URL\n"
-               "       odafs [OPTIONS] get URL LOCAL\n"
-               "URL is odafs://HOST:PORT/PATH[?timeout_ms=N][&cache_policy=lru|mq][&tls=1]\n"
-               "       [&tls_ca=FILE][&tls_cert=FILE&tls_key=FILE]\n"
-               "put writes a temporary file beside URL and renames it over URL once\n"
-               "the bytes are durable: URL is replaced whole or not at all (--in-place:\n"
-               "truncate URL and write into it). LOCAL - is standard input.\n"
-               "rm removes every URL given, -r directories with all they hold; the\n"
-               "removals go out together. It says each failure and goes on.\n"
-               "OPTIONS:\n"
-               "  --timeout MS      give up on a server that does not answer within MS ms\n"
-               "  --tls             RPC-with-TLS (RFC 9289); the server's certificate must\n"
-               "                    name URL's host\n"
-               "  --tls-ca FILE     CA (PEM) to trust (default: the system's store)\n"
-               "  --tls-cert FILE   this client's certificate, with --tls-key FILE (mutual\n"
-               "                    TLS); each --tls-* file implies --tls\n");
-  std::exit(status);
-}
-
-// --timeout, if given; a URL's ?timeout_ms wins over it, as in Client::mount.
-std::optional<int> g_timeout_ms;
-// --tls and its files; a URL's tls options win over them.
-// No data cache: a command reads a file once, front to back, and keeping each block cost a
-// copy of every byte (ClientCache::store, 5% of get's CPU) and the cache's allocation.
-odafs::MountOptions g_options = [] {
-  odafs::MountOptions o;
-  o.cache_blocks = 0;
-  return o;
-}();
-// The timeout the last mount used, for the message when a call runs out of it.
-int g_effective_timeout_ms = odafs::MountOptions{}.timeout_ms;
-// The process's umask, read once at start: `get` creates LOCAL with 0644 minus it, as
-// open(O_CREAT, 0644) would.
-mode_t g_umask = 022;
-
-struct Target {
-  std::unique_ptr<odafs::Client> client;
-  std::string path;
-  std::string server;
-};
-
-Target open_target(const std::string& url) {
-  odafs::Url parsed = odafs::or_throw(odafs::parse_url(url));
-  odafs::MountOptions options = g_options;
-  if (g_timeout_ms) options.timeout_ms = *g_timeout_ms;
-  odafs::apply_url_options(parsed, &options);
-  g_effective_timeout_ms = options.timeout_ms;
-  Target t;
-  t.server = parsed.server.to_string();
-  t.client = odafs::Client::mount("odafs://" + t.server + "/", options);
-  t.path = parsed.path;
-  return t;
-}
-
-const char* type_name(odafs::FileType t) {
-  switch (t) {
-    case odafs::FileType::kDirectory:
-      return "directory";
-    case odafs::FileType::kSymlink:
-      return "symlink";
-    case odafs::FileType::kRegular:
-      return "file";
-    default:
-      return "special";
-  }
-}
 
 void write_all(int fd, const char* p, size_t n) {
   while (n > 0) {
@@ -194,9 +115,16 @@ void copy_out(odafs::Client& client, odafs::File& f, int fd) { Stream(client).to
 // device or a FIFO, like /dev/stdout) cannot be replaced: the bytes go straight to it.
 class LocalOutput {
  public:
-  explicit LocalOutput(const std::string& local) {
+  // local "-": standard output, written straight through.
+  LocalOutput(const std::string& local, mode_t umask) {
+    if (local == "-") {
+      target_ = "standard output";
+      fd_ = 1;
+      owned_ = false;
+      return;
+    }
     struct stat st;
-    mode_t mode = 0644 & ~g_umask;
+    mode_t mode = 0644 & ~umask;
     if (::stat(local.c_str(), &st) == 0) {
       if (S_ISDIR(st.st_mode)) throw odafs::Error(EISDIR, "get: " + local);
       if (!S_ISREG(st.st_mode)) {
@@ -243,6 +171,10 @@ class LocalOutput {
 
   // The copy is complete: make it durable and put it in LOCAL's place.
   void commit() {
+    if (!owned_) {  // standard output: the process closes it
+      fd_ = -1;
+      return;
+    }
     if (temp_.empty()) {  // a device or FIFO: nothing to rename
       int rc = ::close(fd_);
       fd_ = -1;
@@ -269,7 +201,7 @@ class LocalOutput {
  private:
   // Closes and removes the temporary file, if there still is one.
   void discard() {
-    if (fd_ >= 0) ::close(fd_);
+    if (fd_ >= 0 && owned_) ::close(fd_);
     fd_ = -1;
     if (!temp_.empty()) ::unlink(temp_.c_str());
     temp_.clear();
@@ -280,6 +212,7 @@ class LocalOutput {
   std::string temp_;    // the temporary file; empty once renamed, or when writing direct
   std::optional<struct stat> existing_;
   int fd_ = -1;
+  bool owned_ = true;  // false: standard output
 };
 
 // e's message without the error's text, which what() ends with (": " + strerror): for an
@@ -361,11 +294,11 @@ class LocalSource {
 class RemoteOutput {
  public:
   // url: the target as the user named it, for messages.
-  RemoteOutput(odafs::Client& client, const std::string& path, const std::string& url)
+  RemoteOutput(odafs::Client& client, const std::string& path, const std::string& url, mode_t umask)
       : client_(client), url_(url) {
     std::optional<odafs::Attr> existing;
     target_ = follow_symlinks(path, &existing);
-    mode_t mode = 0644 & ~g_umask;
+    mode_t mode = 0644 & ~umask;
     if (existing) {
       if (existing->type == odafs::FileType::kDirectory) {
         throw odafs::Error(EISDIR, "put: " + url_ + " is a directory");
@@ -511,195 +444,41 @@ class RemoteOutput {
   std::optional<std::pair<uid_t, gid_t>> owner_;  // the replaced file's
 };
 
-// odafs rm [-r] URL...: every operand tried, its REMOVEs pipelined (client/cli_remove.h);
-// one mount per run of operands on the same server. Exit status 1 if any failed.
-int remove_operands(int n, char** operands) {
-  bool recursive = false;
-  if (n > 0 && (std::strcmp(operands[0], "-r") == 0 || std::strcmp(operands[0], "-R") == 0 ||
-                std::strcmp(operands[0], "--recursive") == 0)) {
-    recursive = true;
-    --n;
-    ++operands;
-  }
-  if (n == 0) usage();
-  bool ok = true;
-  Target t;
-  std::unique_ptr<odafs::cli::Remover> remover;
-  for (int i = 0; i < n; ++i) {
-    odafs::Url parsed = odafs::or_throw(odafs::parse_url(operands[i]));
-    if (!remover || parsed.server.to_string() != t.server) {
-      if (remover) ok = remover->finish() && ok;
-      remover.reset();
-      t = open_target(operands[i]);
-      remover = std::make_unique<odafs::cli::Remover>(*t.client);
-    }
-    remover->remove(parsed.path, operands[i], recursive);
-  }
-  ok = remover->finish() && ok;
-  return ok ? 0 : 1;
-}
-
-// Takes the options before the command off argv; returns the index of the command.
-int parse_globals(int argc, char** argv) {
-  int i = 1;
-  while (i < argc && std::strncmp(argv[i], "--", 2) == 0) {
-    std::string opt = argv[i++];
-    if (opt == "--help") usage(stdout, 0);
-    if (opt == "--tls") {
-      g_options.tls = true;
-      continue;
-    }
-    std::string value;
-    const size_t eq = opt.find('=');
-    if (eq != std::string::npos) {
-      value = opt.substr(eq + 1);
-      opt.resize(eq);
-    } else if (i < argc) {
-      value = argv[i++];
-    } else {
-      usage();
-    }
-    if (opt == "--tls-ca") {
-      g_options.tls_ca = value;
-    } else if (opt == "--tls-cert") {
-      g_options.tls_cert = value;
-    } else if (opt == "--tls-key") {
-      g_options.tls_key = value;
-    } else if (opt == "--timeout") {
-      odafs::Result<int> ms = odafs::parse_timeout_ms(value, "--timeout");
-      if (!ms.ok()) {
-        std::fprintf(stderr, "odafs: %s\n", ms.status().message().c_str());
-        std::exit(2);
-      }
-      g_timeout_ms = *ms;
-      continue;
-    } else {
-      usage();
-    }
-    g_options.tls = true;  // a TLS file implies --tls
-  }
-  return i;
-}
-
-int run(int argc, char** argv) {
-  int first = parse_globals(argc, argv);
-  argc -= first - 1;  // from here argv[1] is the command
-  argv += first - 1;
-  if (argc < 3) usage();
-  std::string cmd = argv[1];
-  if (cmd == "ls") {
-    Target t = open_target(argv[2]);
-    odafs::Attr a = t.client->stat(t.path);
-    if (a.type != odafs::FileType::kDirectory) {
-      std::printf("%s\n", t.path.c_str());
-      return 0;
-    }
-    for (const odafs::DirEntry& e : t.client->readdir(t.path)) {
-      std::printf("%s%s\n", e.name.c_str(), e.type == odafs::FileType::kDirectory ? "/" : "");
-    }
-  } else if (cmd == "stat") {
-    Target t = open_target(argv[2]);
-    odafs::Attr a = t.client->lstat(t.path);
-    std::printf(
-        "path: %s\ntype: %s\nsize: %llu\nmode: %04o\nnlink: %u\nuid: %u\ngid: %u\n"
-        "fileid: %llu\nmtime: %lld.%09ld\n",
-        t.path.c_str(), type_name(a.type), static_cast<unsigned long long>(a.size), a.mode, a.nlink,
-        a.uid, a.gid, static_cast<unsigned long long>(a.fileid),
-        static_cast<long long>(a.mtime.tv_sec), a.mtime.tv_nsec);
-  } else if (cmd == "cat") {
-    Target t = open_target(argv[2]);
-    odafs::File f = t.client->open(t.path, O_RDONLY);
-    copy_out(*t.client, f, 1);
-  } else if (cmd == "get") {
-    if (argc < 4) usage();
-    Target t = open_target(argv[2]);
-    odafs::File f = t.client->open(t.path, O_RDONLY);  // a missing file fails here: no LOCAL
-    LocalOutput out(argv[3]);
-    copy_out(*t.client, f, out.fd());
-    out.commit();
-  } else if (cmd == "put") {
-    bool in_place = false;
-    int at = 2;
-    if (argc > at && std::strcmp(argv[at], "--in-place") == 0) {
-      in_place = true;
-      ++at;
-    }
-    if (argc < at + 2) usage();
-    // The source is checked before anything touches the server.
-    LocalSource in(argv[at]);
-    Target t = open_target(argv[at + 1]);
-    if (in_place) {
-      odafs::File f = t.client->open(t.path, O_WRONLY | O_CREAT | O_TRUNC, 0644 & ~g_umask);
-      in.copy_to(f);
-      f.close();
-    } else {
-      RemoteOutput out(*t.client, t.path, argv[at + 1]);
-      out.copy_from(in);
-      out.commit();
-    }
-  } else if (cmd == "mkdir") {
-    Target t = open_target(argv[2]);
-    t.client->mkdir(t.path);
-  } else if (cmd == "rm") {
-    return remove_operands(argc - 2, argv + 2);
-  } else if (cmd == "rmdir") {
-    Target t = open_target(argv[2]);
-    t.client->rmdir(t.path);
-  } else if (cmd == "mv") {
-    if (argc < 4) usage();
-    Target from = open_target(argv[2]);
-    odafs::Url to = odafs::or_throw(odafs::parse_url(argv[3]));
-    if (to.server.to_string() != from.server) {
-      throw odafs::Error(EXDEV, "mv: both URLs must name the same server");
-    }
-    from.client->rename(from.path, to.path);
-  } else if (cmd == "df") {
-    Target t = open_target(argv[2]);
-    odafs::FsStat s = t.client->statfs();
-    std::printf(
-        "total_bytes: %llu\nfree_bytes: %llu\navail_bytes: %llu\nfiles: %llu\n"
-        "free_files: %llu\n",
-        static_cast<unsigned long long>(s.total_bytes),
-        static_cast<unsigned long long>(s.free_bytes),
-        static_cast<unsigned long long>(s.avail_bytes),
-        static_cast<unsigned long long>(s.total_files),
-        static_cast<unsigned long long>(s.free_files));
-  } else if (cmd == "ping") {
-    Target t = open_target(argv[2]);
-    auto start = std::chrono::steady_clock::now();
-    t.client->ping();
-    auto us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start);
-    std::printf("NULL round trip: %.1f us\n", us.count());
-  } else if (cmd == "stats") {
-    Target t = open_target(argv[2]);
-    for (const auto& [name, value] : t.client->server_stats()) {
-      std::printf("%-24s %llu\n", name.c_str(), static_cast<unsigned long long>(value));
-    }
-  } else {
-    usage();
-  }
-  return 0;
-}
-
 }  // namespace
 
-int main(int argc, char** argv) {
-  g_umask = umask(022);
-  umask(g_umask);
-  try {
-    return run(argc, argv);
-  } catch (const odafs::Error& e) {
-    if (e.errno_value() == ETIMEDOUT) {
-      std::fprintf(stderr,
-                   "odafs: %s (no answer within the %d ms timeout; --timeout MS or "
-                   "?timeout_ms=N in the URL changes it)\n",
-                   e.what(), g_effective_timeout_ms);
-    } else {
-      std::fprintf(stderr, "odafs: %s\n", e.what());
-    }
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "odafs: %s\n", e.what());
-    return 1;
-  }
+class Source {
+ public:
+  explicit Source(const std::string& local) : in(local) {}
+  LocalSource in;
+};
+
+void SourceDeleter::operator()(Source* s) const { delete s; }
+
+SourcePtr open_source(const std::string& local) { return SourcePtr(new Source(local)); }
+
+void cat(Client& client, const std::string& path, int fd) {
+  File f = client.open(path, O_RDONLY);
+  copy_out(client, f, fd);
 }
+
+void get(Client& client, const std::string& path, const std::string& local, mode_t umask) {
+  File f = client.open(path, O_RDONLY);  // a missing file fails here: no LOCAL is made
+  LocalOutput out(local, umask);
+  copy_out(client, f, out.fd());
+  out.commit();
+}
+
+void put(Client& client, Source& source, const std::string& path, const std::string& url,
+         bool in_place, mode_t umask) {
+  if (in_place) {
+    File f = client.open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644 & ~umask);
+    source.in.copy_to(f);
+    f.close();
+    return;
+  }
+  RemoteOutput out(client, path, url, umask);
+  out.copy_from(source.in);
+  out.commit();
+}
+
+}  // namespace odafs::cli

@@ -1,0 +1,377 @@
+// odafs: the command-line tool. Options and subcommands are CLI11's (a Debian package,
+// header-only): an unknown option or an extra argument is an error with a hint, options may
+// come before or after the command, and every command has --help.
+//
+//   odafs [OPTIONS] ls [-l] URL | stat URL | cat URL | mkdir URL | rmdir URL | df URL
+//   odafs [OPTIONS] rm [-r] URL...      odafs [OPTIONS] mv URL URL2   (same server)
+//   odafs [OPTIONS] put [--in-place] LOCAL|- URL      odafs [OPTIONS] get URL LOCAL|-
+//   odafs [OPTIONS] ping URL | stats URL
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "client/cli/remove.h"
+#include "client/cli/transfer.h"
+#include "client/client.h"
+#include "client/io_queue.h"
+#include "client/url.h"
+
+namespace {
+
+// What the options say for every mount; a URL's own options win over them.
+struct Settings {
+  std::string timeout;  // --timeout, checked by parse_timeout_ms
+  bool tls = false;
+  std::string tls_ca, tls_cert, tls_key;
+  // The timeout the last mount used, for the message when a call runs out of it.
+  int effective_timeout_ms = odafs::MountOptions{}.timeout_ms;
+  // The process's umask, read once at start: `get` creates LOCAL with 0644 minus it, as
+  // open(O_CREAT, 0644) would.
+  mode_t umask = 022;
+};
+Settings g_settings;
+
+struct Target {
+  std::unique_ptr<odafs::Client> client;
+  std::string path;
+  std::string server;
+};
+
+Target open_target(const std::string& url) {
+  odafs::Url parsed = odafs::or_throw(odafs::parse_url(url));
+  // No data cache: a command reads a file once, front to back, and keeping each block
+  // cost a copy of every byte (ClientCache::store, 5% of get's CPU) and the cache's memory.
+  odafs::MountOptions options;
+  options.cache_blocks = 0;
+  if (!g_settings.timeout.empty()) {
+    options.timeout_ms = odafs::or_throw(odafs::parse_timeout_ms(g_settings.timeout, "--timeout"));
+  }
+  const bool tls_files =
+      !g_settings.tls_ca.empty() || !g_settings.tls_cert.empty() || !g_settings.tls_key.empty();
+  options.tls = g_settings.tls || tls_files;  // a TLS file implies --tls
+  options.tls_ca = g_settings.tls_ca;
+  options.tls_cert = g_settings.tls_cert;
+  options.tls_key = g_settings.tls_key;
+  odafs::apply_url_options(parsed, &options);
+  g_settings.effective_timeout_ms = options.timeout_ms;
+  Target t;
+  t.server = parsed.server.to_string();
+  t.client = odafs::Client::mount("odafs://" + t.server + "/", options);
+  t.path = parsed.path;
+  return t;
+}
+
+const char* type_name(odafs::FileType t) {
+  switch (t) {
+    case odafs::FileType::kDirectory:
+      return "directory";
+    case odafs::FileType::kSymlink:
+      return "symlink";
+    case odafs::FileType::kRegular:
+      return "file";
+    default:
+      return "special";
+  }
+}
+
+// "2026-11-29 12:00:00.123456789 +0000": t in local time, as stat(1) prints it.
+std::string readable_time(const struct timespec& t) {
+  struct tm tm {};
+  localtime_r(&t.tv_sec, &tm);
+  char day[64], zone[16];
+  std::strftime(day, sizeof day, "%Y-%m-%d %H:%M:%S", &tm);
+  std::strftime(zone, sizeof zone, "%z", &tm);
+  char out[128];
+  std::snprintf(out, sizeof out, "%s.%09ld %s", day, t.tv_nsec, zone);
+  return out;
+}
+
+// ls -l's first column: "drwxr-xr-x".
+std::string mode_string(const odafs::Attr& a) {
+  std::string s = "?---------";
+  switch (a.type) {
+    case odafs::FileType::kDirectory:
+      s[0] = 'd';
+      break;
+    case odafs::FileType::kSymlink:
+      s[0] = 'l';
+      break;
+    case odafs::FileType::kRegular:
+      s[0] = '-';
+      break;
+    case odafs::FileType::kBlock:
+      s[0] = 'b';
+      break;
+    case odafs::FileType::kChar:
+      s[0] = 'c';
+      break;
+    case odafs::FileType::kSocket:
+      s[0] = 's';
+      break;
+    case odafs::FileType::kFifo:
+      s[0] = 'p';
+      break;
+  }
+  static constexpr char kRwx[] = "rwx";
+  for (int i = 0; i < 9; ++i) {
+    if (a.mode & (0400u >> i)) s[1 + i] = kRwx[i % 3];
+  }
+  if (a.mode & S_ISUID) s[3] = (a.mode & S_IXUSR) ? 's' : 'S';
+  if (a.mode & S_ISGID) s[6] = (a.mode & S_IXGRP) ? 's' : 'S';
+  if (a.mode & S_ISVTX) s[9] = (a.mode & S_IXOTH) ? 't' : 'T';
+  return s;
+}
+
+void print_long(const odafs::Attr& a, const std::string& name) {
+  struct tm tm {};
+  localtime_r(&a.mtime.tv_sec, &tm);
+  char when[32];
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M", &tm);
+  std::printf("%s %3u %5u %5u %10llu %s %s\n", mode_string(a).c_str(), a.nlink, a.uid, a.gid,
+              static_cast<unsigned long long>(a.size), when, name.c_str());
+}
+
+// ls: the names of a directory (directories with a trailing /), or with `long_form` one
+// line each as ls -l. Attributes the listing could not vouch for are fetched with
+// pipelined LOOKUPs (IoQueue::submit_lstat), not one round trip each.
+void list(const std::string& url, bool long_form) {
+  Target t = open_target(url);
+  odafs::Client& c = *t.client;
+  const odafs::Attr a = c.stat(t.path);
+  if (a.type != odafs::FileType::kDirectory) {
+    if (long_form) {
+      print_long(c.lstat(t.path), t.path);
+    } else {
+      std::printf("%s\n", t.path.c_str());
+    }
+    return;
+  }
+  std::vector<odafs::DirEntry> entries = c.readdir(t.path, long_form);
+  if (long_form) {
+    constexpr size_t kInFlight = 32;
+    odafs::IoQueue q(c, kInFlight);
+    std::vector<odafs::Completion> done(kInFlight);
+    std::vector<odafs::Attr> fetched(entries.size());
+    int failed = 0;
+    auto reap = [&](size_t min) {
+      const size_t n = q.wait(done, min, -1);
+      for (size_t i = 0; i < n; ++i) {
+        if (done[i].error == 0) {
+          entries[done[i].user_tag].attr = fetched[done[i].user_tag];
+        } else {
+          failed = done[i].error;
+        }
+      }
+    };
+    const std::string dir = t.path.empty() || t.path.back() == '/' ? t.path : t.path + "/";
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (entries[i].attr) continue;
+      if (q.outstanding() == q.depth()) reap(1);
+      q.submit_lstat(dir + entries[i].name, &fetched[i], i);
+    }
+    while (q.outstanding() > 0) reap(1);
+    for (const odafs::DirEntry& e : entries) {
+      if (e.attr) print_long(*e.attr, e.name);  // one removed meanwhile is left out
+    }
+    if (failed != 0 && failed != ENOENT) throw odafs::Error(failed, "ls -l " + url);
+    return;
+  }
+  for (const odafs::DirEntry& e : entries) {
+    std::printf("%s%s\n", e.name.c_str(), e.type == odafs::FileType::kDirectory ? "/" : "");
+  }
+}
+
+void show_stat(const std::string& url) {
+  Target t = open_target(url);
+  const odafs::Attr a = t.client->lstat(t.path);
+  std::printf(
+      "path: %s\ntype: %s\nsize: %llu\nmode: %04o\nnlink: %u\nuid: %u\ngid: %u\n"
+      "fileid: %llu\natime: %s\nmtime: %s\nctime: %s\n",
+      t.path.c_str(), type_name(a.type), static_cast<unsigned long long>(a.size), a.mode, a.nlink,
+      a.uid, a.gid, static_cast<unsigned long long>(a.fileid), readable_time(a.atime).c_str(),
+      readable_time(a.mtime).c_str(), readable_time(a.ctime).c_str());
+}
+
+// odafs rm [-r] URL...: every operand tried, its REMOVEs pipelined (client/cli/remove.h);
+// one mount per run of operands on the same server. Exit status 1 if any failed.
+int remove_operands(const std::vector<std::string>& urls, bool recursive) {
+  bool ok = true;
+  Target t;
+  std::unique_ptr<odafs::cli::Remover> remover;
+  for (const std::string& url : urls) {
+    odafs::Url parsed = odafs::or_throw(odafs::parse_url(url));
+    if (!remover || parsed.server.to_string() != t.server) {
+      if (remover) ok = remover->finish() && ok;
+      remover.reset();
+      t = open_target(url);
+      remover = std::make_unique<odafs::cli::Remover>(*t.client);
+    }
+    remover->remove(parsed.path, url, recursive);
+  }
+  ok = remover->finish() && ok;
+  return ok ? 0 : 1;
+}
+
+void show_df(const std::string& url) {
+  Target t = open_target(url);
+  const odafs::FsStat s = t.client->statfs();
+  std::printf(
+      "total_bytes: %llu\nfree_bytes: %llu\navail_bytes: %llu\nfiles: %llu\nfree_files: %llu\n",
+      static_cast<unsigned long long>(s.total_bytes), static_cast<unsigned long long>(s.free_bytes),
+      static_cast<unsigned long long>(s.avail_bytes),
+      static_cast<unsigned long long>(s.total_files),
+      static_cast<unsigned long long>(s.free_files));
+}
+
+int run(int argc, char** argv) {
+  CLI::App app(
+      "odafs: files on an odafs server (odafsd), from the command line.\n"
+      "URL is odafs://HOST:PORT/PATH[?timeout_ms=N][&cache_policy=lru|mq][&tls=1]\n"
+      "    [&tls_ca=FILE][&tls_cert=FILE&tls_key=FILE]",
+      "odafs");
+  app.set_version_flag("--version", "odafs " ODAFS_VERSION);
+  app.require_subcommand(1);
+  app.fallthrough();  // the options above are taken after the command too
+  app.add_option("--timeout", g_settings.timeout,
+                 "give up on a server that does not answer within MS ms (1..3600000; "
+                 "default 60000)")
+      ->type_name("MS");
+  app.add_flag("--tls", g_settings.tls,
+               "RPC-with-TLS (RFC 9289); the server's certificate must name URL's host");
+  app.add_option("--tls-ca", g_settings.tls_ca,
+                 "CA (PEM) to trust (default: the system's store); implies --tls")
+      ->type_name("FILE");
+  app.add_option("--tls-cert", g_settings.tls_cert,
+                 "this client's certificate, with --tls-key (mutual TLS); implies --tls")
+      ->type_name("FILE");
+  app.add_option("--tls-key", g_settings.tls_key, "the key of --tls-cert")->type_name("FILE");
+
+  std::string url, url2, local;
+  std::vector<std::string> urls;
+  bool long_form = false, recursive = false, in_place = false;
+  auto one_url = [&](const char* name, const char* what) {
+    CLI::App* c = app.add_subcommand(name, what);
+    c->add_option("URL", url, "odafs://HOST:PORT/PATH")->required();
+    return c;
+  };
+  CLI::App* ls = one_url("ls", "list a directory (a file: its name)");
+  ls->add_flag("-l", long_form, "one line each: mode, links, owner, group, size, time");
+  CLI::App* stat = one_url("stat", "a file's attributes");
+  CLI::App* cat = one_url("cat", "a file's bytes to standard output");
+  CLI::App* mkdir = one_url("mkdir", "make a directory");
+  CLI::App* rmdir = one_url("rmdir", "remove an empty directory");
+  CLI::App* df = one_url("df", "the export's space and files");
+  CLI::App* ping = one_url("ping", "one NULL call's round trip");
+  CLI::App* stats = one_url("stats", "the server's counters");
+  CLI::App* rm = app.add_subcommand(
+      "rm", "remove files (every URL given; each failure said, the rest still go)");
+  rm->add_flag("-r,-R,--recursive", recursive, "directories too, with all they hold");
+  rm->add_option("URL", urls, "odafs://HOST:PORT/PATH ...")->required();
+  CLI::App* mv = app.add_subcommand("mv", "rename (both URLs on the same server)");
+  mv->add_option("URL", url, "from")->required();
+  mv->add_option("URL2", url2, "to")->required();
+  CLI::App* get = app.add_subcommand(
+      "get", "copy a remote file to LOCAL (- : standard output), replacing it whole or not at all");
+  get->add_option("URL", url, "the remote file")->required();
+  get->add_option("LOCAL", local, "the local file, or -")->required();
+  CLI::App* put = app.add_subcommand(
+      "put",
+      "copy LOCAL (- : standard input) to a remote file: written beside it, made durable, then "
+      "renamed over it (the remote file is replaced whole or not at all)");
+  put->add_flag("--in-place", in_place, "truncate the remote file and write into it instead");
+  put->add_option("LOCAL", local, "the local file, or -")->required();
+  put->add_option("URL", url, "the remote file")->required();
+
+  try {
+    app.parse(argc, argv);
+    if (!g_settings.timeout.empty()) {
+      odafs::Result<int> ms = odafs::parse_timeout_ms(g_settings.timeout, "--timeout");
+      if (!ms.ok()) throw CLI::ValidationError(ms.status().message());
+    }
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "odafs: %s\n(usage: odafs --help, or odafs COMMAND --help)\n", e.what());
+    return 2;
+  }
+
+  if (*ls) {
+    list(url, long_form);
+  } else if (*stat) {
+    show_stat(url);
+  } else if (*cat) {
+    Target t = open_target(url);
+    odafs::cli::cat(*t.client, t.path, 1);
+  } else if (*get) {
+    Target t = open_target(url);
+    odafs::cli::get(*t.client, t.path, local, g_settings.umask);
+  } else if (*put) {
+    odafs::cli::SourcePtr source = odafs::cli::open_source(local);  // before the server
+    Target t = open_target(url);
+    odafs::cli::put(*t.client, *source, t.path, url, in_place, g_settings.umask);
+  } else if (*mkdir) {
+    Target t = open_target(url);
+    t.client->mkdir(t.path);
+  } else if (*rmdir) {
+    Target t = open_target(url);
+    t.client->rmdir(t.path);
+  } else if (*rm) {
+    return remove_operands(urls, recursive);
+  } else if (*mv) {
+    Target from = open_target(url);
+    odafs::Url to = odafs::or_throw(odafs::parse_url(url2));
+    if (to.server.to_string() != from.server) {
+      throw odafs::Error(EXDEV, "mv: both URLs must name the same server");
+    }
+    from.client->rename(from.path, to.path);
+  } else if (*df) {
+    show_df(url);
+  } else if (*ping) {
+    Target t = open_target(url);
+    const auto start = std::chrono::steady_clock::now();
+    t.client->ping();
+    const auto us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start);
+    std::printf("NULL round trip: %.1f us\n", us.count());
+  } else if (*stats) {
+    Target t = open_target(url);
+    for (const auto& [name, value] : t.client->server_stats()) {
+      std::printf("%-24s %llu\n", name.c_str(), static_cast<unsigned long long>(value));
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  g_settings.umask = umask(022);
+  umask(g_settings.umask);
+  try {
+    return run(argc, argv);
+  } catch (const odafs::Error& e) {
+    if (e.errno_value() == ETIMEDOUT) {
+      std::fprintf(stderr,
+                   "odafs: %s (no answer within the %d ms timeout; --timeout MS or "
+                   "?timeout_ms=N in the URL changes it)\n",
+                   e.what(), g_settings.effective_timeout_ms);
+    } else {
+      std::fprintf(stderr, "odafs: %s\n", e.what());
+    }
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "odafs: %s\n", e.what());
+    return 1;
+  }
+}
