@@ -51,17 +51,6 @@ double median(std::vector<double> v) {
   return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  for (size_t pos = 0; pos <= s.size();) {
-    size_t comma = s.find(',', pos);
-    if (comma == std::string::npos) comma = s.size();
-    if (comma > pos) out.push_back(s.substr(pos, comma - pos));
-    pos = comma + 1;
-  }
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -81,7 +70,7 @@ int main(int argc, char** argv) {
   flags.add("--mechanisms", &mechanism_list, "rpc, ordma (a list)");
   flags.add("--json", &json_path, "write the results there (else stdout)");
   if (!flags.parse(argc, argv).empty()) url.clear();  // reported below
-  mechanisms = split(mechanism_list);
+  mechanisms = odafs::bench::parse_words(mechanism_list);
   if (url.empty() || block == 0 || inflight.empty() || rounds == 0 || mechanisms.empty()) {
     std::fprintf(stderr, "odafs-ioqueue: --url is required (--help lists the flags)\n");
     return 2;

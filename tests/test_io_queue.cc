@@ -20,6 +20,7 @@
 #include "client/odafs.h"
 #include "ordma/engine.h"
 #include "tests/support/client_util.h"
+#include "tests/support/io_queue_util.h"
 #include "tests/support/server_process.h"
 
 using odafs::Client;
@@ -27,6 +28,7 @@ using odafs::Completion;
 using odafs::File;
 using odafs::IoQueue;
 using odafs::ordma::Fault;
+using odafs::test::drain;
 using odafs::test::errno_of;
 using odafs::test::pattern;
 using odafs::test::read_local;
@@ -38,22 +40,6 @@ using odafs::test::write_local;
 namespace {
 
 constexpr size_t kBlock = 4096;
-
-// Waits for every outstanding request of q; returns the completions by user tag (each tag
-// at most once).
-std::map<uint64_t, Completion> drain(IoQueue& q) {
-  std::map<uint64_t, Completion> out;
-  std::vector<Completion> got(q.depth());
-  while (q.outstanding() > 0) {
-    size_t n = q.wait(got, 1, 30000);
-    REQUIRE(n > 0);
-    for (size_t i = 0; i < n; ++i) {
-      REQUIRE(out.count(got[i].user_tag) == 0);
-      out[got[i].user_tag] = got[i];
-    }
-  }
-  return out;
-}
 
 uint64_t faults(const Client& c, Fault f) {
   return c.stats().faults[static_cast<size_t>(f)].load();

@@ -18,6 +18,7 @@
 #include "client/odafs.h"
 #include "rpc/call_credential.h"
 #include "tests/support/client_util.h"
+#include "tests/support/io_queue_util.h"
 #include "tests/support/server_process.h"
 
 using odafs::Attr;
@@ -25,6 +26,7 @@ using odafs::Client;
 using odafs::Completion;
 using odafs::File;
 using odafs::IoQueue;
+using odafs::test::drain;
 using odafs::test::pattern;
 using odafs::test::read_local;
 using odafs::test::server_stat;
@@ -33,21 +35,6 @@ using odafs::test::TempDir;
 using odafs::test::write_local;
 
 namespace {
-
-// Waits for every outstanding request of q; the completions by user tag (each at most once).
-std::map<uint64_t, Completion> drain(IoQueue& q) {
-  std::map<uint64_t, Completion> out;
-  std::vector<Completion> got(q.depth());
-  while (q.outstanding() > 0) {
-    const size_t n = q.wait(got, 1, 30000);
-    REQUIRE(n > 0);
-    for (size_t i = 0; i < n; ++i) {
-      REQUIRE(out.count(got[i].user_tag) == 0);
-      out[got[i].user_tag] = got[i];
-    }
-  }
-  return out;
-}
 
 mode_t mode_of(const std::filesystem::path& p) {
   struct stat st {};
