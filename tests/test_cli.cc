@@ -2,6 +2,7 @@
 // stopped server, and `get` and `put`, which replace their target whole or not at all.
 #include <doctest/doctest.h>
 #include <fcntl.h>
+#include <pty.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -447,4 +448,59 @@ TEST_CASE("odafs get URL - writes to standard output; ls -l and stat say it all 
   CHECK(mtime[4] == '-');
   CHECK(mtime[10] == ' ');
   CHECK(mtime[13] == ':');
+}
+
+namespace {
+
+// Runs the tool with its stderr on a pseudo-terminal (stdout to /dev/null); what it wrote
+// there, or "" with *ok false if it did not end within 30 s.
+std::string stderr_on_a_terminal(const std::vector<std::string>& args, bool* ok) {
+  int master = -1, slave = -1;
+  REQUIRE(openpty(&master, &slave, nullptr, nullptr, nullptr) == 0);
+  std::vector<std::string> argv_s = {ODAFS_CLI_PATH};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv = odafs::test::argv_of(argv_s);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, slave, 2);
+  posix_spawn_file_actions_addclose(&fa, master);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, ODAFS_CLI_PATH, &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(slave);
+  REQUIRE(rc == 0);
+  std::string said;
+  char buf[4096];
+  for (;;) {  // until the tool closes its side (EIO on Linux once the slave is gone)
+    const ssize_t n = ::read(master, buf, sizeof buf);
+    if (n <= 0) break;
+    said.append(buf, static_cast<size_t>(n));
+  }
+  ::close(master);
+  *ok = odafs::test::wait_exit(pid, std::chrono::seconds(30)) == 0;
+  return said;
+}
+
+}  // namespace
+
+TEST_CASE("odafs get and put show their progress on a terminal, and only there") {
+  TempDir dir, local;
+  ServerProcess server(dir.path());
+  const std::string data = pattern(24 << 20, 4);  // over the 16 MiB a progress line needs
+  write_local(dir / "big", data);
+  write_local(local / "up", data);
+  bool ok = false;
+  const std::string got = stderr_on_a_terminal({"get", server.url("/big"), local / "down"}, &ok);
+  CHECK(ok);
+  CHECK(read_local(local / "down") == data);
+  CHECK(contains(got, "get /big: "));
+  CHECK(contains(got, "of 24.0 MiB (100%)"));
+  const std::string put = stderr_on_a_terminal({"put", local / "up", server.url("/up")}, &ok);
+  CHECK(ok);
+  CHECK(contains(put, "of 24.0 MiB (100%)"));
+  // Not on a terminal (a file): nothing but errors.
+  auto quiet = run({"get", server.url("/big"), local / "again"});
+  CHECK(quiet->exit_code() == 0);
+  CHECK(quiet->err().empty());
 }
