@@ -174,6 +174,10 @@ std::vector<std::string> Flags::parse(int argc, char** argv) {
       std::fputs(usage().c_str(), stdout);
       std::exit(0);
     }
+    if (a == "--version") {
+      std::printf("%s %s\n", program_.c_str(), ODAFS_VERSION);
+      std::exit(0);
+    }
   }
   std::vector<std::string> rest;
   std::string error;
@@ -184,6 +188,12 @@ std::vector<std::string> Flags::parse(int argc, char** argv) {
   return rest;
 }
 
+void Flags::hide(const char* name) {
+  for (Flag& f : flags_) {
+    if (f.name == name) f.hidden = true;
+  }
+}
+
 std::string Flags::usage() const {
   std::string out = "usage: " + program_ + " " + synopsis_ + "\n";
   size_t width = 0;
@@ -191,12 +201,14 @@ std::string Flags::usage() const {
     width = std::max(width, f.name.size() + (f.value_name.empty() ? 0 : f.value_name.size() + 1));
   }
   for (const Flag& f : flags_) {
+    if (f.hidden) continue;
     std::string left = f.name + (f.value_name.empty() ? "" : " " + f.value_name);
     out += "  " + left + std::string(width - left.size() + 2, ' ') + f.help;
     if (!f.default_text.empty()) out += " (default " + f.default_text + ")";
     out += "\n";
   }
   out += "  --help" + std::string(width > 6 ? width - 6 + 2 : 2, ' ') + "this text\n";
+  out += "  --version" + std::string(width > 9 ? width - 9 + 2 : 2, ' ') + "the version\n";
   if (!epilog_.empty()) out += epilog_;
   return out;
 }

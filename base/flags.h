@@ -41,12 +41,14 @@ class Flags {
   // error message or "" (accepted).
   void add_each(const char* name, const char* value_name, const char* help,
                 std::function<std::string(const std::string&)> take);
+  // Leaves an added flag out of the usage (still parsed): for the test suites' own flags.
+  void hide(const char* name);
   // Free text printed after the flags in the usage.
   void set_epilog(std::string text) { epilog_ = std::move(text); }
 
   // Parses argv[1..argc). Returns the arguments that are not flags, in order. On --help or
-  // -h prints usage() to stdout and exits 0; on an error prints it and the usage to stderr
-  // and exits 2.
+  // -h prints usage() to stdout and exits 0, on --version "PROGRAM VERSION"; on an error
+  // prints it and the usage to stderr and exits 2.
   std::vector<std::string> parse(int argc, char** argv);
   // Like parse, but returns false with *error set instead of exiting (for tests).
   bool try_parse(int argc, char** argv, std::vector<std::string>* rest, std::string* error);
@@ -58,6 +60,7 @@ class Flags {
     std::string name, value_name, help, default_text;
     bool takes_value = true;
     std::function<std::string(const std::string&)> take;  // "" or the error
+    bool hidden = false;                                   // hide(): not in the usage
   };
   void add_flag(Flag f);
   template <class T, class Bound>

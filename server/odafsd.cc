@@ -333,6 +333,8 @@ int main(int argc, char** argv) {
             "(testing) SIGUSR1 drops every unsynced change and exits 86, as a power loss");
   flags.add("--slow-writes", &slow_write_us,
             "(testing) each write lands in two halves this many us apart", 0, 1000000);
+  flags.hide("--simulate-crashes");  // the test suites' own: not for a deployment
+  flags.hide("--slow-writes");
   flags.set_epilog(
       "SPEC = CIDR|address|host|*[(rw|ro,root_squash|no_root_squash|all_squash,anonuid=N,\n"
       "  anongid=N,secure|insecure,devices|nodev,tls,mtls)], defaults rw,root_squash,\n"

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -503,4 +504,26 @@ TEST_CASE("odafs get and put show their progress on a terminal, and only there")
   auto quiet = run({"get", server.url("/big"), local / "again"});
   CHECK(quiet->exit_code() == 0);
   CHECK(quiet->err().empty());
+}
+
+TEST_CASE("every program answers --version, and odafsd's --help leaves out the test-only flags") {
+  std::vector<std::string> programs = {ODAFS_CLI_PATH, ODAFSD_PATH};
+#ifdef ODAFS_MOUNT_PATH
+  programs.push_back(ODAFS_MOUNT_PATH);
+#endif
+  for (const std::string& program : programs) {
+    CAPTURE(program);
+    TempDir io;
+    const std::string command = program + " --version >" + (io / "out") + " 2>&1";
+    CHECK(std::system(command.c_str()) == 0);
+    CHECK(contains(read_local(io / "out"), " " ODAFS_VERSION));
+  }
+  TempDir io;
+  const std::string help = std::string(ODAFSD_PATH) + " --help >" + (io / "out") + " 2>&1";
+  CHECK(std::system(help.c_str()) == 0);
+  const std::string text = read_local(io / "out");
+  CHECK(contains(text, "--export"));
+  CHECK(contains(text, "--version"));
+  CHECK(!contains(text, "--simulate-crashes"));
+  CHECK(!contains(text, "--slow-writes"));
 }

@@ -177,3 +177,22 @@ TEST_CASE("flags: odafsd --help and README.md's odafsd synopsis name the same fl
     CHECK(from_help.count(f) == 1);
   }
 }
+
+TEST_CASE("flags: a hidden flag is parsed but left out of the usage, which lists --version") {
+  odafs::Flags flags("prog", "[flags]");
+  bool shown = false, hidden = false;
+  flags.add("--shown", &shown, "in the usage");
+  flags.add("--hidden", &hidden, "for the tests only");
+  flags.hide("--hidden");
+  std::vector<std::string> rest;
+  std::string error;
+  std::vector<std::string> args = {"prog", "--hidden"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  REQUIRE(flags.try_parse(static_cast<int>(argv.size()), argv.data(), &rest, &error));
+  CHECK(hidden);
+  const std::string usage = flags.usage();
+  CHECK(usage.find("--shown") != std::string::npos);
+  CHECK(usage.find("--hidden") == std::string::npos);
+  CHECK(usage.find("--version") != std::string::npos);
+}

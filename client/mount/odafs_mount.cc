@@ -225,6 +225,26 @@ void give_up_on_signal() {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
 }
 
+// The URL as a mount source: up to its options ('?'), with the commas and backslashes
+// that fuse_opt_parse would split on escaped.
+std::string fsname_escaped(const char* url) {
+  std::string out;
+  for (const char* p = url; *p != '\0' && *p != '?'; ++p) {
+    if (*p == ',' || *p == '\\') out += '\\';
+    out += *p;
+  }
+  return out;
+}
+
+// Whether an -o among args already sets fsname.
+bool has_fsname(const fuse_args& args) {
+  for (int i = 0; i < args.argc; ++i) {
+    const std::string_view a = args.argv[i];
+    if (a.find("fsname=") != std::string_view::npos) return true;
+  }
+  return false;
+}
+
 int run(int argc, char** argv) {
   fuse_args args = FUSE_ARGS_INIT(argc, argv);
   Config conf;
@@ -241,13 +261,19 @@ int run(int argc, char** argv) {
   if (conf.allow_other && !conf.default_permissions && !conf.no_default_permissions) {
     if (fuse_opt_add_arg(&args, "-odefault_permissions") != 0) return 1;
   }
+  // The mount's source in df, findmnt and /proc/self/mountinfo: its URL without the
+  // options (not the program's name), unless -o fsname= says otherwise.
+  if (conf.url != nullptr && !has_fsname(args)) {
+    const std::string source = "-ofsname=" + fsname_escaped(conf.url);
+    if (fuse_opt_add_arg(&args, source.c_str()) != 0) return 1;
+  }
   fuse_cmdline_opts opts{};
   if (fuse_parse_cmdline(&args, &opts) != 0) return 1;
   std::unique_ptr<char, decltype(&free)> mountpoint(opts.mountpoint, &free);
   std::unique_ptr<char, decltype(&free)> url(conf.url, &free);
   std::unique_ptr<char, decltype(&free)> read_mode(conf.read_mode, &free);
   if (opts.show_version) {
-    std::printf("odafs-mount 0.1.0, FUSE library %s\n", fuse_pkgversion());
+    std::printf("odafs-mount " ODAFS_VERSION ", FUSE library %s\n", fuse_pkgversion());
     fuse_lowlevel_version();
     return 0;
   }
