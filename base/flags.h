@@ -60,7 +60,7 @@ class Flags {
     std::string name, value_name, help, default_text;
     bool takes_value = true;
     std::function<std::string(const std::string&)> take;  // "" or the error
-    bool hidden = false;                                   // hide(): not in the usage
+    bool hidden = false;                                  // hide(): not in the usage
   };
   void add_flag(Flag f);
   template <class T, class Bound>

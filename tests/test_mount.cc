@@ -20,6 +20,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -162,6 +163,23 @@ MOUNT_TEST(
   CHECK(close(writer) == 0);
   CHECK(odafs::test::server_stat(*other, "calls.WRITE") > writes);
   CHECK(odafs::test::read_all(*other, "f", data.size()) == data);
+}
+
+MOUNT_TEST("the mount's source in mountinfo (df, findmnt) is its URL") {
+  Mounted fs;
+  std::ifstream info("/proc/self/mountinfo");
+  std::string line, source;
+  while (std::getline(info, line)) {
+    // "... MOUNTPOINT OPTIONS ... - FSTYPE SOURCE SUPEROPTIONS"
+    if (line.find(" " + fs.mnt.path() + " ") == std::string::npos) continue;
+    const size_t dash = line.find(" - ");
+    REQUIRE(dash != std::string::npos);
+    std::istringstream rest(line.substr(dash + 3));
+    std::string type;
+    rest >> type >> source;
+    CHECK(type == "fuse.odafs-mount");
+  }
+  CHECK(source == fs.server.url());
 }
 
 MOUNT_TEST("st_blksize is the largest WRITE, and a write(2) of it is one WRITE (defaults)") {

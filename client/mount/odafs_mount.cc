@@ -236,11 +236,10 @@ std::string fsname_escaped(const char* url) {
   return out;
 }
 
-// Whether an -o among args already sets fsname.
-bool has_fsname(const fuse_args& args) {
+// Whether an argument among args already sets `option` ("fsname=", "subtype=").
+bool has_option(const fuse_args& args, std::string_view option) {
   for (int i = 0; i < args.argc; ++i) {
-    const std::string_view a = args.argv[i];
-    if (a.find("fsname=") != std::string_view::npos) return true;
+    if (std::string_view(args.argv[i]).find(option) != std::string_view::npos) return true;
   }
   return false;
 }
@@ -263,9 +262,14 @@ int run(int argc, char** argv) {
   }
   // The mount's source in df, findmnt and /proc/self/mountinfo: its URL without the
   // options (not the program's name), unless -o fsname= says otherwise.
-  if (conf.url != nullptr && !has_fsname(args)) {
+  if (conf.url != nullptr && !has_option(args, "fsname=")) {
     const std::string source = "-ofsname=" + fsname_escaped(conf.url);
     if (fuse_opt_add_arg(&args, source.c_str()) != 0) return 1;
+    // libfuse names the type after the program only while it names the source so too: the
+    // type stays fuse.odafs-mount (what scripts and the tests look for).
+    if (!has_option(args, "subtype=") && fuse_opt_add_arg(&args, "-osubtype=odafs-mount") != 0) {
+      return 1;
+    }
   }
   fuse_cmdline_opts opts{};
   if (fuse_parse_cmdline(&args, &opts) != 0) return 1;
