@@ -131,9 +131,9 @@ TEST_CASE("flags: the usage lists every flag with its help and default") {
   CHECK(u.find("sizes (default 1,2)") != std::string::npos);
 }
 
-// odafsd's usage comes from its flag table; README.md's synopsis of odafsd is written by
+// odafsd's usage comes from its flag table; docs/usage.md's synopsis of odafsd is written by
 // hand: every flag of one is in the other (testing-only flags and aliases aside).
-TEST_CASE("flags: odafsd --help and README.md's odafsd synopsis name the same flags") {
+TEST_CASE("flags: odafsd --help and docs/usage.md's odafsd synopsis name the same flags") {
   std::string help;
   {
     FILE* p = popen(ODAFSD_PATH " --help", "r");
@@ -154,7 +154,7 @@ TEST_CASE("flags: odafsd --help and README.md's odafsd synopsis name the same fl
     if (m[1] == "--help") continue;
     from_help.insert(m[1]);
   }
-  std::ifstream readme(ODAFS_SOURCE_DIR "/README.md");
+  std::ifstream readme(ODAFS_SOURCE_DIR "/docs/usage.md");
   std::stringstream text;
   text << readme.rdbuf();
   const std::string all = text.str();
