@@ -127,9 +127,10 @@ class File {
   // EIO only if that fails.
   void fsync();
   // What close(2) of one descriptor owes: the writes durable (fsync()), and an earlier
-  // failed write reported; nothing for a File opened O_RDONLY. Under a write delegation this mount may trust, nothing is sent:
-  // the writes stay with the delegation until it is recalled, given back or fsync'ed
-  // (client/delegations.h). May be called more than once (dup'ed descriptors).
+  // failed write reported; nothing for a File opened O_RDONLY. Under a write delegation
+  // this mount may trust, nothing is sent: the writes stay with the delegation until it is
+  // recalled, given back or fsync'ed (client/delegations.h). May be called more than once
+  // (dup'ed descriptors).
   void flush();
   // flush(), then forget the handle.
   void close();
