@@ -246,6 +246,9 @@ bool has_option(const fuse_args& args, std::string_view option) {
 
 int run(int argc, char** argv) {
   fuse_args args = FUSE_ARGS_INIT(argc, argv);
+  // Freed on every way out, --version's and --help's too (fuse_opt_free_args may run twice).
+  const std::unique_ptr<fuse_args, decltype(&fuse_opt_free_args)> free_args(&args,
+                                                                            &fuse_opt_free_args);
   Config conf;
   if (fuse_opt_parse(&args, &conf, kSpec, keep_or_take_url) != 0) return 1;
   if (conf.show_help) {
