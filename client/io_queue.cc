@@ -151,7 +151,12 @@ void IoQueue::submit_by_path(Op op, const std::string& path, uint64_t user_tag, 
   Slot& s = *or_throw(take_slot(nullptr, nullptr, 0));
   s.op = op;
   s.tag = user_tag;
-  s.path = path;
+  try {
+    s.path = path;  // keeps its capacity: allocates only for a longer path than before
+  } catch (...) {
+    free_.push_back(s.index);  // not submitted: the slot is free again
+    throw;
+  }
   s.step = PathStep::kFindParent;
   fill(s);
   drive(s, false);
