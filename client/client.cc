@@ -191,18 +191,46 @@ void Client::wait_for_server(const std::atomic<bool>* give_up) {
   }
 }
 
+namespace {
+
+// The TLS context of a mount's options (null without tls). Throws Error.
+std::shared_ptr<const tls::Context> client_tls_context(const MountOptions& options,
+                                                       const std::string& url) {
+  if (!options.tls) return nullptr;
+  Result<std::shared_ptr<const tls::Context>> context = tls::Context::make(
+      tls::Context::Side::kClient, tls::Files{options.tls_cert, options.tls_key, options.tls_ca});
+  if (!context.ok()) or_throw(Status(EINVAL, "mount " + url + ": " + context.status().message()));
+  return std::move(*context);
+}
+
+}  // namespace
+
+std::vector<Client::ExportInfo> Client::list_exports(const std::string& url,
+                                                     MountOptions options) {
+  Url parsed = or_throw(parse_url(url));
+  apply_url_options(parsed, &options);
+  const std::shared_ptr<const tls::Context> context = client_tls_context(options, url);
+  std::shared_ptr<rpc::Channel> channel = or_throw(
+      connect_channel(parsed.server, channel_options(options, context, parsed.server.host)));
+  exports_res res{};
+  XdrFree<exports_res> guard{to_xdrproc(xdr_exports_res), &res};
+  or_throw(in_context(call_rpc(*channel, ODAFSPROC_EXPORTS, to_xdrproc(rpc::xdr_nothing), nullptr,
+                               to_xdrproc(xdr_exports_res), &res),
+                      "exports of " + url));
+  or_throw(status_of(res.status, "exports of " + url));
+  std::vector<ExportInfo> exports;
+  const auto& list = res.exports_res_u.ok.exports;
+  for (u_int i = 0; i < list.exports_len; ++i) {
+    exports.push_back({list.exports_val[i].path, list.exports_val[i].options});
+  }
+  return exports;
+}
+
 std::unique_ptr<Client> Client::mount(const std::string& url, MountOptions options) {
   Url parsed = or_throw(parse_url(url));
   apply_url_options(parsed, &options);  // the URL's word wins
   std::unique_ptr<Client> client(new Client(url, options, or_throw(make_owner())));
-  if (options.tls) {
-    Result<std::shared_ptr<const tls::Context>> context = tls::Context::make(
-        tls::Context::Side::kClient, tls::Files{options.tls_cert, options.tls_key, options.tls_ca});
-    if (!context.ok()) {
-      or_throw(Status(EINVAL, "mount " + url + ": " + context.status().message()));
-    }
-    client->tls_context_ = std::move(*context);
-  }
+  client->tls_context_ = client_tls_context(options, url);
   client->servers_ = parsed.servers;
   client->mount_path_ = parsed.path;
   or_throw(client->mount_state());  // connects and mounts

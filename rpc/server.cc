@@ -350,7 +350,7 @@ void Server::close_connection(Connection* conn) {
   if (host != per_address_.end() && --host->second == 0) per_address_.erase(host);
   if (conn->refused) --refused_open_;
   conns_.erase(conn->id);  // the fd closes when the last in-progress call lets go
-  if (options_.on_connection_closed) options_.on_connection_closed(conn->id);
+  if (options_.on_connection_closed) options_.on_connection_closed(conn->id, conn->tag.load());
 }
 
 void Server::on_readable(Connection* raw, Worker& w, uint32_t events) {

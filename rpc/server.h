@@ -63,6 +63,7 @@ struct Admission {
   static constexpr uint32_t kNone = UINT32_MAX;
   uint32_t rule = kNone;     // the program's own index (an access rule); kNone: none matched
   uint16_t source_port = 0;  // the peer's TCP port
+  sockaddr_storage address{};  // the peer's address, for rules the program may change later
   // The peer is a process on this host: it comes from one of the host's own addresses.
   bool local = false;
   // The peer is a process on this host and the kernel named the owner of its socket:
@@ -91,6 +92,11 @@ struct CallContext {
   const std::string* peer = nullptr;  // "HOST:PORT" of the client
   uint64_t connection = 0;            // the connection's id: Server::send_to_connection
   const Admission* admission = nullptr;
+  // The program's own word about the connection, kNoTag until a handler sets it (odafsd:
+  // the export a MOUNT bound the connection to). Lives as long as the connection; any
+  // thread may read or set it.
+  static constexpr uint32_t kNoTag = UINT32_MAX;
+  std::atomic<uint32_t>* connection_tag = nullptr;
 };
 
 // Thrown by a handler that finds, once running, that it cannot act as the call's
@@ -200,9 +206,10 @@ class Server {
     // (e.g. CPU accounting).
     std::function<void()> on_thread_start;
     std::function<void()> on_thread_exit;
-    // Called once for each connection as it closes, with its id, on the closing thread
-    // (with no server lock held: it may call send_to_connection for other connections).
-    std::function<void(uint64_t connection)> on_connection_closed;
+    // Called once for each connection as it closes, with its id and its tag
+    // (CallContext::connection_tag), on the closing thread (with no server lock held: it
+    // may call send_to_connection for other connections).
+    std::function<void(uint64_t connection, uint32_t tag)> on_connection_closed;
     // Called once for each accepted connection, on the accepting thread, before any of its
     // calls: what the program makes of the peer (socket fd, address). Unset: Admission{}.
     std::function<Admission(int fd, const sockaddr_storage& peer)> admit;

@@ -158,6 +158,7 @@ void Server::dispatch(Connection& conn, std::vector<char>& record, Worker& w) {
   ctx.peer = &conn.peer;
   ctx.connection = conn.id;
   ctx.admission = &conn.admission;
+  ctx.connection_tag = &conn.tag;
   if (options_.authorize) {
     if (auth_stat why = options_.authorize(ctx, &cred); why != AUTH_OK) {
       reject(auth_error(why));

@@ -61,6 +61,7 @@ struct Server::Connection : std::enable_shared_from_this<Connection> {
   // Changed only when TLS starts (Server::continue_handshake), when no call of the
   // connection runs: the client waits for the handshake before it calls again.
   Admission admission;
+  std::atomic<uint32_t> tag{CallContext::kNoTag};  // CallContext::connection_tag
   RecordAssembler assembler;  // touched only by the thread holding the read event
   // Holds a large-record permit. Changed by the read-event holder, or under write_mu by
   // the permit's hand-over while the connection waits for one.

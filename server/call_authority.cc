@@ -54,11 +54,14 @@ void make_anonymous(const ClientRule& rule, rpc::CallerCred* cred) {
 
 }  // namespace
 
-CallAuthority::CallAuthority(Options options) : options_(std::move(options)) {}
+CallAuthority::CallAuthority(Options options)
+    : options_(std::move(options)),
+      rules_(std::make_shared<const ExportRules>(std::move(options_.rules))) {}
 
 rpc::Admission CallAuthority::admit(int fd, const sockaddr_storage& peer) const {
   rpc::Admission a;
-  a.rule = options_.rules.match(peer);
+  a.rule = rules()->match(peer);
+  a.address = peer;
   a.source_port = net::endpoint_of(peer).port;
   if (a.rule == rpc::Admission::kNone) {
     // Decided here, from the address alone, before the connection takes a slot.
@@ -89,7 +92,16 @@ auth_stat CallAuthority::authorize(const rpc::CallContext& ctx, rpc::CallerCred*
   if (ctx.proc == ODAFSPROC_NULL) return AUTH_OK;
   const rpc::Admission& a = *ctx.admission;
   if (a.rule == rpc::Admission::kNone) return AUTH_TOOWEAK;  // refused at admit already
-  const ClientRule& rule = options_.rules.rule(a.rule);
+  const std::shared_ptr<const ExportRules> rules = rules_.load();
+  const uint32_t index = rules->match(a.address);
+  if (index == rpc::Admission::kNone) {
+    // Admitted at accept, but a reload of the rules has since dropped the peer.
+    counters_.no_rule.fetch_add(1, std::memory_order_relaxed);
+    ODAFS_LOG_WARN_THROTTLED("call from %s refused: no rule admits it since the last reload",
+                             ctx.peer->c_str());
+    return AUTH_TOOWEAK;
+  }
+  const ClientRule& rule = rules->rule(index);
   if (rule.secure && a.source_port >= 1024) {
     counters_.insecure_port.fetch_add(1, std::memory_order_relaxed);
     ODAFS_LOG_WARN_THROTTLED("call from %s refused: rule '%s' says secure (a port below 1024)",
@@ -201,14 +213,17 @@ void CallAuthority::on_tls(const tls::Session& session, const std::string& peer,
 }
 
 bool CallAuthority::allows_devices(const rpc::CallContext& ctx) const {
-  const uint32_t rule = ctx.admission != nullptr ? ctx.admission->rule : rpc::Admission::kNone;
-  return rule != rpc::Admission::kNone && options_.rules.rule(rule).devices;
+  if (ctx.admission == nullptr) return false;
+  const std::shared_ptr<const ExportRules> rules = rules_.load();
+  const uint32_t rule = rules->match(ctx.admission->address);
+  return rule != rpc::Admission::kNone && rules->rule(rule).devices;
 }
 
 bool CallAuthority::read_only(const rpc::CallContext& ctx) const {
-  if (options_.read_only) return true;
-  const uint32_t rule = ctx.admission != nullptr ? ctx.admission->rule : rpc::Admission::kNone;
-  return rule == rpc::Admission::kNone || options_.rules.rule(rule).read_only;
+  if (options_.read_only || ctx.admission == nullptr) return true;
+  const std::shared_ptr<const ExportRules> rules = rules_.load();
+  const uint32_t rule = rules->match(ctx.admission->address);
+  return rule == rpc::Admission::kNone || rules->rule(rule).read_only;
 }
 
 std::string CallAuthority::principal(const rpc::CallContext& ctx) const {

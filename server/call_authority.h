@@ -36,6 +36,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "rpc/server.h"
@@ -47,7 +48,7 @@ namespace odafs::server {
 class CallAuthority {
  public:
   struct Options {
-    ExportRules rules;
+    ExportRules rules;  // the rules at start; replace_rules swaps them
     bool read_only = false;  // the whole export, whatever the rules say
     // odafsd's TLS, if it serves TLS (--tls-cert): the identity map. Not owned.
     const TlsIdentities* tls = nullptr;
@@ -57,7 +58,15 @@ class CallAuthority {
   rpc::Admission admit(int fd, const sockaddr_storage& peer) const;
   // Whether some rule admits peer (the engine's accept filter).
   bool admits(const sockaddr_storage& peer) const {
-    return options_.rules.match(peer) != rpc::Admission::kNone;
+    return rules()->match(peer) != rpc::Admission::kNone;
+  }
+
+  // The rules in force. Every call is matched against the rules in force when it arrives
+  // (not those of its connection's accept), so a replace_rules applies from each
+  // connection's next call: a peer the new rules no longer admit is refused then.
+  std::shared_ptr<const ExportRules> rules() const { return rules_.load(); }
+  void replace_rules(ExportRules rules) {
+    rules_.store(std::make_shared<const ExportRules>(std::move(rules)));
   }
   auth_stat authorize(const rpc::CallContext& ctx, rpc::CallerCred* cred) const;
   // Once a connection's TLS handshake is done: the identity map's line for the client's
@@ -102,7 +111,8 @@ class CallAuthority {
   // Step 6: the rule's squashing of *cred (counted as squashed if it or `changed` altered).
   void squash(const ClientRule& rule, rpc::CallerCred* cred, bool changed = false) const;
 
-  Options options_;
+  Options options_;  // rules moved out into rules_
+  std::atomic<std::shared_ptr<const ExportRules>> rules_;
   mutable Counters counters_;
 };
 

@@ -11,12 +11,12 @@
 namespace odafs::server {
 namespace {
 
-// "--clients SPEC: " followed by the parts. (Appends, not operator+: GCC 12 at -O3 warns
-// falsely on "literal" + std::string chains, -Wrestrict.)
+// "SPEC: " followed by the parts. (Appends, not operator+: GCC 12 at -O3 warns falsely on
+// "literal" + std::string chains, -Wrestrict.)
 template <class... Parts>
 [[noreturn]] void bad(std::string_view spec, const Parts&... parts) {
-  std::string message = "--clients ";
-  message.append(spec).append(": ");
+  std::string message(spec);
+  message.append(": ");
   (message.append(std::string_view(parts)), ...);
   throw std::invalid_argument(message);
 }
@@ -28,6 +28,19 @@ uint32_t parse_id(std::string_view spec, std::string_view text) {
     bad(spec, "'", text, "' is not a uid or gid");
   }
   return v;
+}
+
+// The exports(5) options that people paste from their NFS exports and that odafs takes
+// without a change in what it does (docs/exports.md says why for each): its writes are
+// always acknowledged only once stable (sync; async asks for less), its handles are bound
+// to their export by a MAC so there is no subtree to check, it does not delay writes, it
+// crosses no mounts, and an export is named by its path (fsid=).
+bool nfs_only_option(std::string_view opt) {
+  for (std::string_view o : {"sync", "async", "subtree_check", "no_subtree_check", "wdelay",
+                             "no_wdelay", "hide", "nohide", "sec=sys"}) {
+    if (opt == o) return true;
+  }
+  return opt.substr(0, 5) == "fsid=" && opt.size() > 5;
 }
 
 // Applies one OPTION to rule.
@@ -54,6 +67,11 @@ void apply_option(std::string_view spec, std::string_view opt, ClientRule* rule)
     rule->devices = true;
   } else if (opt == "nodev") {
     rule->devices = false;
+  } else if (nfs_only_option(opt)) {
+    rule->accepted_only.append(rule->accepted_only.empty() ? "" : ",").append(opt);
+  } else if (opt.substr(0, 4) == "sec=") {
+    bad(spec, "'", opt,
+        "': odafs has no Kerberos; sec=sys is what it does (require TLS with tls or mtls)");
   } else if (opt.substr(0, 8) == "anonuid=") {
     rule->anon_uid = parse_id(spec, opt.substr(8));
   } else if (opt.substr(0, 8) == "anongid=") {
@@ -61,7 +79,8 @@ void apply_option(std::string_view spec, std::string_view opt, ClientRule* rule)
   } else {
     bad(spec, "unknown option '", opt,
         "' (rw, ro, root_squash, no_root_squash, all_squash, anonuid=N, anongid=N, secure, "
-        "insecure, devices, nodev, tls, mtls)");
+        "insecure, devices, nodev, tls, mtls; and, with no effect, sync, async, "
+        "subtree_check, no_subtree_check, wdelay, no_wdelay, hide, nohide, fsid=, sec=sys)");
   }
 }
 
@@ -127,6 +146,29 @@ bool ClientRule::matches(const sockaddr_storage& peer) const {
     return false;
   }
   return peer_family == family && prefix_equal(bytes, address, prefix);
+}
+
+std::string ClientRule::options_text() const {
+  std::string text = read_only ? "ro" : "rw";
+  text += squash == Squash::kAll ? ",all_squash" : squash == Squash::kNone ? ",no_root_squash"
+                                                                            : ",root_squash";
+  text += secure ? ",secure" : ",insecure";
+  if (devices) text += ",devices";
+  if (mtls) {
+    text += ",mtls";
+  } else if (tls) {
+    text += ",tls";
+  }
+  if (squash != Squash::kNone) {
+    text += ",anonuid=" + std::to_string(anon_uid) + ",anongid=" + std::to_string(anon_gid);
+  }
+  return text;
+}
+
+std::string ClientRule::network_text() const {
+  char text[INET6_ADDRSTRLEN] = "?";
+  inet_ntop(family, address, text, sizeof text);
+  return std::string(text) + "/" + std::to_string(prefix);
 }
 
 void ExportRules::add(std::string_view spec, uint32_t anon_uid, uint32_t anon_gid) {

@@ -5,6 +5,8 @@
 //   WHO     = CIDR (10.0.0.0/8, fd00::/8) | address | host name | "*" | "localhost"
 //   OPTION  = rw | ro | root_squash | no_root_squash | all_squash | anonuid=N | anongid=N
 //           | secure | insecure | devices | nodev | tls | mtls
+//           | sync | async | subtree_check | no_subtree_check | wdelay | no_wdelay | hide
+//           | nohide | fsid=X | sec=sys     (NFS's, accepted with no effect: accepted_only)
 //
 // Defaults, as exports(5): rw, root_squash, insecure (any source port), anonuid and anongid
 // from --anon-uid/--anon-gid; and nodev: MKNOD makes FIFOs and sockets for anyone who may
@@ -47,14 +49,20 @@ struct ClientRule {
   // Believes a peer's credential only when the kernel named the peer (the loopback
   // default): a peer it could not name runs as the anonymous user, whatever it claims.
   bool named_peers_only = false;
+  // The NFS options given that odafs accepts with no effect ("sync,no_subtree_check").
+  std::string accepted_only;
 
   bool matches(const sockaddr_storage& peer) const;
+  // The rule's terms in exports(5) words, every one spelled out: "rw,root_squash,insecure".
+  std::string options_text() const;
+  // The network the rule admits, as CIDR: "10.0.0.0/8", "::1/128".
+  std::string network_text() const;
 };
 
 class ExportRules {
  public:
   // Parses one SPEC into one rule per address it names and appends them. Throws
-  // std::invalid_argument with a message naming the problem.
+  // std::invalid_argument with a message "SPEC: what is wrong".
   void add(std::string_view spec, uint32_t anon_uid, uint32_t anon_gid);
 
   // The rule odafsd uses when given none and listening on loopback only: this host's

@@ -196,7 +196,7 @@ OpenNode FileService::resolve_or_reply(const char* fh, rpc::Reply& r, struct sta
   return {};
 }
 
-void FileService::register_procedures(rpc::Server* server) {
+void FileService::register_procedures(rpc::Server* server, const AddProcedure& add) {
   server_ = server;
   // changes: the procedure changes the export, so a read-only client gets EROFS before its
   // arguments are decoded. WRITE_DIRECT (check_write: it must cancel the client's wait on
@@ -212,8 +212,6 @@ void FileService::register_procedures(rpc::Server* server) {
     bool moves_names = false;  // may take a file from its path: REMOVE, RMDIR, RENAME
   };
   static constexpr Entry kProcedures[] = {
-      {ODAFSPROC_MOUNT, "MOUNT", bind_procedure<xdr_mount_args, &FileService::do_mount>, false,
-       true},
       {ODAFSPROC_CLIENT_ID, "CLIENT_ID",
        bind_procedure<xdr_client_id_args, &FileService::do_client_id>, false, true},
       {ODAFSPROC_GETATTR, "GETATTR", bind_procedure<xdr_getattr_args, &FileService::do_getattr>},
@@ -250,7 +248,7 @@ void FileService::register_procedures(rpc::Server* server) {
        bind_procedure<xdr_delegreturn_args, &FileService::do_delegreturn>, false, true},
   };
   // NULL and STATS take no arguments.
-  server->add_procedure(ODAFSPROC_NULL, "NULL", [](const rpc::CallContext&, XDR*, rpc::Reply& r) {
+  add(ODAFSPROC_NULL, "NULL", [](const rpc::CallContext&, XDR*, rpc::Reply& r) {
     r.results();
     return true;
   });
@@ -282,18 +280,17 @@ void FileService::register_procedures(rpc::Server* server) {
         return true;
       };
     }
-    server->add_procedure(e.proc, e.name, std::move(fn));
+    add(e.proc, e.name, std::move(fn));
   }
-  server->add_procedure(ODAFSPROC_RECLAIM_COMPLETE, "RECLAIM_COMPLETE",
-                        [this](const rpc::CallContext& c, XDR*, rpc::Reply& r) {
-                          do_reclaim_complete(c, r);
-                          return true;
-                        });
-  server->add_procedure(ODAFSPROC_STATS, "STATS",
-                        [this](const rpc::CallContext&, XDR*, rpc::Reply& r) {
-                          do_stats(r);
-                          return true;
-                        });
+  add(ODAFSPROC_RECLAIM_COMPLETE, "RECLAIM_COMPLETE",
+      [this](const rpc::CallContext& c, XDR*, rpc::Reply& r) {
+        do_reclaim_complete(c, r);
+        return true;
+      });
+  add(ODAFSPROC_STATS, "STATS", [this](const rpc::CallContext&, XDR*, rpc::Reply& r) {
+    do_stats(r);
+    return true;
+  });
 }
 
 void FileService::do_stats(rpc::Reply& r) {

@@ -97,9 +97,18 @@ class FileService {
   // Throws std::system_error when the export cannot be opened.
   FileService(Options options, CpuAccounting* cpu);
 
-  // Adds every procedure of ODAFS_V3 to server. REQUIRES: server not started; server
-  // outlives this service's use of it (STATS reads its counters).
-  void register_procedures(rpc::Server* server);
+  // Hands every procedure of ODAFS_V3 but MOUNT and EXPORTS (the ExportRouter's: they
+  // choose among exports) to `add`. server: whose connections the calls come on (recalls
+  // go out on them; STATS reads its counters). REQUIRES: server not started; server
+  // outlives this service's use of it.
+  using AddProcedure =
+      std::function<void(uint32_t proc, const char* name, rpc::ProcedureFn fn)>;
+  void register_procedures(rpc::Server* server, const AddProcedure& add);
+
+  // MOUNT of `path`, a path inside this export ("/" for its root): walks it as LOOKUP
+  // would, as ctx.cred, and answers mount_res with the directory's handle. Whether it
+  // answered ODAFS_OK.
+  bool mount(const rpc::CallContext& ctx, const char* path, rpc::Reply& r);
 
   // Record size a server must accept / reply buffer it must have for these limits.
   size_t max_request_record() const { return options_.max_io + 4096; }
@@ -129,6 +138,7 @@ class FileService {
 
   // The export rules: the RPC server's admit and authorize hooks.
   const CallAuthority& authority() const { return authority_; }
+  CallAuthority& authority() { return authority_; }  // replace_rules at a reload
 
   cache::BlockCache& cache() { return cache_; }
   NodeTable& nodes() { return nodes_; }
@@ -170,7 +180,6 @@ class FileService {
 
   // ---- namespace_ops.cc: names and handles ----
 
-  void do_mount(const rpc::CallContext& ctx, struct mount_args& a, rpc::Reply& r);
   void do_lookup(const rpc::CallContext& ctx, struct diropargs& a, rpc::Reply& r);
   void do_create(const rpc::CallContext& ctx, struct create_args& a, rpc::Reply& r);
   void do_mkdir(const rpc::CallContext& ctx, struct mkdir_args& a, rpc::Reply& r);

@@ -51,23 +51,23 @@ void FileService::entry_attributes(const Object& dir, const char* name, odafs_po
   fill_attr(st, 0, &out->odafs_post_attr_u.attr);  // no node: file_generation unknown
 }
 
-void FileService::do_mount(const rpc::CallContext& ctx, mount_args& a, rpc::Reply& r) {
+bool FileService::mount(const rpc::CallContext& ctx, const char* mount_path, rpc::Reply& r) {
   mount_res res{};
   Result<OpenNode> root = nodes_.open(nodes_.root());  // the root is always open
   if (!root) {
     res.status = status_from_errno(root.errno_value());
     r.send(xp(xdr_mount_res), &res);
-    return;
+    return false;
   }
   OpenNode node = std::move(root).value();
   struct stat st;
   // Walk the requested path one component at a time, like LOOKUP would. Clients send "/"
   // for the root; an empty path is what a path holding a NUL byte decodes to.
-  std::string path = a.path ? a.path : "";
+  std::string path = mount_path ? mount_path : "";
   if (path.empty()) {
     res.status = ODAFS_ERR_INVAL;
     r.send(xp(xdr_mount_res), &res);
-    return;
+    return false;
   }
   size_t pos = 0;
   while (pos < path.size()) {
@@ -79,28 +79,28 @@ void FileService::do_mount(const rpc::CallContext& ctx, mount_args& a, rpc::Repl
     if (part == ".." || !NodeTable::valid_name(part.c_str()) || !is_dir(*node)) {
       res.status = part == ".." ? ODAFS_ERR_INVAL : ODAFS_ERR_NOTDIR;
       r.send(xp(xdr_mount_res), &res);
-      return;
+      return false;
     }
     // As LOOKUP: search permission on each directory, and the lookup as the caller.
     IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
     if (!store_->stat(node.object(), &st).ok() || !as.permits(st, X_OK)) {
       res.status = ODAFS_ERR_ACCES;
       r.send(xp(xdr_mount_res), &res);
-      return;
+      return false;
     }
     Result<NodeRef> next = nodes_.lookup(node, part.c_str(), &st);
     Result<OpenNode> opened = next ? nodes_.open(*next) : Result<OpenNode>(next.status());
     if (!opened) {
       res.status = status_from_errno(opened.errno_value());
       r.send(xp(xdr_mount_res), &res);
-      return;
+      return false;
     }
     node = std::move(opened).value();
   }
   if (!is_dir(*node)) {
     res.status = ODAFS_ERR_NOTDIR;
     r.send(xp(xdr_mount_res), &res);
-    return;
+    return false;
   }
   res.status = ODAFS_OK;
   WireHandle h = nodes_.handle_of(*node);
@@ -122,6 +122,7 @@ void FileService::do_mount(const rpc::CallContext& ctx, mount_args& a, rpc::Repl
     std::memcpy(res.mount_res_u.ok.session_secret, session.secret.data(), session.secret.size());
   }
   r.send(xp(xdr_mount_res), &res);
+  return true;
 }
 
 OpenNode FileService::resolve_dir_or_reply(const char* fh, const char* name, rpc::Reply& r) {

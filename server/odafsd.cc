@@ -39,6 +39,8 @@
 #include "proto/odafs_prot.h"
 #include "rpc/server.h"
 #include "server/cpu_accounting.h"
+#include "server/export_router.h"
+#include "server/exports_file.h"
 #include "server/file_env.h"
 #include "server/file_service.h"
 #include "server/private_files.h"
@@ -50,6 +52,8 @@
 #endif
 
 namespace {
+
+constexpr const char* kDefaultExports = "/etc/odafs/exports";
 
 // The cores this process may run on (its affinity mask: taskset, cgroups' cpusets), at
 // least one.
@@ -142,27 +146,59 @@ odafs::server::NodeTable::SharedKey read_handle_key(const std::string& path,
   return key;
 }
 
-// remote_store: a store that takes on callers without privileges of this process
-// (CephFS: a UserPerm per call), where a local export needs root (setfsuid).
-void configure_access(const AccessFlags& flags, const std::string& listen_host, bool remote_store,
-                      odafs::server::FileService::Options* fs) {
-  fs->access.read_only = flags.read_only;
+// The rules of a single --export, from --clients (or, on a loopback --listen without them,
+// this host's processes).
+odafs::server::ExportRules rules_from_flags(const AccessFlags& flags,
+                                            const std::string& listen_host) {
+  odafs::server::ExportRules rules;
   try {
-    for (const std::string& spec : flags.clients) {
-      fs->access.rules.add(spec, flags.anon_uid, flags.anon_gid);
-    }
+    for (const std::string& spec : flags.clients) rules.add(spec, flags.anon_uid, flags.anon_gid);
   } catch (const std::invalid_argument& e) {
-    usage(e.what());
+    usage((std::string("--clients ") + e.what()).c_str());
   }
   if (flags.clients.empty()) {
     if (!is_loopback_host(listen_host)) {
       usage(("--listen " + (listen_host.empty() ? std::string("0.0.0.0") : listen_host) +
              " is reachable from other hosts: say who may use the export, e.g. --clients "
-             "10.0.0.0/8(rw,root_squash)")
+             "10.0.0.0/8(rw,root_squash), or give an --exports file")
                 .c_str());
     }
-    fs->access.rules.add_loopback_default(flags.anon_uid, flags.anon_gid);
+    rules.add_loopback_default(flags.anon_uid, flags.anon_gid);
   }
+  return rules;
+}
+
+// The exports of an exports file, each an existing directory; exits with the file's error
+// otherwise.
+std::vector<odafs::server::ExportLine> load_exports(const std::string& file,
+                                                    const AccessFlags& flags) {
+  odafs::Result<std::vector<odafs::server::ExportLine>> lines =
+      odafs::server::read_exports_file(file, flags.anon_uid, flags.anon_gid);
+  if (!lines.ok()) {
+    std::fprintf(stderr, "odafsd: %s\n", lines.status().message().c_str());
+    std::exit(2);
+  }
+  if (lines->empty()) {
+    std::fprintf(stderr, "odafsd: %s exports nothing\n", file.c_str());
+    std::exit(2);
+  }
+  for (const odafs::server::ExportLine& e : *lines) {
+    struct stat st;
+    if (stat(e.path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      std::fprintf(stderr, "odafsd: %s:%d: %s is not a directory%s\n", file.c_str(), e.line,
+                   e.path.c_str(), errno == ENOENT ? " (it does not exist)" : "");
+      std::exit(2);
+    }
+  }
+  return std::move(lines).value();
+}
+
+// As whom calls act on the store. remote_store: a store that takes on callers without
+// privileges of this process (CephFS: a UserPerm per call), where a local export needs root
+// (setfsuid).
+void configure_identity(const AccessFlags& flags, bool remote_store,
+                        odafs::server::FileService::Options* fs) {
+  fs->access.read_only = flags.read_only;
   const bool root = geteuid() == 0;
   const bool can_act = root || remote_store;
   if (flags.identity == "caller" && !can_act) {
@@ -203,6 +239,85 @@ std::string recovery_record_path(std::string state_dir, const std::string& expor
   std::snprintf(name, sizeof name, "recovery-%02x%02x%02x%02x%02x%02x%02x%02x", digest[0],
                 digest[1], digest[2], digest[3], digest[4], digest[5], digest[6], digest[7]);
   return state_dir + "/" + name;
+}
+
+// Why the rules cannot be served ("" when they can): a tls rule without a certificate to
+// serve, an mtls rule without a CA.
+std::string tls_rules_problem(const odafs::server::ExportRules& rules, bool have_tls,
+                              const odafs::server::TlsIdentities::Files& files) {
+  for (size_t i = 0; i < rules.size(); ++i) {
+    const odafs::server::ClientRule& rule = rules.rule(i);
+    if (rule.tls && !have_tls) return "client " + rule.spec + " says tls: give --tls-cert";
+    if (rule.mtls && files.tls.ca.empty()) return "client " + rule.spec + " says mtls: give --tls-ca";
+  }
+  return "";
+}
+
+// SIGHUP with an exports file: the file read again, and each export's rules replaced by its
+// line's, from every connection's next call on (CallAuthority::replace_rules). A file that
+// does not parse, or whose rules cannot be served, changes nothing. An export whose line
+// is gone admits no one from now on; a new line needs a restart to be served (its cache,
+// engine and recovery record are made at start).
+void reload_exports(const std::string& file, const AccessFlags& flags, bool have_tls,
+                    const odafs::server::TlsIdentities::Files& tls_files,
+                    const odafs::server::ExportRouter& router) {
+  odafs::Result<std::vector<odafs::server::ExportLine>> lines =
+      odafs::server::read_exports_file(file, flags.anon_uid, flags.anon_gid);
+  if (!lines.ok()) {
+    ODAFS_LOG_ERROR("SIGHUP: exports not reloaded, the old rules serve on: %s",
+                    lines.status().message().c_str());
+    return;
+  }
+  for (const odafs::server::ExportLine& line : *lines) {
+    if (std::string why = tls_rules_problem(line.rules, have_tls, tls_files); !why.empty()) {
+      ODAFS_LOG_ERROR("SIGHUP: exports not reloaded, the old rules serve on: %s:%d: %s",
+                      file.c_str(), line.line, why.c_str());
+      return;
+    }
+  }
+  for (const odafs::server::ExportRouter::Export& e : router.exports()) {
+    auto line = std::find_if(lines->begin(), lines->end(),
+                             [&e](const odafs::server::ExportLine& l) { return l.path == e.path; });
+    if (line == lines->end()) {
+      ODAFS_LOG_WARN("SIGHUP: %s is no longer in %s: it admits no client from now on",
+                     e.path.c_str(), file.c_str());
+      e.service->authority().replace_rules({});
+    } else {
+      e.service->authority().replace_rules(std::move(line->rules));
+      ODAFS_LOG_INFO("SIGHUP: %s: %zu client rule(s) from %s:%d", e.path.c_str(),
+                     e.service->authority().rules()->size(), file.c_str(), line->line);
+    }
+  }
+  for (const odafs::server::ExportLine& line : *lines) {
+    const auto& served = router.exports();
+    if (std::none_of(served.begin(), served.end(),
+                     [&line](const auto& e) { return e.path == line.path; })) {
+      ODAFS_LOG_WARN("SIGHUP: %s:%d: %s is new: it is served from odafsd's next start",
+                     file.c_str(), line.line, line.path.c_str());
+    }
+  }
+}
+
+// Exits unless the rules can be served (tls_rules_problem).
+void check_tls_rules(const odafs::server::ExportRules& rules, bool have_tls,
+                     const odafs::server::TlsIdentities::Files& files) {
+  if (std::string why = tls_rules_problem(rules, have_tls, files); !why.empty()) {
+    usage(why.c_str());
+  }
+}
+
+// The recovery record of an export (its directory made private), or "" for none.
+std::string prepare_recovery_record(const std::string& state_dir, const std::string& key) {
+  const std::string record = recovery_record_path(state_dir, key);
+  if (!record.empty()) {
+    // The record's directory must be private (server/private_files.h), or another user
+    // could make odafsd write through a link, block on a FIFO, or forge the record.
+    const std::string dir = odafs::server::dir_of(record);
+    odafs::Result<int> opened = odafs::server::open_private_dir(dir, true);
+    if (!opened.ok()) usage(("--state-dir " + dir + ": " + opened.status().message()).c_str());
+    close(*opened);
+  }
+  return record;
 }
 
 void raise_fd_limit() {
@@ -248,7 +363,13 @@ int main(int argc, char** argv) {
   odafs::server::TlsIdentities::Files tls_files;
   odafs::Flags flags("odafsd", "--export DIR --listen HOST:PORT [flags]");
   flags.add("--export", &fs.export_root,
-            "the directory to export, or ceph:PATH for a directory of a CephFS");
+            "the directory to export (served at /), or ceph:PATH for a directory of a CephFS");
+  std::string exports_file, check_exports;
+  flags.add("--exports", &exports_file,
+            "an exports(5)-style file of exports and their clients (default /etc/odafs/exports "
+            "when present and no --export is given); SIGHUP reads it again");
+  flags.add("--check-exports", &check_exports,
+            "parse an exports file, print its rules and exit (0: good, 2: not)");
   flags.add("--ceph-conf", &ceph_conf, "the CephFS cluster's ceph.conf (with --export ceph:PATH)");
   flags.add("--ceph-id", &ceph_id, "the cephx user to connect as, without \"client.\" (admin)");
   flags.add("--handle-key-file", &handle_key_file,
@@ -364,7 +485,23 @@ int main(int argc, char** argv) {
   if (no_delegations) fs.delegations = false;
   if (space_margin_mb >= 0) fs.space_margin_bytes = space_margin_mb << 20;
   if (auth_sys) access.identity = "caller";
-  if (fs.export_root.empty() || listen.empty()) usage("--export and --listen are required");
+  if (!check_exports.empty()) {
+    std::fputs(odafs::server::describe_exports(load_exports(check_exports, access)).c_str(),
+               stdout);
+    return 0;
+  }
+  if (!exports_file.empty() && !fs.export_root.empty()) {
+    usage("--export and --exports: give one (an exports file names each export)");
+  }
+  if (fs.export_root.empty() && exports_file.empty() && ::access(kDefaultExports, F_OK) == 0) {
+    exports_file = kDefaultExports;
+  }
+  if ((fs.export_root.empty() && exports_file.empty()) || listen.empty()) {
+    usage("--listen and one of --export or --exports are required");
+  }
+  if (!exports_file.empty() && !access.clients.empty()) {
+    usage("--clients goes with --export: an exports file names each export's clients");
+  }
   odafs::net::Endpoint listen_at;
   try {
     listen_at = odafs::net::parse_endpoint(listen);
@@ -378,7 +515,25 @@ int main(int argc, char** argv) {
     if (ceph.empty()) usage("--handle-key-file needs --export ceph:PATH (handles by identity)");
   }
   if (!ceph.empty()) fs.store = open_ceph_store(ceph, ceph_conf, ceph_id);
-  configure_access(access, listen_at.host, fs.store != nullptr, &fs);
+  configure_identity(access, fs.store != nullptr, &fs);
+  // What odafsd serves: one export at "/" (--export) or each line of the exports file.
+  struct ExportPlan {
+    std::string path;  // the export's path in MOUNT: "/" for --export
+    std::string root;  // its directory (or ceph:PATH)
+    odafs::server::ExportRules rules;
+    std::string recovery_record;
+  };
+  std::vector<ExportPlan> plans;
+  if (exports_file.empty()) {
+    plans.push_back({"/", fs.export_root, rules_from_flags(access, listen_at.host), ""});
+  } else {
+    if (!ceph.empty() || !handle_key_file.empty()) {
+      usage("an exports file serves local directories; a CephFS export takes --export ceph:PATH");
+    }
+    for (odafs::server::ExportLine& line : load_exports(exports_file, access)) {
+      plans.push_back({line.path, line.path, std::move(line.rules), ""});
+    }
+  }
   std::unique_ptr<odafs::server::TlsIdentities> tls;
   if (!tls_files.tls.cert.empty() || !tls_files.tls.key.empty()) {
     odafs::Result<std::unique_ptr<odafs::server::TlsIdentities>> loaded =
@@ -389,26 +544,14 @@ int main(int argc, char** argv) {
   } else if (!tls_files.tls.ca.empty() || !tls_files.identity_map.empty()) {
     usage("--tls-ca and --tls-identity-map need --tls-cert and --tls-key");
   }
-  for (size_t i = 0; i < fs.access.rules.size(); ++i) {
-    const odafs::server::ClientRule& rule = fs.access.rules.rule(i);
-    if (rule.tls && !tls) usage(("--clients " + rule.spec + " says tls: give --tls-cert").c_str());
-    if (rule.mtls && tls_files.tls.ca.empty()) {
-      usage(("--clients " + rule.spec + " says mtls: give --tls-ca").c_str());
-    }
-  }
+  for (const ExportPlan& plan : plans) check_tls_rules(plan.rules, tls != nullptr, tls_files);
   fs.grace_ms = grace_ms >= 0 ? grace_ms : 2 * fs.lease_ms;
-  // A CephFS export is named by its cluster's conf too: one state directory may serve
-  // several clusters.
-  fs.recovery_record = recovery_record_path(
-      state_dir, ceph.empty() ? fs.export_root : fs.export_root + "@" + ceph_conf);
   fs.recovery_max_owners = max_connections;
-  if (!fs.recovery_record.empty()) {
-    // The record's directory must be private (server/private_files.h), or another user
-    // could make odafsd write through a link, block on a FIFO, or forge the record.
-    const std::string dir = odafs::server::dir_of(fs.recovery_record);
-    odafs::Result<int> opened = odafs::server::open_private_dir(dir, true);
-    if (!opened.ok()) usage(("--state-dir " + dir + ": " + opened.status().message()).c_str());
-    close(*opened);
+  for (ExportPlan& plan : plans) {
+    // A CephFS export is named by its cluster's conf too: one state directory may serve
+    // several clusters.
+    plan.recovery_record = prepare_recovery_record(
+        state_dir, ceph.empty() ? plan.root : plan.root + "@" + ceph_conf);
   }
   if (threads < 0) threads = cores;
   if (engine_threads < 0) engine_threads = std::max(1, cores / 2);
@@ -447,8 +590,18 @@ int main(int argc, char** argv) {
     // Declared first, so destroyed last: it times the destructors below too.
     std::optional<odafs::server::StopWatchdog> stop_watchdog;
     odafs::server::CpuAccounting cpu;
-    odafs::server::FileService service(fs, &cpu);
-    // Destroyed between the rpc server's destructor and the service's: the stop's log then
+    std::vector<std::unique_ptr<odafs::server::FileService>> services;
+    std::vector<odafs::server::ExportRouter::Export> routes;
+    for (ExportPlan& plan : plans) {
+      odafs::server::FileService::Options o = fs;
+      o.export_root = plan.root;
+      o.access.rules = std::move(plan.rules);
+      o.recovery_record = plan.recovery_record;
+      services.push_back(std::make_unique<odafs::server::FileService>(o, &cpu));
+      routes.push_back({plan.path, services.back().get()});
+    }
+    odafs::server::ExportRouter router(std::move(routes));
+    // Destroyed between the rpc server's destructor and the services': the stop's log then
     // tells the two apart.
     struct StageWhenDestroyed {
       std::optional<odafs::server::StopWatchdog>& watchdog;
@@ -461,8 +614,8 @@ int main(int argc, char** argv) {
     ro.listen = listen_at;
     ro.threads = threads;
     ro.max_blocked_threads = spare_threads;
-    ro.max_record = service.max_request_record();
-    ro.max_reply = service.max_reply_record();
+    ro.max_record = services[0]->max_request_record();
+    ro.max_reply = services[0]->max_reply_record();
     ro.max_connections = max_connections;
     ro.max_connections_per_address = max_per_address;
     ro.idle_timeout_ms = idle_timeout_s * 1000;
@@ -471,47 +624,43 @@ int main(int argc, char** argv) {
     ro.program = ODAFS_PROGRAM;
     ro.version = ODAFS_V3;
     ro.on_thread_start = [&cpu] { cpu.join("rpc"); };
-    ro.on_connection_closed = [&service](uint64_t c) { service.connection_closed(c); };
     ro.on_thread_exit = [&cpu] { cpu.leave(); };
-    const odafs::server::CallAuthority& authority = service.authority();
-    ro.admit = [&authority](int fd, const sockaddr_storage& peer) {
-      return authority.admit(fd, peer);
-    };
-    ro.authorize = [&authority](const odafs::rpc::CallContext& ctx, odafs::rpc::CallerCred* c) {
-      return authority.authorize(ctx, c);
-    };
-    if (tls) {
-      ro.tls_context = [&tls] { return tls->context(); };
-      ro.on_tls = [&authority](const odafs::tls::Session& session, const std::string& peer,
-                               odafs::rpc::Admission* admission) {
-        authority.on_tls(session, peer, admission);
-      };
-    }
+    router.configure(&ro);
+    if (tls) ro.tls_context = [&tls] { return tls->context(); };
     odafs::rpc::Server server(ro);
-    service.register_procedures(&server);
+    router.register_procedures(&server);
     if (fs.ordma) {
-      odafs::ordma::EngineOptions eo = engine_options;
-      eo.max_total_backlog = max_backlog_mb << 20;
-      eo.listen = engine_listen.empty() ? odafs::net::Endpoint{ro.listen.host, 0}
-                                        : odafs::net::parse_endpoint(engine_listen);
-      eo.threads = engine_threads;
-      eo.on_thread_start = [&cpu] { cpu.join("engine"); };
-      eo.on_thread_exit = [&cpu] { cpu.leave(); };
-      eo.admit_peer = [&authority](const sockaddr_storage& peer) { return authority.admits(peer); };
-      if (tls) eo.tls_context = [&tls] { return tls->context(); };
-      service.start_engine(eo);
+      for (size_t i = 0; i < services.size(); ++i) {
+        odafs::ordma::EngineOptions eo = engine_options;
+        eo.max_total_backlog = max_backlog_mb << 20;
+        // Each export has an engine over its own cache; --engine-listen is the first's.
+        eo.listen = engine_listen.empty() || i > 0 ? odafs::net::Endpoint{ro.listen.host, 0}
+                                                   : odafs::net::parse_endpoint(engine_listen);
+        eo.threads = engine_threads;
+        eo.on_thread_start = [&cpu] { cpu.join("engine"); };
+        eo.on_thread_exit = [&cpu] { cpu.leave(); };
+        const odafs::server::CallAuthority& authority = services[i]->authority();
+        eo.admit_peer = [&authority](const sockaddr_storage& peer) {
+          return authority.admits(peer);
+        };
+        if (tls) eo.tls_context = [&tls] { return tls->context(); };
+        services[i]->start_engine(eo);
+      }
     }
     server.start();
+    std::string exported;
+    for (const ExportPlan& plan : plans) exported += (exported.empty() ? "" : ",") + plan.root;
     ODAFS_LOG_INFO(
         "serving %s on %s: %d rpc loops (up to %d spare threads), %d engine threads for %d "
-        "usable cores, cache %zu MiB in %u-byte blocks, %zu open files",
-        fs.export_root.c_str(), server.bound().to_string().c_str(), threads, spare_threads,
+        "usable cores, cache %zu MiB in %u-byte blocks per export, %zu open files",
+        exported.c_str(), server.bound().to_string().c_str(), threads, spare_threads,
         fs.ordma ? engine_threads : 0, cores, fs.cache_bytes >> 20, fs.block_size,
-        service.nodes().max_open_files());
-    std::string engine = service.engine() ? service.engine()->endpoint() : "none";
+        services[0]->nodes().max_open_files());
+    const odafs::ordma::Engine* first_engine = services[0]->engine();
+    std::string engine = first_engine ? first_engine->endpoint() : "none";
     std::printf("odafsd ready rpc=%s engine=%s export=%s backend=%s threads=%d engine_threads=%d\n",
-                server.bound().to_string().c_str(), engine.c_str(), fs.export_root.c_str(),
-                service.engine() ? service.engine()->kind() : "none", threads,
+                server.bound().to_string().c_str(), engine.c_str(), exported.c_str(),
+                first_engine ? first_engine->kind() : "none", threads,
                 fs.ordma ? engine_threads : 0);
     std::fflush(stdout);
     int sig = 0;
@@ -524,6 +673,7 @@ int main(int argc, char** argv) {
       } else {
         ODAFS_LOG_INFO("SIGHUP: TLS certificate, CA and identity map reloaded");
       }
+      if (!exports_file.empty()) reload_exports(exports_file, access, tls != nullptr, tls_files, router);
     }
     if (sig == SIGUSR1) {
       ODAFS_LOG_WARN("simulated crash: dropping %zu file(s) of unsynced changes",
@@ -534,9 +684,9 @@ int main(int argc, char** argv) {
     }
     ODAFS_LOG_INFO("signal %d: shutting down", sig);
     stop_watchdog.emplace(stop_timeout_ms);
-    service.stopping();
+    for (auto& service : services) service->stopping();
     stop_watchdog->stage("stopping the one-sided engine");
-    service.stop_engine();
+    for (auto& service : services) service->stop_engine();
     stop_watchdog->stage("waiting for the rpc threads' calls to end");
     server.stop();
     stop_watchdog->stage("freeing the rpc server's connections and buffers");

@@ -5,7 +5,11 @@
 //   odafs [OPTIONS] ls [-l] URL | stat URL | cat URL | mkdir URL | rmdir URL | df URL
 //   odafs [OPTIONS] rm [-r] URL...      odafs [OPTIONS] mv URL URL2   (same server)
 //   odafs [OPTIONS] put [--in-place] LOCAL|- URL      odafs [OPTIONS] get URL LOCAL|-
-//   odafs [OPTIONS] ping URL | stats URL
+//   odafs [OPTIONS] ping URL | stats URL | exports URL
+//
+// On a server of several exports (odafsd --exports) a URL's path is the export's path and
+// then the path inside it, odafs://HOST:PORT/srv/a/dir/file; each command mounts the export
+// that holds it.
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,6 +28,7 @@
 #include "client/client.h"
 #include "client/io_queue.h"
 #include "client/url.h"
+#include "proto/export_paths.h"
 
 namespace {
 
@@ -42,12 +47,45 @@ Settings g_settings;
 
 struct Target {
   std::unique_ptr<odafs::Client> client;
-  std::string path;
-  std::string server;
+  std::string path;    // inside the mounted export
+  std::string server;  // HOST:PORT
+  std::string export_path;  // the export mounted: "/" on a server of one --export
 };
 
-Target open_target(const std::string& url) {
-  odafs::Url parsed = odafs::or_throw(odafs::parse_url(url));
+// path with empty, "." and ".." components resolved: "/a//b/../c" is "/a/c".
+std::string normalized(const std::string& path) {
+  std::string normal;
+  for (const std::string& part : odafs::split_path(path)) normal += "/" + part;
+  return normal.empty() ? "/" : normal;
+}
+
+// Where path (a URL's) is inside the target's export: itself on a server of one --export.
+std::string inside_export(const std::string& export_path, const std::string& path) {
+  if (export_path == "/") return path;
+  const std::string normal = normalized(path);
+  return normal.size() > export_path.size() ? normal.substr(export_path.size()) : "/";
+}
+
+// The export of a server of several (odafsd --exports) that holds path: the longest export
+// path that is a prefix of it, as the server's MOUNT picks. Throws ENOENT naming the
+// exports when none does.
+std::string export_holding(const std::vector<odafs::Client::ExportInfo>& exports,
+                           const std::string& path, const std::string& server) {
+  std::string best;
+  for (const odafs::Client::ExportInfo& e : exports) {
+    if (odafs::wire::within_export(e.path, path) && e.path.size() > best.size()) best = e.path;
+  }
+  if (best.empty()) {
+    std::string names;
+    for (const odafs::Client::ExportInfo& e : exports) names += " " + e.path;
+    throw odafs::Error(ENOENT, "odafs://" + server + path + ": in no export this host may mount (" +
+                                   (names.empty() ? std::string(" none") : names) + " )");
+  }
+  return best;
+}
+
+// The mount options the command's options say (a URL's own options win over them later).
+odafs::MountOptions mount_options() {
   // No data cache: a command reads a file once, front to back, and keeping each block
   // cost a copy of every byte (ClientCache::store, 5% of get's CPU) and the cache's memory.
   odafs::MountOptions options;
@@ -61,12 +99,29 @@ Target open_target(const std::string& url) {
   options.tls_ca = g_settings.tls_ca;
   options.tls_cert = g_settings.tls_cert;
   options.tls_key = g_settings.tls_key;
+  return options;
+}
+
+Target open_target(const std::string& url) {
+  odafs::Url parsed = odafs::or_throw(odafs::parse_url(url));
+  odafs::MountOptions options = mount_options();
   odafs::apply_url_options(parsed, &options);
   g_settings.effective_timeout_ms = options.timeout_ms;
   Target t;
   t.server = parsed.server.to_string();
-  t.client = odafs::Client::mount("odafs://" + t.server + "/", options);
-  t.path = parsed.path;
+  try {
+    t.client = odafs::Client::mount("odafs://" + t.server + "/", options);
+    t.export_path = "/";
+    t.path = parsed.path;
+  } catch (const odafs::Error& e) {
+    if (e.code().value() != ENOENT) throw;
+    // No export at "/": a server of several exports, each mounted by its own path.
+    t.export_path =
+        export_holding(odafs::Client::list_exports("odafs://" + t.server + "/", options),
+                       normalized(parsed.path), t.server);
+    t.client = odafs::Client::mount("odafs://" + t.server + t.export_path, options);
+    t.path = inside_export(t.export_path, parsed.path);
+  }
   return t;
 }
 
@@ -209,13 +264,14 @@ int remove_operands(const std::vector<std::string>& urls, bool recursive) {
   std::unique_ptr<odafs::cli::Remover> remover;
   for (const std::string& url : urls) {
     odafs::Url parsed = odafs::or_throw(odafs::parse_url(url));
-    if (!remover || parsed.server.to_string() != t.server) {
+    if (!remover || parsed.server.to_string() != t.server ||
+        !odafs::wire::within_export(t.export_path, normalized(parsed.path))) {
       if (remover) ok = remover->finish() && ok;
       remover.reset();
       t = open_target(url);
       remover = std::make_unique<odafs::cli::Remover>(*t.client);
     }
-    remover->remove(parsed.path, url, recursive);
+    remover->remove(inside_export(t.export_path, parsed.path), url, recursive);
   }
   ok = remover->finish() && ok;
   return ok ? 0 : 1;
@@ -270,6 +326,7 @@ int run(int argc, char** argv) {
   CLI::App* mkdir = one_url("mkdir", "make a directory");
   CLI::App* rmdir = one_url("rmdir", "remove an empty directory");
   CLI::App* df = one_url("df", "the export's space and files");
+  CLI::App* exports = one_url("exports", "what this host may mount of URL's server (showmount -e)");
   CLI::App* ping = one_url("ping", "one NULL call's round trip");
   CLI::App* stats = one_url("stats", "the server's counters");
   CLI::App* rm = app.add_subcommand(
@@ -331,12 +388,17 @@ int run(int argc, char** argv) {
   } else if (*mv) {
     Target from = open_target(url);
     odafs::Url to = odafs::or_throw(odafs::parse_url(url2));
-    if (to.server.to_string() != from.server) {
-      throw odafs::Error(EXDEV, "mv: both URLs must name the same server");
+    if (to.server.to_string() != from.server ||
+        !odafs::wire::within_export(from.export_path, normalized(to.path))) {
+      throw odafs::Error(EXDEV, "mv: both URLs must name the same server and export");
     }
-    from.client->rename(from.path, to.path);
+    from.client->rename(from.path, inside_export(from.export_path, to.path));
   } else if (*df) {
     show_df(url);
+  } else if (*exports) {
+    for (const odafs::Client::ExportInfo& e : odafs::Client::list_exports(url, mount_options())) {
+      std::printf("%-32s %s\n", e.path.c_str(), e.options.c_str());
+    }
   } else if (*ping) {
     Target t = open_target(url);
     const auto start = std::chrono::steady_clock::now();

@@ -34,6 +34,7 @@
 #include "proto/odafs_prot.h"
 #include "rpc/server.h"
 #include "server/cpu_accounting.h"
+#include "server/export_router.h"
 #include "server/file_service.h"
 
 namespace {
@@ -47,6 +48,7 @@ struct Harness {
   std::string export_dir;
   odafs::server::CpuAccounting cpu;
   std::unique_ptr<FileService> service;
+  std::unique_ptr<odafs::server::ExportRouter> router;
   std::unique_ptr<odafs::rpc::Server> server;
   std::vector<WireHandle> handles;
   int fd = -1;
@@ -80,15 +82,11 @@ struct Harness {
     ro.max_reply = service->max_reply_record();
     ro.program = ODAFS_PROGRAM;
     ro.version = ODAFS_V3;
-    const odafs::server::CallAuthority* authority = &service->authority();
-    ro.admit = [authority](int fd, const sockaddr_storage& peer) {
-      return authority->admit(fd, peer);
-    };
-    ro.authorize = [authority](const odafs::rpc::CallContext& ctx, odafs::rpc::CallerCred* c) {
-      return authority->authorize(ctx, c);
-    };
+    router = std::make_unique<odafs::server::ExportRouter>(
+        std::vector<odafs::server::ExportRouter::Export>{{"/", service.get()}});
+    router->configure(&ro);
     server = std::make_unique<odafs::rpc::Server>(ro);
-    service->register_procedures(server.get());
+    router->register_procedures(server.get());
     odafs::ordma::EngineOptions eo;
     eo.listen = {"127.0.0.1", 0};
     eo.backend.emplace_back("local_rings", "0");
