@@ -205,8 +205,7 @@ std::shared_ptr<const tls::Context> client_tls_context(const MountOptions& optio
 
 }  // namespace
 
-std::vector<Client::ExportInfo> Client::list_exports(const std::string& url,
-                                                     MountOptions options) {
+std::vector<Client::ExportInfo> Client::list_exports(const std::string& url, MountOptions options) {
   Url parsed = or_throw(parse_url(url));
   apply_url_options(parsed, &options);
   const std::shared_ptr<const tls::Context> context = client_tls_context(options, url);

@@ -61,8 +61,8 @@ bool before_blocking(Wait wait = Wait::kLong);
 // handed to every call on the connection. The RPC layer only carries it.
 struct Admission {
   static constexpr uint32_t kNone = UINT32_MAX;
-  uint32_t rule = kNone;     // the program's own index (an access rule); kNone: none matched
-  uint16_t source_port = 0;  // the peer's TCP port
+  uint32_t rule = kNone;       // the program's own index (an access rule); kNone: none matched
+  uint16_t source_port = 0;    // the peer's TCP port
   sockaddr_storage address{};  // the peer's address, for rules the program may change later
   // The peer is a process on this host: it comes from one of the host's own addresses.
   bool local = false;

@@ -48,7 +48,7 @@ namespace odafs::server {
 class CallAuthority {
  public:
   struct Options {
-    ExportRules rules;  // the rules at start; replace_rules swaps them
+    ExportRules rules;       // the rules at start; replace_rules swaps them
     bool read_only = false;  // the whole export, whatever the rules say
     // odafsd's TLS, if it serves TLS (--tls-cert): the identity map. Not owned.
     const TlsIdentities* tls = nullptr;

@@ -115,11 +115,10 @@ void ExportRouter::register_procedures(rpc::Server* server) {
                             return procedures_[e][proc](ctx, in, r);
                           });
   }
-  server->add_procedure(
-      ODAFSPROC_MOUNT, "MOUNT",
-      rpc::typed_procedure<mount_args>(
-          xp(xdr_mount_args),
-          [this](const rpc::CallContext& ctx, mount_args& a, rpc::Reply& r) { mount(ctx, a, r); }));
+  server->add_procedure(ODAFSPROC_MOUNT, "MOUNT",
+                        rpc::typed_procedure<mount_args>(
+                            xp(xdr_mount_args), [this](const rpc::CallContext& ctx, mount_args& a,
+                                                       rpc::Reply& r) { mount(ctx, a, r); }));
   server->add_procedure(ODAFSPROC_EXPORTS, "EXPORTS",
                         [this](const rpc::CallContext& ctx, XDR*, rpc::Reply& r) {
                           do_exports(ctx, r);
@@ -133,8 +132,8 @@ void ExportRouter::mount(const rpc::CallContext& ctx, const mount_args& a, rpc::
   std::string inside;
   const Export* chosen = path.empty() ? nullptr : export_for(path, &inside);
   if (chosen == nullptr) {
-    ODAFS_LOG_WARN_THROTTLED("MOUNT %s from %s: no export serves that path", path.c_str(),
-                             ctx.peer->c_str());
+    ODAFS_LOG_DEBUG("MOUNT %s from %s: no export serves that path", path.c_str(),
+                    ctx.peer->c_str());
     reply_status<mount_res>(r, xp(xdr_mount_res), path.empty() ? ODAFS_ERR_INVAL : ODAFS_ERR_NOENT);
     return;
   }

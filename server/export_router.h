@@ -7,7 +7,7 @@
 // the rest is walked inside that export. The connection is then bound to that export
 // (rpc::CallContext::connection_tag) for good: every later call runs on its FileService,
 // authorized by its rules, so a handle of another export is just a handle that export's
-// MAC does not know (BADHANDLE), and an export's tls/mtls/secure rules hold for all its
+// MAC does not know (STALE), and an export's tls/mtls/secure rules hold for all its
 // calls. A MOUNT on a bound connection may name only the same export.
 //
 // Before its MOUNT a connection may call only NULL, MOUNT and EXPORTS (anything else is
@@ -31,7 +31,7 @@ namespace odafs::server {
 class ExportRouter {
  public:
   struct Export {
-    std::string path;  // absolute, normalized: "/" or "/a/b" (no trailing '/')
+    std::string path;                // absolute, normalized: "/" or "/a/b" (no trailing '/')
     FileService* service = nullptr;  // not owned; outlives the router's use
   };
   // REQUIRES: at least one export, paths distinct.

@@ -150,8 +150,9 @@ bool ClientRule::matches(const sockaddr_storage& peer) const {
 
 std::string ClientRule::options_text() const {
   std::string text = read_only ? "ro" : "rw";
-  text += squash == Squash::kAll ? ",all_squash" : squash == Squash::kNone ? ",no_root_squash"
-                                                                            : ",root_squash";
+  text += squash == Squash::kAll    ? ",all_squash"
+          : squash == Squash::kNone ? ",no_root_squash"
+                                    : ",root_squash";
   text += secure ? ",secure" : ",insecure";
   if (devices) text += ",devices";
   if (mtls) {

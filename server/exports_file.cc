@@ -40,8 +40,8 @@ std::vector<LogicalLine> logical_lines(std::string_view text) {
       }
     }
     physical = physical.substr(0, cut);
-    while (!physical.empty() && (physical.back() == ' ' || physical.back() == '\t' ||
-                                 physical.back() == '\r')) {
+    while (!physical.empty() &&
+           (physical.back() == ' ' || physical.back() == '\t' || physical.back() == '\r')) {
       physical.remove_suffix(1);
     }
     continuing = !physical.empty() && physical.back() == '\\' && cut == physical.size();

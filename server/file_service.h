@@ -101,8 +101,7 @@ class FileService {
   // choose among exports) to `add`. server: whose connections the calls come on (recalls
   // go out on them; STATS reads its counters). REQUIRES: server not started; server
   // outlives this service's use of it.
-  using AddProcedure =
-      std::function<void(uint32_t proc, const char* name, rpc::ProcedureFn fn)>;
+  using AddProcedure = std::function<void(uint32_t proc, const char* name, rpc::ProcedureFn fn)>;
   void register_procedures(rpc::Server* server, const AddProcedure& add);
 
   // MOUNT of `path`, a path inside this export ("/" for its root): walks it as LOOKUP

@@ -248,7 +248,8 @@ std::string tls_rules_problem(const odafs::server::ExportRules& rules, bool have
   for (size_t i = 0; i < rules.size(); ++i) {
     const odafs::server::ClientRule& rule = rules.rule(i);
     if (rule.tls && !have_tls) return "client " + rule.spec + " says tls: give --tls-cert";
-    if (rule.mtls && files.tls.ca.empty()) return "client " + rule.spec + " says mtls: give --tls-ca";
+    if (rule.mtls && files.tls.ca.empty())
+      return "client " + rule.spec + " says mtls: give --tls-ca";
   }
   return "";
 }
@@ -550,8 +551,8 @@ int main(int argc, char** argv) {
   for (ExportPlan& plan : plans) {
     // A CephFS export is named by its cluster's conf too: one state directory may serve
     // several clusters.
-    plan.recovery_record = prepare_recovery_record(
-        state_dir, ceph.empty() ? plan.root : plan.root + "@" + ceph_conf);
+    plan.recovery_record =
+        prepare_recovery_record(state_dir, ceph.empty() ? plan.root : plan.root + "@" + ceph_conf);
   }
   if (threads < 0) threads = cores;
   if (engine_threads < 0) engine_threads = std::max(1, cores / 2);
@@ -673,7 +674,8 @@ int main(int argc, char** argv) {
       } else {
         ODAFS_LOG_INFO("SIGHUP: TLS certificate, CA and identity map reloaded");
       }
-      if (!exports_file.empty()) reload_exports(exports_file, access, tls != nullptr, tls_files, router);
+      if (!exports_file.empty())
+        reload_exports(exports_file, access, tls != nullptr, tls_files, router);
     }
     if (sig == SIGUSR1) {
       ODAFS_LOG_WARN("simulated crash: dropping %zu file(s) of unsynced changes",

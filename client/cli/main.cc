@@ -47,8 +47,8 @@ Settings g_settings;
 
 struct Target {
   std::unique_ptr<odafs::Client> client;
-  std::string path;    // inside the mounted export
-  std::string server;  // HOST:PORT
+  std::string path;         // inside the mounted export
+  std::string server;       // HOST:PORT
   std::string export_path;  // the export mounted: "/" on a server of one --export
 };
 

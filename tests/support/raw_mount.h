@@ -15,7 +15,7 @@
 namespace odafs::test {
 
 struct RawMount {
-  explicit RawMount(uint16_t port)
+  explicit RawMount(uint16_t port, const char* path = "/")
       : ch({"127.0.0.1", port}, [] {
           rpc::Channel::Options o;
           o.program = ODAFS_PROGRAM;
@@ -24,7 +24,7 @@ struct RawMount {
           return o;
         }()) {
     mount_args a{};
-    a.path = const_cast<char*>("/");
+    a.path = const_cast<char*>(path);
     mount_res res{};
     ch.call(ODAFSPROC_MOUNT, rpc::to_xdrproc(xdr_mount_args), &a, rpc::to_xdrproc(xdr_mount_res),
             &res);
@@ -43,9 +43,10 @@ struct RawMount {
     if (kept != nullptr) *kept = res.status == ODAFS_OK && res.client_id_res_u.ok.kept;
     return res.status;
   }
-  int getattr_root() {
+  int getattr_root() { return getattr(root); }
+  int getattr(const char (&fh)[ODAFS_FHSIZE]) {
     getattr_args a{};
-    std::memcpy(a.fh, root, sizeof root);
+    std::memcpy(a.fh, fh, sizeof a.fh);
     attr_res res{};
     ch.call(ODAFSPROC_GETATTR, rpc::to_xdrproc(xdr_getattr_args), &a, rpc::to_xdrproc(xdr_attr_res),
             &res);

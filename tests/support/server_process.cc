@@ -86,7 +86,8 @@ void ServerProcess::start() {
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
   std::string listen = "127.0.0.1:" + std::to_string(port_);
-  std::vector<std::string> argv_s = {ODAFSD_PATH, "--export", export_dir_, "--listen", listen};
+  std::vector<std::string> argv_s = {ODAFSD_PATH, "--listen", listen};
+  if (!export_dir_.empty()) argv_s.insert(argv_s.end(), {"--export", export_dir_});
   // The recovery record goes with this server (and its restarts), not into the machine's.
   if (std::find(args_.begin(), args_.end(), "--state-dir") == args_.end()) {
     argv_s.insert(argv_s.end(), {"--state-dir", state_dir_.path()});

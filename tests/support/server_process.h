@@ -36,7 +36,8 @@ class TempDir {
   std::string path_;
 };
 
-// Starts `odafsd --export DIR --listen 127.0.0.1:PORT ARGS...` and waits for its ready line.
+// Starts `odafsd --export DIR --listen 127.0.0.1:PORT ARGS...` and waits for its ready line
+// (an empty DIR: no --export, for ARGS with --exports FILE).
 // The destructor stops it (SIGTERM, then SIGKILL after 10 s). Throws std::runtime_error if
 // the server does not come up within 15 s. nofile > 0 runs the server with RLIMIT_NOFILE
 // (soft and hard) set to it, like `prlimit --nofile=N:N odafsd ...`.

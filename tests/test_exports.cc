@@ -1,0 +1,314 @@
+// odafsd --exports: the exports file's parser, --check-exports, several exports behind one
+// listener reached by path, and SIGHUP's reload of their rules (server/exports_file.h,
+// server/export_router.h).
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "client/client.h"
+#include "proto/odafs_prot.h"
+#include "rpc/client_channel.h"
+#include "rpc/xdr_util.h"
+#include "server/exports_file.h"
+#include "tests/support/client_util.h"
+#include "tests/support/delegation_holder.h"
+#include "tests/support/raw_mount.h"
+#include "tests/support/server_process.h"
+
+using odafs::Client;
+using odafs::File;
+using odafs::server::parse_exports;
+using odafs::test::errno_of;
+using odafs::test::read_local;
+using odafs::test::server_stat;
+using odafs::test::ServerProcess;
+using odafs::test::TempDir;
+using odafs::test::write_local;
+
+namespace {
+
+// The output and exit status of a shell command.
+struct Ran {
+  std::string output;
+  int status = -1;
+};
+Ran run(const std::string& command) {
+  Ran r;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int w = pclose(p);
+  r.status = WIFEXITED(w) ? WEXITSTATUS(w) : -1;
+  return r;
+}
+
+// Two exports under one temporary directory, a (rw) and b (ro), both for this host, in an
+// exports file beside them; `tail` is appended to the file (more lines).
+struct TwoExports {
+  TempDir top;
+  std::string a = top / "a";
+  std::string b = top / "b";
+  std::string file = top / "exports";
+  TwoExports() {
+    REQUIRE(mkdir(a.c_str(), 0777) == 0);
+    REQUIRE(mkdir(b.c_str(), 0777) == 0);
+    chmod(a.c_str(), 0777);
+    chmod(b.c_str(), 0777);
+    write_local(a + "/f", "in a");
+    write_local(b + "/f", "in b");
+    write_rules("rw,no_root_squash", "ro,no_root_squash");
+  }
+  void write_rules(const std::string& a_options, const std::string& b_options,
+                   const std::string& a_client = "127.0.0.1") {
+    write_local(file, "# two exports\n" + a + "  " + a_client + "(" + a_options +
+                          ",sync,no_subtree_check)\n" + b + " \\\n   127.0.0.1(" + b_options +
+                          ")\n");
+  }
+};
+
+// Writes path whole and syncs it: on the server when this returns (a write delegation would
+// keep the bytes in the client until then).
+void write_synced(Client& fs, const std::string& path, const std::string& text) {
+  File f = fs.open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  REQUIRE(f.pwrite(text.data(), text.size(), 0) == text.size());
+  f.fsync();
+  f.close();
+}
+
+}  // namespace
+
+TEST_CASE("exports file: comments, continuations, quotes, line defaults and NFS options") {
+  const std::string text =
+      "# a comment line\n"
+      "/srv/a  127.0.0.1(rw,no_root_squash) 10.0.0.0/8(ro)   # a trailing comment\n"
+      "\n"
+      "/srv//b/ -ro,all_squash 127.0.0.1 \\\n"
+      "         ::1(rw,async,subtree_check,fsid=7,wdelay,sec=sys)\n"
+      "\"/srv/with space\" *(ro,tls)\n";
+  odafs::Result<std::vector<odafs::server::ExportLine>> parsed =
+      parse_exports(text, "exports", 65534, 65534);
+  REQUIRE(parsed.ok());
+  const auto& e = *parsed;
+  REQUIRE(e.size() == 3);
+  CHECK(e[0].path == "/srv/a");
+  CHECK(e[0].line == 2);
+  REQUIRE(e[0].rules.size() == 2);
+  CHECK(!e[0].rules.rule(0).read_only);
+  CHECK(e[0].rules.rule(0).squash == odafs::server::ClientRule::Squash::kNone);
+  CHECK(e[0].rules.rule(1).read_only);
+  CHECK(e[1].path == "/srv/b");
+  CHECK(e[1].line == 4);
+  REQUIRE(e[1].rules.size() == 2);
+  // The line's -defaults apply; a client's own options come after them and win.
+  CHECK(e[1].rules.rule(0).read_only);
+  CHECK(e[1].rules.rule(0).squash == odafs::server::ClientRule::Squash::kAll);
+  CHECK(!e[1].rules.rule(1).read_only);
+  CHECK(e[1].rules.rule(1).accepted_only == "async,subtree_check,fsid=7,wdelay,sec=sys");
+  CHECK(e[2].path == "/srv/with space");
+  CHECK(e[2].rules.rule(0).tls);
+}
+
+TEST_CASE("exports file: each mistake is refused with its line, nothing half taken") {
+  struct Bad {
+    const char* text;
+    const char* says;
+  };
+  for (const Bad& bad : {
+           Bad{"/srv/a\n", "names no client"},
+           Bad{"/srv/a 127.0.0.1 (rw)\n", "follows a blank"},
+           Bad{"srv/a 127.0.0.1\n", "not an absolute path"},
+           Bad{"/srv/../etc 127.0.0.1\n", "not an absolute path"},
+           Bad{"/srv/b ::1\n/srv/a 127.0.0.1\n/srv/a/ ::1\n", "exported twice"},
+           Bad{"/srv/a 127.0.0.1(rw,bogus)\n", "unknown option 'bogus'"},
+           Bad{"/srv/a 127.0.0.1(sec=krb5p)\n", "no Kerberos"},
+           Bad{"\"/srv/a 127.0.0.1\n", "quote is not closed"},
+           Bad{"/srv/a 127.0.0.1(rw) -ro\n", "come first"},
+           Bad{"/srv/a 10.0.0.0/99\n", "prefix"},
+       }) {
+    CAPTURE(bad.text);
+    odafs::Result<std::vector<odafs::server::ExportLine>> parsed =
+        parse_exports(std::string("# first line\n") + bad.text, "FILE", 65534, 65534);
+    REQUIRE(!parsed.ok());
+    CHECK(parsed.status().errno_value() == EINVAL);
+    // The line of the mistake: the last of the text.
+    const std::string line =
+        std::to_string(1 + std::count(bad.text, bad.text + std::strlen(bad.text), '\n'));
+    CHECK(parsed.status().message().rfind("FILE:" + line + ": ", 0) == 0);
+    CHECK(parsed.status().message().find(bad.says) != std::string::npos);
+  }
+}
+
+TEST_CASE("odafsd --check-exports prints a good file's rules and names a bad file's line") {
+  TwoExports x;
+  Ran good = run(std::string(ODAFSD_PATH) + " --check-exports " + x.file);
+  CHECK(good.status == 0);
+  CHECK(good.output.find(x.a + "\n  127.0.0.1(rw,no_root_squash,sync,no_subtree_check) = "
+                               "127.0.0.1/32 rw,no_root_squash,insecure (no effect in odafs: "
+                               "sync,no_subtree_check)") != std::string::npos);
+  CHECK(good.output.find(x.b + "\n") != std::string::npos);
+
+  write_local(x.file, x.a + " 127.0.0.1\n" + x.b + " 127.0.0.1(rw,nosuch)\n");
+  Ran bad = run(std::string(ODAFSD_PATH) + " --check-exports " + x.file);
+  CHECK(bad.status == 2);
+  CHECK(bad.output.find(x.file + ":2: 127.0.0.1(rw,nosuch): unknown option 'nosuch'") !=
+        std::string::npos);
+
+  write_local(x.file, x.top / "missing" + " 127.0.0.1\n");
+  Ran missing = run(std::string(ODAFSD_PATH) + " --check-exports " + x.file);
+  CHECK(missing.status == 2);
+  CHECK(missing.output.find("is not a directory (it does not exist)") != std::string::npos);
+
+  // --export and --exports together, and --clients with --exports, are refused.
+  CHECK(run(std::string(ODAFSD_PATH) + " --listen 127.0.0.1:0 --export " + x.a + " --exports " +
+            x.file)
+            .status == 2);
+}
+
+TEST_CASE("two exports behind one odafsd: each reached by its path, under its own rules") {
+  TwoExports x;
+  ServerProcess server("", {"--exports", x.file});
+  // What this host may mount, as showmount -e.
+  std::vector<Client::ExportInfo> listed = Client::list_exports(server.url());
+  REQUIRE(listed.size() == 2);
+  CHECK(listed[0].path == x.a);
+  CHECK(listed[0].options.rfind("rw,no_root_squash", 0) == 0);
+  CHECK(listed[1].path == x.b);
+  CHECK(listed[1].options.rfind("ro,no_root_squash", 0) == 0);
+
+  auto a = Client::mount(server.url(x.a));
+  auto b = Client::mount(server.url(x.b));
+  CHECK(odafs::test::read_all(*a, "f", 100) == "in a");
+  CHECK(odafs::test::read_all(*b, "f", 100) == "in b");
+  write_synced(*a, "new", "written in a");
+  CHECK(read_local(x.a + "/new") == "written in a");
+  CHECK(errno_of([&] { write_synced(*b, "new", "refused"); }) == EROFS);
+  CHECK(access((x.b + "/new").c_str(), F_OK) != 0);
+
+  // A path inside an export mounts that export's directory; a path in none is not found.
+  write_local(x.a + "/sub.txt", "");
+  REQUIRE(mkdir((x.a + "/dir").c_str(), 0755) == 0);
+  write_local(x.a + "/dir/g", "deeper");
+  auto dir = Client::mount(server.url(x.a + "/dir"));
+  CHECK(odafs::test::read_all(*dir, "g", 100) == "deeper");
+  CHECK(errno_of([&] { Client::mount(server.url("/")); }) == ENOENT);
+  CHECK(errno_of([&] { Client::mount(server.url(x.top.path())); }) == ENOENT);
+  CHECK(errno_of([&] { Client::mount(server.url(x.a + "/../b")); }) == EINVAL);
+
+  // Each export keeps its own counters: b's refusal is b's.
+  CHECK(server_stat(*b, "auth.read_only") == 1);
+  CHECK(server_stat(*a, "auth.read_only") == 0);
+}
+
+TEST_CASE("two exports: a handle of one is no handle on the other's connection") {
+  TwoExports x;
+  ServerProcess server("", {"--exports", x.file});
+  odafs::test::RawMount a(server.port(), x.a.c_str());
+  odafs::test::RawMount b(server.port(), x.b.c_str());
+  CHECK(a.getattr_root() == ODAFS_OK);
+  CHECK(b.getattr_root() == ODAFS_OK);
+  CHECK(b.getattr(a.root) == ODAFS_ERR_STALE);
+  CHECK(a.getattr(b.root) == ODAFS_ERR_STALE);
+
+  // A connection that mounted a may not MOUNT b (it belongs to a's rules).
+  mount_args m{};
+  m.path = const_cast<char*>(x.b.c_str());
+  mount_res res{};
+  a.ch.call(ODAFSPROC_MOUNT, odafs::rpc::to_xdrproc(xdr_mount_args), &m,
+            odafs::rpc::to_xdrproc(xdr_mount_res), &res);
+  CHECK(res.status == ODAFS_ERR_XDEV);
+
+  // Before its MOUNT a connection may call nothing that names a file.
+  odafs::rpc::Channel::Options o;
+  o.program = ODAFS_PROGRAM;
+  o.version = ODAFS_V3;
+  o.timeout_ms = 10000;
+  odafs::rpc::Channel unbound({"127.0.0.1", server.port()}, o);
+  getattr_args g{};
+  std::memcpy(g.fh, a.root, sizeof g.fh);
+  attr_res attr{};
+  CHECK(errno_of([&] {
+          try {
+            unbound.call(ODAFSPROC_GETATTR, odafs::rpc::to_xdrproc(xdr_getattr_args), &g,
+                         odafs::rpc::to_xdrproc(xdr_attr_res), &attr);
+          } catch (const odafs::rpc::RpcError& e) {
+            throw odafs::Error(e.code().value(), e.what());
+          }
+        }) == EACCES);
+}
+
+TEST_CASE("SIGHUP reloads the exports: ro turns rw and a removed client is refused, live") {
+  TwoExports x;
+  ServerProcess server("", {"--exports", x.file});
+  auto a = Client::mount(server.url(x.a));
+  auto b = Client::mount(server.url(x.b));
+  // A write delegation held on a, with bytes the server has not seen yet.
+  write_synced(*a, "held", "v1");
+  {
+    File f = a->open("held", O_RDWR);
+    REQUIRE(server_stat(*a, "delegations.granted_write") == 1);
+    CHECK(f.pwrite("v2", 2, 0) == 2);
+    f.close();
+  }
+  CHECK(errno_of([&] { write_synced(*b, "new", "refused"); }) == EROFS);
+
+  x.write_rules("rw,no_root_squash", "rw,no_root_squash");
+  REQUIRE(kill(server.pid(), SIGHUP) == 0);
+  // The same connection, without a new mount: b takes the write from its next call.
+  CHECK(odafs::test::eventually(
+      [&] { return errno_of([&] { write_synced(*b, "new", "now rw"); }) == 0; }));
+  CHECK(read_local(x.b + "/new") == "now rw");
+  // The reload recalled nothing: a's delegation still holds its bytes, and hands them over
+  // at its fsync.
+  CHECK(server_stat(*a, "delegations.recalled") == 0);
+  CHECK(server_stat(*a, "delegations.held") == 1);
+  {
+    File f = a->open("held", O_RDWR);
+    f.fsync();
+    f.close();
+  }
+  CHECK(read_local(x.a + "/held") == "v2");
+
+  // a's line now admits another host only: this client is refused from its next call.
+  x.write_rules("rw", "rw,no_root_squash", "10.99.99.99");
+  REQUIRE(kill(server.pid(), SIGHUP) == 0);
+  CHECK(odafs::test::eventually(
+      [&] { return errno_of([&] { odafs::test::read_all(*a, "f", 100); }) == EACCES; }));
+  CHECK(odafs::test::read_all(*b, "f", 100) == "in b");
+
+  // A file that does not parse changes nothing, and the server serves on.
+  write_local(x.file, x.b + " 127.0.0.1(rw,bogus)\n");
+  REQUIRE(kill(server.pid(), SIGHUP) == 0);
+  usleep(200 * 1000);
+  write_synced(*b, "after", "still rw");
+  CHECK(read_local(x.b + "/after") == "still rw");
+}
+
+TEST_CASE("odafs CLI: a URL's path names the export, and odafs exports lists them") {
+  TwoExports x;
+  ServerProcess server("", {"--exports", x.file});
+  const std::string cli = ODAFS_CLI_PATH;
+  Ran cat = run(cli + " cat " + server.url(x.b + "/f"));
+  CHECK(cat.status == 0);
+  CHECK(cat.output == "in b");
+  Ran put = run("printf 'by path' | " + cli + " put - " + server.url(x.a + "/put.txt"));
+  CHECK(put.status == 0);
+  CHECK(read_local(x.a + "/put.txt") == "by path");
+  Ran ro = run("printf x | " + cli + " put - " + server.url(x.b + "/put.txt"));
+  CHECK(ro.status == 1);
+  Ran none = run(cli + " cat " + server.url(x.top / "exports"));
+  CHECK(none.status == 1);
+  CHECK(none.output.find("in no export this host may mount") != std::string::npos);
+  Ran listed = run(cli + " exports " + server.url());
+  CHECK(listed.status == 0);
+  CHECK(listed.output.find(x.a) != std::string::npos);
+  CHECK(listed.output.find(x.b) != std::string::npos);
+}
