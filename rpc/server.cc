@@ -82,6 +82,11 @@ void Server::add_procedure(uint32_t proc, const char* name, ProcedureFn fn) {
   procs_[proc].calls = std::make_unique<std::atomic<uint64_t>>(0);
 }
 
+size_t Server::open_connections() {
+  std::lock_guard lock(conns_mu_);
+  return conns_.size() - refused_open_;
+}
+
 uint64_t Server::calls(uint32_t proc) const {
   if (proc >= procs_.size() || !procs_[proc].calls) return 0;
   return procs_[proc].calls->load(std::memory_order_relaxed);

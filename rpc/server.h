@@ -250,6 +250,9 @@ class Server {
   // their budget). False when that connection is closed. Thread-safe.
   bool send_to_connection(uint64_t connection, const char* record, size_t len);
 
+  // Connections open now, of admitted peers. Thread-safe (takes the connections' lock).
+  size_t open_connections();
+
   // Counters, safe to read from any thread at any time.
   struct Counters {
     std::atomic<uint64_t> connections{0};

@@ -1,5 +1,6 @@
 #include "server/export_router.h"
 
+#include <chrono>
 #include <stdexcept>
 
 #include "base/log.h"
@@ -92,8 +93,9 @@ void ExportRouter::configure(rpc::Server::Options* options) const {
 }
 
 void ExportRouter::register_procedures(rpc::Server* server) {
-  std::vector<const char*> names;
+  std::vector<const char*>& names = names_;
   procedures_.resize(exports_.size());
+  for (size_t i = 0; i < exports_.size(); ++i) times_.push_back(std::make_unique<CallTimes>());
   for (size_t i = 0; i < exports_.size(); ++i) {
     exports_[i].service->register_procedures(
         server, [this, i, &names](uint32_t proc, const char* name, rpc::ProcedureFn fn) {
@@ -105,15 +107,21 @@ void ExportRouter::register_procedures(rpc::Server* server) {
   }
   for (uint32_t proc = 0; proc < names.size(); ++proc) {
     if (names[proc] == nullptr) continue;
-    server->add_procedure(proc, names[proc],
-                          [this, proc](const rpc::CallContext& ctx, XDR* in, rpc::Reply& r) {
-                            const uint32_t e = export_of(ctx);
-                            if (e == kUnbound) {  // authorize refuses these: fail closed anyway
-                              reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_ERR_BADHANDLE);
-                              return true;
-                            }
-                            return procedures_[e][proc](ctx, in, r);
-                          });
+    server->add_procedure(
+        proc, names[proc], [this, proc](const rpc::CallContext& ctx, XDR* in, rpc::Reply& r) {
+          const uint32_t e = export_of(ctx);
+          if (e == kUnbound) {  // authorize refuses these: fail closed anyway
+            reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_ERR_BADHANDLE);
+            return true;
+          }
+          const auto start = std::chrono::steady_clock::now();
+          const bool decoded = procedures_[e][proc](ctx, in, r);
+          times_[e]->record(
+              proc, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                              std::chrono::steady_clock::now() - start)
+                                              .count()));
+          return decoded;
+        });
   }
   server->add_procedure(ODAFSPROC_MOUNT, "MOUNT",
                         rpc::typed_procedure<mount_args>(

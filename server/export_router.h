@@ -20,10 +20,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "rpc/server.h"
+#include "server/call_times.h"
 #include "server/file_service.h"
 
 namespace odafs::server {
@@ -48,6 +50,10 @@ class ExportRouter {
   const Export* export_for(const std::string& path, std::string* inside) const;
 
   const std::vector<Export>& exports() const { return exports_; }
+  // How long export i's calls took, by procedure; the procedures' names by number (null:
+  // none). REQUIRES: register_procedures done.
+  const CallTimes& times(size_t i) const { return *times_[i]; }
+  const std::vector<const char*>& procedure_names() const { return names_; }
 
  private:
   static constexpr uint32_t kUnbound = rpc::CallContext::kNoTag;
@@ -63,7 +69,9 @@ class ExportRouter {
   std::vector<Export> exports_;
   // procedures_[export][proc]: each service's own, as it registered them.
   std::vector<std::vector<rpc::ProcedureFn>> procedures_;
-  uint32_t implicit_export_ = kUnbound;  // 0 for a single export at "/"
+  std::vector<std::unique_ptr<CallTimes>> times_;  // by export
+  std::vector<const char*> names_;                 // by procedure number
+  uint32_t implicit_export_ = kUnbound;            // 0 for a single export at "/"
 };
 
 }  // namespace odafs::server

@@ -294,6 +294,19 @@ void FileService::register_procedures(rpc::Server* server, const AddProcedure& a
 }
 
 void FileService::do_stats(rpc::Reply& r) {
+  const std::vector<std::pair<std::string, uint64_t>> values = counters();
+  std::vector<odafs_counter> counters(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    counters[i].name = const_cast<char*>(values[i].first.c_str());
+    counters[i].value = values[i].second;
+  }
+  stats_res res{};
+  res.counters.counters_len = static_cast<u_int>(counters.size());
+  res.counters.counters_val = counters.data();
+  r.send(xp(xdr_stats_res), &res);
+}
+
+std::vector<std::pair<std::string, uint64_t>> FileService::counters() {
   std::vector<std::pair<std::string, uint64_t>> values;
   for (uint32_t p = 0; p < server_->procedure_count(); ++p) {
     if (const char* name = server_->procedure_name(p)) {
@@ -302,6 +315,7 @@ void FileService::do_stats(rpc::Reply& r) {
   }
   const auto& rc = server_->counters();
   values.emplace_back("rpc.connections", rc.connections.load());
+  values.emplace_back("rpc.open_connections", server_->open_connections());
   values.emplace_back("rpc.records", rc.records.load());
   values.emplace_back("rpc.garbage_records", rc.garbage_records.load());
   values.emplace_back("rpc.garbage_args", rc.garbage_args.load());
@@ -414,16 +428,7 @@ void FileService::do_stats(rpc::Reply& r) {
     total += us;
   }
   values.emplace_back("cpu_us.total", total);
-
-  std::vector<odafs_counter> counters(values.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    counters[i].name = values[i].first.data();
-    counters[i].value = values[i].second;
-  }
-  stats_res res{};
-  res.counters.counters_len = static_cast<u_int>(counters.size());
-  res.counters.counters_val = counters.data();
-  r.send(xp(xdr_stats_res), &res);
+  return values;
 }
 
 }  // namespace odafs::server

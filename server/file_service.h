@@ -135,6 +135,11 @@ class FileService {
     delegations_.stop_serving();
   }
 
+  // Every counter STATS answers, by name ("cache.hits"): the RPC server's ("rpc.",
+  // "calls." and "cpu_us.": the whole server's), then this export's. Allocates; takes no
+  // lock a call holds long. REQUIRES: register_procedures done.
+  std::vector<std::pair<std::string, uint64_t>> counters();
+
   // The export rules: the RPC server's admit and authorize hooks.
   const CallAuthority& authority() const { return authority_; }
   CallAuthority& authority() { return authority_; }  // replace_rules at a reload

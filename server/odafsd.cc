@@ -1,20 +1,9 @@
-// odafsd: the odafs file server. Exports one directory over ONC RPC.
-//
-//   odafsd --export DIR --listen HOST:PORT [--cache-mb N] [--block-size N] [--threads N]
-//          [--max-io N] [--max-nodes N] [--max-open-files N] [--max-connections N]
-//          [--clients SPEC]... [--read-only] [--identity caller|server]
-//          [--anon-uid N] [--anon-gid N]
-//          [--max-connections-per-address N] [--idle-timeout SECONDS]
-//          [--engine-max-connections N] [--engine-handshake-timeout MS]
-//          [--engine-listen HOST:PORT] [--engine-threads N] [--no-ordma]
-//          [--max-rings N] [--no-local-rings] [--max-direct-writes N]
-//          [--max-input-mb N] [--max-backlog-mb N] [--lease-ms MS] [--no-delegations]
-//          [--space-margin-mb N]
-//          [--grace-ms MS] [--state-dir DIR] [--stop-timeout-ms MS]
+// odafsd: the odafs file server. Serves one directory (--export DIR) or each export of an
+// exports file (--exports FILE) over ONC RPC. Every flag: odafsd --help, docs/usage.md.
 //
 // Once ready it prints one line on stdout,
-//   "odafsd ready rpc=HOST:PORT engine=HOST:PORT|none export=DIR backend=NAME threads=N
-//   engine_threads=N",
+//   "odafsd ready rpc=HOST:PORT engine=HOST:PORT|none export=DIR[,DIR...] backend=NAME
+//   threads=N engine_threads=N [metrics=HOST:PORT]",
 // which scripts and tests wait for. SIGTERM or SIGINT shut it down cleanly.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -43,6 +32,8 @@
 #include "server/exports_file.h"
 #include "server/file_env.h"
 #include "server/file_service.h"
+#include "server/metrics.h"
+#include "server/metrics_http.h"
 #include "server/private_files.h"
 #include "server/record_writer.h"
 #include "server/stop_watchdog.h"
@@ -369,6 +360,10 @@ int main(int argc, char** argv) {
   flags.add("--exports", &exports_file,
             "an exports(5)-style file of exports and their clients (default /etc/odafs/exports "
             "when present and no --export is given); SIGHUP reads it again");
+  std::string metrics_listen;
+  flags.add("--metrics", &metrics_listen,
+            "serve Prometheus metrics at http://HOST:PORT/metrics (no authentication: bind it to "
+            "loopback or a management network)");
   flags.add("--check-exports", &check_exports,
             "parse an exports file, print its rules and exit (0: good, 2: not)");
   flags.add("--ceph-conf", &ceph_conf, "the CephFS cluster's ceph.conf (with --export ceph:PATH)");
@@ -486,6 +481,9 @@ int main(int argc, char** argv) {
   if (no_delegations) fs.delegations = false;
   if (space_margin_mb >= 0) fs.space_margin_bytes = space_margin_mb << 20;
   if (auth_sys) access.identity = "caller";
+  if (!metrics_listen.empty() && !odafs::net::try_parse_endpoint(metrics_listen).ok()) {
+    usage(("--metrics " + metrics_listen + ": want HOST:PORT").c_str());
+  }
   if (!check_exports.empty()) {
     std::fputs(odafs::server::describe_exports(load_exports(check_exports, access)).c_str(),
                stdout);
@@ -649,6 +647,14 @@ int main(int argc, char** argv) {
       }
     }
     server.start();
+    std::unique_ptr<odafs::server::MetricsHttp> metrics;
+    if (!metrics_listen.empty()) {
+      odafs::Result<std::unique_ptr<odafs::server::MetricsHttp>> started =
+          odafs::server::MetricsHttp::start(odafs::net::parse_endpoint(metrics_listen),
+                                            [&router] { return render_metrics(router); });
+      if (!started.ok()) throw std::runtime_error(started.status().message());
+      metrics = std::move(started).value();
+    }
     std::string exported;
     for (const ExportPlan& plan : plans) exported += (exported.empty() ? "" : ",") + plan.root;
     ODAFS_LOG_INFO(
@@ -659,10 +665,12 @@ int main(int argc, char** argv) {
         services[0]->nodes().max_open_files());
     const odafs::ordma::Engine* first_engine = services[0]->engine();
     std::string engine = first_engine ? first_engine->endpoint() : "none";
-    std::printf("odafsd ready rpc=%s engine=%s export=%s backend=%s threads=%d engine_threads=%d\n",
-                server.bound().to_string().c_str(), engine.c_str(), exported.c_str(),
-                first_engine ? first_engine->kind() : "none", threads,
-                fs.ordma ? engine_threads : 0);
+    const std::string metrics_at = metrics ? " metrics=" + metrics->bound().to_string() : "";
+    std::printf(
+        "odafsd ready rpc=%s engine=%s export=%s backend=%s threads=%d engine_threads=%d%s\n",
+        server.bound().to_string().c_str(), engine.c_str(), exported.c_str(),
+        first_engine ? first_engine->kind() : "none", threads, fs.ordma ? engine_threads : 0,
+        metrics_at.c_str());
     std::fflush(stdout);
     int sig = 0;
     while (sigwait(&stop_signals, &sig) == 0 && sig == SIGHUP) {
@@ -685,6 +693,7 @@ int main(int argc, char** argv) {
       _exit(86);  // no cleanup: a crash
     }
     ODAFS_LOG_INFO("signal %d: shutting down", sig);
+    metrics.reset();  // no scrape reads a service while it stops
     stop_watchdog.emplace(stop_timeout_ms);
     for (auto& service : services) service->stopping();
     stop_watchdog->stage("stopping the one-sided engine");

@@ -10,8 +10,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <sstream>
 #include <string>
+#include <utility>
 
+#include "base/net.h"
 #include "client/client.h"
 #include "proto/odafs_prot.h"
 #include "rpc/client_channel.h"
@@ -311,4 +314,80 @@ TEST_CASE("odafs CLI: a URL's path names the export, and odafs exports lists the
   CHECK(listed.status == 0);
   CHECK(listed.output.find(x.a) != std::string::npos);
   CHECK(listed.output.find(x.b) != std::string::npos);
+}
+
+namespace {
+
+// GET path from the HTTP server at port on 127.0.0.1: the status line's code and the body.
+std::pair<int, std::string> http_get(uint16_t port, const std::string& path,
+                                     const std::string& method = "GET") {
+  const int fd = odafs::net::connect_tcp({"127.0.0.1", port});
+  const std::string request = method + " " + path + " HTTP/1.0\r\nHost: x\r\n\r\n";
+  REQUIRE(write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size()));
+  std::string response;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) response.append(buf, static_cast<size_t>(n));
+  close(fd);
+  const size_t body = response.find("\r\n\r\n");
+  REQUIRE(body != std::string::npos);
+  return {std::stoi(response.substr(response.find(' ') + 1)), response.substr(body + 4)};
+}
+
+// The value of the sample named exactly `series` (name and labels) in Prometheus text; -1
+// when absent. Checks each line has the format's shape.
+double sample(const std::string& text, const std::string& series) {
+  double found = -1;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t space = line.rfind(' ');
+    REQUIRE(space != std::string::npos);
+    const double value = std::stod(line.substr(space + 1));
+    if (line.compare(0, space, series) == 0) found = value;
+  }
+  return found;
+}
+
+uint16_t metrics_port(const ServerProcess& server) {
+  const std::string& line = server.ready_line();
+  const size_t at = line.find("metrics=127.0.0.1:");
+  REQUIRE(at != std::string::npos);
+  return static_cast<uint16_t>(std::stoi(line.substr(at + 18)));
+}
+
+}  // namespace
+
+TEST_CASE("--metrics: Prometheus text at /metrics whose counters and call times move") {
+  TwoExports x;
+  ServerProcess server("", {"--exports", x.file, "--metrics", "127.0.0.1:0"});
+  const uint16_t port = metrics_port(server);
+  auto [code, before] = http_get(port, "/metrics");
+  CHECK(code == 200);
+  CHECK(before.find("# TYPE odafs_io_bytes_read_total counter") != std::string::npos);
+  CHECK(before.find("# TYPE odafs_delegations_held gauge") != std::string::npos);
+  const std::string a_label = "{export=\"" + x.a + "\"}";
+  const std::string b_label = "{export=\"" + x.b + "\"}";
+  CHECK(sample(before, "odafs_io_bytes_read_total" + a_label) == 0);
+  CHECK(sample(before, "odafs_auth_read_only_total" + b_label) == 0);
+  CHECK(sample(before, "odafs_recovery_in_grace" + a_label) == 0);
+
+  auto a = Client::mount(server.url(x.a));
+  auto b = Client::mount(server.url(x.b));
+  CHECK(odafs::test::read_all(*a, "f", 100) == "in a");
+  CHECK(errno_of([&] { write_synced(*b, "new", "refused"); }) == EROFS);
+
+  const std::string after = http_get(port, "/metrics").second;
+  CHECK(sample(after, "odafs_io_bytes_read_total" + a_label) >= 4);
+  CHECK(sample(after, "odafs_io_bytes_read_total" + b_label) == 0);
+  CHECK(sample(after, "odafs_auth_read_only_total" + b_label) == 1);
+  CHECK(sample(after, "odafs_rpc_open_connections") >= 2);
+  const std::string opens = "export=\"" + x.a + "\",procedure=\"OPEN\"";
+  const double count = sample(after, "odafs_call_seconds_count{" + opens + "}");
+  CHECK(count >= 1);
+  CHECK(sample(after, "odafs_call_seconds_bucket{" + opens + ",le=\"+Inf\"}") == count);
+  CHECK(sample(after, "odafs_call_seconds_sum{" + opens + "}") > 0);
+
+  CHECK(http_get(port, "/other").first == 404);
+  CHECK(http_get(port, "/metrics", "POST").first == 405);
 }

@@ -152,6 +152,7 @@ void ServerProcess::start() {
       if (eng != std::string::npos && line.compare(eng + 7, 4, "none") != 0) {
         engine_port_ = static_cast<uint16_t>(std::stoi(line.substr(line.find(':', eng) + 1)));
       }
+      ready_line_ = line.substr(0, line.find('\n'));
       pid_ = pid;
       posix_spawn_file_actions_destroy(&fa);
       close(out[0]);

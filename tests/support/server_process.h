@@ -67,6 +67,8 @@ class ServerProcess {
   // The one-sided engine's port, 0 when it runs without one (--no-ordma).
   uint16_t engine_port() const { return engine_port_; }
   pid_t pid() const { return pid_; }
+  // The ready line of its last start ("odafsd ready rpc=... engine=...").
+  const std::string& ready_line() const { return ready_line_; }
   const std::string& export_dir() const { return export_dir_; }
 
  private:
@@ -77,6 +79,7 @@ class ServerProcess {
   uint16_t port_;
   unsigned long nofile_;
   uint16_t engine_port_ = 0;
+  std::string ready_line_;
   pid_t pid_ = -1;
 };
 
