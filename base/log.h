@@ -1,4 +1,4 @@
-// Process-wide logging to stderr (and syslog, when asked): one line per event, with a level
+// Process-wide logging to stderr, syslog or a file (log_to): one line per event, with a level
 // and a timestamp.
 //
 // Thread-safety: every function may be called from any thread; lines never interleave.
@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdarg>
 #include <cstdint>
+#include <string>
 
 namespace odafs {
 
@@ -18,10 +19,29 @@ LogLevel log_level();
 
 void log_line(LogLevel level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
-// From now on every line logged also goes to syslog (facility LOG_DAEMON, the level as
-// its priority), as `ident` with the process id: for a daemon whose stderr goes nowhere
-// (odafs-mount in the background). Call once, before other threads log.
+// The level a user names ("debug", "info", "warn", "error"); false for another word.
+bool parse_log_level(const char* text, LogLevel* level);
+
+// From now on every line logged also goes to syslog, as log_to("syslog") sends them, and
+// still to stderr. Call once, before other threads log.
 void log_to_syslog(const char* ident);
+
+// Where lines go, as a daemon's --log says:
+//   "stderr"  stderr only (the default before this is called);
+//   "syslog"  syslog only (facility LOG_DAEMON, the level as its priority, `ident` with the
+//             process id; systemd's journal takes them);
+//   "auto"    stderr, and syslog too when stderr is neither a terminal nor the journal
+//             ($JOURNAL_STREAM): a daemon started by hand logs where it was started, one
+//             whose stderr goes nowhere (a background mount) still reaches syslog;
+//   a path    appended to that file (made 0640 if new), which reopen_log_file opens again
+//             (after logrotate moved it: odafsd does at SIGHUP).
+// false, with *error saying why, if the file cannot be opened. Call before other threads
+// log.
+bool log_to(const char* where, const char* ident, std::string* error);
+// Opens the log file again at its path (no-op without one). Lines logged meanwhile go to
+// the old file or the new, never lost to a closed descriptor. false, *error, if the file
+// cannot be opened (the old one stays in use).
+bool reopen_log_file(std::string* error);
 
 // Lets one line through per interval and counts the rest, so that a flood of bad input
 // (refused connections, garbage records, forged handshakes) cannot flood the log. Keep one

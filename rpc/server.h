@@ -124,12 +124,17 @@ class Reply {
   bool send(xdrproc_t xres, const void* res);
   bool started() const { return started_; }
   bool failed() const { return failed_; }
+  // The results' first 4-byte word as encoded so far (a program's status, where its
+  // results start with one), or false when there is none yet.
+  bool first_result_word(uint32_t* word) const;
 
  private:
   friend class Server;
-  Reply(XDR* out, uint32_t xid) : out_(out), xid_(xid) {}
+  Reply(XDR* out, uint32_t xid, const char* buffer) : out_(out), xid_(xid), buffer_(buffer) {}
   XDR* out_;
   uint32_t xid_;
+  const char* buffer_;    // where out_ encodes from
+  u_int results_at_ = 0;  // out_'s position where the results start
   bool started_ = false;
   bool failed_ = false;
 };

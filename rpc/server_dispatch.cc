@@ -1,6 +1,7 @@
 // rpc::Server's calls, one at a time: decoding the call header and credential, the
 // AUTH_TLS probe, the program's authorization, running the procedure and encoding its
 // reply (server_internal.h says which file holds what).
+#include <arpa/inet.h>
 #include <rpc/rpc.h>
 
 #include <cstring>
@@ -23,8 +24,17 @@ XDR* Reply::results() {
   msg.acpted_rply.ar_results.proc = to_xdrproc(xdr_nothing);
   xdr_setpos(out_, 0);
   xdr_replymsg(out_, &msg);
+  results_at_ = xdr_getpos(out_);
   started_ = true;
   return out_;
+}
+
+bool Reply::first_result_word(uint32_t* word) const {
+  if (!started_ || failed_ || xdr_getpos(out_) < results_at_ + 4) return false;
+  uint32_t net;
+  std::memcpy(&net, buffer_ + results_at_, 4);
+  *word = ntohl(net);
+  return true;
 }
 
 bool Reply::send(xdrproc_t xres, const void* res) {
@@ -169,7 +179,7 @@ void Server::dispatch(Connection& conn, std::vector<char>& record, Worker& w) {
   XDR in;
   xdrmem_create(&in, record.data() + args_offset, static_cast<u_int>(record.size() - args_offset),
                 XDR_DECODE);
-  Reply r(&out, call.xid);
+  Reply r(&out, call.xid, w.out.data() + w.out_used + 4);
   bool decoded = false;
   try {
     decoded = procs_[proc].fn(ctx, &in, r);

@@ -116,6 +116,11 @@ void ExportRouter::register_procedures(rpc::Server* server) {
           }
           const auto start = std::chrono::steady_clock::now();
           const bool decoded = procedures_[e][proc](ctx, in, r);
+          // Every result but NULL's and STATS' starts with its status.
+          if (uint32_t status; proc != ODAFSPROC_NULL && proc != ODAFSPROC_STATS &&
+                               r.first_result_word(&status) && status != ODAFS_OK) {
+            exports_[e].service->note_reply(ctx, names_[proc], status);
+          }
           times_[e]->record(
               proc, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                               std::chrono::steady_clock::now() - start)

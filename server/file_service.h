@@ -135,6 +135,11 @@ class FileService {
     delegations_.stop_serving();
   }
 
+  // A call of proc (named `name`) answered `status`: refusals (EROFS, EACCES, EPERM,
+  // ENOSPC, EDQUOT) are counted by kind ("refused.ENOSPC") and logged, naming the client,
+  // its uid and the export, at most once a second per kind. Thread-safe.
+  void note_reply(const rpc::CallContext& ctx, const char* name, uint32_t status);
+
   // Every counter STATS answers, by name ("cache.hits"): the RPC server's ("rpc.",
   // "calls." and "cpu_us.": the whole server's), then this export's. Allocates; takes no
   // lock a call holds long. REQUIRES: register_procedures done.
@@ -335,6 +340,8 @@ class FileService {
   SpaceAccount space_;
   LeaseKeeper leases_;  // after what it uses; its pins go before nodes_
   std::atomic<uint32_t> next_callback_xid_{1};
+  // Refused calls by kind (note_reply): EROFS, EACCES, EPERM, ENOSPC, EDQUOT.
+  std::array<std::atomic<uint64_t>, 5> refused_{};
   std::atomic<uint64_t> bytes_read_{0};
   std::atomic<uint64_t> bytes_written_{0};
   std::atomic<size_t> direct_writes_waiting_{0};

@@ -360,6 +360,11 @@ int main(int argc, char** argv) {
   flags.add("--exports", &exports_file,
             "an exports(5)-style file of exports and their clients (default /etc/odafs/exports "
             "when present and no --export is given); SIGHUP reads it again");
+  std::string log_where = "auto", log_level;
+  flags.add("--log", &log_where,
+            "stderr, syslog, auto (stderr; and syslog when stderr is neither a terminal nor the "
+            "journal) or a FILE to append to (reopened at SIGHUP)");
+  flags.add("--log-level", &log_level, "debug, info, warn or error (default info, or $ODAFS_LOG)");
   std::string metrics_listen;
   flags.add("--metrics", &metrics_listen,
             "serve Prometheus metrics at http://HOST:PORT/metrics (no authentication: bind it to "
@@ -481,6 +486,13 @@ int main(int argc, char** argv) {
   if (no_delegations) fs.delegations = false;
   if (space_margin_mb >= 0) fs.space_margin_bytes = space_margin_mb << 20;
   if (auth_sys) access.identity = "caller";
+  if (odafs::LogLevel level; !log_level.empty()) {
+    if (!odafs::parse_log_level(log_level.c_str(), &level)) {
+      usage("--log-level: debug, info, warn or error");
+    }
+    odafs::set_log_level(level);
+  }
+  if (std::string why; !odafs::log_to(log_where.c_str(), "odafsd", &why)) usage(why.c_str());
   if (!metrics_listen.empty() && !odafs::net::try_parse_endpoint(metrics_listen).ok()) {
     usage(("--metrics " + metrics_listen + ": want HOST:PORT").c_str());
   }
@@ -682,8 +694,12 @@ int main(int argc, char** argv) {
       } else {
         ODAFS_LOG_INFO("SIGHUP: TLS certificate, CA and identity map reloaded");
       }
-      if (!exports_file.empty())
+      if (std::string why; !odafs::reopen_log_file(&why)) {
+        ODAFS_LOG_ERROR("SIGHUP: %s; logging on to the old file", why.c_str());
+      }
+      if (!exports_file.empty()) {
         reload_exports(exports_file, access, tls != nullptr, tls_files, router);
+      }
     }
     if (sig == SIGUSR1) {
       ODAFS_LOG_WARN("simulated crash: dropping %zu file(s) of unsynced changes",

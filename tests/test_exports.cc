@@ -22,6 +22,7 @@
 #include "server/exports_file.h"
 #include "tests/support/client_util.h"
 #include "tests/support/delegation_holder.h"
+#include "tests/support/mount_process.h"
 #include "tests/support/raw_mount.h"
 #include "tests/support/server_process.h"
 
@@ -360,7 +361,8 @@ uint16_t metrics_port(const ServerProcess& server) {
 
 TEST_CASE("--metrics: Prometheus text at /metrics whose counters and call times move") {
   TwoExports x;
-  ServerProcess server("", {"--exports", x.file, "--metrics", "127.0.0.1:0"});
+  const std::string log = x.top / "odafsd.log";
+  ServerProcess server("", {"--exports", x.file, "--metrics", "127.0.0.1:0", "--log", log});
   const uint16_t port = metrics_port(server);
   auto [code, before] = http_get(port, "/metrics");
   CHECK(code == 200);
@@ -381,6 +383,12 @@ TEST_CASE("--metrics: Prometheus text at /metrics whose counters and call times 
   CHECK(sample(after, "odafs_io_bytes_read_total" + a_label) >= 4);
   CHECK(sample(after, "odafs_io_bytes_read_total" + b_label) == 0);
   CHECK(sample(after, "odafs_auth_read_only_total" + b_label) == 1);
+  CHECK(sample(after, "odafs_refused_EROFS_total" + b_label) == 1);
+  CHECK(sample(after, "odafs_refused_EROFS_total" + a_label) == 0);
+  // The refusal is logged (to --log FILE), naming the call, the client and the export.
+  const std::string logged = read_local(log);
+  CHECK(logged.find("CREATE of 127.0.0.1:") != std::string::npos);
+  CHECK(logged.find("on " + x.b + " refused: read-only") != std::string::npos);
   CHECK(sample(after, "odafs_rpc_open_connections") >= 2);
   const std::string opens = "export=\"" + x.a + "\",procedure=\"OPEN\"";
   const double count = sample(after, "odafs_call_seconds_count{" + opens + "}");
@@ -390,4 +398,38 @@ TEST_CASE("--metrics: Prometheus text at /metrics whose counters and call times 
 
   CHECK(http_get(port, "/other").first == 404);
   CHECK(http_get(port, "/metrics", "POST").first == 405);
+}
+
+ODAFS_MOUNT_TEST("a background mount's write-back failure reaches its log file (log=FILE)") {
+  TwoExports x;
+  ServerProcess server("", {"--exports", x.file});
+  TempDir where;
+  const std::string mountpoint = where / "m";
+  const std::string log = where / "mount.log";
+  REQUIRE(mkdir(mountpoint.c_str(), 0755) == 0);
+  // In the background (no -f): it returns once mounted, its stderr then goes nowhere.
+  Ran started = run(std::string(odafs::test::mount_binary()) + " -o log=" + log + " " +
+                    server.url(x.a) + " " + mountpoint);
+  REQUIRE(started.status == 0);
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { odafs::test::fusermount({"-u", "-z", dir}); }
+  } unmount{mountpoint};
+  REQUIRE(odafs::test::eventually([&] { return odafs::test::is_odafs_mounted(mountpoint); }));
+
+  // A close the mount acknowledged, its bytes kept under a write delegation.
+  write_local(mountpoint + "/kept", "acknowledged");
+  // The export turns read-only: the write-back the recall below asks for is refused.
+  x.write_rules("ro,no_root_squash", "ro,no_root_squash");
+  REQUIRE(kill(server.pid(), SIGHUP) == 0);
+  usleep(100 * 1000);
+  auto other = Client::mount(server.url(x.a));
+  (void)errno_of([&] { odafs::test::read_all(*other, "kept", 100); });
+  CHECK(odafs::test::eventually(
+      [&] {
+        return read_local(log).find("writing back a write delegation's writes failed") !=
+               std::string::npos;
+      },
+      10));
+  CHECK(read_local(log).find("Read-only file system") != std::string::npos);
 }

@@ -54,6 +54,7 @@ struct Config {
   char* tls_ca = nullptr;
   char* tls_cert = nullptr;
   char* tls_key = nullptr;
+  char* log = nullptr;  // stderr|syslog|auto|FILE (base/log.h's log_to); default stderr+syslog
   int show_help = 0;
   // Seen among libfuse's options (kept for it): with allow_other, default_permissions is
   // added unless nodefault_permissions says otherwise (see kMultiUser below).
@@ -84,6 +85,7 @@ const fuse_opt kSpec[] = {ODAFS_OPT("cache_blocks=%lu", cache_blocks, 0),
                           ODAFS_OPT("tls_ca=%s", tls_ca, 0),
                           ODAFS_OPT("tls_cert=%s", tls_cert, 0),
                           ODAFS_OPT("tls_key=%s", tls_key, 0),
+                          ODAFS_OPT("log=%s", log, 0),
                           ODAFS_OPT("nodefault_permissions", no_default_permissions, 1),
                           FUSE_OPT_KEY("allow_other", kKeyAllowOther),
                           FUSE_OPT_KEY("default_permissions", kKeyDefaultPermissions),
@@ -133,6 +135,9 @@ void usage(const char* prog) {
       "    tls_ca=FILE            CA (PEM) the server's certificate must chain to (default:\n"
       "                           the system's store); implies tls\n"
       "    tls_cert=FILE,tls_key=FILE  this client's certificate and key (mutual TLS)\n"
+      "    log=stderr|syslog|auto|FILE  where its log goes (default: stderr and syslog;\n"
+      "                           auto: syslog when stderr is neither a terminal nor the\n"
+      "                           journal; FILE: appended to FILE)\n"
       "    max_threads=N          requests served at once (default 10; -s: one, libfuse's\n"
       "                           single-threaded loop); clone_fd and max_idle_threads\n"
       "                           (libfuse's own loop's) do not apply\n"
@@ -317,8 +322,15 @@ int run(int argc, char** argv) {
   }
 
   // A background mount's stderr goes nowhere: what it logs (write-back failures, an
-  // unmount waiting for its server) goes to syslog too, in the foreground as well.
-  odafs::log_to_syslog("odafs-mount");
+  // unmount waiting for its server) goes to syslog too, in the foreground as well, unless
+  // log= says where.
+  std::unique_ptr<char, decltype(&free)> log(conf.log, free);
+  if (!log) {
+    odafs::log_to_syslog("odafs-mount");
+  } else if (std::string why; !odafs::log_to(log.get(), "odafs-mount", &why)) {
+    std::fprintf(stderr, "odafs-mount: %s\n", why.c_str());
+    return 1;
+  }
   Backgrounder bg(opts.foreground != 0);
   std::unique_ptr<odafs::Client> client;
   odafs::Attr root;

@@ -23,7 +23,6 @@
 extern char** environ;
 
 namespace odafs::test {
-namespace {
 
 const char* mount_binary() {
 #ifdef ODAFS_MOUNT_PATH
@@ -32,6 +31,8 @@ const char* mount_binary() {
   return "";
 #endif
 }
+
+namespace {
 
 // Unescapes mountinfo's octal escapes (\040 for a space).
 std::string unescape(const std::string& s) {

@@ -25,6 +25,9 @@ inline const char* fuse_skip_description() {
             doctest::description(                                   \
                 ::odafs::test::fuse_available() ? "" : ::odafs::test::fuse_skip_description()))
 
+// The odafs-mount program's path ("" when it was not built).
+const char* mount_binary();
+
 // Whether `dir` is a mountpoint of a FUSE odafs-mount file system now (/proc/self/mountinfo).
 bool is_odafs_mounted(const std::string& dir);
 

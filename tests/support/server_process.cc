@@ -96,6 +96,11 @@ void ServerProcess::start() {
   // a loaded machine starves of CPU may stop slower without anything being wrong, and must
   // not fail its suite for it. A stop that overruns this bound still fails the suite, and
   // one over 0.5 s logs its slowest stage. test_shutdown times its stops against 2 s.
+  // Its log on stderr only, as the suites show it (not also syslog, odafsd's choice when
+  // stderr is no terminal).
+  if (std::find(args_.begin(), args_.end(), "--log") == args_.end()) {
+    argv_s.insert(argv_s.end(), {"--log", "stderr"});
+  }
   if (std::find(args_.begin(), args_.end(), "--stop-timeout-ms") == args_.end()) {
     argv_s.insert(argv_s.end(), {"--stop-timeout-ms", "8000"});
   }
