@@ -116,6 +116,20 @@ FileService::FileService(Options options, CpuAccounting* cpu)
       [this](const cache::Block& b) {
         if (engine_) engine_->end_write(b.segment);
       });
+  // A shared store's files are deleted by others all the time, and a stat there is a
+  // network call: its sweep is the store's leases' business (docs/ceph.md).
+  if (!store_->shared()) {
+    unlinked_sweeper_ =
+        std::make_unique<Periodic>(std::chrono::milliseconds(500), [this] { sweep_unlinked(); });
+  }
+}
+
+void FileService::sweep_unlinked() {
+  for (const NodeTable::Unlinked& gone : nodes_.drop_unlinked()) {
+    unlinked_dropped_.fetch_add(1, std::memory_order_relaxed);
+    delegations_.file_gone(gone.id);
+    if (gone.type == S_IFREG && gone.size > 0) drop_cached_blocks(gone.id, 0, gone.size);
+  }
 }
 
 void FileService::start_engine(const ordma::EngineOptions& options) {
@@ -409,6 +423,7 @@ std::vector<std::pair<std::string, uint64_t>> FileService::counters() {
   values.emplace_back("nodes.open_fds", nodes_.open_files());
   values.emplace_back("nodes.max_open_fds", nodes_.max_open_files());
   values.emplace_back("nodes.reopens", nodes_.reopens());
+  values.emplace_back("nodes.unlinked_dropped", unlinked_dropped_.load());
   values.emplace_back("direct_writes.refused_busy", direct_writes_refused_.load());
   values.emplace_back("direct_writes.waiting", direct_writes_waiting_.load());
   const auto& ds = delegations_.stats();

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "base/periodic.h"
 #include "cache/block_cache.h"
 #include "ordma/engine.h"
 #include "ordma/session.h"
@@ -128,6 +129,11 @@ class FileService {
   // named client's write delegations stay while it is away (docs/protocol.md, "Open
   // delegations"), unless it holds none.
   void connection_closed(uint64_t connection);
+  // Lets go of files deleted on the export's disk directly (not through a REMOVE): their
+  // handles turn STALE, their delegations and cached blocks go, and their descriptors
+  // close, so their space is free (NodeTable::drop_unlinked). Runs twice a second on its
+  // own thread over a local store.
+  void sweep_unlinked();
   // The server is stopping: connections closing from now on keep their clients' place in
   // the recovery record (they come back to reclaim after the restart).
   void stopping() {
@@ -347,6 +353,9 @@ class FileService {
   std::atomic<size_t> direct_writes_waiting_{0};
   std::atomic<uint64_t> direct_writes_refused_{0};  // over max_direct_writes
   std::atomic<uint64_t> space_reserved_{0};         // promises made by Store::reserve_space
+  std::atomic<uint64_t> unlinked_dropped_{0};       // nodes sweep_unlinked let go
+  // Twice a second, sweep_unlinked (a local store only). Last: stops first.
+  std::unique_ptr<Periodic> unlinked_sweeper_;
 };
 
 }  // namespace odafs::server

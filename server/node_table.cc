@@ -561,6 +561,34 @@ uint64_t NodeTable::forget_if_unlinked(const ObjectId& key, nlink_t links_left) 
   return id;
 }
 
+std::vector<NodeTable::Unlinked> NodeTable::drop_unlinked() {
+  struct Open {
+    ObjectId key;
+    std::shared_ptr<OpenFile> file;
+  };
+  std::vector<Open> open;
+  {
+    std::lock_guard lock(mu_);
+    open.reserve(lru_size_);
+    for (Node* n = lru_head_; n != nullptr; n = n->lru_next) {
+      if (n->file) open.push_back({n->key, n->file});
+    }
+  }
+  std::vector<Unlinked> dropped;
+  for (const Open& o : open) {
+    struct stat st;
+    if (!store_.stat(o.file->object, &st).ok() || st.st_nlink > 0) continue;
+    std::lock_guard lock(mu_);
+    auto it = by_key_.find(o.key);
+    // Still the node of that object, with that descriptor: not dropped or reopened since.
+    if (it == by_key_.end() || slots_[it->second].node->file != o.file) continue;
+    dropped.push_back({slots_[it->second].node->id, static_cast<uint64_t>(st.st_size),
+                       static_cast<mode_t>(st.st_mode & S_IFMT)});
+    drop_locked(slots_[it->second]);
+  }
+  return dropped;
+}
+
 size_t NodeTable::size() const {
   std::lock_guard lock(mu_);
   return live_;

@@ -276,6 +276,18 @@ class NodeTable {
   // Returns the dropped node's id (0 if none) so caches can forget it.
   uint64_t forget_if_unlinked(const ObjectId& key, nlink_t links_left = 0);
 
+  // Drops every node whose open object has no link left (deleted on the server's disk
+  // directly, or by another server of a shared store, where no REMOVE told this table), as
+  // forget_if_unlinked would: its handles turn STALE and its descriptor closes as soon as
+  // no call uses it, so the object's space is freed. Stats each open object outside the
+  // table's lock. Returns the dropped nodes (id, size and type), for caches to forget.
+  struct Unlinked {
+    uint64_t id;
+    uint64_t size;
+    mode_t type;  // S_IFREG, S_IFDIR, ...
+  };
+  std::vector<Unlinked> drop_unlinked();
+
   size_t size() const;
   // Objects of nodes open right now, pinned or cached, the root's included.
   size_t open_files() const { return open_files_.load(std::memory_order_relaxed); }

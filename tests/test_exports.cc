@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -432,4 +433,41 @@ ODAFS_MOUNT_TEST("a background mount's write-back failure reaches its log file (
       },
       10));
   CHECK(read_local(log).find("Read-only file system") != std::string::npos);
+}
+
+namespace {
+
+// How many of pid's descriptors are open on files already deleted.
+int deleted_fds(pid_t pid) {
+  int n = 0;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::error_code ec;
+    const std::string target = std::filesystem::read_symlink(entry.path(), ec).string();
+    if (!ec && target.size() > 10 && target.ends_with(" (deleted)")) ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("files deleted in an export hold no disk space a second later, however deleted") {
+  TempDir dir;
+  ServerProcess server(dir.path());
+  auto writer = Client::mount(server.url());
+  auto remover = Client::mount(server.url());
+  const std::string data(256 << 10, 'x');
+  std::vector<File> open_files;
+  for (int i = 0; i < 25; ++i) {
+    const std::string name = "f" + std::to_string(i);
+    write_synced(*writer, name, data);
+    // Held open by a client (with its delegation), read through the server's cache.
+    open_files.push_back(writer->open(name, O_RDONLY));
+    CHECK(odafs::test::read_all(open_files.back(), 100) == data.substr(0, 100));
+  }
+  // Removed by another client, and (the last five) on the server's disk directly.
+  for (int i = 0; i < 20; ++i) remover->unlink("f" + std::to_string(i));
+  for (int i = 20; i < 25; ++i) REQUIRE(unlink((dir / ("f" + std::to_string(i))).c_str()) == 0);
+  CHECK(odafs::test::eventually([&] { return deleted_fds(server.pid()) == 0; }, 1.0));
+  for (File& f : open_files) f.close();
 }
