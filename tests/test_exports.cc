@@ -471,3 +471,63 @@ TEST_CASE("files deleted in an export hold no disk space a second later, however
   CHECK(odafs::test::eventually([&] { return deleted_fds(server.pid()) == 0; }, 1.0));
   for (File& f : open_files) f.close();
 }
+
+// dist/odafsd.service's command lines, run as written but for where they listen and what
+// they read: the unit's flags are odafsd's.
+TEST_CASE("the systemd unit's ExecStartPre and ExecStart are command lines odafsd takes") {
+  TwoExports x;
+  std::string unit = read_local(ODAFS_SOURCE_DIR "/dist/odafsd.service");
+  auto command_of = [&unit](const std::string& key) {
+    const size_t at = unit.find("\n" + key + "=");
+    REQUIRE(at != std::string::npos);
+    const size_t from = at + key.size() + 2;
+    std::istringstream words(unit.substr(from, unit.find('\n', from) - from));
+    std::vector<std::string> argv;
+    for (std::string w; words >> w;) argv.push_back(w);
+    return argv;
+  };
+  std::vector<std::string> pre = command_of("ExecStartPre");
+  REQUIRE(pre.size() == 3);
+  CHECK(pre[0] == "/usr/local/bin/odafsd");
+  CHECK(run(std::string(ODAFSD_PATH) + " " + pre[1] + " " + x.file).status == 0);
+
+  std::vector<std::string> start = command_of("ExecStart");
+  REQUIRE(start.size() > 1);
+  CHECK(start[0] == "/usr/local/bin/odafsd");
+  std::vector<std::string> args(start.begin() + 1, start.end());
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--exports") args[i + 1] = x.file;
+    if (args[i] == "--metrics") args[i + 1] = "127.0.0.1:0";
+    if (args[i] == "--listen") args.erase(args.begin() + i, args.begin() + i + 2), --i;
+  }
+  ServerProcess server("", args);  // ServerProcess gives --listen 127.0.0.1:PORT
+  CHECK(server.ready_line().find("metrics=") != std::string::npos);
+  CHECK(odafs::test::read_all(*Client::mount(server.url(x.a)), "f", 100) == "in a");
+}
+
+// The fstab way: mount(8) -t fuse.odafs-mount runs mount.fuse3 as below, which runs
+// odafs-mount from the PATH (mount(8) gives it a fixed one, where cmake --install puts
+// odafs-mount; here the build's directory stands in for it). docs/exports.md.
+ODAFS_MOUNT_TEST("mount.fuse3 -t fuse.odafs-mount mounts an export by URL, as fstab does") {
+  if (geteuid() != 0) {
+    MESSAGE("skipped: mount(8) of a fuse. type needs root");
+    return;
+  }
+  TwoExports x;
+  ServerProcess server("", {"--exports", x.file});
+  TempDir where;
+  const std::string mountpoint = where / "m";
+  REQUIRE(mkdir(mountpoint.c_str(), 0755) == 0);
+  const std::string bin = std::filesystem::path(odafs::test::mount_binary()).parent_path();
+  Ran mounted = run("PATH=" + bin + ":$PATH /sbin/mount.fuse3 " + server.url(x.a) + " " + mountpoint +
+                    " -t fuse.odafs-mount -o _netdev,rw");
+  CAPTURE(mounted.output);
+  REQUIRE(mounted.status == 0);
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { odafs::test::fusermount({"-u", "-z", dir}); }
+  } unmount{mountpoint};
+  CHECK(read_local(mountpoint + "/f") == "in a");
+  Ran shown = run("findmnt -n -o SOURCE,FSTYPE " + mountpoint);
+  CHECK(shown.output.find(server.url(x.a) + " fuse.odafs-mount") != std::string::npos);
+}
