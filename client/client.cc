@@ -13,6 +13,7 @@
 #include "client/call_util.h"
 #include "client/client_cache.h"
 #include "client/mount_state.h"
+#include "client/server_channel.h"
 #include "client/shared_file.h"
 #include "client/url.h"
 #include "ordma/engine.h"
@@ -193,43 +194,29 @@ void Client::wait_for_server(const std::atomic<bool>* give_up) {
 
 namespace {
 
-// The TLS context of a mount's options (null without tls). Throws Error.
-std::shared_ptr<const tls::Context> client_tls_context(const MountOptions& options,
-                                                       const std::string& url) {
-  if (!options.tls) return nullptr;
+// The TLS context of a mount's options (null without tls).
+Result<std::shared_ptr<const tls::Context>> client_tls_context(const MountOptions& options,
+                                                               const std::string& url) {
+  if (!options.tls) return std::shared_ptr<const tls::Context>();
   Result<std::shared_ptr<const tls::Context>> context = tls::Context::make(
       tls::Context::Side::kClient, tls::Files{options.tls_cert, options.tls_key, options.tls_ca});
-  if (!context.ok()) or_throw(Status(EINVAL, "mount " + url + ": " + context.status().message()));
-  return std::move(*context);
+  if (!context.ok()) return Status(EINVAL, "mount " + url + ": " + context.status().message());
+  return context;
 }
 
 }  // namespace
 
-std::vector<Client::ExportInfo> Client::list_exports(const std::string& url, MountOptions options) {
-  Url parsed = or_throw(parse_url(url));
-  apply_url_options(parsed, &options);
-  const std::shared_ptr<const tls::Context> context = client_tls_context(options, url);
-  std::shared_ptr<rpc::Channel> channel = or_throw(
-      connect_channel(parsed.server, channel_options(options, context, parsed.server.host)));
-  exports_res res{};
-  XdrFree<exports_res> guard{to_xdrproc(xdr_exports_res), &res};
-  or_throw(in_context(call_rpc(*channel, ODAFSPROC_EXPORTS, to_xdrproc(rpc::xdr_nothing), nullptr,
-                               to_xdrproc(xdr_exports_res), &res),
-                      "exports of " + url));
-  or_throw(status_of(res.status, "exports of " + url));
-  std::vector<ExportInfo> exports;
-  const auto& list = res.exports_res_u.ok.exports;
-  for (u_int i = 0; i < list.exports_len; ++i) {
-    exports.push_back({list.exports_val[i].path, list.exports_val[i].options});
-  }
-  return exports;
+Result<std::shared_ptr<rpc::Channel>> server_channel(const Url& url, const MountOptions& options) {
+  ODAFS_ASSIGN_OR_RETURN(std::shared_ptr<const tls::Context> context,
+                         client_tls_context(options, url.server.to_string()));
+  return connect_channel(url.server, channel_options(options, context, url.server.host));
 }
 
 std::unique_ptr<Client> Client::mount(const std::string& url, MountOptions options) {
   Url parsed = or_throw(parse_url(url));
   apply_url_options(parsed, &options);  // the URL's word wins
   std::unique_ptr<Client> client(new Client(url, options, or_throw(make_owner())));
-  client->tls_context_ = client_tls_context(options, url);
+  client->tls_context_ = or_throw(client_tls_context(options, url));
   client->servers_ = parsed.servers;
   client->mount_path_ = parsed.path;
   or_throw(client->mount_state());  // connects and mounts

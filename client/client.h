@@ -291,14 +291,6 @@ class Client {
   // failover logged; gateways sharing a --handle-key-file keep open files and handles
   // good across it.
   static std::unique_ptr<Client> mount(const std::string& url, MountOptions options = {});
-  // What the server at url (its first server; the path is not used) lets this host mount,
-  // as showmount -e: each export's path (a server of one --export has "/") and the options
-  // of the rule that admits this host. Throws Error.
-  struct ExportInfo {
-    std::string path;
-    std::string options;
-  };
-  static std::vector<ExportInfo> list_exports(const std::string& url, MountOptions options = {});
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;

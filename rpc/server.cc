@@ -87,6 +87,17 @@ size_t Server::open_connections() {
   return conns_.size() - refused_open_;
 }
 
+std::vector<Server::ConnectionInfo> Server::connections() {
+  std::lock_guard lock(conns_mu_);
+  std::vector<ConnectionInfo> out;
+  out.reserve(conns_.size());
+  for (const auto& [id, conn] : conns_) {
+    if (conn->refused) continue;
+    out.push_back({id, conn->peer, conn->admission, conn->tag.load()});
+  }
+  return out;
+}
+
 uint64_t Server::calls(uint32_t proc) const {
   if (proc >= procs_.size() || !procs_[proc].calls) return 0;
   return procs_[proc].calls->load(std::memory_order_relaxed);

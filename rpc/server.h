@@ -257,6 +257,14 @@ class Server {
 
   // Connections open now, of admitted peers. Thread-safe (takes the connections' lock).
   size_t open_connections();
+  // What is known of each admitted connection open now. Thread-safe; allocates.
+  struct ConnectionInfo {
+    uint64_t id = 0;
+    std::string peer;  // "HOST:PORT"
+    Admission admission;
+    uint32_t tag = CallContext::kNoTag;
+  };
+  std::vector<ConnectionInfo> connections();
 
   // Counters, safe to read from any thread at any time.
   struct Counters {

@@ -440,6 +440,12 @@ void Delegations::file_gone(uint64_t node) {
   changed_.notify_all();
 }
 
+size_t Delegations::held_by(uint64_t connection) const {
+  std::lock_guard lock(mu_);
+  auto it = per_holder_.find(holder_locked(connection));
+  return it == per_holder_.end() ? 0 : it->second;
+}
+
 size_t Delegations::held() const {
   std::lock_guard lock(mu_);
   size_t n = 0;

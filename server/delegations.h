@@ -202,6 +202,8 @@ class Delegations {
   };
   const Stats& stats() const { return stats_; }
   size_t held() const;
+  // Delegations held by the client of `connection`'s calls.
+  size_t held_by(uint64_t connection) const;
 
  private:
   struct Holder {

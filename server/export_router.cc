@@ -66,9 +66,10 @@ auth_stat ExportRouter::authorize(const rpc::CallContext& ctx, rpc::CallerCred* 
   const uint32_t e = export_of(ctx);
   if (e != kUnbound) return exports_[e].service->authority().authorize(ctx, cred);
   if (ctx.proc == ODAFSPROC_NULL) return AUTH_OK;
-  if (ctx.proc == ODAFSPROC_MOUNT || ctx.proc == ODAFSPROC_EXPORTS) {
+  if (ctx.proc == ODAFSPROC_MOUNT || ctx.proc == ODAFSPROC_EXPORTS ||
+      ctx.proc == ODAFSPROC_CLIENTS) {
     // MOUNT authorizes the credential by the export it chooses; EXPORTS names no file and
-    // lists only what the caller's address is admitted to.
+    // lists only what the caller's address is admitted to; CLIENTS checks for itself.
     for (const Export& x : exports_) {
       if (x.service->authority().admits(ctx.admission->address)) return AUTH_OK;
     }
@@ -132,6 +133,12 @@ void ExportRouter::register_procedures(rpc::Server* server) {
                         rpc::typed_procedure<mount_args>(
                             xp(xdr_mount_args), [this](const rpc::CallContext& ctx, mount_args& a,
                                                        rpc::Reply& r) { mount(ctx, a, r); }));
+  server_ = server;
+  server->add_procedure(ODAFSPROC_CLIENTS, "CLIENTS",
+                        [this](const rpc::CallContext& ctx, XDR*, rpc::Reply& r) {
+                          do_clients(ctx, r);
+                          return true;
+                        });
   server->add_procedure(ODAFSPROC_EXPORTS, "EXPORTS",
                         [this](const rpc::CallContext& ctx, XDR*, rpc::Reply& r) {
                           do_exports(ctx, r);
@@ -191,6 +198,46 @@ void ExportRouter::do_exports(const rpc::CallContext& ctx, rpc::Reply& r) const 
   res.exports_res_u.ok.exports.exports_len = static_cast<u_int>(entries.size());
   res.exports_res_u.ok.exports.exports_val = entries.data();
   r.send(xp(xdr_exports_res), &res);
+}
+
+void ExportRouter::do_clients(const rpc::CallContext& ctx, rpc::Reply& r) const {
+  // Root of this host only, as the kernel names the socket's owner: the list tells who is
+  // connected from where, which no client needs to know of another.
+  const rpc::Admission& a = *ctx.admission;
+  if (!a.local || !a.owner_known || a.owner.uid != 0) {
+    ODAFS_LOG_WARN_THROTTLED(
+        "CLIENTS from %s refused: only root on the server's host may list "
+        "clients",
+        ctx.peer->c_str());
+    reply_status<clients_res>(r, xp(xdr_clients_res), ODAFS_ERR_PERM);
+    return;
+  }
+  const std::vector<rpc::Server::ConnectionInfo> connections = server_->connections();
+  std::vector<std::string> identities;
+  std::vector<client_entry> entries;
+  identities.reserve(connections.size());
+  entries.reserve(connections.size());
+  for (const rpc::Server::ConnectionInfo& c : connections) {
+    const uint32_t e = c.tag != kUnbound ? c.tag : implicit_export_;
+    rpc::CallContext as;
+    as.peer = &c.peer;
+    as.admission = &c.admission;
+    const FileService* service = e != kUnbound ? exports_[e].service : exports_[0].service;
+    identities.push_back(service->authority().principal(as));
+    client_entry entry{};
+    entry.address = const_cast<char*>(c.peer.c_str());
+    entry.identity = identities.back().data();
+    entry.tls = c.admission.tls;
+    entry.export_path = const_cast<char*>(e != kUnbound ? exports_[e].path.c_str() : "");
+    entry.delegations =
+        e != kUnbound ? static_cast<u_int>(exports_[e].service->delegations_held_by(c.id)) : 0;
+    entries.push_back(entry);
+  }
+  clients_res res{};
+  res.status = ODAFS_OK;
+  res.clients_res_u.ok.clients.clients_len = static_cast<u_int>(entries.size());
+  res.clients_res_u.ok.clients.clients_val = entries.data();
+  r.send(xp(xdr_clients_res), &res);
 }
 
 }  // namespace odafs::server

@@ -10,7 +10,9 @@
 // MAC does not know (STALE), and an export's tls/mtls/secure rules hold for all its
 // calls. A MOUNT on a bound connection may name only the same export.
 //
-// Before its MOUNT a connection may call only NULL, MOUNT and EXPORTS (anything else is
+// CLIENTS lists the server's connections, to root on the server's host only.
+//
+// Before its MOUNT a connection may call only NULL, MOUNT, EXPORTS and CLIENTS (anything else is
 // refused AUTH_TOOWEAK), unless the server has one export served at "/" (odafsd --export
 // DIR): there every connection belongs to it from the start, as before exports files.
 // MOUNT and EXPORTS run on an unbound connection with the caller's claimed credential; the
@@ -65,8 +67,10 @@ class ExportRouter {
   rpc::Admission admit(int fd, const sockaddr_storage& peer) const;
   void mount(const rpc::CallContext& ctx, const mount_args& a, rpc::Reply& r) const;
   void do_exports(const rpc::CallContext& ctx, rpc::Reply& r) const;
+  void do_clients(const rpc::CallContext& ctx, rpc::Reply& r) const;
 
   std::vector<Export> exports_;
+  rpc::Server* server_ = nullptr;  // register_procedures'
   // procedures_[export][proc]: each service's own, as it registered them.
   std::vector<std::vector<rpc::ProcedureFn>> procedures_;
   std::vector<std::unique_ptr<CallTimes>> times_;  // by export

@@ -129,6 +129,8 @@ class FileService {
   // named client's write delegations stay while it is away (docs/protocol.md, "Open
   // delegations"), unless it holds none.
   void connection_closed(uint64_t connection);
+  // Delegations the client of `connection` holds on this export.
+  size_t delegations_held_by(uint64_t connection) const { return delegations_.held_by(connection); }
   // Lets go of files deleted on the export's disk directly (not through a REMOVE): their
   // handles turn STALE, their delegations and cached blocks go, and their descriptors
   // close, so their space is free (NodeTable::drop_unlinked). Runs twice a second on its

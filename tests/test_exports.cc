@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "base/net.h"
+#include "client/admin.h"
 #include "client/client.h"
 #include "proto/odafs_prot.h"
 #include "rpc/client_channel.h"
@@ -182,7 +183,7 @@ TEST_CASE("two exports behind one odafsd: each reached by its path, under its ow
   TwoExports x;
   ServerProcess server("", {"--exports", x.file});
   // What this host may mount, as showmount -e.
-  std::vector<Client::ExportInfo> listed = Client::list_exports(server.url());
+  std::vector<odafs::ExportInfo> listed = odafs::list_exports(server.url());
   REQUIRE(listed.size() == 2);
   CHECK(listed[0].path == x.a);
   CHECK(listed[0].options.rfind("rw,no_root_squash", 0) == 0);
@@ -519,8 +520,8 @@ ODAFS_MOUNT_TEST("mount.fuse3 -t fuse.odafs-mount mounts an export by URL, as fs
   const std::string mountpoint = where / "m";
   REQUIRE(mkdir(mountpoint.c_str(), 0755) == 0);
   const std::string bin = std::filesystem::path(odafs::test::mount_binary()).parent_path();
-  Ran mounted = run("PATH=" + bin + ":$PATH /sbin/mount.fuse3 " + server.url(x.a) + " " + mountpoint +
-                    " -t fuse.odafs-mount -o _netdev,rw");
+  Ran mounted = run("PATH=" + bin + ":$PATH /sbin/mount.fuse3 " + server.url(x.a) + " " +
+                    mountpoint + " -t fuse.odafs-mount -o _netdev,rw");
   CAPTURE(mounted.output);
   REQUIRE(mounted.status == 0);
   struct Unmount {
@@ -530,4 +531,35 @@ ODAFS_MOUNT_TEST("mount.fuse3 -t fuse.odafs-mount mounts an export by URL, as fs
   CHECK(read_local(mountpoint + "/f") == "in a");
   Ran shown = run("findmnt -n -o SOURCE,FSTYPE " + mountpoint);
   CHECK(shown.output.find(server.url(x.a) + " fuse.odafs-mount") != std::string::npos);
+}
+
+TEST_CASE("odafs clients: root on the server's host sees each connection; no one else does") {
+  if (geteuid() != 0) {
+    MESSAGE("skipped: the listing is root's, and the refusal needs another user to run as");
+    return;
+  }
+  TwoExports x;
+  ServerProcess server("", {"--exports", x.file});
+  auto a = Client::mount(server.url(x.a));
+  write_synced(*a, "held", "held under a delegation");
+  File f = a->open("held", O_RDWR);
+  std::vector<odafs::ClientInfo> listed = odafs::list_clients(server.url());
+  auto mine = std::find_if(listed.begin(), listed.end(),
+                           [&](const odafs::ClientInfo& c) { return c.export_path == x.a; });
+  REQUIRE(mine != listed.end());
+  CHECK(mine->identity == "uid:0");
+  CHECK(!mine->tls);
+  CHECK(mine->delegations >= 1);
+  CHECK(mine->address.rfind("127.0.0.1:", 0) == 0);
+
+  const std::string cli = ODAFS_CLI_PATH;
+  Ran table = run(cli + " clients " + server.url());
+  CHECK(table.status == 0);
+  CHECK(table.output.find(x.a) != std::string::npos);
+  // Another user on the same host: refused, as over raw RPC.
+  Ran other =
+      run("setpriv --reuid=65534 --regid=65534 --clear-groups " + cli + " clients " + server.url());
+  CHECK(other.status == 1);
+  CHECK(other.output.find("Operation not permitted") != std::string::npos);
+  f.close();
 }

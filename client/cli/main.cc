@@ -5,7 +5,7 @@
 //   odafs [OPTIONS] ls [-l] URL | stat URL | cat URL | mkdir URL | rmdir URL | df URL
 //   odafs [OPTIONS] rm [-r] URL...      odafs [OPTIONS] mv URL URL2   (same server)
 //   odafs [OPTIONS] put [--in-place] LOCAL|- URL      odafs [OPTIONS] get URL LOCAL|-
-//   odafs [OPTIONS] ping URL | stats URL | exports URL
+//   odafs [OPTIONS] ping URL | stats URL | exports URL | clients URL
 //
 // On a server of several exports (odafsd --exports) a URL's path is the export's path and
 // then the path inside it, odafs://HOST:PORT/srv/a/dir/file; each command mounts the export
@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "client/admin.h"
 #include "client/cli/remove.h"
 #include "client/cli/transfer.h"
 #include "client/client.h"
@@ -69,15 +70,15 @@ std::string inside_export(const std::string& export_path, const std::string& pat
 // The export of a server of several (odafsd --exports) that holds path: the longest export
 // path that is a prefix of it, as the server's MOUNT picks. Throws ENOENT naming the
 // exports when none does.
-std::string export_holding(const std::vector<odafs::Client::ExportInfo>& exports,
-                           const std::string& path, const std::string& server) {
+std::string export_holding(const std::vector<odafs::ExportInfo>& exports, const std::string& path,
+                           const std::string& server) {
   std::string best;
-  for (const odafs::Client::ExportInfo& e : exports) {
+  for (const odafs::ExportInfo& e : exports) {
     if (odafs::wire::within_export(e.path, path) && e.path.size() > best.size()) best = e.path;
   }
   if (best.empty()) {
     std::string names;
-    for (const odafs::Client::ExportInfo& e : exports) names += " " + e.path;
+    for (const odafs::ExportInfo& e : exports) names += " " + e.path;
     throw odafs::Error(ENOENT, "odafs://" + server + path + ": in no export this host may mount (" +
                                    (names.empty() ? std::string(" none") : names) + " )");
   }
@@ -116,9 +117,8 @@ Target open_target(const std::string& url) {
   } catch (const odafs::Error& e) {
     if (e.code().value() != ENOENT) throw;
     // No export at "/": a server of several exports, each mounted by its own path.
-    t.export_path =
-        export_holding(odafs::Client::list_exports("odafs://" + t.server + "/", options),
-                       normalized(parsed.path), t.server);
+    t.export_path = export_holding(odafs::list_exports("odafs://" + t.server + "/", options),
+                                   normalized(parsed.path), t.server);
     t.client = odafs::Client::mount("odafs://" + t.server + t.export_path, options);
     t.path = inside_export(t.export_path, parsed.path);
   }
@@ -327,6 +327,8 @@ int run(int argc, char** argv) {
   CLI::App* rmdir = one_url("rmdir", "remove an empty directory");
   CLI::App* df = one_url("df", "the export's space and files");
   CLI::App* exports = one_url("exports", "what this host may mount of URL's server (showmount -e)");
+  CLI::App* clients =
+      one_url("clients", "the server's connected clients (root on the server's host only)");
   CLI::App* ping = one_url("ping", "one NULL call's round trip");
   CLI::App* stats = one_url("stats", "the server's counters");
   CLI::App* rm = app.add_subcommand(
@@ -395,8 +397,16 @@ int run(int argc, char** argv) {
     from.client->rename(from.path, inside_export(from.export_path, to.path));
   } else if (*df) {
     show_df(url);
+  } else if (*clients) {
+    const std::vector<odafs::ClientInfo> all = odafs::list_clients(url, mount_options());
+    std::printf("%-28s %-20s %-4s %-6s %s\n", "ADDRESS", "IDENTITY", "TLS", "DELEGS", "EXPORT");
+    for (const odafs::ClientInfo& c : all) {
+      std::printf("%-28s %-20s %-4s %-6u %s\n", c.address.c_str(), c.identity.c_str(),
+                  c.tls ? "yes" : "no", c.delegations,
+                  c.export_path.empty() ? "-" : c.export_path.c_str());
+    }
   } else if (*exports) {
-    for (const odafs::Client::ExportInfo& e : odafs::Client::list_exports(url, mount_options())) {
+    for (const odafs::ExportInfo& e : odafs::list_exports(url, mount_options())) {
       std::printf("%-32s %s\n", e.path.c_str(), e.options.c_str());
     }
   } else if (*ping) {
