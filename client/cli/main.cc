@@ -150,6 +150,28 @@ std::string readable_time(const struct timespec& t) {
   return out;
 }
 
+// A counter as people read it: bytes in binary units, CPU microseconds in seconds, counts
+// with thousands separators ("12,345"), each with the exact value after it when rounded.
+std::string readable_counter(const std::string& name, uint64_t value) {
+  char text[96];
+  const auto exact = static_cast<unsigned long long>(value);
+  if (name.find("bytes") != std::string::npos && value >= 1024) {
+    static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = static_cast<double>(value) / 1024;
+    int unit = 0;
+    while (v >= 1024 && unit < 4) v /= 1024, ++unit;
+    std::snprintf(text, sizeof text, "%.1f %s (%llu)", v, kUnits[unit], exact);
+    return text;
+  }
+  if (name.rfind("cpu_us.", 0) == 0) {
+    std::snprintf(text, sizeof text, "%.3f s", static_cast<double>(value) / 1e6);
+    return text;
+  }
+  std::string digits = std::to_string(exact);
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(i, ",");
+  return digits;
+}
+
 // ls -l's first column: "drwxr-xr-x".
 std::string mode_string(const odafs::Attr& a) {
   std::string s = "?---------";
@@ -330,7 +352,9 @@ int run(int argc, char** argv) {
   CLI::App* clients =
       one_url("clients", "the server's connected clients (root on the server's host only)");
   CLI::App* ping = one_url("ping", "one NULL call's round trip");
-  CLI::App* stats = one_url("stats", "the server's counters");
+  CLI::App* stats = one_url("stats", "the server's counters, in human units");
+  bool raw_stats = false;
+  stats->add_flag("--raw", raw_stats, "every counter's exact value only (for scripts)");
   CLI::App* rm = app.add_subcommand(
       "rm", "remove files (every URL given; each failure said, the rest still go)");
   rm->add_flag("-r,-R,--recursive", recursive, "directories too, with all they hold");
@@ -419,7 +443,11 @@ int run(int argc, char** argv) {
   } else if (*stats) {
     Target t = open_target(url);
     for (const auto& [name, value] : t.client->server_stats()) {
-      std::printf("%-24s %llu\n", name.c_str(), static_cast<unsigned long long>(value));
+      if (raw_stats) {
+        std::printf("%-24s %llu\n", name.c_str(), static_cast<unsigned long long>(value));
+      } else {
+        std::printf("%-32s %s\n", name.c_str(), readable_counter(name, value).c_str());
+      }
     }
   }
   return 0;
