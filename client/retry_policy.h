@@ -7,7 +7,8 @@
 //
 //   DELAY (EAGAIN: the server did nothing yet; another client's delegation is still out,
 //     or a grace period): again after a pause, 1 ms doubling to 100 ms, for up to the
-//     mount's timeout in all, whether or not the call is idempotent (nothing was done).
+//     mount's timeout in all, whether or not the call is idempotent (nothing was done);
+//     a wait past a second is logged (once per operation, at most once a second).
 //   A lost connection (the call failed on a channel now broken): an idempotent call once
 //     more, on the connection the client re-mounts; any other call fails (it may have been
 //     done).
@@ -23,6 +24,8 @@
 #include <chrono>
 #include <thread>
 
+#include "base/log.h"
+
 namespace odafs {
 
 // The errno a DELAY answer reads as (proto/status.h).
@@ -35,7 +38,16 @@ class RetryPolicy {
   // After a DELAY answer: pauses and returns true, or returns false once the time is used.
   bool again_after_delay() {
     if (delay_left_ms_ <= 0) return false;
+    if (waited_ms_ >= kSayAfterMs && !said_) {
+      // A wait people notice: say why (a restarted server's grace period lasts seconds).
+      said_ = true;
+      ODAFS_LOG_WARN_THROTTLED(
+          "odafs: the server asks this client to wait (DELAY or GRACE: a grace period after "
+          "its restart, or a delegation being recalled); waiting up to %d ms more",
+          delay_left_ms_);
+    }
     const int ms = std::min(pause_ms_, delay_left_ms_);
+    waited_ms_ += ms;
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     delay_left_ms_ -= ms;
     pause_ms_ = std::min(pause_ms_ * 2, kMaxPauseMs);
@@ -56,7 +68,10 @@ class RetryPolicy {
 
  private:
   static constexpr int kMaxPauseMs = 100;
+  static constexpr int kSayAfterMs = 1000;
   int delay_left_ms_;
+  int waited_ms_ = 0;
+  bool said_ = false;
   int pause_ms_ = 1;
   bool reconnected_ = false;
   bool refreshed_ = false;

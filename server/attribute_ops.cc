@@ -43,6 +43,9 @@ void FileService::do_setattr(const rpc::CallContext& ctx, setattr_args& a, rpc::
   // Delegation holders trust cached attributes too: any change takes them back.
   Delegations::Change change = delegations_.begin_change(node->id, ctx.connection);
   if (change.delayed()) return reply_status<attr_res>(r, xp(xdr_attr_res), ODAFS_ERR_DELAY);
+  if (odafs_stat s = change.waited() ? stat_node(node, &st) : ODAFS_OK; s != ODAFS_OK) {
+    return reply_status<attr_res>(r, xp(xdr_attr_res), s);
+  }
   IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
   int err = 0;
   if (a.mode.set && err == 0) {

@@ -54,13 +54,19 @@ void make_anonymous(const ClientRule& rule, rpc::CallerCred* cred) {
 
 }  // namespace
 
-CallAuthority::CallAuthority(Options options)
-    : options_(std::move(options)),
-      rules_(std::make_shared<const ExportRules>(std::move(options_.rules))) {}
+CallAuthority::CallAuthority(Options options) : options_(std::move(options)) {
+  replace_rules(std::move(options_.rules));
+}
+
+void CallAuthority::replace_rules(ExportRules rules) {
+  std::lock_guard lock(versions_mu_);
+  versions_.push_back(std::make_unique<const ExportRules>(std::move(rules)));
+  current_.store(versions_.back().get(), std::memory_order_release);
+}
 
 rpc::Admission CallAuthority::admit(int fd, const sockaddr_storage& peer) const {
   rpc::Admission a;
-  a.rule = rules()->match(peer);
+  a.rule = rules().match(peer);
   a.address = peer;
   a.source_port = net::endpoint_of(peer).port;
   if (a.rule == rpc::Admission::kNone) {
@@ -92,8 +98,8 @@ auth_stat CallAuthority::authorize(const rpc::CallContext& ctx, rpc::CallerCred*
   if (ctx.proc == ODAFSPROC_NULL) return AUTH_OK;
   const rpc::Admission& a = *ctx.admission;
   if (a.rule == rpc::Admission::kNone) return AUTH_TOOWEAK;  // refused at admit already
-  const std::shared_ptr<const ExportRules> rules = rules_.load();
-  const uint32_t index = rules->match(a.address);
+  const ExportRules& rules = this->rules();
+  const uint32_t index = rules.match(a.address);
   if (index == rpc::Admission::kNone) {
     // Admitted at accept, but a reload of the rules has since dropped the peer.
     counters_.no_rule.fetch_add(1, std::memory_order_relaxed);
@@ -101,7 +107,7 @@ auth_stat CallAuthority::authorize(const rpc::CallContext& ctx, rpc::CallerCred*
                              ctx.peer->c_str());
     return AUTH_TOOWEAK;
   }
-  const ClientRule& rule = rules->rule(index);
+  const ClientRule& rule = rules.rule(index);
   if (rule.secure && a.source_port >= 1024) {
     counters_.insecure_port.fetch_add(1, std::memory_order_relaxed);
     ODAFS_LOG_WARN_THROTTLED("call from %s refused: rule '%s' says secure (a port below 1024)",
@@ -214,16 +220,16 @@ void CallAuthority::on_tls(const tls::Session& session, const std::string& peer,
 
 bool CallAuthority::allows_devices(const rpc::CallContext& ctx) const {
   if (ctx.admission == nullptr) return false;
-  const std::shared_ptr<const ExportRules> rules = rules_.load();
-  const uint32_t rule = rules->match(ctx.admission->address);
-  return rule != rpc::Admission::kNone && rules->rule(rule).devices;
+  const ExportRules& rules = this->rules();
+  const uint32_t rule = rules.match(ctx.admission->address);
+  return rule != rpc::Admission::kNone && rules.rule(rule).devices;
 }
 
 bool CallAuthority::read_only(const rpc::CallContext& ctx) const {
   if (options_.read_only || ctx.admission == nullptr) return true;
-  const std::shared_ptr<const ExportRules> rules = rules_.load();
-  const uint32_t rule = rules->match(ctx.admission->address);
-  return rule == rpc::Admission::kNone || rules->rule(rule).read_only;
+  const ExportRules& rules = this->rules();
+  const uint32_t rule = rules.match(ctx.admission->address);
+  return rule == rpc::Admission::kNone || rules.rule(rule).read_only;
 }
 
 std::string CallAuthority::principal(const rpc::CallContext& ctx) const {

@@ -37,7 +37,9 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "rpc/server.h"
 #include "server/export_rules.h"
@@ -58,16 +60,16 @@ class CallAuthority {
   rpc::Admission admit(int fd, const sockaddr_storage& peer) const;
   // Whether some rule admits peer (the engine's accept filter).
   bool admits(const sockaddr_storage& peer) const {
-    return rules()->match(peer) != rpc::Admission::kNone;
+    return rules().match(peer) != rpc::Admission::kNone;
   }
 
   // The rules in force. Every call is matched against the rules in force when it arrives
   // (not those of its connection's accept), so a replace_rules applies from each
   // connection's next call: a peer the new rules no longer admit is refused then.
-  std::shared_ptr<const ExportRules> rules() const { return rules_.load(); }
-  void replace_rules(ExportRules rules) {
-    rules_.store(std::make_shared<const ExportRules>(std::move(rules)));
-  }
+  // REQUIRES: the result is used while this authority lives.
+  const ExportRules& rules() const { return *current_.load(std::memory_order_acquire); }
+  // Thread-safe with every other member.
+  void replace_rules(ExportRules rules);
   auth_stat authorize(const rpc::CallContext& ctx, rpc::CallerCred* cred) const;
   // Once a connection's TLS handshake is done: the identity map's line for the client's
   // certificate, into admission->tls_identity; logs a certificate close to expiry.
@@ -111,8 +113,13 @@ class CallAuthority {
   // Step 6: the rule's squashing of *cred (counted as squashed if it or `changed` altered).
   void squash(const ClientRule& rule, rpc::CallerCred* cred, bool changed = false) const;
 
-  Options options_;  // rules moved out into rules_
-  std::atomic<std::shared_ptr<const ExportRules>> rules_;
+  Options options_;  // rules moved out into versions_
+  // The rules in force, read by every call with one load. A reload publishes a new
+  // version; the old ones stay until the authority goes (a call may still be reading one,
+  // reloads are rare and rules small), so no call pays for reference counting.
+  std::atomic<const ExportRules*> current_{nullptr};
+  std::mutex versions_mu_;
+  std::vector<std::unique_ptr<const ExportRules>> versions_;  // guarded by versions_mu_
   mutable Counters counters_;
 };
 

@@ -304,6 +304,8 @@ void FileService::do_write(const rpc::CallContext& ctx, write_args& a, rpc::Repl
   if (status != ODAFS_OK) return reply_status<write_res>(r, xp(xdr_write_res), status);
   Delegations::Change change = delegations_.begin_change(node->id, ctx.connection);
   if (change.delayed()) return reply_status<write_res>(r, xp(xdr_write_res), ODAFS_ERR_DELAY);
+  if (change.waited()) status = stat_node(node, &st);  // deleted meanwhile: STALE
+  if (status != ODAFS_OK) return reply_status<write_res>(r, xp(xdr_write_res), status);
   // A write of no bytes changes nothing (clients send one to ask whether they may write).
   int err = a.data.data_len > 0 ? drop_setid_bits(ctx, node, st) : 0;
   if (err != 0) return reply_status<write_res>(r, xp(xdr_write_res), status_from_errno(err));
@@ -343,6 +345,7 @@ void FileService::do_write_direct(const rpc::CallContext& ctx, write_direct_args
                                    ? delegations_.begin_change(node->id, ctx.connection)
                                    : delegations_.begin_change(0, ctx.connection);
   if (change.delayed()) status = ODAFS_ERR_DELAY;
+  if (status == ODAFS_OK && change.waited()) status = stat_node(node, &st);
   // Take a place among the writes that may wait on their clients (see Options); without
   // one the client writes by RPC instead.
   if (status == ODAFS_OK && direct_writes_waiting_.fetch_add(1, std::memory_order_acq_rel) >=

@@ -207,8 +207,10 @@ void Delegations::erase_if_empty_locked(uint64_t node) {
 
 Delegations::Change Delegations::begin_change(uint64_t node, uint64_t connection) {
   bool clear;
+  bool had_holders;
   {
     std::unique_lock lock(mu_);
+    had_holders = node != 0 && files_.count(node) != 0;
     // A change keeps a cooling file cool: no one takes a delegation on a file another is
     // writing just to make the writer's next change wait. The clock only for a file that
     // may be cooling.
@@ -219,7 +221,7 @@ Delegations::Change Delegations::begin_change(uint64_t node, uint64_t connection
     if (clear) changing_.push_back(node);
   }
   tell_ended();
-  return clear ? Change(this, node) : Change(nullptr, node);
+  return clear ? Change(this, node, had_holders) : Change(nullptr, node);
 }
 
 Delegations::Change Delegations::begin_change_without_waiting(uint64_t node) {

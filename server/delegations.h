@@ -117,18 +117,26 @@ class Delegations {
   class Change {
    public:
     Change(Change&& other) noexcept
-        : owner_(std::exchange(other.owner_, nullptr)), node_(other.node_) {}
+        : owner_(std::exchange(other.owner_, nullptr)),
+          node_(other.node_),
+          waited_(other.waited_) {}
     Change(const Change&) = delete;
     Change& operator=(const Change&) = delete;
     ~Change();
     // The change may not go ahead yet: answer DELAY and let the client call again.
     bool delayed() const { return owner_ == nullptr; }
+    // It went ahead after holders were recalled: what the caller knew of the file before
+    // may be old (a holder wrote back, or the file was deleted: FileService::sweep_unlinked
+    // drops its delegations), so it looks again.
+    bool waited() const { return waited_; }
 
    private:
     friend class Delegations;
-    Change(Delegations* owner, uint64_t node) : owner_(owner), node_(node) {}
+    Change(Delegations* owner, uint64_t node, bool waited = false)
+        : owner_(owner), node_(node), waited_(waited) {}
     Delegations* owner_;
     uint64_t node_;
+    bool waited_;
   };
   // Before `connection` changes file `node` (its bytes, attributes or name): recalls every
   // other holder's delegation on it and waits for them to come back or expire. Keep

@@ -187,10 +187,10 @@ void ExportRouter::do_exports(const rpc::CallContext& ctx, rpc::Reply& r) const 
   options.reserve(exports_.size());
   entries.reserve(exports_.size());
   for (const Export& e : exports_) {
-    const std::shared_ptr<const ExportRules> rules = e.service->authority().rules();
-    const uint32_t rule = rules->match(ctx.admission->address);
+    const ExportRules& rules = e.service->authority().rules();
+    const uint32_t rule = rules.match(ctx.admission->address);
     if (rule == rpc::Admission::kNone) continue;
-    options.push_back(rules->rule(rule).options_text());
+    options.push_back(rules.rule(rule).options_text());
     entries.push_back(export_entry{const_cast<char*>(e.path.c_str()), options.back().data()});
   }
   exports_res res{};

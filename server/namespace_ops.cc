@@ -382,6 +382,9 @@ void FileService::do_link(const rpc::CallContext& ctx, link_args& a, rpc::Reply&
   // Holders trust the file's attributes, its link count among them.
   Delegations::Change change = delegations_.begin_change(file->id, ctx.connection);
   if (change.delayed()) return reply_status<attr_res>(r, xp(xdr_attr_res), ODAFS_ERR_DELAY);
+  if (odafs_stat s = change.waited() ? stat_node(file, &st) : ODAFS_OK; s != ODAFS_OK) {
+    return reply_status<attr_res>(r, xp(xdr_attr_res), s);
+  }
   IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
   // By the node's object, not by a name it may no longer have.
   Status linked = store_->link(file.object(), dir.object(), a.name);

@@ -277,7 +277,7 @@ void reload_exports(const std::string& file, const AccessFlags& flags, bool have
     } else {
       e.service->authority().replace_rules(std::move(line->rules));
       ODAFS_LOG_INFO("SIGHUP: %s: %zu client rule(s) from %s:%d", e.path.c_str(),
-                     e.service->authority().rules()->size(), file.c_str(), line->line);
+                     e.service->authority().rules().size(), file.c_str(), line->line);
     }
   }
   for (const odafs::server::ExportLine& line : *lines) {

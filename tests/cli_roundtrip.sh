@@ -42,7 +42,11 @@ grep -q "not empty" "$work/err" || fail "rmdir error text: $(cat "$work/err")"
 "$odafs" rm "$url/d/renamed"
 "$odafs" rmdir "$url/d"
 "$odafs" cat "$url/missing" 2>/dev/null && fail "cat of a missing file succeeded"
-"$odafs" stats "$url/" | grep -q "^calls.WRITE" || fail "stats"
+# Captured first: grep -q stops reading at its match, and odafs's next write would then
+# die of SIGPIPE (pipefail).
+stats=$("$odafs" stats "$url/") || fail "stats"
+grep -q "^calls.WRITE " <<<"$stats" || fail "stats: $stats"
+grep -Eq "^io.bytes_written +[0-9.]+ (KiB|MiB) \([0-9]+\)$" <<<"$stats" || fail "stats units"
 "$odafs" df "$url/" | grep -q "^total_bytes:" || fail "df"
 "$odafs" ls "http://$addr/" 2>/dev/null && fail "a non-odafs URL was accepted"
 "$odafs" --tls ls "$url/" 2>"$work/err" && fail "TLS to a server without it worked"
