@@ -44,8 +44,8 @@ struct Tree {
   std::set<std::string> files;
   std::string sources;
   Tree() {
-    for (auto it = fs::recursive_directory_iterator(kRoot); it != fs::recursive_directory_iterator();
-         ++it) {
+    for (auto it = fs::recursive_directory_iterator(kRoot);
+         it != fs::recursive_directory_iterator(); ++it) {
       const std::string rel = fs::relative(it->path(), kRoot).string();
       if (it->is_directory() && (rel.rfind("build", 0) == 0 || rel == ".git")) {
         it.disable_recursion_pending();
@@ -90,7 +90,7 @@ std::vector<std::string> inline_code(const std::string& text) {
 
 // Source paths in a span: a top-level folder of the project, '/', then path characters.
 std::vector<std::string> paths_in(const std::string& span) {
-  static const char* const kTops[] = {"base",  "proto",   "rpc",     "cache", "ordma", "server",
+  static const char* const kTops[] = {"base",   "proto", "rpc",   "cache",   "ordma", "server",
                                       "client", "tests", "bench", "scripts", "dist",  "docs"};
   std::vector<std::string> paths;
   for (const char* top : kTops) {
@@ -137,8 +137,8 @@ TEST_CASE("docs: every path, test suite and Class::member the docs cite exists")
         ++checked;
       }
       // A suite: `test_exports` is tests/test_exports.cc.
-      if (span.rfind("test_", 0) == 0 && span.find_first_not_of(
-                                             "abcdefghijklmnopqrstuvwxyz_") == std::string::npos) {
+      if (span.rfind("test_", 0) == 0 &&
+          span.find_first_not_of("abcdefghijklmnopqrstuvwxyz_") == std::string::npos) {
         CAPTURE(name);
         CAPTURE(span);
         CHECK(tree.files.count("tests/" + span + ".cc") == 1);

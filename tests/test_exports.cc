@@ -563,3 +563,16 @@ TEST_CASE("odafs clients: root on the server's host sees each connection; no one
   CHECK(other.output.find("Operation not permitted") != std::string::npos);
   f.close();
 }
+
+TEST_CASE("two exports: a client one export admits and the other does not mounts only the one") {
+  TwoExports x;
+  // b for another host only.
+  write_local(x.file, x.a + " 127.0.0.1(rw)\n" + x.b + " 10.99.99.99(rw)\n");
+  ServerProcess server("", {"--exports", x.file});
+  CHECK(odafs::test::read_all(*Client::mount(server.url(x.a)), "f", 100) == "in a");
+  CHECK(errno_of([&] { Client::mount(server.url(x.b)); }) == EACCES);
+  // Nor does EXPORTS list it to this host.
+  std::vector<odafs::ExportInfo> listed = odafs::list_exports(server.url());
+  REQUIRE(listed.size() == 1);
+  CHECK(listed[0].path == x.a);
+}
