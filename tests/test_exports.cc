@@ -402,6 +402,12 @@ TEST_CASE("--metrics: Prometheus text at /metrics whose counters and call times 
   CHECK(http_get(port, "/metrics", "POST").first == 405);
 }
 
+// Takes a mount away on destruction, whatever the test's end (fusermount3 -u -z).
+struct LazyUnmount {
+  std::string dir;
+  ~LazyUnmount() { odafs::test::fusermount({"-u", "-z", dir}); }
+};
+
 ODAFS_MOUNT_TEST("a background mount's write-back failure reaches its log file (log=FILE)") {
   TwoExports x;
   ServerProcess server("", {"--exports", x.file});
@@ -413,10 +419,7 @@ ODAFS_MOUNT_TEST("a background mount's write-back failure reaches its log file (
   Ran started = run(std::string(odafs::test::mount_binary()) + " -o log=" + log + " " +
                     server.url(x.a) + " " + mountpoint);
   REQUIRE(started.status == 0);
-  struct Unmount {
-    std::string dir;
-    ~Unmount() { odafs::test::fusermount({"-u", "-z", dir}); }
-  } unmount{mountpoint};
+  const LazyUnmount unmount{mountpoint};
   REQUIRE(odafs::test::eventually([&] { return odafs::test::is_odafs_mounted(mountpoint); }));
 
   // A close the mount acknowledged, its bytes kept under a write delegation.
@@ -510,10 +513,6 @@ TEST_CASE("the systemd unit's ExecStartPre and ExecStart are command lines odafs
 // odafs-mount from the PATH (mount(8) gives it a fixed one, where cmake --install puts
 // odafs-mount; here the build's directory stands in for it). docs/exports.md.
 ODAFS_MOUNT_TEST("mount.fuse3 -t fuse.odafs-mount mounts an export by URL, as fstab does") {
-  if (geteuid() != 0) {
-    MESSAGE("skipped: mount(8) of a fuse. type needs root");
-    return;
-  }
   TwoExports x;
   ServerProcess server("", {"--exports", x.file});
   TempDir where;
@@ -524,20 +523,17 @@ ODAFS_MOUNT_TEST("mount.fuse3 -t fuse.odafs-mount mounts an export by URL, as fs
                     mountpoint + " -t fuse.odafs-mount -o _netdev,rw");
   CAPTURE(mounted.output);
   REQUIRE(mounted.status == 0);
-  struct Unmount {
-    std::string dir;
-    ~Unmount() { odafs::test::fusermount({"-u", "-z", dir}); }
-  } unmount{mountpoint};
+  const LazyUnmount unmount{mountpoint};
   CHECK(read_local(mountpoint + "/f") == "in a");
   Ran shown = run("findmnt -n -o SOURCE,FSTYPE " + mountpoint);
   CHECK(shown.output.find(server.url(x.a) + " fuse.odafs-mount") != std::string::npos);
 }
 
-TEST_CASE("odafs clients: root on the server's host sees each connection; no one else does") {
-  if (geteuid() != 0) {
-    MESSAGE("skipped: the listing is root's, and the refusal needs another user to run as");
-    return;
-  }
+TEST_CASE("odafs clients: root on the server's host sees each connection; no one else does" *
+          doctest::skip(geteuid() != 0) *
+          doctest::description(geteuid() != 0 ? "needs root: the listing is root's, and the "
+                                                "refusal needs another user to run as"
+                                              : "")) {
   TwoExports x;
   ServerProcess server("", {"--exports", x.file});
   auto a = Client::mount(server.url(x.a));
