@@ -30,6 +30,13 @@ struct AccessFlags {
   uint32_t anon_gid = 65534;
 };
 
+// The cores this process may run on (its affinity mask: taskset, cgroups' cpusets), at
+// least one.
+int usable_cores();
+
+// Raises the soft limit on open descriptors to the hard one.
+void raise_fd_limit();
+
 // Whether a --listen host reaches this host only ("localhost", 127.0.0.0/8, ::1).
 bool is_loopback_host(const std::string& host);
 

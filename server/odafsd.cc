@@ -5,9 +5,7 @@
 //   "odafsd ready rpc=HOST:PORT engine=HOST:PORT|none export=DIR[,DIR...] backend=NAME
 //   threads=N engine_threads=N [metrics=HOST:PORT]",
 // which scripts and tests wait for. SIGTERM or SIGINT shut it down cleanly.
-#include <sched.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -41,15 +39,6 @@
 namespace {
 
 constexpr const char* kDefaultExports = "/etc/odafs/exports";
-
-// The cores this process may run on (its affinity mask: taskset, cgroups' cpusets), at
-// least one.
-int usable_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
-  return std::max(1, CPU_COUNT(&set));
-}
 
 // The usage text, made from the flag table in main (odafs::Flags).
 std::string usage_text;
@@ -96,14 +85,6 @@ template <class T>
 T or_usage(odafs::Result<T> r) {
   or_usage(r.status());
   return std::move(r).value();
-}
-
-void raise_fd_limit() {
-  rlimit lim{};
-  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
-    lim.rlim_cur = lim.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &lim);
-  }
 }
 
 // Every flag's value as given; the defaults are docs/usage.md's.
@@ -384,7 +365,7 @@ Plan plan_exports(Settings& s) {
   }
   fs.grace_ms = s.grace_ms >= 0 ? s.grace_ms : 2 * fs.lease_ms;
   fs.recovery_max_owners = s.max_connections;
-  p.cores = usable_cores();
+  p.cores = odafs::server::usable_cores();
   if (s.threads < 0) s.threads = p.cores;
   if (s.engine_threads < 0) s.engine_threads = std::max(1, p.cores / 2);
   // Calls that wait (on clients, leases) hand their loop to a spare thread. The waits on
@@ -581,7 +562,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
-  raise_fd_limit();
+  odafs::server::raise_fd_limit();
 
   // With --simulate-crashes file data goes through an environment that can undo every
   // unsynced change: a SIGKILL keeps the page cache, so only this shows a missing fsync.
