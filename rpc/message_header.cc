@@ -121,6 +121,21 @@ bool decode_credential(const CallHeader& h, CallerCred* cred) {
   return true;
 }
 
+bool encode_accepted_reply_header(XDR* out, uint32_t xid, accept_stat stat,
+                                  std::string_view verifier_body) {
+  rpc_msg msg{};
+  msg.rm_xid = xid;
+  msg.rm_direction = REPLY;
+  msg.rm_reply.rp_stat = MSG_ACCEPTED;
+  msg.acpted_rply.ar_verf = _null_auth;
+  msg.acpted_rply.ar_verf.oa_base = const_cast<char*>(verifier_body.data());
+  msg.acpted_rply.ar_verf.oa_length = static_cast<u_int>(verifier_body.size());
+  msg.acpted_rply.ar_stat = stat;
+  msg.acpted_rply.ar_results.where = nullptr;
+  msg.acpted_rply.ar_results.proc = to_xdrproc(xdr_nothing);
+  return xdr_replymsg(out, &msg);
+}
+
 Result<size_t> encode_call_record(const CallSpec& spec, xdrproc_t xargs, const void* args,
                                   size_t max_record, std::vector<char>* out) {
   rpc_msg msg{};

@@ -90,6 +90,15 @@ struct ReplyHeader {
 bool decode_reply_header(const char* record, size_t length, ReplyHeader* header,
                          size_t* results_offset);
 
+// Encodes an accepted reply's header (RFC 5531 rpc_msg, REPLY, MSG_ACCEPTED): xid, the
+// verifier (AUTH_NONE; body `verifier_body`, empty but for RFC 9289's STARTTLS) and stat.
+// For SUCCESS the results follow; for PROG_UNAVAIL, PROC_UNAVAIL, GARBAGE_ARGS and
+// SYSTEM_ERR nothing does (PROG_MISMATCH carries versions: not this encoder's). The one
+// encoder of this layout: the server's replies, its errors and its STARTTLS answer use it.
+// False if out has no room.
+bool encode_accepted_reply_header(XDR* out, uint32_t xid, accept_stat stat,
+                                  std::string_view verifier_body = {});
+
 // What a CALL record carries besides its arguments.
 struct CallSpec {
   uint32_t xid = 0;

@@ -14,16 +14,8 @@
 namespace odafs::rpc {
 
 XDR* Reply::results() {
-  rpc_msg msg{};
-  msg.rm_xid = xid_;
-  msg.rm_direction = REPLY;
-  msg.rm_reply.rp_stat = MSG_ACCEPTED;
-  msg.acpted_rply.ar_verf = _null_auth;
-  msg.acpted_rply.ar_stat = SUCCESS;
-  msg.acpted_rply.ar_results.where = nullptr;
-  msg.acpted_rply.ar_results.proc = to_xdrproc(xdr_nothing);
   xdr_setpos(out_, 0);
-  xdr_replymsg(out_, &msg);
+  encode_accepted_reply_header(out_, xid_, SUCCESS);
   results_at_ = xdr_getpos(out_);
   started_ = true;
   return out_;
@@ -59,28 +51,30 @@ void Server::dispatch(Connection& conn, std::vector<char>& record, Worker& w) {
   rpc_msg reply{};
   reply.rm_xid = call.xid;
   reply.rm_direction = REPLY;
-  auto reject = [&](auto fill) {
+  // Answers the call with the reply encode() writes into out, and nothing else.
+  auto reject = [&](auto encode) {
     counters_.rejected.fetch_add(1, std::memory_order_relaxed);
-    fill();
     xdr_setpos(&out, 0);
-    xdr_replymsg(&out, &reply);
+    encode();
     send_reply(conn, w, xdr_getpos(&out));
   };
+  // An accepted reply with no results (the layout Reply::results starts too).
   auto accept_error = [&](accept_stat stat) {
-    return [&reply, stat] {
-      reply.rm_reply.rp_stat = MSG_ACCEPTED;
-      reply.acpted_rply.ar_verf = _null_auth;
-      reply.acpted_rply.ar_stat = stat;
-      reply.acpted_rply.ar_results.where = nullptr;
-      reply.acpted_rply.ar_results.proc = to_xdrproc(xdr_nothing);
+    return [&out, xid = call.xid, stat] { encode_accepted_reply_header(&out, xid, stat); };
+  };
+  // The other layouts (denied replies, PROG_MISMATCH): reply as fill() leaves it.
+  auto message = [&](auto fill) {
+    return [&, fill] {
+      fill();
+      xdr_replymsg(&out, &reply);
     };
   };
   auto auth_error = [&](auth_stat why) {
-    return [&reply, why] {
+    return message([&reply, why] {
       reply.rm_reply.rp_stat = MSG_DENIED;
       reply.rjcted_rply.rj_stat = AUTH_ERROR;
       reply.rjcted_rply.rj_why = why;
-    };
+    });
   };
 
   if (conn.refused) {
@@ -102,12 +96,12 @@ void Server::dispatch(Connection& conn, std::vector<char>& record, Worker& w) {
     case CallHeaderStatus::kRpcMismatch:
       ODAFS_LOG_WARN_THROTTLED("rpc call from %s: RPC version %u, not 2", conn.peer.c_str(),
                                call.rpcvers);
-      reject([&] {
+      reject(message([&] {
         reply.rm_reply.rp_stat = MSG_DENIED;
         reply.rjcted_rply.rj_stat = RPC_MISMATCH;
         reply.rjcted_rply.rj_vers.low = RPC_MSG_VERSION;
         reply.rjcted_rply.rj_vers.high = RPC_MSG_VERSION;
-      });
+      }));
       return;
     case CallHeaderStatus::kBadCredential:
       ODAFS_LOG_WARN_THROTTLED("rpc call from %s: %u-byte credential (limit %u)", conn.peer.c_str(),
@@ -147,13 +141,13 @@ void Server::dispatch(Connection& conn, std::vector<char>& record, Worker& w) {
     return;
   }
   if (call.vers != options_.version) {
-    reject([&] {
+    reject(message([&] {
       reply.rm_reply.rp_stat = MSG_ACCEPTED;
       reply.acpted_rply.ar_verf = _null_auth;
       reply.acpted_rply.ar_stat = PROG_MISMATCH;
       reply.acpted_rply.ar_vers.low = options_.version;
       reply.acpted_rply.ar_vers.high = options_.version;
-    });
+    }));
     return;
   }
   uint32_t proc = call.proc;

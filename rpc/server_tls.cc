@@ -23,21 +23,10 @@ bool Server::start_tls(Connection& conn, uint32_t xid, Worker& w) {
   // The replies this thread holds for the connection go first, in the clear.
   if (w.out_conn == &conn) flush_replies(w, /*call_running=*/true);
   // The probe's reply: accepted, verifier AUTH_NONE with the body "STARTTLS", no results.
-  char verifier[] = "STARTTLS";
-  rpc_msg reply{};
-  reply.rm_xid = xid;
-  reply.rm_direction = REPLY;
-  reply.rm_reply.rp_stat = MSG_ACCEPTED;
-  reply.acpted_rply.ar_verf.oa_flavor = AUTH_NONE;
-  reply.acpted_rply.ar_verf.oa_base = verifier;
-  reply.acpted_rply.ar_verf.oa_length = 8;
-  reply.acpted_rply.ar_stat = SUCCESS;
-  reply.acpted_rply.ar_results.where = nullptr;
-  reply.acpted_rply.ar_results.proc = to_xdrproc(xdr_nothing);
   char record[64];
   XDR out;
   xdrmem_create(&out, record + 4, sizeof record - 4, XDR_ENCODE);
-  if (!xdr_replymsg(&out, &reply)) return false;
+  if (!encode_accepted_reply_header(&out, xid, SUCCESS, kStartTlsVerifier)) return false;
   const size_t len = xdr_getpos(&out) + 4;
   put_record_mark(record, static_cast<uint32_t>(len - 4), true);
 
