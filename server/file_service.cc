@@ -85,12 +85,10 @@ FileService::FileService(Options options, CpuAccounting* cpu)
                Result<OpenNode> root = nodes_.open(nodes_.root());  // always open
                return root && store_->statfs(root->object(), out).ok();
              }),
-      leases_(
-          *store_, nodes_, delegations_, cache_,
-          // Each lease keeps its file open: most of the open files may be leased ones.
-          LeaseKeeper::Options{.max_leases = std::max<size_t>(nodes_.max_open_files() * 3 / 4, 1),
-                               .refused_retry_ms = 100,
-                               .writer_idle_ms = 500}) {
+      leases_(*store_, nodes_, delegations_, cache_,
+              // Each lease keeps its file open: most of the open files may be leased ones.
+              LeaseKeeper::Options{.max_leases =
+                                       std::max<size_t>(nodes_.max_open_files() * 3 / 4, 1)}) {
   if (RAND_bytes(write_verf_.data(), static_cast<int>(write_verf_.size())) != 1) {
     throw std::runtime_error("RAND_bytes failed: no write verifier");
   }

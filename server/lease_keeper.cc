@@ -39,7 +39,7 @@ LeaseKeeper::~LeaseKeeper() {
   wake_.notify_one();
   worker_.join();
   // No client is served any more: the blocks go with the server, the leases back.
-  std::unordered_map<ObjectId, OpenNode, KeyHash> held;
+  std::unordered_map<ObjectId, OpenNode, ObjectIdHash> held;
   {
     std::lock_guard lock(mu_);
     held.swap(held_);

@@ -51,7 +51,7 @@ class LeaseKeeper {
   struct Options {
     size_t max_leases = 256;     // leases held at once; past it the oldest goes back
     int refused_retry_ms = 100;  // after the store refused a file's lease, not asked again
-    int writer_idle_ms = 1000;   // a file written this long ago is closed (see above)
+    int writer_idle_ms = 500;    // a file written this long ago is closed (see above)
   };
   struct Stats {
     std::atomic<uint64_t> taken{0};
@@ -97,11 +97,6 @@ class LeaseKeeper {
   const Stats& stats() const { return stats_; }
 
  private:
-  struct KeyHash {
-    size_t operator()(const ObjectId& k) const {
-      return std::hash<uint64_t>()(k.ino * 31 + k.space);
-    }
-  };
   void run();
   void undo_and_give_back(const OpenNode& node);
   void watch_writer(const OpenNode& node);  // until close_idle_writers_locked closes it
@@ -119,8 +114,8 @@ class LeaseKeeper {
   std::mutex taking_mu_;  // one lease taken at a time (the slow path of may_cache)
   mutable std::mutex mu_;
   std::condition_variable wake_;
-  bool stopping_ = false;                                 // mu_
-  std::unordered_map<ObjectId, OpenNode, KeyHash> held_;  // mu_: the leased files, pinned
+  bool stopping_ = false;                                      // mu_
+  std::unordered_map<ObjectId, OpenNode, ObjectIdHash> held_;  // mu_: the leased files, pinned
   std::deque<ObjectId> taken_order_;   // mu_: oldest first (may name files given back since)
   std::deque<ObjectId> to_give_back_;  // mu_: recalled, or over the bound
   std::vector<NodeRef> writers_;       // mu_: files written, watched until closed

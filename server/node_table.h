@@ -305,12 +305,6 @@ class NodeTable {
     uint32_t generation = 0;
     bool referenced = false;  // clock bit for eviction
   };
-  struct KeyHash {
-    size_t operator()(const ObjectId& k) const {
-      return std::hash<uint64_t>()(k.ino * 31 + k.space);
-    }
-  };
-
   // What a handle says, once its MAC verified.
   struct ParsedHandle {
     uint32_t slot;
@@ -368,7 +362,7 @@ class NodeTable {
   mutable std::mutex mu_;
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
-  std::unordered_map<ObjectId, uint32_t, KeyHash> by_key_;
+  std::unordered_map<ObjectId, uint32_t, ObjectIdHash> by_key_;
   size_t live_ = 0;
   size_t clock_hand_ = 0;
   Node* lru_head_ = nullptr;  // most recently used

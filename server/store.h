@@ -56,6 +56,10 @@ struct ObjectId {
   uint64_t space = 0;  // what it is unique in: the device (POSIX), the snapshot (CephFS)
   bool operator==(const ObjectId&) const = default;
 };
+// For unordered containers keyed by ObjectId.
+struct ObjectIdHash {
+  size_t operator()(const ObjectId& k) const { return std::hash<uint64_t>()(k.ino * 31 + k.space); }
+};
 
 // A held object. Move-only; released through its store when destroyed. Empty only when
 // default-constructed or moved from.
