@@ -4,7 +4,8 @@ same plot as a PNG with gnuplot when --png is given (skipped, saying so, without
 
     plot.py IN.json OUT.svg --x inflight --y ops_per_s --series mechanism [--title T] [--logx]
             [--key throughput]   (rows under that key of a JSON object)
-            [--png OUT.png] [--xlabel TEXT] [--ylabel TEXT]   (axis titles; default: the keys)
+            [--png OUT.png] [--xlabel TEXT] [--ylabel TEXT]   (axis titles; default: the
+            keys in words, AXIS_WORDS)
 """
 import argparse
 import json
@@ -15,6 +16,33 @@ import subprocess
 import tempfile
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"]
+
+# Axis titles in words, with units, for the keys the benchmarks write (a plot's --xlabel or
+# --ylabel wins). A key missing here is shown as itself: add it.
+AXIS_WORDS = {
+    "inflight": "requests in flight",
+    "ops_per_s": "operations per second",
+    "reads_per_s": "reads per second",
+    "latency_us": "latency (microseconds)",
+    "percentile": "percentile of the latencies",
+    "clients": "client processes",
+    "tps": "PostMark transactions per second",
+    "round": "round (contenders interleaved)",
+    "mb_per_s": "throughput (MB per second)",
+    "mb_per_s_median": "throughput (MB per second, median)",
+    "mib_per_s": "throughput (MiB per second)",
+    "mib_per_s_median": "throughput (MiB per second, median)",
+    "block_bytes": "cache block size (bytes)",
+    "server_cpu_us_per_read": "server CPU per read (microseconds)",
+    "cache_fraction": "fraction of the file set in the client cache",
+    "client_us_per_record": "client CPU per record (microseconds)",
+    "copy_bytes": "bytes copied per record",
+    "seconds": "time (seconds)",
+}
+
+
+def words(key):
+    return AXIS_WORDS.get(key, key)
 
 
 def main():
@@ -31,8 +59,8 @@ def main():
     ap.add_argument("--xlabel", default=None)
     ap.add_argument("--ylabel", default=None)
     a = ap.parse_args()
-    a.xlabel = a.xlabel or a.x
-    a.ylabel = a.ylabel or a.y
+    a.xlabel = a.xlabel or words(a.x)
+    a.ylabel = a.ylabel or words(a.y)
     rows = json.load(open(a.input))
     if a.key:
         rows = rows[a.key]
