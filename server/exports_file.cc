@@ -123,13 +123,16 @@ Result<std::vector<ExportLine>> parse_exports(std::string_view text, std::string
                     "' follows a blank: options go right after the client, as host(rw) (with "
                     "the blank they would apply to every host)");
       }
+      const size_t open = f.find('(');
+      if (open != std::string::npos && f.back() != ')') {
+        return fail("'" + f + "': options must end with ')'");
+      }
       std::string spec = f;
       if (!defaults.empty()) {
         // The line's defaults first, the client's own after them (the later option wins).
-        const size_t open = f.find('(');
         const std::string who = f.substr(0, open);
         std::string own = open == std::string::npos ? "" : f.substr(open + 1);
-        if (!own.empty() && own.back() == ')') own.pop_back();
+        if (!own.empty()) own.pop_back();  // the ')'
         spec = who + "(" + defaults + (own.empty() ? "" : "," + own) + ")";
       }
       try {

@@ -139,6 +139,7 @@ TEST_CASE("exports file: each mistake is refused with its line, nothing half tak
            Bad{"\"/srv/a 127.0.0.1\n", "quote is not closed"},
            Bad{"/srv/a 127.0.0.1(rw) -ro\n", "come first"},
            Bad{"/srv/a 10.0.0.0/99\n", "prefix"},
+           Bad{"/srv/a -ro 127.0.0.1(rw\n", "must end with ')'"},
        }) {
     CAPTURE(bad.text);
     odafs::Result<std::vector<odafs::server::ExportLine>> parsed =
