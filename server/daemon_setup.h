@@ -2,7 +2,7 @@
 // an exports file), as whom calls act, where each export's recovery record lives, the
 // handle key of a shared store, and the exports file read again at SIGHUP. Each returns a
 // Status or Result naming the flag and the problem (odafsd prints it with its usage and
-// exits 2), so the decisions are tested without a process (test_daemon_setup).
+// exits 2), so the decisions are tested without a process (test_exports, "daemon setup").
 //
 // Thread-safety: none needed; start-up and the SIGHUP handler's thread call these.
 #pragma once
