@@ -294,7 +294,7 @@ Delegations::Change FileService::begin_change_of_name(const OpenNode& dir, const
   struct stat st;
   uint64_t id = 0;
   if (store_->stat_at(dir.object(), name, &st).ok() && S_ISREG(st.st_mode)) {
-    id = nodes_.id_of(nodes_.key_of(st));
+    id = nodes_.node_id_of(nodes_.key_of(st));
   }
   // Node ids start at 1: id 0 is nobody's, so its Change never waits.
   return delegations_.begin_change(id, connection);
@@ -305,7 +305,7 @@ bool FileService::await_writers_of_name(const OpenNode& dir, const char* name,
   if (!delegations_.writers_out()) return true;  // none anywhere: no stat
   struct stat st;
   if (!store_->stat_at(dir.object(), name, &st).ok() || !S_ISREG(st.st_mode)) return true;
-  return delegations_.await_writers(nodes_.id_of(nodes_.key_of(st)), connection);
+  return delegations_.await_writers(nodes_.node_id_of(nodes_.key_of(st)), connection);
 }
 
 }  // namespace odafs::server

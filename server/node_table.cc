@@ -539,7 +539,7 @@ Status NodeTable::reopen_in_place(const OpenNode& node, bool write) {
   return {};
 }
 
-uint64_t NodeTable::id_of(const ObjectId& key) const {
+uint64_t NodeTable::node_id_of(const ObjectId& key) const {
   std::lock_guard lock(mu_);
   auto it = by_key_.find(key);
   return it == by_key_.end() ? 0 : slots_[it->second].node->id;
@@ -562,26 +562,22 @@ uint64_t NodeTable::forget_if_unlinked(const ObjectId& key, nlink_t links_left) 
 }
 
 std::vector<NodeTable::Unlinked> NodeTable::drop_unlinked() {
-  struct Open {
-    ObjectId key;
-    std::shared_ptr<OpenFile> file;
-  };
-  std::vector<Open> open;
+  std::vector<std::pair<ObjectId, std::shared_ptr<OpenFile>>> open;  // each cached object
   {
     std::lock_guard lock(mu_);
     open.reserve(lru_size_);
     for (Node* n = lru_head_; n != nullptr; n = n->lru_next) {
-      if (n->file) open.push_back({n->key, n->file});
+      if (n->file) open.emplace_back(n->key, n->file);
     }
   }
   std::vector<Unlinked> dropped;
-  for (const Open& o : open) {
+  for (const auto& [key, file] : open) {
     struct stat st;
-    if (!store_.stat(o.file->object, &st).ok() || st.st_nlink > 0) continue;
+    if (!store_.stat(file->object, &st).ok() || st.st_nlink > 0) continue;
     std::lock_guard lock(mu_);
-    auto it = by_key_.find(o.key);
+    auto it = by_key_.find(key);
     // Still the node of that object, with that descriptor: not dropped or reopened since.
-    if (it == by_key_.end() || slots_[it->second].node->file != o.file) continue;
+    if (it == by_key_.end() || slots_[it->second].node->file != file) continue;
     dropped.push_back({slots_[it->second].node->id, static_cast<uint64_t>(st.st_size),
                        static_cast<mode_t>(st.st_mode & S_IFMT)});
     drop_locked(slots_[it->second]);

@@ -268,7 +268,7 @@ class NodeTable {
   // The store's identity of an object of attributes st (Store::id_of).
   ObjectId key_of(const struct stat& st) const { return store_.id_of(st); }
   // The id of the node of object `key`, 0 if the table has none.
-  uint64_t id_of(const ObjectId& key) const;
+  uint64_t node_id_of(const ObjectId& key) const;
 
   // Drops the node of object `key`, if present and no longer linked anywhere: its handles
   // turn STALE. The link count comes from the node's object if it is open, otherwise
