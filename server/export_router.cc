@@ -16,20 +16,8 @@ ExportRouter::ExportRouter(std::vector<Export> exports) : exports_(std::move(exp
 
 const ExportRouter::Export* ExportRouter::export_for(const std::string& path,
                                                      std::string* inside) const {
-  // The path with empty and "." components dropped: "/srv//a/./d" is "/srv/a/d". A ".."
-  // stays, and the export's mount refuses it (paths never climb out of an export).
-  std::string normal;
-  for (size_t pos = 0; pos <= path.size();) {
-    size_t end = path.find('/', pos);
-    if (end == std::string::npos) end = path.size();
-    const std::string_view part(path.data() + pos, end - pos);
-    if (!part.empty() && part != ".") {
-      normal.push_back('/');
-      normal.append(part.data(), part.size());
-    }
-    pos = end + 1;
-  }
-  if (normal.empty()) normal.push_back('/');
+  // A ".." stays in it, and the export's mount refuses it (paths never climb out).
+  const std::string normal = wire::normal_path(path);
   const Export* best = nullptr;
   size_t best_length = 0;
   for (const Export& e : exports_) {

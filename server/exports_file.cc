@@ -7,6 +7,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "proto/export_paths.h"
+
 namespace odafs::server {
 namespace {
 
@@ -75,21 +77,6 @@ std::vector<std::string> fields_of(const std::string& text, std::string* error) 
   return fields;
 }
 
-// "/a//b/./c/" -> "/a/b/c"; false for a relative path or one with "..".
-bool normalize(const std::string& path, std::string* out) {
-  if (path.empty() || path[0] != '/') return false;
-  out->clear();
-  std::istringstream parts(path);
-  std::string part;
-  while (std::getline(parts, part, '/')) {
-    if (part.empty() || part == ".") continue;
-    if (part == "..") return false;
-    out->append("/").append(part);
-  }
-  if (out->empty()) *out = "/";
-  return true;
-}
-
 }  // namespace
 
 Result<std::vector<ExportLine>> parse_exports(std::string_view text, std::string_view name,
@@ -106,7 +93,8 @@ Result<std::vector<ExportLine>> parse_exports(std::string_view text, std::string
     if (fields.empty()) continue;
     ExportLine e;
     e.line = line.first;
-    if (!normalize(fields[0], &e.path)) {
+    e.path = wire::normal_path(fields[0]);
+    if (fields[0][0] != '/' || wire::climbs(e.path)) {
       return fail("'" + fields[0] + "' is not an absolute path (nor may it hold '..')");
     }
     if (!paths.insert(e.path).second) return fail(e.path + " is exported twice");

@@ -318,39 +318,36 @@ void FileService::do_stats(rpc::Reply& r) {
   r.send(xp(xdr_stats_res), &res);
 }
 
+namespace {
+
+// The refusals note_reply counts and logs, in refused_'s order.
+struct Refusal {
+  odafs_stat status;
+  const char* name;   // the counter's: "refused.EROFS"
+  const char* words;  // the log line's
+};
+constexpr Refusal kRefusals[] = {
+    {ODAFS_ERR_ROFS, "EROFS", "read-only"},
+    {ODAFS_ERR_ACCES, "EACCES", "permission denied (EACCES)"},
+    {ODAFS_ERR_PERM, "EPERM", "not permitted (EPERM)"},
+    {ODAFS_ERR_NOSPC, "ENOSPC", "no space left (ENOSPC)"},
+    {ODAFS_ERR_DQUOT, "EDQUOT", "over quota (EDQUOT)"},
+};
+
+}  // namespace
+
 void FileService::note_reply(const rpc::CallContext& ctx, const char* name, uint32_t status) {
-  // Separate call sites: each kind is throttled on its own, so a flood of one does not hide
-  // the others.
-  const char* peer = ctx.peer != nullptr ? ctx.peer->c_str() : "?";
-  const unsigned uid = ctx.cred != nullptr ? ctx.cred->uid : 0;
-  const char* root = options_.export_root.c_str();
-  switch (status) {
-    case ODAFS_ERR_ROFS:
-      refused_[0].fetch_add(1, std::memory_order_relaxed);
-      ODAFS_LOG_WARN_THROTTLED("%s of %s (uid %u) on %s refused: read-only", name, peer, uid, root);
-      break;
-    case ODAFS_ERR_ACCES:
-      refused_[1].fetch_add(1, std::memory_order_relaxed);
-      ODAFS_LOG_WARN_THROTTLED("%s of %s (uid %u) on %s refused: permission denied (EACCES)", name,
-                               peer, uid, root);
-      break;
-    case ODAFS_ERR_PERM:
-      refused_[2].fetch_add(1, std::memory_order_relaxed);
-      ODAFS_LOG_WARN_THROTTLED("%s of %s (uid %u) on %s refused: not permitted (EPERM)", name, peer,
-                               uid, root);
-      break;
-    case ODAFS_ERR_NOSPC:
-      refused_[3].fetch_add(1, std::memory_order_relaxed);
-      ODAFS_LOG_WARN_THROTTLED("%s of %s (uid %u) on %s refused: no space left (ENOSPC)", name,
-                               peer, uid, root);
-      break;
-    case ODAFS_ERR_DQUOT:
-      refused_[4].fetch_add(1, std::memory_order_relaxed);
-      ODAFS_LOG_WARN_THROTTLED("%s of %s (uid %u) on %s refused: over quota (EDQUOT)", name, peer,
-                               uid, root);
-      break;
-    default:
-      break;
+  for (size_t i = 0; i < std::size(kRefusals); ++i) {
+    if (status != static_cast<uint32_t>(kRefusals[i].status)) continue;
+    refused_[i].fetch_add(1, std::memory_order_relaxed);
+    // One throttle per kind: a flood of one does not hide the others.
+    if (uint64_t held = 0; refusal_logs_[i].allow(&held)) {
+      ODAFS_LOG_WARN("%s of %s (uid %u) on %s refused: %s [%llu more like this not logged]", name,
+                     ctx.peer != nullptr ? ctx.peer->c_str() : "?",
+                     ctx.cred != nullptr ? ctx.cred->uid : 0, options_.export_root.c_str(),
+                     kRefusals[i].words, static_cast<unsigned long long>(held));
+    }
+    return;
   }
 }
 
@@ -395,9 +392,8 @@ std::vector<std::pair<std::string, uint64_t>> FileService::counters() {
   values.emplace_back("auth.refused.not_socket_owner", ac.not_socket_owner.load());
   values.emplace_back("auth.read_only", ac.read_only.load());
   values.emplace_back("auth.squashed", ac.squashed.load());
-  static const char* const kRefusals[] = {"EROFS", "EACCES", "EPERM", "ENOSPC", "EDQUOT"};
   for (size_t i = 0; i < refused_.size(); ++i) {
-    values.emplace_back(std::string("refused.") + kRefusals[i], refused_[i].load());
+    values.emplace_back(std::string("refused.") + kRefusals[i].name, refused_[i].load());
   }
   values.emplace_back("io.bytes_read", bytes_read_.load());
   values.emplace_back("io.bytes_written", bytes_written_.load());

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "base/log.h"
 #include "base/periodic.h"
 #include "cache/block_cache.h"
 #include "ordma/engine.h"
@@ -350,6 +351,7 @@ class FileService {
   std::atomic<uint32_t> next_callback_xid_{1};
   // Refused calls by kind (note_reply): EROFS, EACCES, EPERM, ENOSPC, EDQUOT.
   std::array<std::atomic<uint64_t>, 5> refused_{};
+  std::array<LogThrottle, 5> refusal_logs_;  // one line a second per kind
   std::atomic<uint64_t> bytes_read_{0};
   std::atomic<uint64_t> bytes_written_{0};
   std::atomic<size_t> direct_writes_waiting_{0};

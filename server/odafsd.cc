@@ -473,9 +473,9 @@ void print_ready(const Settings& s, const Plan& p, const odafs::rpc::Server& ser
 }
 
 // Builds the services, the router and the RPC server from the plan, serves until a stop
-// signal, and stops in order. Returns the exit status.
-int serve(Settings& s, Plan& p, const sigset_t& signals,
-          odafs::server::CrashSimulatingEnv& crash_env) {
+// signal, and stops in order. Throws what fails at start.
+void serve(Settings& s, Plan& p, const sigset_t& signals,
+           odafs::server::CrashSimulatingEnv& crash_env) {
   // Declared first, so destroyed last: it times the destructors below too.
   std::optional<odafs::server::StopWatchdog> stop_watchdog;
   odafs::server::CpuAccounting cpu;
@@ -531,7 +531,6 @@ int serve(Settings& s, Plan& p, const sigset_t& signals,
   stop_watchdog->stage("waiting for the rpc threads' calls to end");
   server.stop();
   stop_watchdog->stage("freeing the rpc server's connections and buffers");
-  return 0;
 }
 
 }  // namespace

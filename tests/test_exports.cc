@@ -692,3 +692,25 @@ TEST_CASE("daemon setup: a handle key file must be private and long enough") {
             .message()
             .find("32 or more are needed") != std::string::npos);
 }
+
+TEST_CASE("two exports: a write delegation's kept bytes come home across a server crash") {
+  TwoExports x;
+  ServerProcess server("", {"--exports", x.file});
+  auto a = Client::mount(server.url(x.a));
+  {
+    File f = a->open("kept", O_RDWR | O_CREAT, 0644);
+    REQUIRE(f.pwrite("acknowledged", 12, 0) == 12);
+    f.close();  // kept under the write delegation: not on the disk yet
+  }
+  REQUIRE(server_stat(*a, "delegations.granted_write") == 1);
+  CHECK(read_local(x.a + "/kept").empty());
+  server.kill_hard();
+  server.start_again();
+  // The client re-mounts its export by path, reclaims in a's grace period, writes back.
+  File f = a->open("kept", O_RDWR);
+  f.fsync();
+  f.close();
+  CHECK(read_local(x.a + "/kept") == "acknowledged");
+  // b, which no one held anything of, serves the other export meanwhile.
+  CHECK(odafs::test::read_all(*Client::mount(server.url(x.b)), "f", 100) == "in b");
+}
