@@ -23,11 +23,10 @@
 namespace odafs::net {
 namespace {
 
-[[noreturn]] void throw_errno(const char* what) {
-  throw std::system_error(errno, std::generic_category(), what);
-}
+// The failure the last system call reported, with `what` for context (errno read first).
+Status errno_status(const char* what) { return Status::from_errno(what); }
 
-addrinfo* resolve(const Endpoint& where, bool passive) {
+Result<addrinfo*> resolve(const Endpoint& where, bool passive) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -37,8 +36,7 @@ addrinfo* resolve(const Endpoint& where, bool passive) {
   const char* host = where.host.empty() ? nullptr : where.host.c_str();
   int rc = getaddrinfo(host, port.c_str(), &hints, &result);
   if (rc != 0) {
-    throw std::system_error(std::make_error_code(std::errc::host_unreachable),
-                            "resolve " + where.to_string() + ": " + gai_strerror(rc));
+    return Status(EHOSTUNREACH, "resolve " + where.to_string() + ": " + gai_strerror(rc));
   }
   return result;
 }
@@ -92,55 +90,47 @@ namespace {
 
 // Tries each address `where` resolves to, in order: a socket of the address's family with
 // `type_flags`, then use(fd, address) — 0 keeps that socket and returns it, an errno closes
-// it and moves on. When none works, throws the last errno prefixed with `what`. If use
-// throws std::system_error (a deadline passed), the socket is closed and the error passes
-// on with `what` as its text: there is no time left for another address.
+// it and moves on. When none works, the last errno prefixed with `what`. ETIMEDOUT from use
+// (a deadline passed) ends the search at once: there is no time left for another address.
 template <class Use>
-int first_working_socket(const Endpoint& where, bool passive, int type_flags,
-                         const std::string& what, Use use) {
-  addrinfo* list = resolve(where, passive);
+Result<int> first_working_socket(const Endpoint& where, bool passive, int type_flags,
+                                 const std::string& what, Use use) {
+  Result<addrinfo*> list = resolve(where, passive);
+  if (!list.ok()) return Status(list.errno_value(), what + ": " + list.status().message());
   int fd = -1;
   int saved_errno = 0;
-  try {
-    for (addrinfo* ai = list; ai != nullptr; ai = ai->ai_next) {
-      fd = socket(ai->ai_family, ai->ai_socktype | type_flags, ai->ai_protocol);
-      if (fd < 0) {
-        saved_errno = errno;
-        continue;
-      }
-      saved_errno = use(fd, ai);
-      if (saved_errno == 0) break;
-      close(fd);
-      fd = -1;
+  for (addrinfo* ai = *list; ai != nullptr; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype | type_flags, ai->ai_protocol);
+    if (fd < 0) {
+      saved_errno = errno;
+      continue;
     }
-  } catch (const std::system_error& e) {
-    if (fd >= 0) close(fd);
-    freeaddrinfo(list);
-    throw std::system_error(e.code(), what);
+    saved_errno = use(fd, ai);
+    if (saved_errno == 0) break;
+    close(fd);
+    fd = -1;
+    if (saved_errno == ETIMEDOUT) break;
   }
-  freeaddrinfo(list);
-  if (fd < 0) {
-    errno = saved_errno;
-    throw_errno(what.c_str());
-  }
+  freeaddrinfo(*list);
+  if (fd < 0) return Status(saved_errno, what);
   return fd;
 }
 
 }  // namespace
 
-int listen_tcp(const Endpoint& where, Endpoint* bound, int backlog) {
-  int fd = first_working_socket(where, true, SOCK_NONBLOCK | SOCK_CLOEXEC,
-                                "listen on " + where.to_string(), [&](int s, addrinfo* ai) {
-                                  int one = 1;
-                                  setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-                                  bool ok = bind(s, ai->ai_addr, ai->ai_addrlen) == 0 &&
-                                            listen(s, backlog) == 0;
-                                  return ok ? 0 : errno;
-                                });
-  if (bound != nullptr) {
+Result<int> listen_tcp(const Endpoint& where, Endpoint* bound, int backlog) {
+  Result<int> fd = first_working_socket(where, true, SOCK_NONBLOCK | SOCK_CLOEXEC,
+                                        "listen on " + where.to_string(), [&](int s, addrinfo* ai) {
+                                          int one = 1;
+                                          setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+                                          bool ok = bind(s, ai->ai_addr, ai->ai_addrlen) == 0 &&
+                                                    listen(s, backlog) == 0;
+                                          return ok ? 0 : errno;
+                                        });
+  if (fd.ok() && bound != nullptr) {
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    getsockname(*fd, reinterpret_cast<sockaddr*>(&addr), &len);
     *bound = endpoint_of(addr);
   }
   return fd;
@@ -162,19 +152,20 @@ Endpoint endpoint_of(const sockaddr_storage& addr) {
   return e;
 }
 
-int connect_tcp(const Endpoint& where) {
-  int fd = first_working_socket(
+Result<int> connect_tcp(const Endpoint& where) {
+  Result<int> fd = first_working_socket(
       where, false, SOCK_CLOEXEC, "connect to " + where.to_string(),
       [](int s, addrinfo* ai) { return connect(s, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : errno; });
-  set_nodelay(fd);
+  if (fd.ok()) set_nodelay(*fd);
   return fd;
 }
 
-void set_nonblocking(int fd, bool on) {
+Status set_nonblocking(int fd, bool on) {
   int flags = fcntl(fd, F_GETFL);
-  if (flags < 0) throw_errno("fcntl(F_GETFL)");
+  if (flags < 0) return errno_status("fcntl(F_GETFL)");
   flags = on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK);
-  if (fcntl(fd, F_SETFL, flags) < 0) throw_errno("fcntl(F_SETFL)");
+  if (fcntl(fd, F_SETFL, flags) < 0) return errno_status("fcntl(F_SETFL)");
+  return Status();
 }
 
 void set_nodelay(int fd) {
@@ -185,10 +176,10 @@ void set_nodelay(int fd) {
 namespace {
 
 // The one receive loop behind the read_full* calls: recv with `flags` until len bytes
-// have come; when recv would block, would_block() waits or throws. Returns false on EOF
-// before any byte; throws on EOF mid-record and on errors.
+// have come; when recv would block, would_block() waits (ok) or gives up (its Status).
+// false on EOF before any byte; ECONNRESET on EOF mid-record.
 template <class WouldBlock>
-bool recv_full(int fd, void* buf, size_t len, int flags, WouldBlock would_block) {
+Result<bool> recv_full(int fd, void* buf, size_t len, int flags, WouldBlock would_block) {
   auto* p = static_cast<char*>(buf);
   size_t done = 0;
   while (done < len) {
@@ -197,12 +188,11 @@ bool recv_full(int fd, void* buf, size_t len, int flags, WouldBlock would_block)
       done += static_cast<size_t>(n);
     } else if (n == 0) {
       if (done == 0) return false;
-      errno = ECONNRESET;
-      throw_errno("connection closed mid-record");
+      return Status(ECONNRESET, "connection closed mid-record");
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      would_block();
+      if (Status s = would_block(); !s.ok()) return s;
     } else if (errno != EINTR) {
-      throw_errno("recv");
+      return errno_status("recv");
     }
   }
   return true;
@@ -210,100 +200,114 @@ bool recv_full(int fd, void* buf, size_t len, int flags, WouldBlock would_block)
 
 }  // namespace
 
-bool read_full(int fd, void* buf, size_t len) {
-  return recv_full(fd, buf, len, MSG_WAITALL, [] { throw_errno("recv"); });
+Result<bool> read_full(int fd, void* buf, size_t len) {
+  return recv_full(fd, buf, len, MSG_WAITALL, [] { return errno_status("recv"); });
 }
 
-void readv_full(int fd, iovec* iov, int iovcnt) {
+Status readv_full(int fd, iovec* iov, int iovcnt) {
   while (iovcnt > 0 && iov->iov_len == 0) {
     ++iov;
     --iovcnt;
   }
   while (iovcnt > 0) {
     ssize_t n = readv(fd, iov, iovcnt);
-    if (n == 0) {
-      errno = ECONNRESET;
-      throw_errno("connection closed mid-record");
-    }
+    if (n == 0) return Status(ECONNRESET, "connection closed mid-record");
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw_errno("recv");
+      return errno_status("recv");
     }
     advance(iov, iovcnt, static_cast<size_t>(n));
   }
+  return Status();
 }
 
-void write_all(int fd, iovec* iov, int iovcnt, int timeout_ms) {
+namespace {
+
+// The one send loop behind write_all and write_all_until: sendmsg with `flags` until every
+// iovec is out; when the socket is full, wait_writable() waits (ok) or gives up.
+template <class WaitWritable>
+Status send_all(int fd, iovec* iov, int iovcnt, int flags, WaitWritable wait_writable) {
+  while (iovcnt > 0 && iov->iov_len == 0) {
+    ++iov;
+    --iovcnt;
+  }
   while (iovcnt > 0) {
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = static_cast<size_t>(iovcnt);
-    ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL | flags);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        pollfd pfd{fd, POLLOUT, 0};
-        int rc = poll(&pfd, 1, timeout_ms);
-        if (rc == 0) {
-          errno = ETIMEDOUT;
-          throw_errno("send stalled");
-        }
-        if (rc < 0 && errno != EINTR) throw_errno("poll");
+        if (Status s = wait_writable(); !s.ok()) return s;
         continue;
       }
-      throw_errno("send");
+      return errno_status("send");
     }
     advance(iov, iovcnt, static_cast<size_t>(n));
   }
+  return Status();
 }
 
-void wait_ready_until(int fd, short events, const timespec& deadline) {
+}  // namespace
+
+Status write_all(int fd, iovec* iov, int iovcnt, int timeout_ms) {
+  return send_all(fd, iov, iovcnt, 0, [&] {
+    pollfd pfd{fd, POLLOUT, 0};
+    int rc = poll(&pfd, 1, timeout_ms);
+    if (rc == 0) return Status(ETIMEDOUT, "send stalled");
+    if (rc < 0 && errno != EINTR) return errno_status("poll");
+    return Status();
+  });
+}
+
+Status wait_ready_until(int fd, short events, const timespec& deadline) {
   for (;;) {
     int ms = ms_until(deadline);
-    if (ms == 0) {
-      errno = ETIMEDOUT;
-      throw_errno("no answer before the deadline");
-    }
+    if (ms == 0) return Status(ETIMEDOUT, "no answer before the deadline");
     pollfd pfd{fd, events, 0};
     int rc = poll(&pfd, 1, ms);
-    if (rc > 0) return;
-    if (rc < 0 && errno != EINTR) throw_errno("poll");
+    if (rc > 0) return Status();
+    if (rc < 0 && errno != EINTR) return errno_status("poll");
   }
 }
 
-int connect_tcp_until(const Endpoint& where, const timespec* deadline) {
+Result<int> connect_tcp_until(const Endpoint& where, const timespec* deadline) {
   if (deadline == nullptr) return connect_tcp(where);
   // Numeric engine addresses: no lookup to wait on.
-  int fd = first_working_socket(where, false, SOCK_NONBLOCK | SOCK_CLOEXEC,
-                                "connect to " + where.to_string(), [&](int s, addrinfo* ai) {
-                                  if (connect(s, ai->ai_addr, ai->ai_addrlen) == 0) return 0;
-                                  int err = errno;
-                                  if (err != EINPROGRESS) return err;
-                                  wait_ready_until(s, POLLOUT,
-                                                   *deadline);  // throws once the deadline passes
-                                  socklen_t len = sizeof err;
-                                  if (getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
-                                    err = errno;
-                                  return err;
-                                });
-  set_nonblocking(fd, false);
-  set_nodelay(fd);
+  Result<int> fd = first_working_socket(
+      where, false, SOCK_NONBLOCK | SOCK_CLOEXEC, "connect to " + where.to_string(),
+      [&](int s, addrinfo* ai) {
+        if (connect(s, ai->ai_addr, ai->ai_addrlen) == 0) return 0;
+        int err = errno;
+        if (err != EINPROGRESS) return err;
+        if (Status ready = wait_ready_until(s, POLLOUT, *deadline); !ready.ok()) {
+          return ready.errno_value();  // ETIMEDOUT ends the search
+        }
+        socklen_t len = sizeof err;
+        if (getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+        return err;
+      });
+  if (!fd.ok()) return fd;
+  if (Status s = set_nonblocking(*fd, false); !s.ok()) {
+    close(*fd);
+    return s;
+  }
+  set_nodelay(*fd);
   return fd;
 }
 
-bool read_full_until(int fd, void* buf, size_t len, const timespec* deadline) {
+Result<bool> read_full_until(int fd, void* buf, size_t len, const timespec* deadline) {
   if (deadline == nullptr) return read_full(fd, buf, len);
   // MSG_DONTWAIT first: a waiting reader usually finds its bytes there, one system call.
-  return recv_full(fd, buf, len, MSG_DONTWAIT, [&] { wait_ready_until(fd, POLLIN, *deadline); });
+  return recv_full(fd, buf, len, MSG_DONTWAIT,
+                   [&] { return wait_ready_until(fd, POLLIN, *deadline); });
 }
 
-bool read_full_blocking_until(int fd, void* buf, size_t len, const timespec* deadline) {
+Result<bool> read_full_blocking_until(int fd, void* buf, size_t len, const timespec* deadline) {
   if (deadline == nullptr) return read_full(fd, buf, len);
   return recv_full(fd, buf, len, 0, [&] {  // a recv timed out (SO_RCVTIMEO)
-    if (deadline_passed(*deadline)) {
-      errno = ETIMEDOUT;
-      throw_errno("recv");
-    }
+    return deadline_passed(*deadline) ? Status(ETIMEDOUT, "recv") : Status();
   });
 }
 
@@ -312,27 +316,10 @@ void set_receive_timeout(int fd, int timeout_ms) {
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 }
 
-void write_all_until(int fd, iovec* iov, int iovcnt, const timespec* deadline) {
+Status write_all_until(int fd, iovec* iov, int iovcnt, const timespec* deadline) {
   if (deadline == nullptr) return write_all(fd, iov, iovcnt);
-  while (iovcnt > 0 && iov->iov_len == 0) {
-    ++iov;
-    --iovcnt;
-  }
-  while (iovcnt > 0) {
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<size_t>(iovcnt);
-    ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        wait_ready_until(fd, POLLOUT, *deadline);
-        continue;
-      }
-      throw_errno("send");
-    }
-    advance(iov, iovcnt, static_cast<size_t>(n));
-  }
+  return send_all(fd, iov, iovcnt, MSG_DONTWAIT,
+                  [&] { return wait_ready_until(fd, POLLOUT, *deadline); });
 }
 
 bool is_loopback(const sockaddr_storage& addr) {

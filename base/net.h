@@ -1,7 +1,9 @@
 // Small socket helpers shared by the RPC transport (and later the one-sided engine).
 //
-// All functions report failure by throwing std::system_error with the errno, except where
-// a return value says otherwise.
+// Every function that can fail returns a Status or a Result<T> (base/status.h) carrying the
+// errno, so that a socket's failure reaches the caller as a value, one form all the way up
+// (rpc/ and ordma/ pass it on unchanged). parse_endpoint, for command lines and tests, is
+// the one that throws.
 #pragma once
 
 #include <sys/socket.h>
@@ -30,7 +32,7 @@ Endpoint parse_endpoint(const std::string& text);
 
 // Binds and listens; port 0 picks a free port. Returns the listening fd (non-blocking,
 // close-on-exec) and stores the bound endpoint in *bound.
-int listen_tcp(const Endpoint& where, Endpoint* bound, int backlog = 128);
+Result<int> listen_tcp(const Endpoint& where, Endpoint* bound, int backlog = 128);
 
 // The address and port of a socket address (IPv4 or IPv6; host "?" for another family).
 Endpoint endpoint_of(const sockaddr_storage& addr);
@@ -57,40 +59,44 @@ struct LocalPeer {
 LocalPeer local_peer(int fd);
 
 // Connects a blocking TCP socket with TCP_NODELAY set.
-int connect_tcp(const Endpoint& where);
+Result<int> connect_tcp(const Endpoint& where);
 
-void set_nonblocking(int fd, bool on);
+Status set_nonblocking(int fd, bool on);
 void set_nodelay(int fd);
 
-// Reads exactly len bytes from a blocking fd. Returns false on orderly EOF before the first
-// byte; throws on error or on EOF in the middle.
-bool read_full(int fd, void* buf, size_t len);
+// Reads exactly len bytes from a blocking fd. false on orderly EOF before the first byte;
+// fails on error, and ECONNRESET on EOF in the middle.
+Result<bool> read_full(int fd, void* buf, size_t len);
+// Whether a read_full* call brought its bytes: false at EOF and on failure alike, for
+// callers to whom both mean "the peer is gone" (tests, probes). Mind that a Result<bool>'s
+// own operator bool says only ok(): an EOF is ok.
+inline bool got_all(const Result<bool>& read) { return read.ok() && *read; }
 
-// Fills every iovec from a blocking fd (iovecs may be empty). Throws on error or EOF.
-// Modifies iov.
-void readv_full(int fd, iovec* iov, int iovcnt);
+// Fills every iovec from a blocking fd (iovecs may be empty). Fails on error or EOF
+// (ECONNRESET). Modifies iov.
+Status readv_full(int fd, iovec* iov, int iovcnt);
 
 // Writes all iovecs to fd. For a non-blocking fd it waits for POLLOUT up to timeout_ms per
-// stall. Throws std::system_error on error or timeout (ETIMEDOUT).
-void write_all(int fd, iovec* iov, int iovcnt, int timeout_ms = 30000);
+// stall. Fails on error or timeout (ETIMEDOUT). Modifies iov.
+Status write_all(int fd, iovec* iov, int iovcnt, int timeout_ms = 30000);
 
 // Deadline forms of connect_tcp, read_full and write_all, for peers that may stop
 // answering. `deadline` is CLOCK_MONOTONIC (base/futex.h: deadline_after_ms); nullptr
 // means none, and the call is exactly its plain form. They work on blocking and
-// non-blocking fds alike and never wait past the deadline: once it passes they throw
-// std::system_error(ETIMEDOUT). A read or write cut short that way may have moved part of a
+// non-blocking fds alike and never wait past the deadline: once it passes they fail
+// ETIMEDOUT. A read or write cut short that way may have moved part of a
 // record, so the caller must give up on the stream.
-int connect_tcp_until(const Endpoint& where, const timespec* deadline);
-bool read_full_until(int fd, void* buf, size_t len, const timespec* deadline);
+Result<int> connect_tcp_until(const Endpoint& where, const timespec* deadline);
+Result<bool> read_full_until(int fd, void* buf, size_t len, const timespec* deadline);
 // read_full_until for a blocking fd whose SO_RCVTIMEO (set_receive_timeout) bounds each
 // recv: it blocks in recv instead of polling first, one system call where a reader waits
 // for a reply that is not there yet. The deadline is checked when a recv times out, so the
 // call may overrun it by up to one receive timeout.
-bool read_full_blocking_until(int fd, void* buf, size_t len, const timespec* deadline);
+Result<bool> read_full_blocking_until(int fd, void* buf, size_t len, const timespec* deadline);
 void set_receive_timeout(int fd, int timeout_ms);
-void write_all_until(int fd, iovec* iov, int iovcnt, const timespec* deadline);
+Status write_all_until(int fd, iovec* iov, int iovcnt, const timespec* deadline);
 // Waits until fd is ready for `events` (poll flags; an error or hang-up counts as ready),
-// or throws ETIMEDOUT at the deadline.
-void wait_ready_until(int fd, short events, const timespec& deadline);
+// or fails ETIMEDOUT at the deadline.
+Status wait_ready_until(int fd, short events, const timespec& deadline);
 
 }  // namespace odafs::net

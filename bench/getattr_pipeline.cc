@@ -71,10 +71,12 @@ Point run_rpc(odafs::rpc::Channel& ch, const char (&root)[ODAFS_FHSIZE], size_t 
   getattr_args args{};
   std::memcpy(args.fh, root, sizeof args.fh);
   return measure("rpc", inflight, seconds, stats, [&] {
-    for (auto& c : calls) ch.start(*c, ODAFSPROC_GETATTR, to_xdrproc(xdr_getattr_args), &args);
+    for (auto& c : calls) {
+      odafs::or_throw(ch.start(*c, ODAFSPROC_GETATTR, to_xdrproc(xdr_getattr_args), &args));
+    }
     for (auto& c : calls) {
       XDR x;
-      ch.wait(*c, &x);
+      odafs::or_throw(ch.wait(*c, &x));
       attr_res res{};
       if (!xdr_attr_res(&x, &res) || res.status != ODAFS_OK) {
         throw std::runtime_error("GETATTR failed");
@@ -175,11 +177,14 @@ int main(int argc, char** argv) {
     odafs::rpc::Channel::Options o;
     o.program = ODAFS_PROGRAM;
     o.version = ODAFS_V3;
-    odafs::rpc::Channel ch(url.server, o);
+    std::unique_ptr<odafs::rpc::Channel> channel =
+        odafs::or_throw(odafs::rpc::Channel::connect(url.server, o));
+    odafs::rpc::Channel& ch = *channel;
     mount_args ma{};
     ma.path = const_cast<char*>("/");
     mount_res mr{};
-    ch.call(ODAFSPROC_MOUNT, to_xdrproc(xdr_mount_args), &ma, to_xdrproc(xdr_mount_res), &mr);
+    odafs::or_throw(
+        ch.call(ODAFSPROC_MOUNT, to_xdrproc(xdr_mount_args), &ma, to_xdrproc(xdr_mount_res), &mr));
     if (mr.status != ODAFS_OK) throw std::runtime_error("MOUNT refused");
     char root[ODAFS_FHSIZE];
     std::memcpy(root, mr.mount_res_u.ok.root, sizeof root);

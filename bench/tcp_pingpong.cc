@@ -207,22 +207,25 @@ int main(int argc, char** argv) {
     const bool busy = mode == "busy";
     const bool client_spins = busy || mode == "client_poll";
     odafs::net::Endpoint bound;
-    int listener = odafs::net::listen_tcp({"127.0.0.1", 0}, &bound);
-    odafs::net::set_nonblocking(listener, false);
+    // A benchmark of the loopback itself: a socket call that fails ends the run (value()
+    // aborts with its reason).
+    int listener = odafs::net::listen_tcp({"127.0.0.1", 0}, &bound).value();
+    if (!odafs::net::set_nonblocking(listener, false).ok()) return 1;
     int report[2];
     if (pipe(report) != 0) return 1;
     pid_t child = fork();
     if (child == 0) {
       int s = accept(listener, nullptr, nullptr);
       odafs::net::set_nodelay(s);
-      if (busy) odafs::net::set_nonblocking(s, true);
+      if (busy && !odafs::net::set_nonblocking(s, true).ok()) _exit(1);
       std::vector<char> buf(bytes);
       rusage before{}, after{};
       getrusage(RUSAGE_SELF, &before);
       size_t n = 0;
-      while (busy ? spin_read(s, buf.data(), bytes) : odafs::net::read_full(s, buf.data(), bytes)) {
+      while (busy ? spin_read(s, buf.data(), bytes)
+                  : odafs::net::got_all(odafs::net::read_full(s, buf.data(), bytes))) {
         iovec iov{buf.data(), bytes};
-        odafs::net::write_all(s, &iov, 1);
+        if (!odafs::net::write_all(s, &iov, 1).ok()) break;
         ++n;
       }
       getrusage(RUSAGE_SELF, &after);
@@ -230,17 +233,17 @@ int main(int argc, char** argv) {
       [[maybe_unused]] ssize_t w = write(report[1], &per_op, sizeof per_op);
       _exit(0);
     }
-    int c = odafs::net::connect_tcp(bound);
-    if (client_spins) odafs::net::set_nonblocking(c, true);
+    int c = odafs::net::connect_tcp(bound).value();
+    if (client_spins && !odafs::net::set_nonblocking(c, true).ok()) return 1;
     std::vector<char> buf(bytes, 'x');
     for (size_t i = 0; i < iters; ++i) {
       auto t0 = Clock::now();
       iovec iov{buf.data(), bytes};
-      odafs::net::write_all(c, &iov, 1);
+      if (!odafs::net::write_all(c, &iov, 1).ok()) return 1;
       if (client_spins) {
         spin_read(c, buf.data(), bytes);
-      } else {
-        odafs::net::read_full(c, buf.data(), bytes);
+      } else if (!odafs::net::got_all(odafs::net::read_full(c, buf.data(), bytes))) {
+        return 1;
       }
       lat[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
     }

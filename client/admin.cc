@@ -16,7 +16,7 @@ void call_server(const std::string& url, MountOptions options, uint32_t proc, xd
   Url parsed = or_throw(parse_url(url));
   apply_url_options(parsed, &options);
   std::shared_ptr<rpc::Channel> channel = or_throw(server_channel(parsed, options));
-  or_throw(in_context(call_rpc(*channel, proc, to_xdrproc(rpc::xdr_nothing), nullptr, xres, res),
+  or_throw(in_context(channel->call(proc, to_xdrproc(rpc::xdr_nothing), nullptr, xres, res),
                       what + " of " + url));
   or_throw(status_of(res->status, what + " of " + url));
 }

@@ -106,42 +106,6 @@ inline Status in_context(Status s, const std::string& context) {
   return Status(s.errno_value(), context + ": " + s.message());
 }
 
-// ---- The rpc/ layer throws rpc::RpcError; the client's internals take a Status. These are
-// the one place that conversion is written: the same errno, the RpcError's bare message
-// (an Error made from the Status appends the errno's text itself, as RpcError's what()).
-
-inline Status status_of(const rpc::RpcError& e) { return Status(e.code().value(), e.message()); }
-
-// Runs fn() (calls into rpc::Channel), an RpcError it throws returned as a Status (and its
-// kind in *kind, when given: for a caller that must tell a server without a procedure
-// from a transport failure).
-template <class Fn>
-Status rpc_status(Fn&& fn, rpc::RpcError::Kind* kind = nullptr) {
-  try {
-    fn();
-    return Status();
-  } catch (const rpc::RpcError& e) {
-    if (kind != nullptr) *kind = e.kind();
-    return status_of(e);
-  }
-}
-
-// rpc::Channel::call, start, wait and wait_until, answering a Status.
-inline Status call_rpc(rpc::Channel& ch, uint32_t proc, xdrproc_t xargs, const void* args,
-                       xdrproc_t xres, void* res, rpc::RpcError::Kind* kind = nullptr) {
-  return rpc_status([&] { ch.call(proc, xargs, args, xres, res); }, kind);
-}
-inline Status start_rpc(rpc::Channel& ch, rpc::Call& call, uint32_t proc, xdrproc_t xargs,
-                        const void* args) {
-  return rpc_status([&] { ch.start(call, proc, xargs, args); });
-}
-inline Status wait_rpc(rpc::Channel& ch, rpc::Call& call, XDR* results) {
-  return rpc_status([&] { ch.wait(call, results); });
-}
-inline Status wait_rpc_until(rpc::Channel& ch, rpc::Call& call, XDR* results, timespec deadline) {
-  return rpc_status([&] { ch.wait_until(call, results, deadline); });
-}
-
 // OPEN's and CREATE's access for an open(2) access mode (O_RDONLY, O_WRONLY, O_RDWR).
 inline uint32_t open_access(int access) {
   return access == O_RDONLY ? ODAFS_OPEN_READ : ODAFS_OPEN_READ | ODAFS_OPEN_WRITE;
@@ -154,18 +118,12 @@ inline bool server_unreachable(int err) {
          err == EHOSTUNREACH || err == ENETUNREACH;
 }
 
-// A new channel to server. Its constructor throws RpcError when TLS cannot start and
-// std::system_error when the connection cannot be made (errno 0 there reads as
-// ECONNREFUSED).
+// A new channel to server, shared by the mount's users.
 inline Result<std::shared_ptr<rpc::Channel>> connect_channel(const net::Endpoint& server,
                                                              rpc::Channel::Options options) {
-  try {
-    return std::make_shared<rpc::Channel>(server, std::move(options));
-  } catch (const rpc::RpcError& e) {
-    return status_of(e);
-  } catch (const std::system_error& e) {
-    return Status(e.code().value() ? e.code().value() : ECONNREFUSED, e.what());
-  }
+  ODAFS_ASSIGN_OR_RETURN(std::unique_ptr<rpc::Channel> ch,
+                         rpc::Channel::connect(server, std::move(options)));
+  return std::shared_ptr<rpc::Channel>(std::move(ch));
 }
 
 // ---- Retrying (client/retry_policy.h). fn returns a Status or a Result<T>; the helpers
@@ -184,7 +142,7 @@ auto retry_delayed(int timeout_ms, Fn&& fn) -> decltype(fn()) {
 // A lost connection is told by the failed call's channel: broken() now. The rpc layer
 // breaks a channel only when the connection failed under it (a send or receive failed,
 // the server closed it, a malformed record), so a failure on a broken channel is that, or
-// one that raced with it (which RpcError's kind told apart before; the difference does not
+// one that raced with it (which rpc::CallFailure would tell apart; the difference does not
 // matter): either way an idempotent call may go once more on the new mount, and no other.
 template <class Fn>
 auto Client::with_mount(bool idempotent, Fn&& fn)

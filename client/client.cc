@@ -262,10 +262,9 @@ Result<std::shared_ptr<const MountState>> Client::remount() {
   args.path = mount_path_.data();
   mount_res res{};
   XdrFree<mount_res> guard{to_xdrproc(xdr_mount_res), &res};
-  ODAFS_RETURN_IF_ERROR(
-      in_context(call_rpc(*m->channel, ODAFSPROC_MOUNT, to_xdrproc(xdr_mount_args), &args,
-                          to_xdrproc(xdr_mount_res), &res),
-                 "mount " + url_));
+  ODAFS_RETURN_IF_ERROR(in_context(m->channel->call(ODAFSPROC_MOUNT, to_xdrproc(xdr_mount_args),
+                                                    &args, to_xdrproc(xdr_mount_res), &res),
+                                   "mount " + url_));
   ODAFS_RETURN_IF_ERROR(status_of(res.status, "mount " + url_));
   const mount_ok& ok = res.mount_res_u.ok;
   // The client sizes its cache and its requests from these: a server's word is not
@@ -319,8 +318,8 @@ Result<std::shared_ptr<const MountState>> Client::remount() {
   if (may_reclaim) {
     stat_res done{};
     ODAFS_RETURN_IF_ERROR(
-        in_context(call_rpc(*m->channel, ODAFSPROC_RECLAIM_COMPLETE, to_xdrproc(rpc::xdr_nothing),
-                            nullptr, to_xdrproc(xdr_stat_res), &done),
+        in_context(m->channel->call(ODAFSPROC_RECLAIM_COMPLETE, to_xdrproc(rpc::xdr_nothing),
+                                    nullptr, to_xdrproc(xdr_stat_res), &done),
                    "reclaim complete"));
   }
   std::weak_ptr<Delegations> delegations = m->delegations;
@@ -398,8 +397,8 @@ Result<std::pair<Handle, Attr>> Client::try_lookup(const Handle& dir, const std:
     put_fh(args.dir, dir);
     args.name = const_cast<char*>(name.c_str());
     dirop_res res{};
-    ODAFS_RETURN_IF_ERROR(call_rpc(ch, ODAFSPROC_LOOKUP, to_xdrproc(xdr_diropargs), &args,
-                                   to_xdrproc(xdr_dirop_res), &res));
+    ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_LOOKUP, to_xdrproc(xdr_diropargs), &args,
+                                  to_xdrproc(xdr_dirop_res), &res));
     return lookup_of(res, name);
   });
 }
@@ -421,8 +420,8 @@ Result<Attr> Client::try_getattr(const Handle& fh) {
     getattr_args args{};
     put_fh(args.fh, fh);
     attr_res res{};
-    ODAFS_RETURN_IF_ERROR(call_rpc(ch, ODAFSPROC_GETATTR, to_xdrproc(xdr_getattr_args), &args,
-                                   to_xdrproc(xdr_attr_res), &res));
+    ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_GETATTR, to_xdrproc(xdr_getattr_args), &args,
+                                  to_xdrproc(xdr_attr_res), &res));
     return attr_of(res, fh);
   });
 }
@@ -435,12 +434,12 @@ Result<Attr> Client::attr_of(const attr_res& res, const Handle& fh) const {
 Status Client::start_getattr(const MountState& m, rpc::Call& call, const Handle& fh) {
   getattr_args args{};
   put_fh(args.fh, fh);
-  return start_rpc(*m.channel, call, ODAFSPROC_GETATTR, to_xdrproc(xdr_getattr_args), &args);
+  return m.channel->start(call, ODAFSPROC_GETATTR, to_xdrproc(xdr_getattr_args), &args);
 }
 
 Result<Attr> Client::finish_getattr(const MountState& m, rpc::Call& call, const Handle& fh) {
   XDR x;
-  ODAFS_RETURN_IF_ERROR(wait_rpc_until(*m.channel, call, &x, call.deadline()));
+  ODAFS_RETURN_IF_ERROR(m.channel->wait_until(call, &x, call.deadline()));
   attr_res res{};
   if (!xdr_attr_res(&x, &res)) return Status(EPROTO, "getattr: malformed reply");
   return attr_of(res, fh);
@@ -468,14 +467,14 @@ Status Client::start_rpc_read(const MountState& m, rpc::Call& call, const Handle
   args.session = session_for_reads(m);
   stats_.rpc_reads.fetch_add(1, std::memory_order_relaxed);
   if (read_mode() != ReadMode::kInline) call.post(buf, len, kReadReplyHeaderBytes);
-  return start_rpc(*m.channel, call, ODAFSPROC_READ, to_xdrproc(xdr_read_args), &args);
+  return m.channel->start(call, ODAFSPROC_READ, to_xdrproc(xdr_read_args), &args);
 }
 
 Result<size_t> Client::finish_rpc_read(const MountState& m, rpc::Call& call, uint64_t key,
                                        void* buf, size_t len, bool* eof) {
   thread_local std::vector<BlockRef> refs;  // keeps its capacity: no allocation per read
   XDR x;
-  ODAFS_RETURN_IF_ERROR(wait_rpc_until(*m.channel, call, &x, call.deadline()));
+  ODAFS_RETURN_IF_ERROR(m.channel->wait_until(call, &x, call.deadline()));
   ODAFS_ASSIGN_OR_RETURN(size_t n, decode_read_reply(call, &x, buf, len, eof, &refs));
   keep_references(m, key, refs, &stats_);
   stats_.rpc_bytes.fetch_add(n, std::memory_order_relaxed);
@@ -525,7 +524,7 @@ AsyncRead::~AsyncRead() {
     // The reply would land in a buffer nobody waits for: collect it first (its failure
     // has no one to go to).
     XDR x;
-    (void)wait_rpc(*mount_->channel, *call_, &x);
+    (void)mount_->channel->wait(*call_, &x);
   }
 }
 
@@ -556,13 +555,13 @@ Status Client::start_write(const MountState& m, rpc::Call& call, const Handle& f
   args.stable = static_cast<odafs_stable_how>(how);
   args.data.data_len = static_cast<u_int>(len);
   args.data.data_val = static_cast<char*>(const_cast<void*>(buf));
-  return start_rpc(*m.channel, call, ODAFSPROC_WRITE, to_xdrproc(xdr_write_args), &args);
+  return m.channel->start(call, ODAFSPROC_WRITE, to_xdrproc(xdr_write_args), &args);
 }
 
 Result<size_t> Client::finish_write(const MountState& m, rpc::Call& call, size_t len,
                                     WriteVerifier* verf, int* committed, uint64_t* size_after) {
   XDR x;
-  ODAFS_RETURN_IF_ERROR(wait_rpc_until(*m.channel, call, &x, call.deadline()));
+  ODAFS_RETURN_IF_ERROR(m.channel->wait_until(call, &x, call.deadline()));
   write_res res{};
   if (!xdr_write_res(&x, &res)) return Status(EPROTO, "write: malformed reply");
   ODAFS_RETURN_IF_ERROR(status_of(res.status, "write"));
@@ -616,8 +615,8 @@ Result<WriteVerifier> Client::commit_on(const MountState& m, const Handle& fh) {
   commit_args args{};
   put_fh(args.fh, fh);
   commit_res res{};
-  ODAFS_RETURN_IF_ERROR(call_rpc(*m.channel, ODAFSPROC_COMMIT, to_xdrproc(xdr_commit_args), &args,
-                                 to_xdrproc(xdr_commit_res), &res));
+  ODAFS_RETURN_IF_ERROR(m.channel->call(ODAFSPROC_COMMIT, to_xdrproc(xdr_commit_args), &args,
+                                        to_xdrproc(xdr_commit_res), &res));
   ODAFS_RETURN_IF_ERROR(status_of(res.status, "commit"));
   WriteVerifier v;
   std::memcpy(v.data(), res.commit_res_u.verf, v.size());
@@ -636,16 +635,16 @@ Result<Attr> Client::setattr(const Handle& fh, setattr_args& args, const std::st
   return with_channel(true, [&](rpc::Channel& ch) -> Result<Attr> {
     put_fh(args.fh, fh);
     attr_res res{};
-    ODAFS_RETURN_IF_ERROR(call_rpc(ch, ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args,
-                                   to_xdrproc(xdr_attr_res), &res));
+    ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args,
+                                  to_xdrproc(xdr_attr_res), &res));
     return setattr_of(res, what);
   });
 }
 
 void Client::ping() {
   or_throw(with_channel(true, [&](rpc::Channel& ch) {
-    return call_rpc(ch, ODAFSPROC_NULL, to_xdrproc(rpc::xdr_nothing), nullptr,
-                    to_xdrproc(rpc::xdr_nothing), nullptr);
+    return ch.call(ODAFSPROC_NULL, to_xdrproc(rpc::xdr_nothing), nullptr,
+                   to_xdrproc(rpc::xdr_nothing), nullptr);
   }));
 }
 
@@ -654,8 +653,8 @@ std::vector<std::pair<std::string, uint64_t>> Client::server_stats() {
   return or_throw(with_channel(true, [&](rpc::Channel& ch) -> Result<Counters> {
     stats_res res{};
     XdrFree<stats_res> guard{to_xdrproc(xdr_stats_res), &res};
-    ODAFS_RETURN_IF_ERROR(call_rpc(ch, ODAFSPROC_STATS, to_xdrproc(rpc::xdr_nothing), nullptr,
-                                   to_xdrproc(xdr_stats_res), &res));
+    ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_STATS, to_xdrproc(rpc::xdr_nothing), nullptr,
+                                  to_xdrproc(xdr_stats_res), &res));
     Counters out;
     for (u_int i = 0; i < res.counters.counters_len; ++i) {
       out.emplace_back(res.counters.counters_val[i].name, res.counters.counters_val[i].value);

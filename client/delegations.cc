@@ -457,8 +457,8 @@ void Delegations::give_back(Return& r) {
   put_fh(args.fh, r.fh);
   args.delegation = r.id;
   stat_res res{};
-  if (Status called = call_rpc(*channel_, ODAFSPROC_DELEGRETURN, to_xdrproc(xdr_delegreturn_args),
-                               &args, to_xdrproc(xdr_stat_res), &res);
+  if (Status called = channel_->call(ODAFSPROC_DELEGRETURN, to_xdrproc(xdr_delegreturn_args), &args,
+                                     to_xdrproc(xdr_stat_res), &res);
       !called.ok()) {
     // The connection is gone, and with it every delegation it held.
     ODAFS_LOG_DEBUG("odafs: returning a delegation failed: %s", called.to_string().c_str());

@@ -90,7 +90,7 @@ IoQueue::~IoQueue() {
     // The reply would land in a buffer nobody waits for: collect it first (its failure has
     // no one to go to).
     XDR x;
-    (void)wait_rpc_until(*s.mount->channel, s.call, &x, s.call.deadline());
+    (void)s.mount->channel->wait_until(s.call, &x, s.call.deadline());
   }
 }
 

@@ -124,8 +124,8 @@ Result<std::string> Client::readlink_handle(const Handle& fh) {
     put_fh(args.fh, fh);
     readlink_res res{};
     XdrFree<readlink_res> guard{to_xdrproc(xdr_readlink_res), &res};
-    ODAFS_RETURN_IF_ERROR(call_rpc(ch, ODAFSPROC_READLINK, to_xdrproc(xdr_getattr_args), &args,
-                                   to_xdrproc(xdr_readlink_res), &res));
+    ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_READLINK, to_xdrproc(xdr_getattr_args), &args,
+                                  to_xdrproc(xdr_readlink_res), &res));
     ODAFS_RETURN_IF_ERROR(status_of(res.status, "readlink"));
     return std::string(res.readlink_res_u.target);
   });
@@ -155,9 +155,8 @@ Result<File> Client::try_open(const std::string& path, int flags, mode_t mode) {
           with_mount(false, [&](const MountState& m) -> Result<std::pair<Handle, Attr>> {
             const create_args args = create_call_args(dir, name, mode, flags, access);
             open_res res{};
-            ODAFS_RETURN_IF_ERROR(call_rpc(*m.channel, ODAFSPROC_CREATE,
-                                           to_xdrproc(xdr_create_args), &args,
-                                           to_xdrproc(xdr_open_res), &res));
+            ODAFS_RETURN_IF_ERROR(m.channel->call(ODAFSPROC_CREATE, to_xdrproc(xdr_create_args),
+                                                  &args, to_xdrproc(xdr_open_res), &res));
             return opened(m, dir, name, access, res, "create " + path);
           });
       if (made.ok()) {
@@ -235,8 +234,8 @@ Result<std::pair<Handle, Attr>> Client::open_existing(const std::string& path, i
         args.name = const_cast<char*>(name.data());
         args.access = open_access(access);
         open_res res{};
-        ODAFS_RETURN_IF_ERROR(call_rpc(*m.channel, ODAFSPROC_OPEN, to_xdrproc(xdr_open_args), &args,
-                                       to_xdrproc(xdr_open_res), &res));
+        ODAFS_RETURN_IF_ERROR(m.channel->call(ODAFSPROC_OPEN, to_xdrproc(xdr_open_args), &args,
+                                              to_xdrproc(xdr_open_res), &res));
         return opened(m, dir, name, access, res, "open " + path);
       });
   if (found.errno_value() == ESTALE) {
@@ -271,8 +270,8 @@ Result<int> Client::access_handle(const Handle& fh, int want) {
     args.want =
         static_cast<u_int>(want) & (ODAFS_ACCESS_READ | ODAFS_ACCESS_WRITE | ODAFS_ACCESS_EXEC);
     access_res res{};
-    ODAFS_RETURN_IF_ERROR(call_rpc(ch, ODAFSPROC_ACCESS, to_xdrproc(xdr_access_args), &args,
-                                   to_xdrproc(xdr_access_res), &res));
+    ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_ACCESS, to_xdrproc(xdr_access_args), &args,
+                                  to_xdrproc(xdr_access_res), &res));
     return granted_of(res, static_cast<int>(args.want));
   });
 }
@@ -313,8 +312,8 @@ void Client::mkdir(const std::string& path, mode_t mode) {
       args.name = const_cast<char*>(name.data());
       args.mode = mode & 07777;
       dirop_res res{};
-      ODAFS_RETURN_IF_ERROR(call_rpc(ch, ODAFSPROC_MKDIR, to_xdrproc(xdr_mkdir_args), &args,
-                                     to_xdrproc(xdr_dirop_res), &res));
+      ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_MKDIR, to_xdrproc(xdr_mkdir_args), &args,
+                                    to_xdrproc(xdr_dirop_res), &res));
       return status_of(res.status, "mkdir " + path);
     });
   }));
@@ -335,7 +334,7 @@ Status Client::remove_name(const std::string& path, uint32_t proc, const char* w
       args.name = const_cast<char*>(name.data());
       stat_res res{};
       ODAFS_RETURN_IF_ERROR(
-          call_rpc(ch, proc, to_xdrproc(xdr_diropargs), &args, to_xdrproc(xdr_stat_res), &res));
+          ch.call(proc, to_xdrproc(xdr_diropargs), &args, to_xdrproc(xdr_stat_res), &res));
       return status_of(res.status, std::string(what) + " " + path);
     });
     // Still there after a failure: its bytes go back.
@@ -377,8 +376,8 @@ void Client::rename(const std::string& from, const std::string& to) {
       put_fh(args.to_dir, to_dir);
       args.to_name = const_cast<char*>(to_name.data());
       stat_res res{};
-      ODAFS_RETURN_IF_ERROR(call_rpc(ch, ODAFSPROC_RENAME, to_xdrproc(xdr_rename_args), &args,
-                                     to_xdrproc(xdr_stat_res), &res));
+      ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_RENAME, to_xdrproc(xdr_rename_args), &args,
+                                    to_xdrproc(xdr_stat_res), &res));
       return status_of(res.status, "rename " + from + " to " + to);
     });
   }));
@@ -400,8 +399,8 @@ std::vector<DirEntry> Client::readdir(const std::string& path, bool attributes) 
         args.plus = attributes;
         readdir_res res{};
         XdrFree<readdir_res> guard{to_xdrproc(xdr_readdir_res), &res};
-        ODAFS_RETURN_IF_ERROR(call_rpc(ch, ODAFSPROC_READDIR, to_xdrproc(xdr_readdir_args), &args,
-                                       to_xdrproc(xdr_readdir_res), &res));
+        ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_READDIR, to_xdrproc(xdr_readdir_args), &args,
+                                      to_xdrproc(xdr_readdir_res), &res));
         ODAFS_RETURN_IF_ERROR(status_of(res.status, "readdir " + path));
         const readdir_ok& ok = res.readdir_res_u.ok;
         for (u_int i = 0; i < ok.entries.entries_len; ++i) {
@@ -523,8 +522,8 @@ void Client::symlink(const std::string& target, const std::string& path) {
       args.name = const_cast<char*>(name.data());
       args.target = const_cast<char*>(target.c_str());
       dirop_res res{};
-      ODAFS_RETURN_IF_ERROR(call_rpc(ch, ODAFSPROC_SYMLINK, to_xdrproc(xdr_symlink_args), &args,
-                                     to_xdrproc(xdr_dirop_res), &res));
+      ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_SYMLINK, to_xdrproc(xdr_symlink_args), &args,
+                                    to_xdrproc(xdr_dirop_res), &res));
       return status_of(res.status, "symlink " + path);
     });
   }));
@@ -549,8 +548,8 @@ Attr Client::mknod(const std::string& path, mode_t mode, dev_t rdev) {
       args.rdev.major = major(rdev);
       args.rdev.minor = minor(rdev);
       dirop_res res{};
-      ODAFS_RETURN_IF_ERROR(call_rpc(ch, ODAFSPROC_MKNOD, to_xdrproc(xdr_mknod_args), &args,
-                                     to_xdrproc(xdr_dirop_res), &res));
+      ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_MKNOD, to_xdrproc(xdr_mknod_args), &args,
+                                    to_xdrproc(xdr_dirop_res), &res));
       ODAFS_RETURN_IF_ERROR(status_of(res.status, "mknod " + path));
       return to_attr(res.dirop_res_u.ok.attr);
     });
@@ -572,8 +571,8 @@ Attr Client::link(const std::string& existing, const std::string& new_path) {
       put_fh(args.dir, dir);
       args.name = const_cast<char*>(name.data());
       attr_res res{};
-      ODAFS_RETURN_IF_ERROR(call_rpc(ch, ODAFSPROC_LINK, to_xdrproc(xdr_link_args), &args,
-                                     to_xdrproc(xdr_attr_res), &res));
+      ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_LINK, to_xdrproc(xdr_link_args), &args,
+                                    to_xdrproc(xdr_attr_res), &res));
       ODAFS_RETURN_IF_ERROR(status_of(res.status, "link " + existing + " to " + new_path));
       return to_attr(res.attr_res_u.attr);
     });
@@ -594,8 +593,8 @@ FsStat Client::statfs() {
     getattr_args args{};
     put_fh(args.fh, r);
     fsstat_res res{};
-    ODAFS_RETURN_IF_ERROR(call_rpc(ch, ODAFSPROC_FSSTAT, to_xdrproc(xdr_getattr_args), &args,
-                                   to_xdrproc(xdr_fsstat_res), &res));
+    ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_FSSTAT, to_xdrproc(xdr_getattr_args), &args,
+                                  to_xdrproc(xdr_fsstat_res), &res));
     ODAFS_RETURN_IF_ERROR(status_of(res.status, "statfs"));
     const fsstat_ok& ok = res.fsstat_res_u.ok;
     return FsStat{ok.total_bytes, ok.free_bytes, ok.avail_bytes, ok.total_files,

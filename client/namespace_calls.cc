@@ -20,7 +20,7 @@ template <class Res>
 Status reply_of(const MountState& m, rpc::Call& call, bool_t (*xres)(XDR*, Res*), Res* res,
                 const char* what) {
   XDR x;
-  ODAFS_RETURN_IF_ERROR(wait_rpc_until(*m.channel, call, &x, call.deadline()));
+  ODAFS_RETURN_IF_ERROR(m.channel->wait_until(call, &x, call.deadline()));
   if (!xres(&x, res)) return Status(EPROTO, std::string(what) + ": malformed reply");
   return Status();
 }
@@ -71,7 +71,7 @@ Result<std::pair<Handle, Attr>> Client::opened(const MountState& m, const Handle
 Status Client::start_lookup(const MountState& m, rpc::Call& call, const Handle& dir,
                             const std::string& name) {
   const diropargs args = dirop_args(dir, name);
-  return start_rpc(*m.channel, call, ODAFSPROC_LOOKUP, to_xdrproc(xdr_diropargs), &args);
+  return m.channel->start(call, ODAFSPROC_LOOKUP, to_xdrproc(xdr_diropargs), &args);
 }
 
 Result<std::pair<Handle, Attr>> Client::finish_lookup(const MountState& m, rpc::Call& call,
@@ -86,7 +86,7 @@ Status Client::start_access(const MountState& m, rpc::Call& call, const Handle& 
   put_fh(args.fh, fh);
   args.want =
       static_cast<u_int>(want) & (ODAFS_ACCESS_READ | ODAFS_ACCESS_WRITE | ODAFS_ACCESS_EXEC);
-  return start_rpc(*m.channel, call, ODAFSPROC_ACCESS, to_xdrproc(xdr_access_args), &args);
+  return m.channel->start(call, ODAFSPROC_ACCESS, to_xdrproc(xdr_access_args), &args);
 }
 
 Result<int> Client::finish_access(const MountState& m, rpc::Call& call, int want) {
@@ -98,7 +98,7 @@ Result<int> Client::finish_access(const MountState& m, rpc::Call& call, int want
 Status Client::start_setattr(const MountState& m, rpc::Call& call, const Handle& fh,
                              setattr_args& args) {
   put_fh(args.fh, fh);
-  return start_rpc(*m.channel, call, ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args);
+  return m.channel->start(call, ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args);
 }
 
 Result<Attr> Client::finish_setattr(const MountState& m, rpc::Call& call, const std::string& what) {
@@ -110,7 +110,7 @@ Result<Attr> Client::finish_setattr(const MountState& m, rpc::Call& call, const 
 Status Client::start_create(const MountState& m, rpc::Call& call, const Handle& dir,
                             const std::string& name, mode_t mode, int flags, int access) {
   const create_args args = create_call_args(dir, name, mode, flags, access);
-  return start_rpc(*m.channel, call, ODAFSPROC_CREATE, to_xdrproc(xdr_create_args), &args);
+  return m.channel->start(call, ODAFSPROC_CREATE, to_xdrproc(xdr_create_args), &args);
 }
 
 Result<std::pair<Handle, Attr>> Client::finish_create(const MountState& m, rpc::Call& call,
@@ -124,7 +124,7 @@ Result<std::pair<Handle, Attr>> Client::finish_create(const MountState& m, rpc::
 Status Client::start_remove(const MountState& m, rpc::Call& call, const Handle& dir,
                             const std::string& name, uint32_t proc) {
   const diropargs args = dirop_args(dir, name);
-  return start_rpc(*m.channel, call, proc, to_xdrproc(xdr_diropargs), &args);
+  return m.channel->start(call, proc, to_xdrproc(xdr_diropargs), &args);
 }
 
 Status Client::finish_remove(const MountState& m, rpc::Call& call, const std::string& what) {

@@ -366,29 +366,28 @@ Result<size_t> Client::read_direct(const Handle& fh, void* buf, size_t len, uint
     size_t chunk = std::min<size_t>(len - done, m->limits.max_read);
     u_int count = 0;
     uint32_t got = 0;
-    ODAFS_ASSIGN_OR_RETURN(
-        ordma::Fault f,
-        direct_transfer(
-            *eng,
-            [&](uint32_t tag) -> Status {
-              read_direct_args args{};
-              put_fh(args.fh, fh);
-              args.offset = offset + done;
-              args.count = static_cast<u_int>(chunk);
-              args.session = m->session.id;
-              args.buffer = reg.id;
-              args.buffer_offset = static_cast<u_int>(done);
-              args.tag = tag;
-              read_direct_res res{};
-              ODAFS_RETURN_IF_ERROR(call_rpc(*m->channel, ODAFSPROC_READ_DIRECT,
-                                             to_xdrproc(xdr_read_direct_args), &args,
-                                             to_xdrproc(xdr_read_direct_res), &res));
-              ODAFS_RETURN_IF_ERROR(status_of(res.status, "read_direct"));
-              count = res.read_direct_res_u.ok.count;
-              eof = res.read_direct_res_u.ok.eof;
-              return Status();
-            },
-            &got));
+    ODAFS_ASSIGN_OR_RETURN(ordma::Fault f,
+                           direct_transfer(
+                               *eng,
+                               [&](uint32_t tag) -> Status {
+                                 read_direct_args args{};
+                                 put_fh(args.fh, fh);
+                                 args.offset = offset + done;
+                                 args.count = static_cast<u_int>(chunk);
+                                 args.session = m->session.id;
+                                 args.buffer = reg.id;
+                                 args.buffer_offset = static_cast<u_int>(done);
+                                 args.tag = tag;
+                                 read_direct_res res{};
+                                 ODAFS_RETURN_IF_ERROR(m->channel->call(
+                                     ODAFSPROC_READ_DIRECT, to_xdrproc(xdr_read_direct_args), &args,
+                                     to_xdrproc(xdr_read_direct_res), &res));
+                                 ODAFS_RETURN_IF_ERROR(status_of(res.status, "read_direct"));
+                                 count = res.read_direct_res_u.ok.count;
+                                 eof = res.read_direct_res_u.ok.eof;
+                                 return Status();
+                               },
+                               &got));
     if (f != ordma::Fault::kNone) {
       return Status(EIO, std::string("read_direct: ") + ordma::fault_name(f));
     }
@@ -425,13 +424,13 @@ Result<size_t> Client::write_direct(const Handle& fh, const void* buf, size_t le
                                              *eng,
                                              [&](uint32_t tag) {
                                                args.tag = tag;
-                                               return start_rpc(
-                                                   *m->channel, call, ODAFSPROC_WRITE_DIRECT,
+                                               return m->channel->start(
+                                                   call, ODAFSPROC_WRITE_DIRECT,
                                                    to_xdrproc(xdr_write_direct_args), &args);
                                              },
                                              &got));
   XDR x;
-  ODAFS_RETURN_IF_ERROR(wait_rpc(*m->channel, call, &x));
+  ODAFS_RETURN_IF_ERROR(m->channel->wait(call, &x));
   write_res res{};
   if (!xdr_write_res(&x, &res)) return Status(EPROTO, "write_direct: malformed reply");
   // No engine, every direct-write place taken, the pull failed, others' delegations still
@@ -468,8 +467,8 @@ size_t Client::prefetch_references(const File& f, uint64_t offset, uint64_t len)
       args.session = session;
       getrefs_res res{};
       XdrFree<getrefs_res> guard{to_xdrproc(xdr_getrefs_res), &res};
-      ODAFS_RETURN_IF_ERROR(call_rpc(*m.channel, ODAFSPROC_GETREFS, to_xdrproc(xdr_getrefs_args),
-                                     &args, to_xdrproc(xdr_getrefs_res), &res));
+      ODAFS_RETURN_IF_ERROR(m.channel->call(ODAFSPROC_GETREFS, to_xdrproc(xdr_getrefs_args), &args,
+                                            to_xdrproc(xdr_getrefs_res), &res));
       if (raw_enum(res.status) == ODAFS_ERR_NOTSUPP) return size_t{0};
       ODAFS_RETURN_IF_ERROR(status_of(res.status, "getrefs " + f.path()));
       const getrefs_ok& ok = res.getrefs_res_u.ok;

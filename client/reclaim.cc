@@ -113,11 +113,11 @@ Result<bool> Client::name_client(MountState& m) {
   client_id_args args{};
   std::memcpy(args.owner, owner_.data(), owner_.size());
   client_id_res res{};
-  rpc::RpcError::Kind kind{};
-  Status called = call_rpc(*m.channel, ODAFSPROC_CLIENT_ID, to_xdrproc(xdr_client_id_args), &args,
-                           to_xdrproc(xdr_client_id_res), &res, &kind);
+  rpc::CallFailure layer{};
+  Status called = m.channel->call(ODAFSPROC_CLIENT_ID, to_xdrproc(xdr_client_id_args), &args,
+                                  to_xdrproc(xdr_client_id_res), &res, &layer);
   if (!called.ok()) {
-    if (kind == rpc::RpcError::Kind::kTransport) return in_context(std::move(called), "client id");
+    if (layer == rpc::CallFailure::kTransport) return in_context(std::move(called), "client id");
     return false;  // a server without it: no write delegations, nothing to reclaim
   }
   ODAFS_RETURN_IF_ERROR(status_of(res.status, "client id"));
@@ -142,8 +142,8 @@ Result<std::optional<std::pair<Handle, Attr>>> Client::find_again(const MountSta
     ODAFS_ASSIGN_OR_RETURN(
         Found step, retry_delayed(options_.timeout_ms, [&]() -> Result<Found> {
           dirop_res res{};
-          ODAFS_RETURN_IF_ERROR(call_rpc(*m.channel, ODAFSPROC_LOOKUP, to_xdrproc(xdr_diropargs),
-                                         &args, to_xdrproc(xdr_dirop_res), &res));
+          ODAFS_RETURN_IF_ERROR(m.channel->call(ODAFSPROC_LOOKUP, to_xdrproc(xdr_diropargs), &args,
+                                                to_xdrproc(xdr_dirop_res), &res));
           if (waits(res.status)) return Status(kDelayErrno, "lookup");
           if (raw_enum(res.status) != ODAFS_OK) return Found();
           return Found(
@@ -161,9 +161,8 @@ Result<std::optional<std::pair<Handle, Attr>>> Client::find_again(const MountSta
           retry_delayed(options_.timeout_ms, [&]() -> Result<std::optional<std::string>> {
             readlink_res res{};
             XdrFree<readlink_res> guard{to_xdrproc(xdr_readlink_res), &res};
-            ODAFS_RETURN_IF_ERROR(call_rpc(*m.channel, ODAFSPROC_READLINK,
-                                           to_xdrproc(xdr_getattr_args), &link,
-                                           to_xdrproc(xdr_readlink_res), &res));
+            ODAFS_RETURN_IF_ERROR(m.channel->call(ODAFSPROC_READLINK, to_xdrproc(xdr_getattr_args),
+                                                  &link, to_xdrproc(xdr_readlink_res), &res));
             if (waits(res.status)) return Status(kDelayErrno, "readlink");
             if (raw_enum(res.status) != ODAFS_OK) return std::optional<std::string>();
             return std::optional<std::string>(res.readlink_res_u.target);
@@ -199,23 +198,23 @@ Result<std::optional<Handle>> Client::home_of(const MountState& m, const SharedF
   if (held != nullptr) {
     getattr_args args{};
     put_fh(args.fh, held->fh);
-    ODAFS_ASSIGN_OR_RETURN(std::optional<Attr> attr,
-                           retry_delayed(options_.timeout_ms, [&]() -> Result<std::optional<Attr>> {
-                             attr_res res{};
-                             ODAFS_RETURN_IF_ERROR(call_rpc(*m.channel, ODAFSPROC_GETATTR,
-                                                            to_xdrproc(xdr_getattr_args), &args,
-                                                            to_xdrproc(xdr_attr_res), &res));
-                             if (waits(res.status)) return Status(kDelayErrno, "getattr");
-                             const int status = raw_enum(res.status);
-                             // Refused: a server instance that does not know it (a restart, with
-                             // handles that name one instance), or the file is gone. The path may
-                             // still find it.
-                             if (status == ODAFS_ERR_STALE || status == ODAFS_ERR_BADHANDLE) {
-                               return std::optional<Attr>();
-                             }
-                             ODAFS_RETURN_IF_ERROR(status_of(res.status, "getattr"));
-                             return std::optional<Attr>(to_attr(res.attr_res_u.attr));
-                           }));
+    ODAFS_ASSIGN_OR_RETURN(
+        std::optional<Attr> attr,
+        retry_delayed(options_.timeout_ms, [&]() -> Result<std::optional<Attr>> {
+          attr_res res{};
+          ODAFS_RETURN_IF_ERROR(m.channel->call(ODAFSPROC_GETATTR, to_xdrproc(xdr_getattr_args),
+                                                &args, to_xdrproc(xdr_attr_res), &res));
+          if (waits(res.status)) return Status(kDelayErrno, "getattr");
+          const int status = raw_enum(res.status);
+          // Refused: a server instance that does not know it (a restart, with
+          // handles that name one instance), or the file is gone. The path may
+          // still find it.
+          if (status == ODAFS_ERR_STALE || status == ODAFS_ERR_BADHANDLE) {
+            return std::optional<Attr>();
+          }
+          ODAFS_RETURN_IF_ERROR(status_of(res.status, "getattr"));
+          return std::optional<Attr>(to_attr(res.attr_res_u.attr));
+        }));
     if (attr && match(*attr) == Match::kSame) return Home(held->fh);
     held_is_gone = !attr && held->instance == m.limits.write_verifier;
   }

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "base/net.h"
+#include "base/status.h"
 #include "base/tls.h"
 #include "rpc/call_credential.h"
 #include "rpc/errors.h"
@@ -118,31 +119,35 @@ class Channel {
     std::string tls_host;
   };
 
-  // Connects (and starts TLS if asked); throws std::system_error when the server cannot be
-  // reached, RpcError(kTransport) with a message saying why when TLS cannot start (the
-  // server offers none, a certificate is refused on either side).
-  Channel(const net::Endpoint& server, Options options);
+  // Connects (and starts TLS if asked). Fails with connect's errno when the server cannot
+  // be reached; with a message saying why when TLS cannot start (the server offers none, a
+  // certificate is refused on either side; *failure kDenied when the server's rules admit
+  // this client to nothing, kTransport otherwise).
+  static Result<std::unique_ptr<Channel>> connect(const net::Endpoint& server, Options options,
+                                                  CallFailure* failure = nullptr);
   ~Channel();  // fails outstanding calls, joins the receiver
   Channel(const Channel&) = delete;
   Channel& operator=(const Channel&) = delete;
 
-  // Encodes and sends a call. Throws RpcError(kTransport) if the channel is broken.
-  // REQUIRES: c is not in flight. Thread-safe.
-  void start(Call& c, uint32_t proc, xdrproc_t xargs, const void* args);
+  // Encodes and sends a call. Fails (ECONNRESET) if the channel is broken; a failed send
+  // breaks it. REQUIRES: c is not in flight. Thread-safe.
+  Status start(Call& c, uint32_t proc, xdrproc_t xargs, const void* args);
 
   // Waits for c's reply and checks the RPC reply header. On success *results is an XDR
   // decode stream over c's reply positioned at the procedure results (valid until c is
-  // reused). Throws RpcError on transport failure, timeout or an RPC-level rejection.
-  void wait(Call& c, XDR* results);
+  // reused). Fails on transport failure, timeout (ETIMEDOUT) or an RPC-level rejection;
+  // *failure (when given) then says which layer.
+  Status wait(Call& c, XDR* results, CallFailure* failure = nullptr);
   // wait() bounded by an absolute CLOCK_MONOTONIC deadline (e.g. c.deadline()) instead of
   // timeout_ms from now. A deadline already passed does not sleep: the call completes if
   // its reply is there, else it times out.
-  void wait_until(Call& c, XDR* results, timespec deadline);
+  Status wait_until(Call& c, XDR* results, timespec deadline, CallFailure* failure = nullptr);
 
   // start + wait + decode results with xres into res (free them with xdr_free).
-  void call(uint32_t proc, xdrproc_t xargs, const void* args, xdrproc_t xres, void* res);
+  Status call(uint32_t proc, xdrproc_t xargs, const void* args, xdrproc_t xres, void* res,
+              CallFailure* failure = nullptr);
 
-  // True once the connection has failed; every later call throws.
+  // True once the connection has failed; every later call fails.
   bool broken() const { return broken_.load(std::memory_order_acquire); }
 
   // Calls the server makes on this connection (callbacks: one-way, no reply is sent).
@@ -160,27 +165,32 @@ class Channel {
   static constexpr size_t kAcceptedReplyHeaderBytes = 24;
 
  private:
+  explicit Channel(Options options);
   void receive_loop();
+  // One record from the server: a reply (completing its call), a callback, or the skipped
+  // reply of an abandoned call. false when the stream ended cleanly (every call failed);
+  // a failure when it broke (*reading: the call whose reply was being read, if any).
+  Result<bool> receive_record(Call** reading);
   // RFC 9289 on the new connection, before the receiver runs: probe, handshake, and one
   // NULL call under TLS, so a refused client certificate is reported here.
-  void start_tls(const net::Endpoint& server);
+  Status start_tls(const net::Endpoint& server, CallFailure* failure);
   // One whole reply record read before the receiver runs (start_tls), body into *out.
-  void read_record_now(std::vector<char>* out, const timespec& deadline);
-  // The connection's bytes, through TLS once it runs. read_full: false at EOF, throws on
-  // failure; read_rest (the rest of a record begun) and write_all throw on both.
-  bool read_full(void* buf, size_t len);
-  void read_rest(void* buf, size_t len);
-  void readv_full(iovec* iov, int count);
-  void write_all(const char* data, size_t len);
+  Status read_record_now(std::vector<char>* out, const timespec& deadline);
+  // The connection's bytes, through TLS once it runs. read_full: false at EOF before the
+  // first byte; read_rest (the rest of a record begun) fails at EOF too.
+  Result<bool> read_full(void* buf, size_t len);
+  Status read_rest(void* buf, size_t len);
+  Status readv_full(iovec* iov, int count);
+  Status write_all(const char* data, size_t len);
   void fail_all(const std::string& why);
   Call* take_pending(uint32_t xid);
   void complete(Call* c);
-  void read_generic(Call* c, size_t frag_left, bool last);
+  Status read_generic(Call* c, size_t frag_left, bool last);
   // Reads a CALL record from the server (its XID and direction already read) and runs the
   // callback handler on it.
-  void take_callback(const char* xid_and_direction, size_t frag_left, bool last);
+  Status take_callback(const char* xid_and_direction, size_t frag_left, bool last);
   static constexpr size_t kMaxCallbackRecord = 4096;
-  void discard(size_t frag_left, bool last);
+  Status discard(size_t frag_left, bool last);
 
   Options options_;
   int fd_ = -1;

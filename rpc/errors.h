@@ -1,34 +1,22 @@
-// Errors of the RPC layer itself (as opposed to a procedure's own status codes).
+// How a call fails below its procedure: the one error vocabulary of rpc/.
+//
+// A failed call is a Status (base/status.h): the errno a caller should see and a few
+// words of why. CallFailure adds the layer that failed, for the few callers that act on
+// it (a server that lacks a procedure is told from a broken connection). Nothing in rpc/
+// throws: the channel and the server return these values from the socket up.
 #pragma once
-
-#include <stdexcept>
-#include <string>
-#include <system_error>
 
 namespace odafs::rpc {
 
-// Why a call failed below the procedure: the transport broke, or the server refused the
-// call (RFC 5531 accept_stat / reject_stat). code() carries the errno a caller should see.
-class RpcError : public std::system_error {
- public:
-  enum class Kind {
-    kTransport,     // connection lost, timeout, malformed reply
-    kProgUnavail,   // PROG_UNAVAIL
-    kProgMismatch,  // PROG_MISMATCH
-    kProcUnavail,   // PROC_UNAVAIL
-    kGarbageArgs,   // GARBAGE_ARGS
-    kSystemErr,     // SYSTEM_ERR
-    kDenied,        // MSG_DENIED (RPC_MISMATCH or AUTH_ERROR)
-  };
-  RpcError(Kind kind, int err, const std::string& what)
-      : std::system_error(err, std::generic_category(), what), kind_(kind), message_(what) {}
-  Kind kind() const { return kind_; }
-  // The message without what() adds (": " and the errno's text), for errors that wrap it.
-  const std::string& message() const { return message_; }
-
- private:
-  Kind kind_;
-  std::string message_;
+// The layer a failed call failed in (RFC 5531's accept_stat / reject_stat, or below).
+enum class CallFailure {
+  kTransport,     // connection lost, timeout, malformed reply, TLS refused
+  kProgUnavail,   // PROG_UNAVAIL: EPROTONOSUPPORT
+  kProgMismatch,  // PROG_MISMATCH: EPROTONOSUPPORT
+  kProcUnavail,   // PROC_UNAVAIL: EOPNOTSUPP
+  kGarbageArgs,   // GARBAGE_ARGS: EINVAL
+  kSystemErr,     // SYSTEM_ERR: EIO
+  kDenied,        // MSG_DENIED (RPC_MISMATCH or AUTH_ERROR): EACCES
 };
 
 }  // namespace odafs::rpc

@@ -35,16 +35,24 @@ Server::Server(Options options) : options_(std::move(options)), acceptor_("rpc")
                static_cast<size_t>(options_.threads + 1) * (options_.max_reply + 4));
   options_.threads = std::max(options_.threads, 1);
   options_.max_blocked_threads = std::max(options_.max_blocked_threads, 0);
-  listen_fd_ = net::listen_tcp(options_.listen, &bound_);
+}
+
+Result<std::unique_ptr<Server>> Server::listen(Options options) {
+  std::unique_ptr<Server> server(new Server(std::move(options)));
+  ODAFS_RETURN_IF_ERROR(server->open());
+  return server;
+}
+
+Status Server::open() {
+  ODAFS_ASSIGN_OR_RETURN(listen_fd_, net::listen_tcp(options_.listen, &bound_));
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) return Status::from_errno("eventfd");
   sweep_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-  if (wake_fd_ < 0 || sweep_fd_ < 0) {
-    throw std::system_error(errno, std::generic_category(), "eventfd/timerfd");
-  }
+  if (sweep_fd_ < 0) return Status::from_errno("timerfd_create");
   epoll_event ev{};
   for (int i = 0; i < options_.threads; ++i) {
     int fd = epoll_create1(EPOLL_CLOEXEC);
-    if (fd < 0) throw std::system_error(errno, std::generic_category(), "epoll_create1");
+    if (fd < 0) return Status::from_errno("epoll_create1");
     loops_.push_back(std::make_unique<Loop>(fd));
     ev.events = EPOLLIN;  // level-triggered: wakes every loop at stop
     ev.data.u64 = kWakeTag;
@@ -66,13 +74,14 @@ Server::Server(Options options) : options_(std::move(options)), acceptor_("rpc")
     ev.data.u64 = kSweepTag;
     epoll_ctl(first, EPOLL_CTL_ADD, sweep_fd_, &ev);
   }
+  return Status();
 }
 
 Server::~Server() {
   stop();
-  close(listen_fd_);
-  close(wake_fd_);
-  close(sweep_fd_);
+  for (int fd : {listen_fd_, wake_fd_, sweep_fd_}) {
+    if (fd >= 0) close(fd);
+  }
 }
 
 void Server::add_procedure(uint32_t proc, const char* name, ProcedureFn fn) {

@@ -99,22 +99,9 @@ struct CallContext {
   std::atomic<uint32_t>* connection_tag = nullptr;
 };
 
-// Thrown by a handler that finds, once running, that it cannot act as the call's
-// credential (the kernel refused to take it on): the server answers AUTH_ERROR with `why`,
-// whatever the handler had encoded.
-class CallRefused : public std::exception {
- public:
-  explicit CallRefused(auth_stat why) : why_(why) {}
-  auth_stat why() const { return why_; }
-  const char* what() const noexcept override { return "call refused: credential not usable"; }
-
- private:
-  auth_stat why_;
-};
-
 // Builds the reply of one call. A handler must call results() (then encode into the
-// stream) or send() exactly once; a handler that returns without replying produces
-// SYSTEM_ERR.
+// stream), send() or refuse() exactly once; a handler that returns without replying
+// produces SYSTEM_ERR.
 class Reply {
  public:
   // Writes the accepted-SUCCESS reply header and returns the stream for the results.
@@ -122,6 +109,11 @@ class Reply {
   // results() + encode res with xres. Returns false if the results did not encode (the
   // reply buffer overflowed); the server then answers SYSTEM_ERR instead.
   bool send(xdrproc_t xres, const void* res);
+  // The handler found, once running, that it cannot act as the call's credential (the
+  // kernel refused to take it on): the server answers AUTH_ERROR with `why` instead of
+  // whatever was encoded. REQUIRES: why != AUTH_OK.
+  void refuse(auth_stat why) { refusal_ = why; }
+  auth_stat refusal() const { return refusal_; }
   bool started() const { return started_; }
   bool failed() const { return failed_; }
   // The results' first 4-byte word as encoded so far (a program's status, where its
@@ -137,6 +129,7 @@ class Reply {
   u_int results_at_ = 0;  // out_'s position where the results start
   bool started_ = false;
   bool failed_ = false;
+  auth_stat refusal_ = AUTH_OK;
 };
 
 // One procedure: decodes arguments, runs, encodes results. Returns false when the
@@ -153,13 +146,12 @@ ProcedureFn typed_procedure(xdrproc_t xargs, Handler handler) {
       xdr_free(xargs, reinterpret_cast<char*>(&args));
       return false;
     }
-    try {
-      handler(ctx, args, reply);
-    } catch (...) {
-      xdr_free(xargs, reinterpret_cast<char*>(&args));
-      throw;
-    }
-    xdr_free(xargs, reinterpret_cast<char*>(&args));
+    struct Free {  // whatever way the handler leaves
+      xdrproc_t xargs;
+      Args* args;
+      ~Free() { xdr_free(xargs, reinterpret_cast<char*>(args)); }
+    } free_args{xargs, &args};
+    handler(ctx, args, reply);
     return true;
   };
 }
@@ -235,7 +227,8 @@ class Server {
   };
 
   // Binds the listening socket (so bound() is known) but serves nothing until start().
-  explicit Server(Options options);
+  // Fails as the bind (EADDRINUSE, say) or the event set-up fails.
+  static Result<std::unique_ptr<Server>> listen(Options options);
   ~Server();  // stop() + join
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -304,6 +297,8 @@ class Server {
   struct Connection;
   struct Worker;
   struct Loop;
+  explicit Server(Options options);  // the options' arithmetic; listen() opens the rest
+  Status open();
   friend bool before_blocking(Wait wait);
   static thread_local Worker* current_worker_;  // the calling pool thread's, else null
   struct Procedure {
@@ -336,6 +331,16 @@ class Server {
                    Worker& w);
   static bool reset_meanwhile(const Connection& conn, int64_t batch_start_ms);
   void dispatch(Connection& conn, std::vector<char>& record, Worker& w);
+  // dispatch's steps. Each check answers why the call may not run (a Refusal, empty when
+  // it may); run_procedure runs it and answers why its reply is not the handler's.
+  struct Refusal;
+  Refusal check_header(const Connection& conn, CallHeaderStatus header, const CallHeader& call,
+                       size_t record_size);
+  Refusal check_call(const CallHeader& call, CallerCred* cred);
+  Refusal run_procedure(Connection& conn, const CallHeader& call, CallerCred& cred,
+                        const char* args, size_t args_len, Reply& reply);
+  // Encodes the refusal's reply for call `xid` into out (from its start) and sends it.
+  void send_refusal(Connection& conn, Worker& w, XDR* out, uint32_t xid, const Refusal& why);
   // Answers an AUTH_TLS probe (RFC 9289 section 4.1) that asked on conn: the STARTTLS
   // reply goes out in the clear, and every byte after it is TLS. False: the connection
   // cannot start TLS now (the caller refuses the probe).

@@ -47,6 +47,7 @@ void FileService::do_setattr(const rpc::CallContext& ctx, setattr_args& a, rpc::
     return reply_status<attr_res>(r, xp(xdr_attr_res), s);
   }
   IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
+  if (as.refused_call(r)) return;
   int err = 0;
   if (a.mode.set && err == 0) {
     if (as.active() && as.permits(st, 0) && st.st_uid != ctx.cred->uid && ctx.cred->uid != 0) {
@@ -122,6 +123,7 @@ void FileService::do_access(const rpc::CallContext& ctx, access_args& a, rpc::Re
   static_assert(ODAFS_ACCESS_READ == R_OK && ODAFS_ACCESS_WRITE == W_OK &&
                 ODAFS_ACCESS_EXEC == X_OK);
   IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
+  if (as.refused_call(r)) return;
   res.access_res_u.granted =
       static_cast<u_int>(store_->access(node.object(), static_cast<int>(want)));
   r.send(xp(xdr_access_res), &res);

@@ -27,6 +27,7 @@ void FileService::do_open(const rpc::CallContext& ctx, open_args& a, rpc::Reply&
     return fail(ODAFS_ERR_ROFS);
   }
   IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
+  if (as.refused_call(r)) return;
   struct stat st;
   if (Status s = store_->stat(dir.object(), &st); !s.ok()) {
     return fail(status_from_errno(s.errno_value()));

@@ -160,7 +160,7 @@ void ExportRouter::mount(const rpc::CallContext& ctx, const mount_args& a, rpc::
   }
   rpc::CallerCred cred = *ctx.cred;
   if (auth_stat why = chosen->service->authority().authorize(ctx, &cred); why != AUTH_OK) {
-    throw rpc::CallRefused(why);
+    return r.refuse(why);
   }
   rpc::CallContext as = ctx;
   as.cred = &cred;

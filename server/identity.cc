@@ -69,8 +69,8 @@ void become_server() {
 
 }  // namespace
 
-void act_as_caller(const rpc::CallerCred* cred) {
-  if (cred == nullptr || !cred->auth_sys) throw rpc::CallRefused(AUTH_TOOWEAK);
+auth_stat act_as_caller(const rpc::CallerCred* cred) {
+  if (cred == nullptr || !cred->auth_sys) return AUTH_TOOWEAK;
   // A group equal to the fsgid adds nothing (the kernel checks the fsgid first), so it is
   // left out: root's usual [0] is then no groups, as the server's own.
   gid_t groups[16];
@@ -80,8 +80,9 @@ void act_as_caller(const rpc::CallerCred* cred) {
   }
   if (!switch_to(cred->uid, cred->gid, groups, n)) {
     become_server();
-    throw rpc::CallRefused(AUTH_BADCRED);
+    return AUTH_BADCRED;
   }
+  return AUTH_OK;
 }
 
 void act_as_server() { become_server(); }

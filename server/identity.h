@@ -22,13 +22,21 @@ namespace odafs::server {
 class IdentityScope {
  public:
   // Acts as *cred toward store until destroyed when `acting`; otherwise does nothing.
-  // Throws rpc::CallRefused (AUTH_BADCRED) when the identity cannot be taken on (the
-  // kernel refuses the uid, gid or groups: each is read back), or (AUTH_TOOWEAK) when cred
-  // runs as no one; the thread is the server again by then. REQUIRES: cred outlives the
-  // scope; destroyed on its thread.
+  // refused() says when the identity cannot be taken on: AUTH_BADCRED (the kernel refuses
+  // the uid, gid or groups: each is read back) or AUTH_TOOWEAK (cred runs as no one); the
+  // thread is the server's then, and the handler must answer with the refusal at once
+  // (refused_call). REQUIRES: cred outlives the scope; destroyed on its thread.
   IdentityScope(Store& store, const rpc::CallerCred* cred, bool acting);
   IdentityScope(const IdentityScope&) = delete;
   IdentityScope& operator=(const IdentityScope&) = delete;
+
+  // True, with r refused, when this scope could not act as the caller: a handler's
+  // `if (as.refused_call(r)) return;` right after the scope.
+  bool refused_call(rpc::Reply& r) const {
+    if (!scope_ || scope_->refused() == AUTH_OK) return false;
+    r.refuse(scope_->refused());
+    return true;
+  }
 
   // Whether this scope acts as the caller (the server acts as its callers).
   bool active() const { return acting_; }
@@ -61,9 +69,10 @@ class IdentityScope {
 };
 
 // IdentityScope's two halves, for an owner that cannot hold a scope object (PosixStore's
-// CallerScope): act_as_caller switches this thread as the constructor does (and throws as
-// it does); act_as_server switches back, as the destructor does.
-void act_as_caller(const rpc::CallerCred* cred);
+// CallerScope): act_as_caller switches this thread as the constructor does (answering
+// AUTH_OK, or why not as refused() does); act_as_server switches back, as the destructor
+// does.
+auth_stat act_as_caller(const rpc::CallerCred* cred);
 void act_as_server();
 
 // The server's own identity inside a call made as a caller, for the server's own files

@@ -45,11 +45,9 @@ Result<std::unique_ptr<MetricsHttp>> MetricsHttp::start(const net::Endpoint& at,
                                                         std::function<std::string()> render) {
   std::unique_ptr<MetricsHttp> http(new MetricsHttp);
   http->render_ = std::move(render);
-  try {
-    http->listen_fd_ = net::listen_tcp(at, &http->bound_, 16);
-  } catch (const std::system_error& e) {
-    return Status(e.code().value(), "--metrics " + at.to_string() + ": " + e.what());
-  }
+  Result<int> fd = net::listen_tcp(at, &http->bound_, 16);
+  if (!fd.ok()) return Status(fd.errno_value(), "--metrics " + fd.status().message());
+  http->listen_fd_ = *fd;
   http->daemon_ = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO, 0, nullptr,
                                    nullptr, &answer, &http->render_, MHD_OPTION_LISTEN_SOCKET,
                                    http->listen_fd_, MHD_OPTION_CONNECTION_LIMIT, 16u,

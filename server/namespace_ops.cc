@@ -83,6 +83,7 @@ bool FileService::mount(const rpc::CallContext& ctx, const char* mount_path, rpc
     }
     // As LOOKUP: search permission on each directory, and the lookup as the caller.
     IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
+    if (as.refused_call(r)) return false;
     if (!store_->stat(node.object(), &st).ok() || !as.permits(st, X_OK)) {
       res.status = ODAFS_ERR_ACCES;
       r.send(xp(xdr_mount_res), &res);
@@ -164,6 +165,7 @@ void FileService::do_lookup(const rpc::CallContext& ctx, diropargs& a, rpc::Repl
   OpenNode dir = resolve_or_reply(a.dir, r, &st);
   if (!dir) return;
   IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
+  if (as.refused_call(r)) return;
   odafs_stat status = ODAFS_OK;
   if (!is_dir(*dir)) {
     status = ODAFS_ERR_NOTDIR;
@@ -186,6 +188,7 @@ void FileService::do_create(const rpc::CallContext& ctx, create_args& a, rpc::Re
   OpenNode dir = resolve_dir_or_reply(a.dir, a.name, r);
   if (!dir) return;
   IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
+  if (as.refused_call(r)) return;
   // The store tells whether this call created the file: a new file is this connection's
   // alone, an existing one is opened as OPEN opens it. CREATE makes and opens regular
   // files only: anything else at the name (a symlink, a FIFO) is EXIST.
@@ -215,6 +218,7 @@ void FileService::do_mkdir(const rpc::CallContext& ctx, mkdir_args& a, rpc::Repl
   OpenNode dir = resolve_dir_or_reply(a.dir, a.name, r);
   if (!dir) return;
   IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
+  if (as.refused_call(r)) return;
   if (Status s = store_->mkdir(dir.object(), a.name, a.mode & 07777); !s.ok()) {
     return reply_status<dirop_res>(r, xp(xdr_dirop_res), status_from_errno(s.errno_value()));
   }
@@ -228,6 +232,7 @@ void FileService::do_symlink(const rpc::CallContext& ctx, symlink_args& a, rpc::
     return reply_status<dirop_res>(r, xp(xdr_dirop_res), ODAFS_ERR_INVAL);
   }
   IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
+  if (as.refused_call(r)) return;
   // The target is stored as given: it is never followed by the server (every open uses
   // O_NOFOLLOW and walks by handle), so an absolute or ".." target cannot escape.
   if (Status s = store_->symlink(dir.object(), a.name, a.target); !s.ok()) {
@@ -264,6 +269,7 @@ void FileService::do_mknod(const rpc::CallContext& ctx, mknod_args& a, rpc::Repl
   }
   const dev_t rdev = device ? makedev(a.rdev.major, a.rdev.minor) : 0;
   IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
+  if (as.refused_call(r)) return;
   // As the caller: the kernel checks write and search on dir, and CAP_MKNOD for devices
   // (which setfsuid to anyone but root drops).
   if (Status s = store_->mknod(dir.object(), a.name, type | (a.mode & 07777), rdev); !s.ok()) {
@@ -321,6 +327,7 @@ void FileService::remove_entry(const rpc::CallContext& ctx, diropargs& a, rpc::R
   OpenNode dir = resolve_dir_or_reply(a.dir, a.name, r);
   if (!dir) return;
   IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
+  if (as.refused_call(r)) return;
   struct stat victim;
   if (Status s = store_->stat_at(dir.object(), a.name, &victim); !s.ok()) {
     return reply_status<stat_res>(r, xp(xdr_stat_res), status_from_errno(s.errno_value()));
@@ -356,6 +363,7 @@ void FileService::do_rename(const rpc::CallContext& ctx, rename_args& a, rpc::Re
   Delegations::Change replacing = begin_change_of_name(to, a.to_name, ctx.connection);
   if (replacing.delayed()) return reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_ERR_DELAY);
   IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
+  if (as.refused_call(r)) return;
   struct stat replaced;
   const bool had_target = store_->stat_at(to.object(), a.to_name, &replaced).ok();
   if (Status s = store_->rename(from.object(), a.from_name, to.object(), a.to_name); !s.ok()) {
@@ -386,6 +394,7 @@ void FileService::do_link(const rpc::CallContext& ctx, link_args& a, rpc::Reply&
     return reply_status<attr_res>(r, xp(xdr_attr_res), s);
   }
   IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
+  if (as.refused_call(r)) return;
   // By the node's object, not by a name it may no longer have.
   Status linked = store_->link(file.object(), dir.object(), a.name);
   if (linked.ok()) linked = store_->stat(file.object(), &st);
@@ -401,6 +410,7 @@ void FileService::do_readdir(const rpc::CallContext& ctx, readdir_args& a, rpc::
   if (!dir) return;
   if (!is_dir(*dir)) return reply_status<readdir_res>(r, xp(xdr_readdir_res), ODAFS_ERR_NOTDIR);
   IdentityScope as(*store_, ctx.cred, options_.act_as_callers);
+  if (as.refused_call(r)) return;
   if (!as.permits(st, R_OK)) {
     return reply_status<readdir_res>(r, xp(xdr_readdir_res), ODAFS_ERR_ACCES);
   }

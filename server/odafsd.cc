@@ -501,7 +501,9 @@ void serve(Settings& s, Plan& p, const sigset_t& signals,
   } service_stage{stop_watchdog, "closing files and freeing the cache"};
   odafs::rpc::Server::Options ro = rpc_options(s, p, *services[0], cpu);
   router.configure(&ro);
-  odafs::rpc::Server server(ro);
+  odafs::Result<std::unique_ptr<odafs::rpc::Server>> listening = odafs::rpc::Server::listen(ro);
+  if (!listening.ok()) throw std::runtime_error(listening.status().to_string());
+  odafs::rpc::Server& server = **listening;
   router.register_procedures(&server);
   if (s.fs.ordma) start_engines(s, p, services, cpu);
   server.start();

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <rpc/rpc.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/types.h>
@@ -295,27 +296,32 @@ class Store {
   friend class CallerScope;
   // Object's destructor.
   virtual void release(uintptr_t native) = 0;
-  // CallerScope's: begin acting as cred (when acting) on this thread, returning what end
-  // needs to restore the thread; throws rpc::CallRefused when the caller cannot be acted as.
-  virtual uintptr_t begin_caller(const rpc::CallerCred* cred, bool acting) = 0;
+  // CallerScope's: begin acting as cred (when acting) on this thread, setting *restore to
+  // what end needs to restore the thread (0: nothing). AUTH_OK, or why the caller cannot
+  // be acted as (the thread is the server's then, *restore 0).
+  virtual auth_stat begin_caller(const rpc::CallerCred* cred, bool acting, uintptr_t* restore) = 0;
   virtual void end_caller(uintptr_t restore) = 0;
 };
 
 // Acting as one call's caller: this thread's calls of `store` run as cred while it lives
-// (when acting; otherwise as the server). Throws rpc::CallRefused (AUTH_BADCRED when the
-// identity cannot be taken on, AUTH_TOOWEAK for AUTH_NONE) as IdentityScope does.
+// (when acting; otherwise as the server), unless refused() says why it could not
+// (AUTH_BADCRED when the identity cannot be taken on, AUTH_TOOWEAK for AUTH_NONE): then
+// they would run as the server, and the caller must not make them.
 // REQUIRES: destroyed on its thread; not nested with another scope of the same store.
 class CallerScope {
  public:
   CallerScope(Store& store, const rpc::CallerCred* cred, bool acting)
-      : store_(store), restore_(store.begin_caller(cred, acting)) {}
+      : store_(store), refused_(store.begin_caller(cred, acting, &restore_)) {}
   ~CallerScope() { store_.end_caller(restore_); }
   CallerScope(const CallerScope&) = delete;
   CallerScope& operator=(const CallerScope&) = delete;
+  // AUTH_OK, or why this thread could not take the caller's identity on.
+  auth_stat refused() const { return refused_; }
 
  private:
   Store& store_;
-  uintptr_t restore_;
+  uintptr_t restore_ = 0;
+  auth_stat refused_;
 };
 
 inline Object::~Object() {

@@ -1,39 +1,47 @@
-// Unit: the client's conversion of RPC failures into API errors (client/call_util.h) and
-// its retry policy (client/retry_policy.h).
+// Unit: how an RPC failure reaches the API (a Status from rpc::Channel, an Error from
+// or_throw) and the client's retry policy (client/retry_policy.h).
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <string>
 
+#include "base/net.h"
 #include "client/call_util.h"
+#include "rpc/client_channel.h"
 
 using odafs::Error;
 using odafs::Status;
-using odafs::rpc::RpcError;
+using odafs::rpc::CallFailure;
 
-TEST_CASE("an RpcError becomes a Status with its errno and text, and an Error as before") {
-  RpcError timed_out(RpcError::Kind::kTransport, ETIMEDOUT, "rpc call timed out");
-  Status s = odafs::rpc_status([&] { throw timed_out; });
-  CHECK(s.errno_value() == ETIMEDOUT);
+TEST_CASE("a channel's failure is a Status from the socket up, and an Error says it once") {
+  // A port nothing listens on: bound, then closed.
+  odafs::net::Endpoint free_port;
+  const int fd = odafs::net::listen_tcp({"127.0.0.1", 0}, &free_port).value();
+  close(fd);
+  odafs::rpc::Channel::Options o;
+  o.program = 400100;
+  o.version = 3;
+  CallFailure layer = CallFailure::kDenied;
+  odafs::Result<std::unique_ptr<odafs::rpc::Channel>> ch =
+      odafs::rpc::Channel::connect(free_port, o, &layer);
+  REQUIRE_FALSE(ch.ok());
+  CHECK(ch.errno_value() == ECONNREFUSED);
+  CHECK(layer == CallFailure::kTransport);
+  CHECK(ch.status().message() == "connect to " + free_port.to_string());
   // Said once: an Error's what() is the message and the errno's text, not the errno's
   // text twice.
   try {
-    odafs::or_throw(s);
+    odafs::or_throw(ch.status());
     FAIL("not thrown");
   } catch (const Error& e) {
-    CHECK(e.errno_value() == ETIMEDOUT);
-    CHECK(std::string(e.what()) == std::string(timed_out.what()));
+    CHECK(e.errno_value() == ECONNREFUSED);
+    CHECK(std::string(e.what()) == ch.status().to_string());
   }
-
-  RpcError denied(RpcError::Kind::kDenied, EACCES, "rpc: AUTH_ERROR");
-  RpcError::Kind kind = RpcError::Kind::kTransport;
-  Status m =
-      odafs::in_context(odafs::rpc_status([&] { throw denied; }, &kind), "mount odafs://h:1/");
-  CHECK(kind == RpcError::Kind::kDenied);
-  CHECK(m.errno_value() == EACCES);
-  CHECK(m.to_string() == std::string("mount odafs://h:1/: ") + denied.what());
-  CHECK(odafs::rpc_status([] {}).ok());
+  Status m = odafs::in_context(ch.status(), "mount odafs://h:1/");
+  CHECK(m.errno_value() == ECONNREFUSED);
+  CHECK(m.to_string() == "mount odafs://h:1/: " + ch.status().to_string());
 }
 
 TEST_CASE("the retry helpers decide on the Status or Result fn returns") {

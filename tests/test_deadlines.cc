@@ -28,9 +28,9 @@
 #include "ordma/engine.h"
 #include "ordma/engine_impl/soft/soft_engine.h"
 #include "rpc/client_channel.h"
-#include "rpc/errors.h"
 #include "rpc/record.h"
 #include "rpc/xdr_util.h"
+#include "tests/support/rpc_calls.h"
 #include "tests/support/server_process.h"
 #include "tests/support/watchdog.h"
 
@@ -189,7 +189,7 @@ TEST_CASE("connect_engine gives up on an engine that never greets") {
   // A listener that accepts (the kernel does) and never says a word: the handshake's
   // wait for GREETING is bounded by timeout_ms.
   odafs::net::Endpoint bound;
-  int listener = odafs::net::listen_tcp({"127.0.0.1", 0}, &bound);
+  int listener = odafs::net::listen_tcp({"127.0.0.1", 0}, &bound).value();
   Watchdog watchdog(kWatchdog, [listener] { shutdown(listener, SHUT_RDWR); });
   odafs::ordma::Session session;
   session.id = 1;
@@ -221,21 +221,21 @@ namespace {
 // the process with a message instead of letting ctest's timeout say less.
 int call_answered_in_part(bool posted, bool stall, int timeout_ms, double* elapsed) {
   odafs::net::Endpoint bound;
-  int listener = odafs::net::listen_tcp({"127.0.0.1", 0}, &bound);
-  odafs::net::set_nonblocking(listener, false);  // the peer's accept waits for the client
+  int listener = odafs::net::listen_tcp({"127.0.0.1", 0}, &bound).value();
+  REQUIRE_OK(odafs::net::set_nonblocking(listener, false));  // the peer's accept waits
   std::thread peer([listener, stall] {
     int fd = accept(listener, nullptr, nullptr);
     if (fd < 0) return;
     char mark[4];
-    if (odafs::net::read_full(fd, mark, sizeof mark)) {
+    if (odafs::net::got_all(odafs::net::read_full(fd, mark, sizeof mark))) {
       std::vector<char> call(odafs::rpc::read_record_mark(mark).length);
-      if (odafs::net::read_full(fd, call.data(), call.size())) {
+      if (odafs::net::got_all(odafs::net::read_full(fd, call.data(), call.size()))) {
         char reply[4 + 16] = {};
         odafs::rpc::put_record_mark(reply, 200, true);  // 200 bytes promised, 16 sent
         std::memcpy(reply + 4, call.data(), 4);         // the call's XID
         reply[11] = 1;                                  // REPLY
         iovec iov{reply, sizeof reply};
-        odafs::net::write_all(fd, &iov, 1);
+        (void)odafs::net::write_all(fd, &iov, 1);  // the client tells what came
         char sink;
         while (stall && recv(fd, &sink, 1, 0) > 0) {
         }
@@ -257,17 +257,13 @@ int call_answered_in_part(bool posted, bool stall, int timeout_ms, double* elaps
   auto t0 = Clock::now();
   int err = 0;
   {
-    odafs::rpc::Channel ch(bound, o);
+    std::unique_ptr<odafs::rpc::Channel> ch = odafs::test::open_channel(bound, o);
     odafs::rpc::Call call;
     char payload[64];
     if (posted) call.post(payload, sizeof payload, 28);
-    try {
-      ch.start(call, 0, odafs::rpc::to_xdrproc(odafs::rpc::xdr_nothing), nullptr);
-      XDR x;
-      ch.wait(call, &x);
-    } catch (const odafs::rpc::RpcError& e) {
-      err = e.code().value();
-    }
+    REQUIRE_OK(ch->start(call, 0, odafs::rpc::to_xdrproc(odafs::rpc::xdr_nothing), nullptr));
+    XDR x;
+    err = ch->wait(call, &x).errno_value();
   }
   *elapsed = seconds_since(t0);
   returned.store(true);

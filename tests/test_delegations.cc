@@ -260,7 +260,7 @@ TEST_CASE("a squatter re-grabbing read delegations it never returns stalls a wri
   HostileMount squatter(server.port(), "log");
   std::atomic<uint64_t> held{0};  // OPENs answered with a delegation (a new one or renewed)
   auto grab = [&] {
-    if (odafs::test::open_file(squatter.ch, squatter.root, "log", ODAFS_OPEN_READ) != 0) {
+    if (odafs::test::open_file(*squatter.ch, squatter.root, "log", ODAFS_OPEN_READ) != 0) {
       held.fetch_add(1);
     }
   };

@@ -33,14 +33,14 @@ using odafs::test::kSegBytes;
 
 namespace {
 
-int raw_connect(const odafs::net::Endpoint& e) { return odafs::net::connect_tcp(e); }
+int raw_connect(const odafs::net::Endpoint& e) { return odafs::net::connect_tcp(e).value(); }
 
 // The ring token the engine offers `s` in its TCP WELCOME (it must offer one).
 ring::Token offered_token(const EngineStack& st, const Session& s) {
   int fd = raw_connect(st.where());
   answer_greeting(fd, s);
   unsigned char welcome[wire::kWelcomeBytes];
-  REQUIRE(odafs::net::read_full(fd, welcome, sizeof welcome));
+  REQUIRE(odafs::net::got_all(odafs::net::read_full(fd, welcome, sizeof welcome)));
   close(fd);
   ring::Token token{};
   REQUIRE(wire::welcome_offers_rings(welcome, token.data()));
@@ -106,7 +106,7 @@ TEST_CASE("random and truncated frames never crash the engine nor leak data") {
     for (auto& b : junk) b = static_cast<unsigned char>(rng());
     if (round % 2 == 1) {  // junk straight after the greeting
       unsigned char greeting[wire::kGreetingBytes];
-      REQUIRE(odafs::net::read_full(fd, greeting, sizeof greeting));
+      REQUIRE(odafs::net::got_all(odafs::net::read_full(fd, greeting, sizeof greeting)));
     } else {  // authenticate properly, then send frames
       answer_greeting(fd, s);
       if (round % 4 == 0) {  // well-typed READ frames with random fields
@@ -125,10 +125,10 @@ TEST_CASE("random and truncated frames never crash the engine nor leak data") {
           REQUIRE(send(fd, frame, sizeof frame, MSG_NOSIGNAL) == sizeof frame);
         }
         unsigned char welcome[wire::kWelcomeBytes];
-        REQUIRE(odafs::net::read_full(fd, welcome, sizeof welcome));
+        REQUIRE(odafs::net::got_all(odafs::net::read_full(fd, welcome, sizeof welcome)));
         for (int k = 0; k < 5; ++k) {
           unsigned char head[wire::kResponseBytes];
-          REQUIRE(odafs::net::read_full(fd, head, sizeof head));
+          REQUIRE(odafs::net::got_all(odafs::net::read_full(fd, head, sizeof head)));
           wire::Response resp;
           wire::decode(head, &resp);
           CHECK(resp.fault != Fault::kNone);  // random capabilities never validate

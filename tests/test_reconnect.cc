@@ -245,12 +245,17 @@ TEST_CASE("a client owner is bound to the principal that named it") {
         o.program = ODAFS_PROGRAM;
         o.version = ODAFS_V3;
         o.timeout_ms = 10000;
-        odafs::rpc::Channel ch({"127.0.0.1", server.port()}, o);
+        auto ch = odafs::rpc::Channel::connect({"127.0.0.1", server.port()}, o);
+        if (!ch.ok()) _exit(255);
         client_id_args a{};
         std::memset(a.owner, kVictim, sizeof a.owner);
         client_id_res res{};
-        ch.call(ODAFSPROC_CLIENT_ID, odafs::rpc::to_xdrproc(xdr_client_id_args), &a,
-                odafs::rpc::to_xdrproc(xdr_client_id_res), &res);
+        if (!(*ch)
+                 ->call(ODAFSPROC_CLIENT_ID, odafs::rpc::to_xdrproc(xdr_client_id_args), &a,
+                        odafs::rpc::to_xdrproc(xdr_client_id_res), &res)
+                 .ok()) {
+          _exit(255);
+        }
         _exit(res.status < 250 ? res.status : 253);
       } catch (...) {
         _exit(255);

@@ -369,7 +369,7 @@ TEST_CASE("unstable writes re-sent after a restart to a file removed meanwhile: 
   server.start_again();
   f.stat();  // re-mounts, reclaims (nothing), finds the file again: the grace period ends
   odafs::test::HostileMount holder(server.port(), "f");
-  REQUIRE(odafs::test::open_file(holder.ch, holder.root, "f", ODAFS_OPEN_READ) != 0);
+  REQUIRE(odafs::test::open_file(*holder.ch, holder.root, "f", ODAFS_OPEN_READ) != 0);
   auto synced = std::async(std::launch::async, [&] { return errno_of([&] { f.fsync(); }); });
   REQUIRE(eventually([&] { return server_stat(*writer, "delegations.recalled") >= 1; }));
   std::filesystem::remove(dir / "f");  // another client's REMOVE, as far as f can tell

@@ -20,13 +20,14 @@
 #include "rpc/record.h"
 #include "rpc/xdr_util.h"
 #include "tests/support/hostile.h"
+#include "tests/support/rpc_calls.h"
 #include "tests/support/server_process.h"
 #include "tests/support/xdr_util.h"
 
 using odafs::Client;
 using odafs::Error;
 using odafs::File;
-using odafs::rpc::RpcError;
+using odafs::rpc::CallFailure;
 using odafs::test::errno_of;
 using odafs::test::pattern;
 using odafs::test::read_local;
@@ -47,15 +48,13 @@ odafs::rpc::Channel::Options channel_options(uint32_t prog = ODAFS_PROGRAM,
   return o;
 }
 
-RpcError::Kind call_kind(odafs::rpc::Channel& ch, uint32_t proc, xdrproc_t xargs,
-                         const void* args) {
-  try {
-    ch.call(proc, xargs, args, odafs::rpc::to_xdrproc(odafs::rpc::xdr_nothing), nullptr);
-  } catch (const RpcError& e) {
-    return e.kind();
-  }
-  FAIL("call succeeded");
-  return RpcError::Kind::kTransport;
+// The layer a call that must fail failed in.
+CallFailure call_kind(odafs::rpc::Channel& ch, uint32_t proc, xdrproc_t xargs, const void* args) {
+  CallFailure layer = CallFailure::kTransport;
+  odafs::Status s =
+      ch.call(proc, xargs, args, odafs::rpc::to_xdrproc(odafs::rpc::xdr_nothing), nullptr, &layer);
+  if (s.ok()) FAIL("call succeeded");
+  return layer;
 }
 
 bool_t xdr_garbage(XDR* x, void*) {
@@ -81,18 +80,24 @@ TEST_CASE("RPC-level errors: PROG_UNAVAIL, PROG_MISMATCH, PROC_UNAVAIL, GARBAGE_
   using odafs::rpc::to_xdrproc;
   using odafs::rpc::xdr_nothing;
   {
-    odafs::rpc::Channel ch(endpoint(server), channel_options(ODAFS_PROGRAM + 1));
-    CHECK(call_kind(ch, 0, to_xdrproc(xdr_nothing), nullptr) == RpcError::Kind::kProgUnavail);
+    std::unique_ptr<odafs::rpc::Channel> channel =
+        odafs::test::open_channel(endpoint(server), channel_options(ODAFS_PROGRAM + 1));
+    odafs::rpc::Channel& ch = *channel;
+    CHECK(call_kind(ch, 0, to_xdrproc(xdr_nothing), nullptr) == CallFailure::kProgUnavail);
   }
   {
-    odafs::rpc::Channel ch(endpoint(server), channel_options(ODAFS_PROGRAM, 7));
-    CHECK(call_kind(ch, 0, to_xdrproc(xdr_nothing), nullptr) == RpcError::Kind::kProgMismatch);
+    std::unique_ptr<odafs::rpc::Channel> channel =
+        odafs::test::open_channel(endpoint(server), channel_options(ODAFS_PROGRAM, 7));
+    odafs::rpc::Channel& ch = *channel;
+    CHECK(call_kind(ch, 0, to_xdrproc(xdr_nothing), nullptr) == CallFailure::kProgMismatch);
   }
-  odafs::rpc::Channel ch(endpoint(server), channel_options());
-  CHECK(call_kind(ch, 999, to_xdrproc(xdr_nothing), nullptr) == RpcError::Kind::kProcUnavail);
+  std::unique_ptr<odafs::rpc::Channel> channel =
+      odafs::test::open_channel(endpoint(server), channel_options());
+  odafs::rpc::Channel& ch = *channel;
+  CHECK(call_kind(ch, 999, to_xdrproc(xdr_nothing), nullptr) == CallFailure::kProcUnavail);
   // GETATTR wants a 40-byte handle: 4 bytes of junk do not decode.
   CHECK(call_kind(ch, ODAFSPROC_GETATTR, to_xdrproc(xdr_garbage), nullptr) ==
-        RpcError::Kind::kGarbageArgs);
+        CallFailure::kGarbageArgs);
   // A name longer than string<255>: GARBAGE_ARGS, and the connection lives on.
   // The client's own encoder refuses it, so encode the arguments by hand.
   auto long_name = [](XDR* x, void*) -> bool_t {
@@ -102,9 +107,9 @@ TEST_CASE("RPC-level errors: PROG_UNAVAIL, PROG_MISMATCH, PROC_UNAVAIL, GARBAGE_
     return xdr_opaque(x, fh, sizeof fh) && xdr_string(x, &p, 1000);
   };
   bool_t (*encode)(XDR*, void*) = long_name;
-  CHECK(call_kind(ch, ODAFSPROC_LOOKUP, to_xdrproc(encode), nullptr) ==
-        RpcError::Kind::kGarbageArgs);
-  ch.call(ODAFSPROC_NULL, to_xdrproc(xdr_nothing), nullptr, to_xdrproc(xdr_nothing), nullptr);
+  CHECK(call_kind(ch, ODAFSPROC_LOOKUP, to_xdrproc(encode), nullptr) == CallFailure::kGarbageArgs);
+  REQUIRE_OK(
+      ch.call(ODAFSPROC_NULL, to_xdrproc(xdr_nothing), nullptr, to_xdrproc(xdr_nothing), nullptr));
   CHECK_FALSE(ch.broken());
 }
 
@@ -195,16 +200,18 @@ TEST_CASE("an oversized record is refused and only that connection closes") {
   auto fs = Client::mount(server.url());
   File f = fs->open("x", O_RDWR | O_CREAT);
   // The client itself refuses to build a WRITE above the server's max: go through raw RPC.
-  odafs::rpc::Channel ch(endpoint(server), channel_options());
+  std::unique_ptr<odafs::rpc::Channel> channel =
+      odafs::test::open_channel(endpoint(server), channel_options());
+  odafs::rpc::Channel& ch = *channel;
   write_args wa{};
   std::memcpy(wa.fh, f.handle().data(), f.handle().size());
   std::string big(1 << 20, 'z');
   wa.data.data_len = static_cast<u_int>(big.size());
   wa.data.data_val = big.data();
   write_res wr{};
-  CHECK_THROWS_AS(ch.call(ODAFSPROC_WRITE, odafs::rpc::to_xdrproc(xdr_write_args), &wa,
-                          odafs::rpc::to_xdrproc(xdr_write_res), &wr),
-                  RpcError);
+  CHECK(ch.call(ODAFSPROC_WRITE, odafs::rpc::to_xdrproc(xdr_write_args), &wa,
+                odafs::rpc::to_xdrproc(xdr_write_res), &wr)
+            .errno_value() == ECONNRESET);
   CHECK(ch.broken());
   fs->ping();  // the other connection is fine
   CHECK(f.stat().size == 0);
@@ -245,14 +252,16 @@ TEST_CASE("a handle that is not ours is BADHANDLE; one of an earlier instance is
   ServerProcess server(dir.path());
   auto fs = Client::mount(server.url());
   const odafs::Handle file = fs->lookup(fs->root(), "f").first;
-  odafs::rpc::Channel ch(endpoint(server), channel_options());
+  std::unique_ptr<odafs::rpc::Channel> channel =
+      odafs::test::open_channel(endpoint(server), channel_options());
+  odafs::rpc::Channel& ch = *channel;
   // The raw status GETATTR answers for handle h (the client turns both errors into ESTALE).
   auto getattr_status = [&](const odafs::Handle& h) {
     getattr_args args{};
     std::memcpy(args.fh, h.data(), h.size());
     attr_res res{};
-    ch.call(ODAFSPROC_GETATTR, odafs::rpc::to_xdrproc(xdr_getattr_args), &args,
-            odafs::rpc::to_xdrproc(xdr_attr_res), &res);
+    REQUIRE_OK(ch.call(ODAFSPROC_GETATTR, odafs::rpc::to_xdrproc(xdr_getattr_args), &args,
+                       odafs::rpc::to_xdrproc(xdr_attr_res), &res));
     return static_cast<int>(res.status);
   };
   CHECK(getattr_status(file) == ODAFS_OK);

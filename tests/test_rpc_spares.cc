@@ -17,6 +17,7 @@
 #include "rpc/client_channel.h"
 #include "rpc/server.h"
 #include "rpc/xdr_util.h"
+#include "tests/support/rpc_calls.h"
 
 namespace {
 
@@ -55,7 +56,9 @@ struct Harness {
     o.max_blocked_threads = max_blocked_threads;
     o.program = kProgram;
     o.version = kVersion;
-    server = std::make_unique<rpc::Server>(o);
+    Result<std::unique_ptr<rpc::Server>> listening = rpc::Server::listen(o);
+    REQUIRE_OK(listening);
+    server = std::move(listening).value();
     // Answers whether the loop was handed over; waits at the gate only if it was.
     server->add_procedure(kProcWait, "WAIT",
                           [this](const rpc::CallContext&, XDR*, rpc::Reply& reply) {
@@ -75,14 +78,14 @@ struct Harness {
     o.program = kProgram;
     o.version = kVersion;
     o.timeout_ms = 30000;
-    return std::make_unique<rpc::Channel>(server->bound(), o);
+    return test::open_channel(server->bound(), o);
   }
 };
 
 bool_t wait_call(rpc::Channel& ch) {
   bool_t handed_over = FALSE;
-  ch.call(kProcWait, rpc::to_xdrproc(rpc::xdr_nothing), nullptr, rpc::to_xdrproc(xdr_bool),
-          &handed_over);
+  REQUIRE_OK(ch.call(kProcWait, rpc::to_xdrproc(rpc::xdr_nothing), nullptr,
+                     rpc::to_xdrproc(xdr_bool), &handed_over));
   return handed_over;
 }
 

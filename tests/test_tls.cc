@@ -30,6 +30,7 @@
 #include "tests/support/hostile.h"
 #include "tests/support/mount_process.h"
 #include "tests/support/mounted.h"
+#include "tests/support/rpc_calls.h"
 #include "tests/support/server_process.h"
 #include "tests/support/tcp_relay.h"
 
@@ -142,12 +143,8 @@ odafs::rpc::Channel::Options channel_options() {
 
 // What connecting a TLS channel to 127.0.0.1:port says when it fails ("" when it does not).
 std::string channel_error(uint16_t port) {
-  try {
-    odafs::rpc::Channel ch({"127.0.0.1", port}, channel_options());
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
+  auto ch = odafs::rpc::Channel::connect({"127.0.0.1", port}, channel_options());
+  return ch.ok() ? "" : ch.status().to_string();
 }
 
 // A listening socket on 127.0.0.1 and the thread that serves its one connection with
@@ -156,7 +153,7 @@ class OneConnection {
  public:
   explicit OneConnection(std::function<void(int fd)> serve) {
     odafs::net::Endpoint bound;
-    listen_fd_ = odafs::net::listen_tcp({"127.0.0.1", 0}, &bound);
+    listen_fd_ = odafs::net::listen_tcp({"127.0.0.1", 0}, &bound).value();
     port_ = bound.port;
     thread_ = std::thread([this, serve = std::move(serve)] {
       pollfd p{listen_fd_, POLLIN, 0};
@@ -383,12 +380,13 @@ TEST_CASE("a TLS mount's engine session is refused in the clear, and good only u
   REQUIRE(context.ok());
   co.tls = *context;
   co.tls_host = "127.0.0.1";
-  odafs::rpc::Channel ch({"127.0.0.1", server.port()}, co);
+  std::unique_ptr<odafs::rpc::Channel> ch =
+      odafs::test::open_channel({"127.0.0.1", server.port()}, co);
   mount_args a{};
   a.path = const_cast<char*>("/");
   mount_res res{};
-  ch.call(ODAFSPROC_MOUNT, odafs::rpc::to_xdrproc(xdr_mount_args), &a,
-          odafs::rpc::to_xdrproc(xdr_mount_res), &res);
+  REQUIRE_OK(ch->call(ODAFSPROC_MOUNT, odafs::rpc::to_xdrproc(xdr_mount_args), &a,
+                      odafs::rpc::to_xdrproc(xdr_mount_res), &res));
   REQUIRE(res.status == ODAFS_OK);
   odafs::ordma::Session session;
   session.id = res.mount_res_u.ok.session;
@@ -606,22 +604,25 @@ TEST_CASE(
   // Mounts under TLS with that claim: 0 when MOUNT works, 1 when it is refused
   // AUTH_BADCRED, 2 otherwise.
   auto mount_as_claimed = [&](uint32_t uid) {
-    try {
-      odafs::rpc::Channel ch({"127.0.0.1", server.port()}, claiming(uid));
+    odafs::rpc::CallFailure layer = odafs::rpc::CallFailure::kTransport;
+    auto ch = odafs::rpc::Channel::connect({"127.0.0.1", server.port()}, claiming(uid), &layer);
+    odafs::Status called = ch.status();
+    mount_res res{};
+    if (called.ok()) {
       mount_args a{};
       a.path = const_cast<char*>("/");
-      mount_res res{};
-      ch.call(ODAFSPROC_MOUNT, odafs::rpc::to_xdrproc(xdr_mount_args), &a,
-              odafs::rpc::to_xdrproc(xdr_mount_res), &res);
-      const bool ok = res.status == ODAFS_OK;
-      xdr_free(odafs::rpc::to_xdrproc(xdr_mount_res), reinterpret_cast<char*>(&res));
-      return ok ? 0 : 2;
-    } catch (const odafs::rpc::RpcError& e) {
-      return e.kind() == odafs::rpc::RpcError::Kind::kDenied &&
-                     std::string(e.what()).find("AUTH_BADCRED") != std::string::npos
+      called = (*ch)->call(ODAFSPROC_MOUNT, odafs::rpc::to_xdrproc(xdr_mount_args), &a,
+                           odafs::rpc::to_xdrproc(xdr_mount_res), &res, &layer);
+    }
+    if (!called.ok()) {
+      return layer == odafs::rpc::CallFailure::kDenied &&
+                     called.message().find("AUTH_BADCRED") != std::string::npos
                  ? 1
                  : 2;
     }
+    const bool ok = res.status == ODAFS_OK;
+    xdr_free(odafs::rpc::to_xdrproc(xdr_mount_res), reinterpret_cast<char*>(&res));
+    return ok ? 0 : 2;
   };
   CHECK(odafs::test::as_nobody([&] { return mount_as_claimed(0); }) == 1);
   CHECK(odafs::test::as_nobody([&] { return mount_as_claimed(odafs::test::kNobody); }) == 0);

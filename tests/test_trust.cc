@@ -414,13 +414,13 @@ TEST_CASE("a credential with more than 16 groups, or none decodable, is AUTH_BAD
   std::string record(4, '\0');
   odafs::rpc::put_record_mark(record.data(), static_cast<uint32_t>(body.size()), /*last=*/true);
   record += body;
-  int fd = odafs::net::connect_tcp({"127.0.0.1", server.port()});
+  int fd = odafs::net::connect_tcp({"127.0.0.1", server.port()}).value();
   REQUIRE(write(fd, record.data(), record.size()) == static_cast<ssize_t>(record.size()));
   char reply[256];
-  REQUIRE(odafs::net::read_full(fd, reply, 4));
+  REQUIRE(odafs::net::got_all(odafs::net::read_full(fd, reply, 4)));
   const size_t len = odafs::rpc::read_record_mark(reply).length;
   REQUIRE(len <= sizeof reply);
-  REQUIRE(odafs::net::read_full(fd, reply, len));
+  REQUIRE(odafs::net::got_all(odafs::net::read_full(fd, reply, len)));
   close(fd);
   odafs::rpc::ReplyHeader h;
   size_t offset = 0;

@@ -128,21 +128,23 @@ void CephStore::release(uintptr_t native) {
   delete o;
 }
 
-uintptr_t CephStore::begin_caller(const rpc::CallerCred* cred, bool acting) {
-  if (!acting) return 0;
-  if (cred == nullptr || !cred->auth_sys) throw rpc::CallRefused(AUTH_TOOWEAK);
+auth_stat CephStore::begin_caller(const rpc::CallerCred* cred, bool acting, uintptr_t* restore) {
+  *restore = 0;
+  if (!acting) return AUTH_OK;
+  if (cred == nullptr || !cred->auth_sys) return AUTH_TOOWEAK;
   if (t_caller.perm == nullptr || !same_cred(t_caller.cred, *cred)) {
     gid_t groups[16];
     const uint32_t n = std::min<uint32_t>(cred->ngids, 16);
     std::copy(cred->gids, cred->gids + n, groups);
     UserPerm* perm = ceph_userperm_new(cred->uid, cred->gid, static_cast<int>(n), groups);
-    if (perm == nullptr) throw rpc::CallRefused(AUTH_BADCRED);
+    if (perm == nullptr) return AUTH_BADCRED;
     if (t_caller.perm != nullptr) ceph_userperm_destroy(t_caller.perm);
     t_caller.perm = perm;
     t_caller.cred = *cred;
   }
   t_caller.acting = true;
-  return 1;
+  *restore = 1;
+  return AUTH_OK;
 }
 
 void CephStore::end_caller(uintptr_t restore) {

@@ -102,7 +102,7 @@ class CephStore final : public Store {
   // objects.
   Status open_held(const Object& held, const struct stat& st, Access* access);
   void release(uintptr_t native) override;
-  uintptr_t begin_caller(const rpc::CallerCred* cred, bool acting) override;
+  auth_stat begin_caller(const rpc::CallerCred* cred, bool acting, uintptr_t* restore) override;
   void end_caller(uintptr_t restore) override;
 
   ceph_mount_info* const cm_;

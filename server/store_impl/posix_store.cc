@@ -57,9 +57,12 @@ PosixStore::~PosixStore() { ::close(root_fd_); }
 
 void PosixStore::release(uintptr_t native) { ::close(static_cast<int>(native)); }
 
-uintptr_t PosixStore::begin_caller(const rpc::CallerCred* cred, bool acting) {
-  if (acting) act_as_caller(cred);
-  return acting ? 1 : 0;
+auth_stat PosixStore::begin_caller(const rpc::CallerCred* cred, bool acting, uintptr_t* restore) {
+  *restore = 0;
+  if (!acting) return AUTH_OK;
+  if (auth_stat why = act_as_caller(cred); why != AUTH_OK) return why;
+  *restore = 1;
+  return AUTH_OK;
 }
 
 void PosixStore::end_caller(uintptr_t restore) {

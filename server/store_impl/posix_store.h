@@ -74,7 +74,7 @@ class PosixStore final : public Store {
  private:
   PosixStore(int root_fd, FileEnv* env) : root_fd_(root_fd), env_(env) {}
   void release(uintptr_t native) override;
-  uintptr_t begin_caller(const rpc::CallerCred* cred, bool acting) override;
+  auth_stat begin_caller(const rpc::CallerCred* cred, bool acting, uintptr_t* restore) override;
   void end_caller(uintptr_t restore) override;
   Object adopt(int fd) { return Object(this, static_cast<uintptr_t>(fd)); }
 

@@ -34,13 +34,13 @@ void serve(int fd, const uint8_t* data, size_t size, size_t& pos) {
     pollfd p{fd, POLLIN, 0};
     if (poll(&p, 1, 500) <= 0) break;
     try {
-      if (!odafs::net::read_full(fd, mark, 4)) break;
+      if (!odafs::net::got_all(odafs::net::read_full(fd, mark, 4))) break;
       uint32_t len;
       std::memcpy(&len, mark, 4);
       len = ntohl(len) & 0x7fffffffu;
       if (len < 4 || len > (8u << 20)) break;
       std::vector<char> call(len);
-      odafs::net::readv_full(fd, std::vector<iovec>{{call.data(), len}}.data(), 1);
+      if (!odafs::net::readv_full(fd, std::vector<iovec>{{call.data(), len}}.data(), 1).ok()) break;
       if (pos + 2 > size) break;
       size_t n = (size_t{data[pos]} << 8) | data[pos + 1];
       pos += 2;
@@ -62,7 +62,7 @@ void serve(int fd, const uint8_t* data, size_t size, size_t& pos) {
 struct Listener {
   int fd = -1;
   odafs::net::Endpoint where;
-  Listener() { fd = odafs::net::listen_tcp({"127.0.0.1", 0}, &where); }
+  Listener() { fd = odafs::net::listen_tcp({"127.0.0.1", 0}, &where).value(); }
 };
 
 }  // namespace

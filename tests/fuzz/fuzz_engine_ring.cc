@@ -118,10 +118,11 @@ struct Stack {
 
   // The ring token the engine offers our session in its TCP WELCOME.
   ring::Token offered_token() const {
-    int fd = odafs::net::connect_tcp(where);
+    int fd = odafs::net::connect_tcp(where).value();
     answer_greeting(fd, session);
     unsigned char welcome[wire::kWelcomeBytes];
-    if (!odafs::net::read_full(fd, welcome, sizeof welcome)) fail("no WELCOME");
+    if (!odafs::net::got_all(odafs::net::read_full(fd, welcome, sizeof welcome)))
+      fail("no WELCOME");
     close(fd);
     ring::Token token{};
     if (!wire::welcome_offers_rings(welcome, token.data())) fail("no ring offered");

@@ -79,10 +79,10 @@ void drain(int fd) {
 
 // An honest client's read of segment 0: must succeed with the segment's bytes.
 void check_honest_read(Stack& st) {
-  int fd = odafs::net::connect_tcp(st.where);
+  int fd = odafs::net::connect_tcp(st.where).value();
   answer_greeting(fd, st.session);
   unsigned char welcome[wire::kWelcomeBytes];
-  if (!odafs::net::read_full(fd, welcome, sizeof welcome)) __builtin_trap();
+  if (!odafs::net::got_all(odafs::net::read_full(fd, welcome, sizeof welcome))) __builtin_trap();
   wire::ReadRequest r;
   r.tag = 42;
   r.ref.segment = 0;
@@ -97,11 +97,11 @@ void check_honest_read(Stack& st) {
   if (send(fd, frame, sizeof frame, MSG_NOSIGNAL) != sizeof frame) __builtin_trap();
   unsigned char head[wire::kResponseBytes];
   std::vector<char> body(kSegBytes);
-  if (!odafs::net::read_full(fd, head, sizeof head)) __builtin_trap();
+  if (!odafs::net::got_all(odafs::net::read_full(fd, head, sizeof head))) __builtin_trap();
   wire::Response resp;
   wire::decode(head, &resp);
   if (resp.tag != 42 || resp.fault != Fault::kNone || resp.length != kSegBytes) __builtin_trap();
-  if (!odafs::net::read_full(fd, body.data(), body.size())) __builtin_trap();
+  if (!odafs::net::got_all(odafs::net::read_full(fd, body.data(), body.size()))) __builtin_trap();
   for (char c : body) {
     if (c != 'A') __builtin_trap();
   }
@@ -115,12 +115,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Stack& st = stack();
   uint8_t mode = data[0];
   std::vector<unsigned char> rest(data + 1, data + size);
-  int fd = odafs::net::connect_tcp(st.where);
+  int fd = odafs::net::connect_tcp(st.where).value();
   try {
     if (mode & 1) {
       answer_greeting(fd, st.session);
       unsigned char welcome[wire::kWelcomeBytes];
-      if (!odafs::net::read_full(fd, welcome, sizeof welcome)) __builtin_trap();
+      if (!odafs::net::got_all(odafs::net::read_full(fd, welcome, sizeof welcome)))
+        __builtin_trap();
       if (mode & 2) {
         // Seal every whole READ frame's reference, keeping the fuzzer's fields.
         for (size_t at = 0; at + wire::kReadRequestBytes <= rest.size();

@@ -85,14 +85,14 @@ struct Harness {
     router = std::make_unique<odafs::server::ExportRouter>(
         std::vector<odafs::server::ExportRouter::Export>{{"/", service.get()}});
     router->configure(&ro);
-    server = std::make_unique<odafs::rpc::Server>(ro);
+    server = odafs::rpc::Server::listen(ro).value();
     router->register_procedures(server.get());
     odafs::ordma::EngineOptions eo;
     eo.listen = {"127.0.0.1", 0};
     eo.backend.emplace_back("local_rings", "0");
     service->start_engine(eo);
     server->start();
-    fd = odafs::net::connect_tcp(server->bound());
+    fd = odafs::net::connect_tcp(server->bound()).value();
 
     odafs::server::NodeTable& nodes = service->nodes();
     handles.push_back(nodes.handle_of(*nodes.root()));
@@ -149,15 +149,14 @@ struct Harness {
     }
     // Read one reply record; its XID must be ours.
     unsigned char head[8];
-    if (!odafs::net::read_full(fd, head, sizeof head)) return false;
+    if (!odafs::net::got_all(odafs::net::read_full(fd, head, sizeof head))) return false;
     uint32_t len, got;
     std::memcpy(&len, head, 4);
     std::memcpy(&got, head + 4, 4);
     len = ntohl(len) & 0x7fffffffu;
     if (ntohl(got) != id || len < 4) __builtin_trap();
     std::vector<char> rest(len - 4);
-    odafs::net::read_full(fd, rest.data(), rest.size());
-    return true;
+    return odafs::net::got_all(odafs::net::read_full(fd, rest.data(), rest.size()));
   }
 
   void check_confined() {
@@ -191,7 +190,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!h.call(proc, (data[1] >> 2) & 3, args)) {
     // The server closed the connection (an oversized record, say): reconnect.
     close(h.fd);
-    h.fd = odafs::net::connect_tcp(h.server->bound());
+    h.fd = odafs::net::connect_tcp(h.server->bound()).value();
   }
   static unsigned runs = 0;
   if (++runs % 256 == 0) h.check_confined();

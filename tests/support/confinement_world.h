@@ -25,6 +25,7 @@
 #include "proto/odafs_prot.h"
 #include "rpc/client_channel.h"
 #include "rpc/xdr_util.h"
+#include "tests/support/rpc_calls.h"
 #include "tests/support/server_process.h"
 
 namespace odafs::test::confinement {
@@ -32,7 +33,7 @@ namespace odafs::test::confinement {
 namespace fsys = std::filesystem;
 using odafs::Client;
 using odafs::Handle;
-using odafs::rpc::RpcError;
+using odafs::rpc::CallFailure;
 using odafs::rpc::to_xdrproc;
 using odafs::test::errno_of;
 using odafs::test::read_local;
@@ -85,7 +86,7 @@ class Raw {
   // address (the connection's source is then the host's address the kernel routes from).
   explicit Raw(uint16_t port, std::optional<odafs::rpc::AuthSysCred> auth = self_credential(),
                const std::string& host = "127.0.0.1")
-      : ch_({host, port}, options(std::move(auth))) {}
+      : ch_(odafs::test::open_channel({host, port}, options(std::move(auth)))) {}
 
   int lookup(const Handle& dir, const std::string& name, Handle* fh = nullptr,
              odafs_fattr* attr = nullptr) {
@@ -229,13 +230,10 @@ class Raw {
   }
   // NULL: 0 when answered.
   int null() {
-    try {
-      ch_.call(ODAFSPROC_NULL, to_xdrproc(odafs::rpc::xdr_nothing), nullptr,
-               to_xdrproc(odafs::rpc::xdr_nothing), nullptr);
-    } catch (const RpcError& e) {
-      return refusal(e);
-    }
-    return 0;
+    CallFailure layer{};
+    odafs::Status s = ch_->call(ODAFSPROC_NULL, to_xdrproc(odafs::rpc::xdr_nothing), nullptr,
+                                to_xdrproc(odafs::rpc::xdr_nothing), nullptr, &layer);
+    return s.ok() ? 0 : refusal(s, layer);
   }
   int mount(const std::string& path, Handle* root = nullptr) {
     mount_res res{};
@@ -260,20 +258,18 @@ class Raw {
   template <class Res>
   int call(uint32_t proc, Args args, xdrproc_t xres, Res* res) {
     bool_t (*enc)(XDR*, Args*) = xdr_args_bytes;
-    try {
-      ch_.call(proc, to_xdrproc(enc), &args, xres, res);
-    } catch (const RpcError& e) {
-      return refusal(e);
-    }
+    CallFailure layer{};
+    odafs::Status s = ch_->call(proc, to_xdrproc(enc), &args, xres, res, &layer);
+    if (!s.ok()) return refusal(s, layer);
     int status;
     std::memcpy(&status, res, sizeof status);  // every result starts with its status
     return status;
   }
-  // What a refused call returns; rethrows a transport error.
-  static int refusal(const RpcError& e) {
-    if (e.kind() == RpcError::Kind::kGarbageArgs) return kGarbage;
-    if (e.kind() != RpcError::Kind::kDenied) throw e;
-    const std::string& m = e.message();
+  // What a refused call returns; a transport error fails the test.
+  static int refusal(const odafs::Status& s, CallFailure layer) {
+    if (layer == CallFailure::kGarbageArgs) return kGarbage;
+    REQUIRE_MESSAGE(layer == CallFailure::kDenied, s.to_string());
+    const std::string& m = s.message();
     if (m.find("AUTH_BADCRED") != std::string::npos) return kBadCred;
     if (m.find("AUTH_TOOWEAK") != std::string::npos) return kTooWeak;
     return kOtherDenial;
@@ -296,7 +292,7 @@ class Raw {
   }
 
  private:
-  odafs::rpc::Channel ch_;
+  std::unique_ptr<odafs::rpc::Channel> ch_;
 };
 
 // The paths under dir (and dir itself).

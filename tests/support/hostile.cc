@@ -23,6 +23,7 @@
 #include "rpc/call_credential.h"
 #include "rpc/record.h"
 #include "rpc/xdr_util.h"
+#include "tests/support/rpc_calls.h"
 
 namespace odafs::test {
 namespace wire = ordma::wire;
@@ -136,12 +137,12 @@ rpc::Channel::Options channel_options() {
 }  // namespace
 
 HostileMount::HostileMount(uint16_t port, const std::string& name)
-    : ch({"127.0.0.1", port}, channel_options()) {
+    : ch(open_channel({"127.0.0.1", port}, channel_options())) {
   mount_args ma{};
   ma.path = const_cast<char*>("/");
   mount_res mr{};
-  ch.call(ODAFSPROC_MOUNT, rpc::to_xdrproc(xdr_mount_args), &ma, rpc::to_xdrproc(xdr_mount_res),
-          &mr);
+  REQUIRE_OK(ch->call(ODAFSPROC_MOUNT, rpc::to_xdrproc(xdr_mount_args), &ma,
+                      rpc::to_xdrproc(xdr_mount_res), &mr));
   REQUIRE(mr.status == ODAFS_OK);
   session.id = mr.mount_res_u.ok.session;
   std::memcpy(session.secret.data(), mr.mount_res_u.ok.session_secret, session.secret.size());
@@ -151,8 +152,8 @@ HostileMount::HostileMount(uint16_t port, const std::string& name)
   std::memcpy(la.dir, root.data(), root.size());
   la.name = const_cast<char*>(name.c_str());
   dirop_res lr{};
-  ch.call(ODAFSPROC_LOOKUP, rpc::to_xdrproc(xdr_diropargs), &la, rpc::to_xdrproc(xdr_dirop_res),
-          &lr);
+  REQUIRE_OK(ch->call(ODAFSPROC_LOOKUP, rpc::to_xdrproc(xdr_diropargs), &la,
+                      rpc::to_xdrproc(xdr_dirop_res), &lr));
   REQUIRE(lr.status == ODAFS_OK);
   std::memcpy(file.data(), lr.dirop_res_u.ok.fh, file.size());
 }
@@ -163,7 +164,8 @@ uint64_t open_file(rpc::Channel& ch, const Handle& dir, const std::string& name,
   a.name = const_cast<char*>(name.c_str());
   a.access = access;
   open_res res{};
-  ch.call(ODAFSPROC_OPEN, rpc::to_xdrproc(xdr_open_args), &a, rpc::to_xdrproc(xdr_open_res), &res);
+  REQUIRE_OK(ch.call(ODAFSPROC_OPEN, rpc::to_xdrproc(xdr_open_args), &a,
+                     rpc::to_xdrproc(xdr_open_res), &res));
   return res.status == ODAFS_OK ? res.open_res_u.ok.delegation : 0;
 }
 
@@ -175,8 +177,8 @@ void HostileMount::get_refs(size_t bytes) {
     ga.count = 1 << 20;
     ga.session = session.id;
     getrefs_res gr{};
-    ch.call(ODAFSPROC_GETREFS, rpc::to_xdrproc(xdr_getrefs_args), &ga,
-            rpc::to_xdrproc(xdr_getrefs_res), &gr);
+    REQUIRE_OK(ch->call(ODAFSPROC_GETREFS, rpc::to_xdrproc(xdr_getrefs_args), &ga,
+                        rpc::to_xdrproc(xdr_getrefs_res), &gr));
     REQUIRE(gr.status == ODAFS_OK);
     for (u_int i = 0; i < gr.getrefs_res_u.ok.refs.refs_len; ++i) {
       refs.push_back(ordma::reference_from_wire(gr.getrefs_res_u.ok.refs.refs_val[i]));
@@ -191,7 +193,7 @@ int HostileMount::engine_connection(uint16_t engine_port, int rcvbuf) {
   REQUIRE(fd >= 0);
   ordma::answer_greeting(fd, session);
   unsigned char welcome[wire::kWelcomeBytes];
-  REQUIRE(net::read_full_until(fd, welcome, sizeof welcome, nullptr));
+  REQUIRE(net::got_all(net::read_full_until(fd, welcome, sizeof welcome, nullptr)));
   REQUIRE(wire::welcome_valid(welcome));
   return fd;
 }

@@ -49,7 +49,7 @@ std::string rpc_call_record(uint32_t xid, uint32_t proc, xdrproc_t xargs, const 
 // MOUNT (so its own engine session), a file's handle, references to the file's blocks as
 // GETREFS hands them out, and authenticated raw engine TCP connections.
 struct HostileMount {
-  rpc::Channel ch;
+  std::unique_ptr<rpc::Channel> ch;
   ordma::Session session;
   Handle root{}, file{};
   std::vector<ordma::Reference> refs;

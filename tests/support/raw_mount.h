@@ -11,23 +11,24 @@
 #include "proto/odafs_prot.h"
 #include "rpc/client_channel.h"
 #include "rpc/xdr_util.h"
+#include "tests/support/rpc_calls.h"
 
 namespace odafs::test {
 
 struct RawMount {
   explicit RawMount(uint16_t port, const char* path = "/")
-      : ch({"127.0.0.1", port}, [] {
+      : ch(open_channel({"127.0.0.1", port}, [] {
           rpc::Channel::Options o;
           o.program = ODAFS_PROGRAM;
           o.version = ODAFS_V3;
           o.timeout_ms = 10000;
           return o;
-        }()) {
+        }())) {
     mount_args a{};
     a.path = const_cast<char*>(path);
     mount_res res{};
-    ch.call(ODAFSPROC_MOUNT, rpc::to_xdrproc(xdr_mount_args), &a, rpc::to_xdrproc(xdr_mount_res),
-            &res);
+    REQUIRE_OK(ch->call(ODAFSPROC_MOUNT, rpc::to_xdrproc(xdr_mount_args), &a,
+                        rpc::to_xdrproc(xdr_mount_res), &res));
     REQUIRE(res.status == ODAFS_OK);
     std::memcpy(root, res.mount_res_u.ok.root, sizeof root);
     xdr_free(rpc::to_xdrproc(xdr_mount_res), reinterpret_cast<char*>(&res));
@@ -37,8 +38,8 @@ struct RawMount {
     client_id_args a{};
     std::memset(a.owner, fill, sizeof a.owner);
     client_id_res res{};
-    ch.call(ODAFSPROC_CLIENT_ID, rpc::to_xdrproc(xdr_client_id_args), &a,
-            rpc::to_xdrproc(xdr_client_id_res), &res);
+    REQUIRE_OK(ch->call(ODAFSPROC_CLIENT_ID, rpc::to_xdrproc(xdr_client_id_args), &a,
+                        rpc::to_xdrproc(xdr_client_id_res), &res));
     if (reclaim != nullptr) *reclaim = res.status == ODAFS_OK && res.client_id_res_u.ok.reclaim;
     if (kept != nullptr) *kept = res.status == ODAFS_OK && res.client_id_res_u.ok.kept;
     return res.status;
@@ -48,8 +49,8 @@ struct RawMount {
     getattr_args a{};
     std::memcpy(a.fh, fh, sizeof a.fh);
     attr_res res{};
-    ch.call(ODAFSPROC_GETATTR, rpc::to_xdrproc(xdr_getattr_args), &a, rpc::to_xdrproc(xdr_attr_res),
-            &res);
+    REQUIRE_OK(ch->call(ODAFSPROC_GETATTR, rpc::to_xdrproc(xdr_getattr_args), &a,
+                        rpc::to_xdrproc(xdr_attr_res), &res));
     return res.status;
   }
   // CREATE of `name` in the root, for reading and writing (so it may come with a write
@@ -62,8 +63,8 @@ struct RawMount {
     a.how = ODAFS_CREATE_UNCHECKED;
     a.access = ODAFS_OPEN_READ | ODAFS_OPEN_WRITE;
     open_res res{};
-    ch.call(ODAFSPROC_CREATE, rpc::to_xdrproc(xdr_create_args), &a, rpc::to_xdrproc(xdr_open_res),
-            &res);
+    REQUIRE_OK(ch->call(ODAFSPROC_CREATE, rpc::to_xdrproc(xdr_create_args), &a,
+                        rpc::to_xdrproc(xdr_open_res), &res));
     *kind = -1;
     if (res.status == ODAFS_OK) {
       std::memcpy(fh, res.open_res_u.ok.fh, sizeof fh);
@@ -89,8 +90,8 @@ struct RawMount {
     a.data.data_len = static_cast<u_int>(data.size());
     a.data.data_val = const_cast<char*>(data.data());
     write_res res{};
-    ch.call(ODAFSPROC_WRITE, rpc::to_xdrproc(xdr_write_args), &a, rpc::to_xdrproc(xdr_write_res),
-            &res);
+    REQUIRE_OK(ch->call(ODAFSPROC_WRITE, rpc::to_xdrproc(xdr_write_args), &a,
+                        rpc::to_xdrproc(xdr_write_res), &res));
     return res.status;
   }
   // REMOVE of `name` in the root: the status.
@@ -116,10 +117,10 @@ struct RawMount {
   // A call whose results are a stat_res: its status.
   int call_for_status(uint32_t proc, xdrproc_t xargs, const void* args) {
     stat_res res{};
-    ch.call(proc, xargs, args, rpc::to_xdrproc(xdr_stat_res), &res);
+    REQUIRE_OK(ch->call(proc, xargs, args, rpc::to_xdrproc(xdr_stat_res), &res));
     return res.status;
   }
-  rpc::Channel ch;
+  std::unique_ptr<rpc::Channel> ch;
   char root[ODAFS_FHSIZE];
 };
 

@@ -40,7 +40,8 @@ int connect_loopback(uint16_t port) {
 TcpRelay::TcpRelay(uint16_t server_port, Prelude prelude)
     : server_port_(server_port), prelude_(std::move(prelude)) {
   net::Endpoint bound;
-  listen_fd_ = net::listen_tcp({"127.0.0.1", 0}, &bound);
+  Result<int> listening = net::listen_tcp({"127.0.0.1", 0}, &bound);
+  listen_fd_ = listening.ok() ? *listening : -1;
   if (listen_fd_ < 0 || pipe2(stop_pipe_, O_CLOEXEC) != 0) {
     throw std::runtime_error("tcp relay: cannot listen");
   }

@@ -18,6 +18,7 @@
 #include "base/net.h"
 #include "ordma/engine_impl/soft/handshake.h"
 #include "ordma/engine_impl/soft/local_ring.h"
+#include "ordma/engine_impl/soft/setup_errors.h"
 
 namespace odafs::ordma::ring {
 namespace {
@@ -35,10 +36,6 @@ long nanos_since(const timespec& t0) {
   return (now.tv_sec - t0.tv_sec) * 1'000'000'000L + (now.tv_nsec - t0.tv_nsec);
 }
 
-[[noreturn]] void fail(int err, const char* what) {
-  throw std::system_error(err, std::generic_category(), what);
-}
-
 // Receives the WELCOME and the two descriptors that ride on it, by the deadline.
 void receive_welcome(Setup* s, unsigned char* welcome, const timespec& deadline) {
   alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))];
@@ -48,7 +45,7 @@ void receive_welcome(Setup* s, unsigned char* welcome, const timespec& deadline)
   msg.msg_iovlen = 1;
   msg.msg_control = control;
   msg.msg_controllen = sizeof control;
-  net::wait_ready_until(s->sock, POLLIN, deadline);
+  ok_or_fail(net::wait_ready_until(s->sock, POLLIN, deadline));
   ssize_t n = recvmsg(s->sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
   if (n <= 0) fail(n == 0 ? ECONNRESET : errno, "local ring: no welcome");
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
@@ -61,8 +58,8 @@ void receive_welcome(Setup* s, unsigned char* welcome, const timespec& deadline)
     }
   }
   if (static_cast<size_t>(n) < wire::kWelcomeBytes &&
-      !net::read_full_until(s->sock, welcome + n, wire::kWelcomeBytes - static_cast<size_t>(n),
-                            &deadline)) {
+      !value_or_fail(net::read_full_until(
+          s->sock, welcome + n, wire::kWelcomeBytes - static_cast<size_t>(n), &deadline))) {
     fail(ECONNRESET, "local ring: short welcome");
   }
 }

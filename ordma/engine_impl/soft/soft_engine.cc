@@ -1,6 +1,7 @@
 #include <charconv>
 #include <stdexcept>
 
+#include "ordma/engine_impl/soft/setup_errors.h"
 #include "ordma/engine_impl/soft/soft_engine_impl.h"
 
 namespace odafs::ordma::soft {
@@ -10,14 +11,14 @@ SoftEngineImpl::SoftEngineImpl(const EngineOptions& options, ExportedMemory memo
       settings_(soft_settings(options)),
       table_(memory.segments),
       memory_(memory) {
-  listen_fd_ = net::listen_tcp(options_.listen, &bound_);
+  listen_fd_ = value_or_fail(net::listen_tcp(options_.listen, &bound_));
   int n = std::max(1, options_.threads);
   out_totals_ = std::make_unique<std::atomic<size_t>[]>(static_cast<size_t>(n));
   out_share_ =
       std::max(options_.max_total_backlog / static_cast<size_t>(n), 2 * options_.max_backlog);
   for (int i = 0; i < n; ++i) {
     int ep = epoll_create1(EPOLL_CLOEXEC);
-    if (ep < 0) throw std::system_error(errno, std::generic_category(), "epoll_create1");
+    if (ep < 0) fail(errno, "epoll_create1");
     epolls_.push_back(ep);
   }
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

@@ -36,6 +36,7 @@
 #include "base/log.h"
 #include "ordma/engine_impl/soft/handshake.h"
 #include "ordma/engine_impl/soft/local_ring.h"
+#include "ordma/engine_impl/soft/setup_errors.h"
 #include "ordma/engine_impl/soft/soft_engine.h"
 #include "ordma/engine_impl/soft/wire.h"
 
@@ -72,7 +73,7 @@ class SoftEngineClient final : public EngineClient {
                    const EngineClientOptions& options)
       : timeout_ms_(options.timeout_ms), next_tag_(std::random_device{}()) {
     Deadline deadline(timeout_ms_);  // for the whole setup, both transports
-    fd_ = net::connect_tcp_until(engine, deadline.get());
+    fd_ = value_or_fail(net::connect_tcp_until(engine, deadline.get()));
     if (timeout_ms_ > 0) net::set_receive_timeout(fd_, timeout_ms_);
     try {
       tls_ = answer_greeting(fd_, session, deadline.get(), options.tls, options.tls_host);
@@ -431,7 +432,7 @@ class SoftEngineClient final : public EngineClient {
         return false;
       } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
         if (deadline != nullptr) {
-          net::wait_ready_until(fd_, POLLIN, *deadline);  // throws once it passes
+          ok_or_fail(net::wait_ready_until(fd_, POLLIN, *deadline));  // throws once it passes
         } else {
           pollfd pfd{fd_, POLLIN, 0};
           poll(&pfd, 1, -1);
@@ -540,22 +541,14 @@ class SoftEngineClient final : public EngineClient {
   // the first byte, throws on failure or at the deadline (net::read_full_until's contract);
   // hot: the wait for a response, blocking in recv (SO_RCVTIMEO bounds it) on clear TCP.
   bool read_exact(void* buf, size_t len, const timespec* deadline, bool hot = false) {
-    if (tls_) {
-      Result<bool> got = tls_->read_full(buf, len, deadline);
-      if (!got.ok()) {
-        throw std::system_error(got.errno_value(), std::generic_category(), got.status().message());
-      }
-      return *got;
-    }
-    return hot ? net::read_full_blocking_until(fd_, buf, len, deadline)
-               : net::read_full_until(fd_, buf, len, deadline);
+    if (tls_) return value_or_fail(tls_->read_full(buf, len, deadline));
+    return value_or_fail(hot ? net::read_full_blocking_until(fd_, buf, len, deadline)
+                             : net::read_full_until(fd_, buf, len, deadline));
   }
   void write_iov(iovec* iov, int count, const timespec* deadline) {
-    if (!tls_) return net::write_all_until(fd_, iov, count, deadline);
+    if (!tls_) return ok_or_fail(net::write_all_until(fd_, iov, count, deadline));
     for (int i = 0; i < count; ++i) {
-      if (Status s = tls_->write_all(iov[i].iov_base, iov[i].iov_len, deadline); !s.ok()) {
-        throw std::system_error(s.errno_value(), std::generic_category(), s.message());
-      }
+      ok_or_fail(tls_->write_all(iov[i].iov_base, iov[i].iov_len, deadline));
     }
   }
 
