@@ -207,4 +207,14 @@ void BlockCache::invalidate(uint64_t file, uint64_t first, uint64_t last) {
   }
 }
 
+void BlockCache::report_counters(const CounterSink& add) const {
+  add("hits", stats_.hits.load());
+  add("misses", stats_.misses.load());
+  add("evictions", stats_.evictions.load());
+  add("bypasses", stats_.bypasses.load());
+  add("fill_errors", stats_.fill_errors.load());
+  add("blocks", block_count());
+  add("block_size", block_size());
+}
+
 }  // namespace odafs::cache

@@ -20,6 +20,7 @@
 #include <shared_mutex>
 #include <vector>
 
+#include "base/counter_sink.h"
 #include "base/status.h"
 
 namespace odafs::cache {
@@ -131,6 +132,8 @@ class BlockCache {
     std::atomic<uint64_t> fill_errors{0};
   };
   const Stats& stats() const { return stats_; }
+  // Its counters under their own names (base/counter_sink.h). Thread-safe.
+  void report_counters(const CounterSink& add) const;
 
  private:
   struct KeyHash {

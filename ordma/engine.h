@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/counter_sink.h"
 #include "base/net.h"
 #include "base/tls.h"
 #include "ordma/fault.h"
@@ -99,8 +100,10 @@ class Engine {
   // engine's local rings, the verbs engine's windows bound and invalidated), which the
   // server's STATS lists as engine.NAME. add may be called any number of times.
   virtual const EngineStats& stats() const = 0;
-  virtual void backend_counters(
-      const std::function<void(const char* name, uint64_t value)>& add) const = 0;
+  virtual void backend_counters(const CounterSink& add) const = 0;
+  // stats(), backend_counters and the faults by name ("fault.NAME"), under their own names
+  // (base/counter_sink.h). Thread-safe.
+  void report_counters(const CounterSink& add) const;
 
   // Server-initiated write (DAFS direct read): queues the concatenated parts for
   // `session`'s engine connection, to land at `offset` of the client's registered buffer

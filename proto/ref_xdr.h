@@ -9,30 +9,32 @@
 
 namespace odafs::ordma {
 
+// The fields a Reference and an odafs_ref share (same names both sides), copied one way
+// or the other: the one list of them.
+template <class To, class From>
+void copy_reference_fields(To& to, const From& from) {
+  to.segment = from.segment;
+  to.generation = from.generation;
+  to.offset = from.offset;
+  to.length = from.length;
+  to.rights = from.rights;
+  to.session = from.session;
+  static_assert(sizeof to.capability == sizeof from.capability &&
+                sizeof to.token == sizeof from.token);
+  std::memcpy(&to.capability, &from.capability, sizeof to.capability);
+  std::memcpy(&to.token, &from.token, sizeof to.token);
+}
+
 inline Reference reference_from_wire(const odafs_ref& w) {
   Reference r;
-  r.segment = w.segment;
-  r.generation = w.generation;
-  r.offset = w.offset;
-  r.length = w.length;
-  r.rights = w.rights;
-  r.session = w.session;
-  std::memcpy(r.capability.data(), w.capability, r.capability.size());
-  std::memcpy(r.token.data(), w.token, r.token.size());
+  copy_reference_fields(r, w);
   return r;
 }
 
 // `block` is the file block index the segment holds (client-side bookkeeping).
 inline odafs_ref reference_to_wire(const Reference& r, uint64_t block) {
   odafs_ref w{};
-  w.segment = r.segment;
-  w.generation = r.generation;
-  w.offset = r.offset;
-  w.length = r.length;
-  w.rights = r.rights;
-  w.session = r.session;
-  std::memcpy(w.capability, r.capability.data(), r.capability.size());
-  std::memcpy(w.token, r.token.data(), r.token.size());
+  copy_reference_fields(w, r);
   w.block = block;
   return w;
 }

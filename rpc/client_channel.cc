@@ -507,6 +507,15 @@ void Channel::set_callback_handler(CallbackHandler handler) {
   callback_handler_ = std::move(h);
 }
 
+Status Channel::read_fragment_mark(size_t* length, bool* last) {
+  char head[4];
+  ODAFS_RETURN_IF_ERROR(read_rest(head, 4));
+  const RecordMark mark = read_record_mark(head);
+  *length = mark.length;
+  *last = mark.last;
+  return Status();
+}
+
 // Appends the rest of the current fragment, and any following fragments of the record,
 // to c's reply buffer.
 Status Channel::read_generic(Call* c, size_t frag_left, bool last) {
@@ -516,11 +525,7 @@ Status Channel::read_generic(Call* c, size_t frag_left, bool last) {
     c->reply_.resize(at + frag_left);
     ODAFS_RETURN_IF_ERROR(read_rest(c->reply_.data() + at, frag_left));
     if (last) return Status();
-    char head[4];
-    ODAFS_RETURN_IF_ERROR(read_rest(head, 4));
-    const RecordMark mark = read_record_mark(head);
-    frag_left = mark.length;
-    last = mark.last;
+    ODAFS_RETURN_IF_ERROR(read_fragment_mark(&frag_left, &last));
   }
 }
 
@@ -533,11 +538,7 @@ Status Channel::discard(size_t frag_left, bool last) {
       frag_left -= n;
     }
     if (last) return Status();
-    char head[4];
-    ODAFS_RETURN_IF_ERROR(read_rest(head, 4));
-    const RecordMark mark = read_record_mark(head);
-    frag_left = mark.length;
-    last = mark.last;
+    ODAFS_RETURN_IF_ERROR(read_fragment_mark(&frag_left, &last));
   }
 }
 

@@ -191,6 +191,8 @@ class Channel {
   Status take_callback(const char* xid_and_direction, size_t frag_left, bool last);
   static constexpr size_t kMaxCallbackRecord = 4096;
   Status discard(size_t frag_left, bool last);
+  // The next fragment's record mark, within a record begun.
+  Status read_fragment_mark(size_t* length, bool* last);
 
   Options options_;
   int fd_ = -1;

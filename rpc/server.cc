@@ -417,45 +417,7 @@ void Server::on_readable(Connection* raw, Worker& w, uint32_t events) {
     std::vector<char> large = take_large_buffer();  // the record fits, no regrowth
     conn->assembler.exchange_buffer(large);
   }
-  const bool tls = conn->tls.load(std::memory_order_acquire) != nullptr;
-  size_t got = 0;
-  for (int round = 0; open && handshake_done && round < kReadsPerEvent && got < limit; ++round) {
-    // TLS started meanwhile (this read began in the clear): what the socket holds now is
-    // TLS, for the next event, which judges the clear bytes taken (continue_handshake).
-    if (!tls && conn->tls.load(std::memory_order_acquire) != nullptr) break;
-    size_t want = std::min(w.staging.size(), limit - got);
-    ssize_t n = read_some(*conn, w.staging.data(), want);
-    if (n > 0 && shut) continue;  // closing: drain to EOF, run nothing more
-    if (n > 0) {
-      got += static_cast<size_t>(n);
-      counters_.bytes_in.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
-      auto keep = [&w](std::vector<char>& record) {
-        if (w.batch_used == w.batch.size()) w.batch.emplace_back();
-        w.batch[w.batch_used++].swap(record);
-      };
-      Status fed = conn->assembler.feed(w.staging.data(), static_cast<size_t>(n), keep);
-      if (!fed.ok()) {
-        counters_.oversized.fetch_add(1, std::memory_order_relaxed);
-        ODAFS_LOG_WARN_THROTTLED("closing connection from %s: %s", conn->peer.c_str(),
-                                 fed.message().c_str());
-        open = false;
-        break;
-      }
-      // A short recv drained the socket. A TLS read returns a record at a time, from what
-      // one recv (read ahead) took: nothing left in the session means drained too.
-      if (static_cast<size_t>(n) < want && (!tls || !conn->tls.load()->has_pending())) break;
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    if (n < 0 && tls && !shut) {
-      counters_.tls_failures.fetch_add(1, std::memory_order_relaxed);
-      ODAFS_LOG_WARN_THROTTLED("closing connection from %s: TLS: %s", conn->peer.c_str(),
-                               conn->tls.load()->last_error().c_str());
-    }
-    open = false;  // EOF or error
-    break;
-  }
+  if (open && handshake_done) open = read_calls(*conn, w, limit, shut);
   if (open && !shut && (events & (EPOLLERR | EPOLLHUP)) != 0) {
     // The peer reset the connection before these calls were read: its client was told they
     // failed with it and may have gone on on another (issue #38: a CREATE that sat unread
@@ -467,17 +429,7 @@ void Server::on_readable(Connection* raw, Worker& w, uint32_t events) {
     counters_.dropped_after_reset.fetch_add(w.batch_used, std::memory_order_relaxed);
     open = false;
   }
-  // Settled before the re-arm: from then on another thread may read the connection.
-  if (open && conn->permit.load(std::memory_order_relaxed) &&
-      conn->assembler.buffered() <= kLargeRecord) {
-    release_permit(*conn);
-  }
-  if (!conn->permit.load(std::memory_order_relaxed) && conn->assembler.capacity() > kKeepBuffer) {
-    std::vector<char> small;  // a large buffer left over: back to the pool
-    small.reserve(kKeepBuffer);
-    conn->assembler.exchange_buffer(small);
-    recycle(small);
-  }
+  settle_input_buffers(*conn, open);
   if (open) {
     epoll_event ev{};
     ev.events = read_events(*conn);
@@ -492,6 +444,94 @@ void Server::on_readable(Connection* raw, Worker& w, uint32_t events) {
   if (w.batch_used == 0) return;
   run_records(*conn, w.batch, w.batch_used, w);
   conn->last_active_ms.store(now_ms(), std::memory_order_relaxed);
+}
+
+bool Server::read_calls(Connection& conn, Worker& w, size_t limit, bool shut) {
+  const bool tls = conn.tls.load(std::memory_order_acquire) != nullptr;
+  size_t got = 0;
+  for (int round = 0; round < kReadsPerEvent && got < limit; ++round) {
+    // TLS started meanwhile (this read began in the clear): what the socket holds now is
+    // TLS, for the next event, which judges the clear bytes taken (continue_handshake).
+    if (!tls && conn.tls.load(std::memory_order_acquire) != nullptr) break;
+    size_t want = std::min(w.staging.size(), limit - got);
+    ssize_t n = read_some(conn, w.staging.data(), want);
+    if (n > 0 && shut) continue;  // closing: drain to EOF, run nothing more
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+      counters_.bytes_in.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+      auto keep = [&w](std::vector<char>& record) {
+        if (w.batch_used == w.batch.size()) w.batch.emplace_back();
+        w.batch[w.batch_used++].swap(record);
+      };
+      Status fed = conn.assembler.feed(w.staging.data(), static_cast<size_t>(n), keep);
+      if (!fed.ok()) {
+        counters_.oversized.fetch_add(1, std::memory_order_relaxed);
+        ODAFS_LOG_WARN_THROTTLED("closing connection from %s: %s", conn.peer.c_str(),
+                                 fed.message().c_str());
+        return false;
+      }
+      // A short recv drained the socket. A TLS read returns a record at a time, from what
+      // one recv (read ahead) took: nothing left in the session means drained too.
+      if (static_cast<size_t>(n) < want && (!tls || !conn.tls.load()->has_pending())) break;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (n < 0 && tls && !shut) {
+      counters_.tls_failures.fetch_add(1, std::memory_order_relaxed);
+      ODAFS_LOG_WARN_THROTTLED("closing connection from %s: TLS: %s", conn.peer.c_str(),
+                               conn.tls.load()->last_error().c_str());
+    }
+    return false;  // EOF or error
+  }
+  return true;
+}
+
+void Server::settle_input_buffers(Connection& conn, bool open) {
+  if (open && conn.permit.load(std::memory_order_relaxed) &&
+      conn.assembler.buffered() <= kLargeRecord) {
+    release_permit(conn);
+  }
+  if (!conn.permit.load(std::memory_order_relaxed) && conn.assembler.capacity() > kKeepBuffer) {
+    std::vector<char> small;  // a large buffer left over: back to the pool
+    small.reserve(kKeepBuffer);
+    conn.assembler.exchange_buffer(small);
+    recycle(small);
+  }
+}
+
+void Server::report_counters(const CounterSink& add) {
+  const Counters& c = counters_;
+  add("connections", c.connections.load());
+  add("open_connections", open_connections());
+  add("records", c.records.load());
+  add("garbage_records", c.garbage_records.load());
+  add("garbage_args", c.garbage_args.load());
+  add("rejected", c.rejected.load());
+  add("oversized", c.oversized.load());
+  add("slow_readers", c.slow_readers.load());
+  add("refused", c.refused.load());
+  add("unadmitted", c.unadmitted.load());
+  add("idle_closed", c.idle_closed.load());
+  add("dropped_after_reset", c.dropped_after_reset.load());
+  add("shed", c.shed.load());
+  add("paused", c.paused.load());
+  add("input_waits", c.input_waits.load());
+  add("bytes_in", c.bytes_in.load());
+  add("bytes_out", c.bytes_out.load());
+  add("loops", static_cast<uint64_t>(loops()));
+  add("handovers", c.handovers.load());
+  add("no_spare", c.no_spare.load());
+  add("spare_threads", c.spare_threads.load());
+  add("reply_batches", c.batches.load());
+  add("tls_sessions", c.tls_sessions.load());
+  add("tls_failures", c.tls_failures.load());
+}
+
+void Server::report_calls(const CounterSink& add) const {
+  for (uint32_t p = 0; p < procedure_count(); ++p) {
+    if (const char* name = procedure_name(p)) add(name, calls(p));
+  }
 }
 
 }  // namespace odafs::rpc

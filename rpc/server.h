@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "base/acceptor.h"
+#include "base/counter_sink.h"
 #include "base/net.h"
 #include "base/tls.h"
 #include "rpc/message_header.h"
@@ -288,6 +289,10 @@ class Server {
     std::atomic<uint64_t> tls_failures{0};  // TLS handshakes or records that failed
   };
   const Counters& counters() const { return counters_; }
+  // Its counters under their own names (base/counter_sink.h), and each procedure's calls
+  // by its name. Thread-safe (report_counters takes the connections' lock).
+  void report_counters(const CounterSink& add);
+  void report_calls(const CounterSink& add) const;
   uint64_t calls(uint32_t proc) const;
   const char* procedure_name(uint32_t proc) const;
   size_t procedure_count() const { return procs_.size(); }
@@ -321,6 +326,14 @@ class Server {
   void sweep_idle();
   // `events`: what epoll reported with the event (EPOLLERR/EPOLLHUP: the peer reset it).
   void on_readable(Connection* conn, Worker& w, uint32_t events);
+  // on_readable's read: up to `limit` bytes of conn's calls, cut into records in w.batch
+  // (kReadsPerEvent reads at most). False when conn is to close (EOF, an error, an
+  // oversized record). shut: closing, so what comes is drained and nothing is kept.
+  bool read_calls(Connection& conn, Worker& w, size_t limit, bool shut);
+  // After a read, before the re-arm (from then on another thread may read conn): the
+  // large-record permit given back once conn holds no large record, and a large buffer
+  // back to the pool.
+  void settle_input_buffers(Connection& conn, bool open);
   void close_connection(Connection* conn);
   // Runs records [0, count) of `records` unless the connection's replies back up; then the
   // rest wait in the connection (flow control) and are run when its backlog has drained.

@@ -242,4 +242,16 @@ std::string CallAuthority::principal(const rpc::CallContext& ctx) const {
   return "host:" + peer.substr(0, peer.rfind(':'));
 }
 
+void CallAuthority::report_counters(const CounterSink& add) const {
+  const Counters& c = counters_;
+  add("refused.no_rule", c.no_rule.load());
+  add("refused.insecure_port", c.insecure_port.load());
+  add("refused.tls_required", c.tls_required.load());
+  add("refused.identity_unmapped", c.identity_unmapped.load());
+  add("refused.bad_credential", c.bad_credential.load());
+  add("refused.not_socket_owner", c.not_socket_owner.load());
+  add("read_only", c.read_only.load());
+  add("squashed", c.squashed.load());
+}
+
 }  // namespace odafs::server

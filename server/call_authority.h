@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "base/counter_sink.h"
 #include "rpc/server.h"
 #include "server/export_rules.h"
 #include "server/tls_identities.h"
@@ -108,6 +109,8 @@ class CallAuthority {
     std::atomic<uint64_t> squashed{0};   // run as another than claimed (3, 5, 6)
   };
   const Counters& counters() const { return counters_; }
+  // Its counters under their own names (base/counter_sink.h). Thread-safe.
+  void report_counters(const CounterSink& add) const;
 
  private:
   // Step 6: the rule's squashing of *cred (counted as squashed if it or `changed` altered).

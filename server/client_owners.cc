@@ -130,4 +130,9 @@ size_t ClientOwners::away() const {
   }));
 }
 
+void ClientOwners::report_counters(const CounterSink& add) const {
+  add("known", known());
+  add("away", away());
+}
+
 }  // namespace odafs::server

@@ -33,6 +33,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/counter_sink.h"
 #include "base/status.h"
 
 namespace odafs::server {
@@ -81,6 +82,8 @@ class ClientOwners {
   int64_t away_ms() const { return options_.away_ms; }
   size_t known() const;
   size_t away() const;
+  // Its counters under their own names (base/counter_sink.h). Thread-safe.
+  void report_counters(const CounterSink& add) const;
 
  private:
   struct Entry {

@@ -455,4 +455,17 @@ size_t Delegations::held() const {
   return n;
 }
 
+void Delegations::report_counters(const CounterSink& add) const {
+  add("held", held());
+  add("granted", stats_.granted.load());
+  add("granted_write", stats_.granted_write.load());
+  add("recalled", stats_.recalled.load());
+  add("returned", stats_.returned.load());
+  add("expired", stats_.expired.load());
+  add("dropped", stats_.dropped.load());
+  add("delayed", stats_.delayed.load());
+  add("cooled", stats_.cooled.load());
+  add("refused_revoked", stats_.refused_revoked.load());
+}
+
 }  // namespace odafs::server

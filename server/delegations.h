@@ -49,6 +49,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/counter_sink.h"
 #include "server/node_table.h"
 
 namespace odafs::server {
@@ -209,6 +210,8 @@ class Delegations {
     std::atomic<uint64_t> refused_revoked{0};  // writes refused: their delegation was revoked
   };
   const Stats& stats() const { return stats_; }
+  // Its counters under their own names (base/counter_sink.h). Thread-safe.
+  void report_counters(const CounterSink& add) const;
   size_t held() const;
   // Delegations held by the client of `connection`'s calls.
   size_t held_by(uint64_t connection) const;

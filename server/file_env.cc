@@ -72,7 +72,10 @@ CrashSimulatingEnv::~CrashSimulatingEnv() {
 
 CrashSimulatingEnv::Pending* CrashSimulatingEnv::pending_for(int fd, off_t* size) {
   struct stat st;
-  if (fstat(fd, &st) != 0) return nullptr;
+  if (crashed_ || fstat(fd, &st) != 0) {
+    errno = EIO;
+    return nullptr;
+  }
   *size = st.st_size;
   auto [it, fresh] = pending_.try_emplace(Key{st.st_dev, st.st_ino});
   if (fresh) {
@@ -80,6 +83,7 @@ CrashSimulatingEnv::Pending* CrashSimulatingEnv::pending_for(int fd, off_t* size
     it->second.synced_size = st.st_size;
     if (it->second.fd < 0) {
       pending_.erase(it);
+      errno = EIO;
       return nullptr;
     }
   }
@@ -98,11 +102,8 @@ ssize_t CrashSimulatingEnv::pread(int fd, void* buf, size_t len, off_t offset) {
 ssize_t CrashSimulatingEnv::pwrite(int fd, const void* buf, size_t len, off_t offset) {
   std::lock_guard lock(mu_);
   off_t size = 0;
-  Pending* p = crashed_ ? nullptr : pending_for(fd, &size);
-  if (p == nullptr) {
-    errno = EIO;
-    return -1;
-  }
+  Pending* p = pending_for(fd, &size);
+  if (p == nullptr) return -1;
   size_t overlap = offset < size ? std::min<size_t>(len, static_cast<size_t>(size - offset)) : 0;
   p->undo.push_back(Undo{offset, read_range(fd, offset, overlap)});
   return ::pwrite(fd, buf, len, offset);
@@ -111,11 +112,8 @@ ssize_t CrashSimulatingEnv::pwrite(int fd, const void* buf, size_t len, off_t of
 int CrashSimulatingEnv::ftruncate(int fd, off_t new_size) {
   std::lock_guard lock(mu_);
   off_t size = 0;
-  Pending* p = crashed_ ? nullptr : pending_for(fd, &size);
-  if (p == nullptr) {
-    errno = EIO;
-    return -1;
-  }
+  Pending* p = pending_for(fd, &size);
+  if (p == nullptr) return -1;
   // Growing needs no bytes to undo: the final truncation to synced_size cuts it off.
   std::string tail =
       new_size < size ? read_range(fd, new_size, static_cast<size_t>(size - new_size)) : "";

@@ -72,7 +72,9 @@ class CrashSimulatingEnv final : public FileEnv {
   };
   using Key = std::pair<dev_t, ino_t>;
 
-  // The file's pending record, created at its first unsynced change. REQUIRES: mu_ held.
+  // The file's pending record, created at its first unsynced change, and its size now in
+  // *size; nullptr with errno EIO after the crash, or when the file cannot be recorded.
+  // REQUIRES: mu_ held.
   Pending* pending_for(int fd, off_t* size);
   int sync(int fd, bool data_only);
 

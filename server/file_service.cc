@@ -353,130 +353,42 @@ void FileService::note_reply(const rpc::CallContext& ctx, const char* name, uint
 
 std::vector<std::pair<std::string, uint64_t>> FileService::counters() {
   std::vector<std::pair<std::string, uint64_t>> values;
-  for (uint32_t p = 0; p < server_->procedure_count(); ++p) {
-    if (const char* name = server_->procedure_name(p)) {
-      values.emplace_back(std::string("calls.") + name, server_->calls(p));
-    }
-  }
-  const auto& rc = server_->counters();
-  values.emplace_back("rpc.connections", rc.connections.load());
-  values.emplace_back("rpc.open_connections", server_->open_connections());
-  values.emplace_back("rpc.records", rc.records.load());
-  values.emplace_back("rpc.garbage_records", rc.garbage_records.load());
-  values.emplace_back("rpc.garbage_args", rc.garbage_args.load());
-  values.emplace_back("rpc.rejected", rc.rejected.load());
-  values.emplace_back("rpc.oversized", rc.oversized.load());
-  values.emplace_back("rpc.slow_readers", rc.slow_readers.load());
-  values.emplace_back("rpc.refused", rc.refused.load());
-  values.emplace_back("rpc.unadmitted", rc.unadmitted.load());
-  values.emplace_back("rpc.idle_closed", rc.idle_closed.load());
-  values.emplace_back("rpc.dropped_after_reset", rc.dropped_after_reset.load());
-  values.emplace_back("rpc.shed", rc.shed.load());
-  values.emplace_back("rpc.paused", rc.paused.load());
-  values.emplace_back("rpc.input_waits", rc.input_waits.load());
-  values.emplace_back("rpc.bytes_in", rc.bytes_in.load());
-  values.emplace_back("rpc.bytes_out", rc.bytes_out.load());
-  values.emplace_back("rpc.loops", static_cast<uint64_t>(server_->loops()));
-  values.emplace_back("rpc.handovers", rc.handovers.load());
-  values.emplace_back("rpc.no_spare", rc.no_spare.load());
-  values.emplace_back("rpc.spare_threads", rc.spare_threads.load());
-  values.emplace_back("rpc.reply_batches", rc.batches.load());
-  values.emplace_back("rpc.tls_sessions", rc.tls_sessions.load());
-  values.emplace_back("rpc.tls_failures", rc.tls_failures.load());
-  const auto& ac = authority_.counters();
-  values.emplace_back("auth.refused.no_rule", ac.no_rule.load());
-  values.emplace_back("auth.refused.insecure_port", ac.insecure_port.load());
-  values.emplace_back("auth.refused.tls_required", ac.tls_required.load());
-  values.emplace_back("auth.refused.identity_unmapped", ac.identity_unmapped.load());
-  values.emplace_back("auth.refused.bad_credential", ac.bad_credential.load());
-  values.emplace_back("auth.refused.not_socket_owner", ac.not_socket_owner.load());
-  values.emplace_back("auth.read_only", ac.read_only.load());
-  values.emplace_back("auth.squashed", ac.squashed.load());
+  // Each component reports under its own names; the prefix says whose they are.
+  auto under = [&values](const char* prefix) {
+    return CounterSink([&values, prefix](const char* name, uint64_t value) {
+      values.emplace_back(std::string(prefix) + name, value);
+    });
+  };
+  const CounterSink own = under("");
+  server_->report_calls(under("calls."));
+  server_->report_counters(under("rpc."));
+  authority_.report_counters(under("auth."));
   for (size_t i = 0; i < refused_.size(); ++i) {
     values.emplace_back(std::string("refused.") + kRefusals[i].name, refused_[i].load());
   }
-  values.emplace_back("io.bytes_read", bytes_read_.load());
-  values.emplace_back("io.bytes_written", bytes_written_.load());
-  const auto& cs = cache_.stats();
-  values.emplace_back("cache.hits", cs.hits.load());
-  values.emplace_back("cache.misses", cs.misses.load());
-  values.emplace_back("cache.evictions", cs.evictions.load());
-  values.emplace_back("cache.bypasses", cs.bypasses.load());
-  values.emplace_back("cache.fill_errors", cs.fill_errors.load());
-  values.emplace_back("cache.blocks", cache_.block_count());
-  values.emplace_back("cache.block_size", cache_.block_size());
-  if (leases_.active()) {
-    const LeaseKeeper::Stats& ls = leases_.stats();
-    values.emplace_back("leases.held", leases_.held());
-    values.emplace_back("leases.taken", ls.taken.load());
-    values.emplace_back("leases.refused", ls.refused.load());
-    values.emplace_back("leases.recalled", ls.recalled.load());
-    values.emplace_back("leases.given_back", ls.given_back.load());
-  }
-  values.emplace_back("nodes.live", nodes_.size());
-  values.emplace_back("nodes.open_fds", nodes_.open_files());
-  values.emplace_back("nodes.max_open_fds", nodes_.max_open_files());
-  values.emplace_back("nodes.reopens", nodes_.reopens());
-  values.emplace_back("nodes.unlinked_dropped", unlinked_dropped_.load());
-  values.emplace_back("direct_writes.refused_busy", direct_writes_refused_.load());
-  values.emplace_back("direct_writes.waiting", direct_writes_waiting_.load());
-  const auto& ds = delegations_.stats();
-  values.emplace_back("delegations.held", delegations_.held());
-  values.emplace_back("delegations.granted", ds.granted.load());
-  values.emplace_back("delegations.granted_write", ds.granted_write.load());
-  values.emplace_back("delegations.recalled", ds.recalled.load());
-  values.emplace_back("delegations.returned", ds.returned.load());
-  values.emplace_back("delegations.expired", ds.expired.load());
-  values.emplace_back("delegations.dropped", ds.dropped.load());
-  values.emplace_back("delegations.delayed", ds.delayed.load());
-  values.emplace_back("delegations.cooled", ds.cooled.load());
-  values.emplace_back("delegations.refused_revoked", ds.refused_revoked.load());
-  const auto& gs = recovery_.stats();
-  const auto& ss = space_.stats();
-  values.emplace_back("space.promised_bytes", space_.promised());
-  values.emplace_back("space.promises", ss.promises.load());
-  values.emplace_back("space.declined", ss.declined.load());
-  values.emplace_back("space.refused", ss.refused.load());
-  values.emplace_back("space.samples", ss.samples.load());
-  values.emplace_back("space.reserved", space_reserved_.load());
-  values.emplace_back("recovery.in_grace", recovery_.in_grace() ? 1 : 0);
-  values.emplace_back("recovery.reclaimers", gs.reclaimers.load());
-  values.emplace_back("recovery.reclaimed", gs.reclaimed.load());
-  values.emplace_back("recovery.held_back", gs.held_back.load());
-  values.emplace_back("recovery.record_writes", recovery_.record_writes());
-  values.emplace_back("owners.known", owners_.known());
-  values.emplace_back("owners.away", owners_.away());
+  own("io.bytes_read", bytes_read_.load());
+  own("io.bytes_written", bytes_written_.load());
+  cache_.report_counters(under("cache."));
+  if (leases_.active()) leases_.report_counters(under("leases."));
+  nodes_.report_counters(under("nodes."));
+  own("nodes.unlinked_dropped", unlinked_dropped_.load());
+  own("direct_writes.refused_busy", direct_writes_refused_.load());
+  own("direct_writes.waiting", direct_writes_waiting_.load());
+  delegations_.report_counters(under("delegations."));
+  space_.report_counters(under("space."));
+  own("space.reserved", space_reserved_.load());
+  recovery_.report_counters(under("recovery."));
+  owners_.report_counters(under("owners."));
   if (engine_) {
-    const ordma::EngineStats& es = engine_->stats();
-    values.emplace_back(std::string("engine.backend.") + engine_->kind(), 1);
-    values.emplace_back("engine.threads", static_cast<uint64_t>(engine_threads_));
-    values.emplace_back("engine.connections", es.connections.load());
-    values.emplace_back("engine.reads", es.reads.load());
-    values.emplace_back("engine.bytes", es.bytes.load());
-    values.emplace_back("engine.pushes", es.pushes.load());
-    values.emplace_back("engine.push_bytes", es.push_bytes.load());
-    values.emplace_back("engine.pulls", es.pulls.load());
-    values.emplace_back("engine.pull_bytes", es.pull_bytes.load());
-    values.emplace_back("engine.bad_handshakes", es.bad_handshakes.load());
-    values.emplace_back("engine.bad_frames", es.bad_frames.load());
-    values.emplace_back("engine.refused", es.refused.load());
-    values.emplace_back("engine.handshake_timeouts", es.handshake_timeouts.load());
-    values.emplace_back("engine.shed", es.shed.load());
-    engine_->backend_counters([&values](const char* name, uint64_t value) {
-      values.emplace_back(std::string("engine.") + name, value);
-    });
-    for (int f = 1; f < ordma::kFaultKinds; ++f) {
-      values.emplace_back(
-          std::string("engine.fault.") + ordma::fault_name(static_cast<ordma::Fault>(f)),
-          es.faults[static_cast<size_t>(f)].load());
-    }
+    engine_->report_counters(under("engine."));
+    own("engine.threads", static_cast<uint64_t>(engine_threads_));
   }
   uint64_t total = 0;
   for (const auto& [group, us] : cpu_->usage_us()) {
     values.emplace_back("cpu_us." + group, us);
     total += us;
   }
-  values.emplace_back("cpu_us.total", total);
+  own("cpu_us.total", total);
   return values;
 }
 

@@ -207,4 +207,12 @@ void LeaseKeeper::undo_and_give_back(const OpenNode& node) {
   if (was_leased) stats_.given_back.fetch_add(1, std::memory_order_relaxed);
 }
 
+void LeaseKeeper::report_counters(const CounterSink& add) const {
+  add("held", held());
+  add("taken", stats_.taken.load());
+  add("refused", stats_.refused.load());
+  add("recalled", stats_.recalled.load());
+  add("given_back", stats_.given_back.load());
+}
+
 }  // namespace odafs::server

@@ -39,6 +39,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/counter_sink.h"
 #include "cache/block_cache.h"
 #include "server/delegations.h"
 #include "server/node_table.h"
@@ -95,6 +96,8 @@ class LeaseKeeper {
 
   size_t held() const;
   const Stats& stats() const { return stats_; }
+  // Its counters under their own names (base/counter_sink.h). Thread-safe.
+  void report_counters(const CounterSink& add) const;
 
  private:
   void run();

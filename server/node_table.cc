@@ -597,4 +597,11 @@ bool NodeTable::valid_name(const char* name) {
   return std::strchr(name, '/') == nullptr;
 }
 
+void NodeTable::report_counters(const CounterSink& add) const {
+  add("live", size());
+  add("open_fds", open_files());
+  add("max_open_fds", max_open_files());
+  add("reopens", reopens());
+}
+
 }  // namespace odafs::server

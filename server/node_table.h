@@ -65,6 +65,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/counter_sink.h"
 #include "base/keyed_mac.h"
 #include "base/status.h"
 #include "server/store.h"
@@ -295,6 +296,8 @@ class NodeTable {
   size_t max_open_files() const { return max_open_files_; }
   // Times a node's object was reopened after eviction.
   uint64_t reopens() const { return reopens_.load(std::memory_order_relaxed); }
+  // Its counters under their own names (base/counter_sink.h). Thread-safe.
+  void report_counters(const CounterSink& add) const;
 
   // A single path component: not empty, no '/', no NUL, not "." or "..", <= 255 bytes.
   static bool valid_name(const char* name);

@@ -252,4 +252,12 @@ void Recovery::stopping() {
   if (writer_) writer_->stop();
 }
 
+void Recovery::report_counters(const CounterSink& add) {
+  add("in_grace", in_grace() ? 1 : 0);
+  add("reclaimers", stats_.reclaimers.load());
+  add("reclaimed", stats_.reclaimed.load());
+  add("held_back", stats_.held_back.load());
+  add("record_writes", record_writes());
+}
+
 }  // namespace odafs::server

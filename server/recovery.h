@@ -34,6 +34,7 @@
 #include <set>
 #include <string>
 
+#include "base/counter_sink.h"
 #include "base/status.h"
 #include "server/record_writer.h"
 
@@ -102,6 +103,8 @@ class Recovery {
     std::atomic<uint64_t> reclaimed{0};   // of them, RECLAIM_COMPLETE received
   };
   const Stats& stats() const { return stats_; }
+  // Its counters under their own names (base/counter_sink.h). Thread-safe.
+  void report_counters(const CounterSink& add);
   // Versions of the record written and synced.
   uint64_t record_writes() const { return writer_ ? writer_->writes() : 0; }
 

@@ -82,4 +82,12 @@ void SpaceAccount::end_write(uint64_t len, uint64_t written) {
   pending_.fetch_sub(static_cast<int64_t>(len));
 }
 
+void SpaceAccount::report_counters(const CounterSink& add) const {
+  add("promised_bytes", promised());
+  add("promises", stats_.promises.load());
+  add("declined", stats_.declined.load());
+  add("refused", stats_.refused.load());
+  add("samples", stats_.samples.load());
+}
+
 }  // namespace odafs::server

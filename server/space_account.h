@@ -40,6 +40,8 @@
 #include <cstdint>
 #include <functional>
 
+#include "base/counter_sink.h"
+
 namespace odafs::server {
 
 class SpaceAccount {
@@ -86,6 +88,8 @@ class SpaceAccount {
     std::atomic<uint64_t> samples{0};   // statvfs calls
   };
   const Stats& stats() const { return stats_; }
+  // Its counters under their own names (base/counter_sink.h). Thread-safe.
+  void report_counters(const CounterSink& add) const;
 
  private:
   // Free space now, as far as the account knows: the sample, less what was written since

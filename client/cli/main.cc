@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -310,15 +311,10 @@ void show_df(const std::string& url) {
       static_cast<unsigned long long>(s.free_files));
 }
 
-int run(int argc, char** argv) {
-  CLI::App app(
-      "odafs: files on an odafs server (odafsd), from the command line.\n"
-      "URL is odafs://HOST:PORT/PATH[?timeout_ms=N][&cache_policy=lru|mq][&tls=1]\n"
-      "    [&tls_ca=FILE][&tls_cert=FILE&tls_key=FILE]",
-      "odafs");
+void add_global_options(CLI::App& app) {
   app.set_version_flag("--version", "odafs " ODAFS_VERSION);
   app.require_subcommand(1);
-  app.fallthrough();  // the options above are taken after the command too
+  app.fallthrough();  // the options below are taken after the command too
   app.add_option("--timeout", g_settings.timeout,
                  "give up on a server that does not answer within MS ms (1..3600000; "
                  "default 60000)")
@@ -332,48 +328,153 @@ int run(int argc, char** argv) {
                  "this client's certificate, with --tls-key (mutual TLS); implies --tls")
       ->type_name("FILE");
   app.add_option("--tls-key", g_settings.tls_key, "the key of --tls-cert")->type_name("FILE");
+}
 
+// The command line's operands and command options, as CLI11 fills them in.
+struct Words {
   std::string url, url2, local;
   std::vector<std::string> urls;
-  bool long_form = false, recursive = false, in_place = false;
-  auto one_url = [&](const char* name, const char* what) {
+  bool long_form = false, recursive = false, in_place = false, raw_stats = false;
+};
+
+// A command: its subcommand, and what it does once the line is parsed (the exit status).
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
+};
+
+// The commands that name one file or directory.
+void add_file_commands(CLI::App& app, Words& w, std::vector<Command>* commands) {
+  auto one_url = [&](const char* name, const char* what, std::function<int()> run) {
     CLI::App* c = app.add_subcommand(name, what);
-    c->add_option("URL", url, "odafs://HOST:PORT/PATH")->required();
+    c->add_option("URL", w.url, "odafs://HOST:PORT/PATH")->required();
+    commands->push_back({c, std::move(run)});
     return c;
   };
-  CLI::App* ls = one_url("ls", "list a directory (a file: its name)");
-  ls->add_flag("-l", long_form, "one line each: mode, links, owner, group, size, time");
-  CLI::App* stat = one_url("stat", "a file's attributes");
-  CLI::App* cat = one_url("cat", "a file's bytes to standard output");
-  CLI::App* mkdir = one_url("mkdir", "make a directory");
-  CLI::App* rmdir = one_url("rmdir", "remove an empty directory");
-  CLI::App* df = one_url("df", "the export's space and files");
-  CLI::App* exports = one_url("exports", "what this host may mount of URL's server (showmount -e)");
-  CLI::App* clients =
-      one_url("clients", "the server's connected clients (root on the server's host only)");
-  CLI::App* ping = one_url("ping", "one NULL call's round trip");
-  CLI::App* stats = one_url("stats", "the server's counters, in human units");
-  bool raw_stats = false;
-  stats->add_flag("--raw", raw_stats, "every counter's exact value only (for scripts)");
+  auto on_target = [&w](void (*fn)(Target&, Words&)) {
+    return [&w, fn] {
+      Target t = open_target(w.url);
+      fn(t, w);
+      return 0;
+    };
+  };
+  one_url("ls", "list a directory (a file: its name)", [&w] {
+    list(w.url, w.long_form);
+    return 0;
+  })->add_flag("-l", w.long_form, "one line each: mode, links, owner, group, size, time");
+  one_url("stat", "a file's attributes", [&w] {
+    show_stat(w.url);
+    return 0;
+  });
+  one_url("cat", "a file's bytes to standard output",
+          on_target([](Target& t, Words&) { odafs::cli::cat(*t.client, t.path, 1); }));
+  one_url("mkdir", "make a directory",
+          on_target([](Target& t, Words&) { t.client->mkdir(t.path); }));
+  one_url("rmdir", "remove an empty directory",
+          on_target([](Target& t, Words&) { t.client->rmdir(t.path); }));
   CLI::App* rm = app.add_subcommand(
       "rm", "remove files (every URL given; each failure said, the rest still go)");
-  rm->add_flag("-r,-R,--recursive", recursive, "directories too, with all they hold");
-  rm->add_option("URL", urls, "odafs://HOST:PORT/PATH ...")->required();
+  rm->add_flag("-r,-R,--recursive", w.recursive, "directories too, with all they hold");
+  rm->add_option("URL", w.urls, "odafs://HOST:PORT/PATH ...")->required();
+  commands->push_back({rm, [&w] { return remove_operands(w.urls, w.recursive); }});
   CLI::App* mv = app.add_subcommand("mv", "rename (both URLs on the same server)");
-  mv->add_option("URL", url, "from")->required();
-  mv->add_option("URL2", url2, "to")->required();
+  mv->add_option("URL", w.url, "from")->required();
+  mv->add_option("URL2", w.url2, "to")->required();
+  commands->push_back({mv, [&w] {
+                         Target from = open_target(w.url);
+                         odafs::Url to = odafs::or_throw(odafs::parse_url(w.url2));
+                         if (to.server.to_string() != from.server ||
+                             !odafs::wire::within_export(from.export_path, normalized(to.path))) {
+                           throw odafs::Error(EXDEV,
+                                              "mv: both URLs must name the same server and export");
+                         }
+                         from.client->rename(from.path, inside_export(from.export_path, to.path));
+                         return 0;
+                       }});
   CLI::App* get = app.add_subcommand(
       "get", "copy a remote file to LOCAL (- : standard output), replacing it whole or not at all");
-  get->add_option("URL", url, "the remote file")->required();
-  get->add_option("LOCAL", local, "the local file, or -")->required();
+  get->add_option("URL", w.url, "the remote file")->required();
+  get->add_option("LOCAL", w.local, "the local file, or -")->required();
+  commands->push_back({get, on_target([](Target& t, Words& w) {
+                         odafs::cli::get(*t.client, t.path, w.local, g_settings.umask);
+                       })});
   CLI::App* put = app.add_subcommand(
       "put",
       "copy LOCAL (- : standard input) to a remote file: written beside it, made durable, then "
       "renamed over it (the remote file is replaced whole or not at all)");
-  put->add_flag("--in-place", in_place, "truncate the remote file and write into it instead");
-  put->add_option("LOCAL", local, "the local file, or -")->required();
-  put->add_option("URL", url, "the remote file")->required();
+  put->add_flag("--in-place", w.in_place, "truncate the remote file and write into it instead");
+  put->add_option("LOCAL", w.local, "the local file, or -")->required();
+  put->add_option("URL", w.url, "the remote file")->required();
+  commands->push_back({put, [&w] {
+                         odafs::cli::SourcePtr source = odafs::cli::open_source(w.local);  // first
+                         Target t = open_target(w.url);
+                         odafs::cli::put(*t.client, *source, t.path, w.url, w.in_place,
+                                         g_settings.umask);
+                         return 0;
+                       }});
+}
 
+// The commands about the server and its exports.
+void add_server_commands(CLI::App& app, Words& w, std::vector<Command>* commands) {
+  auto one_url = [&](const char* name, const char* what, std::function<int()> run) {
+    CLI::App* c = app.add_subcommand(name, what);
+    c->add_option("URL", w.url, "odafs://HOST:PORT/PATH")->required();
+    commands->push_back({c, std::move(run)});
+    return c;
+  };
+  one_url("df", "the export's space and files", [&w] {
+    show_df(w.url);
+    return 0;
+  });
+  one_url("exports", "what this host may mount of URL's server (showmount -e)", [&w] {
+    for (const odafs::ExportInfo& e : odafs::list_exports(w.url, mount_options())) {
+      std::printf("%-32s %s\n", e.path.c_str(), e.options.c_str());
+    }
+    return 0;
+  });
+  one_url("clients", "the server's connected clients (root on the server's host only)", [&w] {
+    const std::vector<odafs::ClientInfo> all = odafs::list_clients(w.url, mount_options());
+    std::printf("%-28s %-20s %-4s %-6s %s\n", "ADDRESS", "IDENTITY", "TLS", "DELEGS", "EXPORT");
+    for (const odafs::ClientInfo& c : all) {
+      std::printf("%-28s %-20s %-4s %-6u %s\n", c.address.c_str(), c.identity.c_str(),
+                  c.tls ? "yes" : "no", c.delegations,
+                  c.export_path.empty() ? "-" : c.export_path.c_str());
+    }
+    return 0;
+  });
+  one_url("ping", "one NULL call's round trip", [&w] {
+    Target t = open_target(w.url);
+    const auto start = std::chrono::steady_clock::now();
+    t.client->ping();
+    const auto us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start);
+    std::printf("NULL round trip: %.1f us\n", us.count());
+    return 0;
+  });
+  one_url("stats", "the server's counters, in human units", [&w] {
+    Target t = open_target(w.url);
+    for (const auto& [name, value] : t.client->server_stats()) {
+      if (w.raw_stats) {
+        std::printf("%-24s %llu\n", name.c_str(), static_cast<unsigned long long>(value));
+      } else {
+        std::printf("%-32s %s\n", name.c_str(), readable_counter(name, value).c_str());
+      }
+    }
+    return 0;
+  })->add_flag("--raw", w.raw_stats, "every counter's exact value only (for scripts)");
+}
+
+int run(int argc, char** argv) {
+  CLI::App app(
+      "odafs: files on an odafs server (odafsd), from the command line.\n"
+      "URL is odafs://HOST:PORT/PATH[?timeout_ms=N][&cache_policy=lru|mq][&tls=1]\n"
+      "    [&tls_ca=FILE][&tls_cert=FILE&tls_key=FILE]",
+      "odafs");
+  add_global_options(app);
+  Words words;
+  std::vector<Command> commands;
+  add_file_commands(app, words, &commands);
+  add_server_commands(app, words, &commands);
   try {
     app.parse(argc, argv);
     if (!g_settings.timeout.empty()) {
@@ -388,67 +489,8 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "odafs: %s\n(usage: odafs --help, or odafs COMMAND --help)\n", e.what());
     return 2;
   }
-
-  if (*ls) {
-    list(url, long_form);
-  } else if (*stat) {
-    show_stat(url);
-  } else if (*cat) {
-    Target t = open_target(url);
-    odafs::cli::cat(*t.client, t.path, 1);
-  } else if (*get) {
-    Target t = open_target(url);
-    odafs::cli::get(*t.client, t.path, local, g_settings.umask);
-  } else if (*put) {
-    odafs::cli::SourcePtr source = odafs::cli::open_source(local);  // before the server
-    Target t = open_target(url);
-    odafs::cli::put(*t.client, *source, t.path, url, in_place, g_settings.umask);
-  } else if (*mkdir) {
-    Target t = open_target(url);
-    t.client->mkdir(t.path);
-  } else if (*rmdir) {
-    Target t = open_target(url);
-    t.client->rmdir(t.path);
-  } else if (*rm) {
-    return remove_operands(urls, recursive);
-  } else if (*mv) {
-    Target from = open_target(url);
-    odafs::Url to = odafs::or_throw(odafs::parse_url(url2));
-    if (to.server.to_string() != from.server ||
-        !odafs::wire::within_export(from.export_path, normalized(to.path))) {
-      throw odafs::Error(EXDEV, "mv: both URLs must name the same server and export");
-    }
-    from.client->rename(from.path, inside_export(from.export_path, to.path));
-  } else if (*df) {
-    show_df(url);
-  } else if (*clients) {
-    const std::vector<odafs::ClientInfo> all = odafs::list_clients(url, mount_options());
-    std::printf("%-28s %-20s %-4s %-6s %s\n", "ADDRESS", "IDENTITY", "TLS", "DELEGS", "EXPORT");
-    for (const odafs::ClientInfo& c : all) {
-      std::printf("%-28s %-20s %-4s %-6u %s\n", c.address.c_str(), c.identity.c_str(),
-                  c.tls ? "yes" : "no", c.delegations,
-                  c.export_path.empty() ? "-" : c.export_path.c_str());
-    }
-  } else if (*exports) {
-    for (const odafs::ExportInfo& e : odafs::list_exports(url, mount_options())) {
-      std::printf("%-32s %s\n", e.path.c_str(), e.options.c_str());
-    }
-  } else if (*ping) {
-    Target t = open_target(url);
-    const auto start = std::chrono::steady_clock::now();
-    t.client->ping();
-    const auto us =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start);
-    std::printf("NULL round trip: %.1f us\n", us.count());
-  } else if (*stats) {
-    Target t = open_target(url);
-    for (const auto& [name, value] : t.client->server_stats()) {
-      if (raw_stats) {
-        std::printf("%-24s %llu\n", name.c_str(), static_cast<unsigned long long>(value));
-      } else {
-        std::printf("%-32s %s\n", name.c_str(), readable_counter(name, value).c_str());
-      }
-    }
+  for (const Command& c : commands) {
+    if (*c.app) return c.run();
   }
   return 0;
 }

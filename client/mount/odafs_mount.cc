@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "base/log.h"
@@ -61,6 +62,14 @@ struct Config {
   int allow_other = 0;
   int default_permissions = 0;
   int no_default_permissions = 0;
+
+  // libfuse's %s options are malloc'd strings, the Config's to free.
+  Config() = default;
+  Config(const Config&) = delete;
+  Config& operator=(const Config&) = delete;
+  ~Config() {
+    for (char* s : {url, read_mode, rescue_dir, tls_ca, tls_cert, tls_key, log}) free(s);
+  }
 };
 
 enum OptionKey { kKeyAllowOther = 1, kKeyDefaultPermissions = 2 };
@@ -249,105 +258,63 @@ bool has_option(const fuse_args& args, std::string_view option) {
   return false;
 }
 
-int run(int argc, char** argv) {
-  fuse_args args = FUSE_ARGS_INIT(argc, argv);
-  // Freed on every way out, --version's and --help's too (fuse_opt_free_args may run twice).
-  const std::unique_ptr<fuse_args, decltype(&fuse_opt_free_args)> free_args(&args,
-                                                                            &fuse_opt_free_args);
-  Config conf;
-  if (fuse_opt_parse(&args, &conf, kSpec, keep_or_take_url) != 0) return 1;
-  if (conf.show_help) {
-    usage(argv[0]);
-    return 0;
-  }
+// The arguments the options imply for libfuse: default_permissions with allow_other, and
+// the mount's source and type names. False if libfuse could not take them.
+bool add_implied_args(fuse_args& args, const Config& conf) {
   // A mount other users reach needs the kernel's permission checks: without them, a name
   // the kernel or libodafs resolved for one caller is not looked up again for another, so
   // search permission on a directory on the way is not checked for the second (the
   // server checks every call it gets, but gets none for those). Fail closed: allow_other
   // brings default_permissions unless asked not to.
   if (conf.allow_other && !conf.default_permissions && !conf.no_default_permissions) {
-    if (fuse_opt_add_arg(&args, "-odefault_permissions") != 0) return 1;
+    if (fuse_opt_add_arg(&args, "-odefault_permissions") != 0) return false;
   }
   // The mount's source in df, findmnt and /proc/self/mountinfo: its URL without the
   // options (not the program's name), unless -o fsname= says otherwise.
   if (conf.url != nullptr && !has_option(args, "fsname=")) {
     const std::string source = "-ofsname=" + fsname_escaped(conf.url);
-    if (fuse_opt_add_arg(&args, source.c_str()) != 0) return 1;
+    if (fuse_opt_add_arg(&args, source.c_str()) != 0) return false;
     // libfuse names the type after the program only while it names the source so too: the
     // type stays fuse.odafs-mount (what scripts and the tests look for).
     if (!has_option(args, "subtype=") && fuse_opt_add_arg(&args, "-osubtype=odafs-mount") != 0) {
-      return 1;
+      return false;
     }
   }
-  fuse_cmdline_opts opts{};
-  if (fuse_parse_cmdline(&args, &opts) != 0) return 1;
-  std::unique_ptr<char, decltype(&free)> mountpoint(opts.mountpoint, &free);
-  std::unique_ptr<char, decltype(&free)> url(conf.url, &free);
-  std::unique_ptr<char, decltype(&free)> read_mode(conf.read_mode, &free);
-  if (opts.show_version) {
-    std::printf("odafs-mount " ODAFS_VERSION ", FUSE library %s\n", fuse_pkgversion());
-    fuse_lowlevel_version();
-    return 0;
-  }
-  if (url == nullptr || mountpoint == nullptr) {
-    usage(argv[0]);
-    return 1;
-  }
+  return true;
+}
 
+// The library's options from the mount's, or why they are refused (said on stderr).
+std::optional<odafs::MountOptions> mount_options_of(const Config& conf) {
   odafs::MountOptions mo;
   mo.cache_blocks = conf.cache_blocks;
   mo.write_behind_bytes = conf.write_behind;
   mo.timeout_ms = conf.timeout_ms;
   mo.reconnect_window_ms = conf.reconnect_ms;
   mo.unmount_wait_ms = conf.unmount_wait_ms < 0 ? -1 : conf.unmount_wait_ms;
-  std::unique_ptr<char, decltype(&free)> rescue_dir(conf.rescue_dir, free);
-  if (rescue_dir) mo.rescue_dir = rescue_dir.get();
+  if (conf.rescue_dir != nullptr) mo.rescue_dir = conf.rescue_dir;
   mo.dir_cache_ms = conf.dir_cache_ms;
-  // libfuse's %s options are malloc'd strings, freed with conf's others.
-  std::unique_ptr<char, decltype(&free)> tls_ca(conf.tls_ca, free), tls_cert(conf.tls_cert, free),
-      tls_key(conf.tls_key, free);
-  mo.tls = conf.tls != 0 || tls_ca || tls_cert || tls_key;
-  if (tls_ca) mo.tls_ca = tls_ca.get();
-  if (tls_cert) mo.tls_cert = tls_cert.get();
-  if (tls_key) mo.tls_key = tls_key.get();
+  mo.tls = conf.tls != 0 || conf.tls_ca != nullptr || conf.tls_cert != nullptr ||
+           conf.tls_key != nullptr;
+  if (conf.tls_ca != nullptr) mo.tls_ca = conf.tls_ca;
+  if (conf.tls_cert != nullptr) mo.tls_cert = conf.tls_cert;
+  if (conf.tls_key != nullptr) mo.tls_key = conf.tls_key;
   if (conf.no_ordma) mo.read_mode = odafs::ReadMode::kPrePosted;
-  if (read_mode != nullptr && !parse_read_mode(read_mode.get(), &mo.read_mode)) {
+  if (conf.read_mode != nullptr && !parse_read_mode(conf.read_mode, &mo.read_mode)) {
     std::fprintf(stderr, "odafs-mount: read_mode must be ordma, preposted, inline or direct\n");
-    return 1;
+    return std::nullopt;
   }
   if (conf.timeout_ms <= 0 || conf.attr_timeout < 0 || conf.entry_timeout < 0 ||
       conf.negative_timeout < 0) {
     std::fprintf(stderr, "odafs-mount: timeouts must not be negative (timeout_ms > 0)\n");
-    return 1;
+    return std::nullopt;
   }
+  return mo;
+}
 
-  // A background mount's stderr goes nowhere: what it logs (write-back failures, an
-  // unmount waiting for its server) goes to syslog too, in the foreground as well, unless
-  // log= says where.
-  std::unique_ptr<char, decltype(&free)> log(conf.log, free);
-  if (!log) {
-    odafs::log_to_syslog("odafs-mount");
-  } else if (std::string why; !odafs::log_to(log.get(), "odafs-mount", &why)) {
-    std::fprintf(stderr, "odafs-mount: %s\n", why.c_str());
-    return 1;
-  }
-  Backgrounder bg(opts.foreground != 0);
-  std::unique_ptr<odafs::Client> client;
-  odafs::Attr root;
-  try {
-    client = odafs::Client::mount(url.get(), mo);
-    root = client->stat("/");
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "odafs-mount: %s: %s\n", url.get(), e.what());
-    return 1;
-  }
-  odafs::mount::FsOptions fo;
-  fo.attr_timeout = conf.attr_timeout;
-  fo.entry_timeout = conf.entry_timeout;
-  fo.negative_timeout = conf.negative_timeout;
-  fo.readdirplus = conf.no_readdirplus == 0;
-  odafs::mount::FuseFs fs(*client, root, fo);
-
+// Mounts fs at mountpoint and serves the kernel's requests until the mount ends: 0 for a
+// clean stop (a signal's too), 1 otherwise. bg is told once the mount is there.
+int serve(fuse_args& args, const fuse_cmdline_opts& opts, odafs::mount::FuseFs& fs,
+          Backgrounder& bg) {
   const fuse_lowlevel_ops& ops = odafs::mount::FuseFs::ops();
   fuse_session* se = fuse_session_new(&args, &ops, sizeof(ops), &fs);
   fuse_opt_free_args(&args);
@@ -355,7 +322,7 @@ int run(int argc, char** argv) {
   fs.set_session(se);
   int rc = 1;
   if (fuse_set_signal_handlers(se) == 0) {
-    if (fuse_session_mount(se, mountpoint.get()) == 0) {
+    if (fuse_session_mount(se, opts.mountpoint) == 0) {
       bg.ready();
       if (opts.singlethread) {
         rc = fuse_session_loop(se);
@@ -377,7 +344,62 @@ int run(int argc, char** argv) {
   }
   fuse_session_destroy(se);
   // A signal ends the loop with its number; that is a clean stop.
-  rc = rc == 0 || rc == SIGINT || rc == SIGTERM || rc == SIGHUP ? 0 : 1;
+  return rc == 0 || rc == SIGINT || rc == SIGTERM || rc == SIGHUP ? 0 : 1;
+}
+
+int run(int argc, char** argv) {
+  fuse_args args = FUSE_ARGS_INIT(argc, argv);
+  // Freed on every way out, --version's and --help's too (fuse_opt_free_args may run twice).
+  const std::unique_ptr<fuse_args, decltype(&fuse_opt_free_args)> free_args(&args,
+                                                                            &fuse_opt_free_args);
+  Config conf;
+  if (fuse_opt_parse(&args, &conf, kSpec, keep_or_take_url) != 0) return 1;
+  if (conf.show_help) {
+    usage(argv[0]);
+    return 0;
+  }
+  if (!add_implied_args(args, conf)) return 1;
+  fuse_cmdline_opts opts{};
+  if (fuse_parse_cmdline(&args, &opts) != 0) return 1;
+  std::unique_ptr<char, decltype(&free)> mountpoint(opts.mountpoint, &free);
+  if (opts.show_version) {
+    std::printf("odafs-mount " ODAFS_VERSION ", FUSE library %s\n", fuse_pkgversion());
+    fuse_lowlevel_version();
+    return 0;
+  }
+  if (conf.url == nullptr || mountpoint == nullptr) {
+    usage(argv[0]);
+    return 1;
+  }
+  const std::optional<odafs::MountOptions> mo = mount_options_of(conf);
+  if (!mo) return 1;
+
+  // A background mount's stderr goes nowhere: what it logs (write-back failures, an
+  // unmount waiting for its server) goes to syslog too, in the foreground as well, unless
+  // log= says where.
+  if (conf.log == nullptr) {
+    odafs::log_to_syslog("odafs-mount");
+  } else if (std::string why; !odafs::log_to(conf.log, "odafs-mount", &why)) {
+    std::fprintf(stderr, "odafs-mount: %s\n", why.c_str());
+    return 1;
+  }
+  Backgrounder bg(opts.foreground != 0);
+  std::unique_ptr<odafs::Client> client;
+  odafs::Attr root;
+  try {
+    client = odafs::Client::mount(conf.url, *mo);
+    root = client->stat("/");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "odafs-mount: %s: %s\n", conf.url, e.what());
+    return 1;
+  }
+  odafs::mount::FsOptions fo;
+  fo.attr_timeout = conf.attr_timeout;
+  fo.entry_timeout = conf.entry_timeout;
+  fo.negative_timeout = conf.negative_timeout;
+  fo.readdirplus = conf.no_readdirplus == 0;
+  odafs::mount::FuseFs fs(*client, root, fo);
+  int rc = serve(args, opts, fs, bg);
   // The kernel's mount is gone; bytes closes kept may not be on the server yet. They are
   // waited for (saying so), or saved in rescue files (a bounded wait, or a signal now).
   give_up_on_signal();
