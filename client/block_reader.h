@@ -47,8 +47,12 @@ class BlockReader {
   // without an RPC. *done: the bytes of out already read (0, or what an earlier reader got
   // before its mount was lost); it advances as bytes land.
   // REQUIRES: m, out and *done outlive the reader.
-  BlockReader(Client* client, const MountState& m, const Handle& fh, uint64_t key,
+  BlockReader(ClientImpl* client, const MountState& m, const Handle& fh, uint64_t key,
               uint64_t size_hint, char* out, size_t len, uint64_t offset, size_t* done);
+  // Hands what it counted to the client (ClientImpl::count_reads).
+  ~BlockReader();
+  BlockReader(const BlockReader&) = delete;
+  BlockReader& operator=(const BlockReader&) = delete;
 
   // Steps 1-2 from *done on, until a block needs an RPC. Returns true when the read is
   // complete: len bytes, or the known end of file.
@@ -100,7 +104,7 @@ class BlockReader {
   // The reply brought references: from now on they can be used, if the engine is there.
   void after_rpc();
 
-  Client& client_;
+  ClientImpl& client_;
   const MountState& m_;
   const Handle fh_;
   const uint64_t key_;
@@ -113,6 +117,7 @@ class BlockReader {
   size_t* const done_;
   std::shared_ptr<ordma::EngineClient> engine_;
   uint64_t run_ticket_ = 0;  // the data cache's ticket, taken when the run was planned
+  ReadCounts counts_;        // this read's, for the client's stats at the end
 
   // The READ in flight between start_rpc and finish_rpc.
   struct Pending {

@@ -14,6 +14,7 @@
 #include "base/net.h"
 #include "base/status.h"
 #include "client/client.h"
+#include "client/client_impl.h"
 #include "client/mount_state.h"
 #include "client/retry_policy.h"
 #include "proto/attr.h"
@@ -145,7 +146,7 @@ auto retry_delayed(int timeout_ms, Fn&& fn) -> decltype(fn()) {
 // one that raced with it (which rpc::CallFailure would tell apart; the difference does not
 // matter): either way an idempotent call may go once more on the new mount, and no other.
 template <class Fn>
-auto Client::with_mount(bool idempotent, Fn&& fn)
+auto ClientImpl::with_mount(bool idempotent, Fn&& fn)
     -> decltype(fn(std::declval<const MountState&>())) {
   RetryPolicy policy(options_.timeout_ms);
   for (;;) {
@@ -163,7 +164,7 @@ auto Client::with_mount(bool idempotent, Fn&& fn)
 }
 
 template <class Fn>
-auto Client::again_after_restart(Fn&& fn) -> decltype(fn()) {
+auto ClientImpl::again_after_restart(Fn&& fn) -> decltype(fn()) {
   const uint64_t before = mounts_.load(std::memory_order_acquire);
   RetryPolicy policy(options_.timeout_ms);
   for (;;) {
@@ -175,7 +176,8 @@ auto Client::again_after_restart(Fn&& fn) -> decltype(fn()) {
 }
 
 template <class Fn>
-auto Client::with_channel(bool idempotent, Fn&& fn) -> decltype(fn(std::declval<rpc::Channel&>())) {
+auto ClientImpl::with_channel(bool idempotent, Fn&& fn)
+    -> decltype(fn(std::declval<rpc::Channel&>())) {
   return with_mount(idempotent, [&](const MountState& m) { return fn(*m.channel); });
 }
 

@@ -12,6 +12,7 @@
 #include "base/tls.h"
 #include "client/call_util.h"
 #include "client/client_cache.h"
+#include "client/client_impl.h"
 #include "client/mount_state.h"
 #include "client/server_channel.h"
 #include "client/shared_file.h"
@@ -105,16 +106,16 @@ void keep_references(const MountState& m, uint64_t key, const std::vector<BlockR
 
 // ---------------------------------------------------------------- connection and mount
 
-Client::Client(const std::string& url, MountOptions options, ClientOwner owner)
+ClientImpl::ClientImpl(const std::string& url, MountOptions options, ClientOwner owner)
     : url_(url), options_(options), read_mode_(options.read_mode), owner_(owner) {}
 
-Client::~Client() {
-  (void)try_unmount();  // it logged what it could not write back, and where it went
+ClientImpl::~ClientImpl() {
+  (void)try_unmount(nullptr);  // it logged what it could not write back, and where it went
   // The mount goes before open_files_, which its Delegations release into.
   mount_.store(nullptr);
 }
 
-Status Client::try_unmount(const std::atomic<bool>* give_up) {
+Status ClientImpl::try_unmount(const std::atomic<bool>* give_up) {
   std::lock_guard lock(unmount_mu_);
   if (unmounted_) return *unmounted_;
   stop_reconnecting();  // from here this thread alone re-mounts
@@ -143,7 +144,7 @@ Status Client::try_unmount(const std::atomic<bool>* give_up) {
   return status;
 }
 
-void Client::wait_for_server(const std::atomic<bool>* give_up) {
+void ClientImpl::wait_for_server(const std::atomic<bool>* give_up) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto next_note = start;
@@ -179,7 +180,7 @@ void Client::wait_for_server(const std::atomic<bool>* give_up) {
               : "gives up into rescue files after unmount_wait_ms");
       next_note += std::chrono::seconds(5);
     }
-    // A new mount reclaims them (Client::remount), or reports them: rescued meanwhile.
+    // A new mount reclaims them (ClientImpl::remount), or reports them: rescued meanwhile.
     Result<std::shared_ptr<const MountState>> mounted = mount_state();
     if (!mounted.ok()) {
       ODAFS_LOG_DEBUG("odafs: unmount: re-mounting to write back: %s",
@@ -215,7 +216,8 @@ Result<std::shared_ptr<rpc::Channel>> server_channel(const Url& url, const Mount
 std::unique_ptr<Client> Client::mount(const std::string& url, MountOptions options) {
   Url parsed = or_throw(parse_url(url));
   apply_url_options(parsed, &options);  // the URL's word wins
-  std::unique_ptr<Client> client(new Client(url, options, or_throw(make_owner())));
+  std::unique_ptr<ClientImpl> client(
+      new ClientImpl(url, options, or_throw(ClientImpl::make_owner())));
   client->tls_context_ = or_throw(client_tls_context(options, url));
   client->servers_ = parsed.servers;
   client->mount_path_ = parsed.path;
@@ -223,7 +225,25 @@ std::unique_ptr<Client> Client::mount(const std::string& url, MountOptions optio
   return client;
 }
 
-Result<std::shared_ptr<const MountState>> Client::mount_state() {
+Client::~Client() = default;
+
+const ClientStats& ClientImpl::stats() const { return stats_; }
+
+void ClientImpl::count_reads(const ReadCounts& counts) {
+  auto add = [](std::atomic<uint64_t>& to, uint64_t n) {
+    if (n != 0) to.fetch_add(n, std::memory_order_relaxed);
+  };
+  add(stats_.cache_hits, counts.cache_hits);
+  add(stats_.ordma_reads, counts.ordma_reads);
+  add(stats_.ordma_bytes, counts.ordma_bytes);
+  add(stats_.fallbacks, counts.fallbacks);
+  for (size_t f = 0; f < counts.faults.size(); ++f) add(stats_.faults[f], counts.faults[f]);
+}
+const MountOptions& ClientImpl::options() const { return options_; }
+void ClientImpl::set_read_mode(ReadMode mode) { read_mode_.store(mode, std::memory_order_relaxed); }
+ReadMode ClientImpl::read_mode() const { return read_mode_.load(std::memory_order_relaxed); }
+
+Result<std::shared_ptr<const MountState>> ClientImpl::mount_state() {
   std::shared_ptr<const MountState> m = mount_.load();
   if (m && !m->channel->broken()) return m;
   std::lock_guard lock(remount_mu_);
@@ -252,7 +272,7 @@ Result<std::shared_ptr<const MountState>> Client::mount_state() {
   }
 }
 
-Result<std::shared_ptr<const MountState>> Client::remount() {
+Result<std::shared_ptr<const MountState>> ClientImpl::remount() {
   auto m = std::make_shared<MountState>();
   const net::Endpoint& server = servers_[server_index_];
   m->server_host = server.host;
@@ -339,12 +359,12 @@ Result<std::shared_ptr<const MountState>> Client::remount() {
   return published;
 }
 
-Handle Client::root() const { return mount_.load()->root; }
-ServerLimits Client::limits() const { return mount_.load()->limits; }
-ClientCache* Client::cache() { return mount_.load()->cache.get(); }
-size_t Client::directory_size() const { return mount_.load()->cache->size(); }
+Handle ClientImpl::root() const { return mount_.load()->root; }
+ServerLimits ClientImpl::limits() const { return mount_.load()->limits; }
+ClientCache* ClientImpl::cache() { return mount_.load()->cache.get(); }
+size_t ClientImpl::directory_size() const { return mount_.load()->cache->size(); }
 
-std::shared_ptr<ordma::EngineClient> Client::engine(const MountState& m) {
+std::shared_ptr<ordma::EngineClient> ClientImpl::engine(const MountState& m) {
   ordma::EngineClientOptions eo;
   eo.local_rings = options_.local_rings;
   eo.timeout_ms = options_.timeout_ms;
@@ -353,25 +373,25 @@ std::shared_ptr<ordma::EngineClient> Client::engine(const MountState& m) {
   return m.engine.get(m.limits, m.session, eo);
 }
 
-std::shared_ptr<ordma::EngineClient> Client::engine_for_reads(const MountState& m) {
+std::shared_ptr<ordma::EngineClient> ClientImpl::engine_for_reads(const MountState& m) {
   return read_mode() == ReadMode::kOrdma ? engine(m) : nullptr;
 }
 
-uint64_t Client::session_for_reads(const MountState& m) const {
+uint64_t ClientImpl::session_for_reads(const MountState& m) const {
   return read_mode() == ReadMode::kOrdma ? m.session.id : 0;  // else: RPC-only measurement
 }
 
-std::string Client::engine_transport() const {
+std::string ClientImpl::engine_transport() const {
   std::shared_ptr<ordma::EngineClient> e = mount_.load()->engine.current();
   return e && !e->broken() ? e->transport() : "none";
 }
 
-bool Client::engine_connected() const {
+bool ClientImpl::engine_connected() const {
   std::shared_ptr<ordma::EngineClient> e = mount_.load()->engine.current();
   return e && !e->broken();
 }
 
-void Client::forget_data(uint64_t key, uint64_t offset, uint64_t len) {
+void ClientImpl::forget_data(uint64_t key, uint64_t offset, uint64_t len) {
   if (len == 0) return;
   std::shared_ptr<const MountState> m = mount_.load();
   uint64_t bs = m->limits.block_size;
@@ -380,11 +400,11 @@ void Client::forget_data(uint64_t key, uint64_t offset, uint64_t len) {
 
 // ---------------------------------------------------------------- handle calls
 
-std::pair<Handle, Attr> Client::lookup(const Handle& dir, const std::string& name) {
+std::pair<Handle, Attr> ClientImpl::lookup(const Handle& dir, const std::string& name) {
   return or_throw(try_lookup(dir, name));
 }
 
-Result<std::pair<Handle, Attr>> Client::try_lookup(const Handle& dir, const std::string& name) {
+Result<std::pair<Handle, Attr>> ClientImpl::try_lookup(const Handle& dir, const std::string& name) {
   ODAFS_RETURN_IF_ERROR(check_name(name));
   // A file under a delegation keeps its name and attributes until it is recalled: another
   // client's rename, removal or change of it recalls first. Only a file of one link: this
@@ -403,8 +423,8 @@ Result<std::pair<Handle, Attr>> Client::try_lookup(const Handle& dir, const std:
   });
 }
 
-bool Client::lookup_without_call(const MountState& m, const Handle& dir, const std::string& name,
-                                 std::pair<Handle, Attr>* found) {
+bool ClientImpl::lookup_without_call(const MountState& m, const Handle& dir,
+                                     const std::string& name, std::pair<Handle, Attr>* found) {
   bool write = false;
   if (!delegated(m, dir, name, &found->first, &found->second, &write) || found->second.nlink > 1) {
     return false;
@@ -413,9 +433,9 @@ bool Client::lookup_without_call(const MountState& m, const Handle& dir, const s
   return true;
 }
 
-Attr Client::getattr(const Handle& fh) { return or_throw(try_getattr(fh)); }
+Attr ClientImpl::getattr(const Handle& fh) { return or_throw(try_getattr(fh)); }
 
-Result<Attr> Client::try_getattr(const Handle& fh) {
+Result<Attr> ClientImpl::try_getattr(const Handle& fh) {
   return with_channel(true, [&](rpc::Channel& ch) -> Result<Attr> {
     getattr_args args{};
     put_fh(args.fh, fh);
@@ -426,18 +446,18 @@ Result<Attr> Client::try_getattr(const Handle& fh) {
   });
 }
 
-Result<Attr> Client::attr_of(const attr_res& res, const Handle& fh) const {
+Result<Attr> ClientImpl::attr_of(const attr_res& res, const Handle& fh) const {
   ODAFS_RETURN_IF_ERROR(status_of(res.status, "getattr"));
   return with_writes_behind(fh, to_attr(res.attr_res_u.attr));
 }
 
-Status Client::start_getattr(const MountState& m, rpc::Call& call, const Handle& fh) {
+Status ClientImpl::start_getattr(const MountState& m, rpc::Call& call, const Handle& fh) {
   getattr_args args{};
   put_fh(args.fh, fh);
   return m.channel->start(call, ODAFSPROC_GETATTR, to_xdrproc(xdr_getattr_args), &args);
 }
 
-Result<Attr> Client::finish_getattr(const MountState& m, rpc::Call& call, const Handle& fh) {
+Result<Attr> ClientImpl::finish_getattr(const MountState& m, rpc::Call& call, const Handle& fh) {
   XDR x;
   ODAFS_RETURN_IF_ERROR(m.channel->wait_until(call, &x, call.deadline()));
   attr_res res{};
@@ -445,7 +465,7 @@ Result<Attr> Client::finish_getattr(const MountState& m, rpc::Call& call, const 
   return attr_of(res, fh);
 }
 
-Attr Client::with_writes_behind(const Handle& fh, Attr a) const {
+Attr ClientImpl::with_writes_behind(const Handle& fh, Attr a) const {
   // Writes gathered behind (client/shared_file.h) have not reached the server, whose size
   // is then short of what this client wrote: the kernel under odafs-mount would cut its
   // own view of the file to it.
@@ -458,8 +478,8 @@ Attr Client::with_writes_behind(const Handle& fh, Attr a) const {
   return a;
 }
 
-Status Client::start_rpc_read(const MountState& m, rpc::Call& call, const Handle& fh, void* buf,
-                              size_t len, uint64_t offset) {
+Status ClientImpl::start_rpc_read(const MountState& m, rpc::Call& call, const Handle& fh, void* buf,
+                                  size_t len, uint64_t offset) {
   read_args args{};
   put_fh(args.fh, fh);
   args.offset = offset;
@@ -470,8 +490,8 @@ Status Client::start_rpc_read(const MountState& m, rpc::Call& call, const Handle
   return m.channel->start(call, ODAFSPROC_READ, to_xdrproc(xdr_read_args), &args);
 }
 
-Result<size_t> Client::finish_rpc_read(const MountState& m, rpc::Call& call, uint64_t key,
-                                       void* buf, size_t len, bool* eof) {
+Result<size_t> ClientImpl::finish_rpc_read(const MountState& m, rpc::Call& call, uint64_t key,
+                                           void* buf, size_t len, bool* eof) {
   thread_local std::vector<BlockRef> refs;  // keeps its capacity: no allocation per read
   XDR x;
   ODAFS_RETURN_IF_ERROR(m.channel->wait_until(call, &x, call.deadline()));
@@ -481,18 +501,19 @@ Result<size_t> Client::finish_rpc_read(const MountState& m, rpc::Call& call, uin
   return n;
 }
 
-Result<size_t> Client::rpc_read(const MountState& m, rpc::Call& call, const Handle& fh,
-                                uint64_t key, void* buf, size_t len, uint64_t offset, bool* eof) {
+Result<size_t> ClientImpl::rpc_read(const MountState& m, rpc::Call& call, const Handle& fh,
+                                    uint64_t key, void* buf, size_t len, uint64_t offset,
+                                    bool* eof) {
   ODAFS_RETURN_IF_ERROR(start_rpc_read(m, call, fh, buf, len, offset));
   return finish_rpc_read(m, call, key, buf, len, eof);
 }
 
-size_t Client::read(const Handle& fh, void* buf, size_t len, uint64_t offset, bool* eof) {
+size_t ClientImpl::read(const Handle& fh, void* buf, size_t len, uint64_t offset, bool* eof) {
   return or_throw(try_read(fh, buf, len, offset, eof));
 }
 
-Result<size_t> Client::try_read(const Handle& fh, void* buf, size_t len, uint64_t offset,
-                                bool* eof) {
+Result<size_t> ClientImpl::try_read(const Handle& fh, void* buf, size_t len, uint64_t offset,
+                                    bool* eof) {
   thread_local rpc::Call call;
   const uint64_t key = cache_key(fh);
   size_t done = 0;
@@ -528,7 +549,8 @@ AsyncRead::~AsyncRead() {
   }
 }
 
-void Client::start_read(AsyncRead& op, const Handle& fh, void* buf, size_t len, uint64_t offset) {
+void ClientImpl::start_read(AsyncRead& op, const Handle& fh, void* buf, size_t len,
+                            uint64_t offset) {
   if (op.in_flight_) throw Error(EBUSY, "start_read: the AsyncRead is in flight");
   op.mount_ = or_throw(mount_state());
   if (len > op.mount_->limits.max_read) {
@@ -541,14 +563,14 @@ void Client::start_read(AsyncRead& op, const Handle& fh, void* buf, size_t len, 
   op.in_flight_ = true;
 }
 
-size_t Client::finish_read(AsyncRead& op, bool* eof) {
+size_t ClientImpl::finish_read(AsyncRead& op, bool* eof) {
   if (!op.in_flight_) throw Error(EINVAL, "finish_read: nothing in flight");
   op.in_flight_ = false;
   return or_throw(finish_rpc_read(*op.mount_, *op.call_, op.key_, op.buf_, op.len_, eof));
 }
 
-Status Client::start_write(const MountState& m, rpc::Call& call, const Handle& fh, const void* buf,
-                           size_t len, uint64_t offset, Stability how) {
+Status ClientImpl::start_write(const MountState& m, rpc::Call& call, const Handle& fh,
+                               const void* buf, size_t len, uint64_t offset, Stability how) {
   write_args args{};
   put_fh(args.fh, fh);
   args.offset = offset;
@@ -558,8 +580,8 @@ Status Client::start_write(const MountState& m, rpc::Call& call, const Handle& f
   return m.channel->start(call, ODAFSPROC_WRITE, to_xdrproc(xdr_write_args), &args);
 }
 
-Result<size_t> Client::finish_write(const MountState& m, rpc::Call& call, size_t len,
-                                    WriteVerifier* verf, int* committed, uint64_t* size_after) {
+Result<size_t> ClientImpl::finish_write(const MountState& m, rpc::Call& call, size_t len,
+                                        WriteVerifier* verf, int* committed, uint64_t* size_after) {
   XDR x;
   ODAFS_RETURN_IF_ERROR(m.channel->wait_until(call, &x, call.deadline()));
   write_res res{};
@@ -580,14 +602,14 @@ Result<size_t> Client::finish_write(const MountState& m, rpc::Call& call, size_t
   return static_cast<size_t>(res.write_res_u.ok.count);
 }
 
-size_t Client::write(const Handle& fh, const void* buf, size_t len, uint64_t offset, Stability how,
-                     WriteVerifier* verf, int* committed, uint64_t* size_after) {
+size_t ClientImpl::write(const Handle& fh, const void* buf, size_t len, uint64_t offset,
+                         Stability how, WriteVerifier* verf, int* committed, uint64_t* size_after) {
   return or_throw(try_write(fh, buf, len, offset, how, verf, committed, size_after));
 }
 
-Result<size_t> Client::try_write(const Handle& fh, const void* buf, size_t len, uint64_t offset,
-                                 Stability how, WriteVerifier* verf, int* committed,
-                                 uint64_t* size_after) {
+Result<size_t> ClientImpl::try_write(const Handle& fh, const void* buf, size_t len, uint64_t offset,
+                                     Stability how, WriteVerifier* verf, int* committed,
+                                     uint64_t* size_after) {
   return with_mount(offset != kAppendOffset, [&](const MountState& m) -> Result<size_t> {
     thread_local rpc::Call call;
     ODAFS_RETURN_IF_ERROR(start_write(m, call, fh, buf, len, offset, how));
@@ -605,13 +627,13 @@ Result<size_t> Client::try_write(const Handle& fh, const void* buf, size_t len, 
   });
 }
 
-WriteVerifier Client::commit(const Handle& fh) { return or_throw(try_commit(fh)); }
+WriteVerifier ClientImpl::commit(const Handle& fh) { return or_throw(try_commit(fh)); }
 
-Result<WriteVerifier> Client::try_commit(const Handle& fh) {
+Result<WriteVerifier> ClientImpl::try_commit(const Handle& fh) {
   return with_mount(true, [&](const MountState& m) { return commit_on(m, fh); });
 }
 
-Result<WriteVerifier> Client::commit_on(const MountState& m, const Handle& fh) {
+Result<WriteVerifier> ClientImpl::commit_on(const MountState& m, const Handle& fh) {
   commit_args args{};
   put_fh(args.fh, fh);
   commit_res res{};
@@ -623,14 +645,14 @@ Result<WriteVerifier> Client::commit_on(const MountState& m, const Handle& fh) {
   return v;
 }
 
-Result<Attr> Client::setattr_size(const Handle& fh, uint64_t size) {
+Result<Attr> ClientImpl::setattr_size(const Handle& fh, uint64_t size) {
   setattr_args args{};
   args.size.set = TRUE;
   args.size.odafs_set_u64_u.value = size;
   return setattr(fh, args, "truncate");
 }
 
-Result<Attr> Client::setattr(const Handle& fh, setattr_args& args, const std::string& what) {
+Result<Attr> ClientImpl::setattr(const Handle& fh, setattr_args& args, const std::string& what) {
   ODAFS_RETURN_IF_ERROR(forget_delegation(fh));
   return with_channel(true, [&](rpc::Channel& ch) -> Result<Attr> {
     put_fh(args.fh, fh);
@@ -641,14 +663,14 @@ Result<Attr> Client::setattr(const Handle& fh, setattr_args& args, const std::st
   });
 }
 
-void Client::ping() {
+void ClientImpl::ping() {
   or_throw(with_channel(true, [&](rpc::Channel& ch) {
     return ch.call(ODAFSPROC_NULL, to_xdrproc(rpc::xdr_nothing), nullptr,
                    to_xdrproc(rpc::xdr_nothing), nullptr);
   }));
 }
 
-std::vector<std::pair<std::string, uint64_t>> Client::server_stats() {
+std::vector<std::pair<std::string, uint64_t>> ClientImpl::server_stats() {
   using Counters = std::vector<std::pair<std::string, uint64_t>>;
   return or_throw(with_channel(true, [&](rpc::Channel& ch) -> Result<Counters> {
     stats_res res{};

@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "client/call_util.h"
 #include "client/client_cache.h"
+#include "client/client_impl.h"
 #include "client/mount_state.h"
 #include "client/shared_file.h"
 #include "rpc/call_credential.h"

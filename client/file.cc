@@ -7,6 +7,7 @@
 #include "base/log.h"
 #include "client/call_util.h"
 #include "client/client.h"
+#include "client/client_impl.h"
 #include "client/mount_state.h"
 #include "client/shared_file.h"
 #include "client/write_books.h"
@@ -29,8 +30,8 @@ struct File::State {
   ErrorMark errors_heard = 0;
 };
 
-File::File(Client* client, Handle fh, const Attr& attr, WriteVerifier instance, std::string path,
-           int flags)
+File::File(ClientImpl* client, Handle fh, const Attr& attr, WriteVerifier instance,
+           std::string path, int flags)
     : client_(client),
       state_(std::make_unique<State>()),
       fileid_(attr.fileid),
@@ -457,7 +458,7 @@ void File::close() { or_throw(try_close()); }
 Status File::try_close() {
   if (client_ == nullptr) return Status();
   Status flushed = try_flush();
-  Client* client = std::exchange(client_, nullptr);
+  ClientImpl* client = std::exchange(client_, nullptr);
   client->open_files_.release(state_->size_key, state_->shared);  // even after a failure
   return flushed;
 }

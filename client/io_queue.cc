@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "client/block_reader.h"
 #include "client/call_util.h"
+#include "client/client_impl.h"
 #include "client/delegations.h"
 #include "client/dir_cache.h"
 #include "client/mount_state.h"
@@ -71,7 +72,7 @@ struct IoQueue::Slot {
   std::optional<rpc::CallCredential> as;
 };
 
-IoQueue::IoQueue(Client& client, size_t depth) : client_(client), depth_(depth) {
+IoQueue::IoQueue(Client& client, size_t depth) : client_(ClientImpl::of(client)), depth_(depth) {
   if (depth == 0 || depth > 65536) throw Error(EINVAL, "IoQueue: depth must be 1..65536");
   slots_.reset(new Slot[depth]);
   free_.reserve(depth);
@@ -237,7 +238,7 @@ void IoQueue::drive(Slot& s, bool rpc_ready) {
       continue;
     }
     // Reads and writes are idempotent: after a lost connection (a failure on a channel
-    // now broken, as Client::with_mount tells it) the request resumes where it stopped,
+    // now broken, as ClientImpl::with_mount tells it) the request resumes where it stopped,
     // on the re-mounted connection. Of the requests by path, those that change nothing
     // start over; a CREATE or REMOVE may have been done, and fails.
     const bool idempotent =
@@ -253,7 +254,7 @@ void IoQueue::drive(Slot& s, bool rpc_ready) {
     }
     // A request by path that met a stale handle (a server restart, or a directory the
     // cache held removed by another client) starts over once, with the directory cache
-    // emptied, as Client::resolve does.
+    // emptied, as ClientImpl::resolve does.
     if (err == ESTALE && by_path(s.op) && s.mount && policy(s).again_after_stale()) {
       s.mount->dirs->clear();
       start_over(s);
@@ -437,7 +438,7 @@ Result<bool> IoQueue::finish_step(Slot& s) {
     if (found.second.type == FileType::kSymlink) return finish_synchronously(s);
     s.fh = found.first;
     // A SETATTR sent before the writes gathered behind would be undone by them, and this
-    // client's own delegation on the file is void once it changes it (Client::setattr).
+    // client's own delegation on the file is void once it changes it (ClientImpl::setattr).
     if (s.op == Op::kChmod) ODAFS_RETURN_IF_ERROR(client_.forget_delegation(s.fh));
     s.step = PathStep::kOwnCall;
     return start_step(s);

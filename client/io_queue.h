@@ -148,7 +148,7 @@ class IoQueue {
 
  private:
   struct Slot;
-  friend class Client;  // read_batch: try_submit
+  friend class ClientImpl;  // read_batch: try_submit
   // f: null for a request by path.
   Result<Slot*> take_slot(File* f, const void* buf, size_t len);
   // The request's RetryPolicy (client/retry_policy.h), made at its first failure.
@@ -184,7 +184,7 @@ class IoQueue {
   void flush_engine();
   size_t take(std::span<Completion> out);
 
-  Client& client_;
+  ClientImpl& client_;
   const size_t depth_;
   std::unique_ptr<Slot[]> slots_;
   std::vector<uint32_t> free_;    // free slots (a stack)

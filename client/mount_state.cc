@@ -7,6 +7,7 @@
 #include "base/futex.h"
 #include "base/log.h"
 #include "base/net.h"
+#include "client/client_impl.h"
 #include "rpc/client_channel.h"
 
 namespace odafs {

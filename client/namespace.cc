@@ -8,6 +8,7 @@
 #include "client/call_util.h"
 #include "client/client.h"
 #include "client/client_cache.h"
+#include "client/client_impl.h"
 #include "client/dir_cache.h"
 #include "client/mount_state.h"
 #include "client/shared_file.h"
@@ -16,8 +17,8 @@
 
 namespace odafs {
 
-Result<std::pair<Handle, Attr>> Client::resolve(const std::string& path, bool follow_last,
-                                                bool for_parent) {
+Result<std::pair<Handle, Attr>> ClientImpl::resolve(const std::string& path, bool follow_last,
+                                                    bool for_parent) {
   // A server restart makes every handle stale, the mount root's too. The client re-mounts
   // on its next call, so a walk that started before it meets ESTALE from an old handle:
   // it then starts over, once, from the new root. A directory handle from the DirCache
@@ -33,9 +34,9 @@ Result<std::pair<Handle, Attr>> Client::resolve(const std::string& path, bool fo
   return walk(path, follow_last, root(), for_parent, nullptr, nullptr);
 }
 
-Result<std::pair<Handle, Attr>> Client::walk(const std::string& path, bool follow_last,
-                                             const Handle& start, bool for_parent, DirCache* dirs,
-                                             bool* used_cache) {
+Result<std::pair<Handle, Attr>> ClientImpl::walk(const std::string& path, bool follow_last,
+                                                 const Handle& start, bool for_parent,
+                                                 DirCache* dirs, bool* used_cache) {
   std::vector<std::string> todo = split_path(path);
   if (todo.empty() && for_parent) {
     // The mount root as the parent of a name in it: a directory, and that is all a parent's
@@ -105,7 +106,7 @@ Result<std::pair<Handle, Attr>> Client::walk(const std::string& path, bool follo
   return std::make_pair(cur, *attr);
 }
 
-Result<std::pair<Handle, std::string>> Client::resolve_parent(const std::string& path) {
+Result<std::pair<Handle, std::string>> ClientImpl::resolve_parent(const std::string& path) {
   std::vector<std::string> parts = split_path(path);
   if (parts.empty()) return Status(EINVAL, "the mount root has no parent: " + path);
   std::string name = parts.back();
@@ -118,7 +119,7 @@ Result<std::pair<Handle, std::string>> Client::resolve_parent(const std::string&
   return std::make_pair(dir.first, name);
 }
 
-Result<std::string> Client::readlink_handle(const Handle& fh) {
+Result<std::string> ClientImpl::readlink_handle(const Handle& fh) {
   return with_channel(true, [&](rpc::Channel& ch) -> Result<std::string> {
     getattr_args args{};
     put_fh(args.fh, fh);
@@ -131,11 +132,11 @@ Result<std::string> Client::readlink_handle(const Handle& fh) {
   });
 }
 
-File Client::open(const std::string& path, int flags, mode_t mode) {
+File ClientImpl::open(const std::string& path, int flags, mode_t mode) {
   return or_throw(try_open(path, flags, mode));
 }
 
-Result<File> Client::try_open(const std::string& path, int flags, mode_t mode) {
+Result<File> ClientImpl::try_open(const std::string& path, int flags, mode_t mode) {
   return again_after_restart([&]() -> Result<File> {
     Handle fh;
     Attr attr;
@@ -178,9 +179,9 @@ Result<File> Client::try_open(const std::string& path, int flags, mode_t mode) {
   });
 }
 
-Result<File> Client::file_at_open(const std::shared_ptr<const MountState>& m, const Handle& fh,
-                                  Attr attr, const std::string& path, int flags, int access,
-                                  bool by_delegation) {
+Result<File> ClientImpl::file_at_open(const std::shared_ptr<const MountState>& m, const Handle& fh,
+                                      Attr attr, const std::string& path, int flags, int access,
+                                      bool by_delegation) {
   ClientCache& cache = *m->cache;
   cache.revalidate(cache_key(fh), attr.mtime, attr.ctime, attr.size);  // close-to-open
   if (attr.type == FileType::kDirectory && access != O_RDONLY) return Status(EISDIR, path);
@@ -197,8 +198,8 @@ Result<File> Client::file_at_open(const std::shared_ptr<const MountState>& m, co
   return file;
 }
 
-bool Client::delegated(const MountState& m, const Handle& dir, std::string_view name, Handle* fh,
-                       Attr* attr, bool* write) {
+bool ClientImpl::delegated(const MountState& m, const Handle& dir, std::string_view name,
+                           Handle* fh, Attr* attr, bool* write) {
   std::optional<Delegations::Held> held = m.delegations->find(dir, name);
   if (!held) return false;
   // The sole writer's writes behind (not sent) may reach past what the entry knows.
@@ -211,8 +212,8 @@ bool Client::delegated(const MountState& m, const Handle& dir, std::string_view 
   return true;
 }
 
-Result<std::pair<Handle, Attr>> Client::open_existing(const std::string& path, int access,
-                                                      bool* by_delegation) {
+Result<std::pair<Handle, Attr>> ClientImpl::open_existing(const std::string& path, int access,
+                                                          bool* by_delegation) {
   if (split_path(path).empty()) return resolve(path, true);  // the mount root
   ODAFS_ASSIGN_OR_RETURN(auto parent, resolve_parent(path));
   const Handle& dir = parent.first;
@@ -248,8 +249,8 @@ Result<std::pair<Handle, Attr>> Client::open_existing(const std::string& path, i
   return resolve(path, true);
 }
 
-Status Client::check_access(const Handle& fh, const Attr& attr, const std::string& path,
-                            int access) {
+Status ClientImpl::check_access(const Handle& fh, const Attr& attr, const std::string& path,
+                                int access) {
   const rpc::CallCredential* as = rpc::CallAs::current();
   if (as == nullptr) return Status();  // one caller: what this client caches, it fetched
   const int want = (access != O_WRONLY ? R_OK : 0) | (access != O_RDONLY ? W_OK : 0);
@@ -263,7 +264,7 @@ Status Client::check_access(const Handle& fh, const Attr& attr, const std::strin
   return Status();
 }
 
-Result<int> Client::access_handle(const Handle& fh, int want) {
+Result<int> ClientImpl::access_handle(const Handle& fh, int want) {
   return with_channel(true, [&](rpc::Channel& ch) -> Result<int> {
     access_args args{};
     put_fh(args.fh, fh);
@@ -276,7 +277,7 @@ Result<int> Client::access_handle(const Handle& fh, int want) {
   });
 }
 
-Status Client::forget_delegation(const Handle& fh) {
+Status ClientImpl::forget_delegation(const Handle& fh) {
   // A SETATTR of times sent before the writes gathered behind would be undone by their
   // mtime (cp -a sets times after writing): they go first.
   ODAFS_RETURN_IF_ERROR(flush_writes_behind(fh));
@@ -285,23 +286,23 @@ Status Client::forget_delegation(const Handle& fh) {
   return Status();
 }
 
-Attr Client::stat(const std::string& path) {
+Attr ClientImpl::stat(const std::string& path) {
   return or_throw(again_after_restart([&]() -> Result<Attr> {
     ODAFS_ASSIGN_OR_RETURN(auto found, resolve(path, true));
     return with_writes_behind(found.first, found.second);
   }));
 }
 
-Attr Client::lstat(const std::string& path) { return or_throw(try_lstat(path)); }
+Attr ClientImpl::lstat(const std::string& path) { return or_throw(try_lstat(path)); }
 
-Result<Attr> Client::try_lstat(const std::string& path) {
+Result<Attr> ClientImpl::try_lstat(const std::string& path) {
   return again_after_restart([&]() -> Result<Attr> {
     ODAFS_ASSIGN_OR_RETURN(auto found, resolve(path, false));
     return with_writes_behind(found.first, found.second);
   });
 }
 
-void Client::mkdir(const std::string& path, mode_t mode) {
+void ClientImpl::mkdir(const std::string& path, mode_t mode) {
   or_throw(again_after_restart([&]() -> Status {
     ODAFS_ASSIGN_OR_RETURN(auto parent, resolve_parent(path));
     const Handle& dir = parent.first;
@@ -319,7 +320,7 @@ void Client::mkdir(const std::string& path, mode_t mode) {
   }));
 }
 
-Status Client::remove_name(const std::string& path, uint32_t proc, const char* what) {
+Status ClientImpl::remove_name(const std::string& path, uint32_t proc, const char* what) {
   return again_after_restart([&]() -> Status {
     ODAFS_ASSIGN_OR_RETURN(auto parent, resolve_parent(path));
     const Handle& dir = parent.first;
@@ -343,15 +344,15 @@ Status Client::remove_name(const std::string& path, uint32_t proc, const char* w
   });
 }
 
-void Client::rmdir(const std::string& path) {
+void ClientImpl::rmdir(const std::string& path) {
   or_throw(mount_state())->dirs->clear();  // the path may be cached, or a path through it
   or_throw(remove_name(path, ODAFSPROC_RMDIR, "rmdir"));
 }
-void Client::unlink(const std::string& path) {
+void ClientImpl::unlink(const std::string& path) {
   or_throw(remove_name(path, ODAFSPROC_REMOVE, "unlink"));
 }
 
-void Client::rename(const std::string& from, const std::string& to) {
+void ClientImpl::rename(const std::string& from, const std::string& to) {
   or_throw(again_after_restart([&]() -> Status {
     ODAFS_ASSIGN_OR_RETURN(auto from_parent, resolve_parent(from));
     const Handle& from_dir = from_parent.first;
@@ -383,7 +384,7 @@ void Client::rename(const std::string& from, const std::string& to) {
   }));
 }
 
-std::vector<DirEntry> Client::readdir(const std::string& path, bool attributes) {
+std::vector<DirEntry> ClientImpl::readdir(const std::string& path, bool attributes) {
   return or_throw(again_after_restart([&]() -> Result<std::vector<DirEntry>> {
     ODAFS_ASSIGN_OR_RETURN(auto found, resolve(path, true));
     const Handle& dir = found.first;
@@ -435,7 +436,7 @@ std::vector<DirEntry> Client::readdir(const std::string& path, bool attributes) 
   }));
 }
 
-void Client::truncate(const std::string& path, uint64_t size) {
+void ClientImpl::truncate(const std::string& path, uint64_t size) {
   or_throw(again_after_restart([&]() -> Status {
     ODAFS_ASSIGN_OR_RETURN(auto found, resolve(path, true));
     const Handle& fh = found.first;
@@ -450,9 +451,9 @@ void Client::truncate(const std::string& path, uint64_t size) {
   }));
 }
 
-void Client::chmod(const std::string& path, mode_t mode) { or_throw(try_chmod(path, mode)); }
+void ClientImpl::chmod(const std::string& path, mode_t mode) { or_throw(try_chmod(path, mode)); }
 
-Status Client::try_chmod(const std::string& path, mode_t mode) {
+Status ClientImpl::try_chmod(const std::string& path, mode_t mode) {
   return again_after_restart([&]() -> Status {
     setattr_args args{};
     args.mode.set = TRUE;
@@ -462,7 +463,7 @@ Status Client::try_chmod(const std::string& path, mode_t mode) {
   });
 }
 
-void Client::chown(const std::string& path, uid_t uid, gid_t gid) {
+void ClientImpl::chown(const std::string& path, uid_t uid, gid_t gid) {
   or_throw(again_after_restart([&]() -> Status {
     setattr_args args{};
     args.uid.set = uid != static_cast<uid_t>(-1);
@@ -474,18 +475,19 @@ void Client::chown(const std::string& path, uid_t uid, gid_t gid) {
   }));
 }
 
-int Client::access(const std::string& path, int want, bool follow_last) {
+int ClientImpl::access(const std::string& path, int want, bool follow_last) {
   return or_throw(try_access(path, want, follow_last));
 }
 
-Result<int> Client::try_access(const std::string& path, int want, bool follow_last) {
+Result<int> ClientImpl::try_access(const std::string& path, int want, bool follow_last) {
   return again_after_restart([&]() -> Result<int> {
     ODAFS_ASSIGN_OR_RETURN(auto found, resolve(path, follow_last));
     return access_handle(found.first, want);
   });
 }
 
-void Client::utimens(const std::string& path, const struct timespec times[2], bool follow_last) {
+void ClientImpl::utimens(const std::string& path, const struct timespec times[2],
+                         bool follow_last) {
   or_throw(again_after_restart([&]() -> Status {
     setattr_args args{};
     odafs_set_time* out[2] = {&args.atime, &args.mtime};
@@ -508,7 +510,7 @@ void Client::utimens(const std::string& path, const struct timespec times[2], bo
   }));
 }
 
-void Client::symlink(const std::string& target, const std::string& path) {
+void ClientImpl::symlink(const std::string& target, const std::string& path) {
   or_throw(again_after_restart([&]() -> Status {
     if (target.find('\0') != std::string::npos) {
       return Status(EINVAL, "a link target holding a NUL byte");
@@ -529,7 +531,7 @@ void Client::symlink(const std::string& target, const std::string& path) {
   }));
 }
 
-Attr Client::mknod(const std::string& path, mode_t mode, dev_t rdev) {
+Attr ClientImpl::mknod(const std::string& path, mode_t mode, dev_t rdev) {
   const mode_t kind = mode & S_IFMT;
   if (kind != S_IFIFO && kind != S_IFSOCK && kind != S_IFCHR && kind != S_IFBLK) {
     throw Error(EINVAL, "mknod " + path + ": not a FIFO, socket or device");
@@ -556,7 +558,7 @@ Attr Client::mknod(const std::string& path, mode_t mode, dev_t rdev) {
   }));
 }
 
-Attr Client::link(const std::string& existing, const std::string& new_path) {
+Attr ClientImpl::link(const std::string& existing, const std::string& new_path) {
   return or_throw(again_after_restart([&]() -> Result<Attr> {
     ODAFS_ASSIGN_OR_RETURN(auto found, resolve(existing, false));
     const Handle& fh = found.first;
@@ -579,7 +581,7 @@ Attr Client::link(const std::string& existing, const std::string& new_path) {
   }));
 }
 
-std::string Client::readlink(const std::string& path) {
+std::string ClientImpl::readlink(const std::string& path) {
   return or_throw(again_after_restart([&]() -> Result<std::string> {
     ODAFS_ASSIGN_OR_RETURN(auto found, resolve(path, false));
     if (found.second.type != FileType::kSymlink) return Status(EINVAL, path);
@@ -587,7 +589,7 @@ std::string Client::readlink(const std::string& path) {
   }));
 }
 
-FsStat Client::statfs() {
+FsStat ClientImpl::statfs() {
   Handle r = root();
   return or_throw(with_channel(true, [&](rpc::Channel& ch) -> Result<FsStat> {
     getattr_args args{};

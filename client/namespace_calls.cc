@@ -2,6 +2,7 @@
 // decoders they share with the synchronous calls (client/namespace.cc, client/client.cc).
 #include "client/call_util.h"
 #include "client/client.h"
+#include "client/client_impl.h"
 #include "client/mount_state.h"
 
 namespace odafs {
@@ -27,23 +28,24 @@ Status reply_of(const MountState& m, rpc::Call& call, bool_t (*xres)(XDR*, Res*)
 
 }  // namespace
 
-Result<std::pair<Handle, Attr>> Client::lookup_of(const dirop_res& res, const std::string& name) {
+Result<std::pair<Handle, Attr>> ClientImpl::lookup_of(const dirop_res& res,
+                                                      const std::string& name) {
   ODAFS_RETURN_IF_ERROR(status_of(res.status, "lookup " + name));
   return std::make_pair(get_fh(res.dirop_res_u.ok.fh), to_attr(res.dirop_res_u.ok.attr));
 }
 
-Result<int> Client::granted_of(const access_res& res, int want) {
+Result<int> ClientImpl::granted_of(const access_res& res, int want) {
   ODAFS_RETURN_IF_ERROR(status_of(res.status, "access"));
   return static_cast<int>(res.access_res_u.granted & static_cast<u_int>(want));
 }
 
-Result<Attr> Client::setattr_of(const attr_res& res, const std::string& what) {
+Result<Attr> ClientImpl::setattr_of(const attr_res& res, const std::string& what) {
   ODAFS_RETURN_IF_ERROR(status_of(res.status, what));
   return to_attr(res.attr_res_u.attr);
 }
 
-create_args Client::create_call_args(const Handle& dir, const std::string& name, mode_t mode,
-                                     int flags, int access) {
+create_args ClientImpl::create_call_args(const Handle& dir, const std::string& name, mode_t mode,
+                                         int flags, int access) {
   create_args args{};
   put_fh(args.dir, dir);
   args.name = const_cast<char*>(name.c_str());
@@ -53,9 +55,9 @@ create_args Client::create_call_args(const Handle& dir, const std::string& name,
   return args;
 }
 
-Result<std::pair<Handle, Attr>> Client::opened(const MountState& m, const Handle& dir,
-                                               std::string_view name, int access,
-                                               const open_res& res, const std::string& what) {
+Result<std::pair<Handle, Attr>> ClientImpl::opened(const MountState& m, const Handle& dir,
+                                                   std::string_view name, int access,
+                                                   const open_res& res, const std::string& what) {
   ODAFS_RETURN_IF_ERROR(status_of(res.status, what));
   const open_ok& ok = res.open_res_u.ok;
   std::pair<Handle, Attr> out{get_fh(ok.fh), to_attr(ok.attr)};
@@ -68,20 +70,20 @@ Result<std::pair<Handle, Attr>> Client::opened(const MountState& m, const Handle
   return out;
 }
 
-Status Client::start_lookup(const MountState& m, rpc::Call& call, const Handle& dir,
-                            const std::string& name) {
+Status ClientImpl::start_lookup(const MountState& m, rpc::Call& call, const Handle& dir,
+                                const std::string& name) {
   const diropargs args = dirop_args(dir, name);
   return m.channel->start(call, ODAFSPROC_LOOKUP, to_xdrproc(xdr_diropargs), &args);
 }
 
-Result<std::pair<Handle, Attr>> Client::finish_lookup(const MountState& m, rpc::Call& call,
-                                                      const std::string& name) {
+Result<std::pair<Handle, Attr>> ClientImpl::finish_lookup(const MountState& m, rpc::Call& call,
+                                                          const std::string& name) {
   dirop_res res{};
   ODAFS_RETURN_IF_ERROR(reply_of(m, call, xdr_dirop_res, &res, "lookup"));
   return lookup_of(res, name);
 }
 
-Status Client::start_access(const MountState& m, rpc::Call& call, const Handle& fh, int want) {
+Status ClientImpl::start_access(const MountState& m, rpc::Call& call, const Handle& fh, int want) {
   access_args args{};
   put_fh(args.fh, fh);
   args.want =
@@ -89,45 +91,47 @@ Status Client::start_access(const MountState& m, rpc::Call& call, const Handle& 
   return m.channel->start(call, ODAFSPROC_ACCESS, to_xdrproc(xdr_access_args), &args);
 }
 
-Result<int> Client::finish_access(const MountState& m, rpc::Call& call, int want) {
+Result<int> ClientImpl::finish_access(const MountState& m, rpc::Call& call, int want) {
   access_res res{};
   ODAFS_RETURN_IF_ERROR(reply_of(m, call, xdr_access_res, &res, "access"));
   return granted_of(res, want & (ODAFS_ACCESS_READ | ODAFS_ACCESS_WRITE | ODAFS_ACCESS_EXEC));
 }
 
-Status Client::start_setattr(const MountState& m, rpc::Call& call, const Handle& fh,
-                             setattr_args& args) {
+Status ClientImpl::start_setattr(const MountState& m, rpc::Call& call, const Handle& fh,
+                                 setattr_args& args) {
   put_fh(args.fh, fh);
   return m.channel->start(call, ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args);
 }
 
-Result<Attr> Client::finish_setattr(const MountState& m, rpc::Call& call, const std::string& what) {
+Result<Attr> ClientImpl::finish_setattr(const MountState& m, rpc::Call& call,
+                                        const std::string& what) {
   attr_res res{};
   ODAFS_RETURN_IF_ERROR(reply_of(m, call, xdr_attr_res, &res, "setattr"));
   return setattr_of(res, what);
 }
 
-Status Client::start_create(const MountState& m, rpc::Call& call, const Handle& dir,
-                            const std::string& name, mode_t mode, int flags, int access) {
+Status ClientImpl::start_create(const MountState& m, rpc::Call& call, const Handle& dir,
+                                const std::string& name, mode_t mode, int flags, int access) {
   const create_args args = create_call_args(dir, name, mode, flags, access);
   return m.channel->start(call, ODAFSPROC_CREATE, to_xdrproc(xdr_create_args), &args);
 }
 
-Result<std::pair<Handle, Attr>> Client::finish_create(const MountState& m, rpc::Call& call,
-                                                      const Handle& dir, const std::string& name,
-                                                      int access, const std::string& what) {
+Result<std::pair<Handle, Attr>> ClientImpl::finish_create(const MountState& m, rpc::Call& call,
+                                                          const Handle& dir,
+                                                          const std::string& name, int access,
+                                                          const std::string& what) {
   open_res res{};
   ODAFS_RETURN_IF_ERROR(reply_of(m, call, xdr_open_res, &res, "create"));
   return opened(m, dir, name, access, res, what);
 }
 
-Status Client::start_remove(const MountState& m, rpc::Call& call, const Handle& dir,
-                            const std::string& name, uint32_t proc) {
+Status ClientImpl::start_remove(const MountState& m, rpc::Call& call, const Handle& dir,
+                                const std::string& name, uint32_t proc) {
   const diropargs args = dirop_args(dir, name);
   return m.channel->start(call, proc, to_xdrproc(xdr_diropargs), &args);
 }
 
-Status Client::finish_remove(const MountState& m, rpc::Call& call, const std::string& what) {
+Status ClientImpl::finish_remove(const MountState& m, rpc::Call& call, const std::string& what) {
   stat_res res{};
   ODAFS_RETURN_IF_ERROR(reply_of(m, call, xdr_stat_res, &res, "remove"));
   return status_of(res.status, what);

@@ -8,6 +8,7 @@
 #include "client/call_util.h"
 #include "client/client.h"
 #include "client/client_cache.h"
+#include "client/client_impl.h"
 #include "client/io_queue.h"
 #include "client/mount_state.h"
 #include "ordma/engine.h"
@@ -16,7 +17,7 @@
 
 namespace odafs {
 
-BlockReader::BlockReader(Client* client, const MountState& m, const Handle& fh, uint64_t key,
+BlockReader::BlockReader(ClientImpl* client, const MountState& m, const Handle& fh, uint64_t key,
                          uint64_t size_hint, char* out, size_t len, uint64_t offset, size_t* done)
     : client_(*client),
       m_(m),
@@ -30,6 +31,8 @@ BlockReader::BlockReader(Client* client, const MountState& m, const Handle& fh, 
       offset_(offset),
       done_(done),
       engine_(client->engine_for_reads(m)) {}
+
+BlockReader::~BlockReader() { client_.count_reads(counts_); }
 
 Status BlockReader::run(rpc::Call& call, std::vector<char>* scratch) {
   while (!serve_without_rpc()) {
@@ -59,7 +62,7 @@ size_t BlockReader::without_rpc() {
       static_cast<uint32_t>(std::min<uint64_t>({bs_ - in_block, len_ - *done_, size_hint_ - pos}));
   char* out = out_ + *done_;
   if (caching_ && m_.cache->read(key_, block, in_block, chunk, out)) {
-    client_.stats_.cache_hits.fetch_add(1, std::memory_order_relaxed);
+    ++counts_.cache_hits;
     return chunk;
   }
   return one_sided(block, in_block, chunk, out);
@@ -106,7 +109,6 @@ size_t BlockReader::apply_run(std::span<const ordma::ReadOp> ops) {
   const uint64_t pos = offset_ + *done_;
   const uint64_t end = std::min<uint64_t>(offset_ + len_, size_hint_);
   const uint64_t first = pos / bs_;
-  ClientStats& stats = client_.stats_;
   size_t placed = 0;
   bool stopped = false;  // at a fault or the end of file: bytes after it are not the caller's
   for (size_t i = 0; i < ops.size(); ++i) {
@@ -114,15 +116,15 @@ size_t BlockReader::apply_run(std::span<const ordma::ReadOp> ops) {
     const uint64_t b = first + i;
     const uint64_t start = i == 0 ? pos : b * bs_;
     if (op.fault != ordma::Fault::kNone) {  // each fault counts, as one_sided's would
-      stats.faults[static_cast<size_t>(op.fault)].fetch_add(1, std::memory_order_relaxed);
-      stats.fallbacks.fetch_add(1, std::memory_order_relaxed);
+      ++counts_.faults[static_cast<size_t>(op.fault)];
+      ++counts_.fallbacks;
       m_.cache->drop(key_, b);
       if (op.fault == ordma::Fault::kTransport) engine_.reset();
       stopped = true;  // this block needs the RPC first
       continue;
     }
-    stats.ordma_reads.fetch_add(1, std::memory_order_relaxed);
-    stats.ordma_bytes.fetch_add(op.got, std::memory_order_relaxed);
+    ++counts_.ordma_reads;
+    counts_.ordma_bytes += op.got;
     const char* block = static_cast<const char*>(op.dst);
     if (caching_) m_.cache->store(key_, b, block, op.got, run_ticket_);  // good past a fault
     if (stopped) continue;
@@ -179,16 +181,15 @@ size_t BlockReader::one_sided(uint64_t block, uint32_t in_block, uint32_t chunk,
   uint32_t want = caching_ ? ref.length : std::min<uint32_t>(chunk, ref.length - in_block);
   uint32_t got = 0;
   ordma::Fault f = engine_->read(ref, ref.offset + from, want, dst, &got);
-  ClientStats& stats = client_.stats_;
   if (f != ordma::Fault::kNone) {
-    stats.faults[static_cast<size_t>(f)].fetch_add(1, std::memory_order_relaxed);
-    stats.fallbacks.fetch_add(1, std::memory_order_relaxed);
+    ++counts_.faults[static_cast<size_t>(f)];
+    ++counts_.fallbacks;
     m_.cache->drop(key_, block);
     if (f == ordma::Fault::kTransport) engine_.reset();
     return 0;
   }
-  stats.ordma_reads.fetch_add(1, std::memory_order_relaxed);
-  stats.ordma_bytes.fetch_add(got, std::memory_order_relaxed);
+  ++counts_.ordma_reads;
+  counts_.ordma_bytes += got;
   if (!caching_) return got;
   m_.cache->store(key_, block, dst, got, ticket);
   if (got <= in_block) return 0;
@@ -263,8 +264,8 @@ void BlockReader::after_rpc() {
   if (!engine_) engine_ = client_.engine_for_reads(m_);
 }
 
-Result<size_t> Client::read_file(const Handle& fh, uint64_t key, void* buf, size_t len,
-                                 uint64_t offset, uint64_t size_hint) {
+Result<size_t> ClientImpl::read_file(const Handle& fh, uint64_t key, void* buf, size_t len,
+                                     uint64_t offset, uint64_t size_hint) {
   if (read_mode() == ReadMode::kDirect) return read_direct(fh, buf, len, offset);
   thread_local rpc::Call call;
   thread_local std::vector<char> scratch;  // grows to the largest span once, then stays
@@ -283,7 +284,7 @@ Result<size_t> Client::read_file(const Handle& fh, uint64_t key, void* buf, size
   }
 }
 
-void Client::read_batch(std::span<ReadRequest> requests) {
+void ClientImpl::read_batch(std::span<ReadRequest> requests) {
   // Through an IoQueue: each request goes down the read pipeline (cache, one-sided, RPC),
   // with up to kWindow of them waiting on their READs at once.
   constexpr size_t kWindow = 64;
@@ -332,29 +333,9 @@ struct Registration {
   Registration& operator=(const Registration&) = delete;
 };
 
-// EngineClient::direct(call, got): runs call(tag) -> Status (the RPC naming the transfer),
-// then waits for the transfer. Its interface is told that the call failed by an exception
-// (it then waits for nothing): this is where a failed Status crosses it, thrown as a
-// private type and caught right here.
-template <class Call>
-Result<ordma::Fault> direct_transfer(ordma::EngineClient& eng, Call&& call, uint32_t* got) {
-  struct CallFailed {};
-  Status failed;
-  try {
-    return eng.direct(
-        [&](uint32_t tag) {
-          failed = call(tag);
-          if (!failed.ok()) throw CallFailed{};
-        },
-        got);
-  } catch (const CallFailed&) {
-    return failed;
-  }
-}
-
 }  // namespace
 
-Result<size_t> Client::read_direct(const Handle& fh, void* buf, size_t len, uint64_t offset) {
+Result<size_t> ClientImpl::read_direct(const Handle& fh, void* buf, size_t len, uint64_t offset) {
   ODAFS_ASSIGN_OR_RETURN(std::shared_ptr<const MountState> m, mount_state());
   std::shared_ptr<ordma::EngineClient> eng = engine(*m);
   bool eof = false;
@@ -367,8 +348,7 @@ Result<size_t> Client::read_direct(const Handle& fh, void* buf, size_t len, uint
     u_int count = 0;
     uint32_t got = 0;
     ODAFS_ASSIGN_OR_RETURN(ordma::Fault f,
-                           direct_transfer(
-                               *eng,
+                           eng->direct(
                                [&](uint32_t tag) -> Status {
                                  read_direct_args args{};
                                  put_fh(args.fh, fh);
@@ -401,8 +381,9 @@ Result<size_t> Client::read_direct(const Handle& fh, void* buf, size_t len, uint
   return done;
 }
 
-Result<size_t> Client::write_direct(const Handle& fh, const void* buf, size_t len, uint64_t offset,
-                                    Stability how, WriteVerifier* verf, int* committed) {
+Result<size_t> ClientImpl::write_direct(const Handle& fh, const void* buf, size_t len,
+                                        uint64_t offset, Stability how, WriteVerifier* verf,
+                                        int* committed) {
   ODAFS_ASSIGN_OR_RETURN(std::shared_ptr<const MountState> m, mount_state());
   std::shared_ptr<ordma::EngineClient> eng = engine(*m);
   if (!eng) return try_write(fh, buf, len, offset, how, verf, committed);
@@ -420,8 +401,7 @@ Result<size_t> Client::write_direct(const Handle& fh, const void* buf, size_t le
   args.buffer = reg.id;
   uint32_t got = 0;
   // Start the call, then serve the server's pull while its reply is outstanding.
-  ODAFS_ASSIGN_OR_RETURN(ordma::Fault f, direct_transfer(
-                                             *eng,
+  ODAFS_ASSIGN_OR_RETURN(ordma::Fault f, eng->direct(
                                              [&](uint32_t tag) {
                                                args.tag = tag;
                                                return m->channel->start(
@@ -452,7 +432,7 @@ Result<size_t> Client::write_direct(const Handle& fh, const void* buf, size_t le
   return static_cast<size_t>(res.write_res_u.ok.count);
 }
 
-size_t Client::prefetch_references(const File& f, uint64_t offset, uint64_t len) {
+size_t ClientImpl::prefetch_references(const File& f, uint64_t offset, uint64_t len) {
   size_t total = 0;
   for (uint64_t done = 0; done < len;) {
     uint64_t span = 0;

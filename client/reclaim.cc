@@ -17,6 +17,7 @@
 
 #include "client/call_util.h"
 #include "client/client.h"
+#include "client/client_impl.h"
 #include "client/delegations.h"
 #include "client/mount_state.h"
 #include "client/shared_file.h"
@@ -96,7 +97,7 @@ Status loss(Status why, bool removing, const SharedFile& sf) {
 
 }  // namespace
 
-Result<ClientOwner> Client::make_owner() {
+Result<ClientOwner> ClientImpl::make_owner() {
   ClientOwner o{};
   for (size_t got = 0; got < o.size();) {
     ssize_t n = getrandom(o.data() + got, o.size() - got, 0);
@@ -109,7 +110,7 @@ Result<ClientOwner> Client::make_owner() {
   return o;
 }
 
-Result<bool> Client::name_client(MountState& m) {
+Result<bool> ClientImpl::name_client(MountState& m) {
   client_id_args args{};
   std::memcpy(args.owner, owner_.data(), owner_.size());
   client_id_res res{};
@@ -125,8 +126,8 @@ Result<bool> Client::name_client(MountState& m) {
   return static_cast<bool>(res.client_id_res_u.ok.reclaim);
 }
 
-Result<std::optional<std::pair<Handle, Attr>>> Client::find_again(const MountState& m,
-                                                                  const std::string& path) {
+Result<std::optional<std::pair<Handle, Attr>>> ClientImpl::find_again(const MountState& m,
+                                                                      const std::string& path) {
   using Found = std::optional<std::pair<Handle, Attr>>;
   std::vector<std::string> todo = split_path(path);
   std::reverse(todo.begin(), todo.end());  // a stack: back() is the next component
@@ -179,8 +180,8 @@ Result<std::optional<std::pair<Handle, Attr>>> Client::find_again(const MountSta
   return Found(std::make_pair(cur, *attr));
 }
 
-Result<std::optional<Handle>> Client::home_of(const MountState& m, const SharedFile& sf,
-                                              const HeldHandle* held) {
+Result<std::optional<Handle>> ClientImpl::home_of(const MountState& m, const SharedFile& sf,
+                                                  const HeldHandle* held) {
   using Home = std::optional<Handle>;
   // The same file: its inode number, and its generation where both sides know it. The same
   // inode number with another generation is another file, made after sf's was removed
@@ -235,9 +236,9 @@ Result<std::optional<Handle>> Client::home_of(const MountState& m, const SharedF
   return Home();
 }
 
-Status Client::write_home(const MountState& m, SharedFile& sf, const HeldHandle* held,
-                          const std::vector<std::pair<uint64_t, size_t>>& pieces,
-                          const std::vector<char>& data) {
+Status ClientImpl::write_home(const MountState& m, SharedFile& sf, const HeldHandle* held,
+                              const std::vector<std::pair<uint64_t, size_t>>& pieces,
+                              const std::vector<char>& data) {
   Result<std::optional<Handle>> home = home_of(m, sf, held);
   if (!home.ok()) return home.status();
   if (!*home) return Status(EIO, kNotAtPath);
@@ -262,7 +263,8 @@ Status Client::write_home(const MountState& m, SharedFile& sf, const HeldHandle*
   return Status();
 }
 
-void Client::reclaim(const MountState* home, const MountState& old, const std::string& no_home) {
+void ClientImpl::reclaim(const MountState* home, const MountState& old,
+                         const std::string& no_home) {
   std::vector<Delegations::Return> unsent = old.delegations->take_unsent();
   for (Delegations::Return& r : unsent) {
     SharedFile& sf = *r.kept;
@@ -289,8 +291,8 @@ void Client::reclaim(const MountState* home, const MountState& old, const std::s
   }
 }
 
-void Client::adopt_unsent(const HeldHandle& held, OpenFiles::Ref& kept,
-                          const rpc::CallerCred* caller, bool removing) {
+void ClientImpl::adopt_unsent(const HeldHandle& held, OpenFiles::Ref& kept,
+                              const rpc::CallerCred* caller, bool removing) {
   std::vector<std::pair<uint64_t, size_t>> pieces;
   std::vector<char> data;
   take_unsent_bytes(*kept, /*run_locked=*/false, &pieces, &data);
@@ -309,7 +311,7 @@ void Client::adopt_unsent(const HeldHandle& held, OpenFiles::Ref& kept,
   open_files_.release(cache_key(held.fh), kept);
 }
 
-void Client::rehome_run_locked(const HeldHandle& held, SharedFile& sf) {
+void ClientImpl::rehome_run_locked(const HeldHandle& held, SharedFile& sf) {
   std::vector<std::pair<uint64_t, size_t>> pieces;
   std::vector<char> data;
   take_unsent_bytes(sf, /*run_locked=*/true, &pieces, &data);
@@ -328,8 +330,8 @@ void Client::rehome_run_locked(const HeldHandle& held, SharedFile& sf) {
   report_lost(sf, pieces, data, why);
 }
 
-void Client::report_lost(SharedFile& sf, const std::vector<std::pair<uint64_t, size_t>>& pieces,
-                         const std::vector<char>& data, const Status& why) {
+void ClientImpl::report_lost(SharedFile& sf, const std::vector<std::pair<uint64_t, size_t>>& pieces,
+                             const std::vector<char>& data, const Status& why) {
   std::string message = std::to_string(data.size()) + " byte(s) written to " + sf.path() + " on " +
                         server_name() +
                         " under a write delegation could not be written back: " + why.to_string();
@@ -347,9 +349,9 @@ void Client::report_lost(SharedFile& sf, const std::vector<std::pair<uint64_t, s
   lost_writes_.add(sf.fileid, sf.server_mtime_ns.load(std::memory_order_relaxed), err, message);
 }
 
-Result<std::string> Client::rescue(const SharedFile& sf,
-                                   const std::vector<std::pair<uint64_t, size_t>>& pieces,
-                                   const std::vector<char>& data) {
+Result<std::string> ClientImpl::rescue(const SharedFile& sf,
+                                       const std::vector<std::pair<uint64_t, size_t>>& pieces,
+                                       const std::vector<char>& data) {
   std::string dir = options_.rescue_dir;
   if (dir.empty()) {
     const char* tmp = std::getenv("TMPDIR");
@@ -395,12 +397,12 @@ Result<std::string> Client::rescue(const SharedFile& sf,
   return path;
 }
 
-std::string Client::server_name() const {
+std::string ClientImpl::server_name() const {
   // Without remount_mu_: a message may name the server just failed over from.
   return servers_.empty() ? url_ : servers_[server_index_.load() % servers_.size()].to_string();
 }
 
-Status Client::check_lost(uint64_t fileid, const struct timespec& mtime_at_open) {
+Status ClientImpl::check_lost(uint64_t fileid, const struct timespec& mtime_at_open) {
   if (!lost_writes_.any()) return Status();
   if (std::optional<Status> why = lost_writes_.take(fileid, nanoseconds(mtime_at_open))) {
     return *why;
@@ -408,7 +410,7 @@ Status Client::check_lost(uint64_t fileid, const struct timespec& mtime_at_open)
   return Status();
 }
 
-void Client::reconnect_soon() {
+void ClientImpl::reconnect_soon() {
   std::lock_guard lock(reconnect_mu_);
   if (closing_) return;
   reconnect_wanted_ = true;
@@ -416,7 +418,7 @@ void Client::reconnect_soon() {
   reconnect_cv_.notify_one();
 }
 
-void Client::reconnect_loop() {
+void ClientImpl::reconnect_loop() {
   std::unique_lock lock(reconnect_mu_);
   for (;;) {
     reconnect_cv_.wait(lock, [&] { return closing_ || reconnect_wanted_; });
@@ -439,7 +441,7 @@ void Client::reconnect_loop() {
   }
 }
 
-void Client::stop_reconnecting() {
+void ClientImpl::stop_reconnecting() {
   {
     std::lock_guard lock(reconnect_mu_);
     closing_ = true;

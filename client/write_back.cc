@@ -7,6 +7,7 @@
 
 #include "client/call_util.h"
 #include "client/client.h"
+#include "client/client_impl.h"
 #include "client/mount_state.h"
 #include "client/shared_file.h"
 #include "client/write_books.h"
@@ -14,7 +15,7 @@
 
 namespace odafs {
 
-Status Client::flush_writes_behind(const Handle& fh) {
+Status ClientImpl::flush_writes_behind(const Handle& fh) {
   const uint64_t key = odafs::cache_key(fh);
   OpenFiles::Ref f = open_files_.find(key);
   if (!f || !f->has_behind.load(std::memory_order_acquire)) return Status();
@@ -43,8 +44,9 @@ Status Client::flush_writes_behind(const Handle& fh) {
   return sent;
 }
 
-Result<size_t> Client::write_on(const MountState& m, const Handle& fh, const char* src, size_t n,
-                                uint64_t at, Stability how, WriteVerifier* verf, int* committed) {
+Result<size_t> ClientImpl::write_on(const MountState& m, const Handle& fh, const char* src,
+                                    size_t n, uint64_t at, Stability how, WriteVerifier* verf,
+                                    int* committed) {
   return retry_delayed(options_.timeout_ms, [&]() -> Result<size_t> {
     thread_local rpc::Call call;
     ODAFS_RETURN_IF_ERROR(start_write(m, call, fh, src, n, at, how));
@@ -52,7 +54,7 @@ Result<size_t> Client::write_on(const MountState& m, const Handle& fh, const cha
   });
 }
 
-Result<bool> Client::write_back(const MountState& m, const Handle& fh, SharedFile& sf) {
+Result<bool> ClientImpl::write_back(const MountState& m, const Handle& fh, SharedFile& sf) {
   bool any;
   {
     std::lock_guard lock(sf.mu);

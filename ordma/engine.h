@@ -213,10 +213,10 @@ class EngineClient {
   // for tag is done: a PUT landed (*got = its length) or a GET was answered from the buffer
   // (*got = bytes sent). A transfer outside the registered buffer is refused
   // (kOutOfBounds); a cancel returns the server's fault. A timeout returns kTransport and
-  // breaks the client, like a read's. If call throws, nothing is waited for, and a transfer
-  // for tag that comes later is dropped.
-  virtual Fault direct(const std::function<void(uint32_t tag)>& call, uint32_t* got,
-                       int timeout_ms = -1) = 0;
+  // breaks the client, like a read's. If call fails, nothing is waited for, its Status is
+  // returned, and a transfer for tag that comes later is dropped.
+  virtual Result<Fault> direct(const std::function<Status(uint32_t tag)>& call, uint32_t* got,
+                               int timeout_ms = -1) = 0;
 };
 
 struct EngineClientOptions {

@@ -257,12 +257,16 @@ TEST_CASE("server-initiated reads take bytes from registered buffers, and only f
     Fault pulled = Fault::kTransport;
     std::thread server_side;
     uint32_t got = 0;
-    Fault f = client->direct(
-        [&](uint32_t tag) {
-          server_side = std::thread(
-              [&, tag] { pulled = st.engine->pull(s.id, buffer, offset, tag, len, 5000, out); });
-        },
-        &got);
+    Fault f = client
+                  ->direct(
+                      [&](uint32_t tag) {
+                        server_side = std::thread([&, tag] {
+                          pulled = st.engine->pull(s.id, buffer, offset, tag, len, 5000, out);
+                        });
+                        return odafs::Status();
+                      },
+                      &got)
+                  .value();
     server_side.join();
     CHECK(f == pulled);
     return pulled;

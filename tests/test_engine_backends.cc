@@ -298,11 +298,14 @@ void pushes_land_in_registered_buffers(const char* kind) {
   // To a session without an engine connection: refused at once.
   CHECK(st.engine->push(s.id + 1, id, 0, 1, &part, 1) == Fault::kWrongSession);
   auto push = [&](uint32_t buffer, uint32_t offset) {
-    return c->direct(
-        [&](uint32_t tag) {
-          REQUIRE(st.engine->push(s.id, buffer, offset, tag, &part, 1) == Fault::kNone);
-        },
-        &got);
+    return c
+        ->direct(
+            [&](uint32_t tag) {
+              REQUIRE(st.engine->push(s.id, buffer, offset, tag, &part, 1) == Fault::kNone);
+              return odafs::Status();
+            },
+            &got)
+        .value();
   };
   CHECK(push(id, 10) == Fault::kNone);
   CHECK(got == payload.size());

@@ -177,8 +177,8 @@ class SoftEngineClient final : public EngineClient {
     if (id < buffers_.size()) buffers_[id] = {};
   }
 
-  Fault direct(const std::function<void(uint32_t tag)>& call, uint32_t* got,
-               int timeout_ms) override {
+  Result<Fault> direct(const std::function<Status(uint32_t tag)>& call, uint32_t* got,
+                       int timeout_ms) override {
     if (broken()) return Fault::kTransport;
     Pending p;
     p.direct = true;
@@ -188,11 +188,9 @@ class SoftEngineClient final : public EngineClient {
       p.tag = next_tag_++;
       pending_.push_back(&p);
     }
-    try {
-      call(p.tag);
-    } catch (...) {
+    if (Status called = call(p.tag); !called.ok()) {
       withdraw(p);
-      throw;
+      return called;
     }
     Deadline deadline(timeout_ms < 0 ? timeout_ms_ : timeout_ms);
     await(p, deadline.get());

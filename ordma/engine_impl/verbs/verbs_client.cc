@@ -53,8 +53,8 @@ class VerbsEngineClient final : public EngineClient {
 
   uint32_t register_buffer(void* base, size_t length) override;
   void unregister_buffer(uint32_t id) override;
-  Fault direct(const std::function<void(uint32_t tag)>& call, uint32_t* got,
-               int timeout_ms) override;
+  Result<Fault> direct(const std::function<Status(uint32_t tag)>& call, uint32_t* got,
+                       int timeout_ms) override;
 
  private:
   std::shared_ptr<Link> link() {
@@ -210,17 +210,15 @@ void VerbsEngineClient::unregister_buffer(uint32_t id) {
   ibv_dereg_mr(r.mr);  // after the engine was told: it can no longer write here
 }
 
-Fault VerbsEngineClient::direct(const std::function<void(uint32_t tag)>& call, uint32_t* got,
-                                int timeout_ms) {
+Result<Fault> VerbsEngineClient::direct(const std::function<Status(uint32_t tag)>& call,
+                                        uint32_t* got, int timeout_ms) {
   std::shared_ptr<Link> l = link();
   const uint32_t tag = next_tag_.fetch_add(1);
   DirectWait w;
   l->expect_direct(tag, &w);
-  try {
-    call(tag);
-  } catch (...) {
+  if (Status called = call(tag); !called.ok()) {
     l->forget_direct(tag);
-    throw;
+    return called;
   }
   Deadline deadline(timeout_ms < 0 ? options_.timeout_ms : timeout_ms);
   while (w.state.load(std::memory_order_acquire) != kDone) {
