@@ -15,24 +15,6 @@
 namespace odafs::server {
 namespace {
 
-constexpr unsigned char kHandleVersion = 1;
-// Portable handles: version, 3 zero bytes, ino (8), space (8), 4 zero bytes; then the MAC.
-constexpr unsigned char kPortableHandleVersion = 2;
-constexpr size_t kHandleBody = 24;  // version..ino; the MAC covers these bytes
-constexpr size_t kHandleMac = kHandleSize - kHandleBody;
-
-void put32(unsigned char* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>(v >> (24 - 8 * i));
-}
-void put64(unsigned char* p, uint64_t v) {
-  put32(p, static_cast<uint32_t>(v >> 32));
-  put32(p + 4, static_cast<uint32_t>(v));
-}
-uint32_t get32(const unsigned char* p) {
-  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
-}
-uint64_t get64(const unsigned char* p) { return (uint64_t{get32(p)} << 32) | get32(p + 4); }
-
 // FNV-1a over the durable key: stable across server instances and builds (clients compare
 // it after a restart). Never 0, which says "cannot tell".
 uint64_t file_generation_of(const std::string& durable) {
@@ -103,46 +85,6 @@ NodeTable::NodeTable(Store& store, size_t max_nodes, size_t max_open_files,
 }
 
 NodeTable::~NodeTable() = default;
-
-WireHandle NodeTable::handle_of(const Node& node) const {
-  WireHandle h{};
-  if (portable_) {
-    h[0] = kPortableHandleVersion;
-    put64(&h[4], node.key.ino);
-    put64(&h[12], node.key.space);
-    mac_.compute(h.data(), kHandleBody, &h[kHandleBody], kHandleMac);
-    return h;
-  }
-  h[0] = kHandleVersion;
-  put32(&h[4], instance_);
-  put32(&h[8], node.slot);
-  put32(&h[12], node.generation);
-  put64(&h[16], node.key.ino);
-  mac_.compute(h.data(), kHandleBody, &h[kHandleBody], kHandleMac);
-  return h;
-}
-
-Result<NodeTable::ParsedHandle> NodeTable::parse_handle(const unsigned char* h) const {
-  if (h[0] != kHandleVersion || h[1] != 0 || h[2] != 0 || h[3] != 0) {
-    return Status(kBadHandle, "handle: unknown version");
-  }
-  if (get32(&h[4]) != instance_) return Status(ESTALE, "handle: earlier server instance");
-  if (!mac_.verify(h, kHandleBody, &h[kHandleBody], kHandleMac)) {
-    return Status(kBadHandle, "handle: bad MAC");
-  }
-  return ParsedHandle{get32(&h[8]), get32(&h[12]), get64(&h[16])};
-}
-
-Result<ObjectId> NodeTable::parse_portable(const unsigned char* h) const {
-  if (h[0] != kPortableHandleVersion || h[1] != 0 || h[2] != 0 || h[3] != 0 || h[20] != 0 ||
-      h[21] != 0 || h[22] != 0 || h[23] != 0) {
-    return Status(kBadHandle, "handle: not a portable one");
-  }
-  if (!mac_.verify(h, kHandleBody, &h[kHandleBody], kHandleMac)) {
-    return Status(kBadHandle, "handle: bad MAC");
-  }
-  return ObjectId{get64(&h[4]), get64(&h[12])};
-}
 
 Result<NodeRef> NodeTable::node_of_portable(const ObjectId& key) {
   {
