@@ -1,6 +1,6 @@
-#include <sys/stat.h>
-
 #include "client/attr.h"
+
+#include <sys/stat.h>
 
 namespace odafs {
 

@@ -20,6 +20,7 @@
 #include "proto/attr.h"
 #include "proto/enums.h"
 #include "proto/odafs_prot.h"
+#include "proto/procedures.h"
 #include "proto/status.h"
 #include "rpc/client_channel.h"
 #include "rpc/xdr_util.h"
@@ -105,6 +106,25 @@ inline Status check_name(const std::string& name) {
 inline Status in_context(Status s, const std::string& context) {
   if (s.ok()) return s;
   return Status(s.errno_value(), context + ": " + s.message());
+}
+
+// Procedure P (proto/procedures.h) on ch, with P's argument and result types: the one way
+// the client names a procedure's wire types. call waits for the reply and decodes it into
+// *res (free it with xdr_free); start sends it on `call` for a later wait.
+template <uint32_t P>
+Status call(rpc::Channel& ch, const typename wire::Procedure<P>::Args& args,
+            typename wire::Procedure<P>::Result* res, rpc::CallFailure* failure = nullptr) {
+  return ch.call(P, to_xdrproc(wire::Procedure<P>::xargs), &args,
+                 to_xdrproc(wire::Procedure<P>::xres), res, failure);
+}
+template <uint32_t P>
+Status call(rpc::Channel& ch, typename wire::Procedure<P>::Result* res) {  // no arguments
+  return ch.call(P, to_xdrproc(rpc::xdr_nothing), nullptr, to_xdrproc(wire::Procedure<P>::xres),
+                 res);
+}
+template <uint32_t P>
+Status start(rpc::Channel& ch, rpc::Call& call, const typename wire::Procedure<P>::Args& args) {
+  return ch.start(call, P, to_xdrproc(wire::Procedure<P>::xargs), &args);
 }
 
 // OPEN's and CREATE's access for an open(2) access mode (O_RDONLY, O_WRONLY, O_RDWR).

@@ -233,9 +233,8 @@ Result<std::shared_ptr<const MountState>> ClientImpl::remount() {
   args.path = mount_path_.data();
   mount_res res{};
   XdrFree<mount_res> guard{to_xdrproc(xdr_mount_res), &res};
-  ODAFS_RETURN_IF_ERROR(in_context(m->channel->call(ODAFSPROC_MOUNT, to_xdrproc(xdr_mount_args),
-                                                    &args, to_xdrproc(xdr_mount_res), &res),
-                                   "mount " + url_));
+  ODAFS_RETURN_IF_ERROR(
+      in_context(call<ODAFSPROC_MOUNT>(*m->channel, args, &res), "mount " + url_));
   ODAFS_RETURN_IF_ERROR(status_of(res.status, "mount " + url_));
   const mount_ok& ok = res.mount_res_u.ok;
   // The client sizes its cache and its requests from these: a server's word is not
@@ -289,9 +288,7 @@ Result<std::shared_ptr<const MountState>> ClientImpl::remount() {
   if (may_reclaim) {
     stat_res done{};
     ODAFS_RETURN_IF_ERROR(
-        in_context(m->channel->call(ODAFSPROC_RECLAIM_COMPLETE, to_xdrproc(rpc::xdr_nothing),
-                                    nullptr, to_xdrproc(xdr_stat_res), &done),
-                   "reclaim complete"));
+        in_context(call<ODAFSPROC_RECLAIM_COMPLETE>(*m->channel, &done), "reclaim complete"));
   }
   std::weak_ptr<Delegations> delegations = m->delegations;
   m->channel->set_callback_handler([delegations](const rpc::CallHeader& h, XDR* args) {

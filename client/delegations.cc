@@ -458,9 +458,7 @@ void Delegations::give_back(Return& r) {
   put_fh(args.fh, r.fh);
   args.delegation = r.id;
   stat_res res{};
-  if (Status called = channel_->call(ODAFSPROC_DELEGRETURN, to_xdrproc(xdr_delegreturn_args), &args,
-                                     to_xdrproc(xdr_stat_res), &res);
-      !called.ok()) {
+  if (Status called = call<ODAFSPROC_DELEGRETURN>(*channel_, args, &res); !called.ok()) {
     // The connection is gone, and with it every delegation it held.
     ODAFS_LOG_DEBUG("odafs: returning a delegation failed: %s", called.to_string().c_str());
   } else if (wrote_back && res.status == ODAFS_ERR_INVAL) {

@@ -82,15 +82,15 @@ Result<std::pair<Handle, Attr>> ClientImpl::try_lookup(const Handle& dir, const 
   std::pair<Handle, Attr> found;
   ODAFS_ASSIGN_OR_RETURN(auto m, mount_state());
   if (lookup_without_call(*m, dir, name, &found)) return found;
-  return with_channel(true, [&](rpc::Channel& ch) -> Result<std::pair<Handle, Attr>> {
-    diropargs args{};
-    put_fh(args.dir, dir);
-    args.name = const_cast<char*>(name.c_str());
-    dirop_res res{};
-    ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_LOOKUP, to_xdrproc(xdr_diropargs), &args,
-                                  to_xdrproc(xdr_dirop_res), &res));
-    return lookup_of(res, name);
-  });
+  return with_channel(wire::kIdempotentProc<ODAFSPROC_LOOKUP>,
+                      [&](rpc::Channel& ch) -> Result<std::pair<Handle, Attr>> {
+                        diropargs args{};
+                        put_fh(args.dir, dir);
+                        args.name = const_cast<char*>(name.c_str());
+                        dirop_res res{};
+                        ODAFS_RETURN_IF_ERROR(call<ODAFSPROC_LOOKUP>(ch, args, &res));
+                        return lookup_of(res, name);
+                      });
 }
 
 bool ClientImpl::lookup_without_call(const MountState& m, const Handle& dir,
@@ -106,14 +106,14 @@ bool ClientImpl::lookup_without_call(const MountState& m, const Handle& dir,
 Attr ClientImpl::getattr(const Handle& fh) { return or_throw(try_getattr(fh)); }
 
 Result<Attr> ClientImpl::try_getattr(const Handle& fh) {
-  return with_channel(true, [&](rpc::Channel& ch) -> Result<Attr> {
-    getattr_args args{};
-    put_fh(args.fh, fh);
-    attr_res res{};
-    ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_GETATTR, to_xdrproc(xdr_getattr_args), &args,
-                                  to_xdrproc(xdr_attr_res), &res));
-    return attr_of(res, fh);
-  });
+  return with_channel(wire::kIdempotentProc<ODAFSPROC_GETATTR>,
+                      [&](rpc::Channel& ch) -> Result<Attr> {
+                        getattr_args args{};
+                        put_fh(args.fh, fh);
+                        attr_res res{};
+                        ODAFS_RETURN_IF_ERROR(call<ODAFSPROC_GETATTR>(ch, args, &res));
+                        return attr_of(res, fh);
+                      });
 }
 
 Result<Attr> ClientImpl::attr_of(const attr_res& res, const Handle& fh) const {
@@ -124,7 +124,7 @@ Result<Attr> ClientImpl::attr_of(const attr_res& res, const Handle& fh) const {
 Status ClientImpl::start_getattr(const MountState& m, rpc::Call& call, const Handle& fh) {
   getattr_args args{};
   put_fh(args.fh, fh);
-  return m.channel->start(call, ODAFSPROC_GETATTR, to_xdrproc(xdr_getattr_args), &args);
+  return start<ODAFSPROC_GETATTR>(*m.channel, call, args);
 }
 
 Result<Attr> ClientImpl::finish_getattr(const MountState& m, rpc::Call& call, const Handle& fh) {
@@ -157,7 +157,7 @@ Status ClientImpl::start_rpc_read(const MountState& m, rpc::Call& call, const Ha
   args.session = session_for_reads(m);
   stats_.rpc_reads.fetch_add(1, std::memory_order_relaxed);
   if (read_mode() != ReadMode::kInline) call.post(buf, len, kReadReplyHeaderBytes);
-  return m.channel->start(call, ODAFSPROC_READ, to_xdrproc(xdr_read_args), &args);
+  return start<ODAFSPROC_READ>(*m.channel, call, args);
 }
 
 Result<size_t> ClientImpl::finish_rpc_read(const MountState& m, rpc::Call& call, uint64_t key,
@@ -247,7 +247,7 @@ Status ClientImpl::start_write(const MountState& m, rpc::Call& call, const Handl
   args.stable = static_cast<odafs_stable_how>(how);
   args.data.data_len = static_cast<u_int>(len);
   args.data.data_val = static_cast<char*>(const_cast<void*>(buf));
-  return m.channel->start(call, ODAFSPROC_WRITE, to_xdrproc(xdr_write_args), &args);
+  return start<ODAFSPROC_WRITE>(*m.channel, call, args);
 }
 
 Result<size_t> ClientImpl::finish_write(const MountState& m, rpc::Call& call, size_t len,
@@ -307,8 +307,7 @@ Result<WriteVerifier> ClientImpl::commit_on(const MountState& m, const Handle& f
   commit_args args{};
   put_fh(args.fh, fh);
   commit_res res{};
-  ODAFS_RETURN_IF_ERROR(m.channel->call(ODAFSPROC_COMMIT, to_xdrproc(xdr_commit_args), &args,
-                                        to_xdrproc(xdr_commit_res), &res));
+  ODAFS_RETURN_IF_ERROR(call<ODAFSPROC_COMMIT>(*m.channel, args, &res));
   ODAFS_RETURN_IF_ERROR(status_of(res.status, "commit"));
   WriteVerifier v;
   std::memcpy(v.data(), res.commit_res_u.verf, v.size());
@@ -324,13 +323,13 @@ Result<Attr> ClientImpl::setattr_size(const Handle& fh, uint64_t size) {
 
 Result<Attr> ClientImpl::setattr(const Handle& fh, setattr_args& args, const std::string& what) {
   ODAFS_RETURN_IF_ERROR(forget_delegation(fh));
-  return with_channel(true, [&](rpc::Channel& ch) -> Result<Attr> {
-    put_fh(args.fh, fh);
-    attr_res res{};
-    ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args,
-                                  to_xdrproc(xdr_attr_res), &res));
-    return setattr_of(res, what);
-  });
+  return with_channel(wire::kIdempotentProc<ODAFSPROC_SETATTR>,
+                      [&](rpc::Channel& ch) -> Result<Attr> {
+                        put_fh(args.fh, fh);
+                        attr_res res{};
+                        ODAFS_RETURN_IF_ERROR(call<ODAFSPROC_SETATTR>(ch, args, &res));
+                        return setattr_of(res, what);
+                      });
 }
 
 void ClientImpl::ping() {
@@ -342,17 +341,17 @@ void ClientImpl::ping() {
 
 std::vector<std::pair<std::string, uint64_t>> ClientImpl::server_stats() {
   using Counters = std::vector<std::pair<std::string, uint64_t>>;
-  return or_throw(with_channel(true, [&](rpc::Channel& ch) -> Result<Counters> {
-    stats_res res{};
-    XdrFree<stats_res> guard{to_xdrproc(xdr_stats_res), &res};
-    ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_STATS, to_xdrproc(rpc::xdr_nothing), nullptr,
-                                  to_xdrproc(xdr_stats_res), &res));
-    Counters out;
-    for (u_int i = 0; i < res.counters.counters_len; ++i) {
-      out.emplace_back(res.counters.counters_val[i].name, res.counters.counters_val[i].value);
-    }
-    return out;
-  }));
+  return or_throw(with_channel(
+      wire::kIdempotentProc<ODAFSPROC_STATS>, [&](rpc::Channel& ch) -> Result<Counters> {
+        stats_res res{};
+        XdrFree<stats_res> guard{to_xdrproc(xdr_stats_res), &res};
+        ODAFS_RETURN_IF_ERROR(call<ODAFSPROC_STATS>(ch, &res));
+        Counters out;
+        for (u_int i = 0; i < res.counters.counters_len; ++i) {
+          out.emplace_back(res.counters.counters_val[i].name, res.counters.counters_val[i].value);
+        }
+        return out;
+      }));
 }
 
 }  // namespace odafs

@@ -121,16 +121,16 @@ Result<std::pair<Handle, std::string>> ClientImpl::resolve_parent(const std::str
 }
 
 Result<std::string> ClientImpl::readlink_handle(const Handle& fh) {
-  return with_channel(true, [&](rpc::Channel& ch) -> Result<std::string> {
-    getattr_args args{};
-    put_fh(args.fh, fh);
-    readlink_res res{};
-    XdrFree<readlink_res> guard{to_xdrproc(xdr_readlink_res), &res};
-    ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_READLINK, to_xdrproc(xdr_getattr_args), &args,
-                                  to_xdrproc(xdr_readlink_res), &res));
-    ODAFS_RETURN_IF_ERROR(status_of(res.status, "readlink"));
-    return std::string(res.readlink_res_u.target);
-  });
+  return with_channel(wire::kIdempotentProc<ODAFSPROC_READLINK>,
+                      [&](rpc::Channel& ch) -> Result<std::string> {
+                        getattr_args args{};
+                        put_fh(args.fh, fh);
+                        readlink_res res{};
+                        XdrFree<readlink_res> guard{to_xdrproc(xdr_readlink_res), &res};
+                        ODAFS_RETURN_IF_ERROR(call<ODAFSPROC_READLINK>(ch, args, &res));
+                        ODAFS_RETURN_IF_ERROR(status_of(res.status, "readlink"));
+                        return std::string(res.readlink_res_u.target);
+                      });
 }
 
 Attr ClientImpl::stat(const std::string& path) {
@@ -154,14 +154,13 @@ void ClientImpl::mkdir(const std::string& path, mode_t mode) {
     ODAFS_ASSIGN_OR_RETURN(auto parent, resolve_parent(path));
     const Handle& dir = parent.first;
     const std::string& name = parent.second;
-    return with_channel(false, [&](rpc::Channel& ch) -> Status {
+    return with_channel(wire::kIdempotentProc<ODAFSPROC_MKDIR>, [&](rpc::Channel& ch) -> Status {
       mkdir_args args{};
       put_fh(args.dir, dir);
       args.name = const_cast<char*>(name.data());
       args.mode = mode & 07777;
       dirop_res res{};
-      ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_MKDIR, to_xdrproc(xdr_mkdir_args), &args,
-                                    to_xdrproc(xdr_dirop_res), &res));
+      ODAFS_RETURN_IF_ERROR(call<ODAFSPROC_MKDIR>(ch, args, &res));
       return status_of(res.status, "mkdir " + path);
     });
   }));
@@ -217,15 +216,14 @@ void ClientImpl::rename(const std::string& from, const std::string& to) {
     Delegations& delegations = *m->delegations;
     delegations.forget_name(from_dir, from_name);
     delegations.forget_name(to_dir, to_name);
-    return with_channel(false, [&](rpc::Channel& ch) -> Status {
+    return with_channel(wire::kIdempotentProc<ODAFSPROC_RENAME>, [&](rpc::Channel& ch) -> Status {
       rename_args args{};
       put_fh(args.from_dir, from_dir);
       args.from_name = const_cast<char*>(from_name.data());
       put_fh(args.to_dir, to_dir);
       args.to_name = const_cast<char*>(to_name.data());
       stat_res res{};
-      ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_RENAME, to_xdrproc(xdr_rename_args), &args,
-                                    to_xdrproc(xdr_stat_res), &res));
+      ODAFS_RETURN_IF_ERROR(call<ODAFSPROC_RENAME>(ch, args, &res));
       return status_of(res.status, "rename " + from + " to " + to);
     });
   }));
@@ -239,27 +237,27 @@ std::vector<DirEntry> ClientImpl::readdir(const std::string& path, bool attribut
     std::vector<DirEntry> out;
     uint64_t cookie = 0;
     for (bool eof = false; !eof;) {
-      ODAFS_RETURN_IF_ERROR(with_channel(true, [&](rpc::Channel& ch) -> Status {
-        readdir_args args{};
-        put_fh(args.dir, dir);
-        args.cookie = cookie;
-        args.max_bytes = 64 * 1024;
-        args.plus = attributes;
-        readdir_res res{};
-        XdrFree<readdir_res> guard{to_xdrproc(xdr_readdir_res), &res};
-        ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_READDIR, to_xdrproc(xdr_readdir_args), &args,
-                                      to_xdrproc(xdr_readdir_res), &res));
-        ODAFS_RETURN_IF_ERROR(status_of(res.status, "readdir " + path));
-        const readdir_ok& ok = res.readdir_res_u.ok;
-        for (u_int i = 0; i < ok.entries.entries_len; ++i) {
-          const odafs_dirent& e = ok.entries.entries_val[i];
-          DirEntry& entry = out.emplace_back(DirEntry{e.name, file_type(e.type), e.fileid, {}});
-          if (attributes && e.attr.present) entry.attr = to_attr(e.attr.odafs_post_attr_u.attr);
-          cookie = e.cookie;
-        }
-        eof = ok.eof || ok.entries.entries_len == 0;
-        return Status();
-      }));
+      ODAFS_RETURN_IF_ERROR(
+          with_channel(wire::kIdempotentProc<ODAFSPROC_READDIR>, [&](rpc::Channel& ch) -> Status {
+            readdir_args args{};
+            put_fh(args.dir, dir);
+            args.cookie = cookie;
+            args.max_bytes = 64 * 1024;
+            args.plus = attributes;
+            readdir_res res{};
+            XdrFree<readdir_res> guard{to_xdrproc(xdr_readdir_res), &res};
+            ODAFS_RETURN_IF_ERROR(call<ODAFSPROC_READDIR>(ch, args, &res));
+            ODAFS_RETURN_IF_ERROR(status_of(res.status, "readdir " + path));
+            const readdir_ok& ok = res.readdir_res_u.ok;
+            for (u_int i = 0; i < ok.entries.entries_len; ++i) {
+              const odafs_dirent& e = ok.entries.entries_val[i];
+              DirEntry& entry = out.emplace_back(DirEntry{e.name, file_type(e.type), e.fileid, {}});
+              if (attributes && e.attr.present) entry.attr = to_attr(e.attr.odafs_post_attr_u.attr);
+              cookie = e.cookie;
+            }
+            eof = ok.eof || ok.entries.entries_len == 0;
+            return Status();
+          }));
     }
     if (attributes) {
       // What this client holds of a regular file may be newer than the server's copy: under
@@ -365,14 +363,13 @@ void ClientImpl::symlink(const std::string& target, const std::string& path) {
     ODAFS_ASSIGN_OR_RETURN(auto parent, resolve_parent(path));
     const Handle& dir = parent.first;
     const std::string& name = parent.second;
-    return with_channel(false, [&](rpc::Channel& ch) -> Status {
+    return with_channel(wire::kIdempotentProc<ODAFSPROC_SYMLINK>, [&](rpc::Channel& ch) -> Status {
       symlink_args args{};
       put_fh(args.dir, dir);
       args.name = const_cast<char*>(name.data());
       args.target = const_cast<char*>(target.c_str());
       dirop_res res{};
-      ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_SYMLINK, to_xdrproc(xdr_symlink_args), &args,
-                                    to_xdrproc(xdr_dirop_res), &res));
+      ODAFS_RETURN_IF_ERROR(call<ODAFSPROC_SYMLINK>(ch, args, &res));
       return status_of(res.status, "symlink " + path);
     });
   }));
@@ -388,20 +385,20 @@ Attr ClientImpl::mknod(const std::string& path, mode_t mode, dev_t rdev) {
     ODAFS_ASSIGN_OR_RETURN(auto parent, resolve_parent(path));
     const Handle& dir = parent.first;
     const std::string& name = parent.second;
-    return with_channel(false, [&](rpc::Channel& ch) -> Result<Attr> {
-      mknod_args args{};
-      put_fh(args.dir, dir);
-      args.name = const_cast<char*>(name.data());
-      args.type = type;
-      args.mode = mode & 07777;
-      args.rdev.major = major(rdev);
-      args.rdev.minor = minor(rdev);
-      dirop_res res{};
-      ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_MKNOD, to_xdrproc(xdr_mknod_args), &args,
-                                    to_xdrproc(xdr_dirop_res), &res));
-      ODAFS_RETURN_IF_ERROR(status_of(res.status, "mknod " + path));
-      return to_attr(res.dirop_res_u.ok.attr);
-    });
+    return with_channel(wire::kIdempotentProc<ODAFSPROC_MKNOD>,
+                        [&](rpc::Channel& ch) -> Result<Attr> {
+                          mknod_args args{};
+                          put_fh(args.dir, dir);
+                          args.name = const_cast<char*>(name.data());
+                          args.type = type;
+                          args.mode = mode & 07777;
+                          args.rdev.major = major(rdev);
+                          args.rdev.minor = minor(rdev);
+                          dirop_res res{};
+                          ODAFS_RETURN_IF_ERROR(call<ODAFSPROC_MKNOD>(ch, args, &res));
+                          ODAFS_RETURN_IF_ERROR(status_of(res.status, "mknod " + path));
+                          return to_attr(res.dirop_res_u.ok.attr);
+                        });
   }));
 }
 
@@ -414,17 +411,17 @@ Attr ClientImpl::link(const std::string& existing, const std::string& new_path) 
     const std::string& name = parent.second;
     ODAFS_ASSIGN_OR_RETURN(auto m, mount_state());
     m->delegations->forget_file(fh);  // this client changes its attributes
-    return with_channel(false, [&](rpc::Channel& ch) -> Result<Attr> {
-      link_args args{};
-      put_fh(args.fh, fh);
-      put_fh(args.dir, dir);
-      args.name = const_cast<char*>(name.data());
-      attr_res res{};
-      ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_LINK, to_xdrproc(xdr_link_args), &args,
-                                    to_xdrproc(xdr_attr_res), &res));
-      ODAFS_RETURN_IF_ERROR(status_of(res.status, "link " + existing + " to " + new_path));
-      return to_attr(res.attr_res_u.attr);
-    });
+    return with_channel(
+        wire::kIdempotentProc<ODAFSPROC_LINK>, [&](rpc::Channel& ch) -> Result<Attr> {
+          link_args args{};
+          put_fh(args.fh, fh);
+          put_fh(args.dir, dir);
+          args.name = const_cast<char*>(name.data());
+          attr_res res{};
+          ODAFS_RETURN_IF_ERROR(call<ODAFSPROC_LINK>(ch, args, &res));
+          ODAFS_RETURN_IF_ERROR(status_of(res.status, "link " + existing + " to " + new_path));
+          return to_attr(res.attr_res_u.attr);
+        });
   }));
 }
 
@@ -438,17 +435,17 @@ std::string ClientImpl::readlink(const std::string& path) {
 
 FsStat ClientImpl::statfs() {
   Handle r = root();
-  return or_throw(with_channel(true, [&](rpc::Channel& ch) -> Result<FsStat> {
-    getattr_args args{};
-    put_fh(args.fh, r);
-    fsstat_res res{};
-    ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_FSSTAT, to_xdrproc(xdr_getattr_args), &args,
-                                  to_xdrproc(xdr_fsstat_res), &res));
-    ODAFS_RETURN_IF_ERROR(status_of(res.status, "statfs"));
-    const fsstat_ok& ok = res.fsstat_res_u.ok;
-    return FsStat{ok.total_bytes, ok.free_bytes, ok.avail_bytes, ok.total_files,
-                  ok.free_files,  ok.block_size, ok.max_name};
-  }));
+  return or_throw(with_channel(
+      wire::kIdempotentProc<ODAFSPROC_FSSTAT>, [&](rpc::Channel& ch) -> Result<FsStat> {
+        getattr_args args{};
+        put_fh(args.fh, r);
+        fsstat_res res{};
+        ODAFS_RETURN_IF_ERROR(call<ODAFSPROC_FSSTAT>(ch, args, &res));
+        ODAFS_RETURN_IF_ERROR(status_of(res.status, "statfs"));
+        const fsstat_ok& ok = res.fsstat_res_u.ok;
+        return FsStat{ok.total_bytes, ok.free_bytes, ok.avail_bytes, ok.total_files,
+                      ok.free_files,  ok.block_size, ok.max_name};
+      }));
 }
 
 }  // namespace odafs

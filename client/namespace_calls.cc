@@ -73,7 +73,7 @@ Result<std::pair<Handle, Attr>> ClientImpl::opened(const MountState& m, const Ha
 Status ClientImpl::start_lookup(const MountState& m, rpc::Call& call, const Handle& dir,
                                 const std::string& name) {
   const diropargs args = dirop_args(dir, name);
-  return m.channel->start(call, ODAFSPROC_LOOKUP, to_xdrproc(xdr_diropargs), &args);
+  return start<ODAFSPROC_LOOKUP>(*m.channel, call, args);
 }
 
 Result<std::pair<Handle, Attr>> ClientImpl::finish_lookup(const MountState& m, rpc::Call& call,
@@ -88,7 +88,7 @@ Status ClientImpl::start_access(const MountState& m, rpc::Call& call, const Hand
   put_fh(args.fh, fh);
   args.want =
       static_cast<u_int>(want) & (ODAFS_ACCESS_READ | ODAFS_ACCESS_WRITE | ODAFS_ACCESS_EXEC);
-  return m.channel->start(call, ODAFSPROC_ACCESS, to_xdrproc(xdr_access_args), &args);
+  return start<ODAFSPROC_ACCESS>(*m.channel, call, args);
 }
 
 Result<int> ClientImpl::finish_access(const MountState& m, rpc::Call& call, int want) {
@@ -100,7 +100,7 @@ Result<int> ClientImpl::finish_access(const MountState& m, rpc::Call& call, int 
 Status ClientImpl::start_setattr(const MountState& m, rpc::Call& call, const Handle& fh,
                                  setattr_args& args) {
   put_fh(args.fh, fh);
-  return m.channel->start(call, ODAFSPROC_SETATTR, to_xdrproc(xdr_setattr_args), &args);
+  return start<ODAFSPROC_SETATTR>(*m.channel, call, args);
 }
 
 Result<Attr> ClientImpl::finish_setattr(const MountState& m, rpc::Call& call,
@@ -113,7 +113,7 @@ Result<Attr> ClientImpl::finish_setattr(const MountState& m, rpc::Call& call,
 Status ClientImpl::start_create(const MountState& m, rpc::Call& call, const Handle& dir,
                                 const std::string& name, mode_t mode, int flags, int access) {
   const create_args args = create_call_args(dir, name, mode, flags, access);
-  return m.channel->start(call, ODAFSPROC_CREATE, to_xdrproc(xdr_create_args), &args);
+  return start<ODAFSPROC_CREATE>(*m.channel, call, args);
 }
 
 Result<std::pair<Handle, Attr>> ClientImpl::finish_create(const MountState& m, rpc::Call& call,

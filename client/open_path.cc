@@ -38,13 +38,13 @@ Result<File> ClientImpl::try_open(const std::string& path, int flags, mode_t mod
       // Answered as OPEN: a file this client creates comes with a delegation, a write one
       // when opened to write (docs/protocol.md, "Open delegations").
       Result<std::pair<Handle, Attr>> made =
-          with_mount(false, [&](const MountState& m) -> Result<std::pair<Handle, Attr>> {
-            const create_args args = create_call_args(dir, name, mode, flags, access);
-            open_res res{};
-            ODAFS_RETURN_IF_ERROR(m.channel->call(ODAFSPROC_CREATE, to_xdrproc(xdr_create_args),
-                                                  &args, to_xdrproc(xdr_open_res), &res));
-            return opened(m, dir, name, access, res, "create " + path);
-          });
+          with_mount(wire::kIdempotentProc<ODAFSPROC_CREATE>,
+                     [&](const MountState& m) -> Result<std::pair<Handle, Attr>> {
+                       const create_args args = create_call_args(dir, name, mode, flags, access);
+                       open_res res{};
+                       ODAFS_RETURN_IF_ERROR(call<ODAFSPROC_CREATE>(*m.channel, args, &res));
+                       return opened(m, dir, name, access, res, "create " + path);
+                     });
       if (made.ok()) {
         std::tie(fh, attr) = *made;
         created = true;
@@ -114,16 +114,16 @@ Result<std::pair<Handle, Attr>> ClientImpl::open_existing(const std::string& pat
     return std::make_pair(fh, attr);
   }
   Result<std::pair<Handle, Attr>> found =
-      with_mount(true, [&](const MountState& m) -> Result<std::pair<Handle, Attr>> {
-        open_args args{};
-        put_fh(args.dir, dir);
-        args.name = const_cast<char*>(name.data());
-        args.access = open_access(access);
-        open_res res{};
-        ODAFS_RETURN_IF_ERROR(m.channel->call(ODAFSPROC_OPEN, to_xdrproc(xdr_open_args), &args,
-                                              to_xdrproc(xdr_open_res), &res));
-        return opened(m, dir, name, access, res, "open " + path);
-      });
+      with_mount(wire::kIdempotentProc<ODAFSPROC_OPEN>,
+                 [&](const MountState& m) -> Result<std::pair<Handle, Attr>> {
+                   open_args args{};
+                   put_fh(args.dir, dir);
+                   args.name = const_cast<char*>(name.data());
+                   args.access = open_access(access);
+                   open_res res{};
+                   ODAFS_RETURN_IF_ERROR(call<ODAFSPROC_OPEN>(*m.channel, args, &res));
+                   return opened(m, dir, name, access, res, "open " + path);
+                 });
   if (found.errno_value() == ESTALE) {
     // A directory handle from the DirCache may be stale (removed, or a server restart):
     // the plain walk starts over without it.
@@ -150,16 +150,16 @@ Status ClientImpl::check_access(const Handle& fh, const Attr& attr, const std::s
 }
 
 Result<int> ClientImpl::access_handle(const Handle& fh, int want) {
-  return with_channel(true, [&](rpc::Channel& ch) -> Result<int> {
-    access_args args{};
-    put_fh(args.fh, fh);
-    args.want =
-        static_cast<u_int>(want) & (ODAFS_ACCESS_READ | ODAFS_ACCESS_WRITE | ODAFS_ACCESS_EXEC);
-    access_res res{};
-    ODAFS_RETURN_IF_ERROR(ch.call(ODAFSPROC_ACCESS, to_xdrproc(xdr_access_args), &args,
-                                  to_xdrproc(xdr_access_res), &res));
-    return granted_of(res, static_cast<int>(args.want));
-  });
+  return with_channel(
+      wire::kIdempotentProc<ODAFSPROC_ACCESS>, [&](rpc::Channel& ch) -> Result<int> {
+        access_args args{};
+        put_fh(args.fh, fh);
+        args.want =
+            static_cast<u_int>(want) & (ODAFS_ACCESS_READ | ODAFS_ACCESS_WRITE | ODAFS_ACCESS_EXEC);
+        access_res res{};
+        ODAFS_RETURN_IF_ERROR(call<ODAFSPROC_ACCESS>(ch, args, &res));
+        return granted_of(res, static_cast<int>(args.want));
+      });
 }
 
 Status ClientImpl::forget_delegation(const Handle& fh) {

@@ -347,27 +347,26 @@ Result<size_t> ClientImpl::read_direct(const Handle& fh, void* buf, size_t len, 
     size_t chunk = std::min<size_t>(len - done, m->limits.max_read);
     u_int count = 0;
     uint32_t got = 0;
-    ODAFS_ASSIGN_OR_RETURN(ordma::Fault f,
-                           eng->direct(
-                               [&](uint32_t tag) -> Status {
-                                 read_direct_args args{};
-                                 put_fh(args.fh, fh);
-                                 args.offset = offset + done;
-                                 args.count = static_cast<u_int>(chunk);
-                                 args.session = m->session.id;
-                                 args.buffer = reg.id;
-                                 args.buffer_offset = static_cast<u_int>(done);
-                                 args.tag = tag;
-                                 read_direct_res res{};
-                                 ODAFS_RETURN_IF_ERROR(m->channel->call(
-                                     ODAFSPROC_READ_DIRECT, to_xdrproc(xdr_read_direct_args), &args,
-                                     to_xdrproc(xdr_read_direct_res), &res));
-                                 ODAFS_RETURN_IF_ERROR(status_of(res.status, "read_direct"));
-                                 count = res.read_direct_res_u.ok.count;
-                                 eof = res.read_direct_res_u.ok.eof;
-                                 return Status();
-                               },
-                               &got));
+    ODAFS_ASSIGN_OR_RETURN(
+        ordma::Fault f,
+        eng->direct(
+            [&](uint32_t tag) -> Status {
+              read_direct_args args{};
+              put_fh(args.fh, fh);
+              args.offset = offset + done;
+              args.count = static_cast<u_int>(chunk);
+              args.session = m->session.id;
+              args.buffer = reg.id;
+              args.buffer_offset = static_cast<u_int>(done);
+              args.tag = tag;
+              read_direct_res res{};
+              ODAFS_RETURN_IF_ERROR(call<ODAFSPROC_READ_DIRECT>(*m->channel, args, &res));
+              ODAFS_RETURN_IF_ERROR(status_of(res.status, "read_direct"));
+              count = res.read_direct_res_u.ok.count;
+              eof = res.read_direct_res_u.ok.eof;
+              return Status();
+            },
+            &got));
     if (f != ordma::Fault::kNone) {
       return Status(EIO, std::string("read_direct: ") + ordma::fault_name(f));
     }
@@ -404,9 +403,8 @@ Result<size_t> ClientImpl::write_direct(const Handle& fh, const void* buf, size_
   ODAFS_ASSIGN_OR_RETURN(ordma::Fault f, eng->direct(
                                              [&](uint32_t tag) {
                                                args.tag = tag;
-                                               return m->channel->start(
-                                                   call, ODAFSPROC_WRITE_DIRECT,
-                                                   to_xdrproc(xdr_write_direct_args), &args);
+                                               return start<ODAFSPROC_WRITE_DIRECT>(*m->channel,
+                                                                                    call, args);
                                              },
                                              &got));
   XDR x;
@@ -436,29 +434,29 @@ size_t ClientImpl::prefetch_references(const File& f, uint64_t offset, uint64_t 
   size_t total = 0;
   for (uint64_t done = 0; done < len;) {
     uint64_t span = 0;
-    size_t got = or_throw(with_mount(true, [&](const MountState& m) -> Result<size_t> {
-      const uint64_t session = session_for_reads(m);
-      if (session == 0) return size_t{0};
-      span = std::min<uint64_t>(len - done, m.limits.max_read);
-      getrefs_args args{};
-      put_fh(args.fh, f.handle());
-      args.offset = offset + done;
-      args.count = static_cast<u_int>(span);
-      args.session = session;
-      getrefs_res res{};
-      XdrFree<getrefs_res> guard{to_xdrproc(xdr_getrefs_res), &res};
-      ODAFS_RETURN_IF_ERROR(m.channel->call(ODAFSPROC_GETREFS, to_xdrproc(xdr_getrefs_args), &args,
-                                            to_xdrproc(xdr_getrefs_res), &res));
-      if (raw_enum(res.status) == ODAFS_ERR_NOTSUPP) return size_t{0};
-      ODAFS_RETURN_IF_ERROR(status_of(res.status, "getrefs " + f.path()));
-      const getrefs_ok& ok = res.getrefs_res_u.ok;
-      for (u_int i = 0; i < ok.refs.refs_len; ++i) {
-        const odafs_ref& w = ok.refs.refs_val[i];
-        m.cache->insert(f.cache_key(), w.block, ordma::reference_from_wire(w));
-      }
-      stats_.refs_received.fetch_add(ok.refs.refs_len, std::memory_order_relaxed);
-      return size_t{ok.refs.refs_len};
-    }));
+    size_t got = or_throw(with_mount(
+        wire::kIdempotentProc<ODAFSPROC_GETREFS>, [&](const MountState& m) -> Result<size_t> {
+          const uint64_t session = session_for_reads(m);
+          if (session == 0) return size_t{0};
+          span = std::min<uint64_t>(len - done, m.limits.max_read);
+          getrefs_args args{};
+          put_fh(args.fh, f.handle());
+          args.offset = offset + done;
+          args.count = static_cast<u_int>(span);
+          args.session = session;
+          getrefs_res res{};
+          XdrFree<getrefs_res> guard{to_xdrproc(xdr_getrefs_res), &res};
+          ODAFS_RETURN_IF_ERROR(call<ODAFSPROC_GETREFS>(*m.channel, args, &res));
+          if (raw_enum(res.status) == ODAFS_ERR_NOTSUPP) return size_t{0};
+          ODAFS_RETURN_IF_ERROR(status_of(res.status, "getrefs " + f.path()));
+          const getrefs_ok& ok = res.getrefs_res_u.ok;
+          for (u_int i = 0; i < ok.refs.refs_len; ++i) {
+            const odafs_ref& w = ok.refs.refs_val[i];
+            m.cache->insert(f.cache_key(), w.block, ordma::reference_from_wire(w));
+          }
+          stats_.refs_received.fetch_add(ok.refs.refs_len, std::memory_order_relaxed);
+          return size_t{ok.refs.refs_len};
+        }));
     if (got == 0) break;
     total += got;
     done += span;

@@ -115,8 +115,7 @@ Result<bool> ClientImpl::name_client(MountState& m) {
   std::memcpy(args.owner, owner_.data(), owner_.size());
   client_id_res res{};
   rpc::CallFailure layer{};
-  Status called = m.channel->call(ODAFSPROC_CLIENT_ID, to_xdrproc(xdr_client_id_args), &args,
-                                  to_xdrproc(xdr_client_id_res), &res, &layer);
+  Status called = call<ODAFSPROC_CLIENT_ID>(*m.channel, args, &res, &layer);
   if (!called.ok()) {
     if (layer == rpc::CallFailure::kTransport) return in_context(std::move(called), "client id");
     return false;  // a server without it: no write delegations, nothing to reclaim
@@ -140,16 +139,14 @@ Result<std::optional<std::pair<Handle, Attr>>> ClientImpl::find_again(const Moun
     diropargs args{};
     put_fh(args.dir, cur);
     args.name = const_cast<char*>(name.c_str());
-    ODAFS_ASSIGN_OR_RETURN(
-        Found step, retry_delayed(options_.timeout_ms, [&]() -> Result<Found> {
-          dirop_res res{};
-          ODAFS_RETURN_IF_ERROR(m.channel->call(ODAFSPROC_LOOKUP, to_xdrproc(xdr_diropargs), &args,
-                                                to_xdrproc(xdr_dirop_res), &res));
-          if (waits(res.status)) return Status(kDelayErrno, "lookup");
-          if (raw_enum(res.status) != ODAFS_OK) return Found();
-          return Found(
-              std::make_pair(get_fh(res.dirop_res_u.ok.fh), to_attr(res.dirop_res_u.ok.attr)));
-        }));
+    ODAFS_ASSIGN_OR_RETURN(Found step, retry_delayed(options_.timeout_ms, [&]() -> Result<Found> {
+                             dirop_res res{};
+                             ODAFS_RETURN_IF_ERROR(call<ODAFSPROC_LOOKUP>(*m.channel, args, &res));
+                             if (waits(res.status)) return Status(kDelayErrno, "lookup");
+                             if (raw_enum(res.status) != ODAFS_OK) return Found();
+                             return Found(std::make_pair(get_fh(res.dirop_res_u.ok.fh),
+                                                         to_attr(res.dirop_res_u.ok.attr)));
+                           }));
     if (!step) return Found();
     if (step->second.type == FileType::kSymlink) {
       // Followed as the open that named the file followed it: a path through a link to a
@@ -162,8 +159,7 @@ Result<std::optional<std::pair<Handle, Attr>>> ClientImpl::find_again(const Moun
           retry_delayed(options_.timeout_ms, [&]() -> Result<std::optional<std::string>> {
             readlink_res res{};
             XdrFree<readlink_res> guard{to_xdrproc(xdr_readlink_res), &res};
-            ODAFS_RETURN_IF_ERROR(m.channel->call(ODAFSPROC_READLINK, to_xdrproc(xdr_getattr_args),
-                                                  &link, to_xdrproc(xdr_readlink_res), &res));
+            ODAFS_RETURN_IF_ERROR(call<ODAFSPROC_READLINK>(*m.channel, link, &res));
             if (waits(res.status)) return Status(kDelayErrno, "readlink");
             if (raw_enum(res.status) != ODAFS_OK) return std::optional<std::string>();
             return std::optional<std::string>(res.readlink_res_u.target);
@@ -199,23 +195,21 @@ Result<std::optional<Handle>> ClientImpl::home_of(const MountState& m, const Sha
   if (held != nullptr) {
     getattr_args args{};
     put_fh(args.fh, held->fh);
-    ODAFS_ASSIGN_OR_RETURN(
-        std::optional<Attr> attr,
-        retry_delayed(options_.timeout_ms, [&]() -> Result<std::optional<Attr>> {
-          attr_res res{};
-          ODAFS_RETURN_IF_ERROR(m.channel->call(ODAFSPROC_GETATTR, to_xdrproc(xdr_getattr_args),
-                                                &args, to_xdrproc(xdr_attr_res), &res));
-          if (waits(res.status)) return Status(kDelayErrno, "getattr");
-          const int status = raw_enum(res.status);
-          // Refused: a server instance that does not know it (a restart, with
-          // handles that name one instance), or the file is gone. The path may
-          // still find it.
-          if (status == ODAFS_ERR_STALE || status == ODAFS_ERR_BADHANDLE) {
-            return std::optional<Attr>();
-          }
-          ODAFS_RETURN_IF_ERROR(status_of(res.status, "getattr"));
-          return std::optional<Attr>(to_attr(res.attr_res_u.attr));
-        }));
+    ODAFS_ASSIGN_OR_RETURN(std::optional<Attr> attr,
+                           retry_delayed(options_.timeout_ms, [&]() -> Result<std::optional<Attr>> {
+                             attr_res res{};
+                             ODAFS_RETURN_IF_ERROR(call<ODAFSPROC_GETATTR>(*m.channel, args, &res));
+                             if (waits(res.status)) return Status(kDelayErrno, "getattr");
+                             const int status = raw_enum(res.status);
+                             // Refused: a server instance that does not know it (a restart, with
+                             // handles that name one instance), or the file is gone. The path may
+                             // still find it.
+                             if (status == ODAFS_ERR_STALE || status == ODAFS_ERR_BADHANDLE) {
+                               return std::optional<Attr>();
+                             }
+                             ODAFS_RETURN_IF_ERROR(status_of(res.status, "getattr"));
+                             return std::optional<Attr>(to_attr(res.attr_res_u.attr));
+                           }));
     if (attr && match(*attr) == Match::kSame) return Home(held->fh);
     held_is_gone = !attr && held->instance == m.limits.write_verifier;
   }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/log.h"
+#include "proto/procedures.h"
 #include "proto/ref_xdr.h"
 #include "proto/status.h"
 #include "server/reply_util.h"
@@ -34,21 +35,26 @@ std::shared_ptr<Store> store_of(const FileService::Options& options) {
   return std::move(local).value();
 }
 
-// The argument type a procedure decodes with an rpcgen XDR function.
-template <class Fn>
-struct XdrArgs;
-template <class Args>
-struct XdrArgs<bool_t (*)(XDR*, Args*)> {
-  using type = Args;
-};
-
-// The procedure that decodes its arguments with Xdr and runs handler Fn of self: one
-// line of register_procedures' table.
-template <auto Xdr, auto Fn>
+// The procedure P (proto/procedures.h) decoding its arguments and running handler Fn of
+// self, whose argument type must be P's: one line of register_procedures' table.
+template <uint32_t P, auto Fn>
 rpc::ProcedureFn bind_procedure(FileService* self) {
-  using Args = typename XdrArgs<decltype(Xdr)>::type;
+  using Args = typename wire::Procedure<P>::Args;
   return rpc::typed_procedure<Args>(
-      xp(Xdr), [self](const rpc::CallContext& c, Args& a, rpc::Reply& r) { (self->*Fn)(c, a, r); });
+      xp(wire::Procedure<P>::xargs),
+      [self](const rpc::CallContext& c, Args& a, rpc::Reply& r) { (self->*Fn)(c, a, r); });
+}
+
+// A line of the table: the procedure's number, name and flags come from its trait.
+struct ProcedureEntry {
+  uint32_t proc;
+  const char* name;
+  rpc::ProcedureFn (*bind)(FileService*);
+  uint32_t flags;
+};
+template <uint32_t P, auto Fn>
+constexpr ProcedureEntry entry() {
+  return {P, wire::Procedure<P>::kName, &bind_procedure<P, Fn>, wire::Procedure<P>::kFlags};
 }
 
 }  // namespace
@@ -210,70 +216,50 @@ OpenNode FileService::resolve_or_reply(const char* fh, rpc::Reply& r, struct sta
 
 void FileService::register_procedures(rpc::Server* server, const AddProcedure& add) {
   server_ = server;
-  // changes: the procedure changes the export, so a read-only client gets EROFS before its
-  // arguments are decoded. WRITE_DIRECT (check_write: it must cancel the client's wait on
-  // the engine) and OPEN (only opens for writing change anything) check for themselves.
-  // in_grace: served in the grace period after a restart to everyone; the others only to
-  // clients reclaiming (server/recovery.h).
-  struct Entry {
-    uint32_t proc;
-    const char* name;
-    rpc::ProcedureFn (*bind)(FileService*);
-    bool changes = false;
-    bool in_grace = false;
-    bool moves_names = false;  // may take a file from its path: REMOVE, RMDIR, RENAME
-  };
-  static constexpr Entry kProcedures[] = {
-      {ODAFSPROC_CLIENT_ID, "CLIENT_ID",
-       bind_procedure<xdr_client_id_args, &FileService::do_client_id>, false, true},
-      {ODAFSPROC_GETATTR, "GETATTR", bind_procedure<xdr_getattr_args, &FileService::do_getattr>},
-      {ODAFSPROC_SETATTR, "SETATTR", bind_procedure<xdr_setattr_args, &FileService::do_setattr>,
-       true},
-      {ODAFSPROC_LOOKUP, "LOOKUP", bind_procedure<xdr_diropargs, &FileService::do_lookup>},
-      {ODAFSPROC_CREATE, "CREATE", bind_procedure<xdr_create_args, &FileService::do_create>, true},
-      {ODAFSPROC_MKDIR, "MKDIR", bind_procedure<xdr_mkdir_args, &FileService::do_mkdir>, true},
-      {ODAFSPROC_REMOVE, "REMOVE", bind_procedure<xdr_diropargs, &FileService::do_remove>, true,
-       false, true},
-      {ODAFSPROC_RMDIR, "RMDIR", bind_procedure<xdr_diropargs, &FileService::do_rmdir>, true, false,
-       true},
-      {ODAFSPROC_RENAME, "RENAME", bind_procedure<xdr_rename_args, &FileService::do_rename>, true,
-       false, true},
-      {ODAFSPROC_LINK, "LINK", bind_procedure<xdr_link_args, &FileService::do_link>, true},
-      {ODAFSPROC_ACCESS, "ACCESS", bind_procedure<xdr_access_args, &FileService::do_access>},
-      {ODAFSPROC_READDIR, "READDIR", bind_procedure<xdr_readdir_args, &FileService::do_readdir>},
-      {ODAFSPROC_READLINK, "READLINK", bind_procedure<xdr_getattr_args, &FileService::do_readlink>},
-      {ODAFSPROC_SYMLINK, "SYMLINK", bind_procedure<xdr_symlink_args, &FileService::do_symlink>,
-       true},
-      {ODAFSPROC_MKNOD, "MKNOD", bind_procedure<xdr_mknod_args, &FileService::do_mknod>, true},
-      {ODAFSPROC_READ, "READ", bind_procedure<xdr_read_args, &FileService::do_read>},
-      {ODAFSPROC_WRITE, "WRITE", bind_procedure<xdr_write_args, &FileService::do_write>, true},
-      {ODAFSPROC_COMMIT, "COMMIT", bind_procedure<xdr_commit_args, &FileService::do_commit>},
-      {ODAFSPROC_FSSTAT, "FSSTAT", bind_procedure<xdr_getattr_args, &FileService::do_fsstat>, false,
-       true},
-      {ODAFSPROC_GETREFS, "GETREFS", bind_procedure<xdr_getrefs_args, &FileService::do_getrefs>},
-      {ODAFSPROC_READ_DIRECT, "READ_DIRECT",
-       bind_procedure<xdr_read_direct_args, &FileService::do_read_direct>},
-      {ODAFSPROC_WRITE_DIRECT, "WRITE_DIRECT",
-       bind_procedure<xdr_write_direct_args, &FileService::do_write_direct>},
-      {ODAFSPROC_OPEN, "OPEN", bind_procedure<xdr_open_args, &FileService::do_open>},
-      {ODAFSPROC_DELEGRETURN, "DELEGRETURN",
-       bind_procedure<xdr_delegreturn_args, &FileService::do_delegreturn>, false, true},
+  // What each flag asks of a call before it runs: proto/procedures.h. The handlers' own
+  // checks are theirs (WRITE_DIRECT's and OPEN's of a read-only client).
+  using F = FileService;
+  static constexpr ProcedureEntry kProcedures[] = {
+      entry<ODAFSPROC_CLIENT_ID, &F::do_client_id>(),
+      entry<ODAFSPROC_GETATTR, &F::do_getattr>(),
+      entry<ODAFSPROC_SETATTR, &F::do_setattr>(),
+      entry<ODAFSPROC_LOOKUP, &F::do_lookup>(),
+      entry<ODAFSPROC_CREATE, &F::do_create>(),
+      entry<ODAFSPROC_MKDIR, &F::do_mkdir>(),
+      entry<ODAFSPROC_REMOVE, &F::do_remove>(),
+      entry<ODAFSPROC_RMDIR, &F::do_rmdir>(),
+      entry<ODAFSPROC_RENAME, &F::do_rename>(),
+      entry<ODAFSPROC_LINK, &F::do_link>(),
+      entry<ODAFSPROC_ACCESS, &F::do_access>(),
+      entry<ODAFSPROC_READDIR, &F::do_readdir>(),
+      entry<ODAFSPROC_READLINK, &F::do_readlink>(),
+      entry<ODAFSPROC_SYMLINK, &F::do_symlink>(),
+      entry<ODAFSPROC_MKNOD, &F::do_mknod>(),
+      entry<ODAFSPROC_READ, &F::do_read>(),
+      entry<ODAFSPROC_WRITE, &F::do_write>(),
+      entry<ODAFSPROC_COMMIT, &F::do_commit>(),
+      entry<ODAFSPROC_FSSTAT, &F::do_fsstat>(),
+      entry<ODAFSPROC_GETREFS, &F::do_getrefs>(),
+      entry<ODAFSPROC_READ_DIRECT, &F::do_read_direct>(),
+      entry<ODAFSPROC_WRITE_DIRECT, &F::do_write_direct>(),
+      entry<ODAFSPROC_OPEN, &F::do_open>(),
+      entry<ODAFSPROC_DELEGRETURN, &F::do_delegreturn>(),
   };
   // NULL and STATS take no arguments.
   add(ODAFSPROC_NULL, "NULL", [](const rpc::CallContext&, XDR*, rpc::Reply& r) {
     r.results();
     return true;
   });
-  for (const Entry& e : kProcedures) {
+  for (const ProcedureEntry& e : kProcedures) {
     rpc::ProcedureFn fn = e.bind(this);
-    if (e.changes) {
+    if ((e.flags & wire::kChanges) != 0) {
       fn = [this, fn = std::move(fn)](const rpc::CallContext& c, XDR* in, rpc::Reply& r) {
         if (!authority_.refuses_change(c)) return fn(c, in, r);
         reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_ERR_ROFS);
         return true;
       };
     }
-    if (e.moves_names) {
+    if ((e.flags & wire::kMovesNames) != 0) {
       // In a grace period no one, reclaimers included, takes a file from its path: the
       // record names owners, not their files, so a reclaimer's REMOVE or RENAME could move
       // the file another reclaimer's write-back will look up by that path, and its kept
@@ -285,7 +271,7 @@ void FileService::register_procedures(rpc::Server* server, const AddProcedure& a
         return true;
       };
     }
-    if (!e.in_grace) {
+    if ((e.flags & wire::kServedInGrace) == 0) {
       fn = [this, fn = std::move(fn)](const rpc::CallContext& c, XDR* in, rpc::Reply& r) {
         if (!recovery_.holds_back(c.connection)) return fn(c, in, r);
         reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_ERR_GRACE);
