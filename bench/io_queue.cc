@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
     for (const std::string& m : mechanisms) {
       odafs::MountOptions mo;
       mo.read_mode = m == "rpc" ? odafs::ReadMode::kPrePosted : odafs::ReadMode::kOrdma;
-      mo.local_rings = m != "ordma_tcp";
+      mo.same_host_shortcut = m != "ordma_tcp";
       mo.cache_blocks = 0;                // every read leaves the client
       mo.directory_entries = blocks * 2;  // references for the whole file
       clients[m] = odafs::Client::mount(url, mo);

@@ -98,9 +98,9 @@ int main(int argc, char** argv) {
     for (const std::string& m : mechanisms) {
       odafs::MountOptions mo;
       mo.read_mode = mode_of(m);
-      mo.local_rings = m == "ordma";      // direct I/O moves its data over TCP either way
-      mo.directory_entries = blocks * 2;  // headers for the whole file
-      mo.cache_blocks = blocks / 4;       // data for a quarter of it
+      mo.same_host_shortcut = m == "ordma";  // direct I/O moves its data over TCP either way
+      mo.directory_entries = blocks * 2;     // headers for the whole file
+      mo.cache_blocks = blocks / 4;          // data for a quarter of it
       auto c = odafs::Client::mount(url, mo);
       odafs::File f = c->open(path, O_RDONLY);
       std::vector<char> buf(block);
@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
     for (const std::string& m : mechanisms) {
       odafs::MountOptions mo;
       mo.read_mode = mode_of(m);
-      mo.local_rings = m == "ordma";  // direct I/O moves its data over TCP either way
+      mo.same_host_shortcut = m == "ordma";  // direct I/O moves its data over TCP either way
       mo.directory_entries = blocks * 2;
       mo.cache_blocks = 0;  // every read leaves the client: the sweep measures mechanisms
       auto c = odafs::Client::mount(url, mo);

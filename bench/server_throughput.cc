@@ -51,7 +51,7 @@ struct Options {
 odafs::MountOptions mount_options(const std::string& mechanism, size_t blocks) {
   odafs::MountOptions mo;
   mo.read_mode = mechanism == "rpc" ? odafs::ReadMode::kPrePosted : odafs::ReadMode::kOrdma;
-  mo.local_rings = mechanism != "ordma_tcp";
+  mo.same_host_shortcut = mechanism != "ordma_tcp";
   mo.cache_blocks = 0;                // every block leaves the client
   mo.directory_entries = blocks * 2;  // references for the whole file
   return mo;

@@ -314,7 +314,7 @@ size_t ClientImpl::directory_size() const { return mount_.load()->cache->size();
 
 std::shared_ptr<ordma::EngineClient> ClientImpl::engine(const MountState& m) {
   ordma::EngineClientOptions eo;
-  eo.local_rings = options_.local_rings;
+  eo.same_host_shortcut = options_.same_host_shortcut;
   eo.timeout_ms = options_.timeout_ms;
   eo.tls = tls_context_;
   eo.tls_host = m.server_host;

@@ -51,9 +51,10 @@ struct MountOptions {
   // (WRITE_DIRECT) instead of it travelling inside the RPC. Needs the server's engine.
   bool direct_writes = false;
   Stability stability = Stability::kUnstable;
-  // On the server's own host, reach its engine through shared-memory rings rather than
-  // TCP (the engine offers them; a client elsewhere falls back to TCP by itself).
-  bool local_rings = true;
+  // On the server's own host, take the faster path its engine offers such a client (the
+  // soft engine's shared-memory rings) rather than the network; a client elsewhere keeps
+  // to the network by itself.
+  bool same_host_shortcut = true;
   bool auth_sys = true;  // send the process's uid/gid (AUTH_SYS); false: AUTH_NONE
   int timeout_ms = 60000;
   // After a lost connection, how long the client keeps trying to reconnect and re-mount

@@ -220,7 +220,9 @@ class EngineClient {
 };
 
 struct EngineClientOptions {
-  bool local_rings = true;  // use the engine's shared-memory rings when it offers them
+  // On the engine's own host, take the faster path it offers such a client (the soft
+  // engine's shared-memory rings); false keeps to the network path (TCP).
+  bool same_host_shortcut = true;
   // The longest any wait on the engine may take: connecting, each transport's handshake,
   // and each read from its post to its completion, over the ring or TCP. An engine that
   // stops answering (its host or process stopped) then costs a read this long, not
@@ -228,10 +230,10 @@ struct EngineClientOptions {
   // connection fails; connect_engine() throws ETIMEDOUT. <= 0: no limit. libodafs passes
   // MountOptions::timeout_ms, so a one-sided read gives up when an RPC would.
   int timeout_ms = 60000;
-  // The verbs backend: how a read waits for its completion. Spin on the completion queue
-  // (lowest latency, a core per client busy while reads are in flight) or sleep on the
-  // completion channel (an interrupt and a wakeup per completion).
-  bool busy_poll = false;
+  // How a read waits for its completion: spinning (lowest latency, a core per client busy
+  // while reads are in flight; the verbs backend polls its completion queue) or asleep
+  // until woken (an interrupt and a wakeup per completion).
+  bool spin_wait = false;
   // TLS (the mount's RPC-with-TLS): set, the engine's TCP path runs TLS 1.3 with this
   // context, checking the engine's certificate against tls_host, and proves the session on
   // that TLS session only (bound by its exporter). Shared-memory rings need none (the

@@ -69,7 +69,7 @@ TEST_CASE("the Fig. 5 join over the hooks: every key found, every record whole, 
   struct Mechanism {
     const char* name;
     odafs::ReadMode mode;
-    bool local_rings;
+    bool same_host_shortcut;
   };
   const Mechanism mechanisms[] = {{"inline", odafs::ReadMode::kInline, true},
                                   {"preposted", odafs::ReadMode::kPrePosted, true},
@@ -80,7 +80,7 @@ TEST_CASE("the Fig. 5 join over the hooks: every key found, every record whole, 
     CAPTURE(m.name);
     odafs::MountOptions mo;
     mo.read_mode = m.mode;
-    mo.local_rings = m.local_rings;
+    mo.same_host_shortcut = m.same_host_shortcut;
     mo.cache_blocks = 0;
     Hooked h(server, mo);
     std::string primary = std::string("/db/") + Database::kPrimaryFile;

@@ -71,11 +71,11 @@ TEST_CASE("a one-sided read of a stopped server fails with ETIMEDOUT within the 
   mo.timeout_ms = kTimeoutMs;
   std::string transport;
   SUBCASE("over the local ring") {
-    mo.local_rings = true;
+    mo.same_host_shortcut = true;
     transport = "ring";
   }
   SUBCASE("over TCP") {
-    mo.local_rings = false;
+    mo.same_host_shortcut = false;
     transport = "tcp";
   }
   auto fs = Client::mount(server.url(), mo);
@@ -124,7 +124,7 @@ TEST_CASE("concurrent one-sided readers of a stopped server all time out") {
   write_local(dir / "f", data);
   odafs::MountOptions mo;
   mo.cache_blocks = 0;
-  mo.local_rings = false;
+  mo.same_host_shortcut = false;
   mo.timeout_ms = 1000;
   auto fs = Client::mount(server.url(), mo);
   File f = fs->open("f");
@@ -308,7 +308,7 @@ TEST_CASE("a late transfer for a direct call that gave up lands in no buffer") {
   engine->start();
   Session s = engine->sessions().issue();
   EngineClientOptions eo;
-  eo.local_rings = false;
+  eo.same_host_shortcut = false;
   auto client = connect_soft_engine(odafs::net::parse_endpoint(engine->endpoint()), s, eo);
   std::vector<char> buf(64, '.');
   uint32_t id = client->register_buffer(buf.data(), buf.size());

@@ -29,12 +29,12 @@ namespace {
 // reruns its TEST_CASE from the top, so every run builds its own Stack.
 EngineClientOptions transports() {
   EngineClientOptions o;
-  SUBCASE("over the local ring") { o.local_rings = true; }
-  SUBCASE("over TCP") { o.local_rings = false; }
+  SUBCASE("over the local ring") { o.same_host_shortcut = true; }
+  SUBCASE("over TCP") { o.same_host_shortcut = false; }
   return o;
 }
 const char* expected_transport(const EngineClientOptions& o) {
-  return o.local_rings ? "ring" : "tcp";
+  return o.same_host_shortcut ? "ring" : "tcp";
 }
 
 }  // namespace
@@ -54,7 +54,7 @@ TEST_CASE("an authenticated read returns the segment's bytes") {
   CHECK(got == 50);
   CHECK(buf[0] == 'F');
   CHECK(st.engine->stats().reads.load() == 2);
-  CHECK(odafs::test::backend_counter(*st.engine, "rings") == (via.local_rings ? 1 : 0));
+  CHECK(odafs::test::backend_counter(*st.engine, "rings") == (via.same_host_shortcut ? 1 : 0));
 }
 
 TEST_CASE("every fault reason, and a fault never returns data") {
@@ -206,7 +206,7 @@ TEST_CASE("threads sharing a TCP connection with batches in flight never sleep o
   EngineStack st(1);
   Session s = st.sessions.issue();
   EngineClientOptions via;
-  via.local_rings = false;
+  via.same_host_shortcut = false;
   via.timeout_ms = 20000;
   auto client = connect_soft_engine(st.where(), s, via);
   constexpr int kThreads = 4;
@@ -328,7 +328,7 @@ TEST_CASE("the soft engine's own settings: read by name, anything else refused n
   engine->start();
   Session session = engine->sessions().issue();
   EngineClientOptions want_ring;
-  want_ring.local_rings = true;
+  want_ring.same_host_shortcut = true;
   auto client =
       connect_soft_engine(odafs::net::parse_endpoint(engine->endpoint()), session, want_ring);
   CHECK(std::string(client->transport()) == "tcp");

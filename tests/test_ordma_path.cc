@@ -52,11 +52,11 @@ TEST_CASE("the second pass over a warm file goes one-sided, byte for byte") {
   odafs::MountOptions mo = remote_only();
   std::string transport;
   SUBCASE("over the local ring") {
-    mo.local_rings = true;
+    mo.same_host_shortcut = true;
     transport = "ring";
   }
   SUBCASE("over TCP") {
-    mo.local_rings = false;
+    mo.same_host_shortcut = false;
     transport = "tcp";
   }
   auto fs = Client::mount(server.url(), mo);

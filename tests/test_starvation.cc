@@ -142,7 +142,7 @@ class RingFlood {
  public:
   RingFlood(const ServerProcess& server, const HostileMount& h, int threads) {
     odafs::ordma::EngineClientOptions o;
-    o.local_rings = true;
+    o.same_host_shortcut = true;
     o.timeout_ms = 30000;
     client_ =
         odafs::ordma::connect_engine("soft", {"127.0.0.1", server.engine_port()}, h.session, o);
@@ -215,7 +215,7 @@ HonestFigures honest_reads(Client& fs, const std::string& data, int ms) {
 std::unique_ptr<Client> honest_client(const ServerProcess& server, bool rings) {
   odafs::MountOptions o;
   o.cache_blocks = 0;  // every read goes to the server: one-sided with a reference
-  o.local_rings = rings;
+  o.same_host_shortcut = rings;
   o.timeout_ms = 30000;
   return Client::mount(server.url(), o);
 }

@@ -358,7 +358,7 @@ TEST_CASE("one-sided reads on a TLS mount: through the ring, and over the engine
     CHECK(c->engine_transport() == "ring");
   }
   SUBCASE("no ring: the engine's TCP connection, under TLS") {
-    o.local_rings = false;
+    o.same_host_shortcut = false;
     auto c = Client::mount(server.url(), o);
     CHECK(read_file(*c, "/big") == data.substr(0, 65536));
     CHECK(read_file(*c, "/big") == data.substr(0, 65536));
@@ -395,7 +395,7 @@ TEST_CASE("a TLS mount's engine session is refused in the clear, and good only u
   xdr_free(odafs::rpc::to_xdrproc(xdr_mount_res), reinterpret_cast<char*>(&res));
   CHECK(odafs::ordma::tls_bound(session.id));
   odafs::ordma::EngineClientOptions eo;
-  eo.local_rings = false;
+  eo.same_host_shortcut = false;
   eo.timeout_ms = 5000;
   // The secret is right, the proof correct: but in the clear, this session counts nothing.
   CHECK_THROWS(odafs::ordma::connect_engine("soft", engine, session, eo));
@@ -655,7 +655,7 @@ TEST_CASE("a TLS mount rides a server restart: it reconnects under TLS, one-side
   }
   MountOptions o = tls_options();
   o.cache_blocks = 0;
-  o.local_rings = false;  // the engine's TCP path, under TLS
+  o.same_host_shortcut = false;  // the engine's TCP path, under TLS
   o.reconnect_window_ms = 10000;
   auto c = Client::mount(server.url(), o);
   CHECK(read_file(*c, "/kept") == data);
@@ -693,7 +693,7 @@ TEST_CASE("the engine port: STARTTLS then garbage, a cut record, or silence neve
     close(fd);
   }
   MountOptions o = tls_options();
-  o.local_rings = false;
+  o.same_host_shortcut = false;
   o.cache_blocks = 0;
   {
     auto w = Client::mount(server.url(), tls_options());

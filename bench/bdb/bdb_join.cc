@@ -74,7 +74,7 @@ double other_cpu_us(int pid) {
 odafs::MountOptions options_of(const std::string& m) {
   odafs::MountOptions mo;
   mo.cache_blocks = 0;  // BDB has its own cache: every page read leaves the client
-  mo.local_rings = m != "ordma_tcp" && m != "direct";
+  mo.same_host_shortcut = m != "ordma_tcp" && m != "direct";
   if (m == "inline") mo.read_mode = odafs::ReadMode::kInline;
   if (m == "preposted") mo.read_mode = odafs::ReadMode::kPrePosted;
   if (m == "direct") mo.read_mode = odafs::ReadMode::kDirect;

@@ -113,7 +113,7 @@ class OdafsReader final : public Reader {
       mo.read_mode = odafs::ReadMode::kPrePosted;
     } else if (mode == "ordma" || mode == "ordma_tcp") {
       mo.read_mode = odafs::ReadMode::kOrdma;
-      mo.local_rings = mode == "ordma";
+      mo.same_host_shortcut = mode == "ordma";
     } else {
       throw Error(EINVAL, "unknown --mode " + mode);
     }

@@ -51,7 +51,7 @@ odafs::MountOptions mount_options(const std::string& workload, size_t blocks) {
   odafs::MountOptions mo;
   mo.read_mode = workload == "read_ring" || workload == "read_tcp" ? odafs::ReadMode::kOrdma
                                                                    : odafs::ReadMode::kPrePosted;
-  mo.local_rings = workload != "read_tcp";
+  mo.same_host_shortcut = workload != "read_tcp";
   mo.cache_blocks = 0;
   mo.directory_entries = blocks * 2;
   mo.write_behind_bytes = 0;  // a write is a WRITE

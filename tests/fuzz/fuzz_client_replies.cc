@@ -72,7 +72,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static Listener* listener = new Listener();
   odafs::MountOptions mo;
   mo.read_mode = (data[0] & 1) ? odafs::ReadMode::kPrePosted : odafs::ReadMode::kInline;
-  mo.local_rings = false;
+  mo.same_host_shortcut = false;
   mo.timeout_ms = 300;
   mo.cache_blocks = 16;
   mo.directory_entries = 64;

@@ -38,7 +38,7 @@ class Workload {
   void run() {
     MountOptions o;
     o.read_mode = cfg_.mode == "rpc" ? ReadMode::kPrePosted : ReadMode::kOrdma;
-    o.local_rings = cfg_.mode == "ring";
+    o.same_host_shortcut = cfg_.mode == "ring";
     o.direct_writes = cfg_.mode == "tcp";
     o.cache_blocks = 256;  // small: blocks are evicted and re-read all the time
     o.stability = cfg_.id % 4 == 3 ? Stability::kDataSync : Stability::kUnstable;

@@ -82,7 +82,7 @@ class SoftEngineClient final : public EngineClient {
         throw std::system_error(EACCES, std::generic_category(), "engine: session refused");
       }
       ring::Token token{};
-      if (options.local_rings && wire::welcome_offers_rings(welcome, token.data())) {
+      if (options.same_host_shortcut && wire::welcome_offers_rings(welcome, token.data())) {
         try {
           ring_ = ring::RingClient::connect(token, session, deadline.get());
         } catch (const std::exception& e) {  // not on the engine's host, most likely

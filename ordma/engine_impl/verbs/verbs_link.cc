@@ -225,7 +225,7 @@ bool Link::send(int slot, const Message& m, const timespec* deadline) {
 
 bool Link::wait(int slot, const timespec* deadline) {
   std::atomic<uint32_t>& state = slots_[slot].state;
-  if (options_.busy_poll) {
+  if (options_.spin_wait) {
     while (state.load(std::memory_order_acquire) != kDone) {
       if (deadline != nullptr && deadline_passed(*deadline)) return false;
     }
@@ -273,7 +273,7 @@ void Link::complete() {
       return;
     }
     for (int i = 0; i < n; ++i) on_completion(wcs[i]);
-    if (n > 0 || options_.busy_poll) continue;
+    if (n > 0 || options_.spin_wait) continue;
     // Nothing there: arm the channel, look once more (a completion may have come between),
     // then sleep until one comes (or 100 ms pass, to notice stopping_).
     ibv_req_notify_cq(cq_, 0);
@@ -317,7 +317,7 @@ void Link::on_completion(const ibv_wc& wc) {
       break;
   }
   s.state.store(kDone, std::memory_order_release);
-  if (!options_.busy_poll) futex_wake(&s.state);
+  if (!options_.spin_wait) futex_wake(&s.state);
 }
 
 void Link::on_message(const Message& m) {
