@@ -35,26 +35,25 @@ enum ProcedureFlags : uint32_t {
 template <uint32_t Proc>
 struct Procedure;
 
-#define ODAFS_PROCEDURE(PROC, NAME, ARGS, RESULT, FLAGS)           \
-  template <>                                                      \
-  struct Procedure<PROC> {                                         \
-    static constexpr uint32_t kProc = PROC;                        \
-    static constexpr const char* kName = NAME;                     \
-    static constexpr uint32_t kFlags = FLAGS;                      \
-    using Args = ARGS;                                             \
-    using Result = RESULT;                                         \
-    static constexpr bool_t (*xargs)(XDR*, Args*) = xdr_##ARGS;    \
-    static constexpr bool_t (*xres)(XDR*, Result*) = xdr_##RESULT; \
+// What every trait holds; ODAFS_PROCEDURE adds the arguments' type and XDR function.
+#define ODAFS_PROCEDURE_COMMON(PROC, NAME, RESULT, FLAGS)            \
+  static constexpr uint32_t kProc = PROC;                            \
+  static constexpr const char* kName = NAME;                         \
+  static constexpr uint32_t kFlags = FLAGS;                          \
+  using Result = RESULT;                                             \
+  static constexpr bool_t (*xres)(XDR*, Result*) = xdr_##RESULT
+#define ODAFS_PROCEDURE(PROC, NAME, ARGS, RESULT, FLAGS)             \
+  template <>                                                        \
+  struct Procedure<PROC> {                                           \
+    ODAFS_PROCEDURE_COMMON(PROC, NAME, RESULT, FLAGS);               \
+    using Args = ARGS;                                               \
+    static constexpr bool_t (*xargs)(XDR*, Args*) = xdr_##ARGS;      \
   }
-#define ODAFS_PROCEDURE_NO_ARGS(PROC, NAME, RESULT, FLAGS)         \
-  template <>                                                      \
-  struct Procedure<PROC> {                                         \
-    static constexpr uint32_t kProc = PROC;                        \
-    static constexpr const char* kName = NAME;                     \
-    static constexpr uint32_t kFlags = FLAGS;                      \
-    using Args = void;                                             \
-    using Result = RESULT;                                         \
-    static constexpr bool_t (*xres)(XDR*, Result*) = xdr_##RESULT; \
+#define ODAFS_PROCEDURE_NO_ARGS(PROC, NAME, RESULT, FLAGS)           \
+  template <>                                                        \
+  struct Procedure<PROC> {                                           \
+    ODAFS_PROCEDURE_COMMON(PROC, NAME, RESULT, FLAGS);               \
+    using Args = void;                                               \
   }
 
 ODAFS_PROCEDURE(ODAFSPROC_MOUNT, "MOUNT", mount_args, mount_res, kIdempotent | kServedInGrace);
@@ -95,6 +94,7 @@ ODAFS_PROCEDURE_NO_ARGS(ODAFSPROC_EXPORTS, "EXPORTS", exports_res, kIdempotent |
 ODAFS_PROCEDURE_NO_ARGS(ODAFSPROC_CLIENTS, "CLIENTS", clients_res, kIdempotent | kServedInGrace);
 
 #undef ODAFS_PROCEDURE
+#undef ODAFS_PROCEDURE_COMMON
 #undef ODAFS_PROCEDURE_NO_ARGS
 
 template <uint32_t Proc>
