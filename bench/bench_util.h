@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,14 @@ inline uint64_t process_cpu_us(pid_t pid) {
   return ticks * 1000000 / static_cast<uint64_t>(sysconf(_SC_CLK_TCK));
 }
 
+// The benchmarks' JSON: every row is built with one library (nlohmann/json), keys in the
+// order they are set; rounded(x, d) keeps a figure to the d (1..3) decimals its table shows.
+using Json = nlohmann::ordered_json;
+inline double rounded(double x, int decimals) {
+  const double scale = decimals == 1 ? 10 : decimals == 2 ? 100 : 1000;
+  return static_cast<double>(static_cast<int64_t>(x * scale + (x < 0 ? -0.5 : 0.5))) / scale;
+}
+
 // Prints json to stdout when path is empty, else writes it there. Throws odafs::Error.
 inline void emit_json(const std::string& json, const std::string& path) {
   if (path.empty()) {
@@ -88,6 +97,9 @@ inline void emit_json(const std::string& json, const std::string& path) {
   out << json;
   if (!out.flush()) throw odafs::Error(errno ? errno : EIO, "cannot write " + path);
   std::printf("JSON written to %s\n", path.c_str());
+}
+inline void emit_json(const Json& json, const std::string& path) {
+  emit_json(json.dump(2) + "\n", path);
 }
 
 // A client process spawned from this very binary (argv[0] = /proc/self/exe, then args),

@@ -204,11 +204,11 @@ int main(int argc, char** argv) {
                 data, block, repeats);
     std::printf("%-14s %-10s %22s %22s %22s\n", "workload", "policy", "data hit % (range)",
                 "no RPC % (range)", "ns/read (range)");
-    std::string json = "{\n  \"headers\": " + std::to_string(headers) +
-                       ",\n  \"data_blocks\": " + std::to_string(data) +
-                       ",\n  \"block_bytes\": " + std::to_string(block) +
-                       ",\n  \"repeats\": " + std::to_string(repeats) + ",\n  \"results\": [\n";
-    bool first = true;
+    odafs::bench::Json json = {{"headers", headers},
+                               {"data_blocks", data},
+                               {"block_bytes", block},
+                               {"repeats", repeats},
+                               {"results", odafs::bench::Json::array()}};
     for (const std::string& w : names) {
       for (const Contender& c : contenders) {
         const std::vector<Run>& runs = results[w][c.name];
@@ -225,19 +225,19 @@ int main(int argc, char** argv) {
         std::snprintf(cell[2], sizeof cell[2], "%.0f (%.0f-%.0f)", t.median, t.min, t.max);
         std::printf("%-14s %-10s %22s %22s %22s\n", w.c_str(), c.name.c_str(), cell[0], cell[1],
                     cell[2]);
-        char line[512];
-        std::snprintf(line, sizeof line,
-                      "%s    {\"workload\": \"%s\", \"policy\": \"%s\", "
-                      "\"data_hit_pct\": {\"median\": %.2f, \"min\": %.2f, \"max\": %.2f}, "
-                      "\"no_rpc_pct\": {\"median\": %.2f, \"min\": %.2f, \"max\": %.2f}, "
-                      "\"ns_per_read\": {\"median\": %.1f, \"min\": %.1f, \"max\": %.1f}}",
-                      first ? "" : ",\n", w.c_str(), c.name.c_str(), d.median, d.min, d.max,
-                      n.median, n.min, n.max, t.median, t.min, t.max);
-        json += line;
-        first = false;
+        auto summary = [](const Summary& x, int decimals) {
+          using odafs::bench::rounded;
+          return odafs::bench::Json{{"median", rounded(x.median, decimals)},
+                                    {"min", rounded(x.min, decimals)},
+                                    {"max", rounded(x.max, decimals)}};
+        };
+        json["results"].push_back({{"workload", w},
+                                   {"policy", c.name},
+                                   {"data_hit_pct", summary(d, 2)},
+                                   {"no_rpc_pct", summary(n, 2)},
+                                   {"ns_per_read", summary(t, 1)}});
       }
     }
-    json += "\n  ]\n}\n";
     odafs::bench::emit_json(json, json_path);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "odafs-cache-policy: %s\n", e.what());

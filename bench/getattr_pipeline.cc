@@ -202,10 +202,13 @@ int main(int argc, char** argv) {
                                        : run_paths(*stats, url_text, "create", n, seconds);
           std::printf("%8s %8zu %12.0f %22.2f\n", p.via, p.inflight, p.calls_per_s,
                       p.server_cpu_us_per_call);
-          std::fprintf(stderr,
-                       "{\"round\": %d, \"via\": \"%s\", \"inflight\": %zu, "
-                       "\"calls_per_s\": %.1f, \"server_cpu_us_per_call\": %.3f}\n",
-                       r, p.via, p.inflight, p.calls_per_s, p.server_cpu_us_per_call);
+          const odafs::bench::Json row = {
+              {"round", r},
+              {"via", p.via},
+              {"inflight", p.inflight},
+              {"calls_per_s", odafs::bench::rounded(p.calls_per_s, 1)},
+              {"server_cpu_us_per_call", odafs::bench::rounded(p.server_cpu_us_per_call, 3)}};
+          std::fprintf(stderr, "%s\n", row.dump().c_str());
         }
       }
     }

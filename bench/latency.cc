@@ -124,19 +124,17 @@ int main(int argc, char** argv) {
       std::printf("%-14s %8zu %10.1f %10.1f %10.1f %18.1f\n", r.mechanism.c_str(), r.block,
                   r.mean_us, r.p50_us, r.p99_us, r.server_cpu_us_per_op);
     }
-    std::string json = "[\n";
-    for (size_t i = 0; i < results.size(); ++i) {
-      const Result& r = results[i];
-      char line[512];
-      std::snprintf(line, sizeof line,
-                    "  {\"mechanism\": \"%s\", \"block_bytes\": %zu, \"ops\": %zu, "
-                    "\"mean_us\": %.2f, \"p50_us\": %.2f, \"p99_us\": %.2f, "
-                    "\"server_cpu_us_per_op\": %.2f}%s\n",
-                    r.mechanism.c_str(), r.block, r.ops, r.mean_us, r.p50_us, r.p99_us,
-                    r.server_cpu_us_per_op, i + 1 < results.size() ? "," : "");
-      json += line;
+    odafs::bench::Json json = odafs::bench::Json::array();
+    for (const Result& r : results) {
+      using odafs::bench::rounded;
+      json.push_back({{"mechanism", r.mechanism},
+                      {"block_bytes", r.block},
+                      {"ops", r.ops},
+                      {"mean_us", rounded(r.mean_us, 2)},
+                      {"p50_us", rounded(r.p50_us, 2)},
+                      {"p99_us", rounded(r.p99_us, 2)},
+                      {"server_cpu_us_per_op", rounded(r.server_cpu_us_per_op, 2)}});
     }
-    json += "]\n";
     odafs::bench::emit_json(json, json_path);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "odafs-latency: %s\n", e.what());

@@ -227,9 +227,9 @@ int main(int argc, char** argv) {
 
     std::printf("%-10s %7s %10s %20s %14s %10s\n", "mechanism", "block", "MiB/s", "min..max",
                 "srv_us/MiB", "one-sided");
-    std::string json = "[\n";
-    size_t row = 0;
+    odafs::bench::Json json = odafs::bench::Json::array();
     for (const std::string& m : o.mechanisms) {
+      using odafs::bench::rounded;
       std::vector<double> tput, cpu;
       for (const Sample& s : samples[m]) {
         tput.push_back(s.mib_per_s);
@@ -241,18 +241,18 @@ int main(int argc, char** argv) {
       std::snprintf(range, sizeof range, "%.1f..%.1f", *lo, *hi);
       std::printf("%-10s %7zu %10.1f %20s %14.0f %9.0f%%\n", m.c_str(), block, median(tput), range,
                   median(cpu), share * 100);
-      char line[512];
-      std::snprintf(line, sizeof line,
-                    "  {\"mechanism\": \"%s\", \"block_bytes\": %zu, \"clients\": %zu, "
-                    "\"request_bytes\": %zu, \"file_bytes\": %llu, \"rounds\": %zu, "
-                    "\"mib_per_s_median\": %.1f, \"mib_per_s_min\": %.1f, \"mib_per_s_max\": %.1f, "
-                    "\"server_cpu_us_per_mib\": %.1f, \"one_sided_share\": %.3f}%s\n",
-                    m.c_str(), block, o.clients, o.request_kb << 10,
-                    static_cast<unsigned long long>(file_bytes), o.rounds, median(tput), *lo, *hi,
-                    median(cpu), share, ++row < o.mechanisms.size() ? "," : "");
-      json += line;
+      json.push_back({{"mechanism", m},
+                      {"block_bytes", block},
+                      {"clients", o.clients},
+                      {"request_bytes", o.request_kb << 10},
+                      {"file_bytes", file_bytes},
+                      {"rounds", o.rounds},
+                      {"mib_per_s_median", rounded(median(tput), 1)},
+                      {"mib_per_s_min", rounded(*lo, 1)},
+                      {"mib_per_s_max", rounded(*hi, 1)},
+                      {"server_cpu_us_per_mib", rounded(median(cpu), 1)},
+                      {"one_sided_share", rounded(share, 3)}});
     }
-    json += "]\n";
     odafs::bench::emit_json(json, o.json_path);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "odafs-server-throughput: %s\n", e.what());

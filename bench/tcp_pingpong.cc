@@ -47,6 +47,7 @@
 
 #include "base/flags.h"
 #include "base/net.h"
+#include "bench/bench_util.h"
 
 namespace {
 
@@ -95,6 +96,152 @@ uint64_t spin_until_changed(const std::atomic<uint64_t>& seq, uint64_t last,
   }
 }
 
+// Copies of `bytes` in memory, timed in batches, into lat.
+void run_memcpy(size_t bytes, std::vector<double>& lat) {
+  // Timed in batches: a clock read costs more than a small copy.
+  std::vector<char> src(bytes, 'x'), dst(bytes);
+  const size_t batch = 64;
+  for (size_t i = 0; i < lat.size(); ++i) {
+    auto t0 = Clock::now();
+    for (size_t k = 0; k < batch; ++k) {
+      std::memcpy(dst.data(), src.data(), bytes);
+      asm volatile("" : : "r"(dst.data()) : "memory");  // the copy is not optimised away
+    }
+    lat[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / batch;
+  }
+}
+
+// Shared-memory ping-pong with a forked echo (spinning, or asleep behind a doorbell): the
+// round trips into lat, the echo's CPU per exchange into *echo_cpu. 0, or 1 when the
+// system refuses the set-up.
+int run_shm(size_t bytes, bool doorbell, std::vector<double>& lat, double* echo_cpu) {
+  const size_t iters = lat.size();
+  const size_t region = sizeof(Mailbox) + 2 * bytes;
+  void* mem = mmap(nullptr, region, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) return 1;
+  Mailbox* box = new (mem) Mailbox;
+  char* req = static_cast<char*>(mem) + sizeof(Mailbox);
+  char* rep = req + bytes;
+  int report[2];
+  if (pipe(report) != 0) return 1;
+  // The doorbell, and the echo's epoll set on it, edge-triggered as the engine's.
+  const int bell = doorbell ? eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC) : -1;
+  pid_t child = fork();
+  if (child == 0) {
+    std::vector<char> buf(bytes);
+    int ep = -1;
+    if (doorbell) {
+      ep = epoll_create1(EPOLL_CLOEXEC);
+      epoll_event ev{};
+      ev.events = EPOLLIN | EPOLLET;
+      if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, bell, &ev) != 0) _exit(1);
+    }
+    rusage before{}, after{};
+    getrusage(RUSAGE_SELF, &before);
+    size_t n = 0;
+    for (uint64_t last = 0;;) {
+      if (doorbell) {
+        // Awake while looking, asleep in epoll_wait once nothing is posted: the engine's
+        // engine_awake protocol, so the client writes the doorbell only to a sleeper.
+        box->awake.store(1, std::memory_order_seq_cst);
+        while (box->req_seq.load(std::memory_order_acquire) == last) {
+          box->awake.store(0, std::memory_order_seq_cst);
+          if (box->req_seq.load(std::memory_order_seq_cst) != last) {
+            box->awake.store(1, std::memory_order_seq_cst);
+            break;
+          }
+          epoll_event ev;
+          epoll_wait(ep, &ev, 1, -1);
+          box->awake.store(1, std::memory_order_seq_cst);
+        }
+      }
+      last = spin_until_changed(box->req_seq, last);
+      if (last == kStop) break;
+      std::memcpy(buf.data(), req, bytes);  // take the request, as a server would
+      std::memcpy(rep, buf.data(), bytes);
+      box->rep_seq.store(last, std::memory_order_release);
+      ++n;
+    }
+    getrusage(RUSAGE_SELF, &after);
+    double per_op = n ? (cpu_us(after) - cpu_us(before)) / static_cast<double>(n) : 0;
+    [[maybe_unused]] ssize_t w = write(report[1], &per_op, sizeof per_op);
+    _exit(0);
+  }
+  std::vector<char> buf(bytes, 'x');
+  auto post = [&](uint64_t seq) {
+    box->req_seq.store(seq, std::memory_order_seq_cst);
+    if (doorbell && box->awake.load(std::memory_order_seq_cst) == 0) {
+      uint64_t one = 1;
+      [[maybe_unused]] ssize_t w = write(bell, &one, sizeof one);
+    }
+  };
+  for (size_t i = 0; i < iters; ++i) {
+    auto t0 = Clock::now();
+    std::memcpy(req, buf.data(), bytes);
+    post(i + 1);
+    spin_until_changed(box->rep_seq, i, doorbell);
+    std::memcpy(buf.data(), rep, bytes);
+    lat[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  }
+  post(kStop);
+  [[maybe_unused]] ssize_t r = read(report[0], echo_cpu, sizeof *echo_cpu);
+  waitpid(child, nullptr, 0);
+  return 0;
+}
+
+// TCP ping-pong on loopback with a forked echo (mode: blocking, busy, client_poll), as
+// run_shm.
+int run_tcp(size_t bytes, const std::string& mode, std::vector<double>& lat, double* echo_cpu) {
+  const size_t iters = lat.size();
+  const bool busy = mode == "busy";
+  const bool client_spins = busy || mode == "client_poll";
+  odafs::net::Endpoint bound;
+  // A benchmark of the loopback itself: a socket call that fails ends the run (value()
+  // aborts with its reason).
+  int listener = odafs::net::listen_tcp({"127.0.0.1", 0}, &bound).value();
+  if (!odafs::net::set_nonblocking(listener, false).ok()) return 1;
+  int report[2];
+  if (pipe(report) != 0) return 1;
+  pid_t child = fork();
+  if (child == 0) {
+    int s = accept(listener, nullptr, nullptr);
+    odafs::net::set_nodelay(s);
+    if (busy && !odafs::net::set_nonblocking(s, true).ok()) _exit(1);
+    std::vector<char> buf(bytes);
+    rusage before{}, after{};
+    getrusage(RUSAGE_SELF, &before);
+    size_t n = 0;
+    while (busy ? spin_read(s, buf.data(), bytes)
+                : odafs::net::got_all(odafs::net::read_full(s, buf.data(), bytes))) {
+      iovec iov{buf.data(), bytes};
+      if (!odafs::net::write_all(s, &iov, 1).ok()) break;
+      ++n;
+    }
+    getrusage(RUSAGE_SELF, &after);
+    double per_op = n ? (cpu_us(after) - cpu_us(before)) / static_cast<double>(n) : 0;
+    [[maybe_unused]] ssize_t w = write(report[1], &per_op, sizeof per_op);
+    _exit(0);
+  }
+  int c = odafs::net::connect_tcp(bound).value();
+  if (client_spins && !odafs::net::set_nonblocking(c, true).ok()) return 1;
+  std::vector<char> buf(bytes, 'x');
+  for (size_t i = 0; i < iters; ++i) {
+    auto t0 = Clock::now();
+    iovec iov{buf.data(), bytes};
+    if (!odafs::net::write_all(c, &iov, 1).ok()) return 1;
+    if (client_spins) {
+      spin_read(c, buf.data(), bytes);
+    } else if (!odafs::net::got_all(odafs::net::read_full(c, buf.data(), bytes))) {
+      return 1;
+    }
+    lat[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  }
+  close(c);
+  [[maybe_unused]] ssize_t r = read(report[0], echo_cpu, sizeof *echo_cpu);
+  waitpid(child, nullptr, 0);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -120,137 +267,15 @@ int main(int argc, char** argv) {
                            : mode == "shm"         ? "shm_pingpong"
                            : doorbell              ? "shm_doorbell"
                                                    : "memcpy";
+  int rc = 0;
   if (mode == "memcpy") {
-    // Timed in batches: a clock read costs more than a small copy.
-    std::vector<char> src(bytes, 'x'), dst(bytes);
-    const size_t batch = 64;
-    for (size_t i = 0; i < iters; ++i) {
-      auto t0 = Clock::now();
-      for (size_t k = 0; k < batch; ++k) {
-        std::memcpy(dst.data(), src.data(), bytes);
-        asm volatile("" : : "r"(dst.data()) : "memory");  // the copy is not optimised away
-      }
-      lat[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / batch;
-    }
+    run_memcpy(bytes, lat);
   } else if (mode == "shm" || doorbell) {
-    const size_t region = sizeof(Mailbox) + 2 * bytes;
-    void* mem = mmap(nullptr, region, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED) return 1;
-    Mailbox* box = new (mem) Mailbox;
-    char* req = static_cast<char*>(mem) + sizeof(Mailbox);
-    char* rep = req + bytes;
-    int report[2];
-    if (pipe(report) != 0) return 1;
-    // The doorbell, and the echo's epoll set on it, edge-triggered as the engine's.
-    const int bell = doorbell ? eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC) : -1;
-    pid_t child = fork();
-    if (child == 0) {
-      std::vector<char> buf(bytes);
-      int ep = -1;
-      if (doorbell) {
-        ep = epoll_create1(EPOLL_CLOEXEC);
-        epoll_event ev{};
-        ev.events = EPOLLIN | EPOLLET;
-        if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, bell, &ev) != 0) _exit(1);
-      }
-      rusage before{}, after{};
-      getrusage(RUSAGE_SELF, &before);
-      size_t n = 0;
-      for (uint64_t last = 0;;) {
-        if (doorbell) {
-          // Awake while looking, asleep in epoll_wait once nothing is posted: the engine's
-          // engine_awake protocol, so the client writes the doorbell only to a sleeper.
-          box->awake.store(1, std::memory_order_seq_cst);
-          while (box->req_seq.load(std::memory_order_acquire) == last) {
-            box->awake.store(0, std::memory_order_seq_cst);
-            if (box->req_seq.load(std::memory_order_seq_cst) != last) {
-              box->awake.store(1, std::memory_order_seq_cst);
-              break;
-            }
-            epoll_event ev;
-            epoll_wait(ep, &ev, 1, -1);
-            box->awake.store(1, std::memory_order_seq_cst);
-          }
-        }
-        last = spin_until_changed(box->req_seq, last);
-        if (last == kStop) break;
-        std::memcpy(buf.data(), req, bytes);  // take the request, as a server would
-        std::memcpy(rep, buf.data(), bytes);
-        box->rep_seq.store(last, std::memory_order_release);
-        ++n;
-      }
-      getrusage(RUSAGE_SELF, &after);
-      double per_op = n ? (cpu_us(after) - cpu_us(before)) / static_cast<double>(n) : 0;
-      [[maybe_unused]] ssize_t w = write(report[1], &per_op, sizeof per_op);
-      _exit(0);
-    }
-    std::vector<char> buf(bytes, 'x');
-    auto post = [&](uint64_t seq) {
-      box->req_seq.store(seq, std::memory_order_seq_cst);
-      if (doorbell && box->awake.load(std::memory_order_seq_cst) == 0) {
-        uint64_t one = 1;
-        [[maybe_unused]] ssize_t w = write(bell, &one, sizeof one);
-      }
-    };
-    for (size_t i = 0; i < iters; ++i) {
-      auto t0 = Clock::now();
-      std::memcpy(req, buf.data(), bytes);
-      post(i + 1);
-      spin_until_changed(box->rep_seq, i, doorbell);
-      std::memcpy(buf.data(), rep, bytes);
-      lat[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-    }
-    post(kStop);
-    [[maybe_unused]] ssize_t r = read(report[0], &echo_cpu, sizeof echo_cpu);
-    waitpid(child, nullptr, 0);
+    rc = run_shm(bytes, doorbell, lat, &echo_cpu);
   } else {
-    const bool busy = mode == "busy";
-    const bool client_spins = busy || mode == "client_poll";
-    odafs::net::Endpoint bound;
-    // A benchmark of the loopback itself: a socket call that fails ends the run (value()
-    // aborts with its reason).
-    int listener = odafs::net::listen_tcp({"127.0.0.1", 0}, &bound).value();
-    if (!odafs::net::set_nonblocking(listener, false).ok()) return 1;
-    int report[2];
-    if (pipe(report) != 0) return 1;
-    pid_t child = fork();
-    if (child == 0) {
-      int s = accept(listener, nullptr, nullptr);
-      odafs::net::set_nodelay(s);
-      if (busy && !odafs::net::set_nonblocking(s, true).ok()) _exit(1);
-      std::vector<char> buf(bytes);
-      rusage before{}, after{};
-      getrusage(RUSAGE_SELF, &before);
-      size_t n = 0;
-      while (busy ? spin_read(s, buf.data(), bytes)
-                  : odafs::net::got_all(odafs::net::read_full(s, buf.data(), bytes))) {
-        iovec iov{buf.data(), bytes};
-        if (!odafs::net::write_all(s, &iov, 1).ok()) break;
-        ++n;
-      }
-      getrusage(RUSAGE_SELF, &after);
-      double per_op = n ? (cpu_us(after) - cpu_us(before)) / static_cast<double>(n) : 0;
-      [[maybe_unused]] ssize_t w = write(report[1], &per_op, sizeof per_op);
-      _exit(0);
-    }
-    int c = odafs::net::connect_tcp(bound).value();
-    if (client_spins && !odafs::net::set_nonblocking(c, true).ok()) return 1;
-    std::vector<char> buf(bytes, 'x');
-    for (size_t i = 0; i < iters; ++i) {
-      auto t0 = Clock::now();
-      iovec iov{buf.data(), bytes};
-      if (!odafs::net::write_all(c, &iov, 1).ok()) return 1;
-      if (client_spins) {
-        spin_read(c, buf.data(), bytes);
-      } else if (!odafs::net::got_all(odafs::net::read_full(c, buf.data(), bytes))) {
-        return 1;
-      }
-      lat[i] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-    }
-    close(c);
-    [[maybe_unused]] ssize_t r = read(report[0], &echo_cpu, sizeof echo_cpu);
-    waitpid(child, nullptr, 0);
+    rc = run_tcp(bytes, mode, lat, &echo_cpu);
   }
+  if (rc != 0) return rc;
   double sum = 0;
   for (double v : lat) sum += v;
   std::sort(lat.begin(), lat.end());
@@ -258,9 +283,14 @@ int main(int argc, char** argv) {
               "p99_us", "echo_cpu_us/op");
   std::printf("%-14s %8zu %10.2f %10.2f %10.2f %18.2f\n", name.c_str(), bytes, sum / iters,
               lat[iters / 2], lat[iters * 99 / 100], echo_cpu);
-  std::printf(
-      "{\"mechanism\": \"%s\", \"bytes\": %zu, \"ops\": %zu, \"mean_us\": %.3f, "
-      "\"p50_us\": %.3f, \"p99_us\": %.3f, \"server_cpu_us_per_op\": %.3f}\n",
-      name.c_str(), bytes, iters, sum / iters, lat[iters / 2], lat[iters * 99 / 100], echo_cpu);
+  using odafs::bench::rounded;
+  const odafs::bench::Json row = {{"mechanism", name},
+                                  {"bytes", bytes},
+                                  {"ops", iters},
+                                  {"mean_us", rounded(sum / iters, 3)},
+                                  {"p50_us", rounded(lat[iters / 2], 3)},
+                                  {"p99_us", rounded(lat[iters * 99 / 100], 3)},
+                                  {"server_cpu_us_per_op", rounded(echo_cpu, 3)}};
+  std::printf("%s\n", row.dump().c_str());
   return 0;
 }

@@ -106,20 +106,18 @@ int main(int argc, char** argv) {
 
     std::printf("%-14s %9s %12s %10s %18s\n", "mechanism", "inflight", "ops_per_s", "mean_us",
                 "server_cpu_us/op");
-    std::string json = "[\n";
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
+    odafs::bench::Json json = odafs::bench::Json::array();
+    for (const Row& r : rows) {
+      using odafs::bench::rounded;
       std::printf("%-14s %9zu %12.0f %10.1f %18.1f\n", r.mechanism.c_str(), r.inflight, r.ops_per_s,
                   r.mean_us, r.server_cpu_us_per_op);
-      char line[400];
-      std::snprintf(line, sizeof line,
-                    "  {\"mechanism\": \"%s\", \"block_bytes\": %zu, \"inflight\": %zu, "
-                    "\"ops_per_s\": %.1f, \"mean_us\": %.2f, \"server_cpu_us_per_op\": %.2f}%s\n",
-                    r.mechanism.c_str(), block, r.inflight, r.ops_per_s, r.mean_us,
-                    r.server_cpu_us_per_op, i + 1 < rows.size() ? "," : "");
-      json += line;
+      json.push_back({{"mechanism", r.mechanism},
+                      {"block_bytes", block},
+                      {"inflight", r.inflight},
+                      {"ops_per_s", rounded(r.ops_per_s, 1)},
+                      {"mean_us", rounded(r.mean_us, 2)},
+                      {"server_cpu_us_per_op", rounded(r.server_cpu_us_per_op, 2)}});
     }
-    json += "]\n";
     odafs::bench::emit_json(json, json_path);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "odafs-throughput: %s\n", e.what());

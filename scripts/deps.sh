@@ -6,9 +6,10 @@ set -euo pipefail
 # openssl: the command, for scripts/make-test-ca.sh (the TLS tests' certificates).
 # libcli11-dev: the odafs tool's options and subcommands (header-only).
 # libmicrohttpd-dev: odafsd --metrics' HTTP endpoint.
+# nlohmann-json3-dev: the benchmark programs' JSON (header-only).
 packages=(cmake ninja-build g++ pkg-config libtirpc-dev rpcsvc-proto libssl-dev openssl
           libboost-dev doctest-dev libfuse3-dev fuse3 rsync libdb5.3++-dev libibverbs-dev
-          librdmacm-dev libcli11-dev libmicrohttpd-dev "$@")
+          librdmacm-dev libcli11-dev libmicrohttpd-dev nlohmann-json3-dev "$@")
 # The fuzz targets need clang's libFuzzer (scripts/fuzz.sh sets ODAFS_WITH_CLANG=1).
 if [ "${ODAFS_WITH_CLANG:-0}" = 1 ]; then
   packages+=(clang libclang-rt-14-dev)

@@ -211,15 +211,15 @@ int usage(FILE* out = stderr, int status = 2) {
   return status;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Args args;
+// Fills *args from the command line: 0 when it may run, -1 after --help (exit 0), else
+// the exit status (usage said why).
+int parse_args(int argc, char** argv, Args* out) {
+  Args& args = *out;
   std::string mechs;
   try {
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
-      if (a == "--help" || a == "-h") return usage(stdout, 0);
+      if (a == "--help" || a == "-h") return usage(stdout, 0) == 0 ? -1 : 2;
       auto next = [&]() -> std::string {
         if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
         return argv[++i];
@@ -269,6 +269,49 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  return 0;
+}
+
+using Samples = std::map<std::pair<std::string, size_t>, std::vector<Sample>>;
+
+// The table of medians and spreads, and the JSON of every (mechanism, copy) point.
+odafs::bench::Json report(const Args& args, Samples& samples) {
+  using odafs::bench::rounded;
+  std::printf("%-10s %8s %10s %22s %16s %16s\n", "mechanism", "copy", "records", "MB/s (min-max)",
+              "client_us/rec", "server_us/rec");
+  odafs::bench::Json json = odafs::bench::Json::array();
+  for (const std::string& m : args.mechanisms) {
+    for (size_t copy : args.copies) {
+      const std::vector<Sample>& v = samples[{m, copy}];
+      std::vector<double> mbps, client, server;
+      for (const Sample& s : v) {
+        mbps.push_back(s.records * odafs::bdb::kRecordBytes / s.seconds / 1e6);
+        client.push_back(s.client_cpu_us / s.records);
+        server.push_back(s.server_cpu_us / s.records);
+      }
+      auto [lo, hi] = std::minmax_element(mbps.begin(), mbps.end());
+      std::printf("%-10s %8zu %10llu %10.1f (%5.0f-%5.0f) %16.1f %16.1f\n", m.c_str(), copy,
+                  static_cast<unsigned long long>(v.front().records), median(mbps), *lo, *hi,
+                  median(client), median(server));
+      json.push_back({{"mechanism", m},
+                      {"copy_bytes", copy},
+                      {"records", v.front().records},
+                      {"reps", v.size()},
+                      {"mb_per_s_median", rounded(median(mbps), 1)},
+                      {"mb_per_s_min", rounded(*lo, 1)},
+                      {"mb_per_s_max", rounded(*hi, 1)},
+                      {"client_us_per_record", rounded(median(client), 1)},
+                      {"server_us_per_record", rounded(median(server), 1)}});
+    }
+  }
+  return json;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  if (int rc = parse_args(argc, argv, &args); rc != 0) return rc < 0 ? 0 : rc;
   try {
     if (args.load > 0) load(args);
     auto stats = odafs::Client::mount(args.url);
@@ -282,7 +325,7 @@ int main(int argc, char** argv) {
       return run_hooked(args, c.get(), copy, *stats);
     };
     for (const std::string& m : args.mechanisms) run(m, 1);
-    std::map<std::pair<std::string, size_t>, std::vector<Sample>> samples;
+    Samples samples;
     for (size_t rep = 0; rep < args.reps; ++rep) {
       for (size_t copy : args.copies) {
         for (const std::string& m : args.mechanisms) {
@@ -293,39 +336,7 @@ int main(int argc, char** argv) {
         }
       }
     }
-    std::printf("%-10s %8s %10s %22s %16s %16s\n", "mechanism", "copy", "records", "MB/s (min-max)",
-                "client_us/rec", "server_us/rec");
-    std::ostringstream json;
-    json << "[\n";
-    bool first = true;
-    for (const std::string& m : args.mechanisms) {
-      for (size_t copy : args.copies) {
-        const std::vector<Sample>& v = samples[{m, copy}];
-        std::vector<double> mbps, client, server;
-        for (const Sample& s : v) {
-          mbps.push_back(s.records * odafs::bdb::kRecordBytes / s.seconds / 1e6);
-          client.push_back(s.client_cpu_us / s.records);
-          server.push_back(s.server_cpu_us / s.records);
-        }
-        auto [lo, hi] = std::minmax_element(mbps.begin(), mbps.end());
-        std::printf("%-10s %8zu %10llu %10.1f (%5.0f-%5.0f) %16.1f %16.1f\n", m.c_str(), copy,
-                    static_cast<unsigned long long>(v.front().records), median(mbps), *lo, *hi,
-                    median(client), median(server));
-        char line[512];
-        std::snprintf(line, sizeof(line),
-                      "%s  {\"mechanism\": \"%s\", \"copy_bytes\": %zu, \"records\": %llu, "
-                      "\"reps\": %zu, \"mb_per_s_median\": %.1f, \"mb_per_s_min\": %.1f, "
-                      "\"mb_per_s_max\": %.1f, \"client_us_per_record\": %.1f, "
-                      "\"server_us_per_record\": %.1f}",
-                      first ? "" : ",\n", m.c_str(), copy,
-                      static_cast<unsigned long long>(v.front().records), v.size(), median(mbps),
-                      *lo, *hi, median(client), median(server));
-        json << line;
-        first = false;
-      }
-    }
-    json << "\n]\n";
-    odafs::bench::emit_json(json.str(), args.json);
+    odafs::bench::emit_json(report(args, samples), args.json);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "odafs-bdb: %s\n", e.what());
     return 1;

@@ -57,6 +57,9 @@
 
 namespace {
 
+using odafs::bench::Json;
+using odafs::bench::rounded;
+
 using odafs::Error;
 using Clock = std::chrono::steady_clock;
 
@@ -226,32 +229,26 @@ void tell_perf(const Options& o, const char* command) {
 }
 
 // The JSON row's common head: who, which round, which workload.
-std::string head(const Options& o, const std::string& workload) {
-  return "{\"contender\": \"" + o.name + "\", \"round\": " + std::to_string(o.round) +
-         ", \"workload\": \"" + (o.label.empty() ? workload : o.label) + "\"";
+Json head(const Options& o, const std::string& workload) {
+  return {{"contender", o.name},
+          {"round", o.round},
+          {"workload", o.label.empty() ? workload : o.label}};
 }
 
 // The head plus how the client's reads went between two snapshots, per operation (for
 // seq: per MiB): one-sided reads, READ calls, faults. Only for odafs (libnfs has one path).
-std::string with_paths(const std::string& head, const Reader& r, const Reader::Paths& p0,
-                       double ops) {
+Json with_paths(Json row, const Reader& r, const Reader::Paths& p0, double ops) {
   const Reader::Paths p1 = r.paths();
-  if (p1.ordma + p1.rpc == 0) return head;
-  char more[160];
-  std::snprintf(more, sizeof more,
-                ", \"ordma_reads_per_op\": %.3f, \"rpc_reads_per_op\": %.3f, "
-                "\"fallbacks_per_op\": %.3f",
-                (p1.ordma - p0.ordma) / ops, (p1.rpc - p0.rpc) / ops,
-                (p1.fallbacks - p0.fallbacks) / ops);
-  return head + more;
+  if (p1.ordma + p1.rpc == 0) return row;
+  row["ordma_reads_per_op"] = rounded((p1.ordma - p0.ordma) / ops, 3);
+  row["rpc_reads_per_op"] = rounded((p1.rpc - p0.rpc) / ops, 3);
+  row["fallbacks_per_op"] = rounded((p1.fallbacks - p0.fallbacks) / ops, 3);
+  return row;
 }
 
-// Prints head and the fields fmt makes of up to eight numbers, as one JSON line.
-void emit(const std::string& head, const char* fmt, double a = 0, double b = 0, double c = 0,
-          double d = 0, double e = 0, double f = 0, double g = 0, double h = 0) {
-  char body[512];
-  std::snprintf(body, sizeof body, fmt, a, b, c, d, e, f, g, h);
-  std::printf("%s, %s}\n", head.c_str(), body);
+// Prints a row as one JSON line.
+void emit(const Json& row) {
+  std::printf("%s\n", row.dump().c_str());
   std::fflush(stdout);
 }
 
@@ -285,12 +282,15 @@ void run_lat(Reader& r, const Options& o, uint64_t bytes, std::mt19937_64& rng) 
   double sum = 0;
   for (double v : lat) sum += v;
   std::sort(lat.begin(), lat.end());
-  emit(with_paths(head(o, "lat"), r, paths0, static_cast<double>(n)),
-       "\"ops\": %.0f, \"mean_us\": %.2f, \"p50_us\": %.2f, \"p90_us\": %.2f, \"p99_us\": %.2f, "
-       "\"server_cpu_us_per_op\": %.2f, \"client_cpu_us_per_op\": %.2f",
-       static_cast<double>(n), sum / static_cast<double>(n), lat[n / 2], lat[n * 9 / 10],
-       lat[n * 99 / 100], static_cast<double>(cpu1 - cpu0) / static_cast<double>(n),
-       (self1 - self0) / static_cast<double>(n));
+  Json row = with_paths(head(o, "lat"), r, paths0, static_cast<double>(n));
+  row["ops"] = n;
+  row["mean_us"] = rounded(sum / static_cast<double>(n), 2);
+  row["p50_us"] = rounded(lat[n / 2], 2);
+  row["p90_us"] = rounded(lat[n * 9 / 10], 2);
+  row["p99_us"] = rounded(lat[n * 99 / 100], 2);
+  row["server_cpu_us_per_op"] = rounded(static_cast<double>(cpu1 - cpu0) / n, 2);
+  row["client_cpu_us_per_op"] = rounded((self1 - self0) / static_cast<double>(n), 2);
+  emit(row);
 }
 
 void run_inflight(Reader& r, const Options& o, const std::string& workload, size_t depth,
@@ -335,13 +335,15 @@ void run_inflight(Reader& r, const Options& o, const std::string& workload, size
   const uint64_t cpu1 = odafs::bench::process_cpu_us(o.server_pid);
   const double self1 = self_cpu_us();
   const double rate = static_cast<double>(done) / elapsed;
-  emit(with_paths(head(o, workload), r, paths0, static_cast<double>(done)),
-       "\"inflight\": %.0f, \"ops\": %.0f, \"seconds\": %.3f, \"ops_per_s\": %.1f, "
-       "\"mean_us\": %.2f, \"server_cpu_us_per_op\": %.2f, \"client_cpu_us_per_op\": %.2f",
-       static_cast<double>(depth), static_cast<double>(done), elapsed, rate,
-       static_cast<double>(depth) / rate * 1e6,
-       static_cast<double>(cpu1 - cpu0) / static_cast<double>(done),
-       (self1 - self0) / static_cast<double>(done));
+  Json row = with_paths(head(o, workload), r, paths0, static_cast<double>(done));
+  row["inflight"] = depth;
+  row["ops"] = done;
+  row["seconds"] = rounded(elapsed, 3);
+  row["ops_per_s"] = rounded(rate, 1);
+  row["mean_us"] = rounded(static_cast<double>(depth) / rate * 1e6, 2);
+  row["server_cpu_us_per_op"] = rounded(static_cast<double>(cpu1 - cpu0) / done, 2);
+  row["client_cpu_us_per_op"] = rounded((self1 - self0) / static_cast<double>(done), 2);
+  emit(row);
 }
 
 void run_seq(Reader& r, const Options& o, uint64_t bytes, std::vector<char>& chunk) {
@@ -362,12 +364,14 @@ void run_seq(Reader& r, const Options& o, uint64_t bytes, std::vector<char>& chu
   const uint64_t cpu1 = odafs::bench::process_cpu_us(o.server_pid);
   const double self1 = self_cpu_us();
   const double mib = static_cast<double>(total) / kSeqChunk;
-  emit(with_paths(head(o, "seq"), r, paths0, static_cast<double>(total) / kSeqChunk),
-       "\"request_bytes\": %.0f, \"bytes\": %.0f, \"seconds\": %.3f, \"mb_per_s\": %.1f, "
-       "\"server_cpu_us_per_mib\": %.1f, \"client_cpu_us_per_mib\": %.1f",
-       static_cast<double>(kSeqChunk), static_cast<double>(total), elapsed,
-       static_cast<double>(total) / elapsed / 1e6, static_cast<double>(cpu1 - cpu0) / mib,
-       (self1 - self0) / mib);
+  Json row = with_paths(head(o, "seq"), r, paths0, mib);
+  row["request_bytes"] = kSeqChunk;
+  row["bytes"] = total;
+  row["seconds"] = rounded(elapsed, 3);
+  row["mb_per_s"] = rounded(static_cast<double>(total) / elapsed / 1e6, 1);
+  row["server_cpu_us_per_mib"] = rounded(static_cast<double>(cpu1 - cpu0) / mib, 1);
+  row["client_cpu_us_per_mib"] = rounded((self1 - self0) / mib, 1);
+  emit(row);
 }
 
 void run_postmark(Reader& r, const Options& o, bool read_only) {
@@ -394,12 +398,14 @@ void run_postmark(Reader& r, const Options& o, bool read_only) {
   const uint64_t cpu1 = odafs::bench::process_cpu_us(o.server_pid);
   const odafs::postmark::Counts c = pm.counts();
   pm.delete_pool();
-  emit(head(o, read_only ? "pm_ro" : "pm_std"),
-       "\"files\": %.0f, \"transactions\": %.0f, \"seconds\": %.3f, \"tps\": %.1f, "
-       "\"server_cpu_us_per_txn\": %.2f",
-       static_cast<double>(cfg.files), static_cast<double>(cfg.transactions), c.transactions_s,
-       static_cast<double>(cfg.transactions) / c.transactions_s,
-       static_cast<double>(cpu1 - cpu0) / static_cast<double>(cfg.transactions));
+  Json row = head(o, read_only ? "pm_ro" : "pm_std");
+  row["files"] = cfg.files;
+  row["transactions"] = cfg.transactions;
+  row["seconds"] = rounded(c.transactions_s, 3);
+  row["tps"] = rounded(static_cast<double>(cfg.transactions) / c.transactions_s, 1);
+  row["server_cpu_us_per_txn"] =
+      rounded(static_cast<double>(cpu1 - cpu0) / static_cast<double>(cfg.transactions), 2);
+  emit(row);
 }
 
 void make_file(const std::string& path, size_t mb) {
@@ -422,12 +428,10 @@ void make_file(const std::string& path, size_t mb) {
   std::exit(2);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Options o;
-  std::string make;
-  size_t make_mb = 0;
+// The command line into *o (and --make-file's path and size); a bad one ends the process
+// with usage's status, --help with 0.
+void parse_options(int argc, char** argv, Options* out, std::string* make, size_t* make_mb) {
+  Options& o = *out;
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string flag = argv[i];
@@ -435,7 +439,7 @@ int main(int argc, char** argv) {
         std::printf(
             "odafs-peers: the flags are listed in the header of bench/peers/peers.cc;\n"
             "bench/peers/run.sh runs it (docs/PERFORMANCE.md)\n");
-        return 0;
+        std::exit(0);
       }
       if (i + 1 >= argc) usage(flag + " needs a value");
       const std::string v = argv[++i];
@@ -481,15 +485,45 @@ int main(int argc, char** argv) {
           pos = comma + 1;
         }
       } else if (flag == "--make-file")
-        make = v;
+        *make = v;
       else if (flag == "--mb")
-        make_mb = std::stoul(v);
+        *make_mb = std::stoul(v);
       else
         usage("unknown option " + flag);
     }
   } catch (const std::logic_error& e) {
     usage(std::string("bad value: ") + e.what());
   }
+}
+
+// The workloads of --run, in order, on reader r (its files open and warm).
+void run_workloads(Reader& r, const Options& o, std::vector<char>& chunk) {
+  const uint64_t small = kFileBytes, big = kSeqFileBytes;
+  std::mt19937_64 rng(7 + o.round);
+  for (const std::string& w : o.run) {
+    if (w == "lat") {
+      run_lat(r, o, small, rng);
+    } else if (w.size() > 1 && w[0] == 'q') {
+      run_inflight(r, o, w, std::stoul(w.substr(1)), small, rng);
+    } else if (w == "seq") {
+      r.open(o.seq_file);
+      run_seq(r, o, big, chunk);
+      r.open(o.file);
+    } else if (w == "pm_ro" || w == "pm_std") {
+      run_postmark(r, o, w == "pm_ro");
+    } else {
+      usage("unknown workload " + w);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  std::string make;
+  size_t make_mb = 0;
+  parse_options(argc, argv, &o, &make, &make_mb);
   try {
     if (!make.empty()) {
       make_file(make, make_mb);
@@ -505,35 +539,19 @@ int main(int argc, char** argv) {
       r = std::make_unique<OdafsReader>(o.target, o.mode);
     }
     std::vector<char> chunk(kSeqChunk);
-    const uint64_t small = kFileBytes, big = kSeqFileBytes;
     const bool wants_seq = std::count(o.run.begin(), o.run.end(), "seq") > 0;
     if (wants_seq) {
       r->open(o.seq_file);
-      warm(*r, big, chunk);
+      warm(*r, kSeqFileBytes, chunk);
     }
     r->open(o.file);
-    warm(*r, small, chunk);
+    warm(*r, kFileBytes, chunk);
     if (o.start_at_ms > 0) {
       std::this_thread::sleep_until(
           std::chrono::system_clock::time_point(std::chrono::milliseconds(o.start_at_ms)));
     }
-    std::mt19937_64 rng(7 + o.round);
     tell_perf(o, "enable");
-    for (const std::string& w : o.run) {
-      if (w == "lat") {
-        run_lat(*r, o, small, rng);
-      } else if (w.size() > 1 && w[0] == 'q') {
-        run_inflight(*r, o, w, std::stoul(w.substr(1)), small, rng);
-      } else if (w == "seq") {
-        r->open(o.seq_file);
-        run_seq(*r, o, big, chunk);
-        r->open(o.file);
-      } else if (w == "pm_ro" || w == "pm_std") {
-        run_postmark(*r, o, w == "pm_ro");
-      } else {
-        usage("unknown workload " + w);
-      }
-    }
+    run_workloads(*r, o, chunk);
     tell_perf(o, "disable");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "odafs-peers %s: %s\n", o.name.c_str(), e.what());

@@ -165,13 +165,17 @@ int run_parent(const Options& o) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const uint64_t cpu1 = odafs::bench::server_cpu_us(*stats)["total"];
   kids.clear();
-  std::printf(
-      "{\"workload\": \"%s\", \"clients\": %zu, \"threads_per_client\": %zu, \"ops\": %llu, "
-      "\"seconds\": %.3f, "
-      "\"ops_per_s\": %.1f, \"server_cpu_us_per_op\": %.2f}\n",
-      o.workload.c_str(), o.clients, o.threads, static_cast<unsigned long long>(ops), secs,
-      static_cast<double>(ops) / secs,
-      ops ? static_cast<double>(cpu1 - cpu0) / static_cast<double>(ops) : 0.0);
+  using odafs::bench::rounded;
+  const odafs::bench::Json row = {
+      {"workload", o.workload},
+      {"clients", o.clients},
+      {"threads_per_client", o.threads},
+      {"ops", ops},
+      {"seconds", rounded(secs, 3)},
+      {"ops_per_s", rounded(static_cast<double>(ops) / secs, 1)},
+      {"server_cpu_us_per_op",
+       rounded(ops ? static_cast<double>(cpu1 - cpu0) / static_cast<double>(ops) : 0.0, 2)}};
+  std::printf("%s\n", row.dump().c_str());
   return 0;
 }
 
