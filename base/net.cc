@@ -90,11 +90,11 @@ namespace {
 
 // Tries each address `where` resolves to, in order: a socket of the address's family with
 // `type_flags`, then use(fd, address) — 0 keeps that socket and returns it, an errno closes
-// it and moves on. When none works, the last errno prefixed with `what`. ETIMEDOUT from use
-// (a deadline passed) ends the search at once: there is no time left for another address.
-template <class Use>
+// it and moves on. When none works, the last errno prefixed with `what`. out_of_time()
+// true after a failure ends the search at once: no time is left for another address.
+template <class Use, class OutOfTime>
 Result<int> first_working_socket(const Endpoint& where, bool passive, int type_flags,
-                                 const std::string& what, Use use) {
+                                 const std::string& what, Use use, OutOfTime out_of_time) {
   Result<addrinfo*> list = resolve(where, passive);
   if (!list.ok()) return Status(list.errno_value(), what + ": " + list.status().message());
   int fd = -1;
@@ -109,7 +109,7 @@ Result<int> first_working_socket(const Endpoint& where, bool passive, int type_f
     if (saved_errno == 0) break;
     close(fd);
     fd = -1;
-    if (saved_errno == ETIMEDOUT) break;
+    if (out_of_time()) break;
   }
   freeaddrinfo(*list);
   if (fd < 0) return Status(saved_errno, what);
@@ -119,14 +119,15 @@ Result<int> first_working_socket(const Endpoint& where, bool passive, int type_f
 }  // namespace
 
 Result<int> listen_tcp(const Endpoint& where, Endpoint* bound, int backlog) {
-  Result<int> fd = first_working_socket(where, true, SOCK_NONBLOCK | SOCK_CLOEXEC,
-                                        "listen on " + where.to_string(), [&](int s, addrinfo* ai) {
-                                          int one = 1;
-                                          setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-                                          bool ok = bind(s, ai->ai_addr, ai->ai_addrlen) == 0 &&
-                                                    listen(s, backlog) == 0;
-                                          return ok ? 0 : errno;
-                                        });
+  Result<int> fd = first_working_socket(
+      where, true, SOCK_NONBLOCK | SOCK_CLOEXEC, "listen on " + where.to_string(),
+      [&](int s, addrinfo* ai) {
+        int one = 1;
+        setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        bool ok = bind(s, ai->ai_addr, ai->ai_addrlen) == 0 && listen(s, backlog) == 0;
+        return ok ? 0 : errno;
+      },
+      [] { return false; });
   if (fd.ok() && bound != nullptr) {
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
@@ -155,7 +156,8 @@ Endpoint endpoint_of(const sockaddr_storage& addr) {
 Result<int> connect_tcp(const Endpoint& where) {
   Result<int> fd = first_working_socket(
       where, false, SOCK_CLOEXEC, "connect to " + where.to_string(),
-      [](int s, addrinfo* ai) { return connect(s, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : errno; });
+      [](int s, addrinfo* ai) { return connect(s, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : errno; },
+      [] { return false; });
   if (fd.ok()) set_nodelay(*fd);
   return fd;
 }
@@ -282,12 +284,13 @@ Result<int> connect_tcp_until(const Endpoint& where, const timespec* deadline) {
         int err = errno;
         if (err != EINPROGRESS) return err;
         if (Status ready = wait_ready_until(s, POLLOUT, *deadline); !ready.ok()) {
-          return ready.errno_value();  // ETIMEDOUT ends the search
+          return ready.errno_value();
         }
         socklen_t len = sizeof err;
         if (getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
         return err;
-      });
+      },
+      [&] { return deadline_passed(*deadline); });
   if (!fd.ok()) return fd;
   if (Status s = set_nonblocking(*fd, false); !s.ok()) {
     close(*fd);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -80,11 +81,11 @@ inline uint64_t process_cpu_us(pid_t pid) {
 }
 
 // The benchmarks' JSON: every row is built with one library (nlohmann/json), keys in the
-// order they are set; rounded(x, d) keeps a figure to the d (1..3) decimals its table shows.
+// order they are set; rounded(x, d) keeps a figure to the d decimals its table shows.
 using Json = nlohmann::ordered_json;
 inline double rounded(double x, int decimals) {
-  const double scale = decimals == 1 ? 10 : decimals == 2 ? 100 : 1000;
-  return static_cast<double>(static_cast<int64_t>(x * scale + (x < 0 ? -0.5 : 0.5))) / scale;
+  const double scale = std::pow(10.0, decimals);
+  return std::round(x * scale) / scale;
 }
 
 // Prints json to stdout when path is empty, else writes it there. Throws odafs::Error.

@@ -25,7 +25,8 @@ using namespace odafs;
 
 constexpr uint32_t kProgram = 0x20000777;
 constexpr uint32_t kVersion = 1;
-constexpr uint32_t kProcWait = 1;  // before_blocking(), then waits for release when told yes
+constexpr uint32_t kProcWait = 1;     // before_blocking(), then waits for release when told yes
+constexpr uint32_t kProcRefused = 2;  // a handler that cannot act as its caller
 
 // A gate that the waiting calls block on until the test opens it.
 struct Gate {
@@ -65,6 +66,15 @@ struct Harness {
                             bool_t handed_over = rpc::before_blocking() ? TRUE : FALSE;
                             if (handed_over) gate.wait();
                             return reply.send(rpc::to_xdrproc(xdr_bool), &handed_over);
+                          });
+    // Encodes results, then finds it cannot act as the caller (IdentityScope::refused_call's
+    // path): the refusal, not the results, is the answer.
+    server->add_procedure(kProcRefused, "REFUSED",
+                          [](const rpc::CallContext&, XDR*, rpc::Reply& reply) {
+                            bool_t yes = TRUE;
+                            reply.send(rpc::to_xdrproc(xdr_bool), &yes);
+                            reply.refuse(AUTH_BADCRED);
+                            return true;
                           });
     server->start();
   }
@@ -118,4 +128,25 @@ TEST_CASE("a call about to wait with no spare thread left is told so, and its lo
   ta.join();
   tb.join();
   CHECK(handed == 2);
+}
+
+TEST_CASE("a handler's refusal is the call's answer (AUTH_BADCRED), and the connection serves on") {
+  Harness h(/*max_blocked_threads=*/2);
+  auto ch = h.connect();
+  rpc::CallFailure layer = rpc::CallFailure::kTransport;
+  bool_t got = FALSE;
+  Status refused = ch->call(kProcRefused, rpc::to_xdrproc(rpc::xdr_nothing), nullptr,
+                            rpc::to_xdrproc(xdr_bool), &got, &layer);
+  CHECK(refused.errno_value() == EACCES);
+  CHECK(layer == rpc::CallFailure::kDenied);
+  CHECK(refused.message().find("AUTH_BADCRED") != std::string::npos);
+  CHECK(got == FALSE);  // the encoded results never left
+  CHECK(h.server->counters().rejected.load() == 1);
+  CHECK_FALSE(ch->broken());
+  // The same connection's next call runs.
+  rpc::Call c;
+  REQUIRE_OK(ch->start(c, kProcRefused, rpc::to_xdrproc(rpc::xdr_nothing), nullptr));
+  XDR x;
+  CHECK(ch->wait(c, &x, &layer).errno_value() == EACCES);
+  CHECK(h.server->counters().rejected.load() == 2);
 }
