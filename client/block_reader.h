@@ -14,6 +14,7 @@
 // without one they move only the bytes asked for, straight into the caller's buffer.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -28,6 +29,16 @@ namespace odafs {
 namespace ordma {
 class EngineClient;
 }
+
+// What one read counted while it ran (a BlockReader's), added to the client's
+// ClientStats once when it ends: an atomic add per counter per read, not per block.
+struct ReadCounts {
+  uint64_t cache_hits = 0;
+  uint64_t ordma_reads = 0;
+  uint64_t ordma_bytes = 0;
+  uint64_t fallbacks = 0;
+  std::array<uint64_t, 10> faults{};  // by ordma::Fault value
+};
 
 // One read of [offset, offset + len) of a file into out, on one mount. Not thread-safe:
 // one thread drives it at a time. Steps 1-2 run synchronously (a one-sided read waits for

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "base/tls.h"
+#include "client/block_reader.h"
 #include "client/call_util.h"
 #include "client/client_cache.h"
 #include "client/client_impl.h"

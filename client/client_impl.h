@@ -51,6 +51,7 @@ class ClientCache;
 class Delegations;
 class DirCache;
 struct MountState;
+struct ReadCounts;
 struct SharedFile;
 
 class ClientImpl final : public Client {

@@ -140,14 +140,4 @@ struct ClientStats {
   std::array<std::atomic<uint64_t>, 10> faults{};  // by ordma::Fault value
 };
 
-// What one read counted while it ran (client/block_reader.h), added to the client's
-// ClientStats once when it ends: an atomic add per counter per read, not per block.
-struct ReadCounts {
-  uint64_t cache_hits = 0;
-  uint64_t ordma_reads = 0;
-  uint64_t ordma_bytes = 0;
-  uint64_t fallbacks = 0;
-  std::array<uint64_t, 10> faults{};  // by ordma::Fault value
-};
-
 }  // namespace odafs
