@@ -127,7 +127,7 @@ Status Channel::start_tls(const net::Endpoint& server, CallFailure* failure) {
                          "); odafsd serves TLS with --tls-cert and --tls-key");
   }
   if (h.reply_stat != MSG_ACCEPTED || h.accept_stat != SUCCESS ||
-      h.verf_body != std::string_view(kStartTlsVerifier)) {
+      h.verf.bytes() != std::string_view(kStartTlsVerifier)) {
     return failed_at(where, EPROTO, "the server did not answer the AUTH_TLS probe with STARTTLS");
   }
   // RFC 9289: nothing received in the clear is carried into TLS. The server sends nothing

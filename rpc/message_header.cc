@@ -40,6 +40,17 @@ class WordReader {
   size_t pos_ = 0;
 };
 
+enum class AuthRead { kOk, kTruncated, kTooLong };
+
+// Reads an opaque_auth, the one layout of a call's credential and verifier and a reply's
+// verifier.
+AuthRead read_auth(WordReader& r, OpaqueAuth* auth) {
+  if (!r.word(&auth->flavor) || !r.word(&auth->length)) return AuthRead::kTruncated;
+  if (auth->length > kMaxAuthBytes) return AuthRead::kTooLong;
+  auth->body = r.opaque(auth->length);
+  return auth->body != nullptr ? AuthRead::kOk : AuthRead::kTruncated;
+}
+
 constexpr uint32_t kCall = 0;
 constexpr uint32_t kReply = 1;
 constexpr uint32_t kRpcVersion = 2;
@@ -58,13 +69,22 @@ CallHeaderStatus decode_call_header(const char* record, size_t length, CallHeade
   if (!r.word(&h->prog) || !r.word(&h->vers) || !r.word(&h->proc)) {
     return CallHeaderStatus::kTruncated;
   }
-  if (!r.word(&h->cred_flavor) || !r.word(&h->cred_length)) return CallHeaderStatus::kTruncated;
-  if (h->cred_length > kMaxAuthBytes) return CallHeaderStatus::kBadCredential;
-  h->cred_body = r.opaque(h->cred_length);
-  if (h->cred_body == nullptr) return CallHeaderStatus::kTruncated;
-  if (!r.word(&h->verf_flavor) || !r.word(&h->verf_length)) return CallHeaderStatus::kTruncated;
-  if (h->verf_length > kMaxAuthBytes) return CallHeaderStatus::kBadVerifier;
-  if (r.opaque(h->verf_length) == nullptr) return CallHeaderStatus::kTruncated;
+  switch (read_auth(r, &h->cred)) {
+    case AuthRead::kOk:
+      break;
+    case AuthRead::kTruncated:
+      return CallHeaderStatus::kTruncated;
+    case AuthRead::kTooLong:
+      return CallHeaderStatus::kBadCredential;
+  }
+  switch (read_auth(r, &h->verf)) {
+    case AuthRead::kOk:
+      break;
+    case AuthRead::kTruncated:
+      return CallHeaderStatus::kTruncated;
+    case AuthRead::kTooLong:
+      return CallHeaderStatus::kBadVerifier;
+  }
   *args_offset = r.pos();
   return CallHeaderStatus::kOk;
 }
@@ -76,13 +96,7 @@ bool decode_reply_header(const char* record, size_t length, ReplyHeader* h,
   if (!r.word(&h->xid) || !r.word(&direction) || direction != kReply) return false;
   if (!r.word(&h->reply_stat)) return false;
   if (h->reply_stat == MSG_ACCEPTED) {
-    uint32_t verf_length = 0;
-    if (!r.word(&h->verf_flavor) || !r.word(&verf_length) || verf_length > kMaxAuthBytes) {
-      return false;
-    }
-    const char* verf_body = r.opaque(verf_length);
-    if (verf_body == nullptr || !r.word(&h->accept_stat)) return false;
-    h->verf_body = std::string_view(verf_body, verf_length);
+    if (read_auth(r, &h->verf) != AuthRead::kOk || !r.word(&h->accept_stat)) return false;
     if (h->accept_stat == PROG_MISMATCH &&
         (!r.word(&h->mismatch_low) || !r.word(&h->mismatch_high))) {
       return false;
@@ -103,15 +117,15 @@ bool decode_reply_header(const char* record, size_t length, ReplyHeader* h,
 
 bool decode_credential(const CallHeader& h, CallerCred* cred) {
   *cred = CallerCred{};
-  if (h.cred_flavor == AUTH_NONE) return true;
-  if (h.cred_flavor != AUTH_SYS) return false;
+  if (h.cred.flavor == AUTH_NONE) return true;
+  if (h.cred.flavor != AUTH_SYS) return false;
   char machine[256];
   gid_t gids[16];
   authunix_parms parms{};
   parms.aup_machname = machine;
   parms.aup_gids = gids;
   XDR x;
-  xdrmem_create(&x, const_cast<char*>(h.cred_body), h.cred_length, XDR_DECODE);
+  xdrmem_create(&x, const_cast<char*>(h.cred.body), h.cred.length, XDR_DECODE);
   if (!xdr_authunix_parms(&x, &parms)) return false;
   cred->auth_sys = true;
   cred->uid = parms.aup_uid;

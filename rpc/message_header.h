@@ -27,17 +27,25 @@ inline constexpr uint32_t kMaxAuthBytes = 400;  // RFC 5531: opaque_auth body<40
 inline constexpr uint32_t kAuthTls = 7;
 inline constexpr char kStartTlsVerifier[] = "STARTTLS";
 
+// RFC 5531 opaque_auth: a credential or a verifier.
+struct OpaqueAuth {
+  uint32_t flavor = 0;
+  uint32_t length = 0;  // as sent, also when over kMaxAuthBytes (for the refusal's log)
+  // Points into the record: length bytes. Null when the body was over the limit or cut.
+  const char* body = nullptr;
+  std::string_view bytes() const {
+    return body ? std::string_view(body, length) : std::string_view();
+  }
+};
+
 struct CallHeader {
   uint32_t xid = 0;
   uint32_t rpcvers = 0;
   uint32_t prog = 0;
   uint32_t vers = 0;
   uint32_t proc = 0;
-  uint32_t cred_flavor = 0;
-  const char* cred_body = nullptr;  // points into the record; cred_length bytes
-  uint32_t cred_length = 0;
-  uint32_t verf_flavor = 0;
-  uint32_t verf_length = 0;
+  OpaqueAuth cred;
+  OpaqueAuth verf;
 };
 
 // Who is calling, as the credential says.
@@ -78,9 +86,7 @@ struct ReplyHeader {
   uint32_t auth_stat = 0;     // when denied with AUTH_ERROR
   uint32_t mismatch_low = 0;  // PROG_MISMATCH or RPC_MISMATCH: the versions supported
   uint32_t mismatch_high = 0;
-  // When accepted: the verifier's flavor and body (points into the record).
-  uint32_t verf_flavor = 0;
-  std::string_view verf_body;
+  OpaqueAuth verf;  // when accepted
 };
 
 // Decodes the reply header at the start of record[0, length). Returns false if the record

@@ -66,7 +66,7 @@ void Server::dispatch(Connection& conn, std::vector<char>& record, Worker& w) {
   xdrmem_create(&out, w.out.data() + w.out_used + 4, static_cast<u_int>(options_.max_reply),
                 XDR_ENCODE);
   Refusal why = check_header(conn, header, call, record.size());
-  if (!why && call.cred_flavor == kAuthTls) {
+  if (!why && call.cred.flavor == kAuthTls) {
     // RFC 9289: the NULL procedure with AUTH_TLS asks to start TLS on this connection.
     // Refused (AUTH_BADCRED, as a server without TLS answers) for another procedure,
     // another program, a connection already under TLS, or a server without a certificate.
@@ -114,11 +114,11 @@ Server::Refusal Server::check_header(const Connection& conn, CallHeaderStatus he
       return {Refusal::Layout::kRpcMismatch, 0};
     case CallHeaderStatus::kBadCredential:
       ODAFS_LOG_WARN_THROTTLED("rpc call from %s: %u-byte credential (limit %u)", conn.peer.c_str(),
-                               call.cred_length, kMaxAuthBytes);
+                               call.cred.length, kMaxAuthBytes);
       return Refusal::auth(AUTH_BADCRED);
     case CallHeaderStatus::kBadVerifier:
       ODAFS_LOG_WARN_THROTTLED("rpc call from %s: %u-byte verifier (limit %u)", conn.peer.c_str(),
-                               call.verf_length, kMaxAuthBytes);
+                               call.verf.length, kMaxAuthBytes);
       return Refusal::auth(AUTH_BADVERF);
   }
   return Refusal::accepted(GARBAGE_ARGS);

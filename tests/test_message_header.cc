@@ -26,7 +26,7 @@ std::string words(const std::vector<uint32_t>& ws) {
 CallHeaderStatus decode(const std::string& record, CallHeader* h, size_t* args = nullptr) {
   size_t offset = 0;
   // A heap copy of exactly the record's size, so ASan catches any read past it. It lives
-  // until the next decode: h->cred_body points into it.
+  // until the next decode: h->cred.body points into it.
   static std::vector<char> exact;
   exact.assign(record.begin(), record.end());
   exact.shrink_to_fit();
@@ -48,9 +48,9 @@ TEST_CASE("a well-formed call: fields, credential body and where the arguments s
   CHECK(h.prog == 100);
   CHECK(h.vers == 1);
   CHECK(h.proc == 5);
-  CHECK(h.cred_flavor == 1);
-  CHECK(h.cred_length == 8);
-  CHECK(std::memcmp(h.cred_body, "\xaa\xaa\xaa\xaa", 4) == 0);
+  CHECK(h.cred.flavor == 1);
+  CHECK(h.cred.length == 8);
+  CHECK(std::memcmp(h.cred.body, "\xaa\xaa\xaa\xaa", 4) == 0);
   CHECK(args == rec.size() - 4);
 }
 

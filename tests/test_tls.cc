@@ -450,7 +450,7 @@ TEST_CASE("garbage and truncated TLS records after STARTTLS never stop the serve
     odafs::rpc::ReplyHeader h;
     size_t at = 0;
     REQUIRE(odafs::rpc::decode_reply_header(reply.data(), reply.size(), &h, &at));
-    REQUIRE(h.verf_body == std::string_view("STARTTLS"));
+    REQUIRE(h.verf.bytes() == std::string_view("STARTTLS"));
     if (round == 0) {
       const char junk[] = "GET / HTTP/1.0\r\n\r\nnot a tls record at all";
       send(fd, junk, sizeof junk, MSG_NOSIGNAL);
