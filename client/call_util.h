@@ -63,21 +63,19 @@ inline FileType file_type(const odafs_ftype& t) {
 }
 
 inline Attr to_attr(const odafs_fattr& a) {
-  Attr out;
-  out.type = file_type(a.type);
-  out.mode = a.mode;
-  out.nlink = a.nlink;
-  out.uid = a.uid;
-  out.gid = a.gid;
-  out.size = a.size;
-  out.used = a.used;
-  out.fileid = a.fileid;
-  out.file_generation = a.file_generation;
-  out.atime = timespec_of(a.atime);
-  out.mtime = timespec_of(a.mtime);
-  out.ctime = timespec_of(a.ctime);
-  out.rdev = makedev(a.rdev.major, a.rdev.minor);
-  return out;
+  return Attr{.type = file_type(a.type),
+              .mode = a.mode,
+              .nlink = a.nlink,
+              .uid = a.uid,
+              .gid = a.gid,
+              .size = a.size,
+              .used = a.used,
+              .fileid = a.fileid,
+              .file_generation = a.file_generation,
+              .atime = timespec_of(a.atime),
+              .mtime = timespec_of(a.mtime),
+              .ctime = timespec_of(a.ctime),
+              .rdev = makedev(a.rdev.major, a.rdev.minor)};
 }
 
 inline void put_fh(char* dst, const Handle& h) { std::memcpy(dst, h.data(), h.size()); }
