@@ -66,8 +66,8 @@ class VerbsEngineClient final : public EngineClient {
   Fault check(const ReadOp& op) const;
 
   struct Registered {
-    std::shared_ptr<Link> link;  // the region lives in its protection domain
-    ibv_mr* mr = nullptr;
+    std::shared_ptr<Link> link;  // the region lives in its protection domain: freed after it
+    MemoryRegion mr;
   };
 
   net::Endpoint engine_;
@@ -165,21 +165,23 @@ void VerbsEngineClient::replace_link() {
 
 uint32_t VerbsEngineClient::register_buffer(void* base, size_t length) {
   std::shared_ptr<Link> l = link();
-  Registered r{l, register_memory(
-                      l->pd(), base, length,
-                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)};
+  MemoryRegion mr =
+      register_memory(l->pd(), base, length,
+                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  const bool registered = mr != nullptr;
+  const uint32_t rkey = registered ? mr->rkey : 0;
   uint32_t id;
   {
     std::lock_guard lock(buffers_mu_);
     id = next_buffer_++;
-    buffers_[id] = r;
+    buffers_[id] = Registered{l, std::move(mr)};
   }
-  if (r.mr == nullptr) return id;  // the engine never learns it: its transfer fails
+  if (!registered) return id;  // the engine never learns it: its transfer fails
   Message m = make_message(MessageKind::kRegister);
   m.id.set(id);
   m.addr.set(reinterpret_cast<uint64_t>(base));
   m.length.set(length);
-  m.rkey.set(r.mr->rkey);
+  m.rkey.set(rkey);
   Deadline deadline(options_.timeout_ms);
   int slot = l->acquire(deadline.get());
   if (slot >= 0) {
@@ -195,7 +197,7 @@ void VerbsEngineClient::unregister_buffer(uint32_t id) {
     std::lock_guard lock(buffers_mu_);
     auto it = buffers_.find(id);
     if (it == buffers_.end()) return;
-    r = it->second;
+    r = std::move(it->second);
     buffers_.erase(it);
   }
   if (r.mr == nullptr) return;
@@ -207,7 +209,7 @@ void VerbsEngineClient::unregister_buffer(uint32_t id) {
     r.link->send(slot, m, deadline.get());
     r.link->release(slot);
   }
-  ibv_dereg_mr(r.mr);  // after the engine was told: it can no longer write here
+  r.mr.reset();  // after the engine was told: it can no longer write here
 }
 
 Result<Fault> VerbsEngineClient::direct(const std::function<Status(uint32_t tag)>& call,

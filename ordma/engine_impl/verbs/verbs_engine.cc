@@ -47,27 +47,24 @@ VerbsEngine::VerbsEngine(const EngineOptions& options, ExportedMemory memory)
       generations_(new Be64[memory.segments]),
       segments_(new SegmentState[memory.segments]) {
   for (size_t i = 0; i < memory.segments; ++i) generations_[i].set(1);
-  try {
-    open_device();
-  } catch (...) {
-    release_device();
-    throw;
-  }
+  open_device();  // what it made before a throw, its members free
 }
 
 void VerbsEngine::open_device() {
-  cm_channel_ = rdma_create_event_channel();
+  cm_channel_.reset(rdma_create_event_channel());
   if (cm_channel_ == nullptr) fail(errno, "rdma_create_event_channel");
-  if (rdma_create_id(cm_channel_, &listener_, nullptr, RDMA_PS_TCP) != 0) {
+  rdma_cm_id* listener = nullptr;
+  if (rdma_create_id(cm_channel_.get(), &listener, nullptr, RDMA_PS_TCP) != 0) {
     fail(errno, "rdma_create_id");
   }
+  listener_.reset(listener);
   rdma_addrinfo* where = resolve(options_.listen, true);
-  int bound = rdma_bind_addr(listener_, where->ai_src_addr);
+  int bound = rdma_bind_addr(listener, where->ai_src_addr);
   int bind_errno = errno;
   rdma_freeaddrinfo(where);
   if (bound != 0) fail(bind_errno, "cannot bind " + options_.listen.to_string());
-  if (rdma_listen(listener_, 128) != 0) fail(errno, "rdma_listen");
-  endpoint_ = options_.listen.host + ":" + std::to_string(ntohs(rdma_get_src_port(listener_)));
+  if (rdma_listen(listener, 128) != 0) fail(errno, "rdma_listen");
+  endpoint_ = options_.listen.host + ":" + std::to_string(ntohs(rdma_get_src_port(listener)));
 
   // The device: the one bound to the listening address, else the one named, else the first.
   ctx_ = listener_->verbs;
@@ -89,24 +86,24 @@ void VerbsEngine::open_device() {
   responder_resources_ = static_cast<uint8_t>(std::clamp(attr.max_qp_rd_atom, 1, 16));
   initiator_depth_ = static_cast<uint8_t>(std::clamp(attr.max_qp_init_rd_atom, 1, 16));
 
-  pd_ = ibv_alloc_pd(ctx_);
+  pd_.reset(ibv_alloc_pd(ctx_));
   if (pd_ == nullptr) fail(errno, "ibv_alloc_pd");
   windows_ = has_type2_windows(ctx_);
   const size_t arena = memory_.segment_bytes * memory_.segments;
   const size_t words = sizeof(Be64) * memory_.segments;
   if (windows_) {
     // Nothing remote through the region itself: only windows bound over it are readable.
-    arena_mr_ = register_memory(pd_, const_cast<std::byte*>(memory_.base), arena,
+    arena_mr_ = register_memory(pd_.get(), const_cast<std::byte*>(memory_.base), arena,
                                 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
     if (arena_mr_ == nullptr) fail(errno, "registering the exported memory");
-    generations_mr_ = register_memory(pd_, generations_.get(), words, IBV_ACCESS_REMOTE_READ);
+    generations_mr_ = register_memory(pd_.get(), generations_.get(), words, IBV_ACCESS_REMOTE_READ);
     if (generations_mr_ == nullptr) fail(errno, "registering the generation words");
   }
-  recv_channel_ = ibv_create_comp_channel(ctx_);
+  recv_channel_.reset(ibv_create_comp_channel(ctx_));
   if (recv_channel_ == nullptr) fail(errno, "ibv_create_comp_channel");
-  recv_cq_ = ibv_create_cq(ctx_, kRecvSlots * 256, nullptr, recv_channel_, 0);
+  recv_cq_.reset(ibv_create_cq(ctx_, kRecvSlots * 256, nullptr, recv_channel_.get(), 0));
   if (recv_cq_ == nullptr) fail(errno, "ibv_create_cq");
-  if (ibv_req_notify_cq(recv_cq_, 0) != 0) fail(errno, "ibv_req_notify_cq");
+  if (ibv_req_notify_cq(recv_cq_.get(), 0) != 0) fail(errno, "ibv_req_notify_cq");
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) fail(errno, "eventfd");
   ODAFS_LOG_INFO(
@@ -116,25 +113,7 @@ void VerbsEngine::open_device() {
 
 VerbsEngine::~VerbsEngine() {
   stop();
-  release_device();
-}
-
-void VerbsEngine::release_device() {
-  if (generations_mr_) ibv_dereg_mr(generations_mr_);
-  if (arena_mr_) ibv_dereg_mr(arena_mr_);
-  if (recv_cq_) ibv_destroy_cq(recv_cq_);
-  if (recv_channel_) ibv_destroy_comp_channel(recv_channel_);
-  if (pd_) ibv_dealloc_pd(pd_);
-  if (listener_) rdma_destroy_id(listener_);
-  if (cm_channel_) rdma_destroy_event_channel(cm_channel_);
   if (wake_fd_ >= 0) ::close(wake_fd_);
-  generations_mr_ = arena_mr_ = nullptr;
-  recv_cq_ = nullptr;
-  recv_channel_ = nullptr;
-  pd_ = nullptr;
-  listener_ = nullptr;
-  cm_channel_ = nullptr;
-  wake_fd_ = -1;
 }
 
 void VerbsEngine::start() {
@@ -178,7 +157,7 @@ bool VerbsEngine::export_segment(uint32_t segment, uint32_t length, uint64_t ses
   if (s.locked) return false;
   std::lock_guard wl(c->windows_mu);
   if (c->dead) return false;
-  Window& w = c->windows[segment];
+  Window& w = c->v.windows[segment];
   if (!w.bound || w.length != length) {
     if (w.bound) invalidate(*c, w);
     if (!bind(*c, segment, length, w)) return false;
@@ -202,7 +181,7 @@ bool VerbsEngine::bind(Conn& c, uint32_t segment, uint32_t length, Window& w) {
   std::byte* addr = const_cast<std::byte*>(memory_.base) + size_t{segment} * memory_.segment_bytes;
   if (windows_) {
     if (w.mw == nullptr) {
-      w.mw = ibv_alloc_mw(c.pd, IBV_MW_TYPE_2);
+      w.mw.reset(ibv_alloc_mw(c.v.pd, IBV_MW_TYPE_2));
       if (w.mw == nullptr) return false;
       w.rkey = w.mw->rkey;
     }
@@ -211,20 +190,20 @@ bool VerbsEngine::bind(Conn& c, uint32_t segment, uint32_t length, Window& w) {
     ibv_send_wr wr{};
     wr.wr_id = segment;
     wr.opcode = IBV_WR_BIND_MW;
-    wr.bind_mw.mw = w.mw;
+    wr.bind_mw.mw = w.mw.get();
     wr.bind_mw.rkey = key;
-    wr.bind_mw.bind_info.mr = arena_mr_;
+    wr.bind_mw.bind_info.mr = arena_mr_.get();
     wr.bind_mw.bind_info.addr = reinterpret_cast<uint64_t>(addr);
     wr.bind_mw.bind_info.length = length;
     wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_READ;
     std::lock_guard send(c.send_mu);
-    if (post_and_wait(c.cm->qp, c.send_cq, &wr, kSendTimeoutMs) != IBV_WC_SUCCESS) {
-      rdma_disconnect(c.cm);  // stuck or failed: nothing may use it any more
+    if (post_and_wait(c.v.cm->qp, c.v.send_cq.get(), &wr, kSendTimeoutMs) != IBV_WC_SUCCESS) {
+      rdma_disconnect(c.v.cm.get());  // stuck or failed: nothing may use it any more
       return false;
     }
     w.rkey = key;
   } else {
-    w.mr = register_memory(c.pd, addr, length, IBV_ACCESS_REMOTE_READ);
+    w.mr = register_memory(c.v.pd, addr, length, IBV_ACCESS_REMOTE_READ);
     if (w.mr == nullptr) return false;
     w.rkey = w.mr->rkey;
   }
@@ -240,8 +219,7 @@ void VerbsEngine::invalidate(Conn& c, Window& w) {
   w.bound = false;
   invalidations_.fetch_add(1, std::memory_order_relaxed);
   if (!windows_) {
-    ibv_dereg_mr(w.mr);  // synchronous: no access through its key after this returns
-    w.mr = nullptr;
+    w.mr.reset();  // synchronous: no access through its key after this returns
     return;
   }
   ibv_send_wr wr{};
@@ -249,10 +227,10 @@ void VerbsEngine::invalidate(Conn& c, Window& w) {
   wr.opcode = IBV_WR_LOCAL_INV;
   wr.invalidate_rkey = w.rkey;
   std::lock_guard send(c.send_mu);
-  if (post_and_wait(c.cm->qp, c.send_cq, &wr, kSendTimeoutMs) != IBV_WC_SUCCESS) {
+  if (post_and_wait(c.v.cm->qp, c.v.send_cq.get(), &wr, kSendTimeoutMs) != IBV_WC_SUCCESS) {
     // The queue pair failed (then nothing reads through it) or is stuck: disconnecting
     // moves it to the error state, which ends every access through its windows.
-    rdma_disconnect(c.cm);
+    rdma_disconnect(c.v.cm.get());
   }
 }
 
@@ -260,8 +238,8 @@ void VerbsEngine::invalidate_all(SegmentState& s, uint32_t segment) {
   for (Conn* c : s.bound) {
     std::lock_guard wl(c->windows_mu);
     if (c->dead) continue;
-    auto it = c->windows.find(segment);
-    if (it != c->windows.end()) invalidate(*c, it->second);
+    auto it = c->v.windows.find(segment);
+    if (it != c->v.windows.end()) invalidate(*c, it->second);
   }
   s.bound.clear();
 }
@@ -293,38 +271,24 @@ void VerbsEngine::end_write(uint32_t segment) {
 
 bool VerbsEngine::send_locked(Conn& c, const Message& m) {
   if (c.dead) return false;
-  std::memcpy(&c.messages->send, &m, sizeof m);
-  ibv_sge sge{reinterpret_cast<uint64_t>(&c.messages->send), sizeof(Message), c.messages_mr->lkey};
+  std::memcpy(&c.v.messages->send, &m, sizeof m);
+  ibv_sge sge{reinterpret_cast<uint64_t>(&c.v.messages->send), sizeof(Message),
+              c.v.messages_mr->lkey};
   ibv_send_wr wr{};
   wr.wr_id = 0;
   wr.opcode = IBV_WR_SEND;
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  if (post_and_wait(c.cm->qp, c.send_cq, &wr, kSendTimeoutMs) == IBV_WC_SUCCESS) return true;
-  rdma_disconnect(c.cm);
+  if (post_and_wait(c.v.cm->qp, c.v.send_cq.get(), &wr, kSendTimeoutMs) == IBV_WC_SUCCESS)
+    return true;
+  rdma_disconnect(c.v.cm.get());
   return false;
 }
 
 void VerbsEngine::release_conn(Conn& c) {
   std::lock_guard wl(c.windows_mu);
   std::lock_guard send(c.send_mu);
-  if (c.qp_created) rdma_destroy_qp(c.cm);
-  c.qp_created = false;
-  for (auto& [segment, w] : c.windows) {
-    if (w.mw) ibv_dealloc_mw(w.mw);
-    if (w.mr) ibv_dereg_mr(w.mr);
-  }
-  c.windows.clear();
-  if (c.bounce_mr) ibv_dereg_mr(c.bounce_mr);
-  if (c.messages_mr) ibv_dereg_mr(c.messages_mr);
-  if (c.generations_mr) ibv_dereg_mr(c.generations_mr);
-  if (c.send_cq) ibv_destroy_cq(c.send_cq);
-  if (c.own_pd && c.pd) ibv_dealloc_pd(c.pd);
-  c.bounce_mr = c.messages_mr = c.generations_mr = nullptr;
-  c.send_cq = nullptr;
-  c.pd = nullptr;
-  if (c.cm) rdma_destroy_id(c.cm);
-  c.cm = nullptr;
+  ConnVerbs gone = std::exchange(c.v, ConnVerbs{});  // freed here, in ConnVerbs' order
 }
 
 }  // namespace verbs

@@ -24,12 +24,12 @@ bool VerbsEngine::find_buffer(Conn& c, uint32_t id, RemoteBuffer* out) {
 }
 
 bool VerbsEngine::ensure_bounce(Conn& c, size_t bytes) {
-  if (c.bounce.size() >= bytes && c.bounce_mr != nullptr) return true;
-  if (c.bounce_mr) ibv_dereg_mr(c.bounce_mr);
-  c.bounce_mr = nullptr;
-  c.bounce.assign(std::max<size_t>(bytes, 64 * 1024), 0);
-  c.bounce_mr = register_memory(c.pd, c.bounce.data(), c.bounce.size(), IBV_ACCESS_LOCAL_WRITE);
-  return c.bounce_mr != nullptr;
+  ConnVerbs& v = c.v;
+  if (v.bounce.size() >= bytes && v.bounce_mr != nullptr) return true;
+  v.bounce_mr.reset();  // before the memory it registered moves
+  v.bounce.assign(std::max<size_t>(bytes, 64 * 1024), 0);
+  v.bounce_mr = register_memory(v.pd, v.bounce.data(), v.bounce.size(), IBV_ACCESS_LOCAL_WRITE);
+  return v.bounce_mr != nullptr;
 }
 
 Fault VerbsEngine::send_done(Conn& c, MessageKind kind, uint32_t tag, uint32_t value) {
@@ -57,9 +57,9 @@ Fault VerbsEngine::transfer(uint64_t session, uint32_t buffer, uint32_t offset, 
     return to_client && refused == Fault::kNone ? Fault::kNone : Fault::kOutOfBounds;
   }
   if (c->dead || !ensure_bounce(*c, length)) return Fault::kTransport;
-  if (to_client) bytes(c->bounce.data());
+  if (to_client) bytes(c->v.bounce.data());
   if (length > 0) {
-    ibv_sge sge{reinterpret_cast<uint64_t>(c->bounce.data()), length, c->bounce_mr->lkey};
+    ibv_sge sge{reinterpret_cast<uint64_t>(c->v.bounce.data()), length, c->v.bounce_mr->lkey};
     ibv_send_wr wr{};
     wr.wr_id = tag;
     wr.opcode = to_client ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
@@ -67,12 +67,13 @@ Fault VerbsEngine::transfer(uint64_t session, uint32_t buffer, uint32_t offset, 
     wr.num_sge = 1;
     wr.wr.rdma.remote_addr = rb.addr + offset;
     wr.wr.rdma.rkey = rb.rkey;
-    if (post_and_wait(c->cm->qp, c->send_cq, &wr, std::max(timeout_ms, 1)) != IBV_WC_SUCCESS) {
-      rdma_disconnect(c->cm);
+    if (post_and_wait(c->v.cm->qp, c->v.send_cq.get(), &wr, std::max(timeout_ms, 1)) !=
+        IBV_WC_SUCCESS) {
+      rdma_disconnect(c->v.cm.get());
       return Fault::kTransport;
     }
   }
-  if (!to_client) bytes(c->bounce.data());
+  if (!to_client) bytes(c->v.bounce.data());
   // Ordered after the data on the queue pair: the client's wait ends once the bytes are in
   // place (a push) or taken (a pull).
   return send_done(*c, to_client ? MessageKind::kPushDone : MessageKind::kPullDone, tag, length);

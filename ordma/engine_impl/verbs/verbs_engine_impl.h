@@ -30,6 +30,7 @@
 
 #include "base/endian.h"
 #include "ordma/engine.h"
+#include "ordma/engine_impl/verbs/verbs_support.h"
 #include "ordma/engine_impl/verbs/verbs_wire.h"
 #include "ordma/session.h"
 
@@ -45,8 +46,8 @@ inline constexpr int kSweepMs = 250;             // handshake timeouts are check
 // One block's key for one session: a type-2 window bound to the session's queue pair, or a
 // region in the session's protection domain.
 struct Window {
-  ibv_mw* mw = nullptr;
-  ibv_mr* mr = nullptr;
+  MemoryWindow mw;
+  MemoryRegion mr;
   uint32_t rkey = 0;
   uint32_t length = 0;
   bool bound = false;
@@ -65,29 +66,36 @@ struct MessageArea {
   Message send;
 };
 
+// A connection's verbs objects, declared in the order they are made: freeing them is
+// destroying this (in reverse: the queue pair first, the rdma_cm id last).
+struct ConnVerbs {
+  CmId cm;
+  ProtectionDomain own_pd;  // regions only: the connection's own
+  ibv_pd* pd = nullptr;     // own_pd's, or the engine's (windows)
+  CompletionQueue send_cq;  // polled by whoever holds the Conn's send_mu
+  std::unique_ptr<MessageArea> messages;
+  MemoryRegion messages_mr;
+  MemoryRegion generations_mr;  // regions only: the generation words in this pd
+  std::vector<char> bounce;     // direct transfers' staging; under send_mu
+  MemoryRegion bounce_mr;
+  std::unordered_map<uint32_t, Window> windows;  // under the Conn's windows_mu
+  QueuePair qp;                                  // cm's, once rdma_create_qp succeeded
+};
+
 struct Conn {
   uint64_t id = 0;  // names the connection in receive work request ids
-  rdma_cm_id* cm = nullptr;
-  ibv_pd* pd = nullptr;  // the engine's (windows) or its own (regions)
-  bool own_pd = false;
-  ibv_cq* send_cq = nullptr;  // polled by whoever holds send_mu
-  std::unique_ptr<MessageArea> messages;
-  ibv_mr* messages_mr = nullptr;
-  ibv_mr* generations_mr = nullptr;  // regions only: the generation words in this pd
   Nonce nonce{};
   int64_t accepted_ms = 0;
-  bool qp_created = false;
 
   std::atomic<bool> authenticated{false};
   uint64_t session = 0;  // set once, before authenticated
 
   std::mutex windows_mu;
   bool dead = false;  // under windows_mu (and read under send_mu after teardown began)
-  std::unordered_map<uint32_t, Window> windows;
-
   std::mutex send_mu;
-  std::vector<char> bounce;  // direct transfers' staging; under send_mu
-  ibv_mr* bounce_mr = nullptr;
+  // Under windows_mu and send_mu to free (release_conn); its fields read under the one that
+  // guards them, once the connection is accepted.
+  ConnVerbs v;
 
   std::mutex buffers_mu;
   std::condition_variable buffers_cv;
@@ -131,7 +139,6 @@ class VerbsEngine final : public Engine {
  private:
   // verbs_engine.cc
   void open_device();
-  void release_device();  // what open_device() got; idempotent
   std::shared_ptr<Conn> by_session(uint64_t session);
   // REQUIRES: the segment's mutex and c.windows_mu held, c not dead.
   bool bind(Conn& c, uint32_t segment, uint32_t length, Window& w);
@@ -173,16 +180,17 @@ class VerbsEngine final : public Engine {
   std::atomic<uint64_t> invalidations_{0};
   std::string endpoint_;
 
-  rdma_event_channel* cm_channel_ = nullptr;
-  rdma_cm_id* listener_ = nullptr;
-  ibv_context* ctx_ = nullptr;
-  ibv_pd* pd_ = nullptr;
-  bool windows_ = false;        // type-2 windows; else a region per block and session
-  ibv_mr* arena_mr_ = nullptr;  // windows only: the exported memory, bindable
+  // Declared in the order they are made: the destructor frees them in reverse.
+  EventChannel cm_channel_;
+  CmId listener_;
+  ibv_context* ctx_ = nullptr;  // the listener's device (rdma_cm owns it)
+  ProtectionDomain pd_;
+  bool windows_ = false;   // type-2 windows; else a region per block and session
+  MemoryRegion arena_mr_;  // windows only: the exported memory, bindable
   std::unique_ptr<Be64[]> generations_;
-  ibv_mr* generations_mr_ = nullptr;  // windows only (regions register per connection)
-  ibv_comp_channel* recv_channel_ = nullptr;
-  ibv_cq* recv_cq_ = nullptr;  // every connection's receives; the service thread polls it
+  MemoryRegion generations_mr_;  // windows only (regions register per connection)
+  CompletionChannel recv_channel_;
+  CompletionQueue recv_cq_;  // every connection's receives; the service thread polls it
   uint8_t responder_resources_ = 1;
   uint8_t initiator_depth_ = 1;
   std::unique_ptr<SegmentState[]> segments_;

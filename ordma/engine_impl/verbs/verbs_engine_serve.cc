@@ -34,16 +34,16 @@ void VerbsEngine::serve() {
       break;
     }
     rdma_cm_event* event = nullptr;
-    while (rdma_get_cm_event(cm_channel_, &event) == 0) on_cm_event(event);
+    while (rdma_get_cm_event(cm_channel_.get(), &event) == 0) on_cm_event(event);
     ibv_cq* cq = nullptr;
     void* context = nullptr;
-    while (ibv_get_cq_event(recv_channel_, &cq, &context) == 0) {
+    while (ibv_get_cq_event(recv_channel_.get(), &cq, &context) == 0) {
       ibv_ack_cq_events(cq, 1);
       ibv_req_notify_cq(cq, 0);
     }
     ibv_wc wcs[16];
     int n;
-    while ((n = ibv_poll_cq(recv_cq_, 16, wcs)) > 0) {
+    while ((n = ibv_poll_cq(recv_cq_.get(), 16, wcs)) > 0) {
       for (int i = 0; i < n; ++i) on_receive(wcs[i]);
     }
     sweep_handshakes();
@@ -94,7 +94,7 @@ void VerbsEngine::on_connect_request(rdma_cm_event* event) {
     counter.fetch_add(1, std::memory_order_relaxed);
     ODAFS_LOG_WARN_THROTTLED("verbs engine: connection refused: %s", why);
     rdma_reject(id, nullptr, 0);
-    rdma_destroy_id(id);
+    CmId refused(id);
   };
   if (!ours) return refuse(stats_.bad_handshakes, "not an odafs client");
   if (id->verbs != ctx_) return refuse(stats_.refused, "arrived on another device");
@@ -106,38 +106,41 @@ void VerbsEngine::on_connect_request(rdma_cm_event* event) {
   }
   auto c = std::make_shared<Conn>();
   c->id = next_conn_id_++;
-  c->cm = id;
+  c->v.cm.reset(id);
   c->accepted_ms = now_ms();
   auto give_up = [&](const char* what) {
     ODAFS_LOG_WARN("verbs engine: cannot accept a connection: %s: %s", what, std::strerror(errno));
     rdma_reject(id, nullptr, 0);
     release_conn(*c);  // destroys id too
   };
-  c->own_pd = !windows_;
-  c->pd = windows_ ? pd_ : ibv_alloc_pd(ctx_);
-  if (c->pd == nullptr) return give_up("ibv_alloc_pd");
-  c->send_cq = ibv_create_cq(ctx_, 64, nullptr, nullptr, 0);
-  if (c->send_cq == nullptr) return give_up("ibv_create_cq");
+  ConnVerbs& v = c->v;
+  if (!windows_) {
+    v.own_pd.reset(ibv_alloc_pd(ctx_));
+    if (v.own_pd == nullptr) return give_up("ibv_alloc_pd");
+  }
+  v.pd = windows_ ? pd_.get() : v.own_pd.get();
+  v.send_cq.reset(ibv_create_cq(ctx_, 64, nullptr, nullptr, 0));
+  if (v.send_cq == nullptr) return give_up("ibv_create_cq");
   ibv_qp_init_attr qa{};
-  qa.send_cq = c->send_cq;
-  qa.recv_cq = recv_cq_;
+  qa.send_cq = v.send_cq.get();
+  qa.recv_cq = recv_cq_.get();
   qa.qp_type = IBV_QPT_RC;
   qa.cap.max_send_wr = 32;
   qa.cap.max_recv_wr = kRecvSlots;
   qa.cap.max_send_sge = 1;
   qa.cap.max_recv_sge = 1;
-  if (rdma_create_qp(id, c->pd, &qa) != 0) return give_up("rdma_create_qp");
-  c->qp_created = true;
-  c->messages = std::make_unique<MessageArea>();
-  c->messages_mr =
-      register_memory(c->pd, c->messages.get(), sizeof(MessageArea), IBV_ACCESS_LOCAL_WRITE);
-  if (c->messages_mr == nullptr) return give_up("registering message buffers");
-  ibv_mr* generations = generations_mr_;
+  if (rdma_create_qp(id, v.pd, &qa) != 0) return give_up("rdma_create_qp");
+  v.qp.reset(id);
+  v.messages = std::make_unique<MessageArea>();
+  v.messages_mr =
+      register_memory(v.pd, v.messages.get(), sizeof(MessageArea), IBV_ACCESS_LOCAL_WRITE);
+  if (v.messages_mr == nullptr) return give_up("registering message buffers");
+  ibv_mr* generations = generations_mr_.get();
   if (!windows_) {
-    c->generations_mr = register_memory(c->pd, generations_.get(), sizeof(Be64) * memory_.segments,
-                                        IBV_ACCESS_REMOTE_READ);
-    if (c->generations_mr == nullptr) return give_up("registering the generation words");
-    generations = c->generations_mr;
+    v.generations_mr = register_memory(v.pd, generations_.get(), sizeof(Be64) * memory_.segments,
+                                       IBV_ACCESS_REMOTE_READ);
+    if (v.generations_mr == nullptr) return give_up("registering the generation words");
+    generations = v.generations_mr.get();
   }
   for (int slot = 0; slot < kRecvSlots; ++slot) post_receive(*c, slot);
   if (RAND_bytes(c->nonce.data(), static_cast<int>(c->nonce.size())) != 1) {
@@ -170,14 +173,14 @@ void VerbsEngine::on_connect_request(rdma_cm_event* event) {
 }
 
 void VerbsEngine::post_receive(Conn& c, int slot) {
-  ibv_sge sge{reinterpret_cast<uint64_t>(&c.messages->recv[slot]), sizeof(Message),
-              c.messages_mr->lkey};
+  ibv_sge sge{reinterpret_cast<uint64_t>(&c.v.messages->recv[slot]), sizeof(Message),
+              c.v.messages_mr->lkey};
   ibv_recv_wr wr{};
   wr.wr_id = (c.id << 8) | static_cast<uint64_t>(slot);
   wr.sg_list = &sge;
   wr.num_sge = 1;
   ibv_recv_wr* bad = nullptr;
-  ibv_post_recv(c.cm->qp, &wr, &bad);  // fails only on a dead queue pair: nothing to do
+  ibv_post_recv(c.v.cm->qp, &wr, &bad);  // fails only on a dead queue pair: nothing to do
 }
 
 void VerbsEngine::on_receive(const ibv_wc& wc) {
@@ -191,7 +194,7 @@ void VerbsEngine::on_receive(const ibv_wc& wc) {
   if (!c) return;
   const int slot = static_cast<int>(wc.wr_id & 0xff);
   Message m;
-  std::memcpy(&m, &c->messages->recv[slot], sizeof m);
+  std::memcpy(&m, &c->v.messages->recv[slot], sizeof m);
   post_receive(*c, slot);
   const auto kind = static_cast<MessageKind>(m.kind.get());
   if (!c->authenticated.load()) {
@@ -202,7 +205,7 @@ void VerbsEngine::on_receive(const ibv_wc& wc) {
         !sessions_.verify(m.session.get(), c->nonce, proof)) {
       stats_.bad_handshakes.fetch_add(1, std::memory_order_relaxed);
       ODAFS_LOG_WARN_THROTTLED("verbs engine: a client failed the %s", "session proof");
-      rdma_disconnect(c->cm);
+      rdma_disconnect(c->v.cm.get());
       return;
     }
     c->session = m.session.get();
@@ -217,7 +220,7 @@ void VerbsEngine::on_receive(const ibv_wc& wc) {
   }
   if (wc.byte_len != sizeof m) {
     stats_.bad_frames.fetch_add(1, std::memory_order_relaxed);
-    rdma_disconnect(c->cm);
+    rdma_disconnect(c->v.cm.get());
     return;
   }
   switch (kind) {
@@ -234,7 +237,7 @@ void VerbsEngine::on_receive(const ibv_wc& wc) {
     }
     default:
       stats_.bad_frames.fetch_add(1, std::memory_order_relaxed);
-      rdma_disconnect(c->cm);
+      rdma_disconnect(c->v.cm.get());
       break;
   }
 }
@@ -247,7 +250,7 @@ void VerbsEngine::sweep_handshakes() {
         c->accepted_ms != 0) {
       c->accepted_ms = 0;  // once
       stats_.handshake_timeouts.fetch_add(1, std::memory_order_relaxed);
-      rdma_disconnect(c->cm);  // its DISCONNECTED event tears it down
+      rdma_disconnect(c->v.cm.get());  // its DISCONNECTED event tears it down
     }
   }
 }
@@ -263,7 +266,7 @@ void VerbsEngine::teardown(const std::shared_ptr<Conn>& c) {
   {
     std::lock_guard wl(c->windows_mu);
     c->dead = true;
-    for (auto& [segment, w] : c->windows) segments.push_back(segment);
+    for (auto& [segment, w] : c->v.windows) segments.push_back(segment);
   }
   for (uint32_t segment : segments) {
     SegmentState& s = segments_[segment];
@@ -275,7 +278,7 @@ void VerbsEngine::teardown(const std::shared_ptr<Conn>& c) {
     c->buffers.clear();
     c->buffers_cv.notify_all();
   }
-  rdma_disconnect(c->cm);  // ends every access through its windows, if still connected
+  rdma_disconnect(c->v.cm.get());  // ends every access through its windows, if still connected
   release_conn(*c);
 }
 

@@ -21,54 +21,61 @@ Link::Link(const net::Endpoint& engine, const Session& session, const EngineClie
   try {
     setup(engine, session, options.timeout_ms);
   } catch (...) {
-    release_resources();
+    shut_down();  // then the members free what setup made
     throw;
   }
 }
 
-Link::~Link() { release_resources(); }
+Link::~Link() { shut_down(); }
+
+void StagingUnmapper::operator()(Staging* staging) const { ::munmap(staging, sizeof(Staging)); }
 
 void Link::setup(const net::Endpoint& engine, const Session& session, int timeout_ms) {
   Deadline deadline(timeout_ms);
-  cm_channel_ = rdma_create_event_channel();
+  cm_channel_.reset(rdma_create_event_channel());
   if (cm_channel_ == nullptr) fail(errno, "rdma_create_event_channel");
-  if (rdma_create_id(cm_channel_, &id_, nullptr, RDMA_PS_TCP) != 0) fail(errno, "rdma_create_id");
+  rdma_cm_id* id = nullptr;
+  if (rdma_create_id(cm_channel_.get(), &id, nullptr, RDMA_PS_TCP) != 0) {
+    fail(errno, "rdma_create_id");
+  }
+  id_.reset(id);
   rdma_addrinfo* where = resolve(engine, false);
-  int r = rdma_resolve_addr(id_, nullptr, where->ai_dst_addr, std::max(timeout_ms, 1000));
+  int r = rdma_resolve_addr(id, nullptr, where->ai_dst_addr, std::max(timeout_ms, 1000));
   int resolve_errno = errno;
   rdma_freeaddrinfo(where);
   if (r != 0) fail(resolve_errno, "rdma_resolve_addr " + engine.to_string());
-  rdma_ack_cm_event(expect_event(cm_channel_, RDMA_CM_EVENT_ADDR_RESOLVED, timeout_ms));
-  if (rdma_resolve_route(id_, std::max(timeout_ms, 1000)) != 0) fail(errno, "rdma_resolve_route");
-  rdma_ack_cm_event(expect_event(cm_channel_, RDMA_CM_EVENT_ROUTE_RESOLVED, timeout_ms));
+  rdma_ack_cm_event(expect_event(cm_channel_.get(), RDMA_CM_EVENT_ADDR_RESOLVED, timeout_ms));
+  if (rdma_resolve_route(id, std::max(timeout_ms, 1000)) != 0) fail(errno, "rdma_resolve_route");
+  rdma_ack_cm_event(expect_event(cm_channel_.get(), RDMA_CM_EVENT_ROUTE_RESOLVED, timeout_ms));
 
-  pd_ = ibv_alloc_pd(id_->verbs);
+  pd_.reset(ibv_alloc_pd(id->verbs));
   if (pd_ == nullptr) fail(errno, "ibv_alloc_pd");
-  channel_ = ibv_create_comp_channel(id_->verbs);
+  channel_.reset(ibv_create_comp_channel(id->verbs));
   if (channel_ == nullptr) fail(errno, "ibv_create_comp_channel");
-  cq_ = ibv_create_cq(id_->verbs, 2 * kSlots + kClientRecvSlots + 8, nullptr, channel_, 0);
+  cq_.reset(
+      ibv_create_cq(id->verbs, 2 * kSlots + kClientRecvSlots + 8, nullptr, channel_.get(), 0));
   if (cq_ == nullptr) fail(errno, "ibv_create_cq");
-  if (ibv_req_notify_cq(cq_, 0) != 0) fail(errno, "ibv_req_notify_cq");
+  if (ibv_req_notify_cq(cq_.get(), 0) != 0) fail(errno, "ibv_req_notify_cq");
   ibv_qp_init_attr qa{};
-  qa.send_cq = cq_;
-  qa.recv_cq = cq_;
+  qa.send_cq = cq_.get();
+  qa.recv_cq = cq_.get();
   qa.qp_type = IBV_QPT_RC;
   qa.cap.max_send_wr = 2 * kSlots;
   qa.cap.max_recv_wr = kClientRecvSlots;
   qa.cap.max_send_sge = 1;
   qa.cap.max_recv_sge = 1;
-  if (rdma_create_qp(id_, pd_, &qa) != 0) fail(errno, "rdma_create_qp");
-  qp_created_ = true;
   void* mem =
       ::mmap(nullptr, sizeof(Staging), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) fail(errno, "staging memory");
-  staging_ = static_cast<Staging*>(mem);
-  staging_mr_ = register_memory(pd_, staging_, sizeof(Staging), IBV_ACCESS_LOCAL_WRITE);
+  staging_.reset(static_cast<Staging*>(mem));
+  staging_mr_ = register_memory(pd_.get(), staging_.get(), sizeof(Staging), IBV_ACCESS_LOCAL_WRITE);
   if (staging_mr_ == nullptr) fail(errno, "registering staging memory");
+  if (rdma_create_qp(id, pd_.get(), &qa) != 0) fail(errno, "rdma_create_qp");
+  qp_.reset(id);
   for (int i = 0; i < kClientRecvSlots; ++i) post_receive(i);
 
   ibv_device_attr attr{};
-  if (ibv_query_device(id_->verbs, &attr) != 0) fail(errno, "ibv_query_device");
+  if (ibv_query_device(id->verbs, &attr) != 0) fail(errno, "ibv_query_device");
   ConnectRequest req{};
   req.magic.set(kMagic);
   req.version.set(kVersion);
@@ -79,8 +86,9 @@ void Link::setup(const net::Endpoint& engine, const Session& session, int timeou
   param.responder_resources = static_cast<uint8_t>(std::clamp(attr.max_qp_rd_atom, 1, 16));
   param.retry_count = 7;
   param.rnr_retry_count = 7;
-  if (rdma_connect(id_, &param) != 0) fail(errno, "rdma_connect " + engine.to_string());
-  rdma_cm_event* established = expect_event(cm_channel_, RDMA_CM_EVENT_ESTABLISHED, timeout_ms);
+  if (rdma_connect(id, &param) != 0) fail(errno, "rdma_connect " + engine.to_string());
+  rdma_cm_event* established =
+      expect_event(cm_channel_.get(), RDMA_CM_EVENT_ESTABLISHED, timeout_ms);
   ConnectAccept acc{};
   bool ours = established->param.conn.private_data_len >= sizeof acc;
   if (ours) std::memcpy(&acc, established->param.conn.private_data, sizeof acc);
@@ -111,28 +119,10 @@ void Link::setup(const net::Endpoint& engine, const Session& session, int timeou
   if (welcomed_.load() == 0) fail(EACCES, "the engine refused the session");
 }
 
-void Link::release_resources() {
+void Link::shut_down() {
   stopping_ = true;
   if (completer_.joinable()) completer_.join();
-  if (id_ && qp_created_) {
-    rdma_disconnect(id_);
-    rdma_destroy_qp(id_);
-  }
-  if (staging_mr_) ibv_dereg_mr(staging_mr_);
-  if (staging_) ::munmap(staging_, sizeof(Staging));
-  if (cq_) ibv_destroy_cq(cq_);
-  if (channel_) ibv_destroy_comp_channel(channel_);
-  if (pd_) ibv_dealloc_pd(pd_);
-  if (id_) rdma_destroy_id(id_);
-  if (cm_channel_) rdma_destroy_event_channel(cm_channel_);
-  staging_mr_ = nullptr;
-  staging_ = nullptr;
-  cq_ = nullptr;
-  channel_ = nullptr;
-  pd_ = nullptr;
-  id_ = nullptr;
-  cm_channel_ = nullptr;
-  qp_created_ = false;
+  if (qp_ != nullptr) rdma_disconnect(id_.get());
 }
 
 void Link::post_receive(int slot) {
@@ -267,7 +257,7 @@ void Link::complete() {
   ibv_wc wcs[16];
   pollfd p{channel_->fd, POLLIN, 0};
   while (!stopping_.load(std::memory_order_relaxed)) {
-    int n = ibv_poll_cq(cq_, 16, wcs);
+    int n = ibv_poll_cq(cq_.get(), 16, wcs);
     if (n < 0) {
       fail_link("ibv_poll_cq failed");
       return;
@@ -276,14 +266,14 @@ void Link::complete() {
     if (n > 0 || options_.spin_wait) continue;
     // Nothing there: arm the channel, look once more (a completion may have come between),
     // then sleep until one comes (or 100 ms pass, to notice stopping_).
-    ibv_req_notify_cq(cq_, 0);
-    n = ibv_poll_cq(cq_, 16, wcs);
+    ibv_req_notify_cq(cq_.get(), 0);
+    n = ibv_poll_cq(cq_.get(), 16, wcs);
     for (int i = 0; i < n; ++i) on_completion(wcs[i]);
     if (n > 0) continue;
     if (::poll(&p, 1, 100) > 0) {
       ibv_cq* cq = nullptr;
       void* context = nullptr;
-      if (ibv_get_cq_event(channel_, &cq, &context) == 0) ibv_ack_cq_events(cq, 1);
+      if (ibv_get_cq_event(channel_.get(), &cq, &context) == 0) ibv_ack_cq_events(cq, 1);
     }
   }
 }

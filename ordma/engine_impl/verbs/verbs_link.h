@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <ctime>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -17,6 +18,7 @@
 #include "base/endian.h"
 #include "base/net.h"
 #include "ordma/engine.h"
+#include "ordma/engine_impl/verbs/verbs_support.h"
 #include "ordma/engine_impl/verbs/verbs_wire.h"
 
 namespace odafs::ordma::verbs {
@@ -52,6 +54,12 @@ struct Staging {
   Message recv[kClientRecvSlots];
 };
 
+// Staging lives in its own mapping: page-aligned and zeroed, as registration wants.
+struct StagingUnmapper {
+  void operator()(Staging* staging) const;
+};
+using StagingMapping = std::unique_ptr<Staging, StagingUnmapper>;
+
 // One connected, authenticated queue pair. Thread-safe. A failed Link stays failed.
 class Link {
  public:
@@ -77,11 +85,13 @@ class Link {
   void expect_direct(uint32_t tag, DirectWait* w);
   void forget_direct(uint32_t tag);
 
-  ibv_pd* pd() const { return pd_; }
+  ibv_pd* pd() const { return pd_.get(); }
 
  private:
   void setup(const net::Endpoint& engine, const Session& session, int timeout_ms);
-  void release_resources();
+  // Joins the completion thread and disconnects: what must precede freeing the verbs objects
+  // (the members do that). Idempotent.
+  void shut_down();
   void complete();  // the completion thread
   void on_completion(const ibv_wc& wc);
   void on_message(const Message& m);
@@ -89,14 +99,15 @@ class Link {
   void fail_link(const char* why);
 
   EngineClientOptions options_;
-  rdma_event_channel* cm_channel_ = nullptr;
-  rdma_cm_id* id_ = nullptr;
-  ibv_pd* pd_ = nullptr;
-  ibv_comp_channel* channel_ = nullptr;
-  ibv_cq* cq_ = nullptr;
-  bool qp_created_ = false;
-  Staging* staging_ = nullptr;  // mmap'd: page-aligned and zeroed
-  ibv_mr* staging_mr_ = nullptr;
+  // Declared in the order they are made: freed in reverse, the queue pair first.
+  EventChannel cm_channel_;
+  CmId id_;
+  ProtectionDomain pd_;
+  CompletionChannel channel_;
+  CompletionQueue cq_;
+  StagingMapping staging_;
+  MemoryRegion staging_mr_;
+  QueuePair qp_;  // id_'s
   uint64_t generations_addr_ = 0;
   uint32_t generations_rkey_ = 0;
   uint32_t segments_ = 0;

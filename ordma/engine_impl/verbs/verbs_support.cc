@@ -80,8 +80,10 @@ ibv_wc_status post_and_wait(ibv_qp* qp, ibv_cq* cq, ibv_send_wr* wr, int timeout
   }
 }
 
-ibv_mr* register_memory(ibv_pd* pd, void* addr, size_t length, int access) {
-  return ibv_reg_mr(pd, addr, length, access);
+void WindowFreer::operator()(ibv_mw* window) const { ibv_dealloc_mw(window); }
+
+MemoryRegion register_memory(ibv_pd* pd, void* addr, size_t length, int access) {
+  return MemoryRegion(ibv_reg_mr(pd, addr, length, access));
 }
 
 bool has_type2_windows(ibv_context* ctx) {
