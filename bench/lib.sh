@@ -78,6 +78,19 @@ interleave() {
   done
 }
 
+# compare_builds KIND RESULT_FILE TARGET...: the whole of a two-build comparison: builds
+# TARGETs here and at $base (build_base), runs the caller's run_one for both, $rounds times
+# each (interleave), and reports KIND's rows (bench/compare_report.py) into $out/RESULT_FILE.
+# REQUIRES: $base and $rounds set; run_one writes $work/LABEL-ROUND.json.
+compare_builds() {
+  local kind=$1 result=$2
+  shift 2
+  build_targets "$@"
+  build_base "$base" "$@"
+  interleave "$rounds"
+  python3 bench/compare_report.py "$kind" "$work" "$rounds" "$out/$result" "$base"
+}
+
 # start_odafsd NAME [LAUNCHER...] -- [ODAFSD FLAGS...]: starts odafsd ($ODAFSD_BIN, else
 # build/odafsd) on the export $work/export-NAME (made if need be; files put there first are
 # served), LAUNCHER e.g. `taskset -c 1`; waits for its ready line, sets $pid, $addr.

@@ -2,21 +2,20 @@
 # The Debian `postmark` program (unmodified) through odafs-mount for two builds in one run:
 # the checkout's odafsd and odafs-mount against BASE's (built once in a worktree, as
 # bench/compare_builds.sh does), interleaved (A B, then B A, ...), odafsd on core 0 with
-# --threads 2 --cache-mb 256 exporting a directory under $TMPDIR (use /dev/shm: ext4 runs
-# slow down run after run), the mount and postmark on core 1. Each run is timed from
+# --threads 2 --cache-mb 256 exporting a directory under $TMPDIR (/dev/shm unless set: ext4
+# runs slow down run after run), the mount and postmark on core 1. Each run is timed from
 # outside (PostMark's own timer has a 1 s resolution). Prints medians and spreads of
 # transactions/s and writes $OUT/postmark-mount-compare.json. Needs root (FUSE), postmark.
-#   TMPDIR=/dev/shm bash bench/mount/compare_postmark.sh BASE [ROUNDS] [FILES] [TRANSACTIONS]
+#   bash bench/mount/compare_postmark.sh BASE [ROUNDS] [FILES] [TRANSACTIONS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+export TMPDIR=${TMPDIR:-/dev/shm}
 source bench/lib.sh
 base=${1:?usage: bench/mount/compare_postmark.sh BASE [ROUNDS] [FILES] [TRANSACTIONS]}
 rounds=${2:-3}
 files=${3:-1000}
 txns=${4:-10000}
 command -v postmark >/dev/null || { echo "needs postmark (apt install postmark)" >&2; exit 1; }
-build_targets odafsd odafs-mount
-build_base "$base" odafsd odafs-mount
 
 run_one() {  # label build_dir round
   local label=$1 dir=$2 round=$3 mnt="$work/mnt-$1-$3"
@@ -36,16 +35,4 @@ open('$work/$label-$round.json', 'w'))"
   echo "  $label round $round: $(python3 -c "print(round($t1 - $t0, 2))") s" >&2
 }
 
-interleave "$rounds"
-
-python3 - "$work" "$rounds" "$out/postmark-mount-compare.json" "$base" <<'PY'
-import sys
-sys.path.insert(0, "bench")
-from compare_report import report, runs
-work, rounds, out, base = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-rows = {}
-for label, d in runs(work, rounds):
-    rows.setdefault(("txn_per_s", "mount", label), []).append(d["tps"])
-    rows.setdefault(("seconds", "mount", label), []).append(d["seconds"])
-report(rows, out, base, rounds, "through")
-PY
+compare_builds mount postmark-mount-compare.json odafsd odafs-mount
