@@ -119,7 +119,7 @@ void Flags::add(const char* name, std::vector<size_t>* value, const char* help, 
 
 void Flags::add_each(const char* name, const char* value_name, const char* help,
                      std::function<std::string(const std::string&)> take) {
-  add_flag({name, value_name, help, "", true, std::move(take)});
+  add_flag({name, value_name ? value_name : "", help, "", value_name != nullptr, std::move(take)});
 }
 
 bool Flags::try_parse(int argc, char** argv, std::vector<std::string>* rest, std::string* error) {

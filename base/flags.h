@@ -38,7 +38,7 @@ class Flags {
   void add(const char* name, std::vector<size_t>* value, const char* help, uint64_t min = 0,
            uint64_t max = SIZE_MAX);
   // A flag that may be given many times, each value passed to `take`, which returns an
-  // error message or "" (accepted).
+  // error message or "" (accepted). value_name nullptr: a switch, `take` gets "".
   void add_each(const char* name, const char* value_name, const char* help,
                 std::function<std::string(const std::string&)> take);
   // Leaves an added flag out of the usage (still parsed): for the test suites' own flags.

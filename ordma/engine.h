@@ -142,9 +142,10 @@ struct EngineOptions {
   // connection holds a few dozen bytes, so unfinished handshakes cost almost nothing.
   size_t max_connections = 1024;
   int handshake_timeout_ms = 5000;
-  // Settings only one backend knows, as name=value pairs that backend reads and checks
-  // (each backend's header lists its own); make_engine throws std::invalid_argument naming
-  // one the chosen backend does not know or a value it cannot take.
+  // Settings only one backend knows, as name=value pairs: the seam carries them as text,
+  // the chosen backend reads them into its own typed settings (each declares its own:
+  // backend_settings()); make_engine throws std::invalid_argument naming one the chosen
+  // backend does not know or a value it cannot take.
   std::vector<std::pair<std::string, std::string>> backend;
   std::function<void()> on_thread_start;  // CPU accounting hooks
   std::function<void()> on_thread_exit;
@@ -156,6 +157,19 @@ struct EngineOptions {
   // each connection, so a reload serves new ones); unset or null: the engine offers none.
   std::function<std::shared_ptr<const tls::Context>()> tls_context;
 };
+
+// A setting only one backend knows, as that backend declares it, so that a daemon offers
+// it without naming backends: the flag, and the EngineOptions::backend pair it becomes.
+struct BackendSetting {
+  const char* backend;       // "soft"
+  const char* flag;          // "--max-rings"
+  const char* name;          // "max_rings": the pair's name
+  const char* value_name;    // "N": the flag takes a value, the pair's; nullptr: a switch
+  const char* switch_value;  // a switch's pair value ("0" for --no-local-rings)
+  const char* help;
+};
+// Every built backend's settings.
+std::vector<BackendSetting> backend_settings();
 
 // The backends built into this binary ("soft" always; "verbs" where rdma-core was found).
 std::vector<std::string> built_backends();

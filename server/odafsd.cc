@@ -109,9 +109,9 @@ struct Settings {
   int stop_timeout_ms = 1500;
   odafs::server::AccessFlags access;
   size_t cache_mb = odafs::server::FileService::Options{}.cache_bytes >> 20;
-  bool no_local_rings = false, no_ordma = false, no_delegations = false, auth_sys = false;
-  size_t max_rings = 256;   // the soft backend's
-  std::string rdma_device;  // the verbs backend's
+  bool no_ordma = false, no_delegations = false, auth_sys = false;
+  // The backends' own settings given (ordma::backend_settings), with their values.
+  std::vector<std::pair<odafs::ordma::BackendSetting, std::string>> backend_given;
   std::string ceph_conf, ceph_id, handle_key_file;
   odafs::server::TlsIdentities::Files tls_files;
   std::string exports_file, check_exports;
@@ -205,8 +205,6 @@ void add_service_flags(odafs::Flags& flags, Settings& s) {
 // The one-sided engine's, delegations' and the recovery record's.
 void add_engine_flags(odafs::Flags& flags, Settings& s) {
   flags.add("--engine", &s.engine_options.kind, "the one-sided engine's backend: soft or verbs");
-  flags.add("--rdma-dev", &s.rdma_device,
-            "RDMA device for --engine verbs (default: the one serving --engine-listen)");
   flags.add("--engine-listen", &s.engine_listen,
             "engine address (default: the --listen host, a free port)");
   flags.add("--engine-threads", &s.engine_threads, "engine threads (-1: one per two usable cores)",
@@ -215,9 +213,13 @@ void add_engine_flags(odafs::Flags& flags, Settings& s) {
             1u << 20);
   flags.add("--engine-handshake-timeout", &s.engine_options.handshake_timeout_ms,
             "ms an engine connection has to authenticate", 10, 600000);
-  flags.add("--max-rings", &s.max_rings, "shared-memory rings offered to same-host clients", 1,
-            1u << 16);
-  flags.add("--no-local-rings", &s.no_local_rings, "offer no rings (same-host clients use TCP)");
+  // Each built backend's own, as it declares them; the backend checks their values.
+  for (const odafs::ordma::BackendSetting& b : odafs::ordma::backend_settings()) {
+    flags.add_each(b.flag, b.value_name, b.help, [&s, b](const std::string& value) {
+      s.backend_given.emplace_back(b, b.value_name != nullptr ? value : b.switch_value);
+      return std::string();
+    });
+  }
   flags.add("--no-ordma", &s.no_ordma, "RPC only: no one-sided engine, no references");
   flags.add("--max-direct-writes", &s.max_direct_writes,
             "direct writes waiting on clients (-1: a quarter of the spare threads; 0: none)", -1,
@@ -265,13 +267,15 @@ void settle(Settings& s) {
   if (std::string why; !odafs::ordma::backend_usable(s.engine_options.kind, &why)) {
     usage(("--engine " + s.engine_options.kind + ": " + why).c_str());
   }
-  // The backends' own settings (each checks its own: a name another backend takes is an
-  // error at start, not ignored).
-  if (s.engine_options.kind == "soft") {
-    s.engine_options.backend.emplace_back("max_rings", std::to_string(s.max_rings));
-    if (s.no_local_rings) s.engine_options.backend.emplace_back("local_rings", "0");
+  // A backend's own setting given for another backend is an error, not ignored.
+  for (const auto& [setting, value] : s.backend_given) {
+    if (s.engine_options.kind != setting.backend) {
+      usage((std::string(setting.flag) + " is the " + setting.backend + " engine's; --engine is " +
+             s.engine_options.kind)
+                .c_str());
+    }
+    s.engine_options.backend.emplace_back(setting.name, value);
   }
-  if (!s.rdma_device.empty()) s.engine_options.backend.emplace_back("rdma_device", s.rdma_device);
   if (s.no_ordma) s.fs.ordma = false;
   if (s.no_delegations) s.fs.delegations = false;
   if (s.space_margin_mb >= 0) s.fs.space_margin_bytes = s.space_margin_mb << 20;

@@ -1,5 +1,6 @@
 // Unit: the flag table (base/flags.h) every program parses its command line with.
 #include <doctest/doctest.h>
+#include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -8,6 +9,8 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "base/flags.h"
@@ -52,6 +55,10 @@ struct Table {
       rules.push_back(v);
       return std::string();
     });
+    flags.add_each("--no-cache", nullptr, "a switch told by call", [this](const std::string& v) {
+      rules.push_back("no-cache" + v);
+      return std::string();
+    });
   }
   Parsed parse(std::vector<std::string> a) {
     Args args(std::move(a));
@@ -67,14 +74,14 @@ TEST_CASE("flags: values, switches, repeats and positional arguments") {
   Table t;
   Parsed p = t.parse({"--url", "odafs://h:1/", "--clients=8", "FILE", "--grace-ms", "-1",
                       "--seconds", "2.5", "--quiet", "--clients-rule", "a", "--clients-rule", "b",
-                      "--sizes", "4,8,100", "--", "--not-a-flag"});
+                      "--sizes", "4,8,100", "--no-cache", "--", "--not-a-flag"});
   REQUIRE(p.ok);
   CHECK(t.url == "odafs://h:1/");
   CHECK(t.clients == 8);
   CHECK(t.grace == -1);
   CHECK(t.seconds == 2.5);
   CHECK(t.quiet);
-  CHECK(t.rules == std::vector<std::string>{"a", "b"});
+  CHECK(t.rules == std::vector<std::string>{"a", "b", "no-cache"});  // a switch takes no value
   CHECK(t.sizes == std::vector<size_t>{4, 8, 100});
   CHECK(p.rest == std::vector<std::string>{"FILE", "--not-a-flag"});
 }
@@ -177,6 +184,38 @@ TEST_CASE("flags: odafsd --help and docs/usage.md's odafsd synopsis name the sam
     CAPTURE(f);
     CHECK(from_help.count(f) == 1);
   }
+}
+
+namespace {
+
+// Runs odafsd with `flags` on a fresh export; its exit status and what it printed.
+std::pair<int, std::string> run_odafsd(const std::string& flags) {
+  char dir[] = "/tmp/odafs-flags-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string command = std::string("timeout 20 ") + ODAFSD_PATH + " --export " + dir +
+                              " --listen 127.0.0.1:0 " + flags + " 2>&1";
+  FILE* p = popen(command.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  std::filesystem::remove_all(dir);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+}  // namespace
+
+// The engine backends declare their own flags (ordma::backend_settings); odafsd names none.
+TEST_CASE("flags: odafsd refuses a backend's setting for another backend, and a bad value") {
+  auto [status, out] = run_odafsd("--rdma-dev mlx5_0");  // --engine is soft
+  CHECK(status == 2);
+  CHECK(out.find("--rdma-dev is the verbs engine's; --engine is soft") != std::string::npos);
+  std::tie(status, out) = run_odafsd("--max-rings 0");
+  CHECK(status == 1);
+  CHECK(out.find("max_rings=0") != std::string::npos);
+  CHECK(out.find("odafsd ready") == std::string::npos);
 }
 
 TEST_CASE("flags: a hidden flag is parsed but left out of the usage, which lists --version") {

@@ -1,6 +1,8 @@
 // The backend factory, server side: make_engine (engines.cc has the client's side).
+#include <iterator>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "ordma/engine.h"
 #include "ordma/engine_impl/soft/soft_engine.h"
@@ -9,6 +11,14 @@
 #endif
 
 namespace odafs::ordma {
+
+std::vector<BackendSetting> backend_settings() {
+  std::vector<BackendSetting> all(std::begin(kSoftSettings), std::end(kSoftSettings));
+#if ODAFS_HAVE_VERBS
+  all.insert(all.end(), std::begin(kVerbsSettings), std::end(kVerbsSettings));
+#endif
+  return all;
+}
 
 std::unique_ptr<Engine> make_engine(const EngineOptions& options, ExportedMemory memory) {
   if (options.kind == "soft") return make_soft_engine(options, memory);

@@ -24,9 +24,16 @@ class SoftEngine : public Engine {
   virtual const SessionAuthority& sessions() const = 0;
 };
 
-// The soft backend's own settings (EngineOptions::backend):
+// The soft backend's own settings (EngineOptions::backend), declared for daemons in
+// kSoftSettings:
 //   local_rings=0|1   offer same-host clients shared-memory rings (local_ring.h); default 1
 //   max_rings=N       at most N rings at once, 1..65536 (each costs 64 segments); default 256
+inline constexpr BackendSetting kSoftSettings[] = {
+    {"soft", "--max-rings", "max_rings", "N", nullptr,
+     "shared-memory rings offered to same-host clients (1..65536; default 256)"},
+    {"soft", "--no-local-rings", "local_rings", nullptr, "0",
+     "offer no rings (same-host clients use TCP)"},
+};
 struct SoftSettings {
   bool local_rings = true;
   size_t max_rings = 256;

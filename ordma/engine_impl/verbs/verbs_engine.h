@@ -32,6 +32,13 @@ namespace odafs::ordma {
 // otherwise false with *why saying which is missing.
 bool verbs_usable(std::string* why);
 
+// The verbs backend's one setting (EngineOptions::backend): rdma_device=NAME, the device
+// to serve on (default: the one serving the listening address).
+inline constexpr BackendSetting kVerbsSettings[] = {
+    {"verbs", "--rdma-dev", "rdma_device", "NAME", nullptr,
+     "RDMA device for --engine verbs (default: the one serving --engine-listen)"},
+};
+
 // The verbs backend's own setting (EngineOptions::backend): rdma_device=NAME, the RDMA
 // device to use (ibv_get_device_name; default: the one rdma_cm finds for options.listen).
 // REQUIRES: memory outlives the engine. Throws std::invalid_argument for another setting,
