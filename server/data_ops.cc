@@ -58,7 +58,7 @@ Status FileService::pin_block(const ReadableFile& file, uint64_t index, uint32_t
     Result<size_t> got = from.store->read(*from.file, buf, n, from.block_off);
     // A recall began while we read: the bytes may not stay (LeaseKeeper).
     if (got.ok() && from.leased != nullptr &&
-        !from.leased->leased.load(std::memory_order_acquire)) {
+        !from.leased->lease.held.load(std::memory_order_acquire)) {
       from.lease_lost = true;
       return Status(EAGAIN, "lease recalled during the fill");
     }
@@ -83,7 +83,7 @@ odafs_stat FileService::open_for_read(const rpc::CallContext& ctx, const char* f
     }
     return ODAFS_OK;
   };
-  out->data_lock = std::shared_lock(node->data_lock);
+  out->data_lock = std::shared_lock(node->data.lock);
   if (odafs_stat s = look(); s != ODAFS_OK) return s;
   if (delegations_.writers_out()) {
     // Another client's write delegation is flushed under the exclusive lock: wait without
@@ -385,7 +385,7 @@ void FileService::write_through(const OpenNode& node, uint64_t offset, odafs_sta
                                 const char* src, size_t len, rpc::Reply& r) {
   // Exclusive over the file, its cached blocks and the size the reply reports; the sync
   // below needs no lock.
-  std::unique_lock locked(node->data_lock);
+  std::unique_lock locked(node->data.lock);
   if (offset == kAppendOffset || check_change_times_) {  // the end, as of now; others' changes
     struct stat now;
     if (Status s = store_->stat(node.object(), &now); !s.ok()) {
@@ -403,7 +403,7 @@ void FileService::write_through(const OpenNode& node, uint64_t offset, odafs_sta
   // (delegation_ops.cc, "The space rule"): bytes in the file's own promise draw on it, by
   // accounting or allocated (only its holder writes the file while it lasts); any others
   // are refused when they would eat into what the accounting promised.
-  const Node::SpacePromise& promise = node->space;
+  const FileNodeState::SpacePromise& promise = node->data.space;
   uint64_t covered = 0;
   if (offset < promise.to && offset + len > promise.from) {
     covered = std::min<uint64_t>(offset + len, promise.to) - std::max(offset, promise.from);

@@ -126,7 +126,7 @@ bool FileService::lease_for_delegation(const NodeRef& node) {
 // the write(), fsync() or close() of the file that met it. A run over the file's written
 // bytes needs no blocks (on a file system that overwrites in place).
 //
-// Promises and their release are ordered by Node::data_lock held exclusively, as every
+// Promises and their release are ordered by Node::data.lock held exclusively, as every
 // change of the file's size through the server is (write_through, truncate_file): the
 // release reads the size and frees what lies past it with no write able to extend the
 // file between the two. And a release frees nothing while a write delegation on the file
@@ -145,8 +145,8 @@ uint64_t FileService::space_limit(const OpenNode& open, struct stat* st) {
   const uint64_t reserve = options_.delegated_space;
   if (reserve == 0) return 0;
   {
-    std::unique_lock locked(open->data_lock);
-    Node::SpacePromise& p = open->space;
+    std::unique_lock locked(open->data.lock);
+    FileNodeState::SpacePromise& p = open->data.space;
     if (p.to != 0 && p.by_account) {
       p.from = size;
       p.to = size + reserve;
@@ -162,18 +162,18 @@ uint64_t FileService::space_limit(const OpenNode& open, struct stat* st) {
   const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
   if (avail < 2 * (delegations_.writers() + 1) * reserve) return 0;
   if (!make_writable(open).ok()) return 0;
-  std::unique_lock locked(open->data_lock);
-  if (open->space.by_account) return 0;  // promised meanwhile by a renewal: that one holds
+  std::unique_lock locked(open->data.lock);
+  if (open->data.space.by_account) return 0;  // promised meanwhile by a renewal: that one holds
   // ENOSPC, EDQUOT: no room to promise; EOPNOTSUPP: a file system without fallocate. What a
   // failed reservation did allocate goes back when the delegation ends: it is recorded, as
   // an empty range (it covers no write). The reservation cannot take what the accounting
   // promised: that is at most one run per write delegation held, and the check above left
   // room for two each.
-  open->space = {size + reserve, size + reserve, false};
+  open->data.space = {size + reserve, size + reserve, false};
   const bool reserved = store_->reserve_space(open.object(), size, reserve).ok();
   space_.allocated(reserve);  // all of it, a failed one too: on the safe side
   if (!reserved) return 0;
-  open->space.from = size;
+  open->data.space.from = size;
   space_reserved_.fetch_add(1, std::memory_order_relaxed);
   // The opener starts from the attributes after it (its change time moved).
   (void)store_->stat(open.object(), st);
@@ -182,21 +182,21 @@ uint64_t FileService::space_limit(const OpenNode& open, struct stat* st) {
 
 void FileService::release_space(const NodeRef& node) {
   {
-    std::unique_lock locked(node->data_lock);
+    std::unique_lock locked(node->data.lock);
     if (delegations_.write_held_on(node->id)) return;  // a new holder's space (the rule above)
-    if (node->space.to == 0) return;                   // none was promised or reserved
-    if (node->space.by_account) {
-      const uint64_t promised = node->space.to - node->space.from;
-      node->space = {};
+    if (node->data.space.to == 0) return;                   // none was promised or reserved
+    if (node->data.space.by_account) {
+      const uint64_t promised = node->data.space.to - node->data.space.from;
+      node->data.space = {};
       space_.unpromise(promised);
       return;
     }
   }
   Result<OpenNode> open = nodes_.open(node);
   if (!open) return;  // no descriptor to be had: freed at the file's truncation or removal
-  std::unique_lock locked(node->data_lock);
+  std::unique_lock locked(node->data.lock);
   if (delegations_.write_held_on(node->id)) return;
-  node->space = {};
+  node->data.space = {};
   if (Status s = store_->release_space(open->object()); !s.ok()) {
     ODAFS_LOG_WARN_THROTTLED("delegations: giving back space held for a write delegation: %s",
                              s.to_string().c_str());

@@ -88,7 +88,7 @@ class Delegations {
   using HolderFn = std::function<uint64_t(uint64_t connection)>;
   // A write delegation on `node` ended. Called with no lock of the table's held, on the
   // thread of a begin_change, await_writers, returned, drop_holder or holder_away (none of
-  // them called with a file's Node::data_lock held), never of begin_change_without_waiting.
+  // them called with a file's Node::data.lock held), never of begin_change_without_waiting.
   using WriteEndedFn = std::function<void(const NodeRef& node)>;
 
   // holder_of unset: every connection holds under its own id.

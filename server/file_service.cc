@@ -189,18 +189,18 @@ int64_t change_time_ns(const struct stat& st) {
 
 void FileService::check_cached_blocks(const Node& node, const struct stat& st) {
   const int64_t now = change_time_ns(st);
-  const int64_t seen = node.blocks_checked_at.load(std::memory_order_acquire);
+  const int64_t seen = node.data.blocks_checked_at.load(std::memory_order_acquire);
   if (seen == now) return;  // the common case: one compare
   // Dropped before `now` is published: a thread that sees it finds no older block left
   // (threads that race here each drop them; that is harmless). A node's id is new to
   // this server, so a node never checked has no blocks yet.
-  if (seen != Node::kNeverChecked) cache_.invalidate(node.id, 0, UINT64_MAX);
-  node.blocks_checked_at.store(now, std::memory_order_release);
+  if (seen != FileNodeState::kNeverChecked) cache_.invalidate(node.id, 0, UINT64_MAX);
+  node.data.blocks_checked_at.store(now, std::memory_order_release);
 }
 
 void FileService::blocks_checked(const Node& node, const struct stat& st) {
   if (check_change_times_)
-    node.blocks_checked_at.store(change_time_ns(st), std::memory_order_release);
+    node.data.blocks_checked_at.store(change_time_ns(st), std::memory_order_release);
 }
 
 OpenNode FileService::resolve_or_reply(const char* fh, rpc::Reply& r, struct stat* st) {

@@ -250,7 +250,7 @@ class FileService {
   uint64_t space_limit(const OpenNode& open, struct stat* st);
   // A write delegation on node ended (or its file is gone): the space promised for it
   // goes back, to the account or, reserved in the store and not written, to the file
-  // system (Delegations::WriteEndedFn). REQUIRES: no Node::data_lock held by this thread.
+  // system (Delegations::WriteEndedFn). REQUIRES: no Node::data.lock held by this thread.
   void release_space(const NodeRef& node);
   // Answers OPEN or CREATE (an open_res) for node, opened with `access` by the caller `as`
   // acts for: its handle, attributes and, on a regular file, a delegation when one can be
@@ -281,7 +281,7 @@ class FileService {
   void do_read_direct(const rpc::CallContext& ctx, struct read_direct_args& a, rpc::Reply& r);
   void do_write_direct(const rpc::CallContext& ctx, struct write_direct_args& a, rpc::Reply& r);
   // A regular file opened for a read procedure: its attributes taken under its data lock,
-  // which stays held shared (see Node::data_lock) so that no write is half done in what the
+  // which stays held shared (see Node::data.lock) so that no write is half done in what the
   // caller reads, size included.
   struct ReadableFile {
     OpenNode node;

@@ -51,13 +51,13 @@ LeaseKeeper::~LeaseKeeper() {
 }
 
 bool LeaseKeeper::may_cache(const OpenNode& node) {
-  if (!active_ || node->leased.load(std::memory_order_acquire)) return true;
+  if (!active_ || node->lease.held.load(std::memory_order_acquire)) return true;
   const int64_t now = now_ms();
-  if (now - node->lease_refused_ms.load(std::memory_order_relaxed) < options_.refused_retry_ms) {
+  if (now - node->lease.refused_ms.load(std::memory_order_relaxed) < options_.refused_retry_ms) {
     return false;
   }
   std::lock_guard taking(taking_mu_);
-  if (node->leased.load(std::memory_order_acquire)) return true;
+  if (node->lease.held.load(std::memory_order_acquire)) return true;
   {
     // Pinned and findable before the store is asked: its recall may come at once.
     std::lock_guard lock(mu_);
@@ -69,14 +69,14 @@ bool LeaseKeeper::may_cache(const OpenNode& node) {
       std::lock_guard lock(mu_);
       held_.erase(node->key);
     }
-    node->lease_refused_ms.store(now, std::memory_order_relaxed);
+    node->lease.refused_ms.store(now, std::memory_order_relaxed);
     stats_.refused.fetch_add(1, std::memory_order_relaxed);
     // Perhaps refused for our own open to write (a file this server created, say): closed
     // once idle, the file reopens to read.
     if (node.writable()) watch_writer(node);
     return false;
   }
-  node->leased.store(true, std::memory_order_release);
+  node->lease.held.store(true, std::memory_order_release);
   stats_.taken.fetch_add(1, std::memory_order_relaxed);
   bool over_bound = false;
   {
@@ -117,13 +117,13 @@ size_t LeaseKeeper::held() const {
 
 void LeaseKeeper::note_written(const OpenNode& node) {
   if (!active_) return;
-  node->last_write_ms.store(now_ms(), std::memory_order_relaxed);
+  node->lease.last_write_ms.store(now_ms(), std::memory_order_relaxed);
   watch_writer(node);
 }
 
 void LeaseKeeper::watch_writer(const OpenNode& node) {
-  if (node->writer_watched.load(std::memory_order_relaxed) ||
-      node->writer_watched.exchange(true, std::memory_order_acq_rel)) {
+  if (node->lease.writer_watched.load(std::memory_order_relaxed) ||
+      node->lease.writer_watched.exchange(true, std::memory_order_acq_rel)) {
     return;
   }
   {
@@ -163,7 +163,7 @@ void LeaseKeeper::close_idle_writers_locked(std::unique_lock<std::mutex>& lock) 
   std::vector<NodeRef> idle;
   std::erase_if(writers_, [&](const NodeRef& n) {
     const bool stopped =
-        now - n->last_write_ms.load(std::memory_order_relaxed) >= options_.writer_idle_ms;
+        now - n->lease.last_write_ms.load(std::memory_order_relaxed) >= options_.writer_idle_ms;
     if (stopped) idle.push_back(n);
     return stopped;
   });
@@ -172,9 +172,9 @@ void LeaseKeeper::close_idle_writers_locked(std::unique_lock<std::mutex>& lock) 
   std::vector<NodeRef> busy;
   for (NodeRef& n : idle) {
     // Cleared first: a write from here on watches the file again.
-    n->writer_watched.store(false, std::memory_order_release);
+    n->lease.writer_watched.store(false, std::memory_order_release);
     if (!nodes_.close_unpinned(*n) &&
-        !n->writer_watched.exchange(true, std::memory_order_acq_rel)) {
+        !n->lease.writer_watched.exchange(true, std::memory_order_acq_rel)) {
       busy.push_back(std::move(n));  // a call has it pinned: next time
     }
   }
@@ -198,7 +198,7 @@ void LeaseKeeper::undo_and_give_back(const OpenNode& node) {
   bool was_leased;
   {
     std::lock_guard taking(taking_mu_);
-    was_leased = node->leased.exchange(false, std::memory_order_acq_rel);
+    was_leased = node->lease.held.exchange(false, std::memory_order_acq_rel);
     cache_.invalidate(node->id, 0, UINT64_MAX);
     store_.give_back_lease(node.object());
     std::lock_guard lock(mu_);

@@ -81,7 +81,7 @@ class LeaseKeeper {
   // Whether the server holds node's lease (or needs none). The caller rechecks it after
   // granting a delegation: a recall begun before the grant cleared it.
   bool holds(const Node& node) const {
-    return !active_ || node.leased.load(std::memory_order_acquire);
+    return !active_ || node.lease.held.load(std::memory_order_acquire);
   }
 
   // Gives the lease on file `key` back now, in this thread, undoing what rests on it first

@@ -292,7 +292,7 @@ void FileService::forget(const struct stat& st) {
 int FileService::truncate_file(const OpenNode& node, uint64_t size) {
   {
     // The size the cache is cut back from must be the one the truncation changed.
-    std::unique_lock locked(node->data_lock);
+    std::unique_lock locked(node->data.lock);
     struct stat before;
     if (Status s = store_->stat(node.object(), &before); !s.ok()) return s.errno_value();
     if (check_change_times_)

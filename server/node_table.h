@@ -68,6 +68,8 @@
 #include "base/counter_sink.h"
 #include "base/keyed_mac.h"
 #include "base/status.h"
+#include "server/file_node_state.h"
+#include "server/lease_node_state.h"
 #include "server/store.h"
 
 namespace odafs::server {
@@ -109,36 +111,10 @@ struct Node {
   uint64_t file_generation = 0;
   ObjectId key;     // the store's identity of the object (Store::id_of)
   mode_t type = 0;  // S_IFREG, S_IFDIR, ...
-  // Orders changes to a file's bytes against reads of them (the FileService's, not the
-  // table's): a write or truncation holds it exclusively while it changes the file and
-  // its cached blocks; a read that may fill cache blocks from the file, or read the file
-  // directly, holds it shared. The kernel does not make pread atomic against a pwrite of
-  // the same page, so without it a fill could cache half of a write.
-  mutable std::shared_mutex data_lock;
-  // The FileService's too, guarded by data_lock held exclusively: the space promised to the
-  // holder of the write delegation on the file (FileService::space_limit), bytes [from, to)
-  // of it; `to` 0: none. by_account: counted in the server's SpaceAccount (nothing
-  // allocated); else reserved in the store (Store::reserve_space).
-  struct SpacePromise {
-    uint64_t from = 0;
-    uint64_t to = 0;
-    bool by_account = false;
-  };
-  mutable SpacePromise space;
-  // The FileService's too, for a shared store (Store::shared): the change time (ns) of the
-  // file its cached blocks were checked against; kNeverChecked before the first look.
-  static constexpr int64_t kNeverChecked = INT64_MIN;
-  mutable std::atomic<int64_t> blocks_checked_at{kNeverChecked};
-  // The LeaseKeeper's, for a store with leases (Store::leases): whether the server holds
-  // the store's lease on the file (cleared before the file's blocks are dropped; a cache
-  // fill checks it once it read the store), and when the store last refused one (ms,
-  // steady clock).
-  mutable std::atomic<bool> leased{false};
-  mutable std::atomic<int64_t> lease_refused_ms{INT64_MIN / 2};
-  // ... and when the server last wrote the file through the store (ms, steady clock), and
-  // whether the keeper watches it to close it once the writes stop.
-  mutable std::atomic<int64_t> last_write_ms{0};
-  mutable std::atomic<bool> writer_watched{false};
+  // Per-file state of the components that serve the file, each declared and used by its
+  // own (the table never touches them): the FileService's and the LeaseKeeper's.
+  mutable FileNodeState data;
+  mutable LeaseNodeState lease;
 
  private:
   friend class NodeTable;

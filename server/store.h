@@ -271,7 +271,7 @@ class Store {
   // and bytes stay as they are.
   // REQUIRES: no write or truncation of file runs meanwhile (one that extends the file
   // between the look at its size and the freeing would be cut back): the caller orders
-  // them (FileService: Node::data_lock held exclusively).
+  // them (FileService: Node::data.lock held exclusively).
   virtual Status release_space(const Object& file) {
     (void)file;
     return Status();
