@@ -79,6 +79,14 @@ inline Attr to_attr(const odafs_fattr& a) {
 }
 
 inline void put_fh(char* dst, const Handle& h) { std::memcpy(dst, h.data(), h.size()); }
+
+// The arguments naming `name` in `dir`. REQUIRES: name outlives them (they point into it).
+inline diropargs dirop_args(const Handle& dir, const std::string& name) {
+  diropargs args{};
+  put_fh(args.dir, dir);
+  args.name = const_cast<char*>(name.c_str());
+  return args;
+}
 inline Handle get_fh(const char* src) {
   Handle h;
   std::memcpy(h.data(), src, h.size());

@@ -326,9 +326,9 @@ class ClientImpl final : public Client {
   Result<std::pair<Handle, Attr>> finish_create(const MountState& m, rpc::Call& call,
                                                 const Handle& dir, const std::string& name,
                                                 int access, const std::string& what);
-  // REMOVE (proc ODAFSPROC_REMOVE) or RMDIR of name in dir.
+  // REMOVE of name in dir.
   Status start_remove(const MountState& m, rpc::Call& call, const Handle& dir,
-                      const std::string& name, uint32_t proc);
+                      const std::string& name);
   Status finish_remove(const MountState& m, rpc::Call& call, const std::string& what);
   // The decoders the synchronous calls and the halves share: a reply's result, or its
   // error naming `what` (a LOOKUP's: the name).
@@ -375,7 +375,9 @@ class ClientImpl final : public Client {
   bool lookup_without_call(const MountState& m, const Handle& dir, const std::string& name,
                            std::pair<Handle, Attr>* found);
   Result<std::string> readlink_handle(const Handle& fh);
-  Status remove_name(const std::string& path, uint32_t proc, const char* what);
+  // P: ODAFSPROC_REMOVE or ODAFSPROC_RMDIR (both take diropargs and answer stat_res).
+  template <uint32_t P>
+  Status remove_name(const std::string& path, const char* what);
   // Drops what the current mount caches of the file's data (after this client changed it).
   void forget_data(uint64_t key, uint64_t offset, uint64_t len);
 

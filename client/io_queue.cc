@@ -421,7 +421,7 @@ Result<bool> IoQueue::start_step(Slot& s) {
     ODAFS_RETURN_IF_ERROR(
         client_.start_create(m, s.call, s.dir, s.name, s.mode, s.flags, s.flags & O_ACCMODE));
   } else {  // kUnlink
-    ODAFS_RETURN_IF_ERROR(client_.start_remove(m, s.call, s.dir, s.name, ODAFSPROC_REMOVE));
+    ODAFS_RETURN_IF_ERROR(client_.start_remove(m, s.call, s.dir, s.name));
   }
   s.in_flight = true;
   return false;

@@ -166,7 +166,8 @@ void ClientImpl::mkdir(const std::string& path, mode_t mode) {
   }));
 }
 
-Status ClientImpl::remove_name(const std::string& path, uint32_t proc, const char* what) {
+template <uint32_t P>
+Status ClientImpl::remove_name(const std::string& path, const char* what) {
   return again_after_restart([&]() -> Status {
     ODAFS_ASSIGN_OR_RETURN(auto parent, resolve_parent(path));
     const Handle& dir = parent.first;
@@ -175,13 +176,9 @@ Status ClientImpl::remove_name(const std::string& path, uint32_t proc, const cha
     ODAFS_ASSIGN_OR_RETURN(const std::shared_ptr<const MountState> m, mount_state());
     Delegations& delegations = *m->delegations;
     std::optional<Delegations::Return> held = delegations.take_for_remove(dir, name);
-    Status removed = with_channel(false, [&](rpc::Channel& ch) -> Status {
-      diropargs args{};
-      put_fh(args.dir, dir);
-      args.name = const_cast<char*>(name.data());
+    Status removed = with_channel(wire::kIdempotentProc<P>, [&](rpc::Channel& ch) -> Status {
       stat_res res{};
-      ODAFS_RETURN_IF_ERROR(
-          ch.call(proc, to_xdrproc(xdr_diropargs), &args, to_xdrproc(xdr_stat_res), &res));
+      ODAFS_RETURN_IF_ERROR(call<P>(ch, dirop_args(dir, name), &res));
       return status_of(res.status, std::string(what) + " " + path);
     });
     // Still there after a failure: its bytes go back.
@@ -192,10 +189,10 @@ Status ClientImpl::remove_name(const std::string& path, uint32_t proc, const cha
 
 void ClientImpl::rmdir(const std::string& path) {
   or_throw(mount_state())->dirs->clear();  // the path may be cached, or a path through it
-  or_throw(remove_name(path, ODAFSPROC_RMDIR, "rmdir"));
+  or_throw(remove_name<ODAFSPROC_RMDIR>(path, "rmdir"));
 }
 void ClientImpl::unlink(const std::string& path) {
-  or_throw(remove_name(path, ODAFSPROC_REMOVE, "unlink"));
+  or_throw(remove_name<ODAFSPROC_REMOVE>(path, "unlink"));
 }
 
 void ClientImpl::rename(const std::string& from, const std::string& to) {

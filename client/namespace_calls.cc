@@ -8,13 +8,6 @@
 namespace odafs {
 namespace {
 
-diropargs dirop_args(const Handle& dir, const std::string& name) {
-  diropargs args{};
-  put_fh(args.dir, dir);
-  args.name = const_cast<char*>(name.c_str());
-  return args;
-}
-
 // Waits for call's reply (IoQueue polled it: it is there, or overdue) and decodes it into
 // *res with xres; `what` names the call in a malformed reply's error.
 template <class Res>
@@ -126,9 +119,8 @@ Result<std::pair<Handle, Attr>> ClientImpl::finish_create(const MountState& m, r
 }
 
 Status ClientImpl::start_remove(const MountState& m, rpc::Call& call, const Handle& dir,
-                                const std::string& name, uint32_t proc) {
-  const diropargs args = dirop_args(dir, name);
-  return m.channel->start(call, proc, to_xdrproc(xdr_diropargs), &args);
+                                const std::string& name) {
+  return start<ODAFSPROC_REMOVE>(*m.channel, call, dirop_args(dir, name));
 }
 
 Status ClientImpl::finish_remove(const MountState& m, rpc::Call& call, const std::string& what) {
