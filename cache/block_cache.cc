@@ -25,6 +25,9 @@ BlockCache::BlockCache(Options options) : options_(options) {
   while (nbuckets < count) nbuckets <<= 1;
   buckets_ = std::vector<Map::bucket_type>(nbuckets);
   map_ = std::make_unique<Map>(Map::bucket_traits(buckets_.data(), buckets_.size()));
+  file_buckets_ = std::vector<FileIndex::bucket_type>(nbuckets);
+  by_file_ = std::make_unique<FileIndex>(
+      FileIndex::bucket_traits(file_buckets_.data(), file_buckets_.size()));
   for (size_t i = 0; i < count; ++i) {
     blocks_[i].data = arena_ + i * bs;
     blocks_[i].segment = static_cast<uint32_t>(i);
@@ -33,6 +36,7 @@ BlockCache::BlockCache(Options options) : options_(options) {
 }
 
 BlockCache::~BlockCache() {
+  by_file_->clear();
   map_->clear();
   lru_.clear();
   munmap(arena_, arena_bytes_);
@@ -80,8 +84,15 @@ void BlockCache::drop_locked(Block* b) {
     b->identity.fetch_add(1, std::memory_order_seq_cst);
     if (evict_hook_) evict_hook_(*b);
     map_->erase(map_->iterator_to(*b));
+    by_file_->erase(by_file_->iterator_to(*b));
     b->state = Block::State::kFree;
   }
+}
+
+void BlockCache::drop_for_reuse_locked(Block* b) {
+  drop_locked(b);
+  lru_.erase(lru_.iterator_to(*b));
+  lru_.push_front(*b);
 }
 
 Block* BlockCache::take_victim_locked() {
@@ -116,6 +127,7 @@ Status BlockCache::read(const BlockKey& key, uint32_t need, const FillFn& fill, 
       b->key = key;
       b->state = Block::State::kValid;
       map_->insert(*b);
+      by_file_->insert(*b);
       // Unpinned blocks have no holders, so this cannot block; taking it before the
       // cache mutex drops makes later finders wait for the fill.
       b->data_mu.lock();
@@ -184,26 +196,22 @@ void BlockCache::update(const BlockKey& key, uint32_t offset, const void* src, s
 
 void BlockCache::invalidate(uint64_t file, uint64_t first, uint64_t last) {
   if (first > last) return;
+  // A short range: a lookup per block. Otherwise the file's blocks, whatever their number
+  // in the cache: a whole-file drop costs what the file has cached.
+  constexpr uint64_t kLookups = 16;
   std::lock_guard lock(mu_);
-  if (last - first >= blocks_.size()) {
-    for (Block& b : blocks_) {
-      if (b.state == Block::State::kValid && b.key.file == file && b.key.index >= first &&
-          b.key.index <= last) {
-        drop_locked(&b);
-      }
+  if (last - first < kLookups) {
+    for (uint64_t i = first;; ++i) {  // so that last == UINT64_MAX cannot wrap
+      auto it = map_->find(BlockKey{file, i});
+      if (it != map_->end()) drop_for_reuse_locked(&*it);
+      if (i == last) break;
     }
     return;
   }
-  // Counting up to `last` inclusive: written so that last == UINT64_MAX cannot wrap.
-  for (uint64_t i = first;; ++i) {
-    auto it = map_->find(BlockKey{file, i});
-    if (it != map_->end()) {
-      Block* b = &*it;
-      drop_locked(b);
-      lru_.erase(lru_.iterator_to(*b));
-      lru_.push_front(*b);  // first to be reused
-    }
-    if (i == last) break;
+  auto [it, end] = by_file_->equal_range(file);
+  while (it != end) {
+    Block& b = *it++;  // dropping b unlinks it; the next stays valid
+    if (b.key.index >= first && b.key.index <= last) drop_for_reuse_locked(&b);
   }
 }
 

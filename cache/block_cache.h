@@ -36,6 +36,8 @@ class BlockCache;
 // A cache block header. Fields other than the hooks are guarded as noted.
 struct Block : boost::intrusive::list_base_hook<>, boost::intrusive::unordered_set_base_hook<> {
   enum class State : uint8_t { kFree, kValid };
+  // In the cache's index by file while valid (guarded by the cache mutex).
+  boost::intrusive::unordered_set_member_hook<> file_hook;
   BlockKey key;                   // guarded by the cache mutex
   State state = State::kFree;     // guarded by the cache mutex
   std::atomic<uint32_t> pins{0};  // raised under the cache mutex, lowered anywhere
@@ -115,8 +117,10 @@ class BlockCache {
   // (REQUIRES offset + len <= block_size), zero-filling any gap past its valid bytes.
   void update(const BlockKey& key, uint32_t offset, const void* src, size_t len);
 
-  // Drops blocks [first, last] of `file` (truncation, removal). Pinned blocks keep their
-  // bytes for their holders and are reused only after the last pin goes.
+  // Drops blocks [first, last] of `file` (truncation, a CephFS lease given back). Pinned
+  // blocks keep their bytes for their holders and are reused only after the last pin goes.
+  // Costs the smaller of the range and the file's cached blocks (an index by file), never
+  // a walk of the whole cache.
   void invalidate(uint64_t file, uint64_t first, uint64_t last);
 
   uint32_t block_size() const { return options_.block_size; }
@@ -145,23 +149,43 @@ class BlockCache {
     using type = BlockKey;
     const BlockKey& operator()(const Block& b) const { return b.key; }
   };
+  struct FileHash {
+    size_t operator()(uint64_t file) const {
+      return std::hash<uint64_t>()(file * 0x9E3779B97F4A7C15ull);
+    }
+  };
+  struct FileOf {
+    using type = uint64_t;
+    const uint64_t& operator()(const Block& b) const { return b.key.file; }
+  };
   using LruList = boost::intrusive::list<Block>;
+  // Every valid block, grouped by file (a multiset keeps equal keys next to each other).
+  using FileIndex = boost::intrusive::unordered_multiset<
+      Block,
+      boost::intrusive::member_hook<Block, boost::intrusive::unordered_set_member_hook<>,
+                                    &Block::file_hook>,
+      boost::intrusive::key_of_value<FileOf>, boost::intrusive::hash<FileHash>,
+      boost::intrusive::power_2_buckets<true>>;
   using Map = boost::intrusive::unordered_set<Block, boost::intrusive::key_of_value<BlockKeyOf>,
                                               boost::intrusive::hash<KeyHash>,
                                               boost::intrusive::power_2_buckets<true>>;
 
   Block* take_victim_locked();
   void drop_locked(Block* b);
+  // drop_locked, and b is the first block to be reused.
+  void drop_for_reuse_locked(Block* b);
 
   Options options_;
   std::byte* arena_ = nullptr;
   size_t arena_bytes_ = 0;
   std::vector<Block> blocks_;
   std::vector<Map::bucket_type> buckets_;
+  std::vector<FileIndex::bucket_type> file_buckets_;
 
   std::mutex mu_;
   LruList lru_;  // front = least recently used; holds every block, free ones first
   std::unique_ptr<Map> map_;
+  std::unique_ptr<FileIndex> by_file_;
   EvictHook evict_hook_;
   ModifyHook before_modify_, after_modify_;
   Stats stats_;

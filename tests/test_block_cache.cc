@@ -298,6 +298,32 @@ TEST_CASE("update of an uncached key does nothing") {
   CHECK(read_once(cache, key) == 1);
 }
 
+// The index by file: a whole-file or wide drop takes exactly the file's blocks in range,
+// however the files' blocks interleave in the cache.
+TEST_CASE("invalidate of a wide range drops exactly the file's blocks in it") {
+  BlockCache cache(options(64));
+  EvictLog log;
+  log.attach(cache);
+  for (uint64_t i = 0; i < 20; ++i) {
+    for (uint64_t file = 1; file <= 3; ++file) read_once(cache, BlockKey{file, i});
+  }
+  cache.invalidate(2, 0, UINT64_MAX);
+  CHECK(log.keys.size() == 20);
+  for (const BlockKey& k : log.keys) CHECK(k.file == 2);
+  log.keys.clear();
+  cache.invalidate(3, 5, 1000);  // wider than the lookups, narrower than the file's index
+  CHECK(log.keys.size() == 15);
+  for (const BlockKey& k : log.keys) CHECK((k.file == 3 && k.index >= 5));
+  for (uint64_t i = 0; i < 20; ++i) {
+    CAPTURE(i);
+    CHECK(read_once(cache, BlockKey{1, i}) == 0);  // untouched
+    CHECK(read_once(cache, BlockKey{3, i}) == (i >= 5 ? 1 : 0));
+  }
+  // A dropped block is the first reused: file 2's twenty went to file 3's refills, so
+  // nothing of file 1 was evicted.
+  for (uint64_t i = 0; i < 20; ++i) CHECK(read_once(cache, BlockKey{1, i}) == 0);
+}
+
 TEST_CASE("invalidate drops blocks so the next read refills") {
   BlockCache cache(options(8));
   EvictLog log;
