@@ -7,16 +7,19 @@
 // clients' read delegations); as another user, the caller's identity decides on CephFS
 // too.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/log.h"
@@ -426,4 +429,64 @@ TEST_CASE("a client fails over to the next gateway: its open file reads and writ
   b->kill_hard();
   MountOptions quick = uncached();
   CHECK(odafs::test::errno_of([&] { Client::mount(both, quick); }) == ECONNREFUSED);
+}
+
+// A CephFS call that waits on the cluster hands its RPC thread's event loop over
+// (rpc::before_blocking), as a POSIX flush does: a read stalled by another CephFS client's
+// capabilities (gateway B, stopped while it has the file open to write) stalls its caller
+// only. A has one event loop, so without the hand-over every other client of A would wait
+// as long (until B's session times out, 30 s or more).
+TEST_CASE("a CephFS read stalled by a stopped gateway stalls its caller, not the gateway" *
+          doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
+  auto a = gateway({"--threads", "1"});
+  auto b = gateway();
+  auto on_a = Client::mount(a->url(), uncached());
+  auto on_b = Client::mount(b->url(), uncached());
+  const std::string top_a = fresh_top(*on_a, "stall-a");
+  const std::string top_b = fresh_top(*on_b, "stall-b");
+  const std::string g = top_a + "/g";
+  const std::string f = top_b + "/f";
+  const std::string v = odafs::test::pattern(16 * 1024, 7);
+  write_file(*on_a, g, v);
+  auto other = Client::mount(a->url(), uncached());  // another client of A, same loop
+  CHECK(read_all(*other, g, v.size()) == v);
+  auto reader = Client::mount(a->url(), uncached());
+  File r_dir_warm = reader->open(top_b, O_RDONLY);  // the path resolved before B stops
+  r_dir_warm.close();
+
+  // B writes f and stops at once, with f still open to write (it closes a written file
+  // only once its writes stop for 500 ms): a read of f elsewhere needs B's capabilities.
+  File w = on_b->open(f, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  CHECK(w.pwrite(v.data(), v.size(), 0) == v.size());
+  REQUIRE(kill(b->pid(), SIGSTOP) == 0);
+  struct Resume {
+    pid_t pid;
+    ~Resume() { kill(pid, SIGCONT); }
+  } resume{b->pid()};
+
+  std::atomic<bool> read_done{false};
+  std::string got;
+  std::thread stalled([&] {
+    File r = reader->open(f, O_RDONLY);
+    got = read_all(r, v.size());
+    read_done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  const bool stalled_meanwhile = !read_done.load();
+  CHECK(stalled_meanwhile);  // else B's stop did not stall it and the rest proves nothing
+
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(read_all(*other, g, v.size()) == v);
+  CHECK(other->stat(g).size == v.size());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(seconds < 2.0);
+  CHECK(!read_done.load());  // the stall spanned those calls
+  CHECK(odafs::test::server_stat(*other, "rpc.handovers") > 0);
+
+  kill(b->pid(), SIGCONT);
+  stalled.join();
+  w.close();
+  // The read saw all of B's write, or (had it reached CephFS before the write) none of it.
+  CHECK((got == v || got.empty()));
 }

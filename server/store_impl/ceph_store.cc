@@ -28,6 +28,15 @@ struct inodeno_t {
 namespace odafs::server {
 namespace {
 
+// Before every CephFS call a handler makes: any of them may wait on the cluster, for the
+// MDS to revoke another client's capabilities (a second or more while its locks settle
+// after a writer; the session timeout, 30 s or more, when that client is stopped or gone)
+// or for the OSDs. A lookup or getattr waits too: the attributes it asks for (size, times)
+// need the capabilities a writer holds. The RPC thread's event loop goes on without the
+// call (rpc::before_blocking), so such a wait stalls its caller only, not every client of
+// the loop. The price, two context switches per call, is measured in docs/ceph.md.
+void may_wait_on_cluster() { rpc::before_blocking(rpc::Wait::kLong); }
+
 // What an Object of this store holds. An open file (fh) pins its inode itself; `in` is then
 // borrowed from it and owned_in false.
 // reopen_in_place swaps fh while other threads may read through the one before: that one
@@ -152,12 +161,14 @@ void CephStore::end_caller(uintptr_t restore) {
 }
 
 Result<Object> CephStore::root() {
+  may_wait_on_cluster();
   Inode* in = nullptr;
   if (int rc = ceph_ll_lookup_root(cm_, &in); rc != 0) return ceph_status(rc, "root");
   return Object(this, reinterpret_cast<uintptr_t>(new CephObject(in, nullptr, true)));
 }
 
 int CephStore::lookup_inode(const Object& dir, const char* name, Inode** in, struct stat* st) {
+  may_wait_on_cluster();
   struct ceph_statx x {};
   const int rc = ceph_ll_lookup(cm_, obj_of(dir).in, name, in, &x, kWant, AT_SYMLINK_NOFOLLOW,
                                 current_perm(cm_));
@@ -180,6 +191,7 @@ Status CephStore::stat_at(const Object& dir, const char* name, struct stat* st) 
 }
 
 Status CephStore::stat(const Object& obj, struct stat* st) {
+  may_wait_on_cluster();
   struct ceph_statx x {};
   const int rc =
       ceph_ll_getattr(cm_, obj_of(obj).in, &x, kWant, AT_SYMLINK_NOFOLLOW, current_perm(cm_));
@@ -193,6 +205,7 @@ ObjectId CephStore::id_of(const struct stat& st) const {
 }
 
 Result<Object> CephStore::find(const ObjectId& id, struct stat* st, Access* access) {
+  may_wait_on_cluster();
   if (id.space != 0) return Status(ESTALE, "find: snapshots are not exported");
   Inode* in = nullptr;
   const int rc = ceph_ll_lookup_inode(cm_, inodeno_t{id.ino}, &in);
@@ -206,6 +219,7 @@ Result<Object> CephStore::find(const ObjectId& id, struct stat* st, Access* acce
 }
 
 Status CephStore::open_held(const Object& held, const struct stat& st, Access* access) {
+  may_wait_on_cluster();
   *access = Access{};
   if (S_ISDIR(st.st_mode)) {
     access->readable = true;  // listed through the inode (ll_opendir): nothing to open
@@ -238,6 +252,7 @@ Result<Object> CephStore::open_at(const Object& dir, const char* name, struct st
 }
 
 Status CephStore::reopen_in_place(const Object& obj, bool write, Access* access) {
+  may_wait_on_cluster();
   struct stat st;
   if (Status s = stat(obj, &st); !s.ok()) return s;
   if (!S_ISREG(st.st_mode)) return Status(EISDIR, "reopen in place: not a regular file");
@@ -312,6 +327,7 @@ std::string CephStore::durable_key(const Object&) {
 }
 
 Result<Object> CephStore::open(const Object& obj, int flags) {
+  may_wait_on_cluster();
   struct stat st;
   if (Status s = stat(obj, &st); !s.ok()) return s;
   Result<int> how = open_flags(st.st_mode, flags);
@@ -325,6 +341,7 @@ Result<Object> CephStore::open(const Object& obj, int flags) {
 
 Result<Object> CephStore::create(const Object& dir, const char* name, mode_t mode, bool exclusive,
                                  struct stat* st, bool* created, bool* writable) {
+  may_wait_on_cluster();
   *created = false;
   *writable = true;
   const UserPerm* perm = current_perm(cm_);
@@ -357,6 +374,7 @@ Result<Object> CephStore::create(const Object& dir, const char* name, mode_t mod
 }
 
 Status CephStore::mkdir(const Object& dir, const char* name, mode_t mode) {
+  may_wait_on_cluster();
   Inode* out = nullptr;
   struct ceph_statx x {};
   const int rc =
@@ -367,6 +385,7 @@ Status CephStore::mkdir(const Object& dir, const char* name, mode_t mode) {
 }
 
 Status CephStore::symlink(const Object& dir, const char* name, const char* target) {
+  may_wait_on_cluster();
   Inode* out = nullptr;
   struct ceph_statx x {};
   const int rc =
@@ -377,6 +396,7 @@ Status CephStore::symlink(const Object& dir, const char* name, const char* targe
 }
 
 Status CephStore::mknod(const Object& dir, const char* name, mode_t mode, dev_t rdev) {
+  may_wait_on_cluster();
   Inode* out = nullptr;
   struct ceph_statx x {};
   const int rc =
@@ -387,6 +407,7 @@ Status CephStore::mknod(const Object& dir, const char* name, mode_t mode, dev_t 
 }
 
 Status CephStore::remove(const Object& dir, const char* name, bool directory) {
+  may_wait_on_cluster();
   const int rc = directory ? ceph_ll_rmdir(cm_, obj_of(dir).in, name, current_perm(cm_))
                            : ceph_ll_unlink(cm_, obj_of(dir).in, name, current_perm(cm_));
   if (rc == -EEXIST) return Status(ENOTEMPTY, "rmdir");
@@ -396,6 +417,7 @@ Status CephStore::remove(const Object& dir, const char* name, bool directory) {
 
 Status CephStore::rename(const Object& from_dir, const char* from_name, const Object& to_dir,
                          const char* to_name) {
+  may_wait_on_cluster();
   // rename(2) does nothing when both names are links of one object; libcephfs 16.2's
   // ll_rename of a name onto itself instead loses the name (ENOENT after), so that case
   // is answered here.
@@ -411,18 +433,21 @@ Status CephStore::rename(const Object& from_dir, const char* from_name, const Ob
 }
 
 Status CephStore::link(const Object& obj, const Object& dir, const char* name) {
+  may_wait_on_cluster();
   const int rc = ceph_ll_link(cm_, obj_of(obj).in, obj_of(dir).in, name, current_perm(cm_));
   if (rc != 0) return ceph_status(rc, "link");
   return Status();
 }
 
 Result<size_t> CephStore::readlink(const Object& obj, char* buf, size_t cap) {
+  may_wait_on_cluster();
   const int rc = ceph_ll_readlink(cm_, obj_of(obj).in, buf, cap, current_perm(cm_));
   if (rc < 0) return ceph_status(rc, "readlink");
   return static_cast<size_t>(rc);
 }
 
 Status CephStore::statfs(const Object& obj, struct statvfs* out) {
+  may_wait_on_cluster();
   if (int rc = ceph_ll_statfs(cm_, obj_of(obj).in, out); rc != 0) {
     return ceph_status(rc, "statfs");
   }
@@ -430,6 +455,7 @@ Status CephStore::statfs(const Object& obj, struct statvfs* out) {
 }
 
 Status CephStore::set_attributes(const Object& obj, const AttrChange& change) {
+  may_wait_on_cluster();
   Inode* in = obj_of(obj).in;
   const UserPerm* perm = current_perm(cm_);
   // One change at a time, in the order the interface states, so that a refused one leaves
@@ -488,6 +514,7 @@ Status CephStore::set_attributes(const Object& obj, const AttrChange& change) {
 }
 
 int CephStore::access(const Object& obj, int want) {
+  may_wait_on_cluster();
   struct stat st;
   if (!stat(obj, &st).ok()) return 0;
   if (S_ISLNK(st.st_mode)) return want;  // a symlink's own bits are all set, never checked
@@ -507,6 +534,7 @@ int CephStore::access(const Object& obj, int want) {
 }
 
 Status CephStore::list(const Object& dir, uint64_t cookie, DirVisitor& visitor, bool* eof) {
+  may_wait_on_cluster();
   *eof = false;
   ceph_dir_result* dirp = nullptr;
   if (int rc = ceph_ll_opendir(cm_, obj_of(dir).in, &dirp, current_perm(cm_)); rc != 0) {
@@ -544,6 +572,7 @@ Status CephStore::list(const Object& dir, uint64_t cookie, DirVisitor& visitor, 
 }
 
 Result<size_t> CephStore::read(const Object& file, void* buf, size_t len, uint64_t offset) {
+  may_wait_on_cluster();
   Fh* fh = obj_of(file).fh.load(std::memory_order_acquire);
   return move_bytes(len, false, "read", [&](size_t done) -> ssize_t {
     return ceph_ll_read(cm_, fh, static_cast<int64_t>(offset + done), len - done,
@@ -552,6 +581,7 @@ Result<size_t> CephStore::read(const Object& file, void* buf, size_t len, uint64
 }
 
 Result<size_t> CephStore::write(const Object& file, const void* buf, size_t len, uint64_t offset) {
+  may_wait_on_cluster();
   Fh* fh = obj_of(file).fh.load(std::memory_order_acquire);
   return move_bytes(len, true, "write", [&](size_t done) -> ssize_t {
     return ceph_ll_write(cm_, fh, static_cast<int64_t>(offset + done), len - done,
@@ -560,6 +590,7 @@ Result<size_t> CephStore::write(const Object& file, const void* buf, size_t len,
 }
 
 Status CephStore::truncate(const Object& file, uint64_t size) {
+  may_wait_on_cluster();
   struct ceph_statx x {};
   x.stx_size = size;
   if (int rc = ceph_ll_setattr(cm_, obj_of(file).in, &x, CEPH_SETATTR_SIZE, current_perm(cm_));
@@ -570,6 +601,7 @@ Status CephStore::truncate(const Object& file, uint64_t size) {
 }
 
 Status CephStore::sync(const Object& file, bool data_only) {
+  may_wait_on_cluster();
   if (int rc =
           ceph_ll_fsync(cm_, obj_of(file).fh.load(std::memory_order_acquire), data_only ? 1 : 0);
       rc != 0) {
