@@ -490,3 +490,52 @@ TEST_CASE("a CephFS read stalled by a stopped gateway stalls its caller, not the
   // The read saw all of B's write, or (had it reached CephFS before the write) none of it.
   CHECK((got == v || got.empty()));
 }
+
+// Permissions under the lease: CephFS recalls a gateway's read delegation when another
+// client changes the file's mode or owner (the auth capability goes with it), so the
+// gateway recalls its own clients' delegations, and they ask again.
+TEST_CASE("a chmod and a chown through another gateway reach a delegation holder within 2 s" *
+          doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
+  auto a = gateway();
+  auto b = gateway();
+  auto on_b = Client::mount(b->url());
+  auto holder = Client::mount(a->url());  // caches attributes under its delegations
+  const std::string top = fresh_top(*on_b, "perm");
+  const std::string f = top + "/f";
+  const std::string v = odafs::test::pattern(8 * 1024, 8);
+  write_file(*on_b, f, v);
+  on_b->chmod(f, 0644);
+  auto until_delegated = [&] {
+    return odafs::test::eventually(
+        [&] {
+          const uint64_t opens = holder->stats().delegated_opens.load();
+          File r = holder->open(f, O_RDONLY);
+          CHECK(read_all(r, v.size()) == v);
+          return holder->stats().delegated_opens.load() > opens;
+        },
+        30);
+  };
+  auto seen_within_2s = [&](const std::function<bool()>& seen) {
+    const auto start = std::chrono::steady_clock::now();
+    const bool ok = odafs::test::eventually(seen, 10);
+    return ok && std::chrono::steady_clock::now() - start < std::chrono::seconds(2);
+  };
+
+  REQUIRE(until_delegated());
+  CHECK((holder->stat(f).mode & 07777) == 0644);
+  uint64_t recalled = odafs::test::server_stat(*holder, "leases.recalled");
+  on_b->chmod(f, 0600);
+  CHECK(odafs::test::server_stat(*holder, "leases.recalled") > recalled);
+  CHECK(seen_within_2s([&] { return (holder->stat(f).mode & 07777) == 0600; }));
+
+  REQUIRE(until_delegated());
+  recalled = odafs::test::server_stat(*holder, "leases.recalled");
+  on_b->chown(f, 1234, 5678);
+  CHECK(odafs::test::server_stat(*holder, "leases.recalled") > recalled);
+  CHECK(seen_within_2s([&] {
+    const odafs::Attr attr = holder->stat(f);
+    return attr.uid == 1234 && attr.gid == 5678;
+  }));
+  File r = holder->open(f, O_RDONLY);
+  CHECK(read_all(r, v.size()) == v);
+}

@@ -35,13 +35,17 @@ def main():
     ap.add_argument("--machine", default="")
     a = ap.parse_args()
     rows = [json.loads(line) for line in open(a.rows)]
+    # The usual contenders first, then any other a run added (run.sh's BASE_ODAFSD ones).
+    contenders = CONTENDERS + sorted({r["contender"] for r in rows} - set(CONTENDERS) -
+                                     {r["contender"] for r in rows
+                                      if r["contender"].startswith("scale-")})
     summary = {"machine": a.machine, "workloads": {}, "gateways": {}}
     for workload, (metric, title, _) in METRICS.items():
         print(f"\n{title}")
         print(f"  {'contender':18} {'median':>12} {'spread':>8} {'/' + REF:>16}")
         ref = [r[metric] for r in rows if r["contender"] == REF and r["workload"] == workload
                and metric in r]
-        for c in CONTENDERS:
+        for c in contenders:
             v = [r[metric] for r in rows if r["contender"] == c and r["workload"] == workload
                  and metric in r]
             if not v:

@@ -14,6 +14,9 @@
 # set repeated ROUNDS times; bench/ceph/report.py prints medians, spread and ratios to
 # ganesha-ceph and writes docs/results/ceph.json (or $OUT/ceph.json).
 #   bash bench/ceph/run.sh            # ROUNDS=3 SECONDS_PER_POINT=2 by default
+# BASE_ODAFSD=PATH adds two contenders served by another odafsd binary (a build of another
+# revision), base-ceph-rpc and base-ceph-tcp, interleaved with the rest: a change's cost
+# over CephFS in the same run.
 # Installs what it needs with apt (root). Leaves nothing running.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -51,11 +54,12 @@ echo "== a one-node Ceph cluster"
 conf=$(bash scripts/ceph-cluster.sh start "$work/cluster" 2>"$work/cluster.log" | tail -1) ||
   die "the cluster did not start: $(tail -3 "$work/cluster.log")"
 
-# gateway NAME [FLAGS...]: odafsd over the cluster's root; sets $pid, $addr.
+# gateway NAME [FLAGS...]: odafsd ($ODAFSD_BIN, else build/odafsd) over the cluster's root;
+# sets $pid, $addr.
 gateway() {
   local name=$1
   shift
-  ODAFS_LOG=warn build/odafsd --export ceph:/ --ceph-conf "$conf" --listen 127.0.0.1:0 \
+  ODAFS_LOG=warn "${ODAFSD_BIN:-build/odafsd}" --export ceph:/ --ceph-conf "$conf" --listen 127.0.0.1:0 \
     --state-dir "$work/state-$name" --cache-mb 512 "$@" >"$work/ready-$name" &
   pid=$!
   pids+=("$pid")
@@ -78,6 +82,12 @@ gateway gw-ordma
 ordma_pid=$pid ordma_addr=$addr
 gateway gw-second
 second_pid=$pid second_addr=$addr
+if [ -n "${BASE_ODAFSD:-}" ]; then
+  ODAFSD_BIN=$BASE_ODAFSD gateway gw-base-rpc --no-ordma
+  base_rpc_pid=$pid base_rpc_addr=$addr
+  ODAFSD_BIN=$BASE_ODAFSD gateway gw-base-ordma
+  base_ordma_pid=$pid base_ordma_addr=$addr
+fi
 mkdir -p "$work/export-local"
 ln "$work/data/peers-64m.dat" "$work/export-local/"
 start_odafsd local -- --cache-mb 512 || die "the local odafsd did not start"
@@ -96,6 +106,10 @@ contenders=(
   "odafs-ceph-ring|odafs://$ordma_addr/|ordma|$ordma_pid"
   "odafs-local-ring|odafs://$local_addr/|ordma|$local_pid"
 )
+if [ -n "${BASE_ODAFSD:-}" ]; then
+  contenders+=("base-ceph-rpc|odafs://$base_rpc_addr/|rpc|$base_rpc_pid"
+    "base-ceph-tcp|odafs://$base_ordma_addr/|ordma_tcp|$base_ordma_pid")
+fi
 rows=$work/rows.jsonl
 : >"$rows"
 # group NAME TARGET PID ROUND START_AT: two processes, 8 reads in flight each.
