@@ -40,15 +40,14 @@ class WordReader {
   size_t pos_ = 0;
 };
 
-enum class AuthRead { kOk, kTruncated, kTooLong };
-
 // Reads an opaque_auth, the one layout of a call's credential and verifier and a reply's
-// verifier.
-AuthRead read_auth(WordReader& r, OpaqueAuth* auth) {
-  if (!r.word(&auth->flavor) || !r.word(&auth->length)) return AuthRead::kTruncated;
-  if (auth->length > kMaxAuthBytes) return AuthRead::kTooLong;
+// verifier: kOk, kTruncated, or too_long (which of the two the call's was) when its body
+// is over the limit.
+CallHeaderStatus read_auth(WordReader& r, OpaqueAuth* auth, CallHeaderStatus too_long) {
+  if (!r.word(&auth->flavor) || !r.word(&auth->length)) return CallHeaderStatus::kTruncated;
+  if (auth->length > kMaxAuthBytes) return too_long;
   auth->body = r.opaque(auth->length);
-  return auth->body != nullptr ? AuthRead::kOk : AuthRead::kTruncated;
+  return auth->body != nullptr ? CallHeaderStatus::kOk : CallHeaderStatus::kTruncated;
 }
 
 constexpr uint32_t kCall = 0;
@@ -69,22 +68,9 @@ CallHeaderStatus decode_call_header(const char* record, size_t length, CallHeade
   if (!r.word(&h->prog) || !r.word(&h->vers) || !r.word(&h->proc)) {
     return CallHeaderStatus::kTruncated;
   }
-  switch (read_auth(r, &h->cred)) {
-    case AuthRead::kOk:
-      break;
-    case AuthRead::kTruncated:
-      return CallHeaderStatus::kTruncated;
-    case AuthRead::kTooLong:
-      return CallHeaderStatus::kBadCredential;
-  }
-  switch (read_auth(r, &h->verf)) {
-    case AuthRead::kOk:
-      break;
-    case AuthRead::kTruncated:
-      return CallHeaderStatus::kTruncated;
-    case AuthRead::kTooLong:
-      return CallHeaderStatus::kBadVerifier;
-  }
+  CallHeaderStatus st = read_auth(r, &h->cred, CallHeaderStatus::kBadCredential);
+  if (st == CallHeaderStatus::kOk) st = read_auth(r, &h->verf, CallHeaderStatus::kBadVerifier);
+  if (st != CallHeaderStatus::kOk) return st;
   *args_offset = r.pos();
   return CallHeaderStatus::kOk;
 }
@@ -96,7 +82,10 @@ bool decode_reply_header(const char* record, size_t length, ReplyHeader* h,
   if (!r.word(&h->xid) || !r.word(&direction) || direction != kReply) return false;
   if (!r.word(&h->reply_stat)) return false;
   if (h->reply_stat == MSG_ACCEPTED) {
-    if (read_auth(r, &h->verf) != AuthRead::kOk || !r.word(&h->accept_stat)) return false;
+    if (read_auth(r, &h->verf, CallHeaderStatus::kBadVerifier) != CallHeaderStatus::kOk ||
+        !r.word(&h->accept_stat)) {
+      return false;
+    }
     if (h->accept_stat == PROG_MISMATCH &&
         (!r.word(&h->mismatch_low) || !r.word(&h->mismatch_high))) {
       return false;

@@ -91,6 +91,22 @@ bool reads_one_sided(Client& c, File& file, const std::string& expect) {
          !wrong;
 }
 
+// Opens `path` through `reader` until an open is served by a delegation (no call), reading
+// `expect` each time, for up to 30 s: the gateway grants one once it holds CephFS's, which
+// CephFS grants no one while any client has the file open to write (a gateway closes a
+// file it wrote a moment after its writes stop) and recalls early ones while its locks
+// settle after a writer (seconds).
+bool until_delegated(Client& reader, const std::string& path, const std::string& expect) {
+  return odafs::test::eventually(
+      [&] {
+        const uint64_t opens = reader.stats().delegated_opens.load();
+        File r = reader.open(path, O_RDONLY);
+        CHECK(read_all(r, expect.size()) == expect);
+        return reader.stats().delegated_opens.load() > opens;
+      },
+      30);
+}
+
 }  // namespace
 
 TEST_CASE("one gateway over CephFS: names, bytes, one-sided reads" * doctest::skip(no_cluster()) *
@@ -196,21 +212,7 @@ TEST_CASE("a read delegation through one gateway is recalled by a write through 
   const std::string v2 = odafs::test::pattern(16 * 1024, 4);
   write_file(*on_b, f, v1);
 
-  // A grants one once it holds CephFS's delegation. CephFS grants none while any client
-  // has the file open to write (B closes the file it wrote a moment after its writes
-  // stop), and recalls early ones while its locks settle after the writer (seconds): the
-  // reader opens until an open is its own, served by a delegation without a call.
-  auto until_delegated = [&](const std::string& expect) {
-    return odafs::test::eventually(
-        [&] {
-          const uint64_t opens = reader->stats().delegated_opens.load();
-          File r = reader->open(f, O_RDONLY);
-          CHECK(read_all(r, expect.size()) == expect);
-          return reader->stats().delegated_opens.load() > opens;
-        },
-        30);
-  };
-  REQUIRE(until_delegated(v1));
+  REQUIRE(until_delegated(*reader, f, v1));
   CHECK(odafs::test::server_stat(*reader, "delegations.held") > 0);
 
   // B's write waits for CephFS's delegation, which A gives back only after it recalled
@@ -230,7 +232,7 @@ TEST_CASE("a read delegation through one gateway is recalled by a write through 
   // first (CephFS would recall it from A's own open to write). No delegation runs out
   // unreturned anywhere in this test: A never waits on a return that queues behind a
   // call of the same client.
-  REQUIRE(until_delegated(v2));
+  REQUIRE(until_delegated(*reader, f, v2));
   write_file(*reader, f, v1);
   CHECK(odafs::test::server_stat(*reader, "delegations.expired") == 0);
   CHECK(read_all(*on_b, f, v1.size()) == v1);
@@ -505,30 +507,20 @@ TEST_CASE("a chmod and a chown through another gateway reach a delegation holder
   const std::string v = odafs::test::pattern(8 * 1024, 8);
   write_file(*on_b, f, v);
   on_b->chmod(f, 0644);
-  auto until_delegated = [&] {
-    return odafs::test::eventually(
-        [&] {
-          const uint64_t opens = holder->stats().delegated_opens.load();
-          File r = holder->open(f, O_RDONLY);
-          CHECK(read_all(r, v.size()) == v);
-          return holder->stats().delegated_opens.load() > opens;
-        },
-        30);
-  };
   auto seen_within_2s = [&](const std::function<bool()>& seen) {
     const auto start = std::chrono::steady_clock::now();
     const bool ok = odafs::test::eventually(seen, 10);
     return ok && std::chrono::steady_clock::now() - start < std::chrono::seconds(2);
   };
 
-  REQUIRE(until_delegated());
+  REQUIRE(until_delegated(*holder, f, v));
   CHECK((holder->stat(f).mode & 07777) == 0644);
   uint64_t recalled = odafs::test::server_stat(*holder, "leases.recalled");
   on_b->chmod(f, 0600);
   CHECK(odafs::test::server_stat(*holder, "leases.recalled") > recalled);
   CHECK(seen_within_2s([&] { return (holder->stat(f).mode & 07777) == 0600; }));
 
-  REQUIRE(until_delegated());
+  REQUIRE(until_delegated(*holder, f, v));
   recalled = odafs::test::server_stat(*holder, "leases.recalled");
   on_b->chown(f, 1234, 5678);
   CHECK(odafs::test::server_stat(*holder, "leases.recalled") > recalled);
