@@ -184,7 +184,7 @@ void FileService::release_space(const NodeRef& node) {
   {
     std::unique_lock locked(node->data.lock);
     if (delegations_.write_held_on(node->id)) return;  // a new holder's space (the rule above)
-    if (node->data.space.to == 0) return;                   // none was promised or reserved
+    if (node->data.space.to == 0) return;              // none was promised or reserved
     if (node->data.space.by_account) {
       const uint64_t promised = node->data.space.to - node->data.space.from;
       node->data.space = {};
