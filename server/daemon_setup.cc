@@ -1,17 +1,22 @@
 #include "server/daemon_setup.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <openssl/rand.h>
 #include <openssl/sha.h>
 #include <sched.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 #include "base/log.h"
@@ -139,6 +144,77 @@ Result<std::string> prepare_recovery_record(const std::string& state_dir_flag,
   }
   close(*opened);
   return state_dir + "/" + name;
+}
+
+namespace {
+
+// The uuid a session file holds: 32 lowercase hex digits, else "".
+std::string uuid_in(int fd) {
+  char buf[33] = {};
+  const ssize_t n = pread(fd, buf, 32, 0);
+  if (n != 32) return "";
+  for (char c : std::string(buf, 32)) {
+    if (!std::isxdigit(static_cast<unsigned char>(c)) ||
+        std::isupper(static_cast<unsigned char>(c)))
+      return "";
+  }
+  return std::string(buf, 32);
+}
+
+}  // namespace
+
+Result<CephSession> claim_ceph_session(const std::string& record) {
+  const std::string name = base_of(record) + ".ceph-session";
+  auto refuse = [&](int err, const std::string& why) {
+    return Status(err, "--state-dir " + dir_of(record) + ": " + name + ": " + why);
+  };
+  Result<int> dir = open_private_dir(dir_of(record), false);
+  if (!dir.ok()) return refuse(dir.errno_value(), dir.status().message());
+  struct stat st;
+  Result<int> file = open_private_file(*dir, name, O_RDWR, &st);
+  if (file.errno_value() == ENOENT) {
+    // Made here, or by a racing start (then opened as it is).
+    const int made =
+        openat(*dir, name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (made >= 0) close(made);
+    file = open_private_file(*dir, name, O_RDWR, &st);
+  }
+  if (!file.ok()) {
+    close(*dir);
+    return refuse(file.errno_value(), file.status().message());
+  }
+  CephSession session{"", *file};
+  if (flock(session.lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    close(session.lock_fd);
+    close(*dir);
+    return refuse(EBUSY,
+                  "another odafsd serves this export with this state directory (each gateway "
+                  "needs its own --state-dir: the second would evict the first's CephFS "
+                  "session)");
+  }
+  session.uuid = uuid_in(session.lock_fd);
+  if (session.uuid.empty()) {
+    unsigned char bytes[16];
+    if (RAND_bytes(bytes, sizeof bytes) != 1) {
+      close(session.lock_fd);
+      close(*dir);
+      return refuse(EIO, "no random bytes for a session uuid");
+    }
+    char hex[33];
+    for (size_t i = 0; i < sizeof bytes; ++i) std::snprintf(hex + 2 * i, 3, "%02x", bytes[i]);
+    session.uuid.assign(hex, 32);
+    const bool kept = pwrite(session.lock_fd, hex, 32, 0) == 32 &&
+                      ftruncate(session.lock_fd, 32) == 0 && fsync(session.lock_fd) == 0 &&
+                      fsync(*dir) == 0;
+    if (!kept) {
+      const int err = errno;
+      close(session.lock_fd);
+      close(*dir);
+      return refuse(err, std::string("cannot keep the session uuid: ") + std::strerror(err));
+    }
+  }
+  close(*dir);
+  return session;
 }
 
 Result<NodeTable::SharedKey> read_handle_key(const std::string& path,

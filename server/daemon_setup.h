@@ -68,6 +68,19 @@ std::string tls_rules_problem(const ExportRules& rules, bool have_tls,
 // or forge the record. "" (no write delegations, logged) when there is no state directory.
 Result<std::string> prepare_recovery_record(const std::string& state_dir, const std::string& key);
 
+// A CephFS gateway's session identity across its restarts: a random uuid kept beside the
+// export's recovery record (`record`.ceph-session, made at the first start), which
+// CephStore gives its session (Options::session_uuid) after evicting the session an
+// earlier instance left. The file stays locked (flock) while this process lives and
+// lock_fd stays open: a second odafsd of the same export and state directory is refused
+// (EBUSY, naming --state-dir), since it would evict the first's session at its mount and
+// share its recovery record. REQUIRES: record from prepare_recovery_record, not "".
+struct CephSession {
+  std::string uuid;
+  int lock_fd = -1;  // held for the process's life
+};
+Result<CephSession> claim_ceph_session(const std::string& record);
+
 // The key of --handle-key-file: SHA-256 of the file's bytes (32 or more, in a private file
 // in a private directory: it lets its holder forge handles) and of the export, so gateways
 // of different directories of one CephFS never take each other's handles.

@@ -57,12 +57,14 @@ std::string ceph_path(const std::string& export_spec) {
 // The store of a CephFS export (--export ceph:PATH), connected; exits on failure.
 std::shared_ptr<odafs::server::Store> open_ceph_store(const std::string& path,
                                                       const std::string& conf,
-                                                      const std::string& id) {
+                                                      const std::string& id,
+                                                      const std::string& session_uuid) {
 #if ODAFS_HAVE_CEPHFS
   if (path.empty() || path[0] != '/') usage("--export ceph:PATH needs an absolute PATH");
   if (conf.empty()) usage("--export ceph:PATH needs --ceph-conf FILE");
   odafs::Result<std::unique_ptr<odafs::server::CephStore>> store =
-      odafs::server::CephStore::connect({conf, id, path});
+      odafs::server::CephStore::connect(
+          {.conf = conf, .client_id = id, .path = path, .session_uuid = session_uuid});
   if (!store) {
     std::fprintf(stderr, "odafsd: CephFS %s: %s\n", path.c_str(),
                  store.status().to_string().c_str());
@@ -70,7 +72,7 @@ std::shared_ptr<odafs::server::Store> open_ceph_store(const std::string& path,
   }
   return std::move(store).value();
 #else
-  (void)path, (void)conf, (void)id;
+  (void)path, (void)conf, (void)id, (void)session_uuid;
   usage(
       "--export ceph:PATH: this odafsd was built without libcephfs (scripts/deps.sh "
       "libcephfs-dev, then rebuild)");
@@ -337,7 +339,15 @@ Plan plan_exports(Settings& s) {
     fs.handle_key = or_usage(odafs::server::read_handle_key(s.handle_key_file, fs.export_root));
     if (ceph.empty()) usage("--handle-key-file needs --export ceph:PATH (handles by identity)");
   }
-  if (!ceph.empty()) fs.store = open_ceph_store(ceph, s.ceph_conf, s.ceph_id);
+  if (!ceph.empty()) {
+    // The gateway's session identity lives beside its recovery record (none without a
+    // state directory): a restart evicts the session the killed instance left.
+    const std::string record = or_usage(
+        odafs::server::prepare_recovery_record(s.state_dir, fs.export_root + "@" + s.ceph_conf));
+    std::string uuid;
+    if (!record.empty()) uuid = or_usage(odafs::server::claim_ceph_session(record)).uuid;
+    fs.store = open_ceph_store(ceph, s.ceph_conf, s.ceph_id, uuid);
+  }
   or_usage(odafs::server::configure_identity(s.access, fs.store != nullptr, &fs));
   if (s.exports_file.empty()) {
     p.exports.push_back({"/", fs.export_root,

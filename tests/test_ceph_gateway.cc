@@ -531,3 +531,30 @@ TEST_CASE("a chmod and a chown through another gateway reach a delegation holder
   File r = holder->open(f, O_RDONLY);
   CHECK(read_all(r, v.size()) == v);
 }
+
+// A gateway killed while it holds CephFS leases, restarted with its state directory,
+// evicts the session its dead instance left (its uuid kept there): another gateway's
+// write to a file the dead one held waits seconds, not the MDS's session timeout (30 s on
+// the suite's cluster), and the dead one's client reads on through the new instance.
+TEST_CASE("a gateway killed holding a lease and restarted frees the file at once" *
+          doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
+  auto a = gateway();  // ServerProcess gives it a state directory it keeps across restarts
+  auto b = gateway();
+  auto on_b = Client::mount(b->url());
+  auto reader = Client::mount(a->url());
+  const std::string top = fresh_top(*on_b, "restart");
+  const std::string f = top + "/f";
+  const std::string v1 = odafs::test::pattern(16 * 1024, 9);
+  const std::string v2 = odafs::test::pattern(16 * 1024, 10);
+  write_file(*on_b, f, v1);
+  REQUIRE(until_delegated(*reader, f, v1));  // A holds CephFS's delegation on f
+
+  a->kill_hard();
+  a->start_again();
+  const auto start = std::chrono::steady_clock::now();
+  write_file(*on_b, f, v2);  // waits for the dead instance's delegation to go
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(seconds < 10.0);
+  CHECK(read_all(*reader, f, v2.size()) == v2);  // through the restarted A
+}

@@ -664,6 +664,38 @@ TEST_CASE("daemon setup: one recovery record per export, in a private state dire
   CHECK(refused.status().message().rfind("--state-dir " + open_dir + ": ", 0) == 0);
 }
 
+TEST_CASE("daemon setup: a CephFS gateway's session uuid is kept, and held by one odafsd") {
+  TempDir dir;
+  const std::string state = dir / "state";
+  const std::string record = *odafs::server::prepare_recovery_record(state, "ceph:/@conf");
+  odafs::Result<odafs::server::CephSession> first = odafs::server::claim_ceph_session(record);
+  REQUIRE(first.ok());
+  CHECK(first->uuid.size() == 32);
+  CHECK(first->uuid.find_first_not_of("0123456789abcdef") == std::string::npos);
+  // A second odafsd of the same export and state directory would evict the first's
+  // session: refused while the first lives.
+  odafs::Result<odafs::server::CephSession> second = odafs::server::claim_ceph_session(record);
+  REQUIRE(!second.ok());
+  CHECK(second.errno_value() == EBUSY);
+  CHECK(second.status().message().find("--state-dir") != std::string::npos);
+  // Once it is gone (its descriptor closed, as at its exit or crash), a restart takes the
+  // same uuid: the one whose session it evicts.
+  close(first->lock_fd);
+  odafs::Result<odafs::server::CephSession> restarted = odafs::server::claim_ceph_session(record);
+  REQUIRE(restarted.ok());
+  CHECK(restarted->uuid == first->uuid);
+  struct stat st;
+  REQUIRE(stat((record + ".ceph-session").c_str(), &st) == 0);
+  CHECK((st.st_mode & 077) == 0);
+  close(restarted->lock_fd);
+  // Another export's gateway has its own.
+  const std::string other = *odafs::server::prepare_recovery_record(state, "ceph:/a@conf");
+  odafs::Result<odafs::server::CephSession> theirs = odafs::server::claim_ceph_session(other);
+  REQUIRE(theirs.ok());
+  CHECK(theirs->uuid != first->uuid);
+  close(theirs->lock_fd);
+}
+
 TEST_CASE("daemon setup: a handle key file must be private and long enough") {
   TempDir dir;
   REQUIRE(chmod(dir.path().c_str(), 0700) == 0);

@@ -17,6 +17,7 @@
 #include "base/log.h"
 #include "rpc/call_credential.h"
 #include "rpc/server.h"
+#include "server/store_impl/ceph_object.h"
 #include "server/store_impl/move_bytes.h"
 
 // libcephfs declares inodeno_t only for C++ callers; it is one 64-bit inode number, passed
@@ -28,6 +29,10 @@ struct inodeno_t {
 namespace odafs::server {
 namespace {
 
+using ceph::ceph_status;
+using ceph::CephObject;
+using ceph::obj_of;
+
 // Before every CephFS call a handler makes: any of them may wait on the cluster, for the
 // MDS to revoke another client's capabilities (a second or more while its locks settle
 // after a writer; the session timeout, 30 s or more, when that client is stopped or gone)
@@ -37,27 +42,6 @@ namespace {
 // the loop. The price, two context switches per call, is measured in docs/ceph.md; the
 // stat of a leased file, answered from the capabilities the lease holds, does not pay it.
 void may_wait_on_cluster() { rpc::before_blocking(rpc::Wait::kLong); }
-
-// What an Object of this store holds. An open file (fh) pins its inode itself; `in` is then
-// borrowed from it and owned_in false.
-// reopen_in_place swaps fh while other threads may read through the one before: that one
-// is kept (retired) until the object is released.
-struct CephObject {
-  CephObject(Inode* in_in, Fh* fh_in, bool owned) : in(in_in), fh(fh_in), owned_in(owned) {}
-  Inode* const in;
-  std::atomic<Fh*> fh;
-  const bool owned_in;
-  std::mutex mu;             // reopen_in_place's and the lease's
-  std::vector<Fh*> retired;  // guarded by mu
-  Fh* leased = nullptr;      // the open file holding the lease (fh, or one retired); mu
-  // leased != nullptr, readable without mu (a view a moment old costs one hand-over more
-  // or less, nothing else).
-  std::atomic<bool> under_lease{false};
-};
-
-CephObject& obj_of(const Object& o) { return *reinterpret_cast<CephObject*>(o.native()); }
-
-Status ceph_status(int rc, const char* what) { return Status(-rc, what); }
 
 constexpr unsigned kWant = CEPH_STATX_BASIC_STATS | CEPH_STATX_RDEV;
 
@@ -109,6 +93,9 @@ Result<std::unique_ptr<CephStore>> CephStore::connect(const Options& options) {
   std::unique_ptr<CephStore> store(new CephStore(cm));  // releases cm from here on
   if (!options.conf.empty() && (rc = ceph_conf_read_file(cm, options.conf.c_str())) != 0) {
     return Status(-rc, "reading " + options.conf);
+  }
+  if (!options.session_uuid.empty()) {
+    if (Status s = ceph::reclaim_session(cm, options.session_uuid); !s.ok()) return s;
   }
   if ((rc = ceph_mount(cm, options.path.c_str())) != 0) {
     return Status(-rc, "mounting CephFS path " + options.path);
@@ -277,58 +264,6 @@ Status CephStore::reopen_in_place(const Object& obj, bool write, Access* access)
   }
   *access = Access{true, rdwr};
   return Status();
-}
-
-Status CephStore::take_lease(const Object& file, const ObjectId& id) {
-  if (!leases_) return Status(EOPNOTSUPP, "cephfs: delegations are off");
-  CephObject& o = obj_of(file);
-  std::lock_guard lock(o.mu);
-  if (o.leased != nullptr) return Status();
-  Fh* fh = o.fh.load(std::memory_order_acquire);
-  if (fh == nullptr) return Status(EBADF, "lease: the object is not open");
-  {
-    std::lock_guard registry(leased_mu_);  // first: the recall may come at once
-    leased_[fh] = id;
-  }
-  if (int rc = ceph_ll_delegation(cm_, fh, CEPH_DELEGATION_RD, &CephStore::lease_recalled, this);
-      rc != 0) {
-    std::lock_guard registry(leased_mu_);
-    leased_.erase(fh);
-    return ceph_status(rc, "delegation");
-  }
-  o.leased = fh;
-  o.under_lease.store(true, std::memory_order_relaxed);
-  return Status();
-}
-
-void CephStore::give_back_lease(const Object& file) {
-  CephObject& o = obj_of(file);
-  std::lock_guard lock(o.mu);
-  if (o.leased == nullptr) return;
-  o.under_lease.store(false, std::memory_order_relaxed);
-  give_back_delegation(o.leased);
-  o.leased = nullptr;
-}
-
-void CephStore::give_back_delegation(Fh* fh) {
-  if (int rc = ceph_ll_delegation(cm_, fh, CEPH_DELEGATION_NONE, &CephStore::lease_recalled, this);
-      rc != 0) {
-    ODAFS_LOG_WARN("cephfs: giving a delegation back failed: %s", std::strerror(-rc));
-  }
-  std::lock_guard registry(leased_mu_);
-  leased_.erase(fh);
-}
-
-void CephStore::lease_recalled(Fh* fh, void* store) {
-  auto* self = static_cast<CephStore*>(store);
-  ObjectId id;
-  {
-    std::lock_guard registry(self->leased_mu_);
-    auto it = self->leased_.find(fh);
-    if (it == self->leased_.end()) return;  // given back meanwhile
-    id = it->second;
-  }
-  if (self->recall_) self->recall_(id);
 }
 
 std::string CephStore::durable_key(const Object&) {

@@ -43,6 +43,13 @@ class CephStore final : public Store {
     // Seconds this server has to give back a recalled lease (a CephFS delegation) before
     // the file system unmounts it (ceph_set_deleg_timeout). 0: no leases, so no caching.
     unsigned lease_timeout_s = 20;
+    // This gateway's CephFS session identity across restarts (ceph_set_uuid; empty: none).
+    // Before mounting, the session an earlier instance left under it (a crash, a SIGKILL)
+    // is evicted (ceph_start_reclaim, CEPH_RECLAIM_RESET), so the capabilities and
+    // delegations it held go now, not at the MDS's session timeout (30 s or more). It
+    // must be this gateway's alone: another given the same would evict this one
+    // (server/daemon_setup.h's claim_ceph_session keeps it so).
+    std::string session_uuid;
   };
   // Connects and mounts. Fails with what libcephfs said (ENOENT for a missing path, say).
   static Result<std::unique_ptr<CephStore>> connect(const Options& options);
