@@ -262,9 +262,7 @@ void parse_flags(int argc, char** argv, Settings& s) {
 // the log. Exits with usage on a bad combination.
 void settle(Settings& s) {
   s.fs.cache_bytes = s.cache_mb << 20;
-  if (s.threads == 0 || s.engine_threads == 0) {
-    usage("--threads and --engine-threads want 1 or more");
-  }
+  if (s.threads == 0 || s.engine_threads == 0) usage("--threads and --engine-threads: 1 or more");
   if ((s.fs.block_size & (s.fs.block_size - 1)) != 0) usage("--block-size must be a power of two");
   if (std::string why; !odafs::ordma::backend_usable(s.engine_options.kind, &why)) {
     usage(("--engine " + s.engine_options.kind + ": " + why).c_str());
@@ -339,14 +337,12 @@ Plan plan_exports(Settings& s) {
     fs.handle_key = or_usage(odafs::server::read_handle_key(s.handle_key_file, fs.export_root));
     if (ceph.empty()) usage("--handle-key-file needs --export ceph:PATH (handles by identity)");
   }
-  if (!ceph.empty()) {
-    // The gateway's session identity lives beside its recovery record (none without a
-    // state directory): a restart evicts the session the killed instance left.
+  if (!ceph.empty()) {  // its session's identity beside its recovery record, if it has one
     const std::string record = or_usage(
         odafs::server::prepare_recovery_record(s.state_dir, fs.export_root + "@" + s.ceph_conf));
-    std::string uuid;
-    if (!record.empty()) uuid = or_usage(odafs::server::claim_ceph_session(record)).uuid;
-    fs.store = open_ceph_store(ceph, s.ceph_conf, s.ceph_id, uuid);
+    fs.store = open_ceph_store(
+        ceph, s.ceph_conf, s.ceph_id,
+        record.empty() ? "" : or_usage(odafs::server::claim_ceph_session(record)).uuid);
   }
   or_usage(odafs::server::configure_identity(s.access, fs.store != nullptr, &fs));
   if (s.exports_file.empty()) {
