@@ -28,6 +28,7 @@
 #include "rpc/call_credential.h"
 #include "tests/support/ceph_cluster.h"
 #include "tests/support/client_util.h"
+#include "tests/support/delegation_holder.h"
 #include "tests/support/mount_process.h"
 #include "tests/support/mounted.h"
 #include "tests/support/server_process.h"
@@ -557,4 +558,39 @@ TEST_CASE("a gateway killed holding a lease and restarted frees the file at once
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(seconds < 10.0);
   CHECK(read_all(*reader, f, v2.size()) == v2);  // through the restarted A
+}
+
+// A stopped client holding a read delegation through gateway A (it answers no recall)
+// delays a write through the other gateway not at all (A recalls without waiting and gives
+// CephFS's delegation back), and one through A by at most its lease (--lease-ms), after
+// which A takes the delegation from it.
+TEST_CASE("a stopped client delays writers through either gateway by at most its lease" *
+          doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
+  auto a = gateway({"--lease-ms", "2000"});
+  auto b = gateway();
+  auto setup = Client::mount(b->url());
+  const std::string top = fresh_top(*setup, "stopped");
+  const std::string f = top + "/f";
+  const std::string before = "before";
+  pid_t holder = odafs::test::holder_process(a->url(), f, [&](Client& c) {
+    if (!until_delegated(c, f, before)) _exit(3);
+  });
+  REQUIRE(kill(holder, SIGSTOP) == 0);
+  struct Reap {
+    pid_t pid;
+    ~Reap() { odafs::test::reap(pid); }
+  } reap{holder};
+  auto on_a = Client::mount(a->url());
+  const uint64_t expired = odafs::test::server_stat(*on_a, "delegations.expired");
+
+  auto start = std::chrono::steady_clock::now();
+  write_file(*setup, f, "through B");
+  CHECK(odafs::test::seconds_since(start) < 2.0);
+  // Write through A: its own open to write recalls the (read) delegation A granted; a
+  // holder that never returns it is waited for 2 s at most.
+  start = std::chrono::steady_clock::now();
+  write_file(*on_a, f, "through A");
+  CHECK(odafs::test::seconds_since(start) < 4.0);
+  CHECK(read_all(*setup, f, 9) == "through A");
+  CHECK(odafs::test::server_stat(*on_a, "delegations.expired") > expired);  // taken from it
 }
