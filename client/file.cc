@@ -449,8 +449,16 @@ Status File::try_flush(ErrorMark* mark) {
   // now. Only UNSTABLE mounts: the others asked for their bytes durable by the close.
   if (failed || client_->options().stability != Stability::kUnstable) return try_fsync(mark);
   ODAFS_ASSIGN_OR_RETURN(auto m, client_->mount_state());
-  if (!m->delegations->keep_open(handle(), state_->shared)) return try_fsync(mark);
-  return Status();
+  Delegations& delegations = *m->delegations;
+  if (delegations.keep_open(handle(), state_->shared)) return Status();
+  // Refused for its run (past the server's space_limit, 0 over a shared store, whose
+  // recalls cannot wait for bytes sent after them: docs/ceph.md): the run goes now, and
+  // the delegation keeps what is left, its commit.
+  if (delegations.holds_write(handle()) && sf.has_behind.load(std::memory_order_acquire)) {
+    ODAFS_RETURN_IF_ERROR(flush_behind(true, mark));
+    if (delegations.keep_open(handle(), state_->shared)) return Status();
+  }
+  return try_fsync(mark);
 }
 
 void File::close() { or_throw(try_close()); }

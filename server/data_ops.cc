@@ -413,7 +413,9 @@ void FileService::write_through(const OpenNode& node, uint64_t offset, odafs_sta
   }
   // A short write (ENOSPC half-way) still reaches the cache below for what landed, and the
   // reply's count tells the client the rest did not: it sends the rest, which fails.
+  leases_.write_starts(node);
   Result<size_t> done = store_->write(node.object(), src, len, offset);
+  leases_.write_ends(node);
   space_.end_write(len, done ? *done : 0);
   if (!done)
     return reply_status<write_res>(r, xp(xdr_write_res), status_from_errno(done.errno_value()));

@@ -61,14 +61,15 @@ void FileService::reply_open(const rpc::CallContext& ctx, const IdentityScope& a
   // None in a grace period (a reclaimer's write-back must find no one holding the file).
   // A write one only for a client named in the recovery record, which lets it reclaim
   // what it keeps after a restart; otherwise a read one.
-  // Over a shared store, a read one only, and only under the store's lease (LeaseKeeper),
-  // checked again after the grant: a recall that began before it has cleared the lease.
+  // Over a shared store, only under the store's lease (LeaseKeeper), a write one under a
+  // write lease, checked again after the grant: a recall that began before it has
+  // cleared the lease.
   Delegations::Grant g;
   if (S_ISREG(st.st_mode) && options_.delegations && (access & ODAFS_OPEN_READ) != 0 &&
       as.permits(st, write ? R_OK | W_OK : R_OK) && !recovery_.in_grace()) {
-    const bool may_write = write && !leases_.active() && setid_bits_to_drop(st.st_mode) == 0 &&
-                           recovery_.may_hold_writes(ctx.connection);
-    if ((may_write || !write) && lease_for_delegation(node)) {
+    const bool may_write =
+        write && setid_bits_to_drop(st.st_mode) == 0 && recovery_.may_hold_writes(ctx.connection);
+    if ((may_write || !write) && lease_for_delegation(node, may_write)) {
       g = delegations_.grant(node, ctx.connection, fh, may_write);
     }
     if (g.id != 0 && !leases_.holds(*node)) {
@@ -101,10 +102,11 @@ void FileService::reply_open(const rpc::CallContext& ctx, const IdentityScope& a
   r.send(xp(xdr_open_res), &res);
 }
 
-bool FileService::lease_for_delegation(const NodeRef& node) {
+bool FileService::lease_for_delegation(const NodeRef& node, bool write) {
   if (!leases_.active()) return true;
   Result<OpenNode> open = nodes_.open(node);
-  return open && open->readable() && leases_.may_cache(*open);
+  if (!open || !open->readable()) return false;
+  return write ? leases_.may_delegate_writes(*open) : leases_.may_cache(*open);
 }
 
 // The space rule. A write delegation's holder keeps unsent past a close at most one run,
@@ -230,7 +232,9 @@ void FileService::do_client_id(const rpc::CallContext& ctx, client_id_args& a, r
         named ? recovery_.join(ctx.connection, owner) : Result<Recovery::Joined>(named.status());
     res.status = j ? ODAFS_OK : status_from_errno(j.errno_value());
     if (j) {
-      res.client_id_res_u.ok.reclaim = j->reclaim || named->known;
+      // Over a shared store, any client may write back what it kept: its write
+      // delegations may have been another gateway's, which is gone (docs/ceph.md).
+      res.client_id_res_u.ok.reclaim = j->reclaim || named->known || leases_.active();
       res.client_id_res_u.ok.kept = named->known && !j->reclaim;
       res.client_id_res_u.ok.grace_ms = j->grace_ms;
     }

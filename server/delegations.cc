@@ -152,6 +152,12 @@ bool Delegations::write_held_on(uint64_t node) const {
                                           [](const Holder& h) { return h.write; });
 }
 
+bool Delegations::held_on(uint64_t node) const {
+  std::lock_guard lock(mu_);
+  auto f = files_.find(node);
+  return f != files_.end() && !f->second.holders.empty();
+}
+
 size_t Delegations::sweep_locked(uint64_t node, uint64_t holder, bool writes_only, int64_t now,
                                  std::vector<Holder>* to_recall) {
   auto it = files_.find(node);

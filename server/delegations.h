@@ -163,6 +163,9 @@ class Delegations {
   size_t writers() const { return write_held_.load(std::memory_order_relaxed); }
   // Whether some holder has a write delegation on `node` now.
   bool write_held_on(uint64_t node) const;
+  // Whether some holder has a delegation of either kind on `node` now (a recalled one
+  // not yet returned included, until it is swept as expired).
+  bool held_on(uint64_t node) const;
 
   // Whether the write delegation of `connection`'s holder on `node` was taken back from it
   // (its lease ran out after a recall) and the holder has not given it back since. Its writes to

@@ -319,7 +319,7 @@ class FileService {
   Status make_writable(const OpenNode& node);
   // Whether a delegation on node may be granted as far as the store goes: always without
   // leases; otherwise when the server holds (or now takes) the file's lease.
-  bool lease_for_delegation(const NodeRef& node);
+  bool lease_for_delegation(const NodeRef& node, bool write);
 
   Options options_;
   CallAuthority authority_;

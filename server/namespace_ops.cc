@@ -282,8 +282,11 @@ void FileService::forget(const struct stat& st) {
   // st is from just before the unlink: a directory is gone, a file has one link less
   // (what the table believes when the node has no descriptor open to ask).
   nlink_t links_left = S_ISDIR(st.st_mode) || st.st_nlink == 0 ? 0 : st.st_nlink - 1;
-  uint64_t id = nodes_.forget_if_unlinked(nodes_.key_of(st), links_left);
+  const ObjectId key = nodes_.key_of(st);
+  uint64_t id = nodes_.forget_if_unlinked(key, links_left);
   if (id != 0) delegations_.file_gone(id);  // its holders removed it themselves, or returned it
+  // A lease would keep the removed file open in the store, and its space taken.
+  if (links_left == 0 && S_ISREG(st.st_mode)) leases_.give_back(key);
   if (id != 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
     drop_cached_blocks(id, 0, static_cast<uint64_t>(st.st_size));
   }

@@ -127,24 +127,31 @@ class Store {
   // against the file's change time whenever it looks at the file (docs/ceph.md).
   virtual bool shared() const = 0;
 
-  // Leases: the store's promise that no one else changes a file until the store recalls
-  // it (CephFS: a read delegation). The server caches a shared store's file, hands out
-  // references to it and grants delegations on it only while it holds one (LeaseKeeper).
-  // A store that is not shared needs none: leases() is false and the rest is never called.
+  // Leases: the store's promise that no one else changes a file (a read lease; CephFS: a
+  // read delegation), or that no one else even looks at it (a write lease; CephFS: a write
+  // delegation), until the store recalls it. The server caches a shared store's file,
+  // hands out references to it and grants delegations on it only while it holds one, and
+  // write delegations only under a write lease (LeaseKeeper). A store that is not shared
+  // needs none: leases() is false and the rest is never called.
   //
   // The recall function is called once per recall, from a thread of the store's (CephFS:
   // libcephfs's, perhaps inside a call of ours): it must only note the id and return. The
   // lease must then be given back soon (CephFS: within --lease-timeout, or the file system
   // unmounts this server). Set once, before the first take_lease.
   using LeaseRecallFn = std::function<void(const ObjectId& id)>;
+  enum class LeaseKind { kRead, kWrite };
   virtual bool leases() const { return false; }
   virtual void set_lease_recall(LeaseRecallFn) {}
-  // Takes a read lease on file (opened for reading; id its ObjectId). EAGAIN: the store
-  // refuses it now (someone, perhaps this server, has the file open to write). Ok at once
-  // when file already holds one.
-  virtual Status take_lease(const Object& file, const ObjectId& id) {
+  // Takes a lease of `kind` on file (id its ObjectId): a read lease on a file opened for
+  // reading only, a write lease on one opened to write (CephFS also refuses it while the
+  // server has the file open for reading only, through an object reopened in place).
+  // EAGAIN: the store refuses it now (someone else has the file open to write, or at all
+  // for a write lease; or this server has it open the other way). Ok at once when file
+  // already holds one.
+  virtual Status take_lease(const Object& file, const ObjectId& id, LeaseKind kind) {
     (void)file;
     (void)id;
+    (void)kind;
     return Status(EOPNOTSUPP, "this store has no leases");
   }
   // Gives file's lease back, if it holds one. Never fails (a store that cannot give it

@@ -27,6 +27,7 @@
 #include "doctest/doctest.h"
 #include "rpc/call_credential.h"
 #include "tests/support/ceph_cluster.h"
+#include "tests/support/ceph_gateway.h"
 #include "tests/support/client_util.h"
 #include "tests/support/delegation_holder.h"
 #include "tests/support/mount_process.h"
@@ -39,41 +40,20 @@ using odafs::Client;
 using odafs::File;
 using odafs::MountOptions;
 using odafs::test::cluster;
+using odafs::test::evict_session_of;
+using odafs::test::fresh_top;
+using odafs::test::gateway;
+using odafs::test::make_key_file;
+using odafs::test::no_cluster;
 using odafs::test::read_all;
 using odafs::test::ServerProcess;
-
-bool no_cluster() { return !cluster().why_not.empty(); }
-const char* skip_reason() { return no_cluster() ? cluster().why_not.c_str() : ""; }
+using odafs::test::uncached;
+using odafs::test::until_delegated;
+using odafs::test::write_file;
+const char* skip_reason() { return odafs::test::cluster_skip_reason(); }
 // For the FUSE case: the cluster, then FUSE with root (it acts as another user).
 const char* mount_skip_reason() {
   return no_cluster() ? skip_reason() : odafs::test::root_mount_skip();
-}
-
-// A gateway: odafsd exporting the root of the suite's CephFS.
-std::unique_ptr<ServerProcess> gateway(std::vector<std::string> more = {}) {
-  std::vector<std::string> args = {"--ceph-conf", cluster().conf};
-  args.insert(args.end(), more.begin(), more.end());
-  return std::make_unique<ServerProcess>("ceph:/", args);
-}
-
-// A directory of its own for each test, on the shared file system.
-std::string fresh_top(Client& c, const char* what) {
-  const std::string top = std::string("/") + what + "-" + std::to_string(getpid());
-  c.mkdir(top, 0777);
-  return top;
-}
-
-void write_file(Client& c, const std::string& path, const std::string& data) {
-  File f = c.open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  CHECK(f.pwrite(data.data(), data.size(), 0) == data.size());
-  f.close();
-}
-
-// No client data cache: every read goes to the server, one-sided where references allow.
-MountOptions uncached() {
-  MountOptions o;
-  o.cache_blocks = 0;
-  return o;
 }
 
 // Reads `file` whole until a read is one-sided (true), for up to 10 s. A gateway caches a
@@ -90,22 +70,6 @@ bool reads_one_sided(Client& c, File& file, const std::string& expect) {
              },
              10) &&
          !wrong;
-}
-
-// Opens `path` through `reader` until an open is served by a delegation (no call), reading
-// `expect` each time, for up to 30 s: the gateway grants one once it holds CephFS's, which
-// CephFS grants no one while any client has the file open to write (a gateway closes a
-// file it wrote a moment after its writes stop) and recalls early ones while its locks
-// settle after a writer (seconds).
-bool until_delegated(Client& reader, const std::string& path, const std::string& expect) {
-  return odafs::test::eventually(
-      [&] {
-        const uint64_t opens = reader.stats().delegated_opens.load();
-        File r = reader.open(path, O_RDONLY);
-        CHECK(read_all(r, expect.size()) == expect);
-        return reader.stats().delegated_opens.load() > opens;
-      },
-      30);
 }
 
 }  // namespace
@@ -151,7 +115,12 @@ TEST_CASE("a gateway holding CephFS leases stops within 2 s of SIGTERM" *
   auto c = Client::mount(gw->url(), uncached());
   const std::string top = fresh_top(*c, "stop");
   const std::string data = odafs::test::pattern(16 * 1024, 9);
-  write_file(*c, top + "/f", data);
+  {
+    // Written by a client that unmounts: c would keep its bytes' commit under a write
+    // delegation, and its unmount would wait for the stopped gateway to come back.
+    auto writer = Client::mount(gw->url());
+    write_file(*writer, top + "/f", data);
+  }
   File f = c->open(top + "/f", O_RDONLY);
   REQUIRE(reads_one_sided(*c, f, data));
   REQUIRE(odafs::test::server_stat(*c, "leases.held") > 0);
@@ -221,11 +190,13 @@ TEST_CASE("a read delegation through one gateway is recalled by a write through 
   const uint64_t recalled = odafs::test::server_stat(*reader, "delegations.recalled");
   write_file(*on_b, f, v2);
   CHECK(odafs::test::server_stat(*reader, "delegations.recalled") > recalled);
-  // Returned (A did not wait for it before giving CephFS's back: the recall told the
-  // reader to stop trusting its copies).
-  CHECK(odafs::test::eventually(
-      [&] { return odafs::test::server_stat(*reader, "delegations.held") == 0; }));
+  // Returned before B's write went ahead: A waited for the return (bounded by the lease)
+  // before giving CephFS's back, so the reader's next open asks A.
+  CHECK(odafs::test::server_stat(*reader, "delegations.held") == 0);
+  CHECK(odafs::test::server_stat(*reader, "leases.unreturned") == 0);
+  const uint64_t delegated_opens = reader->stats().delegated_opens.load();
   File r = reader->open(f, O_RDONLY);
+  CHECK(reader->stats().delegated_opens.load() == delegated_opens);
   CHECK(read_all(r, v2.size()) == v2);
   r.close();
 
@@ -310,24 +281,6 @@ TEST_CASE("a gateway acts as its callers on CephFS: no root needed, permissions 
 
 namespace {
 
-// A --handle-key-file: 48 random bytes, mode 0600.
-std::string make_key_file(const odafs::test::TempDir& dir, const char* name) {
-  const std::string path = dir.path() + "/" + name;
-  odafs::test::write_local(path, odafs::test::pattern(48, std::hash<std::string>()(name)));
-  REQUIRE(chmod(path.c_str(), 0600) == 0);
-  return path;
-}
-
-// Fences a dead gateway as a deployment would: the MDS evicts the CephFS session of process
-// `pid` (libcephfs names its pid in its session's metadata), so the capabilities it held
-// go now rather than at the session timeout.
-void evict_session_of(pid_t pid) {
-  const std::string command =
-      "ceph --conf '" + cluster().conf +
-      "' tell mds.a client evict client_metadata.pid=" + std::to_string(pid) + " >/dev/null 2>&1";
-  CHECK(std::system(command.c_str()) == 0);
-}
-
 // Reads len bytes of the file a handle names, by handle alone (no path, no open).
 std::string read_by_handle(Client& c, const odafs::Handle& h, size_t len) {
   std::string out(len, '\0');
@@ -371,6 +324,7 @@ TEST_CASE("gateways sharing --handle-key-file take each other's handles, after a
   CHECK(read_all(*on_sub, "/f", data.size()) == data);  // by its own name, yes
   CHECK(odafs::test::errno_of([&] { read_by_handle(*on_sub, h, data.size()); }) != 0);
 
+  on_a.reset();  // returns its write delegation: the restart then opens no grace period
   a->restart();  // a new instance: the handle is still good
   auto again = Client::mount(a->url(), uncached());
   CHECK(read_by_handle(*again, h, data.size()) == data);
@@ -392,46 +346,6 @@ TEST_CASE("--handle-key-file must be private, long enough, and for a CephFS expo
   CHECK_THROWS(gateway({"--handle-key-file", short_key}));
   odafs::test::TempDir local;
   CHECK_THROWS(ServerProcess(local.path(), {"--handle-key-file", make_key_file(keys, "local")}));
-}
-
-TEST_CASE("a client fails over to the next gateway: its open file reads and writes on" *
-          doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
-  odafs::test::TempDir keys;
-  const std::string key = make_key_file(keys, "failover");
-  auto a = gateway({"--handle-key-file", key});
-  auto b = gateway({"--handle-key-file", key});
-  MountOptions o = uncached();
-  o.reconnect_window_ms = 5000;
-  const std::string both = "odafs://127.0.0.1:" + std::to_string(a->port()) +
-                           ",127.0.0.1:" + std::to_string(b->port()) + "/";
-  auto c = Client::mount(both, o);
-  const std::string top = fresh_top(*c, "failover");
-  const std::string v1 = odafs::test::pattern(30000, 4);
-  File f = c->open(top + "/f", O_RDWR | O_CREAT, 0644);
-  CHECK(f.pwrite(v1.data(), v1.size(), 0) == v1.size());
-  f.fsync();
-  CHECK(read_all(f, v1.size()) == v1);
-
-  // The gateway in use dies: the next call fails over to b. Its CephFS session keeps the
-  // file's capabilities until the MDS times it out (30 s here); a deployment fences a dead
-  // gateway at once, as here (docs/ceph.md).
-  const pid_t dead = a->pid();
-  a->kill_hard();
-  evict_session_of(dead);
-  CHECK(read_all(f, v1.size()) == v1);
-  CHECK(f.pwrite("AFTER", 5, 0) == 5u);
-  f.fsync();
-  f.close();
-  auto on_b = Client::mount(b->url(), uncached());
-  CHECK(read_all(*on_b, top + "/f", 5) == "AFTER");
-  // New opens by path go to b too.
-  write_file(*c, top + "/g", "made after");
-  CHECK(read_all(*on_b, top + "/g", 10) == "made after");
-
-  // Both away: a mount names the last failure after trying each.
-  b->kill_hard();
-  MountOptions quick = uncached();
-  CHECK(odafs::test::errno_of([&] { Client::mount(both, quick); }) == ECONNREFUSED);
 }
 
 // A CephFS call that waits on the cluster hands its RPC thread's event loop over
@@ -531,66 +445,4 @@ TEST_CASE("a chmod and a chown through another gateway reach a delegation holder
   }));
   File r = holder->open(f, O_RDONLY);
   CHECK(read_all(r, v.size()) == v);
-}
-
-// A gateway killed while it holds CephFS leases, restarted with its state directory,
-// evicts the session its dead instance left (its uuid kept there): another gateway's
-// write to a file the dead one held waits seconds, not the MDS's session timeout (30 s on
-// the suite's cluster), and the dead one's client reads on through the new instance.
-TEST_CASE("a gateway killed holding a lease and restarted frees the file at once" *
-          doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
-  auto a = gateway();  // ServerProcess gives it a state directory it keeps across restarts
-  auto b = gateway();
-  auto on_b = Client::mount(b->url());
-  auto reader = Client::mount(a->url());
-  const std::string top = fresh_top(*on_b, "restart");
-  const std::string f = top + "/f";
-  const std::string v1 = odafs::test::pattern(16 * 1024, 9);
-  const std::string v2 = odafs::test::pattern(16 * 1024, 10);
-  write_file(*on_b, f, v1);
-  REQUIRE(until_delegated(*reader, f, v1));  // A holds CephFS's delegation on f
-
-  a->kill_hard();
-  a->start_again();
-  const auto start = std::chrono::steady_clock::now();
-  write_file(*on_b, f, v2);  // waits for the dead instance's delegation to go
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  CHECK(seconds < 10.0);
-  CHECK(read_all(*reader, f, v2.size()) == v2);  // through the restarted A
-}
-
-// A stopped client holding a read delegation through gateway A (it answers no recall)
-// delays a write through the other gateway not at all (A recalls without waiting and gives
-// CephFS's delegation back), and one through A by at most its lease (--lease-ms), after
-// which A takes the delegation from it.
-TEST_CASE("a stopped client delays writers through either gateway by at most its lease" *
-          doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
-  auto a = gateway({"--lease-ms", "2000"});
-  auto b = gateway();
-  auto setup = Client::mount(b->url());
-  const std::string top = fresh_top(*setup, "stopped");
-  const std::string f = top + "/f";
-  const std::string before = "before";
-  pid_t holder = odafs::test::holder_process(a->url(), f, [&](Client& c) {
-    if (!until_delegated(c, f, before)) _exit(3);
-  });
-  REQUIRE(kill(holder, SIGSTOP) == 0);
-  struct Reap {
-    pid_t pid;
-    ~Reap() { odafs::test::reap(pid); }
-  } reap{holder};
-  auto on_a = Client::mount(a->url());
-  const uint64_t expired = odafs::test::server_stat(*on_a, "delegations.expired");
-
-  auto start = std::chrono::steady_clock::now();
-  write_file(*setup, f, "through B");
-  CHECK(odafs::test::seconds_since(start) < 2.0);
-  // Write through A: its own open to write recalls the (read) delegation A granted; a
-  // holder that never returns it is waited for 2 s at most.
-  start = std::chrono::steady_clock::now();
-  write_file(*on_a, f, "through A");
-  CHECK(odafs::test::seconds_since(start) < 4.0);
-  CHECK(read_all(*setup, f, 9) == "through A");
-  CHECK(odafs::test::server_stat(*on_a, "delegations.expired") > expired);  // taken from it
 }

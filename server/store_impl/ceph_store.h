@@ -63,7 +63,7 @@ class CephStore final : public Store {
   // Leases are CephFS read delegations on the object's open file (ceph_ll_delegation).
   bool leases() const override { return leases_; }
   void set_lease_recall(LeaseRecallFn recall) override { recall_ = std::move(recall); }
-  Status take_lease(const Object& file, const ObjectId& id) override;
+  Status take_lease(const Object& file, const ObjectId& id, LeaseKind kind) override;
   void give_back_lease(const Object& file) override;
   Result<Object> root() override;
   Result<Object> lookup(const Object& dir, const char* name, struct stat* st) override;

@@ -38,7 +38,7 @@ using ceph::ceph_status;
 using ceph::CephObject;
 using ceph::obj_of;
 
-Status CephStore::take_lease(const Object& file, const ObjectId& id) {
+Status CephStore::take_lease(const Object& file, const ObjectId& id, LeaseKind kind) {
   if (!leases_) return Status(EOPNOTSUPP, "cephfs: delegations are off");
   CephObject& o = obj_of(file);
   std::lock_guard lock(o.mu);
@@ -49,8 +49,8 @@ Status CephStore::take_lease(const Object& file, const ObjectId& id) {
     std::lock_guard registry(leased_mu_);  // first: the recall may come at once
     leased_[fh] = id;
   }
-  if (int rc = ceph_ll_delegation(cm_, fh, CEPH_DELEGATION_RD, &CephStore::lease_recalled, this);
-      rc != 0) {
+  const unsigned how = kind == LeaseKind::kWrite ? CEPH_DELEGATION_WR : CEPH_DELEGATION_RD;
+  if (int rc = ceph_ll_delegation(cm_, fh, how, &CephStore::lease_recalled, this); rc != 0) {
     std::lock_guard registry(leased_mu_);
     leased_.erase(fh);
     return ceph_status(rc, "delegation");

@@ -1,0 +1,273 @@
+// Writes through odafsd gateways over CephFS, against the suite's one-node cluster
+// (tests/support/ceph_gateway.h; skipped, naming the reason, where Ceph cannot run): write
+// delegations under CephFS write delegations (a close keeps only its commit; another
+// gateway's access recalls the holder, which commits, before CephFS lets it proceed),
+// failover to the next gateway and a gateway's restart with bytes kept under them, and
+// clients stopped while holding delegations (others wait at most their lease).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+#include "doctest/doctest.h"
+#include "tests/support/ceph_gateway.h"
+#include "tests/support/client_util.h"
+#include "tests/support/delegation_holder.h"
+#include "tests/support/server_process.h"
+
+namespace {
+
+using odafs::Client;
+using odafs::File;
+using odafs::MountOptions;
+using odafs::test::evict_session_of;
+using odafs::test::fresh_top;
+using odafs::test::gateway;
+using odafs::test::make_key_file;
+using odafs::test::no_cluster;
+using odafs::test::pattern;
+using odafs::test::read_all;
+using odafs::test::server_stat;
+using odafs::test::uncached;
+using odafs::test::until_delegated;
+using odafs::test::write_file;
+const char* skip_reason() { return odafs::test::cluster_skip_reason(); }
+
+constexpr int kFiles = 8;
+std::string name_of(const std::string& top, int i) { return top + "/f" + std::to_string(i); }
+std::string bytes_of(int i) { return pattern(3000 + 1000 * static_cast<size_t>(i), 40 + i); }
+
+// Writes kFiles files through c and closes them; they were granted write delegations.
+void write_delegated(Client& c, const std::string& top) {
+  const uint64_t granted = server_stat(c, "delegations.granted_write");
+  for (int i = 0; i < kFiles; ++i) write_file(c, name_of(top, i), bytes_of(i));
+  CHECK(server_stat(c, "delegations.granted_write") >= granted + kFiles);
+}
+
+// Every file whole, read through a gateway of its own (no cache).
+void check_whole(const std::string& url, const std::string& top) {
+  auto reader = Client::mount(url, uncached());
+  for (int i = 0; i < kFiles; ++i) {
+    CHECK_MESSAGE(read_all(*reader, name_of(top, i), bytes_of(i).size()) == bytes_of(i),
+                  name_of(top, i));
+  }
+}
+
+}  // namespace
+
+// A gateway grants write delegations under CephFS write delegations: a close sends its
+// bytes and keeps only their commit. Another gateway's access to the file makes CephFS
+// recall the gateway's delegation, and the gateway its client's: the holder commits and
+// returns it, and only then does CephFS let the other access proceed, which finds every
+// byte the closes acknowledged.
+TEST_CASE("write delegations over CephFS: another gateway reads every closed byte" *
+          doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
+  auto a = gateway();
+  auto b = gateway();
+  auto writer = Client::mount(a->url());
+  const std::string top = fresh_top(*writer, "wdeleg");
+  const uint64_t commits = server_stat(*writer, "calls.COMMIT");
+  write_delegated(*writer, top);
+  CHECK(server_stat(*writer, "leases.taken_write") >= static_cast<uint64_t>(kFiles));
+  CHECK(server_stat(*writer, "calls.COMMIT") == commits);  // the closes committed nothing
+
+  const auto start = std::chrono::steady_clock::now();
+  check_whole(b->url(), top);
+  const double seconds = odafs::test::seconds_since(start);
+  MESSAGE("read through B after the recalls: " << seconds << " s");
+  CHECK(seconds < 5.0);  // no recall waited out a lease (5 s each)
+  CHECK(server_stat(*writer, "calls.COMMIT") >= commits + kFiles);  // the recalls' commits
+  CHECK(server_stat(*writer, "leases.unreturned") == 0);
+  // The writer reads its files on, through A, and writes again.
+  CHECK(read_all(*writer, name_of(top, 0), bytes_of(0).size()) == bytes_of(0));
+  write_file(*writer, name_of(top, 1), "again");
+  CHECK(read_all(*Client::mount(b->url(), uncached()), name_of(top, 1), 5) == "again");
+}
+
+// A mount on odafs://A,B/ keeps its closed files' commits under A's write delegations; A
+// is killed (and fenced, as a deployment does); the mount fails over to B and writes back
+// what A never made durable: every closed file is whole in CephFS.
+TEST_CASE("A killed under write delegations: the mount fails over and every closed file is whole" *
+          doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
+  odafs::test::TempDir keys;
+  const std::string key = make_key_file(keys, "writes-failover");
+  auto a = gateway({"--handle-key-file", key});
+  auto b = gateway({"--handle-key-file", key});
+  MountOptions o;
+  o.reconnect_window_ms = 10000;
+  auto c = Client::mount(odafs::test::both_url(*a, *b), o);
+  const std::string top = fresh_top(*c, "wfailover");
+  write_delegated(*c, top);
+
+  const pid_t dead = a->pid();
+  a->kill_hard();
+  evict_session_of(dead);
+  // The next call finds A gone and mounts B, which lets the client write back what it kept.
+  CHECK(odafs::test::eventually(
+      [&] {
+        (void)c->stat(top);
+        return c->stats().reclaimed_files.load() >= static_cast<uint64_t>(kFiles);
+      },
+      20));
+  CHECK(c->stats().lost_files.load() == 0);
+  check_whole(b->url(), top);
+}
+
+// A gateway killed while its client keeps commits under write delegations, and restarted
+// with its state directory: the client reclaims in its grace period, and loses nothing.
+TEST_CASE("a gateway restarted while clients hold write delegations loses nothing" *
+          doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
+  auto a = gateway();  // ServerProcess gives it a state directory it keeps across restarts
+  auto c = Client::mount(a->url());
+  const std::string top = fresh_top(*c, "wrestart");
+  write_delegated(*c, top);
+  a->kill_hard();
+  a->start_again();
+  CHECK(odafs::test::eventually(
+      [&] {
+        (void)c->stat(top);
+        return c->stats().reclaimed_files.load() >= static_cast<uint64_t>(kFiles);
+      },
+      20));
+  CHECK(c->stats().lost_files.load() == 0);
+  auto b = gateway();
+  check_whole(b->url(), top);
+}
+
+// A stopped client holding a write delegation through A: a read through B waits at most
+// A's lease (A gives CephFS's delegation back without the holder's return), and finds
+// the bytes the holder's close acknowledged (sent by the close, written by CephFS when A
+// gave its delegation back).
+TEST_CASE("a stopped write-delegation holder delays another gateway's reader by at most its lease" *
+          doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
+  auto a = gateway({"--lease-ms", "2000"});
+  auto b = gateway();
+  auto setup = Client::mount(b->url());
+  const std::string top = fresh_top(*setup, "wstopped");
+  const std::string f = top + "/f";
+  const std::string kept = pattern(20000, 77);
+  pid_t holder = odafs::test::holder_process(a->url(), f, [&](Client& c) {
+    // Over "before", without O_TRUNC: a truncation gives the delegation back.
+    const uint64_t granted = server_stat(c, "delegations.granted_write");
+    odafs::test::write_path(c, f, kept);
+    if (server_stat(c, "delegations.granted_write") == granted) _exit(3);
+  });
+  REQUIRE(kill(holder, SIGSTOP) == 0);
+  struct Reap {
+    pid_t pid;
+    ~Reap() { odafs::test::reap(pid); }
+  } reap{holder};
+  auto on_a = Client::mount(a->url());
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(read_all(*Client::mount(b->url(), uncached()), f, kept.size()) == kept);
+  CHECK(odafs::test::seconds_since(start) < 4.0);
+  CHECK(server_stat(*on_a, "leases.unreturned") > 0);
+}
+
+TEST_CASE("a client fails over to the next gateway: its open file reads and writes on" *
+          doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
+  odafs::test::TempDir keys;
+  const std::string key = make_key_file(keys, "failover");
+  auto a = gateway({"--handle-key-file", key});
+  auto b = gateway({"--handle-key-file", key});
+  MountOptions o = uncached();
+  o.reconnect_window_ms = 5000;
+  const std::string both = odafs::test::both_url(*a, *b);
+  auto c = Client::mount(both, o);
+  const std::string top = fresh_top(*c, "failover");
+  const std::string v1 = odafs::test::pattern(30000, 4);
+  File f = c->open(top + "/f", O_RDWR | O_CREAT, 0644);
+  CHECK(f.pwrite(v1.data(), v1.size(), 0) == v1.size());
+  f.fsync();
+  CHECK(read_all(f, v1.size()) == v1);
+
+  // The gateway in use dies: the next call fails over to b. Its CephFS session keeps the
+  // file's capabilities until the MDS times it out (30 s here); a deployment fences a dead
+  // gateway at once, as here (docs/ceph.md).
+  const pid_t dead = a->pid();
+  a->kill_hard();
+  evict_session_of(dead);
+  CHECK(read_all(f, v1.size()) == v1);
+  CHECK(f.pwrite("AFTER", 5, 0) == 5u);
+  f.fsync();
+  f.close();
+  auto on_b = Client::mount(b->url(), uncached());
+  CHECK(read_all(*on_b, top + "/f", 5) == "AFTER");
+  // New opens by path go to b too.
+  write_file(*c, top + "/g", "made after");
+  CHECK(read_all(*on_b, top + "/g", 10) == "made after");
+
+  // Both away: a mount names the last failure after trying each.
+  b->kill_hard();
+  MountOptions quick = uncached();
+  CHECK(odafs::test::errno_of([&] { Client::mount(both, quick); }) == ECONNREFUSED);
+}
+
+// A gateway killed while it holds CephFS leases, restarted with its state directory,
+// evicts the session its dead instance left (its uuid kept there): another gateway's
+// write to a file the dead one held waits seconds, not the MDS's session timeout (30 s on
+// the suite's cluster), and the dead one's client reads on through the new instance.
+TEST_CASE("a gateway killed holding a lease and restarted frees the file at once" *
+          doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
+  auto a = gateway();  // ServerProcess gives it a state directory it keeps across restarts
+  auto b = gateway();
+  auto on_b = Client::mount(b->url());
+  auto reader = Client::mount(a->url());
+  const std::string top = fresh_top(*on_b, "restart");
+  const std::string f = top + "/f";
+  const std::string v1 = odafs::test::pattern(16 * 1024, 9);
+  const std::string v2 = odafs::test::pattern(16 * 1024, 10);
+  write_file(*on_b, f, v1);
+  REQUIRE(until_delegated(*reader, f, v1));  // A holds CephFS's delegation on f
+
+  a->kill_hard();
+  a->start_again();
+  const auto start = std::chrono::steady_clock::now();
+  write_file(*on_b, f, v2);  // waits for the dead instance's delegation to go
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(seconds < 10.0);
+  CHECK(read_all(*reader, f, v2.size()) == v2);  // through the restarted A
+}
+
+// A stopped client holding a read delegation through gateway A (it answers no recall)
+// delays a write through the other gateway by at most its lease (--lease-ms: A waits that
+// long for its return before it gives CephFS's delegation back), and one through A by at
+// most its lease too, after which A takes the delegation from it.
+TEST_CASE("a stopped client delays writers through either gateway by at most its lease" *
+          doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
+  auto a = gateway({"--lease-ms", "2000"});
+  auto b = gateway();
+  auto setup = Client::mount(b->url());
+  const std::string top = fresh_top(*setup, "stopped");
+  const std::string f = top + "/f";
+  const std::string before = "before";
+  pid_t holder = odafs::test::holder_process(a->url(), f, [&](Client& c) {
+    if (!until_delegated(c, f, before)) _exit(3);
+  });
+  REQUIRE(kill(holder, SIGSTOP) == 0);
+  struct Reap {
+    pid_t pid;
+    ~Reap() { odafs::test::reap(pid); }
+  } reap{holder};
+  auto on_a = Client::mount(a->url());
+  const uint64_t expired = odafs::test::server_stat(*on_a, "delegations.expired");
+
+  auto start = std::chrono::steady_clock::now();
+  write_file(*setup, f, "through B");
+  CHECK(odafs::test::seconds_since(start) < 4.0);
+  CHECK(odafs::test::server_stat(*on_a, "leases.unreturned") > 0);  // given back without it
+  // Write through A: its own open to write recalls the (read) delegation A granted; a
+  // holder that never returns it is waited for 2 s at most.
+  start = std::chrono::steady_clock::now();
+  write_file(*on_a, f, "through A");
+  CHECK(odafs::test::seconds_since(start) < 4.0);
+  CHECK(read_all(*setup, f, 9) == "through A");
+  CHECK(odafs::test::server_stat(*on_a, "delegations.expired") > expired);  // taken from it
+}
