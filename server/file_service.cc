@@ -126,6 +126,13 @@ FileService::FileService(Options options, CpuAccounting* cpu)
     unlinked_sweeper_ =
         std::make_unique<Periodic>(std::chrono::milliseconds(500), [this] { sweep_unlinked(); });
   }
+  if (!options_.peers.empty()) {
+    fence_ = std::make_unique<PeerFence>(
+        PeerFence::Options{.peers = options_.peers},
+        [store = store_](const std::string& peer, int64_t opened_before_ms) {
+          return store->evict_peer_sessions(peer, opened_before_ms);
+        });
+  }
 }
 
 void FileService::sweep_unlinked() {
@@ -356,6 +363,7 @@ std::vector<std::pair<std::string, uint64_t>> FileService::counters() {
   own("io.bytes_written", bytes_written_.load());
   cache_.report_counters(under("cache."));
   if (leases_.active()) leases_.report_counters(under("leases."));
+  if (fence_) fence_->report_counters(under("fence."));
   nodes_.report_counters(under("nodes."));
   own("nodes.unlinked_dropped", unlinked_dropped_.load());
   own("direct_writes.refused_busy", direct_writes_refused_.load());

@@ -33,6 +33,7 @@
 #include "server/file_env.h"
 #include "server/lease_keeper.h"
 #include "server/node_table.h"
+#include "server/peer_fence.h"
 #include "server/recovery.h"
 #include "server/space_account.h"
 #include "server/store.h"
@@ -94,6 +95,9 @@ class FileService {
     int grace_ms = 10000;
     // The most owners a recovery record may name: the server's connection limit.
     size_t recovery_max_owners = 1024;
+    // The other gateways of a shared store's export, fenced when they stay dead
+    // (server/peer_fence.h). Empty: none.
+    std::vector<net::Endpoint> peers;
   };
 
   // Throws std::system_error when the export cannot be opened.
@@ -360,6 +364,7 @@ class FileService {
   std::atomic<uint64_t> unlinked_dropped_{0};       // nodes sweep_unlinked let go
   // Twice a second, sweep_unlinked (a local store only). Last: stops first.
   std::unique_ptr<Periodic> unlinked_sweeper_;
+  std::unique_ptr<PeerFence> fence_;  // null without Options::peers
 };
 
 }  // namespace odafs::server

@@ -341,6 +341,10 @@ void FileService::remove_entry(const rpc::CallContext& ctx, diropargs& a, rpc::R
   }
   Delegations::Change change = begin_change_of_name(dir, a.name, ctx.connection);
   if (change.delayed()) return reply_status<stat_res>(r, xp(xdr_stat_res), ODAFS_ERR_DELAY);
+  // The file's last name: its lease goes first. The store would recall it for this very
+  // unlink and wait for the give-back, and the keeper would wait for the remover's own
+  // delegation, which a client removing the file does not return (the file takes it).
+  if (S_ISREG(victim.st_mode) && victim.st_nlink <= 1) leases_.give_back(nodes_.key_of(victim));
   if (Status s = store_->remove(dir.object(), a.name, dir_wanted); !s.ok()) {
     return reply_status<stat_res>(r, xp(xdr_stat_res), status_from_errno(s.errno_value()));
   }

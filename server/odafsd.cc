@@ -33,7 +33,7 @@
 #include "server/stop_watchdog.h"
 #include "server/tls_identities.h"
 #if ODAFS_HAVE_CEPHFS
-#include "server/store_impl/ceph_store.h"
+#include "server/ceph_export.h"
 #endif
 
 namespace {
@@ -52,31 +52,6 @@ std::string usage_text;
 // The CephFS path of an export "ceph:PATH", or empty for a local directory.
 std::string ceph_path(const std::string& export_spec) {
   return export_spec.rfind("ceph:", 0) == 0 ? export_spec.substr(5) : std::string();
-}
-
-// The store of a CephFS export (--export ceph:PATH), connected; exits on failure.
-std::shared_ptr<odafs::server::Store> open_ceph_store(const std::string& path,
-                                                      const std::string& conf,
-                                                      const std::string& id,
-                                                      const std::string& session_uuid) {
-#if ODAFS_HAVE_CEPHFS
-  if (path.empty() || path[0] != '/') usage("--export ceph:PATH needs an absolute PATH");
-  if (conf.empty()) usage("--export ceph:PATH needs --ceph-conf FILE");
-  odafs::Result<std::unique_ptr<odafs::server::CephStore>> store =
-      odafs::server::CephStore::connect(
-          {.conf = conf, .client_id = id, .path = path, .session_uuid = session_uuid});
-  if (!store) {
-    std::fprintf(stderr, "odafsd: CephFS %s: %s\n", path.c_str(),
-                 store.status().to_string().c_str());
-    std::exit(1);
-  }
-  return std::move(store).value();
-#else
-  (void)path, (void)conf, (void)id, (void)session_uuid;
-  usage(
-      "--export ceph:PATH: this odafsd was built without libcephfs (scripts/deps.sh "
-      "libcephfs-dev, then rebuild)");
-#endif
 }
 
 // Exits with usage when a start-up decision failed (server/daemon_setup.h).
@@ -133,6 +108,14 @@ void add_export_flags(odafs::Flags& flags, Settings& s) {
   flags.add("--ceph-conf", &s.ceph_conf,
             "the CephFS cluster's ceph.conf (with --export ceph:PATH)");
   flags.add("--ceph-id", &s.ceph_id, "the cephx user to connect as, without \"client.\" (admin)");
+  flags.add_each("--ceph-peer", "HOST:PORT",
+                 "another gateway of the CephFS export (repeatable): one that refuses "
+                 "connections for 3 s has its CephFS sessions evicted (docs/ceph.md)",
+                 [&s](const std::string& v) {
+                   odafs::Result<odafs::net::Endpoint> at = odafs::net::try_parse_endpoint(v);
+                   if (at) s.fs.peers.push_back(*at);
+                   return at ? std::string() : at.status().message();
+                 });
   flags.add("--handle-key-file", &s.handle_key_file,
             "32+ secret bytes shared by the odafsd of one CephFS: their handles are then "
             "good on each (failover); mode 0600, in a directory no other user may write");
@@ -340,10 +323,21 @@ Plan plan_exports(Settings& s) {
   if (!ceph.empty()) {  // its session's identity beside its recovery record, if it has one
     const std::string record = or_usage(
         odafs::server::prepare_recovery_record(s.state_dir, fs.export_root + "@" + s.ceph_conf));
-    fs.store = open_ceph_store(
-        ceph, s.ceph_conf, s.ceph_id,
-        record.empty() ? "" : or_usage(odafs::server::claim_ceph_session(record)).uuid);
+    odafs::Result<std::shared_ptr<odafs::server::Store>> store = odafs::server::open_ceph_export(
+        {.conf = s.ceph_conf,
+         .client_id = s.ceph_id,
+         .path = ceph,
+         .session_uuid =
+             record.empty() ? "" : or_usage(odafs::server::claim_ceph_session(record)).uuid,
+         .gateway_name = p.listen_at.port != 0 ? s.listen : ""});  // its peers fence it by it
+    if (!store && store.errno_value() == EINVAL) usage(store.status().message().c_str());
+    if (!store) {
+      std::fprintf(stderr, "odafsd: %s\n", store.status().to_string().c_str());
+      std::exit(1);
+    }
+    fs.store = std::move(store).value();
   }
+  if (!fs.peers.empty() && ceph.empty()) usage("--ceph-peer needs --export ceph:PATH");
   or_usage(odafs::server::configure_identity(s.access, fs.store != nullptr, &fs));
   if (s.exports_file.empty()) {
     p.exports.push_back({"/", fs.export_root,

@@ -154,6 +154,14 @@ class Store {
     (void)kind;
     return Status(EOPNOTSUPP, "this store has no leases");
   }
+  // Evicts the store sessions a peer gateway `peer` (its listen address) opened before
+  // `opened_before_ms` (wall clock, ms since the epoch): what it held goes now. Answers
+  // how many. For PeerFence (server/peer_fence.h); only a shared store has peers.
+  virtual Result<int> evict_peer_sessions(const std::string& peer, int64_t opened_before_ms) {
+    (void)peer;
+    (void)opened_before_ms;
+    return Status(EOPNOTSUPP, "this store has no peers");
+  }
   // Gives file's lease back, if it holds one. Never fails (a store that cannot give it
   // back has lost it anyway).
   virtual void give_back_lease(const Object& file) { (void)file; }

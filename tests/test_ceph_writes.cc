@@ -12,6 +12,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/client.h"
@@ -84,10 +85,53 @@ TEST_CASE("write delegations over CephFS: another gateway reads every closed byt
   CHECK(seconds < 5.0);  // no recall waited out a lease (5 s each)
   CHECK(server_stat(*writer, "calls.COMMIT") >= commits + kFiles);  // the recalls' commits
   CHECK(server_stat(*writer, "leases.unreturned") == 0);
+  // Removing a file it holds a write delegation on waits for nothing (A gives the lease
+  // back before the unlink, which CephFS would otherwise hold for the give-back).
+  write_file(*writer, top + "/gone", "short-lived");
+  auto removing = std::chrono::steady_clock::now();
+  writer->unlink(top + "/gone");
+  CHECK(odafs::test::seconds_since(removing) < 2.0);
+  CHECK(server_stat(*writer, "leases.unreturned") == 0);
   // The writer reads its files on, through A, and writes again.
   CHECK(read_all(*writer, name_of(top, 0), bytes_of(0).size()) == bytes_of(0));
   write_file(*writer, name_of(top, 1), "again");
   CHECK(read_all(*Client::mount(b->url(), uncached()), name_of(top, 1), 5) == "again");
+}
+
+// A gateway that stays dead is fenced by its peer (--ceph-peer): B evicts A's CephFS session
+// once A has refused connections for 3 s, so a file A held under a write lease is B's to
+// read within seconds, not at the MDS's session timeout (30 s here). A gateway restarted at
+// once keeps its new session: B evicts only sessions opened before it last saw A alive.
+TEST_CASE("a peer fences a gateway that stays dead, and not one that restarted" *
+          doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
+  auto a = gateway();
+  auto b = gateway({"--ceph-peer", "127.0.0.1:" + std::to_string(a->port())});
+  auto on_b = Client::mount(b->url(), uncached());
+  const std::string top = fresh_top(*on_b, "fence");
+  const std::string f = top + "/f";
+  const std::string v1 = pattern(12000, 61), v2 = pattern(12000, 62);
+  auto write_through_a = [&](const std::string& data) {
+    auto writer = Client::mount(a->url());  // unmounted at once: its commit is sent
+    write_file(*writer, f, data);
+  };
+  write_through_a(v1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // B has seen A alive
+
+  a->kill_hard();
+  a->start_again();
+  std::this_thread::sleep_for(std::chrono::milliseconds(4000));               // past B's 3 s
+  CHECK(read_all(*Client::mount(a->url(), uncached()), f, v1.size()) == v1);  // still mounted
+  CHECK(server_stat(*on_b, "fence.evicted_sessions") == 0);
+
+  write_through_a(v2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // A lived past the margin
+  a->kill_hard();
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(read_all(*on_b, f, v2.size()) == v2);
+  const double seconds = odafs::test::seconds_since(start);
+  MESSAGE("read through B after A died holding the file: " << seconds << " s");
+  CHECK(seconds < 15.0);
+  CHECK(server_stat(*on_b, "fence.evicted_sessions") >= 1);
 }
 
 // A mount on odafs://A,B/ keeps its closed files' commits under A's write delegations; A
@@ -204,7 +248,9 @@ TEST_CASE("a client fails over to the next gateway: its open file reads and writ
   CHECK(read_all(*on_b, top + "/g", 10) == "made after");
 
   // Both away: a mount names the last failure after trying each.
+  const pid_t b_pid = b->pid();
   b->kill_hard();
+  evict_session_of(b_pid);  // else its capabilities on / stall the next case for 30 s
   MountOptions quick = uncached();
   CHECK(odafs::test::errno_of([&] { Client::mount(both, quick); }) == ECONNREFUSED);
 }

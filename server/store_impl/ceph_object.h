@@ -39,5 +39,8 @@ inline Status ceph_status(int rc, const char* what) { return Status(-rc, what); 
 // Evicts the session an earlier instance left under `uuid`, then names this one by it
 // (CephStore::Options::session_uuid). REQUIRES: cm configured, not mounted.
 Status reclaim_session(ceph_mount_info* cm, const std::string& uuid);
+// Puts the gateway's name and the session's start into the session's metadata
+// (CephStore::Options::gateway_name). REQUIRES: cm configured, not initialised.
+Status name_gateway(ceph_mount_info* cm, const std::string& name);
 
 }  // namespace odafs::server::ceph

@@ -94,6 +94,9 @@ Result<std::unique_ptr<CephStore>> CephStore::connect(const Options& options) {
   if (!options.conf.empty() && (rc = ceph_conf_read_file(cm, options.conf.c_str())) != 0) {
     return Status(-rc, "reading " + options.conf);
   }
+  if (!options.gateway_name.empty()) {
+    if (Status s = ceph::name_gateway(cm, options.gateway_name); !s.ok()) return s;
+  }
   if (!options.session_uuid.empty()) {
     if (Status s = ceph::reclaim_session(cm, options.session_uuid); !s.ok()) return s;
   }

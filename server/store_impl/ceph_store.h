@@ -50,6 +50,10 @@ class CephStore final : public Store {
     // must be this gateway's alone: another given the same would evict this one
     // (server/daemon_setup.h's claim_ceph_session keeps it so).
     std::string session_uuid;
+    // How this gateway names itself to its peers (its listen address; empty: unnamed, so
+    // no peer can fence it): kept in its session's metadata with the session's start,
+    // for their evict_peer_sessions (server/peer_fence.h).
+    std::string gateway_name;
   };
   // Connects and mounts. Fails with what libcephfs said (ENOENT for a missing path, say).
   static Result<std::unique_ptr<CephStore>> connect(const Options& options);
@@ -65,6 +69,9 @@ class CephStore final : public Store {
   void set_lease_recall(LeaseRecallFn recall) override { recall_ = std::move(recall); }
   Status take_lease(const Object& file, const ObjectId& id, LeaseKind kind) override;
   void give_back_lease(const Object& file) override;
+  // The MDS evicts them (the peer's client is blocklisted). Needs the MDS caps to evict
+  // (cephx "allow *" on mds).
+  Result<int> evict_peer_sessions(const std::string& peer, int64_t opened_before_ms) override;
   Result<Object> root() override;
   Result<Object> lookup(const Object& dir, const char* name, struct stat* st) override;
   Status stat_at(const Object& dir, const char* name, struct stat* st) override;

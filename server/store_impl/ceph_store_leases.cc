@@ -1,10 +1,14 @@
-// CephStore's leases (CephFS read delegations) and its session's identity across
-// restarts; see ceph_store.h. Built with _FILE_OFFSET_BITS=64, as ceph_store.cc.
+// CephStore's leases (CephFS delegations), its session's identity across restarts, and
+// the eviction of a dead peer gateway's sessions; see ceph_store.h. Built with
+// _FILE_OFFSET_BITS=64, as ceph_store.cc.
 #include <cephfs/libcephfs.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "base/log.h"
@@ -32,7 +36,67 @@ Status reclaim_session(ceph_mount_info* cm, const std::string& uuid) {
   return Status();
 }
 
+namespace {
+
+constexpr const char* kGatewayKey = "odafs_gateway";
+constexpr const char* kOpenedKey = "odafs_opened";
+
+// One MDS command (JSON), its output in *out. Fails with the MDS's own words.
+Status mds_command(ceph_mount_info* cm, const std::string& command, std::string* out) {
+  const char* cmd[] = {command.c_str()};
+  char *outbuf = nullptr, *outs = nullptr;
+  size_t outbuf_len = 0, outs_len = 0;
+  const int rc =
+      ceph_mds_command(cm, "*", cmd, 1, nullptr, 0, &outbuf, &outbuf_len, &outs, &outs_len);
+  if (out != nullptr && outbuf != nullptr) out->assign(outbuf, outbuf_len);
+  std::string said = outs != nullptr ? std::string(outs, outs_len) : std::string();
+  ceph_buffer_free(outbuf);
+  ceph_buffer_free(outs);
+  if (rc != 0) return Status(-rc, "mds command " + command + (said.empty() ? "" : ": " + said));
+  return Status();
+}
+
+}  // namespace
+
+Status name_gateway(ceph_mount_info* cm, const std::string& name) {
+  const int64_t opened = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  const std::string metadata =
+      std::string(kGatewayKey) + "=" + name + "," + kOpenedKey + "=" + std::to_string(opened);
+  if (int rc = ceph_conf_set(cm, "client_metadata", metadata.c_str()); rc != 0) {
+    return Status(-rc, "client_metadata");
+  }
+  return Status();
+}
+
 }  // namespace ceph
+
+Result<int> CephStore::evict_peer_sessions(const std::string& peer, int64_t opened_before_ms) {
+  std::string listing;
+  ODAFS_RETURN_IF_ERROR(ceph::mds_command(cm_, R"({"prefix": "session ls"})", &listing));
+  const nlohmann::json sessions =
+      nlohmann::json::parse(listing, nullptr, /*allow_exceptions=*/false);
+  if (!sessions.is_array()) return Status(EPROTO, "session ls: not a JSON list");
+  int evicted = 0;
+  for (const nlohmann::json& session : sessions) {
+    const nlohmann::json* meta =
+        session.contains("client_metadata") ? &session["client_metadata"] : nullptr;
+    if (meta == nullptr || !meta->is_object() || !session.contains("id") ||
+        !session["id"].is_number_unsigned() || meta->value(ceph::kGatewayKey, "") != peer) {
+      continue;
+    }
+    const std::string opened = meta->value(ceph::kOpenedKey, "");
+    char* end = nullptr;
+    const long long opened_ms = std::strtoll(opened.c_str(), &end, 10);
+    if (opened.empty() || *end != '\0' || opened_ms >= opened_before_ms) continue;  // a newer one
+    const std::string id = std::to_string(session["id"].get<uint64_t>());
+    ODAFS_RETURN_IF_ERROR(ceph::mds_command(
+        cm_, R"({"prefix": "client evict", "filters": ["id=)" + id + R"("]})", nullptr));
+    ++evicted;
+  }
+  return evicted;
+}
 
 using ceph::ceph_status;
 using ceph::CephObject;
