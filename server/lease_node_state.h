@@ -16,7 +16,7 @@ struct LeaseNodeState {
   std::atomic<bool> write{false};
   // The server's writes of the file in the store now (FileService::write_through): while
   // a write lease is recalled they wait in the store for its give-back, so the keeper
-  // waits for no return that needs them (LeaseKeeper::give_back_when_returned).
+  // waits for no return that needs them (LeaseKeeper::finish_returned).
   std::atomic<int> writes_in_store{0};
   // When the store last refused one (ms, steady clock).
   std::atomic<int64_t> refused_ms{INT64_MIN / 2};

@@ -66,6 +66,7 @@ T or_usage(odafs::Result<T> r) {
 
 // Every flag's value as given; the defaults are docs/usage.md's.
 struct Settings {
+  Settings() { fs.max_open_files = 0; }    // by the store (plan_exports)
   odafs::server::FileService::Options fs;  // what every export shares
   std::string listen;
   int threads = -1;  // -1: one event loop per usable core
@@ -156,7 +157,9 @@ void add_service_flags(odafs::Flags& flags, Settings& s) {
   flags.add("--max-io", &s.fs.max_io, "largest READ/WRITE payload", 4096, 16u << 20);
   flags.add("--max-nodes", &s.fs.max_nodes, "objects with valid handles", 16, 1u << 24);
   flags.add("--max-open-files", &s.fs.max_open_files,
-            "descriptors kept open for them (never more than half of RLIMIT_NOFILE)", 2, 1u << 24);
+            "objects kept open for them (0: 1024 descriptors, or 8192 over CephFS, where they "
+            "take none; never more than half of RLIMIT_NOFILE)",
+            0, 1u << 24);
   flags.add("--max-connections", &s.max_connections, "RPC connections of admitted clients in all",
             1, 1u << 20);
   flags.add("--max-connections-per-address", &s.max_per_address,
@@ -338,6 +341,10 @@ Plan plan_exports(Settings& s) {
     fs.store = std::move(store).value();
   }
   if (!fs.peers.empty() && ceph.empty()) usage("--ceph-peer needs --export ceph:PATH");
+  // Over CephFS an open object takes no descriptor, and each lease holds one open.
+  using odafs::server::kDefaultMaxOpenFiles, odafs::server::kDefaultSharedOpenFiles;
+  if (fs.max_open_files == 0)
+    fs.max_open_files = ceph.empty() ? kDefaultMaxOpenFiles : kDefaultSharedOpenFiles;
   or_usage(odafs::server::configure_identity(s.access, fs.store != nullptr, &fs));
   if (s.exports_file.empty()) {
     p.exports.push_back({"/", fs.export_root,

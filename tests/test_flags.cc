@@ -218,6 +218,16 @@ TEST_CASE("flags: odafsd refuses a backend's setting for another backend, and a 
   CHECK(out.find("odafsd ready") == std::string::npos);
 }
 
+// --ceph-peer names gateways to fence: only for a CephFS export, only as HOST:PORT.
+TEST_CASE("flags: odafsd refuses --ceph-peer for a local export, and a bad address") {
+  auto [status, out] = run_odafsd("--ceph-peer 127.0.0.1:7001");
+  CHECK(status == 2);
+  CHECK(out.find("--ceph-peer needs --export ceph:PATH") != std::string::npos);
+  std::tie(status, out) = run_odafsd("--ceph-peer nonsense");
+  CHECK(status == 2);
+  CHECK(out.find("odafsd ready") == std::string::npos);
+}
+
 TEST_CASE("flags: a hidden flag is parsed but left out of the usage, which lists --version") {
   odafs::Flags flags("prog", "[flags]");
   bool shown = false, hidden = false;
