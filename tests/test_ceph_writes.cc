@@ -98,6 +98,32 @@ TEST_CASE("write delegations over CephFS: another gateway reads every closed byt
   CHECK(read_all(*Client::mount(b->url(), uncached()), name_of(top, 1), 5) == "again");
 }
 
+// A holder still writing a file when another gateway's reader comes: its recall's
+// write-back sends bytes no close acknowledged, which CephFS holds until A gives its
+// delegation back, so A stops waiting for the return as soon as such a write waits in
+// CephFS (not at the lease, 5 s). The bytes land once it has; the close then reports
+// nothing lost, and a later read through B finds them all.
+TEST_CASE("a recall does not wait out the lease for a holder still writing the file" *
+          doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
+  auto a = gateway();
+  auto b = gateway();
+  auto writer = Client::mount(a->url());
+  const std::string top = fresh_top(*writer, "wopen");
+  const std::string f = top + "/f";
+  const std::string data = pattern(48 * 1024, 71);
+  File open = writer->open(f, O_RDWR | O_CREAT, 0644);
+  CHECK(open.pwrite(data.data(), data.size(), 0) == data.size());  // partly written behind
+  const auto start = std::chrono::steady_clock::now();
+  auto reader = Client::mount(b->url(), uncached());
+  (void)reader->stat(f);  // recalls A's write delegation on f
+  const double seconds = odafs::test::seconds_since(start);
+  MESSAGE("B's stat of a file written through A, open: " << seconds << " s");
+  CHECK(seconds < 4.0);
+  CHECK(server_stat(*writer, "leases.unreturned") == 1);  // given back with the write waiting
+  open.close();
+  CHECK(read_all(*reader, f, data.size()) == data);
+}
+
 // A gateway that stays dead is fenced by its peer (--ceph-peer): B evicts A's CephFS session
 // once A has refused connections for 3 s, so a file A held under a write lease is B's to
 // read within seconds, not at the MDS's session timeout (30 s here). A gateway restarted at
