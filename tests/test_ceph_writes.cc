@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -50,6 +51,36 @@ void write_delegated(Client& c, const std::string& top) {
   for (int i = 0; i < kFiles; ++i) write_file(c, name_of(top, i), bytes_of(i));
   CHECK(server_stat(c, "delegations.granted_write") >= granted + kFiles);
 }
+
+// c's next calls reach a gateway that lets it write back what its closes kept: every file
+// of write_delegated, none lost.
+void expect_reclaimed(Client& c, const std::string& top) {
+  CHECK(odafs::test::eventually(
+      [&] {
+        (void)c.stat(top);
+        return c.stats().reclaimed_files.load() >= static_cast<uint64_t>(kFiles);
+      },
+      20));
+  CHECK(c.stats().lost_files.load() == 0);
+}
+
+// Gateways A (a 2 s lease) and B, and a client process that took a delegation on file f
+// through A (take), stopped: it answers no recall. Killed when this goes.
+struct StoppedHolder {
+  StoppedHolder(const char* what, const std::function<void(Client&, const std::string&)>& take)
+      : a(gateway({"--lease-ms", "2000"})),
+        b(gateway()),
+        setup(Client::mount(b->url())),
+        f(fresh_top(*setup, what) + "/f") {
+    holder = odafs::test::holder_process(a->url(), f, [&](Client& c) { take(c, f); });
+    REQUIRE(kill(holder, SIGSTOP) == 0);
+  }
+  ~StoppedHolder() { odafs::test::reap(holder); }
+  std::unique_ptr<odafs::test::ServerProcess> a, b;
+  std::unique_ptr<Client> setup;  // through B
+  const std::string f;
+  pid_t holder = 0;
+};
 
 // Every file whole, read through a gateway of its own (no cache).
 void check_whole(const std::string& url, const std::string& top) {
@@ -178,14 +209,7 @@ TEST_CASE("A killed under write delegations: the mount fails over and every clos
   const pid_t dead = a->pid();
   a->kill_hard();
   evict_session_of(dead);
-  // The next call finds A gone and mounts B, which lets the client write back what it kept.
-  CHECK(odafs::test::eventually(
-      [&] {
-        (void)c->stat(top);
-        return c->stats().reclaimed_files.load() >= static_cast<uint64_t>(kFiles);
-      },
-      20));
-  CHECK(c->stats().lost_files.load() == 0);
+  expect_reclaimed(*c, top);  // the next call finds A gone and mounts B
   check_whole(b->url(), top);
 }
 
@@ -199,13 +223,7 @@ TEST_CASE("a gateway restarted while clients hold write delegations loses nothin
   write_delegated(*c, top);
   a->kill_hard();
   a->start_again();
-  CHECK(odafs::test::eventually(
-      [&] {
-        (void)c->stat(top);
-        return c->stats().reclaimed_files.load() >= static_cast<uint64_t>(kFiles);
-      },
-      20));
-  CHECK(c->stats().lost_files.load() == 0);
+  expect_reclaimed(*c, top);
   auto b = gateway();
   check_whole(b->url(), top);
 }
@@ -216,23 +234,14 @@ TEST_CASE("a gateway restarted while clients hold write delegations loses nothin
 // gave its delegation back).
 TEST_CASE("a stopped write-delegation holder delays another gateway's reader by at most its lease" *
           doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
-  auto a = gateway({"--lease-ms", "2000"});
-  auto b = gateway();
-  auto setup = Client::mount(b->url());
-  const std::string top = fresh_top(*setup, "wstopped");
-  const std::string f = top + "/f";
   const std::string kept = pattern(20000, 77);
-  pid_t holder = odafs::test::holder_process(a->url(), f, [&](Client& c) {
+  StoppedHolder stopped("wstopped", [&](Client& c, const std::string& f) {
     // Over "before", without O_TRUNC: a truncation gives the delegation back.
     const uint64_t granted = server_stat(c, "delegations.granted_write");
     odafs::test::write_path(c, f, kept);
     if (server_stat(c, "delegations.granted_write") == granted) _exit(3);
   });
-  REQUIRE(kill(holder, SIGSTOP) == 0);
-  struct Reap {
-    pid_t pid;
-    ~Reap() { odafs::test::reap(pid); }
-  } reap{holder};
+  auto& [a, b, setup, f, holder] = stopped;
   auto on_a = Client::mount(a->url());
   const auto start = std::chrono::steady_clock::now();
   CHECK(read_all(*Client::mount(b->url(), uncached()), f, kept.size()) == kept);
@@ -314,20 +323,10 @@ TEST_CASE("a gateway killed holding a lease and restarted frees the file at once
 // most its lease too, after which A takes the delegation from it.
 TEST_CASE("a stopped client delays writers through either gateway by at most its lease" *
           doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
-  auto a = gateway({"--lease-ms", "2000"});
-  auto b = gateway();
-  auto setup = Client::mount(b->url());
-  const std::string top = fresh_top(*setup, "stopped");
-  const std::string f = top + "/f";
-  const std::string before = "before";
-  pid_t holder = odafs::test::holder_process(a->url(), f, [&](Client& c) {
-    if (!until_delegated(c, f, before)) _exit(3);
+  StoppedHolder stopped("stopped", [](Client& c, const std::string& f) {
+    if (!until_delegated(c, f, "before")) _exit(3);
   });
-  REQUIRE(kill(holder, SIGSTOP) == 0);
-  struct Reap {
-    pid_t pid;
-    ~Reap() { odafs::test::reap(pid); }
-  } reap{holder};
+  auto& [a, b, setup, f, holder] = stopped;
   auto on_a = Client::mount(a->url());
   const uint64_t expired = odafs::test::server_stat(*on_a, "delegations.expired");
 
