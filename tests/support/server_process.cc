@@ -135,6 +135,7 @@ void ServerProcess::start() {
     std::string line;
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
     bool exited = false;
+    int status = 0;
     while (line.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
       pollfd p{out[0], POLLIN, 0};
       if (poll(&p, 1, 100) > 0) {
@@ -142,12 +143,14 @@ void ServerProcess::start() {
         ssize_t n = read(out[0], buf, sizeof buf);
         if (n > 0) line.append(buf, static_cast<size_t>(n));
       }
-      int status;
       if (waitpid(pid, &status, WNOHANG) == pid) {
         exited = true;
         break;
       }
     }
+    // A refused command line (odafsd's usage exit) fails the same way every time: only a
+    // port still held is worth the retries below.
+    if (exited && WIFEXITED(status) && WEXITSTATUS(status) == 2) break;
     size_t at = line.find("rpc=");
     if (!exited && at != std::string::npos) {
       size_t colon = line.find(':', at);
