@@ -62,6 +62,13 @@ inline int64_t now_ms() {
   return int64_t{t.tv_sec} * 1000 + t.tv_nsec / 1000000;
 }
 
+// Wall-clock ms since the epoch: for times other hosts compare (CLOCK_REALTIME).
+inline int64_t wall_ms() {
+  timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return int64_t{t.tv_sec} * 1000 + t.tv_nsec / 1000000;
+}
+
 inline int ms_until(const timespec& d) {
   timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);

@@ -146,16 +146,17 @@ void Delegations::tell_ended_slow() {
 }
 
 bool Delegations::write_held_on(uint64_t node) const {
-  std::lock_guard lock(mu_);
-  auto f = files_.find(node);
-  return f != files_.end() && std::any_of(f->second.holders.begin(), f->second.holders.end(),
-                                          [](const Holder& h) { return h.write; });
+  return any_holder_on(node, [](const Holder& h) { return h.write; });
 }
 
 bool Delegations::held_on(uint64_t node) const {
+  return any_holder_on(node, [](const Holder&) { return true; });
+}
+
+bool Delegations::any_holder_on(uint64_t node, bool (*pred)(const Holder&)) const {
   std::lock_guard lock(mu_);
   auto f = files_.find(node);
-  return f != files_.end() && !f->second.holders.empty();
+  return f != files_.end() && std::any_of(f->second.holders.begin(), f->second.holders.end(), pred);
 }
 
 size_t Delegations::sweep_locked(uint64_t node, uint64_t holder, bool writes_only, int64_t now,

@@ -255,6 +255,8 @@ class Delegations {
   // Forgets holder h's count in per_holder_ and write_held_. REQUIRES: mu_ held.
   void uncount_locked(const Holder& h);
   void erase_if_empty_locked(uint64_t node);
+  // Whether some holder of `node` satisfies pred. Takes mu_.
+  bool any_holder_on(uint64_t node, bool (*pred)(const Holder&)) const;
   void end_change(uint64_t node);
   // Holder h of `node` leaves the table: uncount_locked, and a write one's end is noted for
   // write_ended. REQUIRES: mu_ held; node still in files_.

@@ -10,16 +10,6 @@
 #include "base/log.h"
 
 namespace odafs::server {
-namespace {
-
-int64_t wall_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
-
 PeerFence::PeerFence(Options options, EvictFn evict)
     : options_(std::move(options)), evict_(std::move(evict)) {
   for (const net::Endpoint& at : options_.peers) peers_.push_back(Peer{at, at.to_string()});

@@ -51,10 +51,7 @@ using odafs::test::uncached;
 using odafs::test::until_delegated;
 using odafs::test::write_file;
 const char* skip_reason() { return odafs::test::cluster_skip_reason(); }
-// For the FUSE case: the cluster, then FUSE with root (it acts as another user).
-const char* mount_skip_reason() {
-  return no_cluster() ? skip_reason() : odafs::test::root_mount_skip();
-}
+const char* mount_skip_reason() { return odafs::test::cluster_mount_skip_reason(); }
 
 // Reads `file` whole until a read is one-sided (true), for up to 10 s. A gateway caches a
 // file, and so hands out references to it, only under a CephFS delegation, which CephFS

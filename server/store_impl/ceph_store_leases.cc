@@ -4,13 +4,13 @@
 #include <cephfs/libcephfs.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "base/futex.h"
 #include "base/log.h"
 #include "server/store_impl/ceph_object.h"
 #include "server/store_impl/ceph_store.h"
@@ -59,9 +59,7 @@ Status mds_command(ceph_mount_info* cm, const std::string& command, std::string*
 }  // namespace
 
 Status name_gateway(ceph_mount_info* cm, const std::string& name) {
-  const int64_t opened = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
+  const int64_t opened = wall_ms();
   const std::string metadata =
       std::string(kGatewayKey) + "=" + name + "," + kOpenedKey + "=" + std::to_string(opened);
   if (int rc = ceph_conf_set(cm, "client_metadata", metadata.c_str()); rc != 0) {

@@ -17,12 +17,17 @@
 #include "client/client.h"
 #include "tests/support/ceph_cluster.h"
 #include "tests/support/client_util.h"
+#include "tests/support/mounted.h"
 #include "tests/support/server_process.h"
 
 namespace odafs::test {
 
 inline bool no_cluster() { return !cluster().why_not.empty(); }
 inline const char* cluster_skip_reason() { return no_cluster() ? cluster().why_not.c_str() : ""; }
+// For FUSE cases: the cluster, then FUSE with root.
+inline const char* cluster_mount_skip_reason() {
+  return no_cluster() ? cluster_skip_reason() : root_mount_skip();
+}
 
 // A gateway: odafsd exporting the root of the suite's CephFS.
 inline std::unique_ptr<ServerProcess> gateway(std::vector<std::string> more = {}) {
