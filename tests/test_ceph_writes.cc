@@ -21,6 +21,8 @@
 #include "tests/support/ceph_gateway.h"
 #include "tests/support/client_util.h"
 #include "tests/support/delegation_holder.h"
+#include "tests/support/mount_process.h"
+#include "tests/support/mounted.h"
 #include "tests/support/server_process.h"
 
 namespace {
@@ -224,6 +226,34 @@ TEST_CASE("a gateway restarted while clients hold write delegations loses nothin
   a->kill_hard();
   a->start_again();
   expect_reclaimed(*c, top);
+  auto b = gateway();
+  check_whole(b->url(), top);
+}
+
+const char* mount_skip_reason() { return odafs::test::cluster_mount_skip_reason(); }
+
+// Through a real mount with default options: files closed under write delegations
+// through A, A killed and restarted; the mount's next call reclaims, and every closed
+// byte is in CephFS, read through another gateway.
+TEST_CASE("a FUSE mount's closed files survive its gateway's SIGKILL and restart" *
+          doctest::skip(*mount_skip_reason() != '\0') * doctest::description(mount_skip_reason())) {
+  auto a = gateway();
+  odafs::test::TempDir mnt;
+  auto setup = Client::mount(a->url());
+  const std::string top = fresh_top(*setup, "wfuse");
+  {
+    odafs::test::MountProcess on_a(a->url(), mnt.path());
+    for (int i = 0; i < kFiles; ++i) {
+      odafs::test::write_local(on_a / (name_of(top, i).substr(1)), bytes_of(i));  // closed
+    }
+    CHECK(server_stat(*setup, "delegations.granted_write") >= static_cast<uint64_t>(kFiles));
+    setup.reset();
+    a->kill_hard();
+    a->start_again();
+    for (int i = 0; i < kFiles; ++i) {  // through the restarted A, after the reclaim
+      CHECK(odafs::test::read_local(on_a / (name_of(top, i).substr(1))) == bytes_of(i));
+    }
+  }
   auto b = gateway();
   check_whole(b->url(), top);
 }
