@@ -18,6 +18,7 @@
 
 #include "client/client.h"
 #include "doctest/doctest.h"
+#include "rpc/call_credential.h"
 #include "tests/support/ceph_gateway.h"
 #include "tests/support/client_util.h"
 #include "tests/support/delegation_holder.h"
@@ -155,6 +156,40 @@ TEST_CASE("a recall does not wait out the lease for a holder still writing the f
   CHECK(server_stat(*writer, "leases.unreturned") == 1);  // given back with the write waiting
   open.close();
   CHECK(read_all(*reader, f, data.size()) == data);
+}
+
+// Who may use a write delegation over CephFS: another user on the same mount is not served
+// from root's (her open asks the gateway, which acts as her: EACCES on root's 0600 file),
+// is granted none on a file she may not write, and what she writes under her own is hers.
+TEST_CASE("write delegations over CephFS serve only their holder's rights" *
+          doctest::skip(no_cluster()) * doctest::description(skip_reason())) {
+  auto a = gateway({"--auth-sys"});  // every call runs as the uid it claims
+  auto mount = Client::mount(a->url());
+  const std::string top = fresh_top(*mount, "wusers");
+  const std::string secret = top + "/secret";
+  const uint64_t granted = server_stat(*mount, "delegations.granted_write");
+  {
+    File f = mount->open(secret, O_RDWR | O_CREAT, 0600);
+    f.pwrite("root only", 9, 0);
+    f.close();  // kept under root's write delegation
+  }
+  CHECK(server_stat(*mount, "delegations.granted_write") == granted + 1);
+  odafs::rpc::CallerCred cred;
+  cred.auth_sys = true;
+  cred.uid = cred.gid = 4242;
+  const odafs::rpc::CallCredential alice(cred, "test");
+  {
+    odafs::rpc::CallAs as(alice);
+    CHECK(odafs::test::errno_of([&] { mount->open(secret, O_RDONLY); }) == EACCES);
+    CHECK(odafs::test::errno_of([&] { mount->open(secret, O_RDWR); }) == EACCES);
+    write_file(*mount, top + "/hers", "alice's");
+  }
+  CHECK(server_stat(*mount, "delegations.granted_write") == granted + 2);  // hers, not root's
+  auto b = gateway();
+  auto other = Client::mount(b->url(), uncached());
+  CHECK(read_all(*other, secret, 9) == "root only");
+  CHECK(other->stat(top + "/hers").uid == 4242u);
+  CHECK(read_all(*other, top + "/hers", 7) == "alice's");
 }
 
 // A gateway that stays dead is fenced by its peer (--ceph-peer): B evicts A's CephFS session
